@@ -1,0 +1,223 @@
+"""The agent's event loop: one process, one zmq poller, no threads.
+
+Bring-up: read the config file given on the command line, connect a DEALER (identity = partition
+uid) to the bootstrap's agent endpoint, send `ready`.  Then loop:
+    units   -> check each unit can ever fit (FAILED at once if not), queue it (QUEUED), start what
+               fits (EXECUTING)
+    cancel  -> queued units CANCELED at once; running ones get SIGTERM, SIGKILL after kill_grace
+    stop    -> like cancel for everything (or hand queued units back), then `bye` and exit
+    SIGCHLD -> reap exits (DONE, or FAILED with the exit code / signal), start what now fits
+State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
+when FLUSH_SIZE updates are waiting.  Every wait is bounded: the loop wakes at least once a second
+and tears down when its parent bootstrap is gone.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+import zmq
+
+from agent.executor import Executor
+from agent.scheduler import Scheduler
+from pilot.protocol import ProtocolError, msg, pack, unpack
+
+FLUSH_EVERY = 0.02
+FLUSH_SIZE = 1000
+log = logging.getLogger("agent")
+
+
+class Agent:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.uid = cfg["uid"]
+        self.kill_grace = float(cfg.get("kill_grace", 2.0))
+        self.sched = Scheduler(cfg["nodes"])
+        self.execu = Executor(cfg)
+        self.updates: list = []
+        self.first_pending = 0.0
+        self.timers: list = []
+        self.stopping: dict | None = None
+        self.ppid = os.getppid()
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, self.uid.encode())
+        self.sock.setsockopt(zmq.LINGER, 2000)
+        self.sock.connect(cfg["endpoint"])
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_term)
+
+    # -- state updates ------------------------------------------------------------------------
+    def update(self, uid: str, state: str, info: dict | None = None) -> None:
+        if not self.updates:
+            self.first_pending = time.monotonic()
+        self.updates.append(("unit", uid, state, time.time(), info or {}))
+
+    def flush(self, force: bool = False) -> None:
+        if self.updates and (force or len(self.updates) >= FLUSH_SIZE
+                             or time.monotonic() - self.first_pending >= FLUSH_EVERY):
+            self.sock.send_multipart([b"state", pack(self.updates)])
+            self.updates = []
+
+    # -- units --------------------------------------------------------------------------------
+    def on_units(self, units: list) -> None:
+        for u in units:
+            reason = self.sched.check(u)
+            if reason is None and self.execu.which(u["executable"]) is None:
+                reason = f"executable={u['executable']!r} not found on PATH"
+            if reason is not None:
+                self.update(u["uid"], "FAILED", {"reason": reason})
+                continue
+            self.update(u["uid"], "QUEUED")
+            self.sched.queue.append(u)
+        self.start_ready()
+
+    def start_ready(self) -> None:
+        if self.stopping:
+            return
+        for unit, node, cores, gpus in self.sched.ready():
+            try:
+                self.execu.spawn(unit, node, cores, gpus)
+            except OSError as exc:
+                self.sched.release(node, cores, gpus)
+                self.update(unit["uid"], "FAILED", {"reason": f"cannot start: {exc}"})
+                continue
+            self.update(unit["uid"], "EXECUTING",
+                        {"node": node["name"], "cpus": cores, "gpus": gpus})
+
+    def on_exits(self) -> None:
+        for r, code in self.execu.reap():
+            self.sched.release(r.node, r.cores, r.gpus)
+            uid = r.unit["uid"]
+            if r.cancel_reason is not None:
+                self.update(uid, "CANCELED", {"exit_code": code, "reason": r.cancel_reason})
+            elif code == 0:
+                self.update(uid, "DONE", {"exit_code": 0})
+            else:
+                why = f"exit code {code}" if code > 0 else \
+                    f"killed by signal {signal.Signals(-code).name}"
+                self.update(uid, "FAILED", {"exit_code": code, "reason": why})
+        self.start_ready()
+
+    def cancel(self, uids, reason: str) -> None:
+        uids = set(uids)
+        keep = []
+        for u in self.sched.queue:
+            if u["uid"] in uids:
+                self.update(u["uid"], "CANCELED", {"reason": reason})
+            else:
+                keep.append(u)
+        self.sched.queue.clear()
+        self.sched.queue.extend(keep)
+        for r in self.execu.running.values():
+            if r.unit["uid"] in uids and r.cancel_reason is None:
+                self._terminate(r, reason)
+
+    def _terminate(self, r, reason: str) -> None:
+        r.cancel_reason = reason
+        self.execu.kill(r, signal.SIGTERM)
+        heapq.heappush(self.timers, (time.monotonic() + self.kill_grace, id(r), r))
+
+    def stop(self, reason: str, hand_back: bool) -> None:
+        if self.stopping:
+            return
+        self.stopping = {"reason": reason}
+        queued = list(self.sched.queue)
+        self.sched.queue.clear()
+        if hand_back and queued:
+            self.flush(force=True)
+            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": queued}))
+        else:
+            for u in queued:
+                self.update(u["uid"], "CANCELED", {"reason": reason})
+        for r in list(self.execu.running.values()):
+            self._terminate(r, reason)
+
+    def _on_term(self, signum, _frame) -> None:
+        self.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)
+
+    # -- loop ---------------------------------------------------------------------------------
+    def handle(self, frames: list[bytes]) -> None:
+        kind = frames[0]
+        try:
+            body = unpack(frames[1]) if len(frames) > 1 else {}
+            if kind == b"units":
+                self.on_units(body)
+            elif kind == b"cancel":
+                self.cancel(body["uids"], body.get("reason", "canceled"))
+            elif kind == b"stop":
+                self.stop(body.get("reason", "partition stopped"), body.get("units") == "back")
+            else:
+                raise ProtocolError(f"unknown message type {kind!r}")
+        except (ProtocolError, KeyError, TypeError) as exc:
+            log.error("%s: bad message %r: %s", self.uid, kind, exc)
+
+    def run(self) -> int:
+        self.sock.send_multipart(msg(b"ready", {"pid": os.getpid()}))
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.wake_r, zmq.POLLIN)
+        next_ppid_check = time.monotonic() + 1.0
+        while True:
+            now = time.monotonic()
+            timeout = next_ppid_check - now
+            if self.timers:
+                timeout = min(timeout, self.timers[0][0] - now)
+            if self.updates:
+                timeout = min(timeout, self.first_pending + FLUSH_EVERY - now)
+            events = dict(poller.poll(max(0, timeout) * 1000))
+            if self.wake_r.fileno() in events or self.wake_r in events:
+                try:
+                    self.wake_r.recv(4096)
+                except BlockingIOError:
+                    pass
+            self.on_exits()
+            if self.sock in events:
+                for _ in range(100):
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.handle(frames)
+            now = time.monotonic()
+            while self.timers and self.timers[0][0] <= now:
+                _, _, r = heapq.heappop(self.timers)
+                if r.pid in self.execu.running:
+                    self.execu.kill(r, signal.SIGKILL)
+            if now >= next_ppid_check:
+                next_ppid_check = now + 1.0
+                if os.getppid() != self.ppid:
+                    self.stop("the pilot's bootstrap is gone", hand_back=False)
+            if self.stopping and not self.execu.running:
+                self.flush(force=True)
+                self.sock.send_multipart(msg(b"bye", self.stopping))
+                return 0
+            self.flush()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m agent CONFIG.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        cfg = json.load(f)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    agent = Agent(cfg)
+    log.info("%s: up, pid %d, %d node(s)", agent.uid, os.getpid(), len(cfg["nodes"]))
+    try:
+        return agent.run()
+    finally:
+        agent.sock.close()
+        agent.ctx.term()

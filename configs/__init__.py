@@ -1,0 +1,1 @@
+"""Resource and agent configurations (YAML data; see configs/README.md)."""

@@ -1,0 +1,87 @@
+"""ComputePartitionDescription: how big a partition is and which agent config it runs.
+
+Sizes, exactly one kind per description:
+    absolute   cores=, gpus= (gpus=ALL: every free GPU), or nodes= (whole nodes)
+    share      ComputePartitionDescription("50%"): that share of the pilot, agent overhead inside
+    FILL       ComputePartitionDescription(FILL): everything no live partition holds
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from pilot.descriptions import ALL, FILL, Description, _err, optional_count, text
+
+
+@lru_cache(maxsize=1)
+def agent_configs() -> dict:
+    return yaml.safe_load(resources.files("configs").joinpath("agents.yaml").read_text())
+
+
+def _size(owner, field, value):
+    if value is None or value == FILL:
+        return value
+    if isinstance(value, str) and value.upper() == "FILL":
+        return FILL
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            share = float(value[:-1])
+        except ValueError:
+            share = -1.0
+        if 0 < share <= 100:
+            return value
+    raise _err(owner, field, value, 'a share "1%".."100%", FILL, or None (then give cores=, '
+                                    "gpus= or nodes=)")
+
+
+def _config(owner, field, value):
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]  # the RFC writes config = ['orte']
+    if value is None:
+        return None
+    if value not in agent_configs():
+        raise _err(owner, field, value, f"one of {sorted(agent_configs())}")
+    return value
+
+
+class ComputePartitionDescription(Description):
+    FIELDS = {
+        "size": (None, _size),
+        "cores": (None, optional_count(0)),
+        "gpus": (None, optional_count(0, allow=(ALL,))),
+        "nodes": (None, optional_count(1)),
+        "config": (None, _config),
+        "name": (None, text()),
+    }
+
+    def __init__(self, size: str | None = None, **kwargs: Any) -> None:
+        super().__init__(size=size, **kwargs)
+
+    def _check(self) -> None:
+        absolute = [k for k in ("cores", "gpus", "nodes") if getattr(self, k) is not None]
+        if self.size is not None and absolute:
+            raise ValueError(f"ComputePartitionDescription: size={self.size!r} cannot be combined "
+                             f"with {', '.join(f'{k}=' for k in absolute)}")
+        if self.nodes is not None and (self.cores is not None or self.gpus is not None):
+            raise ValueError("ComputePartitionDescription: nodes= takes whole nodes and cannot "
+                             "be combined with cores= or gpus=")
+        if self.size is None and not absolute:
+            raise ValueError("ComputePartitionDescription: no size given; use cores=, gpus=, "
+                             'nodes=, a share ("50%") or FILL')
+        if self.size is None and not self.nodes and not self.cores and self.gpus in (None, 0):
+            raise ValueError("ComputePartitionDescription: cores=0, gpus=0 is an empty partition")
+
+    @property
+    def share(self) -> float | None:
+        """The size as a fraction of the pilot (0.5 for "50%"), or None."""
+        if self.size is None or self.size == FILL:
+            return None
+        return float(self.size[:-1]) / 100.0
+
+    @property
+    def agent_config(self) -> str:
+        return self.config or "default"

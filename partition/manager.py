@@ -1,0 +1,239 @@
+"""The partition manager: starts and stops partitions inside a running pilot.
+
+It lives in the bootstrap process and owns the pilot's resource pool.  The bootstrap hands it
+commands and agent events; it answers through a small I/O interface (`PartitionIO`): send a
+message to an agent, start an agent process, emit a partition state update.
+
+Partition life inside the pilot:
+    start(uid, desc)  PENDING -> STARTING when the resources are allocated (FAILED with what was
+                      missing when they are not; nothing else changes), agent process spawned
+    agent `ready`     -> ACTIVE; units buffered while STARTING are forwarded
+    stop(uid)         agent told to stop; its `bye` (or its exit) ends the partition in the
+                      final state the stop asked for; the resources are free again
+    agent exits without `bye`  -> FAILED with the exit code
+Reconfig commands carry an id (cid); a repeated cid returns the first answer and does nothing.
+Stops are applied before starts, so a command can reuse what it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from partition.description import ComputePartitionDescription
+from partition.sizing import Allocation, AllocationError, Pool
+from pilot.descriptions import ALL
+from pilot.protocol import pack
+from pilot.states import ACTIVE, CANCELED, DONE, FAILED, FINAL, PENDING, STARTING
+
+log = logging.getLogger("bootstrap.partitions")
+
+
+class PartitionIO:
+    def send_agent(self, uid: str, frames: list[bytes]) -> None: ...
+    def spawn_agent(self, uid: str, cfg: dict): ...  # returns an object with .pid, .poll(), .kill()
+    def emit(self, uid: str, state: str, info: dict) -> None: ...
+
+
+@dataclass
+class Part:
+    uid: str
+    desc: ComputePartitionDescription
+    state: str = PENDING
+    alloc: Allocation | None = None
+    proc: object = None
+    buffered: list = field(default_factory=list)  # unit batches (raw JSON) waiting for ACTIVE
+    final: str | None = None  # the final state asked for by a stop
+    hand_back: bool = False  # a stop hands queued units back instead of canceling them
+    reason: str | None = None
+    stop_deadline: float | None = None
+    created: float = field(default_factory=time.time)
+
+
+class PartitionManager:
+    def __init__(self, pool: Pool, io: PartitionIO, agent_cfg: dict, next_index: int = 0,
+                 pilot_uid: str = "") -> None:
+        self.pool = pool
+        self.io = io
+        self.agent_cfg = agent_cfg
+        self.parts: dict[str, Part] = {}
+        self.next_index = next_index
+        self.pilot_uid = pilot_uid
+        self.replies: dict[str, dict] = {}  # cid -> the answer given (idempotent commands)
+
+    # -- queries ------------------------------------------------------------------------------
+    def live(self) -> list[Part]:
+        return [p for p in self.parts.values() if p.state not in FINAL]
+
+    def describe(self) -> list[dict]:
+        return [{"uid": p.uid, "state": p.state, "reason": p.reason, "description": p.desc.to_dict(),
+                 "resources": p.alloc.to_dict(self.pool) if p.alloc else None}
+                for p in self.parts.values()]
+
+    def new_uid(self) -> str:
+        uid = f"{self.pilot_uid}.part.{self.next_index:04d}"
+        self.next_index += 1
+        return uid
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def add(self, uid: str, desc: ComputePartitionDescription) -> Part:
+        part = Part(uid, desc)
+        self.parts[uid] = part
+        index = int(uid.rsplit(".", 1)[-1]) if uid.rsplit(".", 1)[-1].isdigit() else -1
+        self.next_index = max(self.next_index, index + 1)
+        return part
+
+    def start(self, part: Part) -> None:
+        try:
+            part.alloc = self.pool.allocate(part.desc)
+        except AllocationError as exc:
+            self._final(part, FAILED, f"does not fit the free resources: {exc}")
+            return
+        part.state = STARTING
+        self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.pool)})
+        nodes = part.alloc.to_dict(self.pool)["nodes"]
+        cfg = dict(self.agent_cfg, uid=part.uid, nodes=nodes,
+                   kill_grace=self.agent_cfg.get("agents", {}).get(part.desc.agent_config, {})
+                   .get("kill_grace", 2.0))
+        try:
+            part.proc = self.io.spawn_agent(part.uid, cfg)
+        except OSError as exc:
+            self._final(part, FAILED, f"cannot start its agent: {exc}")
+
+    def on_ready(self, uid: str) -> None:
+        part = self.parts.get(uid)
+        if part is None or part.state != STARTING:
+            log.warning("ready from %s in state %s: ignored", uid, part and part.state)
+            return
+        part.state = ACTIVE
+        self.io.emit(uid, ACTIVE, {})
+        for body in part.buffered:
+            self.io.send_agent(uid, [b"units", body])
+        part.buffered.clear()
+        if part.final:  # stopped while it was starting
+            self._send_stop(part)
+
+    def stop(self, uid: str, final: str, reason: str, hand_back: bool) -> None:
+        part = self.parts[uid]
+        if part.state in FINAL or part.final:
+            return
+        part.final, part.reason = final, reason
+        part.hand_back = hand_back
+        if part.state == PENDING:
+            self._final(part, final, reason)
+        elif part.state == ACTIVE:
+            self._send_stop(part)
+        # STARTING: stopped as soon as its agent reports ready (or exits)
+
+    def _send_stop(self, part: Part) -> None:
+        units = "back" if part.hand_back else "cancel"
+        self.io.send_agent(part.uid, [b"stop", pack({"reason": part.reason, "units": units})])
+        part.stop_deadline = time.monotonic() + 10.0
+
+    def on_bye(self, uid: str, body: dict) -> None:
+        part = self.parts.get(uid)
+        if part is None or part.state in FINAL:
+            return
+        self._final(part, part.final or DONE, part.reason or body.get("reason"))
+
+    def on_agent_exit(self, uid: str, code: int) -> None:
+        part = self.parts.get(uid)
+        if part is None or part.state in FINAL:
+            return
+        if part.final and code == 0:
+            self._final(part, part.final, part.reason)
+        else:
+            self._final(part, FAILED, f"its agent exited with code {code}"
+                        + (f" while stopping ({part.reason})" if part.final else ""))
+
+    def _final(self, part: Part, state: str, reason: str | None) -> None:
+        if part.alloc is not None:
+            self.pool.release(part.alloc)
+        part.state, part.reason = state, reason
+        part.buffered.clear()
+        self.io.emit(part.uid, state, {"reason": reason} if reason else {})
+        log.info("%s %s%s", part.uid, state, f": {reason}" if reason else "")
+
+    def take_buffered_or_bounce(self, uid: str, body: bytes) -> bool:
+        """Units for `uid`: True if forwarded or buffered, False if the partition cannot take them."""
+        part = self.parts.get(uid)
+        if part is None or part.state in FINAL or part.final:
+            return False
+        if part.state == ACTIVE:
+            self.io.send_agent(uid, [b"units", body])
+        else:
+            part.buffered.append(body)
+        return True
+
+    def check_stuck(self) -> None:
+        """Agents that did not say bye in time after a stop are killed (then FAILED on exit)."""
+        now = time.monotonic()
+        for part in self.live():
+            if part.stop_deadline and now > part.stop_deadline and part.proc is not None:
+                log.error("%s: agent did not stop within its deadline; killing pid %s",
+                          part.uid, part.proc.pid)
+                part.proc.kill()
+                part.stop_deadline = None
+
+    # -- reconfig -----------------------------------------------------------------------------
+    def reconfig(self, cid: str, stop, start: list[dict], uids: list[str] | None = None) -> dict:
+        """Apply one command: stop first, then start.  Returns {stopped, started: [...]}."""
+        if cid in self.replies:
+            return self.replies[cid]
+        stop_uids = self._resolve_stop(stop)
+        descs = []
+        for i, d in enumerate(start or []):
+            try:
+                descs.append(d if isinstance(d, ComputePartitionDescription)
+                             else ComputePartitionDescription.from_dict(d))
+            except ValueError as exc:
+                raise ValueError(f"start[{i}]: {exc}") from None
+        for uid in stop_uids:
+            self.stop(uid, CANCELED, "stopped by reconfig", hand_back=True)
+        # the stopped partitions' resources are free for the starts, even while their agents
+        # drain: a stopped partition's units no longer run anything new
+        for uid in stop_uids:
+            part = self.parts[uid]
+            if part.alloc is not None and part.state not in FINAL:
+                self.pool.release(part.alloc)
+                part.alloc = None
+        started = []
+        for i, desc in enumerate(descs):
+            uid = uids[i] if uids and i < len(uids) else self.new_uid()
+            part = self.add(uid, desc)
+            self.io.emit(uid, PENDING, {"description": desc.to_dict()})
+            self.start(part)
+            started.append({"uid": uid, "state": part.state, "reason": part.reason})
+        self.warn_idle()
+        reply = {"stopped": stop_uids, "started": started}
+        self.replies[cid] = reply
+        return reply
+
+    def _resolve_stop(self, stop) -> list[str]:
+        if stop is None or stop == []:
+            return []
+        if stop == ALL:
+            return [p.uid for p in self.live()]
+        uids = [stop] if isinstance(stop, str) else list(stop)
+        out = []
+        for uid in uids:
+            full = self._full_uid(uid)
+            if full is None:
+                raise ValueError(f"stop={uid!r}: no such partition in {self.pilot_uid}; known: "
+                                 f"{sorted(self.parts)}")
+            if self.parts[full].state not in FINAL and full not in out:
+                out.append(full)
+        return out
+
+    def _full_uid(self, uid: str) -> str | None:
+        if uid in self.parts:
+            return uid
+        full = f"{self.pilot_uid}.{uid}"
+        return full if full in self.parts else None
+
+    def warn_idle(self) -> None:
+        free = self.pool.free
+        if free["cores"] or free["gpus"]:
+            log.warning("under-use: %d cores, %d GPUs of the pilot are held by no partition",
+                        free["cores"], free["gpus"])

@@ -1,0 +1,292 @@
+"""The pilot job's first process: bring-up, the partition manager, message routing, teardown.
+
+    python -m pilot.bootstrap PILOT_SANDBOX/bootstrap.json
+
+Bring-up (step names appear in the log):
+    boot.connect     DEALER to the client's pilot link; ROUTER for agents and for the `pilot` CLI,
+                     both on 127.0.0.1 with OS-chosen ports; control endpoint written to
+                     PILOT_SANDBOX/control.json (mode 0600) for the CLI
+    boot.hello       `hello` to the client: the pilot is ACTIVE
+    boot.partitions  the initial partitions are allocated and their agents started
+Routing: unit batches from the client go to their partition's agent as raw frames (buffered while
+it is STARTING, handed back when it is gone); agent state batches go to the client unchanged.
+Teardown (on runtime expiry, cancel, client loss, or a signal), each step bounded:
+    down.agents      every live partition is told to stop (running units end CANCELED)
+    down.wait        agents say bye or are killed after the deadline
+    down.bye         `bye` with the pilot's final state to the client; sockets closed; exit
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import zmq
+
+from partition.description import ComputePartitionDescription
+from partition.manager import PartitionIO, PartitionManager
+from partition.sizing import Pool
+from pilot import resource_config
+from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
+from pilot.states import CANCELED, DONE, FAILED, FINAL
+
+log = logging.getLogger("bootstrap")
+TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
+
+
+class Bootstrap(PartitionIO):
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.uid = cfg["pilot"]
+        self.sandbox = cfg["sandbox"]
+        self.rcfg = resource_config.load(cfg["resource"])
+        self.ctx = zmq.Context.instance()
+        self.client = self.ctx.socket(zmq.DEALER)
+        self.client.setsockopt(zmq.IDENTITY, self.uid.encode())
+        self.client.setsockopt(zmq.LINGER, 3000)
+        self.client.connect(cfg["client"])
+        self.agents = self.ctx.socket(zmq.ROUTER)
+        self.agents.setsockopt(zmq.LINGER, 0)
+        self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        port = self.agents.bind_to_random_port("tcp://127.0.0.1")
+        self.agent_endpoint = f"tcp://127.0.0.1:{port}"
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        cport = self.control.bind_to_random_port("tcp://127.0.0.1")
+        self.control_endpoint = f"tcp://127.0.0.1:{cport}"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.pool = Pool.for_pilot(cfg["size"], self.rcfg)
+        agent_cfg = {"session": cfg["session"], "pilot": self.uid, "endpoint": self.agent_endpoint,
+                     "pilot_sandbox": self.sandbox, "agents": cfg.get("agents", {})}
+        self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
+        self.out: list = []  # partition state updates waiting to be sent
+        self.deadline = time.monotonic() + cfg["runtime"]
+        self.last_heard = time.monotonic()
+        self.ending: tuple[str, str] | None = None
+        self.parent = os.getppid() if cfg.get("watch_parent") else None
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+
+    # -- PartitionIO ----------------------------------------------------------------------------
+    def send_agent(self, uid: str, frames: list[bytes]) -> None:
+        try:
+            self.agents.send_multipart([uid.encode()] + frames)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
+            log.error("%s: cannot reach agent: %s", uid, exc)
+
+    def spawn_agent(self, uid: str, cfg: dict) -> subprocess.Popen:
+        path = os.path.join(self.sandbox, f"{uid}.agent.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        logf = open(os.path.join(self.sandbox, f"{uid}.agent.log"), "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "agent", path], stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=subprocess.STDOUT, close_fds=True)
+        logf.close()
+        self.procs[uid] = proc
+        log.info("%s: agent started, pid %d", uid, proc.pid)
+        return proc
+
+    def emit(self, uid: str, state: str, info: dict) -> None:
+        self.out.append(("part", uid, state, time.time(), info))
+
+    def flush(self) -> None:
+        if self.out:
+            self.client.send_multipart([b"state", pack(self.out)])
+            self.out = []
+
+    # -- messages -------------------------------------------------------------------------------
+    def on_client(self, frames: list[bytes]) -> None:
+        self.last_heard = time.monotonic()
+        kind = frames[0]
+        if kind == b"units" and len(frames) == 3:
+            uid = frames[1].decode()
+            if not self.pm.take_buffered_or_bounce(uid, frames[2]):
+                self.flush()
+                self.client.send_multipart(msg(b"back", {"part": uid, "units": unpack(frames[2])}))
+        elif kind == b"cmd":
+            body = unpack(frames[1])
+            self.flush()
+            self.client.send_multipart([b"reply", pack(self.command(body))])
+        elif kind != b"hb":
+            raise ProtocolError(f"unknown message type {kind!r}")
+
+    def command(self, body: dict) -> dict:
+        """Run one command (from the client or the CLI); the reply never raises."""
+        cid, op, args = body.get("cid"), body.get("op"), body.get("args") or {}
+        try:
+            if op == "reconfig":
+                result = self.pm.reconfig(cid or f"anon.{time.time()}", args.get("stop"),
+                                          args.get("start") or [], args.get("uids"))
+            elif op == "cancel_units":
+                by_part: dict[str, list] = {}
+                for uid, part in args["units"]:
+                    by_part.setdefault(part, []).append(uid)
+                for part, uids in by_part.items():
+                    self.send_agent(part, [b"cancel", pack({"uids": uids, "reason":
+                                                            args.get("reason", "canceled")})])
+                result = {}
+            elif op == "stop_parts":
+                for uid in args["uids"]:
+                    self.pm.stop(uid, CANCELED, args.get("reason", "canceled"), hand_back=True)
+                result = {}
+            elif op == "cancel_pilot":
+                self.end(CANCELED, args.get("reason") or "canceled")
+                result = {}
+            elif op == "partitions":
+                result = {"pilot": self.uid, "size": self.cfg["size"], "free": self.pool.free,
+                          "partitions": self.pm.describe()}
+            else:
+                raise ValueError(f"op={op!r} is unknown; accepted: reconfig, cancel_units, "
+                                 "stop_parts, cancel_pilot, partitions")
+            return {"cid": cid, "ok": True, "result": result}
+        except (ValueError, KeyError, TypeError) as exc:
+            return {"cid": cid, "ok": False, "error": str(exc)}
+
+    def on_agent(self, frames: list[bytes]) -> None:
+        uid, kind = frames[0].decode(), frames[1]
+        if kind == b"state":
+            self.flush()  # keep partition updates ahead of the unit updates that follow them
+            self.client.send_multipart([b"state", frames[2]])
+        elif kind == b"ready":
+            self.pm.on_ready(uid)
+        elif kind == b"back":
+            self.flush()
+            self.client.send_multipart([b"back", frames[2]])
+        elif kind == b"bye":
+            self.pm.on_bye(uid, unpack(frames[2]))
+        else:
+            raise ProtocolError(f"unknown message type {kind!r} from {uid}")
+
+    # -- life cycle -----------------------------------------------------------------------------
+    def _on_signal(self, signum, _frame) -> None:
+        self.end(CANCELED, f"pilot received {signal.Signals(signum).name}")
+
+    def end(self, state: str, reason: str) -> None:
+        if self.ending is None:
+            log.info("down.agents: %s (%s)", state, reason)
+            self.ending = (state, reason)
+            part_state = DONE if state == DONE else CANCELED
+            for part in self.pm.live():
+                self.pm.stop(part.uid, part_state, reason, hand_back=False)
+            self.teardown_deadline = time.monotonic() + TEARDOWN_GRACE
+
+    def check_agents(self) -> None:
+        for uid, proc in list(self.procs.items()):
+            code = proc.poll()
+            if code is not None:
+                del self.procs[uid]
+                self.pm.on_agent_exit(uid, code)
+
+    def run(self) -> int:
+        log.info("boot.connect: client %s, agents %s, control %s", self.cfg["client"],
+                 self.agent_endpoint, self.control_endpoint)
+        ctl = os.path.join(self.sandbox, "control.json")
+        fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
+        self.client.send_multipart(msg(b"hello", {
+            "pilot": self.uid, "pid": os.getpid(), "control": self.control_endpoint,
+            "size": self.cfg["size"]}))
+        log.info("boot.hello: sent")
+        for p in self.cfg["partitions"]:
+            part = self.pm.add(p["uid"], ComputePartitionDescription.from_dict(p["description"]))
+            self.pm.start(part)
+        log.info("boot.partitions: %d started", len(self.cfg["partitions"]))
+        self.pm.warn_idle()
+        poller = zmq.Poller()
+        for s in (self.client, self.agents, self.control):
+            poller.register(s, zmq.POLLIN)
+        next_hb = time.monotonic()
+        timeout = self.cfg["client_timeout"]
+        while True:
+            events = dict(poller.poll(200))
+            for sock, handler in ((self.agents, self.on_agent), (self.client, self.on_client)):
+                if sock in events:
+                    self._drain(sock, handler)
+            if self.control in events:
+                self._drain(self.control, self.on_control)
+            self.check_agents()
+            self.pm.check_stuck()
+            now = time.monotonic()
+            if self.ending is None:
+                if now >= self.deadline:
+                    self.end(DONE, f"pilot runtime of {self.cfg['runtime'] / 60:g} min expired")
+                elif now - self.last_heard > timeout:
+                    self.end(CANCELED, f"no word from the client for {timeout:g} s")
+                elif self.parent is not None and os.getppid() != self.parent:
+                    self.end(CANCELED, "the client process is gone")
+            if self.ending is not None:
+                if not self.pm.live() or now > self.teardown_deadline:
+                    return self.finish()
+            if now >= next_hb:
+                next_hb = now + HEARTBEAT
+                self.client.send_multipart(msg(b"hb"))
+            self.flush()
+
+    def _drain(self, sock, handler) -> None:
+        for _ in range(200):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                handler(frames)
+            except (ProtocolError, KeyError, IndexError, TypeError, UnicodeDecodeError) as exc:
+                log.error("bad message %r: %s", frames[:2], exc)
+
+    def on_control(self, frames: list[bytes]) -> None:
+        ident, body = frames[0], frames[-1]
+        try:
+            request = unpack(body)
+            if not isinstance(request, dict):
+                raise ProtocolError("a command must be a JSON object")
+            reply = self.command(request)
+        except ProtocolError as exc:
+            reply = {"ok": False, "error": str(exc)}
+        self.flush()
+        self.control.send_multipart([ident, b"", pack(reply)])
+
+    def finish(self) -> int:
+        state, reason = self.ending
+        log.info("down.wait: %d agent(s) left", len(self.procs))
+        for uid, proc in list(self.procs.items()):
+            try:  # an agent that said bye exits at once; one that did not is killed
+                code = proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                log.error("%s: agent pid %d still running at teardown; killed", uid, proc.pid)
+                proc.kill()
+                code = proc.wait()
+            self.pm.on_agent_exit(uid, code)
+        for part in self.pm.live():
+            self.pm._final(part, FAILED, "pilot ended before the partition did")
+        self.flush()
+        self.client.send_multipart(msg(b"bye", {"state": state, "reason": reason}))
+        log.info("down.bye: %s (%s)", state, reason)
+        try:
+            os.unlink(os.path.join(self.sandbox, "control.json"))
+        except FileNotFoundError:
+            pass
+        for s in (self.client, self.agents, self.control):
+            s.close()
+        self.ctx.term()
+        return 0 if state != FAILED else 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m pilot.bootstrap BOOTSTRAP.json", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        cfg = json.load(f)
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return Bootstrap(cfg).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""Plain-data descriptions of pilots and units, validated on construction and on assignment.
+
+A description is data only: a field set to a bad value raises ValueError naming the description,
+the field, the value and what would be accepted.  Unknown keys are errors, never ignored.
+`to_dict()` / `from_dict()` give the wire and database form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+FILL = "FILL"  # a partition takes every resource not held by a live partition
+ALL = "ALL"  # all partitions (reconfig stop=) / all GPUs (gpus=)
+
+
+class Description:
+    """Base: subclasses list their fields as {name: (default, validator)}.
+
+    A validator gets (owner, field, value) and returns the value to store or raises ValueError.
+    """
+
+    FIELDS: dict[str, tuple[Any, Callable]] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - set(self.FIELDS)
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown key(s) {sorted(unknown)}; "
+                             f"accepted: {sorted(self.FIELDS)}")
+        for name, (default, _) in self.FIELDS.items():
+            value = kwargs.get(name, default)
+            if isinstance(value, (list, dict)) and value is default:
+                value = type(value)(value)  # never share a mutable default
+            setattr(self, name, value)
+        self._check()
+        object.__setattr__(self, "_ready", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        if name not in self.FIELDS:
+            raise ValueError(f"{type(self).__name__}: unknown key {name!r}; "
+                             f"accepted: {sorted(self.FIELDS)}")
+        object.__setattr__(self, name, self.FIELDS[name][1](self, name, value))
+        if self.__dict__.get("_ready"):
+            self._check()
+
+    def _check(self) -> None:
+        """Cross-field checks; subclasses override."""
+
+    def to_dict(self) -> dict:
+        return {name: _plain(getattr(self, name)) for name in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        return cls(**data)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    def __repr__(self) -> str:
+        diff = {k: v for k, v in self.to_dict().items() if v != self.FIELDS[k][0]}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in diff.items())})"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Description):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _err(owner: Any, field: str, value: Any, accepted: str) -> ValueError:
+    return ValueError(f"{type(owner).__name__}: {field}={value!r} must be {accepted}")
+
+
+# ---- validators ---------------------------------------------------------------------------------
+
+def count(minimum: int = 0, allow: tuple = ()) -> Callable:
+    def check(owner, field, value):
+        if value in allow and isinstance(value, str):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            extra = f" or one of {allow}" if allow else ""
+            raise _err(owner, field, value, f"an integer >= {minimum}{extra}")
+        if value < minimum:
+            raise _err(owner, field, value, f">= {minimum}")
+        return value
+    return check
+
+
+def optional_count(minimum: int = 0, allow: tuple = ()) -> Callable:
+    inner = count(minimum, allow)
+    return lambda owner, field, value: None if value is None else inner(owner, field, value)
+
+
+def text(optional: bool = True) -> Callable:
+    def check(owner, field, value):
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise _err(owner, field, value, "a non-empty string")
+        return value
+    return check
+
+
+def str_list(owner, field, value):
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise _err(owner, field, value, "a list of strings")
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise _err(owner, f"{field}[{i}]", v, "a string (or number)")
+        out.append(str(v))
+    return out
+
+
+def str_dict(owner, field, value):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(owner, field, value, "a mapping of strings to strings")
+    for k, v in value.items():
+        if not isinstance(k, str) or not k or "=" in k:
+            raise _err(owner, f"{field} key", k, "a non-empty string without '='")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise _err(owner, f"{field}[{k!r}]", v, "a string (or number)")
+    return {k: str(v) for k, v in value.items()}
+
+
+def positive_minutes(owner, field, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise _err(owner, field, value, "a number of minutes > 0")
+    return value
+
+
+# ---- units ---------------------------------------------------------------------------------------
+
+class ComputeUnitDescription(Description):
+    """One task: an executable run as an OS process inside a partition.
+
+    executable   program to run (a path, or a name looked up on PATH)
+    arguments    its arguments (strings)
+    environment  extra environment variables for it
+    cores        cores it needs (bound with sched_setaffinity), default 1
+    gpus         GPUs it needs (ids in CUDA_VISIBLE_DEVICES and PILOT_GPU_IDS), default 0
+    partition    uid of the partition it must run in; None = any ACTIVE partition with room
+    name         a label of the user's
+    """
+
+    FIELDS = {
+        "executable": (None, text(optional=False)),
+        "arguments": ([], str_list),
+        "environment": ({}, str_dict),
+        "cores": (1, count(1)),
+        "gpus": (0, count(0)),
+        "partition": (None, text()),
+        "name": (None, text()),
+    }
+
+    def __init__(self, executable: str | None = None, **kwargs: Any) -> None:
+        if executable is None and "executable" not in kwargs:
+            raise ValueError("ComputeUnitDescription: executable is required "
+                             "(a path or a program name on PATH)")
+        super().__init__(executable=executable if executable is not None
+                         else kwargs.pop("executable"), **kwargs)
+
+
+# ---- pilots --------------------------------------------------------------------------------------
+
+class ComputePilotDescription(Description):
+    """One batch job holding partitions.
+
+    resource   SITE.NAME of a resource config in configs/, or the path of a YAML config
+    parts      the initial partitions (ComputePartitionDescription); they determine the job size
+    runtime    minutes the pilot may run (fractions allowed); at expiry it tears down and is DONE
+    nodes, cores, gpus   an explicit size; needed only when a part is a share or FILL
+    queue, project       batch queue and account, passed to the batch system
+    """
+
+    FIELDS = {
+        "resource": ("local.localhost", text(optional=False)),
+        "parts": ([], None),  # validator set below (needs the partition description type)
+        "runtime": (10, positive_minutes),
+        "nodes": (None, optional_count(1)),
+        "cores": (None, optional_count(1)),
+        "gpus": (None, optional_count(0)),
+        "queue": (None, text()),
+        "project": (None, text()),
+    }
+
+    def _check(self) -> None:
+        from partition.sizing import pilot_size  # partition builds on pilot types
+
+        from pilot import resource_config
+
+        try:
+            cfg = resource_config.load(self.resource)
+        except ValueError as exc:
+            raise ValueError(f"ComputePilotDescription: {exc}") from None
+        object.__setattr__(self, "_size", pilot_size(self, cfg))
+        object.__setattr__(self, "_config", cfg)
+
+
+def _parts(owner, field, value):
+    from partition.description import ComputePartitionDescription
+
+    if value is None or isinstance(value, ComputePartitionDescription):
+        value = [] if value is None else [value]
+    if not isinstance(value, (list, tuple)):
+        raise _err(owner, field, value, "a list of ComputePartitionDescription")
+    out = []
+    for i, p in enumerate(value):
+        if isinstance(p, dict):
+            p = ComputePartitionDescription.from_dict(p)
+        if not isinstance(p, ComputePartitionDescription):
+            raise _err(owner, f"{field}[{i}]", p, "a ComputePartitionDescription")
+        out.append(p)
+    if not out:
+        raise _err(owner, field, value, "a non-empty list of ComputePartitionDescription")
+    return out
+
+
+ComputePilotDescription.FIELDS["parts"] = ([], _parts)

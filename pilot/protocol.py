@@ -1,0 +1,65 @@
+"""The ZeroMQ channels between client, bootstrap and agents, and their messages.
+
+Every message is a multipart ZeroMQ message: [TYPE, BODY] where TYPE is a short ASCII word and
+BODY is compact JSON (UTF-8).  Unit batches are forwarded by the bootstrap as raw frames, never
+decoded on the way.  A message that does not decode, or has an unknown TYPE, is logged and answered
+with an error where a reply is expected; it never stops a component.
+
+Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identity = pilot uid)
+  bootstrap -> client
+    hello   {pilot, pid, control, size, nodes}       bootstrap is up: pilot ACTIVE
+    state   [[kind, uid, state, ts, info], ...]      batched state updates (kind: part | unit)
+    back    {part, units: [unit dicts]}              units a partition handed back (route again)
+    reply   {cid, ok, result | error}                answer to a cmd
+    hb      {}                                       liveness, every HEARTBEAT s
+    bye     {state, reason}                          the pilot's final state; bootstrap exits
+  client -> bootstrap
+    units   [PART_UID, BODY]  (3 frames: units, part uid, JSON list of unit dicts)
+    cmd     {cid, op, args}   ops: cancel_units {uids}, cancel_pilot {reason},
+                              stop_parts {uids, reason}, reconfig {stop, start}, partitions {}
+    hb      {}
+
+Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)
+  agent -> bootstrap
+    ready   {pid}                                    agent is up: partition ACTIVE
+    state   [[kind, uid, state, ts, info], ...]      forwarded raw to the client
+    back    {part, units}                            queued units handed back when stopping
+    bye     {state, reason}                          the agent's last word: partition final
+  bootstrap -> agent
+    units   BODY                                     forwarded from the client unchanged
+    cancel  {uids, reason}
+    stop    {reason, units: CANCELED | back}         end: cancel running units; queued ones are
+                                                     canceled or handed back; then bye + exit
+
+Timeouts: the client declares a pilot lost when it has heard nothing for client_timeout seconds
+after it was ACTIVE; a bootstrap tears down when it has not heard from its client for
+client_timeout seconds; an agent that loses its parent bootstrap (ppid changes) tears down.
+"""
+
+from __future__ import annotations
+
+import json
+
+HEARTBEAT = 1.0  # seconds between heartbeats on the pilot link
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.loads
+
+
+class ProtocolError(ValueError):
+    """A message that cannot be decoded or has a wrong shape."""
+
+
+def pack(obj) -> bytes:
+    return _dumps(obj).encode()
+
+
+def unpack(data: bytes):
+    try:
+        return _loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"undecodable message body: {exc}") from None
+
+
+def msg(kind: bytes, body=None) -> list[bytes]:
+    return [kind, pack({} if body is None else body)]

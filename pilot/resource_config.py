@@ -1,0 +1,129 @@
+"""Resource configs: where a pilot runs and what one node there offers.
+
+A resource is named `SITE.NAME` and found in `configs/SITE.yaml` under key NAME, or given as the
+path of a YAML file holding one resource config (the keys documented in configs/local.yaml).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+BATCH_SYSTEMS = ("local", "slurm")
+LAUNCH_METHODS = ("fork", "srun")
+_KEYS = {"description", "batch_system", "launch_method", "nodes", "node_names", "cores_per_node",
+         "gpus_per_node", "agent_overhead", "client_timeout", "python", "queue", "account",
+         "psij_executor"}
+
+
+@dataclass(frozen=True)
+class AgentOverhead:
+    cores: int = 0
+    gpus: int = 0
+    nodes: int = 0
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    name: str
+    batch_system: str
+    launch_method: str
+    nodes: int
+    cores_per_node: int
+    gpus_per_node: int
+    agent_overhead: AgentOverhead
+    node_names: tuple[str, ...] = ()
+    client_timeout: float = 60.0
+    description: str = ""
+    python: str = ""
+    queue: str | None = None
+    account: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def node_name(self, index: int) -> str:
+        if self.node_names:
+            return self.node_names[index]
+        return "localhost" if self.nodes == 1 else f"node{index}"
+
+
+def _count(name: str, key: str, value, auto: int | None = None) -> int:
+    if value == "auto" and auto is not None:
+        return auto
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        accepted = "an integer >= 0" + (' or "auto"' if auto is not None else "")
+        raise ValueError(f"resource config {name}: {key}={value!r} must be {accepted}")
+    return value
+
+
+def parse(name: str, raw: dict) -> ResourceConfig:
+    if not isinstance(raw, dict):
+        raise ValueError(f"resource config {name}: must be a mapping, got {type(raw).__name__}")
+    unknown = set(raw) - _KEYS
+    if unknown:
+        raise ValueError(f"resource config {name}: unknown key(s) {sorted(unknown)}; "
+                         f"accepted: {sorted(_KEYS)}")
+    batch = raw.get("batch_system", "local")
+    if batch not in BATCH_SYSTEMS:
+        raise ValueError(f"resource config {name}: batch_system={batch!r} must be one of "
+                         f"{BATCH_SYSTEMS}")
+    launch = raw.get("launch_method", "fork")
+    if launch not in LAUNCH_METHODS:
+        raise ValueError(f"resource config {name}: launch_method={launch!r} must be one of "
+                         f"{LAUNCH_METHODS}")
+    nodes = _count(name, "nodes", raw.get("nodes", 1))
+    if nodes < 1:
+        raise ValueError(f"resource config {name}: nodes={nodes} must be >= 1")
+    names = tuple(str(n) for n in raw.get("node_names") or ())
+    if names and len(names) != nodes:
+        raise ValueError(f"resource config {name}: node_names has {len(names)} entries, "
+                         f"nodes={nodes}")
+    ov = raw.get("agent_overhead") or {}
+    bad = set(ov) - {"cores", "gpus", "nodes"}
+    if bad:
+        raise ValueError(f"resource config {name}: agent_overhead has unknown key(s) "
+                         f"{sorted(bad)}; accepted: ['cores', 'gpus', 'nodes']")
+    overhead = AgentOverhead(**{k: _count(name, f"agent_overhead.{k}", v) for k, v in ov.items()})
+    timeout = raw.get("client_timeout", 60)
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"resource config {name}: client_timeout={timeout!r} must be > 0")
+    return ResourceConfig(
+        name=name, batch_system=batch, launch_method=launch, nodes=nodes,
+        cores_per_node=_count(name, "cores_per_node", raw.get("cores_per_node", "auto"),
+                              auto=len(os.sched_getaffinity(0))),
+        gpus_per_node=_count(name, "gpus_per_node", raw.get("gpus_per_node", 0)),
+        agent_overhead=overhead, node_names=names, client_timeout=float(timeout),
+        description=str(raw.get("description", "")), python=str(raw.get("python", "")),
+        queue=raw.get("queue"), account=raw.get("account"),
+        extra={k: raw[k] for k in ("psij_executor",) if k in raw})
+
+
+def known_resources() -> list[str]:
+    names = []
+    for entry in resources.files("configs").iterdir():
+        if entry.name.endswith(".yaml"):
+            site = entry.name[: -len(".yaml")]
+            data = yaml.safe_load(entry.read_text()) or {}
+            names += [f"{site}.{key}" for key in data]
+    return sorted(names)
+
+
+def load(resource: str) -> ResourceConfig:
+    """The config of `resource` (SITE.NAME or a path to a YAML file); ValueError if unknown."""
+    if not isinstance(resource, str) or not resource:
+        raise ValueError(f"resource={resource!r} must be a non-empty string")
+    if resource.endswith((".yaml", ".yml")) or os.sep in resource:
+        path = Path(resource)
+        if not path.is_file():
+            raise ValueError(f"resource={resource!r}: no such config file")
+        return parse(path.stem, yaml.safe_load(path.read_text()) or {})
+    site, _, name = resource.partition(".")
+    entry = resources.files("configs").joinpath(f"{site}.yaml")
+    data = yaml.safe_load(entry.read_text()) if site and entry.is_file() else {}
+    if not name or name not in (data or {}):
+        raise ValueError(f"resource={resource!r} is unknown; known resources: "
+                         f"{known_resources()} (or the path of a YAML config)")
+    return parse(resource, data[name])

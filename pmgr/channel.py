@@ -1,0 +1,94 @@
+"""The client end of the pilot link (see pilot/protocol.py): one ROUTER socket, one thread.
+
+The ROUTER binds 127.0.0.1 on an OS-chosen port; every pilot's bootstrap connects a DEALER whose
+identity is the pilot uid.  Only the channel thread touches the socket: other threads hand frames
+to `send()`, which queues them and wakes the thread through an eventfd.  Incoming messages go to
+`on_message(pilot_uid, frames)`; `on_tick()` runs at least every TICK seconds (heartbeats, pilot
+liveness).  Both callbacks run on the channel thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+
+import zmq
+
+log = logging.getLogger("pmgr.channel")
+TICK = 0.25
+
+
+class Channel:
+    def __init__(self, on_message, on_tick, host: str = "127.0.0.1") -> None:
+        self.on_message = on_message
+        self.on_tick = on_tick
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 1000)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        port = self.sock.bind_to_random_port(f"tcp://{host}")
+        self.endpoint = f"tcp://{host}:{port}"
+        self.outq: queue.SimpleQueue = queue.SimpleQueue()
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, name="pmgr-channel", daemon=True)
+        self.thread.start()
+
+    def send(self, pilot_uid: str, frames: list[bytes]) -> None:
+        self.outq.put((pilot_uid.encode(), frames))
+        os.eventfd_write(self.efd, 1)
+
+    def in_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.efd, zmq.POLLIN)
+        while not self._stop:
+            events = dict(poller.poll(TICK * 1000))
+            if self.efd in events:
+                try:
+                    os.eventfd_read(self.efd)
+                except BlockingIOError:
+                    pass
+            self._send_queued()
+            if self.sock in events:
+                for _ in range(500):
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    try:
+                        self.on_message(frames[0].decode(), frames[1:])
+                    except Exception:  # one bad message must not stop the client
+                        log.exception("message from %r failed", frames[0])
+            try:
+                self.on_tick()
+            except Exception:
+                log.exception("tick failed")
+        self._send_queued()
+
+    def _send_queued(self) -> None:
+        while True:
+            try:
+                ident, frames = self.outq.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self.sock.send_multipart([ident] + frames)
+            except zmq.ZMQError as exc:  # EHOSTUNREACH: that pilot is not connected (yet)
+                log.warning("cannot send to %s: %s", ident.decode(), exc)
+                self.on_message(ident.decode(), [b"unsent"] + frames)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop = True
+        os.eventfd_write(self.efd, 1)
+        self.thread.join(timeout)
+        self.sock.close()
+        os.close(self.efd)
+        self.ctx.term()

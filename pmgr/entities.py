@@ -1,0 +1,143 @@
+"""Client-side handles of pilots, partitions and units: state, history, wait and callbacks.
+
+All state changes arrive on the session's channel thread and go through `Stateful._advance`
+under the session lock: the shared state machine checks the move (IllegalTransition otherwise),
+the history gets (state, timestamp), the store gets the record, waiters are woken and the
+registered callbacks run (after the lock is released, on the channel thread; a callback may
+submit units or reconfigure, but must not block waiting for states, which would hang the thread
+that delivers them; `wait()` there raises instead).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pilot import states as S
+
+
+class Stateful:
+    KIND = ""
+    MACHINE = None
+
+    def __init__(self, session, uid: str, created: float | None = None) -> None:
+        self.session = session
+        self.uid = uid
+        self.state = S.NEW
+        self.history: list[tuple[str, float]] = [(S.NEW, created or time.time())]
+        self.reason: str | None = None
+        self._callbacks: list = []
+
+    def register_callback(self, cb) -> None:
+        """cb(obj, state) after every state change of this object."""
+        self._callbacks.append(cb)
+
+    def wait(self, state=None, timeout: float | None = None) -> str:
+        """Block until the object is in `state` (one or a list) or in a final state; returns the
+        state.  TimeoutError (naming the object and its state) after `timeout` seconds."""
+        wanted = S.FINAL if state is None else \
+            frozenset([state] if isinstance(state, str) else state) | S.FINAL
+        self.session._wait_for(lambda: self.state in wanted, timeout,
+                               lambda: f"{self.uid} is {self.state}, waited for {sorted(wanted)}")
+        return self.state
+
+    def _advance(self, state: str, ts: float, reason: str | None, fired: list) -> bool:
+        """Move to `state` (filling in states skipped on the way); False if already there."""
+        if state == self.state:
+            return False
+        for step in S.path_to(self.MACHINE, self.state, state):
+            S.check_transition(self.MACHINE, self, step)
+            self.history.append((step, ts))
+            if reason and step in S.FINAL:
+                self.reason = reason
+            self.session._persist_state(self, step, ts)
+            fired.append(self)
+        return True
+
+    @property
+    def final(self) -> bool:
+        return self.state in S.FINAL
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.uid} {self.state}>"
+
+
+class Unit(Stateful):
+    KIND = "units"
+    MACHINE = S.UNIT_MACHINE
+
+    def __init__(self, session, uid: str, description, umgr, created: float | None = None):
+        super().__init__(session, uid, created)
+        self.description = description
+        self.umgr = umgr
+        self.part: str | None = None
+        self.pilot = None  # the Pilot handle it was sent to
+        self.exit_code: int | None = None
+        self.node: str | None = None
+        self.slots: dict | None = None
+
+    @property
+    def sandbox(self) -> str | None:
+        return os.path.join(self.pilot.sandbox, self.uid) if self.pilot else None
+
+    def _read(self, name: str) -> str:
+        if self.sandbox is None:
+            return ""
+        try:
+            with open(os.path.join(self.sandbox, name), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    @property
+    def stdout(self) -> str:
+        return self._read("STDOUT")
+
+    @property
+    def stderr(self) -> str:
+        return self._read("STDERR")
+
+    def cancel(self) -> None:
+        self.umgr.cancel_units([self.uid])
+
+    def as_doc(self) -> dict:
+        return {"uid": self.uid, "session": self.session.uid,
+                "pilot": self.pilot.uid if self.pilot else None, "partition": self.part,
+                "state": self.state, "description": self.description.to_dict(),
+                "exit_code": self.exit_code, "reason": self.reason, "node": self.node,
+                "slots": self.slots}
+
+
+class Partition(Stateful):
+    KIND = "partitions"
+    MACHINE = S.PARTITION_MACHINE
+
+    def __init__(self, session, uid: str, description, pilot) -> None:
+        super().__init__(session, uid)
+        self.description = description
+        self.pilot = pilot
+        self.resources: dict | None = None  # {cores, gpus, nodes: [...], agent_nodes}
+        self.outstanding = 0  # units sent here and not final
+
+    @property
+    def cores(self) -> int:
+        return self.resources["cores"] if self.resources else 0
+
+    @property
+    def gpus(self) -> int:
+        return self.resources["gpus"] if self.resources else 0
+
+    def largest_node(self) -> tuple[int, int]:
+        if not self.resources:
+            return (0, 0)
+        return (max(len(n["cores"]) for n in self.resources["nodes"]),
+                max(len(n["gpus"]) for n in self.resources["nodes"]))
+
+    def cancel(self, timeout: float | None = None) -> None:
+        """Stop this partition: queued units go to another partition, running ones are CANCELED."""
+        self.pilot._stop_partitions([self.uid], "canceled by the user", timeout)
+
+    def as_doc(self) -> dict:
+        return {"uid": self.uid, "session": self.session.uid, "pilot": self.pilot.uid,
+                "state": self.state, "description": self.description.to_dict(),
+                "resources": self.resources, "reason": self.reason}

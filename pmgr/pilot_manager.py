@@ -1,0 +1,304 @@
+"""PilotManager and the client-side Pilot handle.
+
+submit_pilots(pd): the pilot and its initial partitions are created NEW, the pilot sandbox and
+the bootstrap config are written (LAUNCHING), the job goes to the batch system (PENDING; the
+partitions PENDING with it).  The bootstrap's `hello` makes the pilot ACTIVE; its `bye` carries
+the final state.  A job that exits without `bye`, or a pilot silent for client_timeout seconds,
+is FAILED with what its output said.  Partition states arrive from the bootstrap; partitions the
+client did not create (started from a shell) appear in `pilot.partitions` when first heard of.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+import pilot as _pilot_pkg
+from partition.description import ComputePartitionDescription
+from pilot import states as S
+from pilot.batch import submitter
+from pilot.descriptions import ALL, ComputePilotDescription
+from pilot.protocol import HEARTBEAT, msg, pack
+from pmgr.entities import Partition, Stateful
+
+log = logging.getLogger("pmgr.pilots")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_pilot_pkg.__file__)))
+
+
+class Pilot(Stateful):
+    KIND = "pilots"
+    MACHINE = S.PILOT_MACHINE
+
+    def __init__(self, session, uid: str, description: ComputePilotDescription, pmgr) -> None:
+        super().__init__(session, uid)
+        self.description = description
+        self.pmgr = pmgr
+        self.umgr = None
+        self.size = dict(description._size)
+        self.resource = description._config
+        self.sandbox = os.path.join(session.dir, uid)
+        self._parts: dict[str, Partition] = {}
+        self.job = None
+        self.control: str | None = None
+        self.last_heard = time.monotonic()
+        self._next_hb = 0.0
+        self._queued_cmds: list[dict] = []
+        self._cancel_requested: str | None = None
+        self._free: dict | None = None
+
+    # -- public -----------------------------------------------------------------------------
+    @property
+    def partitions(self) -> list[Partition]:
+        """Every partition this pilot ever had, final ones included, in creation order."""
+        with self.session.lock:
+            return list(self._parts.values())
+
+    def partition(self, uid: str) -> Partition:
+        with self.session.lock:
+            part = self._parts.get(uid) or self._parts.get(f"{self.uid}.{uid}")
+        if part is None:
+            raise ValueError(f"{self.uid}: partition={uid!r} is unknown; known: "
+                             f"{sorted(self._parts)}")
+        return part
+
+    def cancel(self, timeout: float | None = 60.0) -> None:
+        """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED."""
+        self._request_cancel("canceled by the user")
+        if not self.session.channel.in_thread():
+            self.wait(timeout=timeout)
+
+    def reconfig(self, stop=None, start=None) -> list[Partition]:
+        """Stop partitions (a uid, a list of uids, or ALL), then start new ones, as one command.
+
+        Returns the new Partition handles at once; they become ACTIVE (or FAILED, with the
+        reason, when they do not fit) on their own.  Queued units of a stopped partition go to
+        another one; its running units end CANCELED.
+        """
+        start = [] if start is None else (start if isinstance(start, (list, tuple)) else [start])
+        descs = []
+        for i, d in enumerate(start):
+            if isinstance(d, str):
+                d = ComputePartitionDescription(d)
+            if not isinstance(d, ComputePartitionDescription):
+                raise ValueError(f"reconfig: start[{i}]={d!r} must be a "
+                                 "ComputePartitionDescription")
+            if (d.gpus == ALL or (d.gpus or 0) > 0) and not self.size["gpus"]:
+                raise ValueError(f"reconfig: start[{i}].gpus={d.gpus!r} but {self.uid} has no "
+                                 "GPUs")
+            descs.append(d)
+        fired: list = []
+        with self.session.lock:
+            if self.final:
+                raise ValueError(f"reconfig: {self.uid} is {self.state}")
+            stop_uids = self._stop_uids(stop)
+            new = []
+            for d in descs:
+                part = self._new_partition(d)
+                new.append(part)
+            cid = self.session.next_uid(f"{self.uid}.cmd")
+            self._command({"cid": cid, "op": "reconfig",
+                           "args": {"stop": stop_uids, "start": [d.to_dict() for d in descs],
+                                    "uids": [p.uid for p in new]}})
+        self.session._fire(fired)
+        return new
+
+    # -- internals --------------------------------------------------------------------------
+    def _stop_uids(self, stop) -> list[str]:
+        if stop is None:
+            return []
+        if stop == ALL:
+            return [p.uid for p in self._parts.values() if not p.final]
+        uids = [stop] if isinstance(stop, str) else list(stop)
+        return [self.partition(u).uid for u in uids]
+
+    def _new_partition(self, desc, uid: str | None = None) -> Partition:
+        uid = uid or self.session.next_uid(f"{self.uid}.part")
+        part = Partition(self.session, uid, desc, self)
+        self._parts[uid] = part
+        self.session._persist_state(part, S.NEW, part.history[0][1])
+        return part
+
+    def _stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
+        with self.session.lock:
+            cid = self.session.next_uid(f"{self.uid}.cmd")
+            self._command({"cid": cid, "op": "stop_parts", "args": {"uids": uids,
+                                                                     "reason": reason}})
+        if not self.session.channel.in_thread():
+            for uid in uids:
+                self._parts[uid].wait(timeout=timeout)
+
+    def _command(self, cmd: dict) -> None:
+        """Send a command to the bootstrap now, or when the pilot becomes ACTIVE."""
+        if self.state == S.ACTIVE:
+            self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
+        else:
+            self._queued_cmds.append(cmd)
+
+    def _request_cancel(self, reason: str) -> None:
+        with self.session.lock:
+            if self.final or self._cancel_requested:
+                return
+            self._cancel_requested = reason
+            if self.state == S.ACTIVE:
+                self._command({"cid": None, "op": "cancel_pilot", "args": {"reason": reason}})
+            elif self.job is not None:
+                self.job.cancel()  # not up yet: end the job; its exit makes the pilot CANCELED
+
+    def _kill_job(self) -> None:
+        if self.job is not None and self.job.poll() is None:
+            self.job.kill()
+
+    def _on_message(self, kind: bytes, body, fired: list) -> None:
+        if kind == b"hello":
+            self.control = body.get("control")
+            self._advance(S.ACTIVE, time.time(), None, fired)
+            for cmd in self._queued_cmds:
+                self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
+            self._queued_cmds.clear()
+            if self._cancel_requested:
+                self._command({"cid": None, "op": "cancel_pilot",
+                               "args": {"reason": self._cancel_requested}})
+        elif kind == b"bye":
+            self._end(body.get("state", S.DONE), body.get("reason"), fired)
+        elif kind == b"reply":
+            self._on_reply(body)
+        elif kind != b"hb":
+            log.warning("%s: unknown message %r", self.uid, kind)
+
+    def _on_reply(self, body: dict) -> None:
+        if not body.get("ok"):
+            log.error("%s: command %s failed: %s", self.uid, body.get("cid"), body.get("error"))
+
+    def _partition_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
+        part = self._parts.get(uid)
+        if part is None:  # started from a shell
+            desc = ComputePartitionDescription.from_dict(info.get("description") or {"size": "FILL"})
+            part = self._new_partition(desc, uid)
+            idx = uid.rsplit(".", 1)[-1]
+            if idx.isdigit():
+                self.session.counters[f"{self.uid}.part"] = max(
+                    self.session.counters.get(f"{self.uid}.part", 0), int(idx) + 1)
+        if part.final:
+            return
+        if "resources" in info:
+            part.resources = info["resources"]
+        part._advance(state, ts, info.get("reason"), fired)
+        if self.umgr is not None and state in (S.ACTIVE,) + tuple(S.FINAL):
+            self.umgr._partition_changed(part, fired)
+
+    def _end(self, state: str, reason: str | None, fired: list) -> None:
+        if self.final:
+            return
+        ts = time.time()
+        for part in self._parts.values():
+            if not part.final:
+                pstate = S.CANCELED if state == S.CANCELED else S.FAILED
+                if state == S.DONE:
+                    pstate = S.DONE
+                part._advance(pstate, ts, reason or f"pilot {state}", fired)
+                if self.umgr is not None:
+                    self.umgr._partition_changed(part, fired)
+        self._advance(state, ts, reason, fired)
+        if self.umgr is not None:
+            self.umgr._pilot_changed(self, fired)
+
+    def _lost(self, reason: str, fired: list) -> None:
+        self._end(S.FAILED if not self._cancel_requested else S.CANCELED, reason, fired)
+
+    def _tick(self, fired: list) -> None:
+        if self.final or self.job is None:
+            return
+        code = self.job.poll()
+        now = time.monotonic()
+        if code is not None:
+            if self._cancel_requested and self.state != S.ACTIVE:
+                self._end(S.CANCELED, self._cancel_requested, fired)
+            else:
+                self._lost(f"pilot job exited with code {code} without saying bye: "
+                           f"{self.job.describe()}", fired)
+            return
+        if self.state == S.ACTIVE:
+            if now - self.last_heard > self.resource.client_timeout:
+                self._lost(f"no word from the pilot for {self.resource.client_timeout:g} s", fired)
+            elif now >= self._next_hb:
+                self._next_hb = now + HEARTBEAT
+                self.session.channel.send(self.uid, msg(b"hb"))
+
+    def as_doc(self) -> dict:
+        return {"uid": self.uid, "session": self.session.uid, "state": self.state,
+                "description": self.description.to_dict(), "size": self.size,
+                "sandbox": self.sandbox, "reason": self.reason,
+                "job": getattr(self.job, "pid", None)}
+
+
+class PilotManager:
+    def __init__(self, session) -> None:
+        self.session = session
+        self.uid = session.next_uid("pmgr")
+        self._callbacks: list = []
+        self.pilots: list[Pilot] = []
+        session.pmgrs.append(self)
+
+    def register_callback(self, cb) -> None:
+        """cb(pilot, state) after every state change of this manager's pilots."""
+        self._callbacks.append(cb)
+
+    def get_pilots(self) -> list[Pilot]:
+        return list(self.pilots)
+
+    def submit_pilots(self, descriptions):
+        """Submit one ComputePilotDescription (returns a Pilot) or a list (returns a list)."""
+        single = not isinstance(descriptions, (list, tuple))
+        descs = [descriptions] if single else list(descriptions)
+        for i, d in enumerate(descs):
+            if not isinstance(d, ComputePilotDescription):
+                raise ValueError(f"submit_pilots: descriptions[{i}]={d!r} must be a "
+                                 "ComputePilotDescription")
+        pilots = [self._submit(d) for d in descs]
+        return pilots[0] if single else pilots
+
+    def _submit(self, pd: ComputePilotDescription) -> Pilot:
+        session = self.session
+        fired: list = []
+        with session.lock:
+            pilot = Pilot(session, session.next_uid("pilot"), pd, self)
+            session.pilots[pilot.uid] = pilot
+            self.pilots.append(pilot)
+            session._persist_state(pilot, S.NEW, pilot.history[0][1])
+            for d in pd.parts:
+                pilot._new_partition(d)
+            pilot._advance(S.LAUNCHING, time.time(), None, fired)
+        os.makedirs(pilot.sandbox, exist_ok=True)
+        cfg = {"session": session.uid, "pilot": pilot.uid, "client": session.channel.endpoint,
+               "sandbox": pilot.sandbox, "resource": pd.resource, "size": pilot.size,
+               "runtime": pd.runtime * 60.0, "client_timeout": pilot.resource.client_timeout,
+               "watch_parent": pilot.resource.batch_system == "local",
+               "partitions": [{"uid": p.uid, "description": p.description.to_dict()}
+                              for p in pilot._parts.values()]}
+        cfg_path = os.path.join(pilot.sandbox, "bootstrap.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=1)
+        env = dict(os.environ, PILOT_SESSION_ID=session.uid,
+                   PYTHONPATH=os.pathsep.join(filter(None, [PROJECT_ROOT,
+                                                            os.environ.get("PYTHONPATH")])))
+        python = pilot.resource.python or sys.executable
+        try:
+            job = submitter(pilot.resource.batch_system)(
+                [python, "-m", "pilot.bootstrap", cfg_path], env, pilot.sandbox,
+                queue=pd.queue, project=pd.project)
+        except (OSError, ValueError) as exc:
+            with session.lock:
+                pilot._end(S.FAILED, f"batch submission failed: {exc}", fired)
+            session._fire(fired)
+            return pilot
+        with session.lock:
+            pilot.job = job
+            pilot._advance(S.PENDING, time.time(), None, fired)
+            for part in pilot._parts.values():
+                part._advance(S.PENDING, time.time(), None, fired)
+        session._fire(fired)
+        log.info("%s submitted: %s", pilot.uid, pilot.size)
+        return pilot

@@ -1,0 +1,192 @@
+"""Session: the client's root object.  It owns the session directory, the state store and its
+writer thread, and the pilot link (channel thread), and it dispatches pilot messages to the
+managers.
+
+    with rp.Session() as session:          # embedded sqlite store in the session directory
+        ...
+    rp.Session(database_url="sqlite:////path/state.db")
+
+The session directory is $PILOT_SESSIONS_DIR/<uid> (default ~/.pilot/sessions/<uid>): the
+sqlite file, one sandbox per pilot (logs, unit sandboxes, the control endpoint for the CLI).
+close() cancels the pilots still running, waits for them (bounded), kills by pid whatever is
+left of the session's processes, and flushes the store.  It also runs at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import logging
+import os
+import threading
+import time
+import uuid
+
+from pilot import states as S
+from pilot.protocol import ProtocolError, unpack
+from pmgr import reaper
+from pmgr.channel import Channel
+from pmgr.store import open_store
+from pmgr.store.writer import BatchWriter
+
+log = logging.getLogger("pmgr.session")
+
+
+def sessions_dir() -> str:
+    return os.environ.get("PILOT_SESSIONS_DIR") or os.path.expanduser("~/.pilot/sessions")
+
+
+class Session:
+    def __init__(self, database_url: str | None = None, uid: str | None = None,
+                 dir: str | None = None) -> None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d.%H%M%S")
+        self.uid = uid or f"session.{stamp}.{uuid.uuid4().hex[:6]}"
+        self.dir = os.path.abspath(dir or os.path.join(sessions_dir(), self.uid))
+        os.makedirs(self.dir, exist_ok=True)
+        url = database_url or os.environ.get("PILOT_DATABASE_URL") or \
+            f"sqlite:///{os.path.join(self.dir, 'state.db')}"
+        self.store = open_store(url)
+        self.writer = BatchWriter(self.store)
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.pilots: dict[str, object] = {}  # uid -> Pilot
+        self.pmgrs: list = []
+        self.umgrs: list = []
+        self.counters: dict[str, int] = {}
+        self.closed = False
+        self.created = time.time()
+        self.writer.doc("sessions", {"uid": self.uid, "created": self.created, "dir": self.dir,
+                                     "url": url})
+        self.channel = Channel(self._on_message, self._on_tick)
+        atexit.register(self.close)
+        log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def next_uid(self, prefix: str, width: int = 4) -> str:
+        with self.lock:
+            n = self.counters.get(prefix, 0)
+            self.counters[prefix] = n + 1
+        return f"{prefix}.{n:0{width}d}"
+
+    # -- state changes (called with the lock held) ---------------------------------------------
+    def _persist_state(self, obj, state: str, ts: float) -> None:
+        self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts,
+                          obj.reason if state in S.FINAL else None))
+        self.writer.doc(obj.KIND, obj.as_doc())
+
+    def _wait_for(self, predicate, timeout: float | None, describe) -> None:
+        if self.channel.in_thread():
+            raise RuntimeError("wait() inside a state callback would block the thread that "
+                               "delivers state changes; register another callback instead")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while not predicate():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"timeout after {timeout} s: {describe()}")
+                self.cond.wait(min(left, 1.0) if left is not None else 1.0)
+
+    def _fire(self, fired: list) -> None:
+        """Run callbacks for objects that changed (outside the lock)."""
+        for obj in fired:
+            state = obj.state
+            cbs = list(obj._callbacks)
+            mgr = getattr(obj, "umgr", None) or getattr(obj, "pmgr", None)
+            if mgr is not None:
+                cbs += mgr._callbacks
+            for cb in cbs:
+                try:
+                    cb(obj, state)
+                except Exception:
+                    log.exception("callback %r for %s failed", cb, obj.uid)
+
+    # -- messages from pilots (channel thread) -------------------------------------------------
+    def _on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
+        pilot = self.pilots.get(pilot_uid)
+        if pilot is None:
+            log.warning("message from unknown pilot %r dropped", pilot_uid)
+            return
+        kind = frames[0]
+        fired: list = []
+        with self.lock:
+            pilot.last_heard = time.monotonic()
+            try:
+                if kind == b"state":
+                    self._on_states(pilot, unpack(frames[1]), fired)
+                elif kind == b"back":
+                    body = unpack(frames[1])
+                    self._umgr_for(pilot).units_back(body["part"], body["units"], fired)
+                elif kind == b"unsent" and frames[1] == b"units":
+                    self._umgr_for(pilot).units_back(frames[2].decode(), unpack(frames[3]), fired)
+                elif kind == b"unsent":
+                    pilot._on_reply({"cid": unpack(frames[2]).get("cid"), "ok": False,
+                                     "error": "pilot not connected"})
+                else:
+                    pilot._on_message(kind, unpack(frames[1]) if len(frames) > 1 else {}, fired)
+            except (ProtocolError, KeyError, TypeError, IndexError) as exc:
+                log.error("bad message %r from %s: %s", kind, pilot_uid, exc)
+            if fired:
+                self.cond.notify_all()
+        self._fire(fired)
+
+    def _on_states(self, pilot, updates: list, fired: list) -> None:
+        units = None
+        for kind, uid, state, ts, info in updates:
+            if kind == "unit":
+                if units is None:
+                    units = self._umgr_for(pilot).units
+                unit = units.get(uid)
+                if unit is None:
+                    log.warning("state for unknown unit %s dropped", uid)
+                    continue
+                unit.umgr._unit_state(unit, state, ts, info, fired)
+            else:
+                pilot._partition_state(uid, state, ts, info, fired)
+
+    def _umgr_for(self, pilot):
+        return pilot.umgr
+
+    def _on_tick(self) -> None:
+        fired: list = []
+        with self.lock:
+            for pilot in list(self.pilots.values()):
+                pilot._tick(fired)
+            if fired:
+                self.cond.notify_all()
+        self._fire(fired)
+
+    # -- end ------------------------------------------------------------------------------------
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel running pilots, wait for them (bounded), clean up every process, flush."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        live = [p for p in self.pilots.values() if not p.final]
+        for p in live:
+            p._request_cancel("session closed")
+        deadline = time.monotonic() + timeout
+        for p in live:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                log.error("%s did not end within %g s; killing it", p.uid, timeout)
+        for p in self.pilots.values():
+            p._kill_job()
+        left = reaper.kill_session_processes(self.uid)
+        if left:
+            log.warning("killed %d leftover process(es) of %s: %s", len(left), self.uid, left)
+        fired: list = []
+        with self.lock:
+            for p in self.pilots.values():
+                if not p.final:
+                    p._lost("session closed before the pilot reported its end", fired)
+        self._fire(fired)
+        self.channel.close()
+        self.writer.close()
+        self.store.close()

@@ -1,0 +1,263 @@
+"""UnitManager: submits units, routes them to partitions, follows them to a final state.
+
+Routing (client side): a unit with `partition=` goes to that partition once it is ACTIVE; any
+other unit goes to the ACTIVE partition of this manager's pilots with the fewest outstanding
+units per core among those whose largest node can hold it.  Units wait at the client (state
+SCHEDULING) while no suitable partition is ACTIVE.  Units are sent in one batch per partition.
+
+Nothing is lost: every unit ends in exactly one final state.
+  - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
+    at submit with the reason
+  - handed back by a stopped partition (queued, not started): routed again
+  - its partition or pilot ended while the unit was queued or running there, without a word
+    from the agent: FAILED with the partition's reason
+  - no live pilot is left to run it: FAILED
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from pilot import states as S
+from pilot.descriptions import ComputeUnitDescription
+from pilot.protocol import pack
+from pmgr.entities import Unit
+
+SEND_CHUNK = 2000
+
+
+class UnitManager:
+    def __init__(self, session) -> None:
+        self.session = session
+        self.uid = session.next_uid("umgr")
+        self.pilots: list = []
+        self.units: dict[str, Unit] = {}
+        self.pending: deque[Unit] = deque()
+        self._callbacks: list = []
+        session.umgrs.append(self)
+
+    # -- public -----------------------------------------------------------------------------
+    def register_callback(self, cb) -> None:
+        """cb(unit, state) after every state change of this manager's units."""
+        self._callbacks.append(cb)
+
+    def add_pilots(self, pilots) -> None:
+        pilots = pilots if isinstance(pilots, (list, tuple)) else [pilots]
+        fired: list = []
+        with self.session.lock:
+            for p in pilots:
+                if p.umgr is not None and p.umgr is not self:
+                    raise ValueError(f"add_pilots: {p.uid} is already used by {p.umgr.uid}")
+                if p.umgr is None:
+                    p.umgr = self
+                    self.pilots.append(p)
+            self._route(fired)
+        self.session._fire(fired)
+
+    def submit_units(self, descriptions):
+        """Submit one ComputeUnitDescription (returns a Unit) or a list (returns a list)."""
+        single = isinstance(descriptions, (ComputeUnitDescription, dict))
+        descs = [descriptions] if single else list(descriptions)
+        for i, d in enumerate(descs):
+            if isinstance(d, dict):
+                descs[i] = d = ComputeUnitDescription(**d)
+            if not isinstance(d, ComputeUnitDescription):
+                raise ValueError(f"submit_units: descriptions[{i}]={d!r} must be a "
+                                 "ComputeUnitDescription")
+            if d.partition is not None and self._find_partition(d.partition) is None:
+                raise ValueError(f"submit_units: descriptions[{i}].partition={d.partition!r} "
+                                 f"is not a partition of this manager's pilots "
+                                 f"{[p.uid for p in self.pilots]}")
+        session = self.session
+        fired: list = []
+        units = []
+        with session.lock:
+            now = time.time()
+            for d in descs:
+                unit = Unit(session, session.next_uid("unit", 6), d, self, now)
+                self.units[unit.uid] = unit
+                units.append(unit)
+                session._persist_state(unit, S.NEW, now)
+                unit._advance(S.SCHEDULING, now, None, fired)
+                reason = self._never_fits(unit)
+                if reason:
+                    unit._advance(S.FAILED, now, reason, fired)
+                else:
+                    self.pending.append(unit)
+            self._route(fired)
+        session._fire(fired)
+        return units[0] if single else units
+
+    def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
+        """Cancel units (all of this manager's when uids is None); running ones are killed."""
+        fired: list = []
+        with self.session.lock:
+            targets = list(self.units.values()) if uids is None else \
+                [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+            targets = [u for u in targets if not u.final]
+            now = time.time()
+            by_pilot: dict = {}
+            for u in targets:
+                if u.part is None:
+                    self.pending.remove(u)
+                    u._advance(S.CANCELED, now, reason, fired)
+                else:
+                    by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
+            for pilot, pairs in by_pilot.items():
+                pilot._command({"cid": None, "op": "cancel_units",
+                                "args": {"units": pairs, "reason": reason}})
+        self.session._fire(fired)
+
+    def wait_units(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
+        """Block until the units (all when uids is None) are final (or in `state`)."""
+        with self.session.lock:
+            units = list(self.units.values()) if uids is None else \
+                [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+        wanted = S.FINAL if state is None else \
+            frozenset([state] if isinstance(state, str) else state) | S.FINAL
+
+        def waiting():
+            return [u for u in units if u.state not in wanted]
+
+        self.session._wait_for(lambda: not waiting(), timeout,
+                               lambda: f"{len(waiting())} of {len(units)} units not final, "
+                                       f"e.g. {waiting()[:3]}")
+        return [u.state for u in units]
+
+    def get_units(self, uids=None) -> list[Unit]:
+        with self.session.lock:
+            if uids is None:
+                return list(self.units.values())
+            return [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+
+    # -- routing (lock held) ------------------------------------------------------------------
+    def _unit(self, uid: str) -> Unit:
+        unit = self.units.get(uid)
+        if unit is None:
+            raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")
+        return unit
+
+    def _find_partition(self, uid: str):
+        for p in self.pilots:
+            for part in p._parts.values():
+                if part.uid == uid:
+                    return part
+        return None
+
+    def _never_fits(self, unit: Unit) -> str | None:
+        d = unit.description
+        if d.partition is not None:
+            part = self._find_partition(d.partition)
+            if part.final:
+                return f"partition={d.partition!r} is {part.state}"
+            if part.resources:
+                cores, gpus = part.largest_node()
+                if d.cores > cores or d.gpus > gpus:
+                    return (f"cores={d.cores}, gpus={d.gpus} can never fit partition "
+                            f"{part.uid}: its largest node has {cores} cores, {gpus} GPUs")
+            return None
+        if not self.pilots:
+            return None
+        live = [p for p in self.pilots if not p.final]
+        if live and all(d.cores > p.size["cores_per_node"] or d.gpus > p.size["gpus_per_node"]
+                        for p in live):
+            best = max((p.size["cores_per_node"], p.size["gpus_per_node"]) for p in live)
+            return (f"cores={d.cores}, gpus={d.gpus} can never fit: the pilots' nodes have at "
+                    f"most {best[0]} cores, {best[1]} GPUs")
+        return None
+
+    def _route(self, fired: list) -> None:
+        if not self.pending:
+            return
+        active = [part for p in self.pilots if p.state == S.ACTIVE
+                  for part in p._parts.values() if part.state == S.ACTIVE]
+        batches: dict = {}
+        keep: deque[Unit] = deque()
+        fits_cache: dict = {}
+        for unit in self.pending:
+            d = unit.description
+            target = None
+            if d.partition is not None:
+                part = self._find_partition(d.partition)
+                if part.state == S.ACTIVE:
+                    target = part
+            else:
+                key = (d.cores, d.gpus)
+                cands = fits_cache.get(key)
+                if cands is None:
+                    cands = fits_cache[key] = [
+                        p for p in active
+                        if p.largest_node()[0] >= d.cores and p.largest_node()[1] >= d.gpus]
+                if cands:
+                    target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
+            if target is None:
+                keep.append(unit)
+                continue
+            unit.part = target.uid
+            unit.pilot = target.pilot
+            target.outstanding += 1
+            batches.setdefault(target, []).append(
+                {"uid": unit.uid, "executable": d.executable, "arguments": d.arguments,
+                 "environment": d.environment, "cores": d.cores, "gpus": d.gpus})
+        self.pending = keep
+        for part, units in batches.items():
+            for i in range(0, len(units), SEND_CHUNK):
+                self.session.channel.send(part.pilot.uid, [b"units", part.uid.encode(),
+                                                           pack(units[i:i + SEND_CHUNK])])
+        if self.pending and self.pilots and all(p.final for p in self.pilots):
+            now = time.time()
+            for unit in self.pending:
+                unit._advance(S.FAILED, now, "no live pilot is left to run it", fired)
+            self.pending.clear()
+
+    # -- events (lock held, channel thread) ---------------------------------------------------
+    def _unit_state(self, unit: Unit, state: str, ts: float, info: dict, fired: list) -> None:
+        if unit.final:
+            return
+        if "exit_code" in info:
+            unit.exit_code = info["exit_code"]
+        if "node" in info:
+            unit.node = info["node"]
+            unit.slots = {"cpus": info.get("cpus"), "gpus": info.get("gpus")}
+        unit._advance(state, ts, info.get("reason"), fired)
+        if unit.final and unit.part is not None:
+            part = unit.pilot._parts.get(unit.part)
+            if part is not None:
+                part.outstanding -= 1
+
+    def units_back(self, part_uid: str, units: list, fired: list) -> None:
+        """Units a partition could not or did not run: route them again."""
+        now = time.time()
+        back = []
+        for d in units:
+            unit = self.units.get(d["uid"])
+            if unit is None or unit.final or unit.part != part_uid:
+                continue
+            if unit.state == S.QUEUED:
+                unit._advance(S.SCHEDULING, now, None, fired)
+            part = unit.pilot._parts.get(part_uid)
+            if part is not None:
+                part.outstanding -= 1
+            unit.part = None
+            back.append(unit)
+        self.pending.extendleft(reversed(back))
+        self._route(fired)
+
+    def _partition_changed(self, part, fired: list) -> None:
+        if part.final:
+            now = time.time()
+            for unit in self.units.values():
+                if unit.part != part.uid or unit.final:
+                    continue
+                if unit.state == S.SCHEDULING:  # sent, never acknowledged: route again
+                    unit.part = None
+                    self.pending.appendleft(unit)
+                else:
+                    unit._advance(S.FAILED, now, f"lost with partition {part.uid} "
+                                                 f"({part.state}: {part.reason})", fired)
+            part.outstanding = 0
+        self._route(fired)
+
+    def _pilot_changed(self, pilot, fired: list) -> None:
+        self._route(fired)
