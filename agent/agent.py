@@ -66,8 +66,11 @@ class Agent:
         self.updates.append(("unit", uid, state, time.time(), info or {}))
 
     def flush(self, force: bool = False) -> None:
-        if self.updates and (force or len(self.updates) >= FLUSH_SIZE
-                             or time.monotonic() - self.first_pending >= FLUSH_EVERY):
+        if self.updates and (
+            force
+            or len(self.updates) >= FLUSH_SIZE
+            or time.monotonic() - self.first_pending >= FLUSH_EVERY
+        ):
             self.sock.send_multipart([b"state", pack(self.updates)])
             self.updates = []
 
@@ -94,8 +97,9 @@ class Agent:
                 self.sched.release(node, cores, gpus)
                 self.update(unit["uid"], "FAILED", {"reason": f"cannot start: {exc}"})
                 continue
-            self.update(unit["uid"], "EXECUTING",
-                        {"node": node["name"], "cpus": cores, "gpus": gpus})
+            self.update(
+                unit["uid"], "EXECUTING", {"node": node["name"], "cpus": cores, "gpus": gpus}
+            )
 
     def on_exits(self) -> None:
         for r, code in self.execu.reap():
@@ -106,8 +110,11 @@ class Agent:
             elif code == 0:
                 self.update(uid, "DONE", {"exit_code": 0})
             else:
-                why = f"exit code {code}" if code > 0 else \
-                    f"killed by signal {signal.Signals(-code).name}"
+                why = (
+                    f"exit code {code}"
+                    if code > 0
+                    else f"killed by signal {signal.Signals(-code).name}"
+                )
                 self.update(uid, "FAILED", {"exit_code": code, "reason": why})
         self.start_ready()
 

@@ -38,8 +38,13 @@ class Executor:
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.allowed = sorted(os.sched_getaffinity(0))
         self.base_env = dict(os.environ)
-        self.base_env.update({"PILOT_SESSION_ID": cfg["session"], "PILOT_PILOT_ID": cfg["pilot"],
-                              "PILOT_PARTITION_ID": cfg["uid"]})
+        self.base_env.update(
+            {
+                "PILOT_SESSION_ID": cfg["session"],
+                "PILOT_PILOT_ID": cfg["pilot"],
+                "PILOT_PARTITION_ID": cfg["uid"],
+            }
+        )
         self.running: dict[int, Running] = {}
         self._which: dict[str, str | None] = {}
 
@@ -62,15 +67,24 @@ class Executor:
         argv = [unit["executable"], *unit.get("arguments", ())]
         allowed = self.allowed
         mask = {allowed[c % len(allowed)] for c in cores} if cores else set(allowed)
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_OPEN, 1, sandbox + "/STDOUT", _OUT, 0o644),
-                   (os.POSIX_SPAWN_OPEN, 2, sandbox + "/STDERR", _OUT, 0o644)]
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, sandbox + "/STDOUT", _OUT, 0o644),
+            (os.POSIX_SPAWN_OPEN, 2, sandbox + "/STDERR", _OUT, 0o644),
+        ]
         os.sched_setaffinity(0, mask)
         os.chdir(sandbox)
         try:
             spawn = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
-            pid = spawn(argv[0], argv, env, file_actions=actions, setpgroup=0,
-                        setsigdef=_SPAWN_SIGDEF, setsigmask=())
+            pid = spawn(
+                argv[0],
+                argv,
+                env,
+                file_actions=actions,
+                setpgroup=0,
+                setsigdef=_SPAWN_SIGDEF,
+                setsigmask=(),
+            )
         finally:
             os.sched_setaffinity(0, allowed)
         r = Running(unit, pid, node, cores, gpus)

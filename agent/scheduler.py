@@ -15,8 +15,9 @@ from collections import deque
 class Scheduler:
     def __init__(self, nodes: list[dict]) -> None:
         # nodes: [{"index", "name", "cores": [...], "gpus": [...]}, ...]
-        self.nodes = [dict(n, free_cores=list(n["cores"]), free_gpus=list(n["gpus"]))
-                      for n in nodes]
+        self.nodes = [
+            dict(n, free_cores=list(n["cores"]), free_gpus=list(n["gpus"])) for n in nodes
+        ]
         self.queue: deque[dict] = deque()
 
     def check(self, unit: dict) -> str | None:
@@ -26,8 +27,10 @@ class Scheduler:
             return None
         best_c = max(len(n["cores"]) for n in self.nodes)
         best_g = max(len(n["gpus"]) for n in self.nodes)
-        return (f"cores={cores}, gpus={gpus} can never fit: the partition's largest node has "
-                f"{best_c} cores and {best_g} GPUs")
+        return (
+            f"cores={cores}, gpus={gpus} can never fit: the partition's largest node has "
+            f"{best_c} cores and {best_g} GPUs"
+        )
 
     def place(self, unit: dict):
         """(node, core ids, gpu ids) taken for `unit`, or None when it does not fit now."""

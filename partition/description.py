@@ -34,8 +34,12 @@ def _size(owner, field, value):
             share = -1.0
         if 0 < share <= 100:
             return value
-    raise _err(owner, field, value, 'a share "1%".."100%", FILL, or None (then give cores=, '
-                                    "gpus= or nodes=)")
+    raise _err(
+        owner,
+        field,
+        value,
+        'a share "1%".."100%", FILL, or None (then give cores=, gpus= or nodes=)',
+    )
 
 
 def _config(owner, field, value):
@@ -64,14 +68,20 @@ class ComputePartitionDescription(Description):
     def _check(self) -> None:
         absolute = [k for k in ("cores", "gpus", "nodes") if getattr(self, k) is not None]
         if self.size is not None and absolute:
-            raise ValueError(f"ComputePartitionDescription: size={self.size!r} cannot be combined "
-                             f"with {', '.join(f'{k}=' for k in absolute)}")
+            raise ValueError(
+                f"ComputePartitionDescription: size={self.size!r} cannot be combined "
+                f"with {', '.join(f'{k}=' for k in absolute)}"
+            )
         if self.nodes is not None and (self.cores is not None or self.gpus is not None):
-            raise ValueError("ComputePartitionDescription: nodes= takes whole nodes and cannot "
-                             "be combined with cores= or gpus=")
+            raise ValueError(
+                "ComputePartitionDescription: nodes= takes whole nodes and cannot "
+                "be combined with cores= or gpus="
+            )
         if self.size is None and not absolute:
-            raise ValueError("ComputePartitionDescription: no size given; use cores=, gpus=, "
-                             'nodes=, a share ("50%") or FILL')
+            raise ValueError(
+                "ComputePartitionDescription: no size given; use cores=, gpus=, "
+                'nodes=, a share ("50%") or FILL'
+            )
         if self.size is None and not self.nodes and not self.cores and self.gpus in (None, 0):
             raise ValueError("ComputePartitionDescription: cores=0, gpus=0 is an empty partition")
 

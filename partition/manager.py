@@ -52,8 +52,9 @@ class Part:
 
 
 class PartitionManager:
-    def __init__(self, pool: Pool, io: PartitionIO, agent_cfg: dict, next_index: int = 0,
-                 pilot_uid: str = "") -> None:
+    def __init__(
+        self, pool: Pool, io: PartitionIO, agent_cfg: dict, next_index: int = 0, pilot_uid: str = ""
+    ) -> None:
         self.pool = pool
         self.io = io
         self.agent_cfg = agent_cfg
@@ -67,9 +68,16 @@ class PartitionManager:
         return [p for p in self.parts.values() if p.state not in FINAL]
 
     def describe(self) -> list[dict]:
-        return [{"uid": p.uid, "state": p.state, "reason": p.reason, "description": p.desc.to_dict(),
-                 "resources": p.alloc.to_dict(self.pool) if p.alloc else None}
-                for p in self.parts.values()]
+        return [
+            {
+                "uid": p.uid,
+                "state": p.state,
+                "reason": p.reason,
+                "description": p.desc.to_dict(),
+                "resources": p.alloc.to_dict(self.pool) if p.alloc else None,
+            }
+            for p in self.parts.values()
+        ]
 
     def new_uid(self) -> str:
         uid = f"{self.pilot_uid}.part.{self.next_index:04d}"
@@ -93,9 +101,14 @@ class PartitionManager:
         part.state = STARTING
         self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.pool)})
         nodes = part.alloc.to_dict(self.pool)["nodes"]
-        cfg = dict(self.agent_cfg, uid=part.uid, nodes=nodes,
-                   kill_grace=self.agent_cfg.get("agents", {}).get(part.desc.agent_config, {})
-                   .get("kill_grace", 2.0))
+        cfg = dict(
+            self.agent_cfg,
+            uid=part.uid,
+            nodes=nodes,
+            kill_grace=self.agent_cfg.get("agents", {})
+            .get(part.desc.agent_config, {})
+            .get("kill_grace", 2.0),
+        )
         try:
             part.proc = self.io.spawn_agent(part.uid, cfg)
         except OSError as exc:
@@ -144,8 +157,12 @@ class PartitionManager:
         if part.final and code == 0:
             self._final(part, part.final, part.reason)
         else:
-            self._final(part, FAILED, f"its agent exited with code {code}"
-                        + (f" while stopping ({part.reason})" if part.final else ""))
+            self._final(
+                part,
+                FAILED,
+                f"its agent exited with code {code}"
+                + (f" while stopping ({part.reason})" if part.final else ""),
+            )
 
     def _final(self, part: Part, state: str, reason: str | None) -> None:
         if part.alloc is not None:
@@ -156,7 +173,7 @@ class PartitionManager:
         log.info("%s %s%s", part.uid, state, f": {reason}" if reason else "")
 
     def take_buffered_or_bounce(self, uid: str, body: bytes) -> bool:
-        """Units for `uid`: True if forwarded or buffered, False if the partition cannot take them."""
+        """Units for `uid`: True if forwarded or buffered; False if it cannot take them."""
         part = self.parts.get(uid)
         if part is None or part.state in FINAL or part.final:
             return False
@@ -171,8 +188,11 @@ class PartitionManager:
         now = time.monotonic()
         for part in self.live():
             if part.stop_deadline and now > part.stop_deadline and part.proc is not None:
-                log.error("%s: agent did not stop within its deadline; killing pid %s",
-                          part.uid, part.proc.pid)
+                log.error(
+                    "%s: agent did not stop within its deadline; killing pid %s",
+                    part.uid,
+                    part.proc.pid,
+                )
                 part.proc.kill()
                 part.stop_deadline = None
 
@@ -185,8 +205,11 @@ class PartitionManager:
         descs = []
         for i, d in enumerate(start or []):
             try:
-                descs.append(d if isinstance(d, ComputePartitionDescription)
-                             else ComputePartitionDescription.from_dict(d))
+                descs.append(
+                    d
+                    if isinstance(d, ComputePartitionDescription)
+                    else ComputePartitionDescription.from_dict(d)
+                )
             except ValueError as exc:
                 raise ValueError(f"start[{i}]: {exc}") from None
         for uid in stop_uids:
@@ -220,8 +243,10 @@ class PartitionManager:
         for uid in uids:
             full = self._full_uid(uid)
             if full is None:
-                raise ValueError(f"stop={uid!r}: no such partition in {self.pilot_uid}; known: "
-                                 f"{sorted(self.parts)}")
+                raise ValueError(
+                    f"stop={uid!r}: no such partition in {self.pilot_uid}; known: "
+                    f"{sorted(self.parts)}"
+                )
             if self.parts[full].state not in FINAL and full not in out:
                 out.append(full)
         return out
@@ -235,5 +260,8 @@ class PartitionManager:
     def warn_idle(self) -> None:
         free = self.pool.free
         if free["cores"] or free["gpus"]:
-            log.warning("under-use: %d cores, %d GPUs of the pilot are held by no partition",
-                        free["cores"], free["gpus"])
+            log.warning(
+                "under-use: %d cores, %d GPUs of the pilot are held by no partition",
+                free["cores"],
+                free["gpus"],
+            )

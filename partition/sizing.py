@@ -69,11 +69,16 @@ class Allocation:
     def gpus(self) -> int:
         return sum(len(g) for _, g in self.slots.values())
 
-    def to_dict(self, pool: "Pool") -> dict:
-        return {"cores": self.cores, "gpus": self.gpus,
-                "nodes": [{"index": i, "name": pool.nodes[i].name, "cores": c, "gpus": g}
-                          for i, (c, g) in sorted(self.slots.items())],
-                "agent_nodes": [pool.nodes[i].name for i in self.agent_nodes]}
+    def to_dict(self, pool: Pool) -> dict:
+        return {
+            "cores": self.cores,
+            "gpus": self.gpus,
+            "nodes": [
+                {"index": i, "name": pool.nodes[i].name, "cores": c, "gpus": g}
+                for i, (c, g) in sorted(self.slots.items())
+            ],
+            "agent_nodes": [pool.nodes[i].name for i in self.agent_nodes],
+        }
 
 
 class AllocationError(Exception):
@@ -89,21 +94,26 @@ class Pool:
         self.overhead = overhead
 
     @classmethod
-    def for_pilot(cls, size: dict, cfg: ResourceConfig) -> "Pool":
+    def for_pilot(cls, size: dict, cfg: ResourceConfig) -> Pool:
         n, cpn, gpn = size["nodes"], size["cores_per_node"], size["gpus_per_node"]
         nodes = [Node(i, cfg.node_name(i), list(range(cpn)), list(range(gpn))) for i in range(n)]
         return cls(nodes, size["node_granular"], cfg.agent_overhead)
 
     @property
     def total(self) -> tuple[int, int, int]:
-        return (len(self.nodes), sum(len(n.cores) for n in self.nodes),
-                sum(len(n.gpus) for n in self.nodes))
+        return (
+            len(self.nodes),
+            sum(len(n.cores) for n in self.nodes),
+            sum(len(n.gpus) for n in self.nodes),
+        )
 
     @property
     def free(self) -> dict:
-        return {"nodes": sum(n.wholly_free for n in self.nodes),
-                "cores": sum(len(n.free_cores) for n in self.nodes),
-                "gpus": sum(len(n.free_gpus) for n in self.nodes)}
+        return {
+            "nodes": sum(n.wholly_free for n in self.nodes),
+            "cores": sum(len(n.free_cores) for n in self.nodes),
+            "gpus": sum(len(n.free_gpus) for n in self.nodes),
+        }
 
     # -- allocation ---------------------------------------------------------------------------
     def allocate(self, desc) -> Allocation:
@@ -118,47 +128,56 @@ class Pool:
             if n - ov.nodes < 1:
                 raise AllocationError(
                     f"share {desc.size} of {nodes_total} nodes is {n} node(s), too few for one "
-                    f"node of work plus {ov.nodes} agent node(s)")
+                    f"node of work plus {ov.nodes} agent node(s)"
+                )
             return self._whole_nodes(n - ov.nodes, ov.nodes)
         if share is not None:
             cores = math.floor(share * cores_total) - ov.cores
             gpus = math.floor(share * gpus_total) - ov.gpus
             if cores < 1:
-                raise AllocationError(f"share {desc.size} of {cores_total} cores leaves "
-                                      f"{max(cores, 0)} core(s) after {ov.cores} for the agent")
+                raise AllocationError(
+                    f"share {desc.size} of {cores_total} cores leaves "
+                    f"{max(cores, 0)} core(s) after {ov.cores} for the agent"
+                )
             return self._packed(cores + ov.cores, max(gpus, 0) + ov.gpus, ov.nodes)
         agent_nodes = self._take_whole(ov.nodes, "agent") if ov.nodes else []
         free_cores = sum(len(n.free_cores) for n in self.nodes if n.index not in agent_nodes)
         free_gpus = sum(len(n.free_gpus) for n in self.nodes if n.index not in agent_nodes)
         if desc.size == FILL:
             if free_cores - ov.cores < 1:
-                raise AllocationError(f"FILL: {free_cores} free core(s), none left after "
-                                      f"{ov.cores} for the agent")
+                raise AllocationError(
+                    f"FILL: {free_cores} free core(s), none left after {ov.cores} for the agent"
+                )
             return self._packed(free_cores, free_gpus, agent_nodes=agent_nodes)
         gpus = desc.gpus or 0
         if gpus == ALL:
             gpus = free_gpus - ov.gpus
             if gpus < 1:
-                raise AllocationError(f"gpus=ALL: no free GPU ({free_gpus} free, {ov.gpus} for "
-                                      "the agent)")
+                raise AllocationError(
+                    f"gpus=ALL: no free GPU ({free_gpus} free, {ov.gpus} for the agent)"
+                )
         cores = desc.cores if desc.cores is not None else (gpus if desc.gpus == ALL else 0)
         return self._packed(cores + ov.cores, gpus + ov.gpus, agent_nodes=agent_nodes)
 
     def _take_whole(self, count: int, what: str) -> list[int]:
         free = [n.index for n in self.nodes if n.wholly_free]
         if len(free) < count:
-            raise AllocationError(f"needs {count} wholly free node(s) for the {what}, "
-                                  f"{len(free)} free")
+            raise AllocationError(
+                f"needs {count} wholly free node(s) for the {what}, {len(free)} free"
+            )
         return free[:count]
 
     def _whole_nodes(self, count: int, agent: int) -> Allocation:
         free = [n for n in self.nodes if n.wholly_free]
         if len(free) < count + agent:
-            need = f"{count + agent} wholly free nodes ({count} + {agent} for the agent)" \
-                if agent else f"{count} wholly free nodes"
+            need = (
+                f"{count + agent} wholly free nodes ({count} + {agent} for the agent)"
+                if agent
+                else f"{count} wholly free nodes"
+            )
             raise AllocationError(f"needs {need}, {len(free)} free")
         slots = {}
-        for n in free[agent:agent + count]:
+        for n in free[agent : agent + count]:
             slots[n.index] = (n.free_cores, n.free_gpus)
             n.free_cores, n.free_gpus = [], []
         agent_nodes = [n.index for n in free[:agent]]
@@ -166,8 +185,9 @@ class Pool:
             self.nodes[i].free_cores, self.nodes[i].free_gpus = [], []
         return Allocation(slots, agent_nodes)
 
-    def _packed(self, cores: int, gpus: int, agent_count: int = 0,
-                agent_nodes: list[int] | None = None) -> Allocation:
+    def _packed(
+        self, cores: int, gpus: int, agent_count: int = 0, agent_nodes: list[int] | None = None
+    ) -> Allocation:
         if agent_nodes is None:
             agent_nodes = self._take_whole(agent_count, "agent") if agent_count else []
         usable = [n for n in self.nodes if n.index not in agent_nodes]
@@ -189,7 +209,7 @@ class Pool:
             tc, tg = n.free_cores[:cores], n.free_gpus[:gpus]
             if not tc and not tg:
                 continue
-            n.free_cores, n.free_gpus = n.free_cores[len(tc):], n.free_gpus[len(tg):]
+            n.free_cores, n.free_gpus = n.free_cores[len(tc) :], n.free_gpus[len(tg) :]
             cores, gpus = cores - len(tc), gpus - len(tg)
             slots[n.index] = (tc, tg)
         for i in agent_nodes:
@@ -216,8 +236,10 @@ def pilot_size(pd, cfg: ResourceConfig) -> dict:
     relative = [i for i, p in enumerate(pd.parts) if p.size is not None]
     explicit = pd.nodes is not None or pd.cores is not None
     if relative and not explicit:
-        raise ValueError(f"{where}: parts[{relative[0]}].size={pd.parts[relative[0]].size!r} is "
-                         "relative; give the pilot an explicit size with nodes= or cores=")
+        raise ValueError(
+            f"{where}: parts[{relative[0]}].size={pd.parts[relative[0]].size!r} is "
+            "relative; give the pilot an explicit size with nodes= or cores="
+        )
     if pd.gpus and cfg.gpus_per_node == 0:
         raise ValueError(f"{where}: gpus={pd.gpus} but the resource has no GPUs")
     cpn, gpn = cfg.cores_per_node, cfg.gpus_per_node
@@ -229,16 +251,26 @@ def pilot_size(pd, cfg: ResourceConfig) -> dict:
             max_nodes = math.ceil(pd.cores / cpn)
         if max_nodes > cfg.nodes:
             raise ValueError(f"{where}: needs {max_nodes} nodes, the resource has {cfg.nodes}")
-        probe = Pool.for_pilot({"nodes": max_nodes, "cores_per_node": cpn, "gpus_per_node": gpn,
-                                "node_granular": True}, cfg)
+        probe = Pool.for_pilot(
+            {
+                "nodes": max_nodes,
+                "cores_per_node": cpn,
+                "gpus_per_node": gpn,
+                "node_granular": True,
+            },
+            cfg,
+        )
     else:
         cores = pd.cores if pd.cores is not None else cpn
         gpus = pd.gpus if pd.gpus is not None else gpn
         if cores > cpn or gpus > gpn:
-            raise ValueError(f"{where}: cores={cores}, gpus={gpus} exceed the resource's "
-                             f"{cpn} cores, {gpn} GPUs")
-        probe = Pool.for_pilot({"nodes": 1, "cores_per_node": cores, "gpus_per_node": gpus,
-                                "node_granular": False}, cfg)
+            raise ValueError(
+                f"{where}: cores={cores}, gpus={gpus} exceed the resource's {cpn} cores, {gpn} GPUs"
+            )
+        probe = Pool.for_pilot(
+            {"nodes": 1, "cores_per_node": cores, "gpus_per_node": gpus, "node_granular": False},
+            cfg,
+        )
     for i, p in enumerate(pd.parts):
         try:
             probe.allocate(p)
@@ -257,5 +289,11 @@ def pilot_size(pd, cfg: ResourceConfig) -> dict:
         cores_n = len(used.cores) - len(used.free_cores)
         gpus_n = len(used.gpus) - len(used.free_gpus)
         # the agent overhead is part of the pilot even when the partitions' sizes hide it
-    return {"nodes": nodes, "cores_per_node": cores_n, "gpus_per_node": gpus_n,
-            "cores": nodes * cores_n, "gpus": nodes * gpus_n, "node_granular": node_granular}
+    return {
+        "nodes": nodes,
+        "cores_per_node": cores_n,
+        "gpus_per_node": gpus_n,
+        "cores": nodes * cores_n,
+        "gpus": nodes * gpus_n,
+        "node_granular": node_granular,
+    }

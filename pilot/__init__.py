@@ -1,15 +1,16 @@
 """The user API: `import pilot as rp` gives everything a workflow script needs.
 
-    pd  = rp.ComputePilotDescription(resource="local.localhost",
-                                     parts=[rp.ComputePartitionDescription(cores=1)] * 2)
-    with rp.Session() as session:
-        pilot = rp.PilotManager(session).submit_pilots(pd)
-        umgr = rp.UnitManager(session)
-        umgr.add_pilots(pilot)
-        umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/date")] * 10)
-        umgr.wait_units()
+pd  = rp.ComputePilotDescription(resource="local.localhost",
+                                 parts=[rp.ComputePartitionDescription(cores=1)] * 2)
+with rp.Session() as session:
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/date")] * 10)
+    umgr.wait_units()
 """
 
+from partition.description import ComputePartitionDescription  # noqa: E402  (after pilot types)
 from pilot.descriptions import ALL, FILL, ComputePilotDescription, ComputeUnitDescription
 from pilot.states import (
     ACTIVE,
@@ -26,16 +27,34 @@ from pilot.states import (
     STARTING,
     IllegalTransition,
 )
-from partition.description import ComputePartitionDescription  # noqa: E402  (after pilot types)
-from pmgr.pilot_manager import Pilot, PilotManager  # noqa: E402
 from pmgr.entities import Partition, Unit  # noqa: E402
+from pmgr.pilot_manager import Pilot, PilotManager  # noqa: E402
 from pmgr.session import Session  # noqa: E402
 from pmgr.unit_manager import UnitManager  # noqa: E402
 
 __all__ = [
-    "ALL", "FILL", "ComputePilotDescription", "ComputeUnitDescription",
-    "ComputePartitionDescription", "Session", "PilotManager", "UnitManager", "Pilot",
-    "Partition", "Unit", "IllegalTransition", "FINAL",
-    "NEW", "LAUNCHING", "PENDING", "STARTING", "ACTIVE", "SCHEDULING", "QUEUED", "EXECUTING",
-    "DONE", "FAILED", "CANCELED",
+    "ALL",
+    "FILL",
+    "ComputePilotDescription",
+    "ComputeUnitDescription",
+    "ComputePartitionDescription",
+    "Session",
+    "PilotManager",
+    "UnitManager",
+    "Pilot",
+    "Partition",
+    "Unit",
+    "IllegalTransition",
+    "FINAL",
+    "NEW",
+    "LAUNCHING",
+    "PENDING",
+    "STARTING",
+    "ACTIVE",
+    "SCHEDULING",
+    "QUEUED",
+    "EXECUTING",
+    "DONE",
+    "FAILED",
+    "CANCELED",
 ]

@@ -33,7 +33,7 @@ from partition.manager import PartitionIO, PartitionManager
 from partition.sizing import Pool
 from pilot import resource_config
 from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
-from pilot.states import CANCELED, DONE, FAILED, FINAL
+from pilot.states import CANCELED, DONE, FAILED
 
 log = logging.getLogger("bootstrap")
 TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
@@ -61,8 +61,13 @@ class Bootstrap(PartitionIO):
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
         self.procs: dict[str, subprocess.Popen] = {}
         self.pool = Pool.for_pilot(cfg["size"], self.rcfg)
-        agent_cfg = {"session": cfg["session"], "pilot": self.uid, "endpoint": self.agent_endpoint,
-                     "pilot_sandbox": self.sandbox, "agents": cfg.get("agents", {})}
+        agent_cfg = {
+            "session": cfg["session"],
+            "pilot": self.uid,
+            "endpoint": self.agent_endpoint,
+            "pilot_sandbox": self.sandbox,
+            "agents": cfg.get("agents", {}),
+        }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
         self.out: list = []  # partition state updates waiting to be sent
         self.deadline = time.monotonic() + cfg["runtime"]
@@ -84,8 +89,13 @@ class Bootstrap(PartitionIO):
         with open(path, "w") as f:
             json.dump(cfg, f)
         logf = open(os.path.join(self.sandbox, f"{uid}.agent.log"), "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "agent", path], stdin=subprocess.DEVNULL,
-                                stdout=logf, stderr=subprocess.STDOUT, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", path],
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            close_fds=True,
+        )
         logf.close()
         self.procs[uid] = proc
         log.info("%s: agent started, pid %d", uid, proc.pid)
@@ -120,15 +130,21 @@ class Bootstrap(PartitionIO):
         cid, op, args = body.get("cid"), body.get("op"), body.get("args") or {}
         try:
             if op == "reconfig":
-                result = self.pm.reconfig(cid or f"anon.{time.time()}", args.get("stop"),
-                                          args.get("start") or [], args.get("uids"))
+                result = self.pm.reconfig(
+                    cid or f"anon.{time.time()}",
+                    args.get("stop"),
+                    args.get("start") or [],
+                    args.get("uids"),
+                )
             elif op == "cancel_units":
                 by_part: dict[str, list] = {}
                 for uid, part in args["units"]:
                     by_part.setdefault(part, []).append(uid)
                 for part, uids in by_part.items():
-                    self.send_agent(part, [b"cancel", pack({"uids": uids, "reason":
-                                                            args.get("reason", "canceled")})])
+                    self.send_agent(
+                        part,
+                        [b"cancel", pack({"uids": uids, "reason": args.get("reason", "canceled")})],
+                    )
                 result = {}
             elif op == "stop_parts":
                 for uid in args["uids"]:
@@ -138,11 +154,17 @@ class Bootstrap(PartitionIO):
                 self.end(CANCELED, args.get("reason") or "canceled")
                 result = {}
             elif op == "partitions":
-                result = {"pilot": self.uid, "size": self.cfg["size"], "free": self.pool.free,
-                          "partitions": self.pm.describe()}
+                result = {
+                    "pilot": self.uid,
+                    "size": self.cfg["size"],
+                    "free": self.pool.free,
+                    "partitions": self.pm.describe(),
+                }
             else:
-                raise ValueError(f"op={op!r} is unknown; accepted: reconfig, cancel_units, "
-                                 "stop_parts, cancel_pilot, partitions")
+                raise ValueError(
+                    f"op={op!r} is unknown; accepted: reconfig, cancel_units, "
+                    "stop_parts, cancel_pilot, partitions"
+                )
             return {"cid": cid, "ok": True, "result": result}
         except (ValueError, KeyError, TypeError) as exc:
             return {"cid": cid, "ok": False, "error": str(exc)}
@@ -183,15 +205,27 @@ class Bootstrap(PartitionIO):
                 self.pm.on_agent_exit(uid, code)
 
     def run(self) -> int:
-        log.info("boot.connect: client %s, agents %s, control %s", self.cfg["client"],
-                 self.agent_endpoint, self.control_endpoint)
+        log.info(
+            "boot.connect: client %s, agents %s, control %s",
+            self.cfg["client"],
+            self.agent_endpoint,
+            self.control_endpoint,
+        )
         ctl = os.path.join(self.sandbox, "control.json")
         fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
-        self.client.send_multipart(msg(b"hello", {
-            "pilot": self.uid, "pid": os.getpid(), "control": self.control_endpoint,
-            "size": self.cfg["size"]}))
+        self.client.send_multipart(
+            msg(
+                b"hello",
+                {
+                    "pilot": self.uid,
+                    "pid": os.getpid(),
+                    "control": self.control_endpoint,
+                    "size": self.cfg["size"],
+                },
+            )
+        )
         log.info("boot.hello: sent")
         for p in self.cfg["partitions"]:
             part = self.pm.add(p["uid"], ComputePartitionDescription.from_dict(p["description"]))
@@ -283,8 +317,7 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[0]) as f:
         cfg = json.load(f)
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return Bootstrap(cfg).run()
 
 

@@ -8,7 +8,8 @@ the field, the value and what would be accepted.  Unknown keys are errors, never
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 FILL = "FILL"  # a partition takes every resource not held by a live partition
 ALL = "ALL"  # all partitions (reconfig stop=) / all GPUs (gpus=)
@@ -25,8 +26,10 @@ class Description:
     def __init__(self, **kwargs: Any) -> None:
         unknown = set(kwargs) - set(self.FIELDS)
         if unknown:
-            raise ValueError(f"{type(self).__name__}: unknown key(s) {sorted(unknown)}; "
-                             f"accepted: {sorted(self.FIELDS)}")
+            raise ValueError(
+                f"{type(self).__name__}: unknown key(s) {sorted(unknown)}; "
+                f"accepted: {sorted(self.FIELDS)}"
+            )
         for name, (default, _) in self.FIELDS.items():
             value = kwargs.get(name, default)
             if isinstance(value, (list, dict)) and value is default:
@@ -40,8 +43,9 @@ class Description:
             object.__setattr__(self, name, value)
             return
         if name not in self.FIELDS:
-            raise ValueError(f"{type(self).__name__}: unknown key {name!r}; "
-                             f"accepted: {sorted(self.FIELDS)}")
+            raise ValueError(
+                f"{type(self).__name__}: unknown key {name!r}; accepted: {sorted(self.FIELDS)}"
+            )
         object.__setattr__(self, name, self.FIELDS[name][1](self, name, value))
         if self.__dict__.get("_ready"):
             self._check()
@@ -78,6 +82,7 @@ def _err(owner: Any, field: str, value: Any, accepted: str) -> ValueError:
 
 # ---- validators ---------------------------------------------------------------------------------
 
+
 def count(minimum: int = 0, allow: tuple = ()) -> Callable:
     def check(owner, field, value):
         if value in allow and isinstance(value, str):
@@ -88,6 +93,7 @@ def count(minimum: int = 0, allow: tuple = ()) -> Callable:
         if value < minimum:
             raise _err(owner, field, value, f">= {minimum}")
         return value
+
     return check
 
 
@@ -103,6 +109,7 @@ def text(optional: bool = True) -> Callable:
         if not isinstance(value, str) or not value:
             raise _err(owner, field, value, "a non-empty string")
         return value
+
     return check
 
 
@@ -133,13 +140,18 @@ def str_dict(owner, field, value):
 
 
 def positive_minutes(owner, field, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise _err(owner, field, value, "a number of minutes > 0")
     return value
 
 
 # ---- units ---------------------------------------------------------------------------------------
+
 
 class ComputeUnitDescription(Description):
     """One task: an executable run as an OS process inside a partition.
@@ -165,13 +177,16 @@ class ComputeUnitDescription(Description):
 
     def __init__(self, executable: str | None = None, **kwargs: Any) -> None:
         if executable is None and "executable" not in kwargs:
-            raise ValueError("ComputeUnitDescription: executable is required "
-                             "(a path or a program name on PATH)")
-        super().__init__(executable=executable if executable is not None
-                         else kwargs.pop("executable"), **kwargs)
+            raise ValueError(
+                "ComputeUnitDescription: executable is required (a path or a program name on PATH)"
+            )
+        super().__init__(
+            executable=executable if executable is not None else kwargs.pop("executable"), **kwargs
+        )
 
 
 # ---- pilots --------------------------------------------------------------------------------------
+
 
 class ComputePilotDescription(Description):
     """One batch job holding partitions.
@@ -196,7 +211,6 @@ class ComputePilotDescription(Description):
 
     def _check(self) -> None:
         from partition.sizing import pilot_size  # partition builds on pilot types
-
         from pilot import resource_config
 
         try:

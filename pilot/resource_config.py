@@ -15,9 +15,21 @@ import yaml
 
 BATCH_SYSTEMS = ("local", "slurm")
 LAUNCH_METHODS = ("fork", "srun")
-_KEYS = {"description", "batch_system", "launch_method", "nodes", "node_names", "cores_per_node",
-         "gpus_per_node", "agent_overhead", "client_timeout", "python", "queue", "account",
-         "psij_executor"}
+_KEYS = {
+    "description",
+    "batch_system",
+    "launch_method",
+    "nodes",
+    "node_names",
+    "cores_per_node",
+    "gpus_per_node",
+    "agent_overhead",
+    "client_timeout",
+    "python",
+    "queue",
+    "account",
+    "psij_executor",
+}
 
 
 @dataclass(frozen=True)
@@ -64,41 +76,59 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         raise ValueError(f"resource config {name}: must be a mapping, got {type(raw).__name__}")
     unknown = set(raw) - _KEYS
     if unknown:
-        raise ValueError(f"resource config {name}: unknown key(s) {sorted(unknown)}; "
-                         f"accepted: {sorted(_KEYS)}")
+        raise ValueError(
+            f"resource config {name}: unknown key(s) {sorted(unknown)}; accepted: {sorted(_KEYS)}"
+        )
     batch = raw.get("batch_system", "local")
     if batch not in BATCH_SYSTEMS:
-        raise ValueError(f"resource config {name}: batch_system={batch!r} must be one of "
-                         f"{BATCH_SYSTEMS}")
+        raise ValueError(
+            f"resource config {name}: batch_system={batch!r} must be one of {BATCH_SYSTEMS}"
+        )
     launch = raw.get("launch_method", "fork")
     if launch not in LAUNCH_METHODS:
-        raise ValueError(f"resource config {name}: launch_method={launch!r} must be one of "
-                         f"{LAUNCH_METHODS}")
+        raise ValueError(
+            f"resource config {name}: launch_method={launch!r} must be one of {LAUNCH_METHODS}"
+        )
     nodes = _count(name, "nodes", raw.get("nodes", 1))
     if nodes < 1:
         raise ValueError(f"resource config {name}: nodes={nodes} must be >= 1")
     names = tuple(str(n) for n in raw.get("node_names") or ())
     if names and len(names) != nodes:
-        raise ValueError(f"resource config {name}: node_names has {len(names)} entries, "
-                         f"nodes={nodes}")
+        raise ValueError(
+            f"resource config {name}: node_names has {len(names)} entries, nodes={nodes}"
+        )
     ov = raw.get("agent_overhead") or {}
     bad = set(ov) - {"cores", "gpus", "nodes"}
     if bad:
-        raise ValueError(f"resource config {name}: agent_overhead has unknown key(s) "
-                         f"{sorted(bad)}; accepted: ['cores', 'gpus', 'nodes']")
+        raise ValueError(
+            f"resource config {name}: agent_overhead has unknown key(s) "
+            f"{sorted(bad)}; accepted: ['cores', 'gpus', 'nodes']"
+        )
     overhead = AgentOverhead(**{k: _count(name, f"agent_overhead.{k}", v) for k, v in ov.items()})
     timeout = raw.get("client_timeout", 60)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"resource config {name}: client_timeout={timeout!r} must be > 0")
     return ResourceConfig(
-        name=name, batch_system=batch, launch_method=launch, nodes=nodes,
-        cores_per_node=_count(name, "cores_per_node", raw.get("cores_per_node", "auto"),
-                              auto=len(os.sched_getaffinity(0))),
+        name=name,
+        batch_system=batch,
+        launch_method=launch,
+        nodes=nodes,
+        cores_per_node=_count(
+            name,
+            "cores_per_node",
+            raw.get("cores_per_node", "auto"),
+            auto=len(os.sched_getaffinity(0)),
+        ),
         gpus_per_node=_count(name, "gpus_per_node", raw.get("gpus_per_node", 0)),
-        agent_overhead=overhead, node_names=names, client_timeout=float(timeout),
-        description=str(raw.get("description", "")), python=str(raw.get("python", "")),
-        queue=raw.get("queue"), account=raw.get("account"),
-        extra={k: raw[k] for k in ("psij_executor",) if k in raw})
+        agent_overhead=overhead,
+        node_names=names,
+        client_timeout=float(timeout),
+        description=str(raw.get("description", "")),
+        python=str(raw.get("python", "")),
+        queue=raw.get("queue"),
+        account=raw.get("account"),
+        extra={k: raw[k] for k in ("psij_executor",) if k in raw},
+    )
 
 
 def known_resources() -> list[str]:
@@ -124,6 +154,8 @@ def load(resource: str) -> ResourceConfig:
     entry = resources.files("configs").joinpath(f"{site}.yaml")
     data = yaml.safe_load(entry.read_text()) if site and entry.is_file() else {}
     if not name or name not in (data or {}):
-        raise ValueError(f"resource={resource!r} is unknown; known resources: "
-                         f"{known_resources()} (or the path of a YAML config)")
+        raise ValueError(
+            f"resource={resource!r} is unknown; known resources: "
+            f"{known_resources()} (or the path of a YAML config)"
+        )
     return parse(resource, data[name])

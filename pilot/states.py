@@ -49,15 +49,20 @@ def _machine(name: str, path: list[str], extra: list[tuple[str, str]] = ()) -> M
         transitions.append({"trigger": "to_" + dst, "source": src, "dest": dst})
     for dst in (FAILED, CANCELED):
         transitions.append({"trigger": "to_" + dst, "source": list(path), "dest": dst})
-    m = Machine(model=None, states=states, transitions=transitions, initial=NEW,
-                auto_transitions=False, name=name)
+    m = Machine(
+        model=None,
+        states=states,
+        transitions=transitions,
+        initial=NEW,
+        auto_transitions=False,
+        name=name,
+    )
     return m
 
 
 PILOT_MACHINE = _machine("pilot", [NEW, LAUNCHING, PENDING, ACTIVE])
 PARTITION_MACHINE = _machine("partition", [NEW, PENDING, STARTING, ACTIVE])
-UNIT_MACHINE = _machine("unit", [NEW, SCHEDULING, QUEUED, EXECUTING],
-                        extra=[(QUEUED, SCHEDULING)])
+UNIT_MACHINE = _machine("unit", [NEW, SCHEDULING, QUEUED, EXECUTING], extra=[(QUEUED, SCHEDULING)])
 
 PILOT_STATES = tuple(PILOT_MACHINE.states)
 PARTITION_STATES = tuple(PARTITION_MACHINE.states)
@@ -70,7 +75,8 @@ def check_transition(machine: Machine, obj, state: str) -> None:
     if event is None or obj.state not in event.transitions:
         raise IllegalTransition(
             f"{machine.name.rstrip(': ')} {getattr(obj, 'uid', '?')}: illegal transition "
-            f"{obj.state} -> {state}")
+            f"{obj.state} -> {state}"
+        )
     event.trigger(obj)
 
 

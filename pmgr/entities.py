@@ -35,10 +35,16 @@ class Stateful:
     def wait(self, state=None, timeout: float | None = None) -> str:
         """Block until the object is in `state` (one or a list) or in a final state; returns the
         state.  TimeoutError (naming the object and its state) after `timeout` seconds."""
-        wanted = S.FINAL if state is None else \
-            frozenset([state] if isinstance(state, str) else state) | S.FINAL
-        self.session._wait_for(lambda: self.state in wanted, timeout,
-                               lambda: f"{self.uid} is {self.state}, waited for {sorted(wanted)}")
+        wanted = (
+            S.FINAL
+            if state is None
+            else frozenset([state] if isinstance(state, str) else state) | S.FINAL
+        )
+        self.session._wait_for(
+            lambda: self.state in wanted,
+            timeout,
+            lambda: f"{self.uid} is {self.state}, waited for {sorted(wanted)}",
+        )
         return self.state
 
     def _advance(self, state: str, ts: float, reason: str | None, fired: list) -> bool:
@@ -101,11 +107,18 @@ class Unit(Stateful):
         self.umgr.cancel_units([self.uid])
 
     def as_doc(self) -> dict:
-        return {"uid": self.uid, "session": self.session.uid,
-                "pilot": self.pilot.uid if self.pilot else None, "partition": self.part,
-                "state": self.state, "description": self.description.to_dict(),
-                "exit_code": self.exit_code, "reason": self.reason, "node": self.node,
-                "slots": self.slots}
+        return {
+            "uid": self.uid,
+            "session": self.session.uid,
+            "pilot": self.pilot.uid if self.pilot else None,
+            "partition": self.part,
+            "state": self.state,
+            "description": self.description.to_dict(),
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "node": self.node,
+            "slots": self.slots,
+        }
 
 
 class Partition(Stateful):
@@ -130,14 +143,22 @@ class Partition(Stateful):
     def largest_node(self) -> tuple[int, int]:
         if not self.resources:
             return (0, 0)
-        return (max(len(n["cores"]) for n in self.resources["nodes"]),
-                max(len(n["gpus"]) for n in self.resources["nodes"]))
+        return (
+            max(len(n["cores"]) for n in self.resources["nodes"]),
+            max(len(n["gpus"]) for n in self.resources["nodes"]),
+        )
 
     def cancel(self, timeout: float | None = None) -> None:
         """Stop this partition: queued units go to another partition, running ones are CANCELED."""
         self.pilot._stop_partitions([self.uid], "canceled by the user", timeout)
 
     def as_doc(self) -> dict:
-        return {"uid": self.uid, "session": self.session.uid, "pilot": self.pilot.uid,
-                "state": self.state, "description": self.description.to_dict(),
-                "resources": self.resources, "reason": self.reason}
+        return {
+            "uid": self.uid,
+            "session": self.session.uid,
+            "pilot": self.pilot.uid,
+            "state": self.state,
+            "description": self.description.to_dict(),
+            "resources": self.resources,
+            "reason": self.reason,
+        }

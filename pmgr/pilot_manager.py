@@ -60,8 +60,9 @@ class Pilot(Stateful):
         with self.session.lock:
             part = self._parts.get(uid) or self._parts.get(f"{self.uid}.{uid}")
         if part is None:
-            raise ValueError(f"{self.uid}: partition={uid!r} is unknown; known: "
-                             f"{sorted(self._parts)}")
+            raise ValueError(
+                f"{self.uid}: partition={uid!r} is unknown; known: {sorted(self._parts)}"
+            )
         return part
 
     def cancel(self, timeout: float | None = 60.0) -> None:
@@ -83,11 +84,11 @@ class Pilot(Stateful):
             if isinstance(d, str):
                 d = ComputePartitionDescription(d)
             if not isinstance(d, ComputePartitionDescription):
-                raise ValueError(f"reconfig: start[{i}]={d!r} must be a "
-                                 "ComputePartitionDescription")
+                raise ValueError(
+                    f"reconfig: start[{i}]={d!r} must be a ComputePartitionDescription"
+                )
             if (d.gpus == ALL or (d.gpus or 0) > 0) and not self.size["gpus"]:
-                raise ValueError(f"reconfig: start[{i}].gpus={d.gpus!r} but {self.uid} has no "
-                                 "GPUs")
+                raise ValueError(f"reconfig: start[{i}].gpus={d.gpus!r} but {self.uid} has no GPUs")
             descs.append(d)
         fired: list = []
         with self.session.lock:
@@ -99,9 +100,17 @@ class Pilot(Stateful):
                 part = self._new_partition(d)
                 new.append(part)
             cid = self.session.next_uid(f"{self.uid}.cmd")
-            self._command({"cid": cid, "op": "reconfig",
-                           "args": {"stop": stop_uids, "start": [d.to_dict() for d in descs],
-                                    "uids": [p.uid for p in new]}})
+            self._command(
+                {
+                    "cid": cid,
+                    "op": "reconfig",
+                    "args": {
+                        "stop": stop_uids,
+                        "start": [d.to_dict() for d in descs],
+                        "uids": [p.uid for p in new],
+                    },
+                }
+            )
         self.session._fire(fired)
         return new
 
@@ -124,8 +133,9 @@ class Pilot(Stateful):
     def _stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
         with self.session.lock:
             cid = self.session.next_uid(f"{self.uid}.cmd")
-            self._command({"cid": cid, "op": "stop_parts", "args": {"uids": uids,
-                                                                     "reason": reason}})
+            self._command(
+                {"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}}
+            )
         if not self.session.channel.in_thread():
             for uid in uids:
                 self._parts[uid].wait(timeout=timeout)
@@ -159,8 +169,9 @@ class Pilot(Stateful):
                 self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
             self._queued_cmds.clear()
             if self._cancel_requested:
-                self._command({"cid": None, "op": "cancel_pilot",
-                               "args": {"reason": self._cancel_requested}})
+                self._command(
+                    {"cid": None, "op": "cancel_pilot", "args": {"reason": self._cancel_requested}}
+                )
         elif kind == b"bye":
             self._end(body.get("state", S.DONE), body.get("reason"), fired)
         elif kind == b"reply":
@@ -175,12 +186,15 @@ class Pilot(Stateful):
     def _partition_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
         part = self._parts.get(uid)
         if part is None:  # started from a shell
-            desc = ComputePartitionDescription.from_dict(info.get("description") or {"size": "FILL"})
+            desc = ComputePartitionDescription.from_dict(
+                info.get("description") or {"size": "FILL"}
+            )
             part = self._new_partition(desc, uid)
             idx = uid.rsplit(".", 1)[-1]
             if idx.isdigit():
                 self.session.counters[f"{self.uid}.part"] = max(
-                    self.session.counters.get(f"{self.uid}.part", 0), int(idx) + 1)
+                    self.session.counters.get(f"{self.uid}.part", 0), int(idx) + 1
+                )
         if part.final:
             return
         if "resources" in info:
@@ -217,8 +231,10 @@ class Pilot(Stateful):
             if self._cancel_requested and self.state != S.ACTIVE:
                 self._end(S.CANCELED, self._cancel_requested, fired)
             else:
-                self._lost(f"pilot job exited with code {code} without saying bye: "
-                           f"{self.job.describe()}", fired)
+                self._lost(
+                    f"pilot job exited with code {code} without saying bye: {self.job.describe()}",
+                    fired,
+                )
             return
         if self.state == S.ACTIVE:
             if now - self.last_heard > self.resource.client_timeout:
@@ -228,10 +244,16 @@ class Pilot(Stateful):
                 self.session.channel.send(self.uid, msg(b"hb"))
 
     def as_doc(self) -> dict:
-        return {"uid": self.uid, "session": self.session.uid, "state": self.state,
-                "description": self.description.to_dict(), "size": self.size,
-                "sandbox": self.sandbox, "reason": self.reason,
-                "job": getattr(self.job, "pid", None)}
+        return {
+            "uid": self.uid,
+            "session": self.session.uid,
+            "state": self.state,
+            "description": self.description.to_dict(),
+            "size": self.size,
+            "sandbox": self.sandbox,
+            "reason": self.reason,
+            "job": getattr(self.job, "pid", None),
+        }
 
 
 class PilotManager:
@@ -255,8 +277,9 @@ class PilotManager:
         descs = [descriptions] if single else list(descriptions)
         for i, d in enumerate(descs):
             if not isinstance(d, ComputePilotDescription):
-                raise ValueError(f"submit_pilots: descriptions[{i}]={d!r} must be a "
-                                 "ComputePilotDescription")
+                raise ValueError(
+                    f"submit_pilots: descriptions[{i}]={d!r} must be a ComputePilotDescription"
+                )
         pilots = [self._submit(d) for d in descs]
         return pilots[0] if single else pilots
 
@@ -272,23 +295,38 @@ class PilotManager:
                 pilot._new_partition(d)
             pilot._advance(S.LAUNCHING, time.time(), None, fired)
         os.makedirs(pilot.sandbox, exist_ok=True)
-        cfg = {"session": session.uid, "pilot": pilot.uid, "client": session.channel.endpoint,
-               "sandbox": pilot.sandbox, "resource": pd.resource, "size": pilot.size,
-               "runtime": pd.runtime * 60.0, "client_timeout": pilot.resource.client_timeout,
-               "watch_parent": pilot.resource.batch_system == "local",
-               "partitions": [{"uid": p.uid, "description": p.description.to_dict()}
-                              for p in pilot._parts.values()]}
+        cfg = {
+            "session": session.uid,
+            "pilot": pilot.uid,
+            "client": session.channel.endpoint,
+            "sandbox": pilot.sandbox,
+            "resource": pd.resource,
+            "size": pilot.size,
+            "runtime": pd.runtime * 60.0,
+            "client_timeout": pilot.resource.client_timeout,
+            "watch_parent": pilot.resource.batch_system == "local",
+            "partitions": [
+                {"uid": p.uid, "description": p.description.to_dict()}
+                for p in pilot._parts.values()
+            ],
+        }
         cfg_path = os.path.join(pilot.sandbox, "bootstrap.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
-        env = dict(os.environ, PILOT_SESSION_ID=session.uid,
-                   PYTHONPATH=os.pathsep.join(filter(None, [PROJECT_ROOT,
-                                                            os.environ.get("PYTHONPATH")])))
+        env = dict(
+            os.environ,
+            PILOT_SESSION_ID=session.uid,
+            PYTHONPATH=os.pathsep.join(filter(None, [PROJECT_ROOT, os.environ.get("PYTHONPATH")])),
+        )
         python = pilot.resource.python or sys.executable
         try:
             job = submitter(pilot.resource.batch_system)(
-                [python, "-m", "pilot.bootstrap", cfg_path], env, pilot.sandbox,
-                queue=pd.queue, project=pd.project)
+                [python, "-m", "pilot.bootstrap", cfg_path],
+                env,
+                pilot.sandbox,
+                queue=pd.queue,
+                project=pd.project,
+            )
         except (OSError, ValueError) as exc:
             with session.lock:
                 pilot._end(S.FAILED, f"batch submission failed: {exc}", fired)

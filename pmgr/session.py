@@ -37,14 +37,18 @@ def sessions_dir() -> str:
 
 
 class Session:
-    def __init__(self, database_url: str | None = None, uid: str | None = None,
-                 dir: str | None = None) -> None:
+    def __init__(
+        self, database_url: str | None = None, uid: str | None = None, dir: str | None = None
+    ) -> None:
         stamp = datetime.datetime.now().strftime("%Y%m%d.%H%M%S")
         self.uid = uid or f"session.{stamp}.{uuid.uuid4().hex[:6]}"
         self.dir = os.path.abspath(dir or os.path.join(sessions_dir(), self.uid))
         os.makedirs(self.dir, exist_ok=True)
-        url = database_url or os.environ.get("PILOT_DATABASE_URL") or \
-            f"sqlite:///{os.path.join(self.dir, 'state.db')}"
+        url = (
+            database_url
+            or os.environ.get("PILOT_DATABASE_URL")
+            or f"sqlite:///{os.path.join(self.dir, 'state.db')}"
+        )
         self.store = open_store(url)
         self.writer = BatchWriter(self.store)
         self.lock = threading.RLock()
@@ -55,13 +59,14 @@ class Session:
         self.counters: dict[str, int] = {}
         self.closed = False
         self.created = time.time()
-        self.writer.doc("sessions", {"uid": self.uid, "created": self.created, "dir": self.dir,
-                                     "url": url})
+        self.writer.doc(
+            "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
+        )
         self.channel = Channel(self._on_message, self._on_tick)
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -75,14 +80,17 @@ class Session:
 
     # -- state changes (called with the lock held) ---------------------------------------------
     def _persist_state(self, obj, state: str, ts: float) -> None:
-        self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts,
-                          obj.reason if state in S.FINAL else None))
+        self.writer.hist(
+            (self.uid, obj.KIND, obj.uid, state, ts, obj.reason if state in S.FINAL else None)
+        )
         self.writer.doc(obj.KIND, obj.as_doc())
 
     def _wait_for(self, predicate, timeout: float | None, describe) -> None:
         if self.channel.in_thread():
-            raise RuntimeError("wait() inside a state callback would block the thread that "
-                               "delivers state changes; register another callback instead")
+            raise RuntimeError(
+                "wait() inside a state callback would block the thread that "
+                "delivers state changes; register another callback instead"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             while not predicate():
@@ -124,8 +132,13 @@ class Session:
                 elif kind == b"unsent" and frames[1] == b"units":
                     self._umgr_for(pilot).units_back(frames[2].decode(), unpack(frames[3]), fired)
                 elif kind == b"unsent":
-                    pilot._on_reply({"cid": unpack(frames[2]).get("cid"), "ok": False,
-                                     "error": "pilot not connected"})
+                    pilot._on_reply(
+                        {
+                            "cid": unpack(frames[2]).get("cid"),
+                            "ok": False,
+                            "error": "pilot not connected",
+                        }
+                    )
                 else:
                     pilot._on_message(kind, unpack(frames[1]) if len(frames) > 1 else {}, fired)
             except (ProtocolError, KeyError, TypeError, IndexError) as exc:

@@ -63,12 +63,15 @@ class UnitManager:
             if isinstance(d, dict):
                 descs[i] = d = ComputeUnitDescription(**d)
             if not isinstance(d, ComputeUnitDescription):
-                raise ValueError(f"submit_units: descriptions[{i}]={d!r} must be a "
-                                 "ComputeUnitDescription")
+                raise ValueError(
+                    f"submit_units: descriptions[{i}]={d!r} must be a ComputeUnitDescription"
+                )
             if d.partition is not None and self._find_partition(d.partition) is None:
-                raise ValueError(f"submit_units: descriptions[{i}].partition={d.partition!r} "
-                                 f"is not a partition of this manager's pilots "
-                                 f"{[p.uid for p in self.pilots]}")
+                raise ValueError(
+                    f"submit_units: descriptions[{i}].partition={d.partition!r} "
+                    f"is not a partition of this manager's pilots "
+                    f"{[p.uid for p in self.pilots]}"
+                )
         session = self.session
         fired: list = []
         units = []
@@ -93,8 +96,11 @@ class UnitManager:
         """Cancel units (all of this manager's when uids is None); running ones are killed."""
         fired: list = []
         with self.session.lock:
-            targets = list(self.units.values()) if uids is None else \
-                [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+            targets = (
+                list(self.units.values())
+                if uids is None
+                else [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+            )
             targets = [u for u in targets if not u.final]
             now = time.time()
             by_pilot: dict = {}
@@ -105,24 +111,33 @@ class UnitManager:
                 else:
                     by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
             for pilot, pairs in by_pilot.items():
-                pilot._command({"cid": None, "op": "cancel_units",
-                                "args": {"units": pairs, "reason": reason}})
+                pilot._command(
+                    {"cid": None, "op": "cancel_units", "args": {"units": pairs, "reason": reason}}
+                )
         self.session._fire(fired)
 
     def wait_units(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
         """Block until the units (all when uids is None) are final (or in `state`)."""
         with self.session.lock:
-            units = list(self.units.values()) if uids is None else \
-                [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
-        wanted = S.FINAL if state is None else \
-            frozenset([state] if isinstance(state, str) else state) | S.FINAL
+            units = (
+                list(self.units.values())
+                if uids is None
+                else [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+            )
+        wanted = (
+            S.FINAL
+            if state is None
+            else frozenset([state] if isinstance(state, str) else state) | S.FINAL
+        )
 
         def waiting():
             return [u for u in units if u.state not in wanted]
 
-        self.session._wait_for(lambda: not waiting(), timeout,
-                               lambda: f"{len(waiting())} of {len(units)} units not final, "
-                                       f"e.g. {waiting()[:3]}")
+        self.session._wait_for(
+            lambda: not waiting(),
+            timeout,
+            lambda: f"{len(waiting())} of {len(units)} units not final, e.g. {waiting()[:3]}",
+        )
         return [u.state for u in units]
 
     def get_units(self, uids=None) -> list[Unit]:
@@ -154,24 +169,34 @@ class UnitManager:
             if part.resources:
                 cores, gpus = part.largest_node()
                 if d.cores > cores or d.gpus > gpus:
-                    return (f"cores={d.cores}, gpus={d.gpus} can never fit partition "
-                            f"{part.uid}: its largest node has {cores} cores, {gpus} GPUs")
+                    return (
+                        f"cores={d.cores}, gpus={d.gpus} can never fit partition "
+                        f"{part.uid}: its largest node has {cores} cores, {gpus} GPUs"
+                    )
             return None
         if not self.pilots:
             return None
         live = [p for p in self.pilots if not p.final]
-        if live and all(d.cores > p.size["cores_per_node"] or d.gpus > p.size["gpus_per_node"]
-                        for p in live):
+        if live and all(
+            d.cores > p.size["cores_per_node"] or d.gpus > p.size["gpus_per_node"] for p in live
+        ):
             best = max((p.size["cores_per_node"], p.size["gpus_per_node"]) for p in live)
-            return (f"cores={d.cores}, gpus={d.gpus} can never fit: the pilots' nodes have at "
-                    f"most {best[0]} cores, {best[1]} GPUs")
+            return (
+                f"cores={d.cores}, gpus={d.gpus} can never fit: the pilots' nodes have at "
+                f"most {best[0]} cores, {best[1]} GPUs"
+            )
         return None
 
     def _route(self, fired: list) -> None:
         if not self.pending:
             return
-        active = [part for p in self.pilots if p.state == S.ACTIVE
-                  for part in p._parts.values() if part.state == S.ACTIVE]
+        active = [
+            part
+            for p in self.pilots
+            if p.state == S.ACTIVE
+            for part in p._parts.values()
+            if part.state == S.ACTIVE
+        ]
         batches: dict = {}
         keep: deque[Unit] = deque()
         fits_cache: dict = {}
@@ -187,8 +212,10 @@ class UnitManager:
                 cands = fits_cache.get(key)
                 if cands is None:
                     cands = fits_cache[key] = [
-                        p for p in active
-                        if p.largest_node()[0] >= d.cores and p.largest_node()[1] >= d.gpus]
+                        p
+                        for p in active
+                        if p.largest_node()[0] >= d.cores and p.largest_node()[1] >= d.gpus
+                    ]
                 if cands:
                     target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
             if target is None:
@@ -198,13 +225,21 @@ class UnitManager:
             unit.pilot = target.pilot
             target.outstanding += 1
             batches.setdefault(target, []).append(
-                {"uid": unit.uid, "executable": d.executable, "arguments": d.arguments,
-                 "environment": d.environment, "cores": d.cores, "gpus": d.gpus})
+                {
+                    "uid": unit.uid,
+                    "executable": d.executable,
+                    "arguments": d.arguments,
+                    "environment": d.environment,
+                    "cores": d.cores,
+                    "gpus": d.gpus,
+                }
+            )
         self.pending = keep
         for part, units in batches.items():
             for i in range(0, len(units), SEND_CHUNK):
-                self.session.channel.send(part.pilot.uid, [b"units", part.uid.encode(),
-                                                           pack(units[i:i + SEND_CHUNK])])
+                self.session.channel.send(
+                    part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])]
+                )
         if self.pending and self.pilots and all(p.final for p in self.pilots):
             now = time.time()
             for unit in self.pending:
@@ -254,8 +289,12 @@ class UnitManager:
                     unit.part = None
                     self.pending.appendleft(unit)
                 else:
-                    unit._advance(S.FAILED, now, f"lost with partition {part.uid} "
-                                                 f"({part.state}: {part.reason})", fired)
+                    unit._advance(
+                        S.FAILED,
+                        now,
+                        f"lost with partition {part.uid} ({part.state}: {part.reason})",
+                        fired,
+                    )
             part.outstanding = 0
         self._route(fired)
 

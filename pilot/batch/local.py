@@ -49,6 +49,14 @@ class LocalJob:
 def submit(argv: list[str], env: dict, sandbox: str, **_batch) -> LocalJob:
     log_path = os.path.join(sandbox, "bootstrap.log")
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, env=env, cwd=sandbox, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=sandbox,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     return LocalJob(proc, log_path)

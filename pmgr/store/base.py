@@ -52,6 +52,8 @@ def open_store(url: str) -> StateStore:
 
         return SqliteStore(url)
     if url.startswith(("mongodb://", "mongodb+srv://")):
-        raise ValueError(f"database_url={url!r}: the MongoDB backend is not available yet; "
-                         "accepted now: sqlite:///PATH")
+        raise ValueError(
+            f"database_url={url!r}: the MongoDB backend is not available yet; "
+            "accepted now: sqlite:///PATH"
+        )
     raise ValueError(f"database_url={url!r} must start with sqlite:/// or mongodb://")

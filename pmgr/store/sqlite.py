@@ -24,17 +24,21 @@ CREATE INDEX IF NOT EXISTS units_partition ON units (partition);
 CREATE INDEX IF NOT EXISTS partitions_pilot ON partitions (pilot);
 CREATE INDEX IF NOT EXISTS pilots_session ON pilots (session);
 """
-_COLUMNS = {"sessions": ("uid",), "pilots": ("uid", "session", "state"),
-            "partitions": ("uid", "session", "pilot", "state"),
-            "units": ("uid", "session", "pilot", "partition", "state")}
+_COLUMNS = {
+    "sessions": ("uid",),
+    "pilots": ("uid", "session", "state"),
+    "partitions": ("uid", "session", "pilot", "state"),
+    "units": ("uid", "session", "pilot", "partition", "state"),
+}
 
 
 class SqliteStore(StateStore):
     def __init__(self, url: str) -> None:
         self.url = url
-        self.path = url[len("sqlite:///"):]  # sqlite:///rel.db, sqlite:////abs/path.db
-        self.db = sqlite3.connect(self.path, timeout=10, check_same_thread=False,
-                                  isolation_level=None)
+        self.path = url[len("sqlite:///") :]  # sqlite:///rel.db, sqlite:////abs/path.db
+        self.db = sqlite3.connect(
+            self.path, timeout=10, check_same_thread=False, isolation_level=None
+        )
         self.lock = threading.Lock()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -49,13 +53,20 @@ class SqliteStore(StateStore):
                     if not docs:
                         continue
                     cols = _COLUMNS[kind]
-                    sql = (f"INSERT OR REPLACE INTO {kind} ({', '.join(cols)}, doc) "
-                           f"VALUES ({', '.join('?' * (len(cols) + 1))})")
-                    self.db.executemany(sql, [tuple(d.get(c) for c in cols) + (json.dumps(d),)
-                                              for d in docs.values()])
+                    sql = (
+                        f"INSERT OR REPLACE INTO {kind} ({', '.join(cols)}, doc) "
+                        f"VALUES ({', '.join('?' * (len(cols) + 1))})"
+                    )
+                    self.db.executemany(
+                        sql,
+                        [tuple(d.get(c) for c in cols) + (json.dumps(d),) for d in docs.values()],
+                    )
                 if batch.history:
-                    self.db.executemany("INSERT INTO history (session, kind, uid, state, ts, "
-                                        "reason) VALUES (?, ?, ?, ?, ?, ?)", batch.history)
+                    self.db.executemany(
+                        "INSERT INTO history (session, kind, uid, state, ts, "
+                        "reason) VALUES (?, ?, ?, ?, ?, ?)",
+                        batch.history,
+                    )
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
@@ -73,8 +84,9 @@ class SqliteStore(StateStore):
             raise ValueError(f"kind={kind!r} must be one of {KINDS}")
         bad = set(where) - set(_COLUMNS[kind])
         if bad:
-            raise ValueError(f"find({kind}): cannot filter on {sorted(bad)}; "
-                             f"accepted: {_COLUMNS[kind]}")
+            raise ValueError(
+                f"find({kind}): cannot filter on {sorted(bad)}; accepted: {_COLUMNS[kind]}"
+            )
         sql = f"SELECT doc FROM {kind}"
         if where:
             sql += " WHERE " + " AND ".join(f"{k} = ?" for k in where)
