@@ -45,6 +45,8 @@ class Agent:
         self.first_pending = 0.0
         self.timers: list = []
         self.stopping: dict | None = None
+        self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
+        self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
         self.ppid = os.getppid()
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -77,6 +79,14 @@ class Agent:
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
         for u in units:
+            if self.canceled_early:
+                early = self.canceled_early.pop(u["uid"], None)
+                if early is not None:
+                    self.update(u["uid"], "CANCELED", {"reason": early})
+                    continue
+            if self.stopping:
+                self.late.append(u)
+                continue
             reason = self.sched.check(u)
             if reason is None and self.execu.which(u["executable"]) is None:
                 reason = f"executable={u['executable']!r} not found on PATH"
@@ -85,6 +95,8 @@ class Agent:
                 continue
             self.update(u["uid"], "QUEUED")
             self.sched.queue.append(u)
+        if self.stopping:
+            self.release_late()
         self.start_ready()
 
     def start_ready(self) -> None:
@@ -120,6 +132,10 @@ class Agent:
 
     def cancel(self, uids, reason: str) -> None:
         uids = set(uids)
+        known = {u["uid"] for u in self.sched.queue}
+        known.update(r.unit["uid"] for r in self.execu.running.values())
+        for uid in uids - known:
+            self.canceled_early[uid] = reason
         keep = []
         for u in self.sched.queue:
             if u["uid"] in uids:
@@ -140,17 +156,24 @@ class Agent:
     def stop(self, reason: str, hand_back: bool) -> None:
         if self.stopping:
             return
-        self.stopping = {"reason": reason}
-        queued = list(self.sched.queue)
+        self.stopping = {"reason": reason, "hand_back": hand_back}
+        self.late.extend(self.sched.queue)
         self.sched.queue.clear()
-        if hand_back and queued:
-            self.flush(force=True)
-            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": queued}))
-        else:
-            for u in queued:
-                self.update(u["uid"], "CANCELED", {"reason": reason})
+        self.release_late()
         for r in list(self.execu.running.values()):
             self._terminate(r, reason)
+
+    def release_late(self) -> None:
+        """Queued units of a stopping agent: handed back to be routed again, or CANCELED."""
+        if not self.late:
+            return
+        if self.stopping["hand_back"]:
+            self.flush(force=True)
+            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": self.late}))
+        else:
+            for u in self.late:
+                self.update(u["uid"], "CANCELED", {"reason": self.stopping["reason"]})
+        self.late = []
 
     def _on_term(self, signum, _frame) -> None:
         self.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)

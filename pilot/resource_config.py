@@ -15,6 +15,7 @@ import yaml
 
 BATCH_SYSTEMS = ("local", "slurm")
 LAUNCH_METHODS = ("fork", "srun")
+NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
 _KEYS = {
     "description",
     "batch_system",
@@ -134,8 +135,8 @@ def parse(name: str, raw: dict) -> ResourceConfig:
 def known_resources() -> list[str]:
     names = []
     for entry in resources.files("configs").iterdir():
-        if entry.name.endswith(".yaml"):
-            site = entry.name[: -len(".yaml")]
+        site = entry.name[: -len(".yaml")]
+        if entry.name.endswith(".yaml") and site not in NOT_RESOURCES:
             data = yaml.safe_load(entry.read_text()) or {}
             names += [f"{site}.{key}" for key in data]
     return sorted(names)
@@ -152,7 +153,8 @@ def load(resource: str) -> ResourceConfig:
         return parse(path.stem, yaml.safe_load(path.read_text()) or {})
     site, _, name = resource.partition(".")
     entry = resources.files("configs").joinpath(f"{site}.yaml")
-    data = yaml.safe_load(entry.read_text()) if site and entry.is_file() else {}
+    known = site and site not in NOT_RESOURCES and entry.is_file()
+    data = yaml.safe_load(entry.read_text()) if known else {}
     if not name or name not in (data or {}):
         raise ValueError(
             f"resource={resource!r} is unknown; known resources: "

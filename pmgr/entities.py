@@ -57,7 +57,7 @@ class Stateful:
             if reason and step in S.FINAL:
                 self.reason = reason
             self.session._persist_state(self, step, ts)
-            fired.append(self)
+            fired.append((self, step))
         return True
 
     @property

@@ -101,8 +101,7 @@ class Session:
 
     def _fire(self, fired: list) -> None:
         """Run callbacks for objects that changed (outside the lock)."""
-        for obj in fired:
-            state = obj.state
+        for obj, state in fired:
             cbs = list(obj._callbacks)
             mgr = getattr(obj, "umgr", None) or getattr(obj, "pmgr", None)
             if mgr is not None:

@@ -207,6 +207,11 @@ class UnitManager:
                 part = self._find_partition(d.partition)
                 if part.state == S.ACTIVE:
                     target = part
+                elif part.final:
+                    unit._advance(
+                        S.FAILED, time.time(), f"partition={part.uid!r} is {part.state}", fired
+                    )
+                    continue
             else:
                 key = (d.cores, d.gpus)
                 cands = fits_cache.get(key)
@@ -269,11 +274,16 @@ class UnitManager:
             unit = self.units.get(d["uid"])
             if unit is None or unit.final or unit.part != part_uid:
                 continue
-            if unit.state == S.QUEUED:
-                unit._advance(S.SCHEDULING, now, None, fired)
             part = unit.pilot._parts.get(part_uid)
             if part is not None:
                 part.outstanding -= 1
+            if unit.description.partition == part_uid:  # pinned there: nowhere else to go
+                unit._advance(
+                    S.FAILED, now, f"its partition {part_uid} was stopped before it ran", fired
+                )
+                continue
+            if unit.state == S.QUEUED:
+                unit._advance(S.SCHEDULING, now, None, fired)
             unit.part = None
             back.append(unit)
         self.pending.extendleft(reversed(back))
@@ -285,7 +295,8 @@ class UnitManager:
             for unit in self.units.values():
                 if unit.part != part.uid or unit.final:
                     continue
-                if unit.state == S.SCHEDULING:  # sent, never acknowledged: route again
+                if unit.state == S.SCHEDULING and unit.description.partition != part.uid:
+                    # sent, never acknowledged: route again
                     unit.part = None
                     self.pending.appendleft(unit)
                 else:

@@ -1,0 +1,5 @@
+import sys
+
+from pilot.cli import main
+
+sys.exit(main())

@@ -1,0 +1,167 @@
+"""The `pilot` command line.
+
+    pilot partitions PILOT                      list a running pilot's partitions
+    pilot reconfig PILOT [--stop UID|all]... [--start SIZE]...
+                                                stop and start partitions of a running pilot
+    pilot resources                             list the known resource configs
+
+PILOT is a pilot uid (pilot.0000), or SESSION/PILOT when several sessions run a pilot of that
+name; running pilots are found through their control file in the sessions directory
+($PILOT_SESSIONS_DIR, default ~/.pilot/sessions).  SIZE: 50% | fill | cores=4,gpus=1 | nodes=2 |
+gpus=all.  Exit status: 0 done, 1 the pilot refused the command, 2 bad usage or no such pilot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+
+import zmq
+
+from partition.description import ComputePartitionDescription
+from pilot import resource_config
+from pilot.descriptions import ALL, FILL
+from pilot.protocol import pack, unpack
+
+REPLY_TIMEOUT = 10.0
+
+
+class UsageError(Exception):
+    pass
+
+
+def _sessions_dir() -> str:
+    return os.environ.get("PILOT_SESSIONS_DIR") or os.path.expanduser("~/.pilot/sessions")
+
+
+def find_pilot(name: str) -> dict:
+    """The control record of a running pilot named `name` (PILOT or SESSION/PILOT)."""
+    session, _, pilot = name.rpartition("/")
+    pattern = os.path.join(_sessions_dir(), session or "*", pilot, "control.json")
+    found = sorted(glob.glob(pattern))
+    if not found:
+        raise UsageError(f"no running pilot {name!r} under {_sessions_dir()}")
+    if len(found) > 1:
+        names = [os.path.relpath(os.path.dirname(f), _sessions_dir()) for f in found]
+        raise UsageError(f"pilot {name!r} is ambiguous; name one of {names}")
+    with open(found[0]) as f:
+        return json.load(f)
+
+
+def parse_size(text: str) -> ComputePartitionDescription:
+    """'50%', 'fill', 'cores=4,gpus=1', 'nodes=2', 'gpus=all' -> a partition description."""
+    t = text.strip()
+    if t.lower() == "fill":
+        return ComputePartitionDescription(FILL)
+    if t.endswith("%"):
+        return ComputePartitionDescription(t)
+    kwargs: dict = {}
+    for item in t.split(","):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in ("cores", "gpus", "nodes", "config"):
+            raise ValueError(
+                f"--start {text!r}: {item!r} must be cores=N, gpus=N|all, nodes=N "
+                "or config=NAME (or use 50% / fill)"
+            )
+        value = value.strip()
+        if key == "config":
+            kwargs[key] = value
+        elif key == "gpus" and value.lower() == "all":
+            kwargs[key] = ALL
+        elif value.isdigit():
+            kwargs[key] = int(value)
+        else:
+            raise ValueError(f"--start {text!r}: {key}={value!r} must be a whole number")
+    return ComputePartitionDescription(**kwargs)
+
+
+def command(control: dict, op: str, args: dict) -> dict:
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, int(REPLY_TIMEOUT * 1000))
+    try:
+        sock.connect(control["endpoint"])
+        cid = f"cli.{os.getpid()}.{os.urandom(4).hex()}"
+        sock.send(pack({"cid": cid, "op": op, "args": args}))
+        try:
+            return unpack(sock.recv())
+        except zmq.Again:
+            raise UsageError(
+                f"{control['pilot']} did not answer within {REPLY_TIMEOUT:g} s"
+            ) from None
+    finally:
+        sock.close()
+
+
+def _print_partitions(result: dict) -> None:
+    size, free = result["size"], result["free"]
+    print(
+        f"{result['pilot']}: {size['nodes']} node(s), {size['cores']} cores, "
+        f"{size['gpus']} GPUs; free: {free['cores']} cores, {free['gpus']} GPUs, "
+        f"{free['nodes']} whole node(s)"
+    )
+    print(f"{'partition':28} {'state':9} {'nodes':>5} {'cores':>6} {'gpus':>5}  reason")
+    for p in result["partitions"]:
+        r = p["resources"] or {}
+        print(
+            f"{p['uid']:28} {p['state']:9} {len(r.get('nodes', [])):>5} "
+            f"{r.get('cores', 0):>6} {r.get('gpus', 0):>5}  {p['reason'] or ''}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="pilot", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("partitions", help="list a running pilot's partitions")
+    p.add_argument("pilot")
+    p.add_argument("--json", action="store_true")
+    r = sub.add_parser("reconfig", help="stop and start partitions of a running pilot")
+    r.add_argument("pilot")
+    r.add_argument("--stop", action="append", default=[], help="partition uid, or 'all'")
+    r.add_argument("--start", action="append", default=[], help="50%%, fill, cores=N,gpus=N ...")
+    r.add_argument("--json", action="store_true")
+    sub.add_parser("resources", help="list the known resource configs")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "resources":
+            print("\n".join(resource_config.known_resources()))
+            return 0
+        control = find_pilot(args.pilot)
+        if args.cmd == "reconfig":
+            if not args.stop and not args.start:
+                raise UsageError("reconfig: give --stop and/or --start")
+            stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
+            start = [parse_size(s).to_dict() for s in args.start]
+            reply = command(control, "reconfig", {"stop": stop, "start": start})
+        else:
+            reply = command(control, "partitions", {})
+        if not reply.get("ok"):
+            print(f"pilot: {control['pilot']} refused: {reply.get('error')}", file=sys.stderr)
+            return 1
+        if args.cmd == "reconfig":
+            listing = command(control, "partitions", {})["result"]
+            if args.json:
+                print(json.dumps({"reconfig": reply["result"], **listing}, indent=1))
+            else:
+                res = reply["result"]
+                print(f"stopped: {', '.join(res['stopped']) or '-'}")
+                for s in res["started"]:
+                    print(f"started: {s['uid']} {s['state']} {s['reason'] or ''}".rstrip())
+                _print_partitions(listing)
+        elif args.json:
+            print(json.dumps(reply["result"], indent=1))
+        else:
+            _print_partitions(reply["result"])
+        return 0
+    except (UsageError, ValueError) as exc:
+        print(f"pilot: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

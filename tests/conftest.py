@@ -1,0 +1,69 @@
+"""Shared fixtures: isolated session directories, sessions that are always closed, and a check
+that no process of a session is left behind (found by pid through PILOT_SESSION_ID)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import pilot as rp  # noqa: E402
+from pmgr import reaper  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def sessions_dir(tmp_path, monkeypatch):
+    d = tmp_path / "sessions"
+    d.mkdir()
+    monkeypatch.setenv("PILOT_SESSIONS_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def make_session():
+    """make_session(**kw) -> an open Session; all are closed after the test (even on failure),
+    and the test fails if any of their processes is still alive then."""
+    made: list[rp.Session] = []
+
+    def make(**kw):
+        s = rp.Session(**kw)
+        made.append(s)
+        return s
+
+    yield make
+    leftovers = {}
+    for s in made:
+        s.close()
+        left = reaper.session_processes(s.uid)
+        if left:
+            leftovers[s.uid] = left
+            reaper.kill_session_processes(s.uid)
+    assert not leftovers, f"processes left behind after close: {leftovers}"
+
+
+@pytest.fixture
+def session(make_session):
+    return make_session()
+
+
+def local_pilot(session, parts=((1,), (1,)), runtime=5, resource="local.localhost", **kw):
+    """Submit a pilot on `resource` with one partition of `cores` per entry of parts."""
+    descs = [
+        rp.ComputePartitionDescription(cores=p[0]) if isinstance(p, tuple) else p for p in parts
+    ]
+    pd = rp.ComputePilotDescription(resource=resource, parts=descs, runtime=runtime, **kw)
+    return rp.PilotManager(session).submit_pilots(pd)
+
+
+def active_pilot(session, **kw):
+    pilot = local_pilot(session, **kw)
+    for part in pilot.partitions:
+        assert part.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE, part.reason
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    return pilot, umgr

@@ -1,0 +1,115 @@
+"""Descriptions are validated on construction and on assignment, with errors naming the field."""
+
+import pytest
+
+import pilot as rp
+
+CPD = rp.ComputePartitionDescription
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"cores": -4}, r"ComputePartitionDescription: cores=-4 must be >= 0"),
+        ({"gpus": "lots"}, r"gpus='lots' must be an integer >= 0 or one of \('ALL',\)"),
+        ({"nodes": 0}, r"nodes=0 must be >= 1"),
+        ({"size": "150%"}, r"size='150%' must be a share"),
+        ({"size": "x%"}, r"size='x%' must be a share"),
+        ({"size": "50%", "cores": 2}, r"size='50%' cannot be combined with cores="),
+        ({"nodes": 1, "cores": 2}, r"nodes= takes whole nodes"),
+        ({}, r"no size given"),
+        ({"cores": 0, "gpus": 0}, r"empty partition"),
+        ({"cores": 1, "config": "orte"}, r"config='orte' must be one of \['default', 'fork'\]"),
+        ({"cores": 1, "colour": "red"}, r"unknown key\(s\) \['colour'\]"),
+    ],
+)
+def test_partition_description_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CPD(**kwargs)
+
+
+def test_partition_description_forms():
+    assert CPD("50%").share == 0.5
+    assert CPD(rp.FILL).size == rp.FILL
+    assert CPD("fill").size == rp.FILL
+    assert CPD(gpus=rp.ALL).gpus == rp.ALL
+    assert CPD(cores=2, config=["fork"]).config == "fork"  # the RFC's list form
+    d = CPD(cores=16, gpus=4, config="fork")
+    assert CPD.from_dict(d.to_dict()) == d
+
+
+def test_assignment_is_validated():
+    d = CPD(cores=2)
+    d.cores = 8
+    assert d.cores == 8
+    with pytest.raises(ValueError, match="cores=-1 must be >= 0"):
+        d.cores = -1
+    with pytest.raises(ValueError, match="unknown key 'coresx'"):
+        d.coresx = 1
+    u = rp.ComputeUnitDescription(executable="/bin/true")
+    with pytest.raises(ValueError, match=r"ComputeUnitDescription: cores=0 must be >= 1"):
+        u.cores = 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({}, "executable is required"),
+        ({"executable": ""}, r"executable='' must be a non-empty string"),
+        ({"executable": "x", "cores": -1}, r"cores=-1 must be >= 1"),
+        ({"executable": "x", "gpus": 1.5}, r"gpus=1.5 must be an integer >= 0"),
+        ({"executable": "x", "arguments": "a b"}, r"arguments='a b' must be a list of strings"),
+        ({"executable": "x", "environment": {"A=B": "1"}}, r"environment key='A=B'"),
+        ({"executable": "x", "exe": "y"}, r"unknown key\(s\) \['exe'\]"),
+    ],
+)
+def test_unit_description_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rp.ComputeUnitDescription(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            {"resource": "nowhere.at_all", "parts": [CPD(cores=1)]},
+            r"resource='nowhere.at_all' is unknown; known "
+            r"resources: \['cray.fake', 'local.localhost'",
+        ),
+        ({"parts": [CPD(cores=1, gpus=2)]}, r"parts\[0\].gpus=2 but the resource has no GPUs"),
+        ({"parts": [CPD(gpus=rp.ALL)]}, r"parts\[0\].gpus='ALL' but the resource has no GPUs"),
+        ({"parts": []}, r"parts=\[\] must be a non-empty list"),
+        ({"parts": ["8 cores"]}, r"parts\[0\]='8 cores' must be a ComputePartitionDescription"),
+        ({"parts": [CPD(cores=1)], "runtime": 0}, r"runtime=0 must be a number of minutes > 0"),
+        (
+            {"parts": [CPD("50%")]},
+            r"parts\[0\].size='50%' is relative; give the pilot an "
+            r"explicit size",
+        ),
+        ({"parts": [CPD(cores=1)], "colour": 1}, r"unknown key\(s\) \['colour'\]"),
+    ],
+)
+def test_pilot_description_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rp.ComputePilotDescription(**kwargs)
+
+
+def test_pilot_too_big_for_the_resource(tmp_path):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 4\n")
+    with pytest.raises(
+        ValueError,
+        match=r"parts\[1\] does not fit the resource: needs 3 cores, "
+        r"1 free",
+    ):
+        rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=3), CPD(cores=3)])
+
+
+def test_resource_config_errors(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("batch_system: pbs\n")
+    with pytest.raises(ValueError, match=r"batch_system='pbs' must be one of \('local', 'slurm'\)"):
+        rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=1)])
+    cfg.write_text("cores_per_node: -2\n")
+    with pytest.raises(ValueError, match=r"cores_per_node=-2 must be an integer >= 0"):
+        rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=1)])

@@ -1,0 +1,65 @@
+"""State models: legal paths, illegal moves raise, final states are final."""
+
+import pytest
+
+import pilot as rp
+from pilot import states as S
+
+
+class Obj:
+    def __init__(self):
+        self.state = S.NEW
+        self.uid = "obj.0"
+
+
+@pytest.mark.parametrize(
+    "machine,path",
+    [
+        (S.PILOT_MACHINE, [S.LAUNCHING, S.PENDING, S.ACTIVE, S.DONE]),
+        (S.PARTITION_MACHINE, [S.PENDING, S.STARTING, S.ACTIVE, S.DONE]),
+        (S.UNIT_MACHINE, [S.SCHEDULING, S.QUEUED, S.EXECUTING, S.DONE]),
+    ],
+)
+def test_main_path_and_finality(machine, path):
+    o = Obj()
+    for state in path:
+        S.check_transition(machine, o, state)
+        assert o.state == state
+    for state in machine.states:
+        with pytest.raises(rp.IllegalTransition, match="illegal transition DONE"):
+            S.check_transition(machine, o, state)
+
+
+@pytest.mark.parametrize("final", [S.FAILED, S.CANCELED])
+def test_any_live_state_can_fail_or_cancel(final):
+    for machine in (S.PILOT_MACHINE, S.PARTITION_MACHINE, S.UNIT_MACHINE):
+        live = [s for s in machine.states if s not in S.FINAL]
+        for src in live:
+            o = Obj()
+            o.state = src
+            S.check_transition(machine, o, final)
+            assert o.state == final
+
+
+def test_backward_and_skipping_moves_raise():
+    o = Obj()
+    with pytest.raises(rp.IllegalTransition, match="NEW -> ACTIVE"):
+        S.check_transition(S.PARTITION_MACHINE, o, S.ACTIVE)
+    S.check_transition(S.PARTITION_MACHINE, o, S.PENDING)
+    with pytest.raises(rp.IllegalTransition, match="PENDING -> NEW"):
+        S.check_transition(S.PARTITION_MACHINE, o, S.NEW)
+    with pytest.raises(rp.IllegalTransition):
+        S.check_transition(S.PARTITION_MACHINE, o, "NO_SUCH_STATE")
+
+
+def test_requeue_is_the_only_backward_move():
+    o = Obj()
+    for s in (S.SCHEDULING, S.QUEUED, S.SCHEDULING, S.QUEUED, S.EXECUTING):
+        S.check_transition(S.UNIT_MACHINE, o, s)
+    with pytest.raises(rp.IllegalTransition):
+        S.check_transition(S.UNIT_MACHINE, o, S.SCHEDULING)
+
+
+def test_path_fills_skipped_states():
+    assert S.path_to(S.PARTITION_MACHINE, S.PENDING, S.ACTIVE) == [S.STARTING, S.ACTIVE]
+    assert S.path_to(S.UNIT_MACHINE, S.QUEUED, S.DONE) == [S.DONE]
