@@ -27,6 +27,7 @@ import zmq
 
 from agent.executor import Executor
 from agent.scheduler import Scheduler
+from agent.stager import Stager
 from pilot.protocol import ProtocolError, msg, pack, unpack
 
 FLUSH_EVERY = 0.02
@@ -41,6 +42,7 @@ class Agent:
         self.kill_grace = float(cfg.get("kill_grace", 2.0))
         self.sched = Scheduler(cfg["nodes"])
         self.execu = Executor(cfg)
+        self.stager = Stager(cfg["pilot_sandbox"])
         self.updates: list = []
         self.first_pending = 0.0
         self.timers: list = []
@@ -95,6 +97,7 @@ class Agent:
                 continue
             self.update(u["uid"], "QUEUED")
             self.sched.queue.append(u)
+            self.stager.submit(u)
         if self.stopping:
             self.release_late()
         self.start_ready()
@@ -104,7 +107,7 @@ class Agent:
             return
         for unit, node, cores, gpus in self.sched.ready():
             try:
-                self.execu.spawn(unit, node, cores, gpus)
+                self.execu.spawn(unit, self.stager.take(unit), node, cores, gpus)
             except OSError as exc:
                 self.sched.release(node, cores, gpus)
                 self.update(unit["uid"], "FAILED", {"reason": f"cannot start: {exc}"})
@@ -139,6 +142,7 @@ class Agent:
         keep = []
         for u in self.sched.queue:
             if u["uid"] in uids:
+                self.stager.drop(u)
                 self.update(u["uid"], "CANCELED", {"reason": reason})
             else:
                 keep.append(u)
@@ -157,6 +161,8 @@ class Agent:
         if self.stopping:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
+        for u in self.sched.queue:
+            self.stager.drop(u)
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()
@@ -231,6 +237,7 @@ class Agent:
                 if os.getppid() != self.ppid:
                     self.stop("the pilot's bootstrap is gone", hand_back=False)
             if self.stopping and not self.execu.running:
+                self.stager.close()
                 self.flush(force=True)
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0

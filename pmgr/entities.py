@@ -75,6 +75,7 @@ class Unit(Stateful):
     def __init__(self, session, uid: str, description, umgr, created: float | None = None):
         super().__init__(session, uid, created)
         self.description = description
+        self._desc = description.to_dict()  # captured at submit; later edits change nothing
         self.umgr = umgr
         self.part: str | None = None
         self.pilot = None  # the Pilot handle it was sent to
@@ -106,14 +107,14 @@ class Unit(Stateful):
     def cancel(self) -> None:
         self.umgr.cancel_units([self.uid])
 
-    def as_doc(self) -> dict:
+    def as_doc(self, full: bool = True) -> dict:
         return {
             "uid": self.uid,
             "session": self.session.uid,
             "pilot": self.pilot.uid if self.pilot else None,
             "partition": self.part,
             "state": self.state,
-            "description": self.description.to_dict(),
+            "description": self._desc if full else None,
             "exit_code": self.exit_code,
             "reason": self.reason,
             "node": self.node,
@@ -137,6 +138,11 @@ class Partition(Stateful):
         return self.resources["cores"] if self.resources else 0
 
     @property
+    def window(self) -> int:
+        """How many units not yet final the client lets this partition hold."""
+        return 4 * self.cores + 64
+
+    @property
     def gpus(self) -> int:
         return self.resources["gpus"] if self.resources else 0
 
@@ -152,13 +158,13 @@ class Partition(Stateful):
         """Stop this partition: queued units go to another partition, running ones are CANCELED."""
         self.pilot._stop_partitions([self.uid], "canceled by the user", timeout)
 
-    def as_doc(self) -> dict:
+    def as_doc(self, full: bool = True) -> dict:
         return {
             "uid": self.uid,
             "session": self.session.uid,
             "pilot": self.pilot.uid,
             "state": self.state,
-            "description": self.description.to_dict(),
+            "description": self.description.to_dict() if full else None,
             "resources": self.resources,
             "reason": self.reason,
         }

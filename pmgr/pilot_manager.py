@@ -243,12 +243,12 @@ class Pilot(Stateful):
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
 
-    def as_doc(self) -> dict:
+    def as_doc(self, full: bool = True) -> dict:
         return {
             "uid": self.uid,
             "session": self.session.uid,
             "state": self.state,
-            "description": self.description.to_dict(),
+            "description": self.description.to_dict() if full else None,
             "size": self.size,
             "sandbox": self.sandbox,
             "reason": self.reason,

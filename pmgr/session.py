@@ -83,7 +83,7 @@ class Session:
         self.writer.hist(
             (self.uid, obj.KIND, obj.uid, state, ts, obj.reason if state in S.FINAL else None)
         )
-        self.writer.doc(obj.KIND, obj.as_doc())
+        self.writer.changed(obj)
 
     def _wait_for(self, predicate, timeout: float | None, describe) -> None:
         if self.channel.in_thread():
@@ -127,9 +127,9 @@ class Session:
                     self._on_states(pilot, unpack(frames[1]), fired)
                 elif kind == b"back":
                     body = unpack(frames[1])
-                    self._umgr_for(pilot).units_back(body["part"], body["units"], fired)
+                    pilot.umgr.units_back(body["part"], body["units"], fired)
                 elif kind == b"unsent" and frames[1] == b"units":
-                    self._umgr_for(pilot).units_back(frames[2].decode(), unpack(frames[3]), fired)
+                    pilot.umgr.units_back(frames[2].decode(), unpack(frames[3]), fired)
                 elif kind == b"unsent":
                     pilot._on_reply(
                         {
@@ -148,20 +148,21 @@ class Session:
 
     def _on_states(self, pilot, updates: list, fired: list) -> None:
         units = None
+        umgr = None
         for kind, uid, state, ts, info in updates:
             if kind == "unit":
                 if units is None:
-                    units = self._umgr_for(pilot).units
+                    units = pilot.umgr.units
                 unit = units.get(uid)
                 if unit is None:
                     log.warning("state for unknown unit %s dropped", uid)
                     continue
-                unit.umgr._unit_state(unit, state, ts, info, fired)
+                umgr = unit.umgr
+                umgr._unit_state(unit, state, ts, info, fired)
             else:
                 pilot._partition_state(uid, state, ts, info, fired)
-
-    def _umgr_for(self, pilot):
-        return pilot.umgr
+        if umgr is not None and umgr.pending:
+            umgr._route(fired)  # units ended: their partitions have room again
 
     def _on_tick(self) -> None:
         fired: list = []

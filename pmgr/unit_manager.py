@@ -2,8 +2,10 @@
 
 Routing (client side): a unit with `partition=` goes to that partition once it is ACTIVE; any
 other unit goes to the ACTIVE partition of this manager's pilots with the fewest outstanding
-units per core among those whose largest node can hold it.  Units wait at the client (state
-SCHEDULING) while no suitable partition is ACTIVE.  Units are sent in one batch per partition.
+units per core among those whose largest node can hold it.  A partition holds at most its
+window (4 x cores + 64) of units not yet final: enough to keep its agent busy, few enough that
+a partition started later gets work and a stopped one has little to hand back.  Units wait at
+the client (state SCHEDULING) otherwise; each routing round sends one batch per partition.
 
 Nothing is lost: every unit ends in exactly one final state.
   - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
@@ -130,13 +132,23 @@ class UnitManager:
             else frozenset([state] if isinstance(state, str) else state) | S.FINAL
         )
 
-        def waiting():
-            return [u for u in units if u.state not in wanted]
+        left = units  # shrinks as units arrive: each wake-up costs what changed, not len(units)
+
+        def arrived() -> bool:
+            nonlocal left
+            if left and left[0].state in wanted and left[-1].state in wanted:
+                left = [u for u in left if u.state not in wanted]
+            elif left and left[0].state in wanted:
+                i = 0
+                while i < len(left) and left[i].state in wanted:
+                    i += 1
+                left = left[i:]
+            return not left
 
         self.session._wait_for(
-            lambda: not waiting(),
+            arrived,
             timeout,
-            lambda: f"{len(waiting())} of {len(units)} units not final, e.g. {waiting()[:3]}",
+            lambda: f"{len(left)} of {len(units)} units not there yet, e.g. {left[:3]}",
         )
         return [u.state for u in units]
 
@@ -188,29 +200,39 @@ class UnitManager:
         return None
 
     def _route(self, fired: list) -> None:
+        """Send pending units, oldest first, to partitions with room in their window."""
         if not self.pending:
             return
-        active = [
-            part
+        if self.pilots and all(p.final for p in self.pilots):
+            now = time.time()
+            for unit in self.pending:
+                unit._advance(S.FAILED, now, "no live pilot is left to run it", fired)
+            self.pending.clear()
+            return
+        room = {
+            part: part.window - part.outstanding
             for p in self.pilots
             if p.state == S.ACTIVE
             for part in p._parts.values()
-            if part.state == S.ACTIVE
-        ]
+            if part.state == S.ACTIVE and part.window > part.outstanding
+        }
+        if not room:
+            return
         batches: dict = {}
-        keep: deque[Unit] = deque()
+        skipped: list[Unit] = []
         fits_cache: dict = {}
-        for unit in self.pending:
+        pending = self.pending
+        while pending and room:
+            unit = pending.popleft()
             d = unit.description
             target = None
             if d.partition is not None:
                 part = self._find_partition(d.partition)
-                if part.state == S.ACTIVE:
+                if part in room:
                     target = part
                 elif part.final:
-                    unit._advance(
-                        S.FAILED, time.time(), f"partition={part.uid!r} is {part.state}", fired
-                    )
+                    why = f"partition={part.uid!r} is {part.state}"
+                    unit._advance(S.FAILED, time.time(), why, fired)
                     continue
             else:
                 key = (d.cores, d.gpus)
@@ -218,17 +240,21 @@ class UnitManager:
                 if cands is None:
                     cands = fits_cache[key] = [
                         p
-                        for p in active
+                        for p in room
                         if p.largest_node()[0] >= d.cores and p.largest_node()[1] >= d.gpus
                     ]
+                cands = [p for p in cands if p in room]
                 if cands:
                     target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
             if target is None:
-                keep.append(unit)
+                skipped.append(unit)
                 continue
             unit.part = target.uid
             unit.pilot = target.pilot
             target.outstanding += 1
+            room[target] -= 1
+            if room[target] <= 0:
+                del room[target]
             batches.setdefault(target, []).append(
                 {
                     "uid": unit.uid,
@@ -239,17 +265,12 @@ class UnitManager:
                     "gpus": d.gpus,
                 }
             )
-        self.pending = keep
+        pending.extendleft(reversed(skipped))
         for part, units in batches.items():
             for i in range(0, len(units), SEND_CHUNK):
                 self.session.channel.send(
                     part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])]
                 )
-        if self.pending and self.pilots and all(p.final for p in self.pilots):
-            now = time.time()
-            for unit in self.pending:
-                unit._advance(S.FAILED, now, "no live pilot is left to run it", fired)
-            self.pending.clear()
 
     # -- events (lock held, channel thread) ---------------------------------------------------
     def _unit_state(self, unit: Unit, state: str, ts: float, info: dict, fired: list) -> None:

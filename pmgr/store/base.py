@@ -1,13 +1,18 @@
 """The StateStore interface: where sessions, pilots, partitions and units are persisted.
 
-Data model (one table / collection per kind, readable field names):
-    sessions    {uid, created, dir, url}
-    pilots      {uid, session, state, description, size, reason, ...}
-    partitions  {uid, session, pilot, state, description, resources, reason}
-    units       {uid, session, pilot, partition, state, description, exit_code, reason, node}
-    history     {session, kind, uid, state, ts, reason}: one row per state change
+Data model (one table / collection per kind; field names are the ones a person reads):
+    sessions    uid, created, dir, url
+    pilots      uid, session, state, reason, sandbox, job, description*, size*
+    partitions  uid, session, pilot, state, reason, description*, resources*
+    units       uid, session, pilot, partition, state, reason, exit_code, node, slots*,
+                description*
+    history     session, kind, uid, state, ts, reason: one row per state change
+(* structured: JSON text in sqlite, sub-documents in MongoDB.)
+
 Writes come in batches (`write_batch`), each applied as one transaction (sqlite) or one bulk
-write (MongoDB); only the client writes.  Reads serve recovery, the CLI and tests.
+write (MongoDB); only the client writes.  A doc in a batch is an upsert of the fields it holds:
+`description` is sent once, when an object is first written, and kept from then on.
+Reads serve recovery, the CLI and tests.
 """
 
 from __future__ import annotations
@@ -15,12 +20,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("sessions", "pilots", "partitions", "units")
+FIELDS = {
+    "sessions": ("uid", "created", "dir", "url"),
+    "pilots": ("uid", "session", "state", "reason", "sandbox", "job", "description", "size"),
+    "partitions": ("uid", "session", "pilot", "state", "reason", "description", "resources"),
+    "units": (
+        "uid",
+        "session",
+        "pilot",
+        "partition",
+        "state",
+        "reason",
+        "exit_code",
+        "node",
+        "slots",
+        "description",
+    ),
+}
+STRUCTURED = frozenset(("description", "size", "resources", "slots"))
+KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
+HISTORY = ("session", "kind", "uid", "state", "ts", "reason")
 
 
 @dataclass
 class Batch:
     docs: dict[str, dict[str, dict]] = field(default_factory=lambda: {k: {} for k in KINDS})
-    history: list[tuple] = field(default_factory=list)  # (session, kind, uid, state, ts, reason)
+    history: list[tuple] = field(default_factory=list)  # rows in HISTORY order
 
     def __len__(self) -> int:
         return sum(len(d) for d in self.docs.values()) + len(self.history)
@@ -43,6 +68,14 @@ class StateStore:
 
     def close(self) -> None:
         pass
+
+
+def check_kind(kind: str, where: dict | None = None) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r} must be one of {KINDS}")
+    bad = set(where or ()) - set(FIELDS[kind])
+    if bad:
+        raise ValueError(f"find({kind}): cannot filter on {sorted(bad)}; accepted: {FIELDS[kind]}")
 
 
 def open_store(url: str) -> StateStore:

@@ -1,4 +1,9 @@
-"""The embedded state store: one sqlite file (WAL mode) in the session directory."""
+"""The embedded state store: one sqlite file (WAL mode) in the session directory.
+
+One table per kind with a column per field (structured fields as JSON text), and a history
+table.  A batch is one transaction: an upsert per doc (INSERT ... ON CONFLICT DO UPDATE; a doc
+without `description` keeps the stored one) and one insert per history row.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,9 @@ import json
 import sqlite3
 import threading
 
-from pmgr.store.base import KINDS, Batch, StateStore
+from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, STRUCTURED, Batch, StateStore, check_kind
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (uid TEXT PRIMARY KEY, doc TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS pilots (uid TEXT PRIMARY KEY, session TEXT, state TEXT, doc TEXT);
-CREATE TABLE IF NOT EXISTS partitions (uid TEXT PRIMARY KEY, session TEXT, pilot TEXT,
-                                       state TEXT, doc TEXT);
-CREATE TABLE IF NOT EXISTS units (uid TEXT PRIMARY KEY, session TEXT, pilot TEXT,
-                                  partition TEXT, state TEXT, doc TEXT);
-CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT,
-                                    kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT);
+_INDEXES = """
 CREATE INDEX IF NOT EXISTS history_uid ON history (uid);
 CREATE INDEX IF NOT EXISTS history_session ON history (session);
 CREATE INDEX IF NOT EXISTS units_session_state ON units (session, state);
@@ -24,12 +21,42 @@ CREATE INDEX IF NOT EXISTS units_partition ON units (partition);
 CREATE INDEX IF NOT EXISTS partitions_pilot ON partitions (pilot);
 CREATE INDEX IF NOT EXISTS pilots_session ON pilots (session);
 """
-_COLUMNS = {
-    "sessions": ("uid",),
-    "pilots": ("uid", "session", "state"),
-    "partitions": ("uid", "session", "pilot", "state"),
-    "units": ("uid", "session", "pilot", "partition", "state"),
-}
+
+
+def _schema() -> str:
+    tables = []
+    for kind in KINDS:
+        cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "uid" else c for c in FIELDS[kind])
+        tables.append(f"CREATE TABLE IF NOT EXISTS {kind} ({cols});")
+    tables.append(
+        "CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+        "session TEXT, kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT);"
+    )
+    return "\n".join(tables) + _INDEXES
+
+
+def _upsert_sql(kind: str) -> str:
+    cols = FIELDS[kind]
+    sets = ", ".join(
+        f"{c} = COALESCE(excluded.{c}, {kind}.{c})" if c in KEPT else f"{c} = excluded.{c}"
+        for c in cols
+        if c != "uid"
+    )
+    return (
+        f"INSERT INTO {kind} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        f"ON CONFLICT(uid) DO UPDATE SET {sets}"
+    )
+
+
+_UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _row(kind: str, doc: dict) -> tuple:
+    return tuple(
+        (None if doc.get(c) is None else _dumps(doc[c])) if c in STRUCTURED else doc.get(c)
+        for c in FIELDS[kind]
+    )
 
 
 class SqliteStore(StateStore):
@@ -42,7 +69,7 @@ class SqliteStore(StateStore):
         self.lock = threading.Lock()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        self.db.executescript(_schema())
 
     def write_batch(self, batch: Batch) -> None:
         with self.lock:
@@ -50,21 +77,12 @@ class SqliteStore(StateStore):
             try:
                 for kind in KINDS:
                     docs = batch.docs[kind]
-                    if not docs:
-                        continue
-                    cols = _COLUMNS[kind]
-                    sql = (
-                        f"INSERT OR REPLACE INTO {kind} ({', '.join(cols)}, doc) "
-                        f"VALUES ({', '.join('?' * (len(cols) + 1))})"
-                    )
-                    self.db.executemany(
-                        sql,
-                        [tuple(d.get(c) for c in cols) + (json.dumps(d),) for d in docs.values()],
-                    )
+                    if docs:
+                        self.db.executemany(_UPSERT[kind], [_row(kind, d) for d in docs.values()])
                 if batch.history:
                     self.db.executemany(
-                        "INSERT INTO history (session, kind, uid, state, ts, "
-                        "reason) VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO history (session, kind, uid, state, ts, reason) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
                         batch.history,
                     )
                 self.db.execute("COMMIT")
@@ -72,43 +90,43 @@ class SqliteStore(StateStore):
                 self.db.execute("ROLLBACK")
                 raise
 
+    def _docs(self, kind: str, rows) -> list[dict]:
+        cols = FIELDS[kind]
+        out = []
+        for row in rows:
+            doc = dict(zip(cols, row))
+            for c in STRUCTURED.intersection(cols):
+                if doc[c] is not None:
+                    doc[c] = json.loads(doc[c])
+            out.append(doc)
+        return out
+
     def get(self, kind: str, uid: str) -> dict | None:
-        if kind not in KINDS:
-            raise ValueError(f"kind={kind!r} must be one of {KINDS}")
+        check_kind(kind)
         with self.lock:
-            row = self.db.execute(f"SELECT doc FROM {kind} WHERE uid = ?", (uid,)).fetchone()
-        return json.loads(row[0]) if row else None
+            rows = self.db.execute(
+                f"SELECT {', '.join(FIELDS[kind])} FROM {kind} WHERE uid = ?", (uid,)
+            ).fetchall()
+        docs = self._docs(kind, rows)
+        return docs[0] if docs else None
 
     def find(self, kind: str, **where) -> list[dict]:
-        if kind not in KINDS:
-            raise ValueError(f"kind={kind!r} must be one of {KINDS}")
-        bad = set(where) - set(_COLUMNS[kind])
-        if bad:
-            raise ValueError(
-                f"find({kind}): cannot filter on {sorted(bad)}; accepted: {_COLUMNS[kind]}"
-            )
-        sql = f"SELECT doc FROM {kind}"
+        check_kind(kind, where)
+        sql = f"SELECT {', '.join(FIELDS[kind])} FROM {kind}"
         if where:
             sql += " WHERE " + " AND ".join(f"{k} = ?" for k in where)
         with self.lock:
             rows = self.db.execute(sql + " ORDER BY uid", tuple(where.values())).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return self._docs(kind, rows)
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
-        sql, args = "SELECT session, kind, uid, state, ts, reason FROM history", []
-        cond = []
-        if uid is not None:
-            cond.append("uid = ?")
-            args.append(uid)
-        if session is not None:
-            cond.append("session = ?")
-            args.append(session)
+        cond = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
+        sql = f"SELECT {', '.join(HISTORY)} FROM history"
         if cond:
-            sql += " WHERE " + " AND ".join(cond)
+            sql += " WHERE " + " AND ".join(f"{k} = ?" for k in cond)
         with self.lock:
-            rows = self.db.execute(sql + " ORDER BY id", args).fetchall()
-        keys = ("session", "kind", "uid", "state", "ts", "reason")
-        return [dict(zip(keys, r)) for r in rows]
+            rows = self.db.execute(sql + " ORDER BY id", tuple(cond.values())).fetchall()
+        return [dict(zip(HISTORY, r)) for r in rows]
 
     def close(self) -> None:
         with self.lock:

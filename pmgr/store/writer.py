@@ -1,10 +1,12 @@
 """Batched, off-the-hot-path writes: a thread that drains a queue into `write_batch` calls.
 
-Producers call `doc()` / `hist()` (cheap: a tuple into a SimpleQueue).  The writer thread takes
-everything queued, folds it into one Batch (the newest doc per uid wins) and writes it in one
-transaction.  `lag` is the age of the oldest record not yet written; `flush()` waits (bounded)
-until everything queued so far is written.  A failing write is logged and counted in
-`failed`, with the uids that were not persisted kept in `unpersisted`.
+Producers call `changed(obj)` after an object changed and `hist(row)` for each state change:
+a SimpleQueue put each, nothing else on the hot path.  The writer thread takes everything
+queued, builds one doc per changed object (`obj.as_doc(full)`, full the first time only, so the
+description is encoded once per object) and writes the batch in one transaction.  `lag` is the
+age of the oldest record in a batch when it was written; `max_lag` the largest so far.
+`flush()` waits (bounded) until everything queued so far is written.  A failing write is
+logged; its records are counted in `failed` and their uids kept in `unpersisted`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class BatchWriter:
         self.batches = 0
         self.failed = 0
         self.unpersisted: set[str] = set()
+        self.lag = 0.0
         self.max_lag = 0.0
         self._enqueued = 0
         self._done = 0
@@ -36,12 +39,18 @@ class BatchWriter:
         self._thread = threading.Thread(target=self._run, name="pmgr-store-writer", daemon=True)
         self._thread.start()
 
-    def doc(self, kind: str, doc: dict) -> None:
-        self.q.put((time.monotonic(), kind, doc))
+    def changed(self, obj) -> None:
+        """`obj` (with KIND, uid, as_doc(full)) changed: write its doc in the next batch."""
+        self.q.put((time.monotonic(), obj))
         self._enqueued += 1
 
-    def hist(self, entry: tuple) -> None:
-        self.q.put((time.monotonic(), None, entry))
+    def doc(self, kind: str, doc: dict) -> None:
+        """Write a plain doc (no object behind it)."""
+        self.q.put((time.monotonic(), (kind, doc)))
+        self._enqueued += 1
+
+    def hist(self, row: tuple) -> None:
+        self.q.put((time.monotonic(), row))
         self._enqueued += 1
 
     def _run(self) -> None:
@@ -65,20 +74,33 @@ class BatchWriter:
 
     def _write(self, items: list) -> None:
         batch = Batch()
-        for _, kind, rec in items:
-            if kind is None:
+        objs = {}
+        uids = set()
+        for _, rec in items:
+            if isinstance(rec, tuple) and len(rec) == 2:
+                batch.docs[rec[0]][rec[1]["uid"]] = rec[1]
+                uids.add(rec[1]["uid"])
+            elif isinstance(rec, tuple):
                 batch.history.append(rec)
+                uids.add(rec[2])
             else:
-                batch.docs[kind][rec["uid"]] = rec
+                objs[id(rec)] = rec
+        for obj in objs.values():
+            full = not getattr(obj, "_stored", False)
+            batch.docs[obj.KIND][obj.uid] = obj.as_doc(full)
+            uids.add(obj.uid)
         try:
             self.store.write_batch(batch)
+            for obj in objs.values():
+                obj._stored = True
             self.written += len(items)
             self.batches += 1
         except Exception as exc:  # a database error must not stop the client
             self.failed += len(items)
-            self.unpersisted.update(rec["uid"] if kind else rec[2] for _, kind, rec in items)
+            self.unpersisted.update(uids)
             log.error("store write of %d records failed: %s", len(items), exc)
-        self.max_lag = max(self.max_lag, time.monotonic() - items[0][0])
+        self.lag = time.monotonic() - items[0][0]
+        self.max_lag = max(self.max_lag, self.lag)
         with self._cv:
             self._done += len(items)
             self._cv.notify_all()

@@ -1,0 +1,161 @@
+"""Null-unit throughput through the whole path, beside the fork/exec limit of this machine.
+
+    python bench/throughput.py [--n 5000] [--reps 3]
+
+Each repetition, interleaved so that a noisy minute hits every row:
+  limit  posix_spawn of /bin/true with 2 children in flight, reaped with os.wait (the fastest way
+         found to launch processes from Python here), measured in this process
+  ours   a fresh process: Session + 2-core local.localhost pilot with one partition; N units of
+         /bin/true, 1 core each, from submit until every unit is DONE and its state persisted
+         (store flushed); also pilot start (submit -> partition ACTIVE) and peak RSS of the
+         client, the bootstrap and the agent
+ours runs twice per repetition: with the session directory (and so the 5,000 unit sandboxes,
+each a directory with STDOUT and STDERR files) on tmpfs (/dev/shm), and on the disk under /tmp.
+The limit creates no files at all; the disk row shows what file-system latency adds on this
+machine (it varies a lot from minute to minute here, and more after large deletes).
+The table shows medians [min-max] and ours / limit from the same repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+TRUE = "/bin/true"
+
+
+def limit_rate(n: int, inflight: int = 2) -> float:
+    env = dict(os.environ)
+    launched = done = running = 0
+    t0 = time.perf_counter()
+    while done < n:
+        while running < inflight and launched < n:
+            os.posix_spawn(TRUE, [TRUE], env)
+            running += 1
+            launched += 1
+        os.wait()
+        running -= 1
+        done += 1
+    return n / (time.perf_counter() - t0)
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def one_run(n: int, where: str) -> dict:
+    """Run inside a fresh process; returns the measurements."""
+    import pilot as rp
+    from pmgr import reaper
+
+    with tempfile.TemporaryDirectory(dir=where) as tmp:
+        pd = rp.ComputePilotDescription(
+            resource="local.localhost",
+            parts=[rp.ComputePartitionDescription(cores=2)],
+            cores=2,
+            runtime=30,
+        )
+        t0 = time.perf_counter()
+        with rp.Session(dir=tmp) as session:
+            pilot = rp.PilotManager(session).submit_pilots(pd)
+            pilot.partitions[0].wait(rp.ACTIVE, timeout=60)
+            startup = time.perf_counter() - t0
+            umgr = rp.UnitManager(session)
+            umgr.add_pilots(pilot)
+            umgr.submit_units([rp.ComputeUnitDescription(executable=TRUE)] * 4)  # warm-up
+            umgr.wait_units(timeout=60)
+            t1 = time.perf_counter()
+            units = umgr.submit_units(
+                [rp.ComputeUnitDescription(executable=TRUE) for _ in range(n)]
+            )
+            states = umgr.wait_units([u.uid for u in units], timeout=600)
+            session.writer.flush(timeout=120)
+            run_s = time.perf_counter() - t1
+            assert states == [rp.DONE] * n, "not every unit is DONE"
+            procs = reaper.session_processes(session.uid)
+            agents = [p for p in procs if p != pilot.job.pid]
+            return {
+                "rate": n / run_s,
+                "run_s": run_s,
+                "startup_s": startup,
+                "rss_client": peak_rss_mb(os.getpid()),
+                "rss_bootstrap": peak_rss_mb(pilot.job.pid),
+                "rss_agent": max(peak_rss_mb(p) for p in agents),
+                "write_lag_s": session.writer.max_lag,
+            }
+
+
+def fmt(values: list[float], digits: int = 0) -> str:
+    med = statistics.median(values)
+    return f"{med:.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--one", metavar="DIR", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one_run(args.n, args.one)))
+        return 0
+    places = {"tmpfs": "/dev/shm", "disk": tempfile.gettempdir()}
+    limits: list[float] = []
+    runs: dict[str, list[dict]] = {k: [] for k in places}
+    for rep in range(args.reps):
+        limit_rate(50)
+        lim = limit_rate(args.n)
+        limits.append(lim)
+        for name, where in places.items():
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", where, "--n", str(args.n)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            if out.returncode != 0:
+                print(out.stderr, file=sys.stderr)
+                return 1
+            run = json.loads(out.stdout.strip().splitlines()[-1])
+            run["ratio"] = run["rate"] / lim
+            runs[name].append(run)
+            print(
+                f"rep {rep + 1}: limit {lim:.0f}/s, ours on {name} {run['rate']:.0f}/s",
+                file=sys.stderr,
+            )
+    print(
+        f"\nN={args.n} null units (/bin/true, 1 core), 2-core local.localhost pilot, "
+        f"{args.reps} reps, {os.cpu_count()} cores\n"
+    )
+    print(
+        "| row | units/s median [min-max] | x limit | pilot start s | peak RSS MB "
+        "client / bootstrap / agent | store write lag s |"
+    )
+    print("|---|---|---|---|---|---|")
+    print(f"| limit/spawn-c2 | {fmt(limits)} | 1.00 | - | - | - |")
+    for name, rs in runs.items():
+        col = lambda k, rs=rs: [r[k] for r in rs]  # noqa: E731
+        print(
+            f"| ours, sandboxes on {name} | {fmt(col('rate'))} | {fmt(col('ratio'), 2)} | "
+            f"{fmt(col('startup_s'), 2)} | {max(col('rss_client')):.0f} / "
+            f"{max(col('rss_bootstrap')):.0f} / {max(col('rss_agent')):.0f} | "
+            f"{fmt(col('write_lag_s'), 2)} |"
+        )
+    print("\ntargets: x limit >= 0.40 at N=5000; pilot start < 1 s; every RSS < 100 MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
