@@ -1,0 +1,36 @@
+# Set-up and the everyday commands.  Every target installs what it needs first (idempotent):
+# a virtualenv in .venv with this project (editable) and its test tools.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench peers clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a reconfig
+	$(PY) examples/partitions_demo.py
+
+test: $(STAMP)            ## lint + the whole test suite
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+bench: $(STAMP)           ## null-unit throughput vs the fork/exec limit (about 2 minutes)
+	$(PY) bench/throughput.py
+
+peers: $(STAMP)           ## our row in the shared peer benchmark (../shared/bench/peers)
+	PEERS="limit" BENCH_OUT=$(CURDIR)/bench/results/peers \
+	OURS_CMD="$(CURDIR)/$(PY) $(CURDIR)/bench/peers_ours.py" \
+	bash ../shared/bench/peers/run_all.sh
+
+clean:
+	rm -rf $(VENV) *.egg-info
