@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -32,6 +31,7 @@ from partition.description import ComputePartitionDescription
 from partition.manager import PartitionIO, PartitionManager
 from partition.sizing import Pool
 from pilot import resource_config
+from pilot.launch.zygote import AgentLauncher, AgentProc
 from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
 from pilot.states import CANCELED, DONE, FAILED
 
@@ -59,7 +59,8 @@ class Bootstrap(PartitionIO):
         self.control.setsockopt(zmq.LINGER, 0)
         cport = self.control.bind_to_random_port("tcp://127.0.0.1")
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, AgentProc] = {}
+        self.launcher = AgentLauncher()
         self.pool = Pool.for_pilot(cfg["size"], self.rcfg)
         agent_cfg = {
             "session": cfg["session"],
@@ -84,21 +85,13 @@ class Bootstrap(PartitionIO):
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
             log.error("%s: cannot reach agent: %s", uid, exc)
 
-    def spawn_agent(self, uid: str, cfg: dict) -> subprocess.Popen:
+    def spawn_agent(self, uid: str, cfg: dict) -> AgentProc:
         path = os.path.join(self.sandbox, f"{uid}.agent.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
-        logf = open(os.path.join(self.sandbox, f"{uid}.agent.log"), "ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agent", path],
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-        )
-        logf.close()
+        proc = self.launcher.spawn(path, os.path.join(self.sandbox, f"{uid}.agent.log"))
         self.procs[uid] = proc
-        log.info("%s: agent started, pid %d", uid, proc.pid)
+        log.info("%s: agent requested", uid)
         return proc
 
     def emit(self, uid: str, state: str, info: dict) -> None:
@@ -235,6 +228,7 @@ class Bootstrap(PartitionIO):
         poller = zmq.Poller()
         for s in (self.client, self.agents, self.control):
             poller.register(s, zmq.POLLIN)
+        poller.register(self.launcher.fd, zmq.POLLIN)
         next_hb = time.monotonic()
         timeout = self.cfg["client_timeout"]
         while True:
@@ -244,6 +238,8 @@ class Bootstrap(PartitionIO):
                     self._drain(sock, handler)
             if self.control in events:
                 self._drain(self.control, self.on_control)
+            if self.launcher.fd in events:
+                self.launcher.on_readable()
             self.check_agents()
             self.pm.check_stuck()
             now = time.monotonic()
@@ -289,13 +285,13 @@ class Bootstrap(PartitionIO):
         state, reason = self.ending
         log.info("down.wait: %d agent(s) left", len(self.procs))
         for uid, proc in list(self.procs.items()):
-            try:  # an agent that said bye exits at once; one that did not is killed
-                code = proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
-                log.error("%s: agent pid %d still running at teardown; killed", uid, proc.pid)
+            code = proc.wait(timeout=2.0)  # an agent that said bye exits at once
+            if code is None:
+                log.error("%s: agent pid %s still running at teardown; killed", uid, proc.pid)
                 proc.kill()
-                code = proc.wait()
-            self.pm.on_agent_exit(uid, code)
+                code = proc.wait(timeout=5.0)
+            self.pm.on_agent_exit(uid, -9 if code is None else code)
+        self.launcher.close()
         for part in self.pm.live():
             self.pm._final(part, FAILED, "pilot ended before the partition did")
         self.flush()
