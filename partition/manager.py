@@ -28,6 +28,7 @@ from pilot.protocol import pack
 from pilot.states import ACTIVE, CANCELED, DONE, FAILED, FINAL, PENDING, STARTING
 
 log = logging.getLogger("bootstrap.partitions")
+EXIT_GRACE = 1.0  # seconds an ended agent's last messages get to arrive
 
 
 class PartitionIO:
@@ -46,6 +47,8 @@ class Part:
     buffered: list = field(default_factory=list)  # unit batches (raw JSON) waiting for ACTIVE
     final: str | None = None  # the final state asked for by a stop
     hand_back: bool = False  # a stop hands queued units back instead of canceling them
+    exit_code: int | None = None  # the agent process's, once it has ended
+    exit_deadline: float | None = None
     reason: str | None = None
     stop_deadline: float | None = None
     created: float = field(default_factory=time.time)
@@ -150,9 +153,16 @@ class PartitionManager:
             return
         self._final(part, part.final or DONE, part.reason or body.get("reason"))
 
-    def on_agent_exit(self, uid: str, code: int) -> None:
+    def on_agent_exit(self, uid: str, code: int, grace: float = EXIT_GRACE) -> None:
+        """The agent process ended.  Its last messages (state, back, bye) may still be in the
+        socket behind the exit notice: the partition ends on its bye, or `grace` s after the
+        exit at the latest (check_stuck), so no unit update is overtaken by the final state."""
         part = self.parts.get(uid)
         if part is None or part.state in FINAL:
+            return
+        part.exit_code = code
+        if grace > 0:
+            part.exit_deadline = time.monotonic() + grace
             return
         if part.final and code == 0:
             self._final(part, part.final, part.reason)
@@ -187,6 +197,9 @@ class PartitionManager:
         """Agents that did not say bye in time after a stop are killed (then FAILED on exit)."""
         now = time.monotonic()
         for part in self.live():
+            if part.exit_deadline and now > part.exit_deadline:
+                self.on_agent_exit(part.uid, part.exit_code, grace=0)
+                continue
             if part.stop_deadline and now > part.stop_deadline and part.proc is not None:
                 log.error(
                     "%s: agent did not stop within its deadline; killing pid %s",
@@ -202,6 +215,9 @@ class PartitionManager:
         if cid in self.replies:
             return self.replies[cid]
         stop_uids = self._resolve_stop(stop)
+        taken = [u for u in uids or () if u in self.parts]
+        if taken:  # a client and a shell started partitions at the same moment
+            raise ValueError(f"partition uid(s) {taken} exist already; nothing was changed")
         descs = []
         for i, d in enumerate(start or []):
             try:

@@ -95,6 +95,7 @@ class Bootstrap(PartitionIO):
         return proc
 
     def emit(self, uid: str, state: str, info: dict) -> None:
+        info["free"] = self.pool.free  # what no live partition holds, after this change
         self.out.append(("part", uid, state, time.time(), info))
 
     def flush(self) -> None:
@@ -290,7 +291,8 @@ class Bootstrap(PartitionIO):
                 log.error("%s: agent pid %s still running at teardown; killed", uid, proc.pid)
                 proc.kill()
                 code = proc.wait(timeout=5.0)
-            self.pm.on_agent_exit(uid, -9 if code is None else code)
+            self._drain(self.agents, self.on_agent)  # its last words, if any are left
+            self.pm.on_agent_exit(uid, -9 if code is None else code, grace=0)
         self.launcher.close()
         for part in self.pm.live():
             self.pm._final(part, FAILED, "pilot ended before the partition did")

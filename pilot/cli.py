@@ -79,14 +79,14 @@ def parse_size(text: str) -> ComputePartitionDescription:
     return ComputePartitionDescription(**kwargs)
 
 
-def command(control: dict, op: str, args: dict) -> dict:
+def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, int(REPLY_TIMEOUT * 1000))
     try:
         sock.connect(control["endpoint"])
-        cid = f"cli.{os.getpid()}.{os.urandom(4).hex()}"
+        cid = cid or f"cli.{os.getpid()}.{os.urandom(4).hex()}"
         sock.send(pack({"cid": cid, "op": op, "args": args}))
         try:
             return unpack(sock.recv())
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--stop", action="append", default=[], help="partition uid, or 'all'")
     r.add_argument("--start", action="append", default=[], help="50%%, fill, cores=N,gpus=N ...")
     r.add_argument("--json", action="store_true")
+    r.add_argument("--id", help="command id: a retry with the same id is applied only once")
     sub.add_parser("resources", help="list the known resource configs")
     args = ap.parse_args(argv)
     try:
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError("reconfig: give --stop and/or --start")
             stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
             start = [parse_size(s).to_dict() for s in args.start]
-            reply = command(control, "reconfig", {"stop": stop, "start": start})
+            reply = command(control, "reconfig", {"stop": stop, "start": start}, args.id)
         else:
             reply = command(control, "partitions", {})
         if not reply.get("ok"):

@@ -132,6 +132,7 @@ class Partition(Stateful):
         self.pilot = pilot
         self.resources: dict | None = None  # {cores, gpus, nodes: [...], agent_nodes}
         self.outstanding = 0  # units sent here and not final
+        self.accepting = True  # False once a stop was asked for or it handed units back
 
     @property
     def cores(self) -> int:

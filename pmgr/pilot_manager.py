@@ -48,6 +48,7 @@ class Pilot(Stateful):
         self._queued_cmds: list[dict] = []
         self._cancel_requested: str | None = None
         self._free: dict | None = None
+        self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
 
     # -- public -----------------------------------------------------------------------------
     @property
@@ -64,6 +65,12 @@ class Pilot(Stateful):
                 f"{self.uid}: partition={uid!r} is unknown; known: {sorted(self._parts)}"
             )
         return part
+
+    @property
+    def free(self) -> dict | None:
+        """{nodes, cores, gpus} held by no live partition (None until the pilot reports it).
+        Free resources after a reconfig are also logged as under-use by the bootstrap."""
+        return dict(self._free) if self._free is not None else None
 
     def cancel(self, timeout: float | None = 60.0) -> None:
         """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED."""
@@ -95,11 +102,14 @@ class Pilot(Stateful):
             if self.final:
                 raise ValueError(f"reconfig: {self.uid} is {self.state}")
             stop_uids = self._stop_uids(stop)
+            for uid in stop_uids:
+                self._parts[uid].accepting = False
             new = []
             for d in descs:
                 part = self._new_partition(d)
                 new.append(part)
             cid = self.session.next_uid(f"{self.uid}.cmd")
+            self._new_by_cmd[cid] = [p.uid for p in new]
             self._command(
                 {
                     "cid": cid,
@@ -132,6 +142,8 @@ class Pilot(Stateful):
 
     def _stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
         with self.session.lock:
+            for uid in uids:
+                self._parts[uid].accepting = False
             cid = self.session.next_uid(f"{self.uid}.cmd")
             self._command(
                 {"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}}
@@ -175,13 +187,21 @@ class Pilot(Stateful):
         elif kind == b"bye":
             self._end(body.get("state", S.DONE), body.get("reason"), fired)
         elif kind == b"reply":
-            self._on_reply(body)
+            self._on_reply(body, fired)
         elif kind != b"hb":
             log.warning("%s: unknown message %r", self.uid, kind)
 
-    def _on_reply(self, body: dict) -> None:
-        if not body.get("ok"):
-            log.error("%s: command %s failed: %s", self.uid, body.get("cid"), body.get("error"))
+    def _on_reply(self, body: dict, fired: list) -> None:
+        new = self._new_by_cmd.pop(body.get("cid"), [])
+        if body.get("ok"):
+            return
+        log.error("%s: command %s failed: %s", self.uid, body.get("cid"), body.get("error"))
+        for uid in new:  # a refused reconfig starts nothing: its partitions end here
+            part = self._parts[uid]
+            if not part.final:
+                part._advance(
+                    S.FAILED, time.time(), f"reconfig refused: {body.get('error')}", fired
+                )
 
     def _partition_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
         part = self._parts.get(uid)
@@ -199,6 +219,8 @@ class Pilot(Stateful):
             return
         if "resources" in info:
             part.resources = info["resources"]
+        if "free" in info:
+            self._free = info["free"]
         part._advance(state, ts, info.get("reason"), fired)
         if self.umgr is not None and state in (S.ACTIVE,) + tuple(S.FINAL):
             self.umgr._partition_changed(part, fired)

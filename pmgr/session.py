@@ -136,7 +136,8 @@ class Session:
                             "cid": unpack(frames[2]).get("cid"),
                             "ok": False,
                             "error": "pilot not connected",
-                        }
+                        },
+                        fired,
                     )
                 else:
                     pilot._on_message(kind, unpack(frames[1]) if len(frames) > 1 else {}, fired)

@@ -214,7 +214,7 @@ class UnitManager:
             for p in self.pilots
             if p.state == S.ACTIVE
             for part in p._parts.values()
-            if part.state == S.ACTIVE and part.window > part.outstanding
+            if part.state == S.ACTIVE and part.accepting and part.window > part.outstanding
         }
         if not room:
             return
@@ -291,6 +291,9 @@ class UnitManager:
         """Units a partition could not or did not run: route them again."""
         now = time.time()
         back = []
+        stopping = self._find_partition(part_uid)
+        if stopping is not None:
+            stopping.accepting = False  # it is going away: send it nothing more
         for d in units:
             unit = self.units.get(d["uid"])
             if unit is None or unit.final or unit.part != part_uid:
