@@ -1,0 +1,122 @@
+"""The `pilot` command line against a running pilot, as a user at a shell would use it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import pilot as rp
+from tests.conftest import ROOT, active_pilot
+
+CPD = rp.ComputePartitionDescription
+
+
+def known(pilot, uid, timeout=20.0):
+    """The client's handle of a partition a shell started (its first update may be on the way)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return pilot.partition(uid)
+        except ValueError:
+            assert time.monotonic() < deadline, f"{uid} never reached the client"
+            time.sleep(0.02)
+
+
+def cli(*args, timeout=30):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "pilot", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+@pytest.fixture
+def running(session, tmp_path):
+    cfg = tmp_path / "four.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 4\ngpus_per_node: 2\n")
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)), resource=str(cfg), cores=4, gpus=2)
+    return pilot, umgr
+
+
+def test_partitions_lists_state_and_size(running):
+    pilot, _ = running
+    out = cli("partitions", pilot.uid)
+    assert out.returncode == 0, out.stderr
+    assert f"{pilot.uid}: 1 node(s), 4 cores, 2 GPUs; free: 2 cores, 2 GPUs" in out.stdout
+    for p in pilot.partitions:
+        assert f"{p.uid:28} ACTIVE" in out.stdout
+    data = json.loads(cli("partitions", pilot.uid, "--json").stdout)
+    assert [p["state"] for p in data["partitions"]] == ["ACTIVE", "ACTIVE"]
+
+
+def test_reconfig_from_a_shell_reaches_the_client(running):
+    pilot, umgr = running
+    first = pilot.partitions[0].uid
+    out = cli("reconfig", pilot.uid, "--stop", first, "--start", "50%")
+    assert out.returncode == 0, out.stderr
+    assert f"stopped: {first}" in out.stdout
+    new_uid = f"{pilot.uid}.part.0002"
+    assert f"started: {new_uid}" in out.stdout
+    assert pilot.partitions[0].wait(timeout=20) == rp.CANCELED
+    # the client learns of the partition the shell started and can use it
+    new = known(pilot, new_uid)
+    assert new.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE
+    assert (new.cores, new.gpus) == (2, 1)
+    unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true", partition=new_uid))
+    assert unit.wait(timeout=30) == rp.DONE
+    out = cli(
+        "reconfig", pilot.uid, "--stop", new_uid, "--start", "cores=1,gpus=1", "--start", "fill"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("started: ") == 2 and "FAILED" not in out.stdout
+    fill = known(pilot, f"{pilot.uid}.part.0004")
+    assert fill.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE
+    assert (fill.cores, fill.gpus) == (2, 1)
+    out = cli("reconfig", pilot.uid, "--stop", "all")
+    assert out.returncode == 0
+    for p in pilot.partitions:
+        assert p.wait(timeout=20) in (rp.CANCELED,)
+
+
+def test_bad_commands_change_nothing(running):
+    pilot, _ = running
+    before = cli("partitions", pilot.uid, "--json").stdout
+    out = cli("reconfig", pilot.uid, "--stop", "part.0042")
+    assert out.returncode == 1
+    assert "stop='part.0042': no such partition" in out.stderr
+    out = cli("reconfig", pilot.uid, "--start", "150%")
+    assert out.returncode == 2 and "size='150%' must be a share" in out.stderr
+    out = cli("reconfig", pilot.uid, "--start", "cores=lots")
+    assert out.returncode == 2 and "cores='lots' must be a whole number" in out.stderr
+    out = cli("reconfig", pilot.uid, "--start", "memory=4")
+    assert out.returncode == 2 and "'memory=4' must be cores=N" in out.stderr
+    out = cli("reconfig", "pilot.0999", "--stop", "all")
+    assert out.returncode == 2 and "no running pilot 'pilot.0999'" in out.stderr
+    assert cli("partitions", pilot.uid, "--json").stdout == before
+
+
+def test_a_retried_command_is_applied_once(running):
+    pilot, _ = running
+    for _ in range(2):
+        out = cli("reconfig", pilot.uid, "--start", "cores=1", "--id", "retry-me")
+        assert out.returncode == 0, out.stderr
+        assert (
+            f"started: {pilot.uid}.part.0002 STARTING" in out.stdout
+            or f"started: {pilot.uid}.part.0002" in out.stdout
+        )
+    data = json.loads(cli("partitions", pilot.uid, "--json").stdout)
+    assert len(data["partitions"]) == 3
+
+
+def test_resources_lists_configs():
+    out = cli("resources")
+    assert out.returncode == 0
+    assert out.stdout.split() == ["cray.fake", "local.localhost", "local.simulated"]
