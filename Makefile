@@ -24,8 +24,9 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: $(STAMP)           ## null-unit throughput vs the fork/exec limit (about 2 minutes)
+bench: $(STAMP)           ## throughput vs the fork/exec limit, reconfig latency (about 3 minutes)
 	$(PY) bench/throughput.py
+	$(PY) bench/reconfig.py
 
 peers: $(STAMP)           ## our row in the shared peer benchmark (../shared/bench/peers)
 	PEERS="limit" BENCH_OUT=$(CURDIR)/bench/results/peers \
