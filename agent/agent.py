@@ -25,7 +25,7 @@ import time
 
 import zmq
 
-from agent.executor import Executor
+from agent.executor import Executor, check_environment
 from agent.scheduler import Scheduler
 from agent.stager import Stager
 from pilot.protocol import ProtocolError, msg, pack, unpack
@@ -40,7 +40,7 @@ class Agent:
         self.cfg = cfg
         self.uid = cfg["uid"]
         self.kill_grace = float(cfg.get("kill_grace", 2.0))
-        self.sched = Scheduler(cfg["nodes"])
+        self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
         self.execu = Executor(cfg)
         self.stager = Stager(cfg["pilot_sandbox"])
         self.updates: list = []
@@ -92,6 +92,8 @@ class Agent:
             reason = self.sched.check(u)
             if reason is None and self.execu.which(u["executable"]) is None:
                 reason = f"executable={u['executable']!r} not found on PATH"
+            if reason is None:
+                reason = check_environment(u.get("environment"), self.sched.pool.types)
             if reason is not None:
                 self.update(u["uid"], "FAILED", {"reason": reason})
                 continue
@@ -105,20 +107,26 @@ class Agent:
     def start_ready(self) -> None:
         if self.stopping:
             return
-        for unit, node, cores, gpus in self.sched.ready():
+        for unit, alloc in self.sched.ready():
             try:
-                self.execu.spawn(unit, self.stager.take(unit), node, cores, gpus)
+                run = self.execu.spawn(unit, self.stager.take(unit), alloc)
             except OSError as exc:
-                self.sched.release(node, cores, gpus)
+                self.sched.release(alloc)
                 self.update(unit["uid"], "FAILED", {"reason": f"cannot start: {exc}"})
                 continue
+            slots = [{t: [i for i, _ in got] for t, got in grant.items()}
+                     for _, grant in alloc.ranks]
+            nodes = run.nodes
             self.update(
-                unit["uid"], "EXECUTING", {"node": node["name"], "cpus": cores, "gpus": gpus}
+                unit["uid"],
+                "EXECUTING",
+                {"node": nodes[0] if len(nodes) == 1 else nodes,
+                 "slots": slots[0] if len(slots) == 1 else slots},
             )
 
     def on_exits(self) -> None:
         for r, code in self.execu.reap():
-            self.sched.release(r.node, r.cores, r.gpus)
+            self.sched.release(r.alloc)
             uid = r.unit["uid"]
             if r.cancel_reason is not None:
                 self.update(uid, "CANCELED", {"exit_code": code, "reason": r.cancel_reason})
@@ -136,7 +144,7 @@ class Agent:
     def cancel(self, uids, reason: str) -> None:
         uids = set(uids)
         known = {u["uid"] for u in self.sched.queue}
-        known.update(r.unit["uid"] for r in self.execu.running.values())
+        known.update(r.unit["uid"] for r in self.execu.runs())
         for uid in uids - known:
             self.canceled_early[uid] = reason
         keep = []
@@ -148,7 +156,7 @@ class Agent:
                 keep.append(u)
         self.sched.queue.clear()
         self.sched.queue.extend(keep)
-        for r in self.execu.running.values():
+        for r in self.execu.runs():
             if r.unit["uid"] in uids and r.cancel_reason is None:
                 self._terminate(r, reason)
 
@@ -166,7 +174,7 @@ class Agent:
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()
-        for r in list(self.execu.running.values()):
+        for r in self.execu.runs():
             self._terminate(r, reason)
 
     def release_late(self) -> None:
@@ -230,7 +238,7 @@ class Agent:
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:
                 _, _, r = heapq.heappop(self.timers)
-                if r.pid in self.execu.running:
+                if len(r.codes) < len(r.pids):
                     self.execu.kill(r, signal.SIGKILL)
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0

@@ -11,10 +11,20 @@ throughput on 2 cores.)  Logical core ids (a config may declare more cores than 
 has) map onto the real ones round-robin.  Exits are collected with waitpid(-1, WNOHANG) when
 SIGCHLD arrives.
 
-Environment a unit sees, besides the agent's own and the unit's `environment`:
+A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
+the unit's STDOUT/STDERR); it ends when all have ended, with the first non-zero exit code.
+
+Environment a rank sees, besides the agent's own and the unit's `environment`:
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
-    PILOT_NODE_NAME  PILOT_CPU_IDS (logical core ids)  PILOT_GPU_IDS
-    CUDA_VISIBLE_DEVICES (the unit's GPU ids; empty for a unit without GPUs, on GPU partitions)
+    PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
+    PILOT_<TYPE>_IDS   the ids it holds of each pool type: PILOT_CPU_IDS (logical core ids),
+                       PILOT_GPU_IDS, PILOT_FPGA_IDS for a type `fpgas`, ...
+    <gpu_env_str>      (policy; default CUDA_VISIBLE_DEVICES) its GPU ids, mapped through the
+                       agent's own value of that variable when it has one (inherited "4,5,6" and
+                       GPU id 2 -> "6"); set on partitions with GPUs, empty for no GPUs
+Placeholders %(<type>_ids)s in the unit's environment values are filled with the same ids
+(%(cpu_ids)s, %(gpu_ids)s, %(fpga_ids)s); %% is a literal %.  A placeholder that cannot be
+filled is found when the unit arrives and fails it with the name (`check_environment`).
 """
 
 from __future__ import annotations
@@ -26,12 +36,49 @@ import signal
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 
 
-class Running:
-    __slots__ = ("unit", "pid", "node", "cores", "gpus", "cancel_reason")
+def type_key(t: str) -> str:
+    """Pool type -> the name in variables: cpus -> CPU, gpus -> GPU, fpgas -> FPGA."""
+    return (t[:-1] if t.endswith("s") else t).upper()
 
-    def __init__(self, unit, pid, node, cores, gpus):
-        self.unit, self.pid, self.node, self.cores, self.gpus = unit, pid, node, cores, gpus
+
+def _ids(grant_part) -> str:
+    seen = []
+    for i, _ in grant_part:
+        if i not in seen:
+            seen.append(i)
+    return ",".join(map(str, seen))
+
+
+def check_environment(environment: dict, types) -> str | None:
+    """The reason the unit's environment placeholders cannot be filled, or None."""
+    mapping = {f"{type_key(t).lower()}_ids": "0" for t in types}
+    for k, v in (environment or {}).items():
+        if "%" not in v:
+            continue
+        try:
+            v % mapping
+        except KeyError as exc:
+            return (f"environment[{k!r}]: placeholder %({exc.args[0]})s cannot be filled; "
+                    f"known: {', '.join(f'%({m})s' for m in sorted(mapping))}")
+        except (ValueError, TypeError) as exc:
+            return f"environment[{k!r}]={v!r}: bad placeholder ({exc}); write %% for a literal %"
+    return None
+
+
+class Run:
+    """One unit's processes (one per rank) while they run."""
+
+    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason")
+
+    def __init__(self, unit, alloc):
+        self.unit, self.alloc = unit, alloc
+        self.pids: list[int] = []
+        self.codes: dict[int, int] = {}
         self.cancel_reason = None
+
+    @property
+    def nodes(self) -> list[str]:
+        return [node.name for node, _ in self.alloc.ranks]
 
 
 class Executor:
@@ -47,58 +94,94 @@ class Executor:
                 "PILOT_PARTITION_ID": cfg["uid"],
             }
         )
-        self.running: dict[int, Running] = {}
+        self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self._which: dict[str, str | None] = {}
 
-    def spawn(self, unit: dict, io: tuple, node: dict, cores: list[int], gpus: list[int]):
-        """Start `unit` with its staged (sandbox, out_fd, err_fd); the fds are closed here.
-        Raises OSError (e.g. executable not found) with nothing left running."""
+    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
+        """Start every rank of `unit` with its staged (sandbox, out_fd, err_fd); the fds are
+        closed here.  Raises OSError (e.g. executable not found) with nothing left running."""
         sandbox, out, err = io
-        uid = unit["uid"]
+        run = Run(unit, alloc)
+        try:
+            for rank, (node, grant) in enumerate(alloc.ranks):
+                env = self._env(unit, sandbox, node, grant, rank, len(alloc.ranks))
+                pid = self._spawn_one(unit, env, sandbox, out, err)
+                run.pids.append(pid)
+                self.running[pid] = run
+                self._bind(pid, grant.get("cpus", ()))
+        except OSError:
+            for pid in run.pids:
+                self.running.pop(pid, None)
+                _killpg(pid, signal.SIGKILL)
+            raise
+        finally:
+            os.close(out)
+            os.close(err)
+        return run
+
+    def _env(self, unit, sandbox, node, grant, rank, ranks) -> dict:
         env = self.base_env.copy()
-        env.update(unit.get("environment") or ())
-        gpu_ids = ",".join(map(str, gpus))
-        env["PILOT_UNIT_ID"] = uid
+        ids = {t: _ids(grant.get(t, ())) for t in node.cap}
+        user = unit.get("environment")
+        if user:
+            mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
+            env.update({k: (v % mapping if "%" in v else v) for k, v in user.items()})
+        for t, v in ids.items():
+            env[f"PILOT_{type_key(t)}_IDS"] = v
+        env["PILOT_UNIT_ID"] = unit["uid"]
         env["PILOT_UNIT_SANDBOX"] = sandbox
-        env["PILOT_NODE_NAME"] = node["name"]
-        env["PILOT_CPU_IDS"] = ",".join(map(str, cores))
-        env["PILOT_GPU_IDS"] = gpu_ids
-        if self.has_gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpu_ids
+        env["PILOT_NODE_NAME"] = node.name
+        env["PILOT_RANK"] = str(rank)
+        env["PILOT_RANKS"] = str(ranks)
+        if self.has_gpus or ids["gpus"]:
+            var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
+            env[var] = self._visible(var, ids["gpus"])
+        return env
+
+    def _visible(self, var: str, gpu_ids: str) -> str:
+        """GPU ids as the unit must see them: through the inherited mask when there is one."""
+        inherited = self.base_env.get(var)
+        if not inherited or not gpu_ids:
+            return gpu_ids
+        mask = [m.strip() for m in inherited.split(",") if m.strip()]
+        out = []
+        for g in gpu_ids.split(","):
+            if int(g) >= len(mask):
+                raise OSError(f"GPU {g} is not in the inherited {var}={inherited}")
+            out.append(mask[int(g)])
+        return ",".join(out)
+
+    def _spawn_one(self, unit, env, sandbox, out, err) -> int:
         argv = [unit["executable"], *unit.get("arguments", ())]
         actions = [
             (os.POSIX_SPAWN_DUP2, self.devnull, 0),
             (os.POSIX_SPAWN_DUP2, out, 1),
             (os.POSIX_SPAWN_DUP2, err, 2),
         ]
-        try:
-            os.chdir(sandbox)
-            spawn = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
-            pid = spawn(
-                argv[0],
-                argv,
-                env,
-                file_actions=actions,
-                setpgroup=0,
-                setsigdef=_SPAWN_SIGDEF,
-                setsigmask=(),
-            )
-        finally:
-            os.close(out)
-            os.close(err)
+        os.chdir(sandbox)
+        spawn = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
+        return spawn(
+            argv[0],
+            argv,
+            env,
+            file_actions=actions,
+            setpgroup=0,
+            setsigdef=_SPAWN_SIGDEF,
+            setsigmask=(),
+        )
+
+    def _bind(self, pid: int, cpu_grant) -> None:
         allowed = self.allowed
-        mask = {allowed[c % len(allowed)] for c in cores} if cores else set(allowed)
+        mask = {allowed[c % len(allowed)] for c, _ in cpu_grant} if cpu_grant else set(allowed)
         if len(mask) < len(allowed):
             try:
                 os.sched_setaffinity(pid, mask)
             except ProcessLookupError:
                 pass  # it has exited already
-        r = Running(unit, pid, node, cores, gpus)
-        self.running[pid] = r
-        return r
 
     def reap(self):
-        """Yield (Running, exit code) for every child that has exited (negative = signal)."""
+        """Yield (Run, exit code) for every unit whose ranks have all exited (the first
+        non-zero code by rank; negative = signal)."""
         while self.running:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -106,15 +189,21 @@ class Executor:
                 return
             if pid == 0:
                 return
-            r = self.running.pop(pid, None)
-            if r is not None:
-                yield r, os.waitstatus_to_exitcode(status)
+            run = self.running.pop(pid, None)
+            if run is None:
+                continue
+            run.codes[pid] = os.waitstatus_to_exitcode(status)
+            if len(run.codes) == len(run.pids):
+                codes = [run.codes[p] for p in run.pids]
+                yield run, next((c for c in codes if c != 0), 0)
 
-    def kill(self, r: Running, sig: int) -> None:
-        try:
-            os.killpg(r.pid, sig)
-        except ProcessLookupError:
-            pass  # already gone; the reaper will collect it
+    def kill(self, run: Run, sig: int) -> None:
+        for pid in run.pids:
+            if pid not in run.codes:
+                _killpg(pid, sig)
+
+    def runs(self) -> list[Run]:
+        return list({id(r): r for r in self.running.values()}.values())
 
     def which(self, executable: str) -> str | None:
         """The program that runs for `executable`, or None; PATH look-ups are cached."""
@@ -123,3 +212,10 @@ class Executor:
         if executable not in self._which:
             self._which[executable] = shutil.which(executable)
         return self._which[executable]
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass  # already gone; the reaper will collect it

@@ -1,57 +1,70 @@
-"""Slot accounting for one partition: per node, free core ids and GPU ids.
+"""The agent's scheduler: a queue of units served onto the partition's resource pool.
 
-A unit needs `cores` cores and `gpus` GPUs on one node.  Placement is first fit over the
-partition's nodes in order; the queue is served strictly first come, first served, so a large
-unit at the head of the queue is never overtaken (and never starved) by smaller ones behind it.
-`check()` tells at submit whether a unit can ever fit, so a unit that cannot is failed at once
-instead of waiting forever.
+`check(unit)` at arrival: the reason a unit can never run in this partition (FAILED at once),
+or None.  `ready()` yields (unit, allocation) for queued units that fit now.
+
+Order and starvation (aging): the queue is served oldest first, and units behind the oldest
+waiting unit may start ahead of it (backfill) when they fit and it does not.  Each unit that
+overtakes it ages it; after MAX_OVERTAKES overtakes nothing behind it starts until it has
+started, so a large request is never starved by a stream of small ones: the pool drains until
+it fits.  At most SCAN queued units are looked at per round.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from agent.pool import PartitionPool
+
+MAX_OVERTAKES = 64
+SCAN = 256
+
 
 class Scheduler:
-    def __init__(self, nodes: list[dict]) -> None:
-        # nodes: [{"index", "name", "cores": [...], "gpus": [...]}, ...]
-        self.nodes = [
-            dict(n, free_cores=list(n["cores"]), free_gpus=list(n["gpus"])) for n in nodes
-        ]
+    def __init__(self, nodes: list[dict], agent_node: int | None = 0) -> None:
+        self.pool = PartitionPool(nodes, agent_node)
         self.queue: deque[dict] = deque()
+        self._failed_shapes: set = set()
 
     def check(self, unit: dict) -> str | None:
-        """None if `unit` fits on some node of the partition when it is empty, else the reason."""
-        cores, gpus = unit.get("cores", 1), unit.get("gpus", 0)
-        if any(len(n["cores"]) >= cores and len(n["gpus"]) >= gpus for n in self.nodes):
-            return None
-        best_c = max(len(n["cores"]) for n in self.nodes)
-        best_g = max(len(n["gpus"]) for n in self.nodes)
-        return (
-            f"cores={cores}, gpus={gpus} can never fit: the partition's largest node has "
-            f"{best_c} cores and {best_g} GPUs"
-        )
+        return self.pool.never_fits(unit)
 
-    def place(self, unit: dict):
-        """(node, core ids, gpu ids) taken for `unit`, or None when it does not fit now."""
-        cores, gpus = unit.get("cores", 1), unit.get("gpus", 0)
-        for n in self.nodes:
-            fc, fg = n["free_cores"], n["free_gpus"]
-            if len(fc) >= cores and len(fg) >= gpus:
-                tc, tg = fc[:cores], fg[:gpus]
-                del fc[:cores], fg[:gpus]
-                return n, tc, tg
-        return None
-
-    def release(self, node: dict, cores: list[int], gpus: list[int]) -> None:
-        node["free_cores"].extend(cores)
-        node["free_gpus"].extend(gpus)
+    def release(self, alloc) -> None:
+        self.pool.release(alloc.aid)
 
     def ready(self):
-        """Yield (unit, node, cores, gpus) for queued units that fit now, in queue order."""
+        """Yield (unit, allocation) for queued units that fit now, oldest first."""
         q = self.queue
-        while q:
-            slot = self.place(q[0])
-            if slot is None:
+        if not q:
+            return
+        oldest_waiting = None
+        misfits: set = set()  # shapes that did not fit in this round: skip their twins
+        i = 0
+        while i < len(q) and i < SCAN:
+            if not self.pool.free_cpus:
+                return  # every unit needs at least one whole core: nothing fits now
+            unit = q[i]
+            shape = _shape(unit)
+            alloc = None if shape in misfits else self.pool.allocate(unit)
+            if alloc is None:
+                misfits.add(shape)
+                if oldest_waiting is None:
+                    oldest_waiting = unit
+                    if unit.get("_overtaken", 0) >= MAX_OVERTAKES:
+                        return  # it has waited long enough: let the pool drain for it
+                i += 1
+                continue
+            del q[i]
+            if oldest_waiting is not None:
+                oldest_waiting["_overtaken"] = oldest_waiting.get("_overtaken", 0) + 1
+            yield unit, alloc
+            if oldest_waiting is not None and oldest_waiting["_overtaken"] >= MAX_OVERTAKES:
                 return
-            yield (q.popleft(),) + slot
+
+
+def _shape(unit: dict):
+    pol = unit.get("policy") or {}
+    return (unit.get("cpus", 1), unit.get("gpus", 0), unit.get("ranks", 1),
+            tuple(sorted((unit.get("resources") or {}).items())), pol.get("placement"),
+            pol.get("host_name"), pol.get("host_id"),
+            tuple(pol.get("cpu_affinity") or ()), tuple(pol.get("gpu_affinity") or ()))

@@ -42,6 +42,25 @@ def _size(owner, field, value):
     )
 
 
+def _resources(owner, field, value):
+    """User-defined types: a count (taken from the resource config's pool, or declared by this
+    partition when the config has no such type) or a list of {id, slots} (declared here)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(owner, field, value, "a mapping of type to a count or a list of {id, slots}")
+    from pilot.resource_config import parse_pool
+
+    for t, spec in value.items():
+        if t in ("cpus", "gpus"):
+            raise _err(owner, f"{field} key", t, "a user-defined type; use cores= / gpus=")
+        try:
+            parse_pool(type(owner).__name__, {t: spec}, 0)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("resource_pool", field)) from None
+    return dict(value)
+
+
 def _config(owner, field, value):
     if isinstance(value, (list, tuple)) and len(value) == 1:
         value = value[0]  # the RFC writes config = ['orte']
@@ -59,6 +78,7 @@ class ComputePartitionDescription(Description):
         "gpus": (None, optional_count(0, allow=(ALL,))),
         "nodes": (None, optional_count(1)),
         "config": (None, _config),
+        "resources": ({}, _resources),
         "name": (None, text()),
     }
 

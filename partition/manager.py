@@ -108,6 +108,7 @@ class PartitionManager:
             self.agent_cfg,
             uid=part.uid,
             nodes=nodes,
+            agent_node=None if part.alloc.agent_nodes else 0,  # LOCAL: where the agent runs
             kill_grace=self.agent_cfg.get("agents", {})
             .get(part.desc.agent_config, {})
             .get("kill_grace", 2.0),

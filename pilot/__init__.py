@@ -12,6 +12,8 @@ with rp.Session() as session:
 
 from partition.description import ComputePartitionDescription  # noqa: E402  (after pilot types)
 from pilot.descriptions import ALL, FILL, ComputePilotDescription, ComputeUnitDescription
+from pilot.groups import UnitGroup, UnitTemplate
+from pilot.policy import GLOBAL_POLICY, Policy
 from pilot.states import (
     ACTIVE,
     CANCELED,

@@ -153,14 +153,54 @@ def positive_minutes(owner, field, value):
 # ---- units ---------------------------------------------------------------------------------------
 
 
+def amount(owner, field, value):
+    """A count of slots: a whole number >= 0, or a fraction of one slot (0 < x < 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
+        value >= 1 and value != int(value)
+    ):
+        raise _err(owner, field, value, "a whole number >= 0 or a fraction 0 < x < 1")
+    return int(value) if value >= 1 or value == 0 else float(value)
+
+
+def amounts(owner, field, value):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _err(owner, field, value, "a mapping of resource type to count")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise _err(owner, f"{field} key", k, "a resource type name (letters, digits, _)")
+        if k in ("cpus", "gpus"):
+            raise _err(owner, f"{field} key", k, "a user-defined type; use cores= / gpus=")
+        out[k] = amount(owner, f"{field}[{k!r}]", v)
+    return out
+
+
+def policy_field(owner, field, value):
+    from pilot.policy import Policy, capture
+
+    if value is not None and not isinstance(value, Policy):
+        if isinstance(value, dict):
+            value = Policy.from_dict(value)
+        else:
+            raise _err(owner, field, value, "a Policy")
+    return capture(value)  # merged now: later edits or contexts change nothing
+
+
 class ComputeUnitDescription(Description):
-    """One task: an executable run as an OS process inside a partition.
+    """One task: an executable run as OS processes (one per rank) inside a partition.
 
     executable   program to run (a path, or a name looked up on PATH)
     arguments    its arguments (strings)
-    environment  extra environment variables for it
-    cores        cores it needs (bound with sched_setaffinity), default 1
-    gpus         GPUs it needs (ids in CUDA_VISIBLE_DEVICES and PILOT_GPU_IDS), default 0
+    environment  extra environment variables; values may hold %(cpu_ids)s, %(gpu_ids)s,
+                 %(<type>_ids)s placeholders, filled with what the unit was given (%% = %)
+    cores        cores per rank (default 1; cores_per_rank is the same)
+    gpus         GPUs per rank (default 0; gpus_per_rank is the same); a fraction 0 < x < 1
+                 shares one GPU slot
+    resources    other resource types for the unit, e.g. {"fpgas": 1}
+    ranks        processes to start (default 1), each with its own cores and GPUs
+    policy       placement and affinity (rp.Policy); merged at construction, see pilot/policy.py
     partition    uid of the partition it must run in; None = any ACTIVE partition with room
     name         a label of the user's
     """
@@ -170,7 +210,12 @@ class ComputeUnitDescription(Description):
         "arguments": ([], str_list),
         "environment": ({}, str_dict),
         "cores": (1, count(1)),
-        "gpus": (0, count(0)),
+        "gpus": (0, amount),
+        "cores_per_rank": (None, optional_count(1)),
+        "gpus_per_rank": (None, lambda o, f, v: None if v is None else amount(o, f, v)),
+        "resources": ({}, amounts),
+        "ranks": (1, count(1)),
+        "policy": (None, policy_field),
         "partition": (None, text()),
         "name": (None, text()),
     }
@@ -181,8 +226,53 @@ class ComputeUnitDescription(Description):
                 "ComputeUnitDescription: executable is required (a path or a program name on PATH)"
             )
         super().__init__(
-            executable=executable if executable is not None else kwargs.pop("executable"), **kwargs
+            executable=executable if executable is not None else kwargs.pop("executable"),
+            **kwargs,
         )
+
+    def _check(self) -> None:
+        name = type(self).__name__
+        for per, plain in (("cores_per_rank", "cores"), ("gpus_per_rank", "gpus")):
+            v = getattr(self, per)
+            if v is not None and getattr(self, plain) not in (v, self.FIELDS[plain][0]):
+                raise ValueError(f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
+                                 f"differ; they are the same thing, give one")
+        pol = self.policy
+        if pol.cpu_affinity is not None:
+            if self.ranks > 1:
+                raise ValueError(f"{name}: policy.cpu_affinity names one rank's cores; "
+                                 f"ranks={self.ranks} must be 1 with it")
+            if self.rank_cores not in (1, len(pol.cpu_affinity)):
+                raise ValueError(f"{name}: cores={self.rank_cores} but policy.cpu_affinity="
+                                 f"{pol.cpu_affinity} names {len(pol.cpu_affinity)} core(s)")
+        if pol.gpu_affinity is not None:
+            if self.ranks > 1:
+                raise ValueError(f"{name}: policy.gpu_affinity names one rank's GPUs; "
+                                 f"ranks={self.ranks} must be 1 with it")
+            if self.rank_gpus not in (0, len(pol.gpu_affinity)):
+                raise ValueError(f"{name}: gpus={self.rank_gpus} but policy.gpu_affinity="
+                                 f"{pol.gpu_affinity} names {len(pol.gpu_affinity)} GPU(s)")
+
+    @property
+    def rank_cores(self) -> int:
+        return self.cores_per_rank if self.cores_per_rank is not None else self.cores
+
+    @property
+    def rank_gpus(self):
+        return self.gpus_per_rank if self.gpus_per_rank is not None else self.gpus
+
+    def request(self) -> dict:
+        """What the agent places: per-rank counts per pool type, rank count, the policy."""
+        pol = self.policy
+        cores = len(pol.cpu_affinity) if pol.cpu_affinity is not None else self.rank_cores
+        gpus = len(pol.gpu_affinity) if pol.gpu_affinity is not None else self.rank_gpus
+        return {"cpus": cores, "gpus": gpus, "resources": dict(self.resources),
+                "ranks": self.ranks, "policy": pol.to_dict()}
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["policy"] = self.policy.to_dict()
+        return d
 
 
 # ---- pilots --------------------------------------------------------------------------------------

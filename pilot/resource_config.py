@@ -30,6 +30,7 @@ _KEYS = {
     "queue",
     "account",
     "psij_executor",
+    "resource_pool",
 }
 
 
@@ -56,6 +57,7 @@ class ResourceConfig:
     queue: str | None = None
     account: str | None = None
     extra: dict = field(default_factory=dict)
+    resource_pool: dict = field(default_factory=dict)  # per node: type -> [{id, slots}]
 
     def node_name(self, index: int) -> str:
         if self.node_names:
@@ -70,6 +72,47 @@ def _count(name: str, key: str, value, auto: int | None = None) -> int:
         accepted = "an integer >= 0" + (' or "auto"' if auto is not None else "")
         raise ValueError(f"resource config {name}: {key}={value!r} must be {accepted}")
     return value
+
+
+def parse_pool(where: str, raw, gpus: int) -> dict[str, list[dict]]:
+    """A per-node resource pool: {type: count | [{id, slots}]} -> {type: [{id, slots}]}.
+
+    `gpus` may only give slots to the node's GPUs (ids 0..gpus_per_node-1); `cpus` come from
+    cores_per_node; any other name is a user-defined type (a count of 0 declares it empty)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: resource_pool={raw!r} must be a mapping of type to a count "
+                         "or a list of {id, slots}")
+    pool = {}
+    for t, spec in raw.items():
+        if t == "cpus" or not isinstance(t, str) or not t.isidentifier():
+            raise ValueError(f"{where}: resource_pool type {t!r} must be gpus or a user-defined "
+                             "name (cpus come from cores_per_node)")
+        if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+            inst = [{"id": i if t == "gpus" else str(i), "slots": 1} for i in range(spec)]
+        elif isinstance(spec, list):
+            inst = []
+            for i, item in enumerate(spec):
+                if not isinstance(item, dict) or "id" not in item or set(item) - {"id", "slots"}:
+                    raise ValueError(f"{where}: resource_pool.{t}[{i}]={item!r} must be "
+                                     "{id: ..., slots: N}")
+                slots = item.get("slots", 1)
+                if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+                    raise ValueError(f"{where}: resource_pool.{t}[{i}].slots={slots!r} must be "
+                                     "an integer >= 1")
+                inst.append({"id": item["id"] if t == "gpus" else str(item["id"]),
+                             "slots": slots})
+        else:
+            raise ValueError(f"{where}: resource_pool.{t}={spec!r} must be a count >= 0 or a "
+                             "list of {id, slots}")
+        if len({i["id"] for i in inst}) != len(inst):
+            raise ValueError(f"{where}: resource_pool.{t} names an id twice")
+        if t == "gpus" and sorted(i["id"] for i in inst) != list(range(gpus)):
+            raise ValueError(f"{where}: resource_pool.gpus must list ids 0..{gpus - 1} "
+                             f"(gpus_per_node={gpus})")
+        pool[t] = inst
+    return pool
 
 
 def parse(name: str, raw: dict) -> ResourceConfig:
@@ -129,6 +172,11 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         queue=raw.get("queue"),
         account=raw.get("account"),
         extra={k: raw[k] for k in ("psij_executor",) if k in raw},
+        resource_pool=parse_pool(
+            f"resource config {name}",
+            raw.get("resource_pool"),
+            _count(name, "gpus_per_node", raw.get("gpus_per_node", 0)),
+        ),
     )
 
 

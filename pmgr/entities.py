@@ -10,6 +10,7 @@ that delivers them; `wait()` there raises instead).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -76,12 +77,24 @@ class Unit(Stateful):
         super().__init__(session, uid, created)
         self.description = description
         self._desc = description.to_dict()  # captured at submit; later edits change nothing
+        req = description.request()
+        self._wire = {
+            "uid": uid,
+            "executable": description.executable,
+            "arguments": description.arguments,
+            "environment": description.environment,
+            **req,
+        }
         self.umgr = umgr
         self.part: str | None = None
         self.pilot = None  # the Pilot handle it was sent to
         self.exit_code: int | None = None
         self.node: str | None = None
         self.slots: dict | None = None
+
+    def wire(self) -> dict:
+        """What the agent gets: the unit as placed and run there."""
+        return self._wire
 
     @property
     def sandbox(self) -> str | None:
@@ -146,6 +159,17 @@ class Partition(Stateful):
     @property
     def gpus(self) -> int:
         return self.resources["gpus"] if self.resources else 0
+
+    def could_hold(self, cores: int, gpus, ranks: int) -> bool:
+        """Whether an empty partition of this shape could hold such a unit (routing only;
+        the agent decides with the full pool)."""
+        if not self.resources:
+            return False
+        nodes = self.resources["nodes"]
+        fits = [n for n in nodes if len(n["cores"]) >= cores and len(n["gpus"]) >= math.ceil(gpus)]
+        if not fits:
+            return False
+        return ranks == 1 or sum(len(n["cores"]) // cores for n in fits) >= ranks
 
     def largest_node(self) -> tuple[int, int]:
         if not self.resources:

@@ -18,6 +18,7 @@ Nothing is lost: every unit ends in exactly one final state.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 
@@ -178,23 +179,17 @@ class UnitManager:
             part = self._find_partition(d.partition)
             if part.final:
                 return f"partition={d.partition!r} is {part.state}"
-            if part.resources:
-                cores, gpus = part.largest_node()
-                if d.cores > cores or d.gpus > gpus:
-                    return (
-                        f"cores={d.cores}, gpus={d.gpus} can never fit partition "
-                        f"{part.uid}: its largest node has {cores} cores, {gpus} GPUs"
-                    )
-            return None
+            return None  # its agent knows the partition's pool and says so at arrival
         if not self.pilots:
             return None
         live = [p for p in self.pilots if not p.final]
+        cores, gpus = d.rank_cores, math.ceil(d.rank_gpus)
         if live and all(
-            d.cores > p.size["cores_per_node"] or d.gpus > p.size["gpus_per_node"] for p in live
+            cores > p.size["cores_per_node"] or gpus > p.size["gpus_per_node"] for p in live
         ):
             best = max((p.size["cores_per_node"], p.size["gpus_per_node"]) for p in live)
             return (
-                f"cores={d.cores}, gpus={d.gpus} can never fit: the pilots' nodes have at "
+                f"cores={cores}, gpus={d.rank_gpus} can never fit: the pilots' nodes have at "
                 f"most {best[0]} cores, {best[1]} GPUs"
             )
         return None
@@ -235,14 +230,10 @@ class UnitManager:
                     unit._advance(S.FAILED, time.time(), why, fired)
                     continue
             else:
-                key = (d.cores, d.gpus)
+                key = (d.rank_cores, d.rank_gpus, d.ranks)
                 cands = fits_cache.get(key)
                 if cands is None:
-                    cands = fits_cache[key] = [
-                        p
-                        for p in room
-                        if p.largest_node()[0] >= d.cores and p.largest_node()[1] >= d.gpus
-                    ]
+                    cands = fits_cache[key] = [p for p in room if p.could_hold(*key)]
                 cands = [p for p in cands if p in room]
                 if cands:
                     target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
@@ -255,16 +246,7 @@ class UnitManager:
             room[target] -= 1
             if room[target] <= 0:
                 del room[target]
-            batches.setdefault(target, []).append(
-                {
-                    "uid": unit.uid,
-                    "executable": d.executable,
-                    "arguments": d.arguments,
-                    "environment": d.environment,
-                    "cores": d.cores,
-                    "gpus": d.gpus,
-                }
-            )
+            batches.setdefault(target, []).append(unit.wire())
         pending.extendleft(reversed(skipped))
         for part, units in batches.items():
             for i in range(0, len(units), SEND_CHUNK):
@@ -280,7 +262,7 @@ class UnitManager:
             unit.exit_code = info["exit_code"]
         if "node" in info:
             unit.node = info["node"]
-            unit.slots = {"cpus": info.get("cpus"), "gpus": info.get("gpus")}
+            unit.slots = info.get("slots")
         unit._advance(state, ts, info.get("reason"), fired)
         if unit.final and unit.part is not None:
             part = unit.pilot._parts.get(unit.part)

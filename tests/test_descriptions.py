@@ -57,7 +57,7 @@ def test_assignment_is_validated():
         ({}, "executable is required"),
         ({"executable": ""}, r"executable='' must be a non-empty string"),
         ({"executable": "x", "cores": -1}, r"cores=-1 must be >= 1"),
-        ({"executable": "x", "gpus": 1.5}, r"gpus=1.5 must be an integer >= 0"),
+        ({"executable": "x", "gpus": 1.5}, r"gpus=1.5 must be a whole number >= 0 or a fraction"),
         ({"executable": "x", "arguments": "a b"}, r"arguments='a b' must be a list of strings"),
         ({"executable": "x", "environment": {"A=B": "1"}}, r"environment key='A=B'"),
         ({"executable": "x", "exe": "y"}, r"unknown key\(s\) \['exe'\]"),

@@ -1,0 +1,279 @@
+"""Resource pools with slots: what a partition's agent places units onto.
+
+Per node, a pool of types (`cpus`, `gpus`, any user-defined type), each a list of instances
+{id, slots}.  Capacity is kept in thousandths of a slot, so fractions of a slot add up exactly
+(two 0.5-GPU requests share one slot of one GPU).  A request asks, per rank, for counts per
+type: a whole number of slots, or a fraction 0 < x < 1 of one slot.
+
+    allocate(request)   all ranks placed or none (every rank's fit is checked on copies first,
+                        then committed); returns an Allocation with an id, or None (wait)
+    release(aid)        returns exactly what that allocation took; a second release raises
+    never_fits(request) the reason a request can never fit this partition, or None
+
+Within a node, instances are chosen best-fit: the ones with the least free capacity that still
+hold the request, which keeps whole instances whole for larger requests.
+
+Node choice follows the unit's policy: LOCAL (the agent's node), HOST_NAME / HOST_ID (that node),
+else the distribution: BLOCK takes the node with the fewest free cores that fits (fills a node
+before the next), ROUNDROBIN the node with the most free cores, rotating among equals, so
+consecutive units land on consecutive nodes.  Nodes are indexed by free whole cores (one bucket
+per count), so a decision costs O(cores per node), not O(nodes).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+SCALE = 1000
+
+
+def need_of(amount) -> int:
+    return round(amount * SCALE)
+
+
+class NodePool:
+    __slots__ = ("index", "name", "host_id", "cap", "free", "free_cpus", "slot_cap")
+
+    def __init__(self, node: dict) -> None:
+        self.index = node["index"]
+        self.name = node["name"]
+        self.host_id = node.get("host_id", node["index"])
+        types = {"cpus": [{"id": c, "slots": 1} for c in node["cores"]]}
+        types.update(node.get("pool") or {})
+        if "gpus" not in types:
+            types["gpus"] = [{"id": g, "slots": 1} for g in node.get("gpus", ())]
+        self.cap = {t: {i["id"]: i["slots"] * SCALE for i in inst} for t, inst in types.items()}
+        self.free = {t: dict(c) for t, c in self.cap.items()}
+        self.free_cpus = len(self.free["cpus"])  # whole free cores: the index key
+
+    def take(self, req: dict, cpu_ids=None, gpu_ids=None) -> dict | None:
+        """Best-fit grant {type: [(id, amount)]} for one rank, or None; nothing changes on
+        None."""
+        grant = {}
+        for t, amount in req.items():
+            if not amount:
+                continue
+            free = self.free.get(t)
+            if free is None:
+                return None
+            pinned = cpu_ids if t == "cpus" else gpu_ids if t == "gpus" else None
+            got = _pick(free, need_of(amount), amount, pinned)
+            if got is None:
+                return None
+            grant[t] = got
+        for t, got in grant.items():
+            free = self.free[t]
+            for i, a in got:
+                free[i] -= a
+        self.free_cpus = sum(1 for v in self.free["cpus"].values() if v >= SCALE)
+        return grant
+
+    def give(self, grant: dict) -> None:
+        for t, got in grant.items():
+            free = self.free[t]
+            for i, a in got:
+                free[i] += a
+        self.free_cpus = sum(1 for v in self.free["cpus"].values() if v >= SCALE)
+
+
+def _pick(free: dict, need: int, amount, pinned) -> list | None:
+    if pinned is not None:  # affinity: exactly these instances, a whole slot each
+        if any(free.get(i, -1) < SCALE for i in pinned):
+            return None
+        return [(i, SCALE) for i in pinned]
+    if amount < 1:  # a fraction of one slot: the instance with the least room that holds it
+        best = None
+        for i, f in free.items():
+            if f >= need and (best is None or f < free[best]):
+                best = i
+                if f == need:
+                    break
+        return None if best is None else [(best, need)]
+    whole = int(amount)
+    if sum(f // SCALE for f in free.values()) < whole:
+        return None
+    got = []
+    for i, f in sorted(free.items(), key=lambda kv: kv[1]):  # best fit: fullest first
+        k = min(f // SCALE, whole)
+        if k:
+            got.append((i, k * SCALE))
+            whole -= k
+            if not whole:
+                break
+    return got
+
+
+@dataclass
+class Allocation:
+    aid: int
+    ranks: list  # [(NodePool, grant)] per rank
+
+
+class PartitionPool:
+    def __init__(self, nodes: list[dict], agent_node: int | None = None) -> None:
+        self.nodes = [NodePool(n) for n in nodes]
+        self.by_name = {n.name: n for n in self.nodes}
+        self.by_host_id = {n.host_id: n for n in self.nodes}
+        self.agent_node = agent_node  # index into nodes of the agent's node (LOCAL), or None
+        self.max_cpus = max((len(n.cap["cpus"]) for n in self.nodes), default=0)
+        self.buckets: list[dict] = [dict() for _ in range(self.max_cpus + 1)]
+        for n in self.nodes:
+            self.buckets[n.free_cpus][n] = None
+        self.free_cpus = sum(n.free_cpus for n in self.nodes)  # whole free cores, all nodes
+        self.active: dict[int, Allocation] = {}
+        self._ids = itertools.count()
+        self.types = sorted({t for n in self.nodes for t in n.cap})
+
+    # -- placement ------------------------------------------------------------------------------
+    def allocate(self, request: dict) -> Allocation | None:
+        pol = request.get("policy") or {}
+        per_rank = {"cpus": request.get("cpus", 1), "gpus": request.get("gpus", 0)}
+        ranks = []
+        for r in range(request.get("ranks", 1)):
+            req = dict(per_rank, **(request.get("resources") or {})) if r == 0 else per_rank
+            node = self._choose(req, pol)
+            grant = None if node is None else self._take(node, req, pol)
+            if grant is None:
+                for n, g in ranks:  # all or nothing
+                    self._give(n, g)
+                return None
+            ranks.append((node, grant))
+        alloc = Allocation(next(self._ids), ranks)
+        self.active[alloc.aid] = alloc
+        return alloc
+
+    def release(self, aid: int) -> None:
+        alloc = self.active.pop(aid, None)
+        if alloc is None:
+            raise ValueError(f"release of allocation {aid}: not held (released twice?)")
+        for node, grant in alloc.ranks:
+            self._give(node, grant)
+
+    def _take(self, node: NodePool, req: dict, pol: dict):
+        before = node.free_cpus
+        grant = node.take(req, pol.get("cpu_affinity"), pol.get("gpu_affinity"))
+        if grant is not None and node.free_cpus != before:
+            del self.buckets[before][node]
+            self.buckets[node.free_cpus][node] = None
+            self.free_cpus += node.free_cpus - before
+        return grant
+
+    def _give(self, node: NodePool, grant: dict) -> None:
+        before = node.free_cpus
+        node.give(grant)
+        if node.free_cpus != before:
+            del self.buckets[before][node]
+            self.buckets[node.free_cpus][node] = None
+            self.free_cpus += node.free_cpus - before
+
+    def _pinned_node(self, pol: dict) -> NodePool | None | bool:
+        placement = pol.get("placement")
+        if placement == "HOST_NAME":
+            return self.by_name.get(pol.get("host_name"))
+        if placement == "HOST_ID":
+            return self.by_host_id.get(pol.get("host_id"))
+        if placement == "LOCAL":
+            return None if self.agent_node is None else self.nodes[self.agent_node]
+        return False  # not pinned
+
+    def _choose(self, req: dict, pol: dict) -> NodePool | None:
+        pinned = self._pinned_node(pol)
+        if pinned is not False:
+            return pinned if pinned is not None and _fits(pinned, req, pol) else None
+        cpus = req.get("cpus", 1)
+        whole = int(cpus) if cpus >= 1 else (1 if cpus else 0)
+        if pol.get("distribution") == "BLOCK":
+            order = range(whole, self.max_cpus + 1)
+        else:
+            order = range(self.max_cpus, whole - 1, -1)
+        tries = 0
+        for k in order:
+            bucket = self.buckets[k]
+            for node in bucket:
+                if _fits(node, req, pol):
+                    if pol.get("distribution") != "BLOCK":  # rotate: equals go round in turn
+                        del bucket[node]
+                        bucket[node] = None
+                    return node
+                tries += 1
+                if tries > 64 and k != order[-1]:
+                    break  # this count is crowded with misfits: try the next one
+        return None
+
+    # -- admission ------------------------------------------------------------------------------
+    def never_fits(self, request: dict) -> str | None:
+        pol = request.get("policy") or {}
+        per_rank = {"cpus": request.get("cpus", 1), "gpus": request.get("gpus", 0)}
+        extra = request.get("resources") or {}
+        for t in extra:
+            if t not in self.types:
+                return (f"resources={{{t!r}: ...}}: type {t!r} is not declared in this partition "
+                        f"(declared: {', '.join(self.types)})")
+        pinned = self._pinned_node(pol)
+        if pinned is None:
+            what = {"HOST_NAME": f"host_name={pol.get('host_name')!r}",
+                    "HOST_ID": f"host_id={pol.get('host_id')!r}",
+                    "LOCAL": "placement=LOCAL"}[pol.get("placement")]
+            return (f"{what}: no such node in this partition (nodes: "
+                    f"{', '.join(n.name for n in self.nodes)})" if pol.get("placement") != "LOCAL"
+                    else "placement=LOCAL: the agent's node holds no unit slots")
+        candidates = [pinned] if pinned is not False else self.nodes
+        for key, t in (("cpu_affinity", "cpus"), ("gpu_affinity", "gpus")):
+            ids = pol.get(key)
+            if ids is not None and not any(all(i in n.cap[t] for i in ids) for n in candidates):
+                return (f"policy.{key}={ids}: not all in this partition's {t} on "
+                        f"{'node ' + candidates[0].name if len(candidates) == 1 else 'any node'}")
+        empty = [_capacity_ranks(n, dict(per_rank, **extra), pol) for n in candidates]
+        rank0 = any(c >= 1 for c in empty)
+        others = sum(_capacity_ranks(n, per_rank, pol) for n in candidates)
+        if not rank0 or others < request.get("ranks", 1):
+            return (f"{_describe(per_rank, extra, request.get('ranks', 1))} can never fit: "
+                    f"the partition's nodes hold {self._describe_nodes()}")
+        return None
+
+    def _describe_nodes(self) -> str:
+        n = max(self.nodes, key=lambda n: len(n.cap["cpus"]))
+        parts = [f"{len(n.cap[t])} {t} ({sum(n.cap[t].values()) // SCALE} slots)" for t in n.cap]
+        return f"at most {', '.join(parts)} per node, {len(self.nodes)} node(s)"
+
+
+def _fits(node: NodePool, req: dict, pol: dict) -> bool:
+    for t, amount in req.items():
+        if not amount:
+            continue
+        free = node.free.get(t)
+        if free is None:
+            return False
+        pinned = pol.get("cpu_affinity") if t == "cpus" else (
+            pol.get("gpu_affinity") if t == "gpus" else None)
+        if _pick(free, need_of(amount), amount, pinned) is None:
+            return False
+    return True
+
+
+def _capacity_ranks(node: NodePool, req: dict, pol: dict) -> int:
+    """How many such ranks an empty node holds (0 if none)."""
+    best = None
+    for t, amount in req.items():
+        if not amount:
+            continue
+        cap = node.cap.get(t)
+        if cap is None:
+            return 0
+        pinned = pol.get("cpu_affinity") if t == "cpus" else (
+            pol.get("gpu_affinity") if t == "gpus" else None)
+        if pinned is not None:
+            k = 1 if all(cap.get(i, 0) >= SCALE for i in pinned) else 0
+        elif amount < 1:
+            k = sum(c // need_of(amount) for c in cap.values())
+        else:
+            k = sum(c // SCALE for c in cap.values()) // int(amount)
+        best = k if best is None else min(best, k)
+    return 1 if best is None else best
+
+
+def _describe(per_rank: dict, extra: dict, ranks: int) -> str:
+    parts = [f"cores={per_rank['cpus']}", f"gpus={per_rank['gpus']}"]
+    parts += [f"{t}={v}" for t, v in extra.items()]
+    return ", ".join(parts) + (f" x {ranks} ranks" if ranks > 1 else "")
