@@ -35,6 +35,10 @@ from pmgr.session import Session  # noqa: E402
 from pmgr.unit_manager import UnitManager  # noqa: E402
 
 __all__ = [
+    "Policy",
+    "GLOBAL_POLICY",
+    "UnitGroup",
+    "UnitTemplate",
     "ALL",
     "FILL",
     "ComputePilotDescription",

@@ -59,7 +59,8 @@ class UnitManager:
         self.session._fire(fired)
 
     def submit_units(self, descriptions):
-        """Submit one ComputeUnitDescription (returns a Unit) or a list (returns a list)."""
+        """Submit one ComputeUnitDescription (returns a Unit), a list, or a UnitGroup (returns
+        a list, in order)."""
         single = isinstance(descriptions, (ComputeUnitDescription, dict))
         descs = [descriptions] if single else list(descriptions)
         for i, d in enumerate(descs):
