@@ -10,8 +10,9 @@ type: a whole number of slots, or a fraction 0 < x < 1 of one slot.
     release(aid)        returns exactly what that allocation took; a second release raises
     never_fits(request) the reason a request can never fit this partition, or None
 
-Within a node, instances are chosen best-fit: the ones with the least free capacity that still
-hold the request, which keeps whole instances whole for larger requests.
+Within a node, instances are chosen best-fit: the instance with the least free capacity that
+holds the whole request, or else the fullest ones first, which keeps whole instances whole for
+larger requests.
 
 Node choice follows the unit's policy: LOCAL (the agent's node), HOST_NAME / HOST_ID (that node),
 else the distribution: BLOCK takes the node with the fewest free cores that fits (fills a node
@@ -93,6 +94,13 @@ def _pick(free: dict, need: int, amount, pinned) -> list | None:
     whole = int(amount)
     if sum(f // SCALE for f in free.values()) < whole:
         return None
+    need = whole * SCALE  # best fit: the fullest instance that holds it all, else combine
+    best = None
+    for i, f in free.items():
+        if f >= need and (best is None or f < free[best]):
+            best = i
+    if best is not None:
+        return [(best, need)]
     got = []
     for i, f in sorted(free.items(), key=lambda kv: kv[1]):  # best fit: fullest first
         k = min(f // SCALE, whole)

@@ -1,0 +1,136 @@
+"""Resource pools, placement and the scheduler's order (no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.pool import PartitionPool
+from agent.scheduler import MAX_OVERTAKES, Scheduler
+
+
+def node(i, cores=4, gpus=2, pool=None, name=None):
+    return {"index": i, "name": name or f"n{i}", "host_id": 100 + i,
+            "cores": list(range(cores)), "gpus": list(range(gpus)), "pool": pool or {}}
+
+
+def req(cpus=1, gpus=0, ranks=1, resources=None, **policy):
+    pol = {"placement": "ANYWHERE", "distribution": "ROUNDROBIN"}
+    pol.update(policy)
+    return {"cpus": cpus, "gpus": gpus, "ranks": ranks, "resources": resources or {},
+            "policy": pol}
+
+
+def names(alloc):
+    return [n.name for n, _ in alloc.ranks]
+
+
+def test_roundrobin_spreads_and_block_fills():
+    pool = PartitionPool([node(i) for i in range(3)])
+    rr = [names(pool.allocate(req()))[0] for _ in range(6)]
+    assert rr == ["n0", "n1", "n2", "n0", "n1", "n2"]
+    pool = PartitionPool([node(i) for i in range(3)])
+    block = [names(pool.allocate(req(distribution="BLOCK")))[0] for _ in range(6)]
+    assert block == ["n0", "n0", "n0", "n0", "n1", "n1"]
+
+
+def test_pins_local_host_name_host_id_and_unknown_hosts():
+    pool = PartitionPool([node(i) for i in range(3)], agent_node=0)
+    assert names(pool.allocate(req(placement="HOST_NAME", host_name="n2"))) == ["n2"]
+    assert names(pool.allocate(req(placement="HOST_ID", host_id=101))) == ["n1"]
+    assert names(pool.allocate(req(placement="LOCAL"))) == ["n0"]
+    why = pool.never_fits(req(placement="HOST_NAME", host_name="nowhere"))
+    assert why == "host_name='nowhere': no such node in this partition (nodes: n0, n1, n2)"
+    assert "host_id=7: no such node" in pool.never_fits(req(placement="HOST_ID", host_id=7))
+    dedicated = PartitionPool([node(0)], agent_node=None)
+    assert "LOCAL: the agent's node holds no unit slots" in dedicated.never_fits(
+        req(placement="LOCAL"))
+
+
+def test_capacity_is_respected_wait_versus_reject():
+    pool = PartitionPool([node(0, cores=2)])
+    a, b = pool.allocate(req()), pool.allocate(req())
+    assert pool.allocate(req()) is None  # does not fit now: wait
+    assert pool.never_fits(req()) is None
+    assert "cores=3, gpus=0 can never fit" in pool.never_fits(req(cpus=3))  # never: reject
+    pool.release(a.aid)
+    assert pool.allocate(req()) is not None
+    pool.release(b.aid)
+    with pytest.raises(ValueError, match="not held"):
+        pool.release(b.aid)
+
+
+def test_slots_greater_than_one_and_best_fit():
+    gpus = {"gpus": [{"id": 0, "slots": 2}, {"id": 1, "slots": 2}]}
+    pool = PartitionPool([node(0, cores=8, pool=gpus)])
+    first = pool.allocate(req(gpus=1))
+    second = pool.allocate(req(gpus=1))
+    # best fit: the second one-slot request goes to the half-used GPU, keeping GPU 1 whole
+    assert first.ranks[0][1]["gpus"][0][0] == second.ranks[0][1]["gpus"][0][0]
+    whole = pool.allocate(req(gpus=2))
+    assert [i for i, _ in whole.ranks[0][1]["gpus"]] == [1]
+    assert pool.allocate(req(gpus=1)) is None
+    for a in (first, second, whole):
+        pool.release(a.aid)
+    assert pool.nodes[0].free == pool.nodes[0].cap  # exactly back to where it was
+
+
+def test_fractional_gpus_share_one_slot():
+    pool = PartitionPool([node(0, cores=4, gpus=1)])
+    a, b = pool.allocate(req(gpus=0.5)), pool.allocate(req(gpus=0.5))
+    assert a.ranks[0][1]["gpus"] == b.ranks[0][1]["gpus"] == [(0, 500)]
+    assert pool.allocate(req(gpus=0.5)) is None
+    thirds = PartitionPool([node(0, cores=4, gpus=1)])
+    assert all(thirds.allocate(req(gpus=1 / 3)) for _ in range(3))
+    assert thirds.allocate(req(gpus=1 / 3)) is None
+
+
+def test_user_defined_types_and_count_zero():
+    fpgas = {"fpgas": [{"id": "a", "slots": 1}, {"id": "b", "slots": 2}],
+             "licenses": []}
+    pool = PartitionPool([node(0, pool=fpgas)])
+    got = pool.allocate(req(resources={"fpgas": 2}))
+    assert [i for i, _ in got.ranks[0][1]["fpgas"]] == ["b"]  # best fit: one instance holds 2
+    assert "licenses=1 can never fit" in pool.never_fits(req(resources={"licenses": 1}))
+    why = pool.never_fits(req(resources={"tpus": 1}))
+    assert why.startswith("resources={'tpus': ...}: type 'tpus' is not declared")
+
+
+def test_affinity_picks_exactly_those_ids():
+    pool = PartitionPool([node(0), node(1)])
+    a = pool.allocate(req(cpus=2, cpu_affinity=[1, 3], placement="HOST_NAME", host_name="n1"))
+    assert names(a) == ["n1"] and [i for i, _ in a.ranks[0][1]["cpus"]] == [1, 3]
+    assert pool.allocate(req(cpu_affinity=[1], placement="HOST_NAME", host_name="n1")) is None
+    assert "policy.cpu_affinity=[9]" in pool.never_fits(req(cpu_affinity=[9]))
+    g = pool.allocate(req(gpus=1, gpu_affinity=[1]))
+    assert [i for i, _ in g.ranks[0][1]["gpus"]] == [1]
+
+
+def test_multi_rank_all_or_nothing():
+    pool = PartitionPool([node(i, cores=2, gpus=0) for i in range(3)])
+    a = pool.allocate(req(cpus=2, ranks=2))
+    assert sorted(names(a)) == ["n0", "n1"]
+    assert pool.allocate(req(cpus=2, ranks=2)) is None  # one node left: nothing taken
+    assert pool.nodes[2].free_cpus == 2
+    assert "x 4 ranks can never fit" in pool.never_fits(req(cpus=2, ranks=4))
+
+
+def test_large_units_are_not_starved_by_small_ones():
+    """Small units arrive behind a 4-core one on a 4-core node and keep overtaking it while
+    cores free up one at a time; aging stops that after MAX_OVERTAKES."""
+    sched = Scheduler([node(0, cores=4, gpus=0)])
+    running, started = [], []
+    sched.queue.append(dict(req(cpus=1), uid="s0"))
+    sched.queue.append(dict(req(cpus=4), uid="big"))
+    for i in range(1, 500):
+        sched.queue.append(dict(req(cpus=1), uid=f"s{i}"))
+    for _ in range(2000):
+        for unit, alloc in list(sched.ready()):
+            running.append((unit, alloc))
+            started.append(unit["uid"])
+        if "big" in started:
+            break
+        unit, alloc = running.pop(0)  # the oldest running unit ends
+        sched.release(alloc)
+    assert "big" in started, "the 4-core unit never started"
+    overtook = started.index("big") - 1  # small ones started after it was queued
+    assert 0 < overtook <= MAX_OVERTAKES
