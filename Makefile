@@ -24,9 +24,10 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: $(STAMP)           ## throughput vs the fork/exec limit, reconfig latency (about 3 minutes)
+bench: $(STAMP)           ## throughput, reconfig latency, scheduler decisions (about 4 minutes)
 	$(PY) bench/throughput.py
 	$(PY) bench/reconfig.py
+	$(PY) bench/scheduler.py
 
 peers: $(STAMP)           ## our row in the shared peer benchmark (../shared/bench/peers)
 	PEERS="limit" BENCH_OUT=$(CURDIR)/bench/results/peers \

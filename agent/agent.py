@@ -114,14 +114,17 @@ class Agent:
                 self.sched.release(alloc)
                 self.update(unit["uid"], "FAILED", {"reason": f"cannot start: {exc}"})
                 continue
-            slots = [{t: [i for i, _ in got] for t, got in grant.items()}
-                     for _, grant in alloc.ranks]
+            slots = [
+                {t: [i for i, _ in got] for t, got in grant.items()} for _, grant in alloc.ranks
+            ]
             nodes = run.nodes
             self.update(
                 unit["uid"],
                 "EXECUTING",
-                {"node": nodes[0] if len(nodes) == 1 else nodes,
-                 "slots": slots[0] if len(slots) == 1 else slots},
+                {
+                    "node": nodes[0] if len(nodes) == 1 else nodes,
+                    "slots": slots[0] if len(slots) == 1 else slots,
+                },
             )
 
     def on_exits(self) -> None:

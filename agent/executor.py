@@ -58,8 +58,10 @@ def check_environment(environment: dict, types) -> str | None:
         try:
             v % mapping
         except KeyError as exc:
-            return (f"environment[{k!r}]: placeholder %({exc.args[0]})s cannot be filled; "
-                    f"known: {', '.join(f'%({m})s' for m in sorted(mapping))}")
+            return (
+                f"environment[{k!r}]: placeholder %({exc.args[0]})s cannot be filled; "
+                f"known: {', '.join(f'%({m})s' for m in sorted(mapping))}"
+            )
         except (ValueError, TypeError) as exc:
             return f"environment[{k!r}]={v!r}: bad placeholder ({exc}); write %% for a literal %"
     return None

@@ -34,7 +34,11 @@ def need_of(amount) -> int:
 
 
 class NodePool:
-    __slots__ = ("index", "name", "host_id", "cap", "free", "free_cpus", "slot_cap")
+    """One node's pool.  Kept incrementally, so a decision never walks a type's instances when
+    it does not have to: `whole[t]` counts whole free slots, and for types whose instances all
+    have one slot (cores, most GPUs) `full[t]` lists the wholly free instances in id order."""
+
+    __slots__ = ("index", "name", "host_id", "cap", "free", "whole", "full", "single")
 
     def __init__(self, node: dict) -> None:
         self.index = node["index"]
@@ -46,63 +50,77 @@ class NodePool:
             types["gpus"] = [{"id": g, "slots": 1} for g in node.get("gpus", ())]
         self.cap = {t: {i["id"]: i["slots"] * SCALE for i in inst} for t, inst in types.items()}
         self.free = {t: dict(c) for t, c in self.cap.items()}
-        self.free_cpus = len(self.free["cpus"])  # whole free cores: the index key
+        self.whole = {t: sum(c // SCALE for c in cap.values()) for t, cap in self.cap.items()}
+        self.single = {t for t, cap in self.cap.items() if all(c == SCALE for c in cap.values())}
+        self.full = {t: dict.fromkeys(self.cap[t]) for t in self.single}
+
+    @property
+    def free_cpus(self) -> int:
+        return self.whole["cpus"]
 
     def take(self, req: dict, cpu_ids=None, gpu_ids=None) -> dict | None:
-        """Best-fit grant {type: [(id, amount)]} for one rank, or None; nothing changes on
-        None."""
+        """Best-fit grant {type: [(id, amount)]} for one rank, or None (nothing changed)."""
         grant = {}
         for t, amount in req.items():
             if not amount:
                 continue
-            free = self.free.get(t)
-            if free is None:
+            if t not in self.free:
                 return None
             pinned = cpu_ids if t == "cpus" else gpu_ids if t == "gpus" else None
-            got = _pick(free, need_of(amount), amount, pinned)
-            if got is None:
-                return None
+            if pinned is None and amount >= 1 and t in self.single:
+                k = int(amount)
+                if self.whole[t] < k:
+                    return None
+                got = [(i, SCALE) for i in itertools.islice(self.full[t], k)]
+            else:
+                got = _pick(self.free[t], need_of(amount), amount, pinned)
+                if got is None:
+                    return None
             grant[t] = got
         for t, got in grant.items():
-            free = self.free[t]
-            for i, a in got:
-                free[i] -= a
-        self.free_cpus = sum(1 for v in self.free["cpus"].values() if v >= SCALE)
+            self._change(t, got, -1)
         return grant
 
     def give(self, grant: dict) -> None:
         for t, got in grant.items():
-            free = self.free[t]
-            for i, a in got:
-                free[i] += a
-        self.free_cpus = sum(1 for v in self.free["cpus"].values() if v >= SCALE)
+            self._change(t, got, +1)
+
+    def _change(self, t: str, got: list, sign: int) -> None:
+        free, cap = self.free[t], self.cap[t]
+        full = self.full.get(t)
+        for i, a in got:
+            before = free[i]
+            after = before + sign * a
+            free[i] = after
+            self.whole[t] += after // SCALE - before // SCALE
+            if full is not None:
+                if after == cap[i]:
+                    full[i] = None
+                elif before == cap[i]:
+                    del full[i]
 
 
 def _pick(free: dict, need: int, amount, pinned) -> list | None:
+    """Instances for one type's request, best fit, or None; `free` is not changed."""
     if pinned is not None:  # affinity: exactly these instances, a whole slot each
         if any(free.get(i, -1) < SCALE for i in pinned):
             return None
         return [(i, SCALE) for i in pinned]
-    if amount < 1:  # a fraction of one slot: the instance with the least room that holds it
-        best = None
-        for i, f in free.items():
-            if f >= need and (best is None or f < free[best]):
-                best = i
-                if f == need:
-                    break
-        return None if best is None else [(best, need)]
-    whole = int(amount)
-    if sum(f // SCALE for f in free.values()) < whole:
-        return None
-    need = whole * SCALE  # best fit: the fullest instance that holds it all, else combine
-    best = None
+    best = None  # the fullest instance that holds it all
     for i, f in free.items():
         if f >= need and (best is None or f < free[best]):
             best = i
+            if f == need:
+                break
     if best is not None:
         return [(best, need)]
-    got = []
-    for i, f in sorted(free.items(), key=lambda kv: kv[1]):  # best fit: fullest first
+    if amount < 1:
+        return None  # a fraction never spans instances
+    whole = int(amount)
+    if sum(f // SCALE for f in free.values()) < whole:
+        return None
+    got = []  # no single instance holds it: whole slots, fullest instances first
+    for i, f in sorted(free.items(), key=lambda kv: kv[1]):
         k = min(f // SCALE, whole)
         if k:
             got.append((i, k * SCALE))
@@ -140,13 +158,12 @@ class PartitionPool:
         ranks = []
         for r in range(request.get("ranks", 1)):
             req = dict(per_rank, **(request.get("resources") or {})) if r == 0 else per_rank
-            node = self._choose(req, pol)
-            grant = None if node is None else self._take(node, req, pol)
-            if grant is None:
+            placed = self._place(req, pol)
+            if placed is None:
                 for n, g in ranks:  # all or nothing
                     self._give(n, g)
                 return None
-            ranks.append((node, grant))
+            ranks.append(placed)
         alloc = Allocation(next(self._ids), ranks)
         self.active[alloc.aid] = alloc
         return alloc
@@ -185,10 +202,14 @@ class PartitionPool:
             return None if self.agent_node is None else self.nodes[self.agent_node]
         return False  # not pinned
 
-    def _choose(self, req: dict, pol: dict) -> NodePool | None:
+    def _place(self, req: dict, pol: dict):
+        """(node, grant) for one rank, chosen and taken, or None."""
         pinned = self._pinned_node(pol)
         if pinned is not False:
-            return pinned if pinned is not None and _fits(pinned, req, pol) else None
+            if pinned is None:
+                return None
+            grant = self._take(pinned, req, pol)
+            return None if grant is None else (pinned, grant)
         cpus = req.get("cpus", 1)
         whole = int(cpus) if cpus >= 1 else (1 if cpus else 0)
         if pol.get("distribution") == "BLOCK":
@@ -196,14 +217,28 @@ class PartitionPool:
         else:
             order = range(self.max_cpus, whole - 1, -1)
         tries = 0
+        rotate = pol.get("distribution") != "BLOCK"
+        buckets = self.buckets
         for k in order:
-            bucket = self.buckets[k]
-            for node in bucket:
-                if _fits(node, req, pol):
-                    if pol.get("distribution") != "BLOCK":  # rotate: equals go round in turn
-                        del bucket[node]
-                        bucket[node] = None
-                    return node
+            bucket = buckets[k]
+            if not bucket:
+                continue
+            first = next(iter(bucket))  # usually the first one fits: no snapshot needed
+            if rotate:
+                del bucket[first]
+                bucket[first] = None
+            grant = self._take(first, req, pol)
+            if grant is not None:
+                return first, grant
+            for node in list(itertools.islice(bucket, 65)):  # a snapshot: the loop moves nodes
+                if node is first:
+                    continue
+                if rotate:  # equals go round in turn: move it behind the others first
+                    del bucket[node]
+                    bucket[node] = None
+                grant = self._take(node, req, pol)
+                if grant is not None:
+                    return node, grant
                 tries += 1
                 if tries > 64 and k != order[-1]:
                     break  # this count is crowded with misfits: try the next one
@@ -216,48 +251,45 @@ class PartitionPool:
         extra = request.get("resources") or {}
         for t in extra:
             if t not in self.types:
-                return (f"resources={{{t!r}: ...}}: type {t!r} is not declared in this partition "
-                        f"(declared: {', '.join(self.types)})")
+                return (
+                    f"resources={{{t!r}: ...}}: type {t!r} is not declared in this partition "
+                    f"(declared: {', '.join(self.types)})"
+                )
         pinned = self._pinned_node(pol)
         if pinned is None:
-            what = {"HOST_NAME": f"host_name={pol.get('host_name')!r}",
-                    "HOST_ID": f"host_id={pol.get('host_id')!r}",
-                    "LOCAL": "placement=LOCAL"}[pol.get("placement")]
-            return (f"{what}: no such node in this partition (nodes: "
-                    f"{', '.join(n.name for n in self.nodes)})" if pol.get("placement") != "LOCAL"
-                    else "placement=LOCAL: the agent's node holds no unit slots")
+            what = {
+                "HOST_NAME": f"host_name={pol.get('host_name')!r}",
+                "HOST_ID": f"host_id={pol.get('host_id')!r}",
+                "LOCAL": "placement=LOCAL",
+            }[pol.get("placement")]
+            return (
+                f"{what}: no such node in this partition (nodes: "
+                f"{', '.join(n.name for n in self.nodes)})"
+                if pol.get("placement") != "LOCAL"
+                else "placement=LOCAL: the agent's node holds no unit slots"
+            )
         candidates = [pinned] if pinned is not False else self.nodes
         for key, t in (("cpu_affinity", "cpus"), ("gpu_affinity", "gpus")):
             ids = pol.get(key)
             if ids is not None and not any(all(i in n.cap[t] for i in ids) for n in candidates):
-                return (f"policy.{key}={ids}: not all in this partition's {t} on "
-                        f"{'node ' + candidates[0].name if len(candidates) == 1 else 'any node'}")
+                return (
+                    f"policy.{key}={ids}: not all in this partition's {t} on "
+                    f"{'node ' + candidates[0].name if len(candidates) == 1 else 'any node'}"
+                )
         empty = [_capacity_ranks(n, dict(per_rank, **extra), pol) for n in candidates]
         rank0 = any(c >= 1 for c in empty)
         others = sum(_capacity_ranks(n, per_rank, pol) for n in candidates)
         if not rank0 or others < request.get("ranks", 1):
-            return (f"{_describe(per_rank, extra, request.get('ranks', 1))} can never fit: "
-                    f"the partition's nodes hold {self._describe_nodes()}")
+            return (
+                f"{_describe(per_rank, extra, request.get('ranks', 1))} can never fit: "
+                f"the partition's nodes hold {self._describe_nodes()}"
+            )
         return None
 
     def _describe_nodes(self) -> str:
         n = max(self.nodes, key=lambda n: len(n.cap["cpus"]))
         parts = [f"{len(n.cap[t])} {t} ({sum(n.cap[t].values()) // SCALE} slots)" for t in n.cap]
         return f"at most {', '.join(parts)} per node, {len(self.nodes)} node(s)"
-
-
-def _fits(node: NodePool, req: dict, pol: dict) -> bool:
-    for t, amount in req.items():
-        if not amount:
-            continue
-        free = node.free.get(t)
-        if free is None:
-            return False
-        pinned = pol.get("cpu_affinity") if t == "cpus" else (
-            pol.get("gpu_affinity") if t == "gpus" else None)
-        if _pick(free, need_of(amount), amount, pinned) is None:
-            return False
-    return True
 
 
 def _capacity_ranks(node: NodePool, req: dict, pol: dict) -> int:
@@ -269,8 +301,11 @@ def _capacity_ranks(node: NodePool, req: dict, pol: dict) -> int:
         cap = node.cap.get(t)
         if cap is None:
             return 0
-        pinned = pol.get("cpu_affinity") if t == "cpus" else (
-            pol.get("gpu_affinity") if t == "gpus" else None)
+        pinned = (
+            pol.get("cpu_affinity")
+            if t == "cpus"
+            else (pol.get("gpu_affinity") if t == "gpus" else None)
+        )
         if pinned is not None:
             k = 1 if all(cap.get(i, 0) >= SCALE for i in pinned) else 0
         elif amount < 1:

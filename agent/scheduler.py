@@ -64,7 +64,14 @@ class Scheduler:
 
 def _shape(unit: dict):
     pol = unit.get("policy") or {}
-    return (unit.get("cpus", 1), unit.get("gpus", 0), unit.get("ranks", 1),
-            tuple(sorted((unit.get("resources") or {}).items())), pol.get("placement"),
-            pol.get("host_name"), pol.get("host_id"),
-            tuple(pol.get("cpu_affinity") or ()), tuple(pol.get("gpu_affinity") or ()))
+    return (
+        unit.get("cpus", 1),
+        unit.get("gpus", 0),
+        unit.get("ranks", 1),
+        tuple(sorted((unit.get("resources") or {}).items())),
+        pol.get("placement"),
+        pol.get("host_name"),
+        pol.get("host_id"),
+        tuple(pol.get("cpu_affinity") or ()),
+        tuple(pol.get("gpu_affinity") or ()),
+    )

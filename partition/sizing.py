@@ -141,8 +141,7 @@ class Pool:
     @classmethod
     def for_pilot(cls, size: dict, cfg: ResourceConfig) -> Pool:
         n, cpn, gpn = size["nodes"], size["cores_per_node"], size["gpus_per_node"]
-        extra = {t: [i["id"] for i in inst] for t, inst in cfg.resource_pool.items()
-                 if t != "gpus"}
+        extra = {t: [i["id"] for i in inst] for t, inst in cfg.resource_pool.items() if t != "gpus"}
         nodes = [
             Node(i, cfg.node_name(i), list(range(cpn)), list(range(gpn)), extra=extra)
             for i in range(n)
@@ -184,8 +183,10 @@ class Pool:
         own = {t: v for t, v in asked.items() if t not in known}
         for t, v in counts.items():
             if not isinstance(v, int):
-                raise AllocationError(f"resources[{t!r}]: {t} come from the resource config; "
-                                      "ask for a count, not a list of instances")
+                raise AllocationError(
+                    f"resources[{t!r}]: {t} come from the resource config; "
+                    "ask for a count, not a list of instances"
+                )
         alloc = self._allocate(desc, counts)
         alloc.own = {t: _instances(v) for t, v in own.items()}
         return alloc
@@ -212,8 +213,10 @@ class Pool:
                     f"share {desc.size} of {cores_total} cores leaves "
                     f"{max(cores, 0)} core(s) after {ov.cores} for the agent"
                 )
-            extra = {t: math.floor(share * sum(len(n.extra[t]) for n in self.nodes))
-                     for t in (self.nodes[0].extra if self.nodes else {})}
+            extra = {
+                t: math.floor(share * sum(len(n.extra[t]) for n in self.nodes))
+                for t in (self.nodes[0].extra if self.nodes else {})
+            }
             return self._packed(cores + ov.cores, max(gpus, 0) + ov.gpus, ov.nodes, extra=extra)
         agent_nodes = self._take_whole(ov.nodes, "agent") if ov.nodes else []
         free_cores = sum(len(n.free_cores) for n in self.nodes if n.index not in agent_nodes)
@@ -232,9 +235,7 @@ class Pool:
                     f"gpus=ALL: no free GPU ({free_gpus} free, {ov.gpus} for the agent)"
                 )
         cores = desc.cores if desc.cores is not None else (gpus if desc.gpus == ALL else 0)
-        return self._packed(
-            cores + ov.cores, gpus + ov.gpus, agent_nodes=agent_nodes, extra=counts
-        )
+        return self._packed(cores + ov.cores, gpus + ov.gpus, agent_nodes=agent_nodes, extra=counts)
 
     def _take_whole(self, count: int, what: str) -> list[int]:
         free = [n.index for n in self.nodes if n.wholly_free]

@@ -155,8 +155,11 @@ def positive_minutes(owner, field, value):
 
 def amount(owner, field, value):
     """A count of slots: a whole number >= 0, or a fraction of one slot (0 < x < 1)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
-        value >= 1 and value != int(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or (value >= 1 and value != int(value))
     ):
         raise _err(owner, field, value, "a whole number >= 0 or a fraction 0 < x < 1")
     return int(value) if value >= 1 or value == 0 else float(value)
@@ -235,23 +238,33 @@ class ComputeUnitDescription(Description):
         for per, plain in (("cores_per_rank", "cores"), ("gpus_per_rank", "gpus")):
             v = getattr(self, per)
             if v is not None and getattr(self, plain) not in (v, self.FIELDS[plain][0]):
-                raise ValueError(f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
-                                 f"differ; they are the same thing, give one")
+                raise ValueError(
+                    f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
+                    f"differ; they are the same thing, give one"
+                )
         pol = self.policy
         if pol.cpu_affinity is not None:
             if self.ranks > 1:
-                raise ValueError(f"{name}: policy.cpu_affinity names one rank's cores; "
-                                 f"ranks={self.ranks} must be 1 with it")
+                raise ValueError(
+                    f"{name}: policy.cpu_affinity names one rank's cores; "
+                    f"ranks={self.ranks} must be 1 with it"
+                )
             if self.rank_cores not in (1, len(pol.cpu_affinity)):
-                raise ValueError(f"{name}: cores={self.rank_cores} but policy.cpu_affinity="
-                                 f"{pol.cpu_affinity} names {len(pol.cpu_affinity)} core(s)")
+                raise ValueError(
+                    f"{name}: cores={self.rank_cores} but policy.cpu_affinity="
+                    f"{pol.cpu_affinity} names {len(pol.cpu_affinity)} core(s)"
+                )
         if pol.gpu_affinity is not None:
             if self.ranks > 1:
-                raise ValueError(f"{name}: policy.gpu_affinity names one rank's GPUs; "
-                                 f"ranks={self.ranks} must be 1 with it")
+                raise ValueError(
+                    f"{name}: policy.gpu_affinity names one rank's GPUs; "
+                    f"ranks={self.ranks} must be 1 with it"
+                )
             if self.rank_gpus not in (0, len(pol.gpu_affinity)):
-                raise ValueError(f"{name}: gpus={self.rank_gpus} but policy.gpu_affinity="
-                                 f"{pol.gpu_affinity} names {len(pol.gpu_affinity)} GPU(s)")
+                raise ValueError(
+                    f"{name}: gpus={self.rank_gpus} but policy.gpu_affinity="
+                    f"{pol.gpu_affinity} names {len(pol.gpu_affinity)} GPU(s)"
+                )
 
     @property
     def rank_cores(self) -> int:
@@ -266,8 +279,13 @@ class ComputeUnitDescription(Description):
         pol = self.policy
         cores = len(pol.cpu_affinity) if pol.cpu_affinity is not None else self.rank_cores
         gpus = len(pol.gpu_affinity) if pol.gpu_affinity is not None else self.rank_gpus
-        return {"cpus": cores, "gpus": gpus, "resources": dict(self.resources),
-                "ranks": self.ranks, "policy": pol.to_dict()}
+        return {
+            "cpus": cores,
+            "gpus": gpus,
+            "resources": dict(self.resources),
+            "ranks": self.ranks,
+            "policy": pol.to_dict(),
+        }
 
     def to_dict(self) -> dict:
         d = super().to_dict()

@@ -64,19 +64,25 @@ class Policy:
     def _validate(self, name: str, value):
         if value is None:
             return None
-        enums = {"placement": Policy.Placement, "distribution": Policy.Distribution,
-                 "wait_mode": Policy.WaitMode}
+        enums = {
+            "placement": Policy.Placement,
+            "distribution": Policy.Distribution,
+            "wait_mode": Policy.WaitMode,
+        }
         if name in enums:
             if isinstance(value, str) and value in enums[name].__members__:
                 value = enums[name][value]
             if not isinstance(value, enums[name]):
-                raise ValueError(f"Policy: {name}={value!r} must be one of "
-                                 f"{[m.name for m in enums[name]]}")
+                raise ValueError(
+                    f"Policy: {name}={value!r} must be one of {[m.name for m in enums[name]]}"
+                )
         elif name in ("cpu_affinity", "gpu_affinity"):
-            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or any(
-                    isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
-                raise ValueError(f"Policy: {name}={value!r} must be a list of ids (integers "
-                                 ">= 0)")
+            if (
+                isinstance(value, (str, bytes))
+                or not isinstance(value, (list, tuple))
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value)
+            ):
+                raise ValueError(f"Policy: {name}={value!r} must be a list of ids (integers >= 0)")
             if len(set(value)) != len(value):
                 raise ValueError(f"Policy: {name}={value!r} names an id twice")
             value = list(value)
@@ -113,8 +119,9 @@ class Policy:
         data = dict(data or {})
         bad = set(data) - _FIELD_NAMES
         if bad:
-            raise ValueError(f"Policy: unknown key(s) {sorted(bad)}; accepted: "
-                             f"{sorted(_FIELD_NAMES)}")
+            raise ValueError(
+                f"Policy: unknown key(s) {sorted(bad)}; accepted: {sorted(_FIELD_NAMES)}"
+            )
         return cls(**data)
 
 

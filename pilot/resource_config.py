@@ -82,35 +82,43 @@ def parse_pool(where: str, raw, gpus: int) -> dict[str, list[dict]]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ValueError(f"{where}: resource_pool={raw!r} must be a mapping of type to a count "
-                         "or a list of {id, slots}")
+        raise ValueError(
+            f"{where}: resource_pool={raw!r} must be a mapping of type to a count "
+            "or a list of {id, slots}"
+        )
     pool = {}
     for t, spec in raw.items():
         if t == "cpus" or not isinstance(t, str) or not t.isidentifier():
-            raise ValueError(f"{where}: resource_pool type {t!r} must be gpus or a user-defined "
-                             "name (cpus come from cores_per_node)")
+            raise ValueError(
+                f"{where}: resource_pool type {t!r} must be gpus or a user-defined "
+                "name (cpus come from cores_per_node)"
+            )
         if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
             inst = [{"id": i if t == "gpus" else str(i), "slots": 1} for i in range(spec)]
         elif isinstance(spec, list):
             inst = []
             for i, item in enumerate(spec):
                 if not isinstance(item, dict) or "id" not in item or set(item) - {"id", "slots"}:
-                    raise ValueError(f"{where}: resource_pool.{t}[{i}]={item!r} must be "
-                                     "{id: ..., slots: N}")
+                    raise ValueError(
+                        f"{where}: resource_pool.{t}[{i}]={item!r} must be {{id: ..., slots: N}}"
+                    )
                 slots = item.get("slots", 1)
                 if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-                    raise ValueError(f"{where}: resource_pool.{t}[{i}].slots={slots!r} must be "
-                                     "an integer >= 1")
-                inst.append({"id": item["id"] if t == "gpus" else str(item["id"]),
-                             "slots": slots})
+                    raise ValueError(
+                        f"{where}: resource_pool.{t}[{i}].slots={slots!r} must be an integer >= 1"
+                    )
+                inst.append({"id": item["id"] if t == "gpus" else str(item["id"]), "slots": slots})
         else:
-            raise ValueError(f"{where}: resource_pool.{t}={spec!r} must be a count >= 0 or a "
-                             "list of {id, slots}")
+            raise ValueError(
+                f"{where}: resource_pool.{t}={spec!r} must be a count >= 0 or a "
+                "list of {id, slots}"
+            )
         if len({i["id"] for i in inst}) != len(inst):
             raise ValueError(f"{where}: resource_pool.{t} names an id twice")
         if t == "gpus" and sorted(i["id"] for i in inst) != list(range(gpus)):
-            raise ValueError(f"{where}: resource_pool.gpus must list ids 0..{gpus - 1} "
-                             f"(gpus_per_node={gpus})")
+            raise ValueError(
+                f"{where}: resource_pool.gpus must list ids 0..{gpus - 1} (gpus_per_node={gpus})"
+            )
         pool[t] = inst
     return pool
 

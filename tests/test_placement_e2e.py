@@ -13,9 +13,11 @@ from tests.conftest import active_pilot
 P = rp.Policy
 CPD = rp.ComputePartitionDescription
 CUD = rp.ComputeUnitDescription
-SHOW = ('import os; e = os.environ; print("|".join([e["PILOT_NODE_NAME"], e["PILOT_CPU_IDS"], '
-        'e["PILOT_GPU_IDS"], e.get("CUDA_VISIBLE_DEVICES", "-"), '
-        '",".join(map(str, sorted(os.sched_getaffinity(0)))), e["PILOT_RANK"]]))')
+SHOW = (
+    'import os; e = os.environ; print("|".join([e["PILOT_NODE_NAME"], e["PILOT_CPU_IDS"], '
+    'e["PILOT_GPU_IDS"], e.get("CUDA_VISIBLE_DEVICES", "-"), '
+    '",".join(map(str, sorted(os.sched_getaffinity(0)))), e["PILOT_RANK"]]))'
+)
 
 
 def show(**kw):
@@ -34,8 +36,9 @@ def test_roundrobin_and_block_over_simulated_nodes(simulated):
     umgr.wait_units(timeout=60)
     assert [u.node for u in rr] == ["n0", "n1", "n2"]
     with P(distribution=P.Distribution.BLOCK):
-        block = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["0.5"])
-                                   for _ in range(6)])
+        block = umgr.submit_units(
+            [CUD(executable="/bin/sleep", arguments=["0.5"]) for _ in range(6)]
+        )
     umgr.wait_units(timeout=60)
     assert [u.node for u in block] == ["n0"] * 4 + ["n1"] * 2
 
@@ -44,23 +47,25 @@ def test_pins_and_unknown_hosts(simulated):
     pilot, umgr = simulated
     pinned = umgr.submit_units(show(policy=P(placement=P.Placement.HOST_NAME, host_name="n2")))
     by_id = umgr.submit_units(show(policy=P(placement=P.Placement.HOST_ID, host_id=1)))
-    nowhere = umgr.submit_units(show(policy=P(placement=P.Placement.HOST_NAME,
-                                              host_name="n7")))
+    nowhere = umgr.submit_units(show(policy=P(placement=P.Placement.HOST_NAME, host_name="n7")))
     umgr.wait_units(timeout=60)
     assert pinned.state == rp.DONE and pinned.node == "n2"
     assert pinned.stdout.startswith("n2|")
     assert by_id.node == "n1"
     assert nowhere.state == rp.FAILED
-    assert nowhere.reason == ("host_name='n7': no such node in this partition "
-                              "(nodes: n0, n1, n2)")
+    assert nowhere.reason == ("host_name='n7': no such node in this partition (nodes: n0, n1, n2)")
     assert [s for s, _ in nowhere.history] == ["NEW", "SCHEDULING", "FAILED"]
 
 
 def test_units_see_their_ids_and_are_bound(simulated):
     pilot, umgr = simulated
-    u = umgr.submit_units(show(cores=2, gpus=1, policy=P(cpu_affinity=[1, 2],
-                                                         placement=P.Placement.HOST_NAME,
-                                                         host_name="n1")))
+    u = umgr.submit_units(
+        show(
+            cores=2,
+            gpus=1,
+            policy=P(cpu_affinity=[1, 2], placement=P.Placement.HOST_NAME, host_name="n1"),
+        )
+    )
     assert u.wait(timeout=60) == rp.DONE, u.reason
     node, cpus, gpus, cuda, mask, rank = u.stdout.strip().split("|")
     assert (node, cpus, rank) == ("n1", "1,2", "0")
@@ -85,32 +90,43 @@ def test_fractional_gpus_share_one(session, tmp_path):
     cfg.write_text("cores_per_node: 2\ngpus_per_node: 1\n")
     pilot, umgr = active_pilot(session, parts=(CPD(cores=2, gpus=1),), resource=str(cfg))
     script = "import os, time; print(os.environ['PILOT_GPU_IDS']); time.sleep(1)"
-    halves = umgr.submit_units([CUD(executable=sys.executable, arguments=["-c", script],
-                                    gpus=0.5) for _ in range(2)])
+    halves = umgr.submit_units(
+        [CUD(executable=sys.executable, arguments=["-c", script], gpus=0.5) for _ in range(2)]
+    )
     assert umgr.wait_units(timeout=60) == [rp.DONE, rp.DONE]
     assert [u.stdout for u in halves] == ["0\n", "0\n"]
-    (s0, e0), (s1, e1) = [(dict(u.history)[rp.EXECUTING], dict(u.history)[rp.DONE])
-                          for u in halves]
+    (s0, e0), (s1, e1) = [(dict(u.history)[rp.EXECUTING], dict(u.history)[rp.DONE]) for u in halves]
     assert s1 < e0 and s0 < e1  # ran at the same time, on the same GPU
 
 
-def test_custom_types_placeholders_and_inherited_gpu_mask(make_session, tmp_path,
-                                                         monkeypatch):
+def test_custom_types_placeholders_and_inherited_gpu_mask(make_session, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")  # what a batch system would give us
     session = make_session()
     cfg = tmp_path / "fpga.yaml"
-    cfg.write_text("cores_per_node: 2\ngpus_per_node: 3\n"
-                   "resource_pool:\n  fpgas: [{id: fa, slots: 1}, {id: fb, slots: 2}]\n"
-                   "  licenses: 0\n")
-    pilot, umgr = active_pilot(session, parts=(CPD(cores=2, gpus=3,
-                                                   resources={"fpgas": 2, "licenses": 0}),),
-                               resource=str(cfg))
+    cfg.write_text(
+        "cores_per_node: 2\ngpus_per_node: 3\n"
+        "resource_pool:\n  fpgas: [{id: fa, slots: 1}, {id: fb, slots: 2}]\n"
+        "  licenses: 0\n"
+    )
+    pilot, umgr = active_pilot(
+        session,
+        parts=(CPD(cores=2, gpus=3, resources={"fpgas": 2, "licenses": 0}),),
+        resource=str(cfg),
+    )
     env = {"MY_GPUS": "gpus=%(gpu_ids)s", "MY_FPGAS": "%(fpga_ids)s", "PCT": "100%%"}
-    script = ('import os; e = os.environ; print(e["CUDA_VISIBLE_DEVICES"], e["PILOT_GPU_IDS"], '
-              'e["MY_GPUS"], e["PILOT_FPGA_IDS"], e["MY_FPGAS"], e["PCT"])')
-    good = umgr.submit_units(CUD(executable=sys.executable, arguments=["-c", script],
-                                 environment=env, resources={"fpgas": 2},
-                                 policy=P(gpu_affinity=[2])))
+    script = (
+        'import os; e = os.environ; print(e["CUDA_VISIBLE_DEVICES"], e["PILOT_GPU_IDS"], '
+        'e["MY_GPUS"], e["PILOT_FPGA_IDS"], e["MY_FPGAS"], e["PCT"])'
+    )
+    good = umgr.submit_units(
+        CUD(
+            executable=sys.executable,
+            arguments=["-c", script],
+            environment=env,
+            resources={"fpgas": 2},
+            policy=P(gpu_affinity=[2]),
+        )
+    )
     bad_name = umgr.submit_units(CUD(executable="/bin/true", environment={"X": "%(tpu_ids)s"}))
     bad_type = umgr.submit_units(CUD(executable="/bin/true", resources={"tpus": 1}))
     zero = umgr.submit_units(CUD(executable="/bin/true", resources={"licenses": 1}))
@@ -118,8 +134,10 @@ def test_custom_types_placeholders_and_inherited_gpu_mask(make_session, tmp_path
     assert good.state == rp.DONE, good.reason
     assert good.stdout.split() == ["6", "2", "gpus=2", "fb", "fb", "100%"]
     assert bad_name.state == rp.FAILED
-    assert bad_name.reason.startswith("environment['X']: placeholder %(tpu_ids)s cannot be "
-                                      "filled; known: %(cpu_ids)s, %(fpga_ids)s")
+    assert bad_name.reason.startswith(
+        "environment['X']: placeholder %(tpu_ids)s cannot be "
+        "filled; known: %(cpu_ids)s, %(fpga_ids)s"
+    )
     assert bad_type.state == rp.FAILED and "type 'tpus' is not declared" in bad_type.reason
     assert zero.state == rp.FAILED and "licenses=1 can never fit" in zero.reason
 
@@ -127,9 +145,14 @@ def test_custom_types_placeholders_and_inherited_gpu_mask(make_session, tmp_path
 def test_groups_submit_together(simulated):
     pilot, umgr = simulated
     group = rp.UnitGroup(policy=P(distribution=P.Distribution.BLOCK))
-    group.add(2, template=rp.UnitTemplate(executable="/bin/sleep", arguments=["0.3"],
-                                          policy=P(placement=P.Placement.HOST_NAME,
-                                                   host_name="n2")))
+    group.add(
+        2,
+        template=rp.UnitTemplate(
+            executable="/bin/sleep",
+            arguments=["0.3"],
+            policy=P(placement=P.Placement.HOST_NAME, host_name="n2"),
+        ),
+    )
     group.add(2, template=rp.UnitTemplate(executable="/bin/sleep", arguments=["0.3"]))
     units = umgr.submit_units(group)
     assert umgr.wait_units(timeout=60) == [rp.DONE] * 4

@@ -9,15 +9,20 @@ from agent.scheduler import MAX_OVERTAKES, Scheduler
 
 
 def node(i, cores=4, gpus=2, pool=None, name=None):
-    return {"index": i, "name": name or f"n{i}", "host_id": 100 + i,
-            "cores": list(range(cores)), "gpus": list(range(gpus)), "pool": pool or {}}
+    return {
+        "index": i,
+        "name": name or f"n{i}",
+        "host_id": 100 + i,
+        "cores": list(range(cores)),
+        "gpus": list(range(gpus)),
+        "pool": pool or {},
+    }
 
 
 def req(cpus=1, gpus=0, ranks=1, resources=None, **policy):
     pol = {"placement": "ANYWHERE", "distribution": "ROUNDROBIN"}
     pol.update(policy)
-    return {"cpus": cpus, "gpus": gpus, "ranks": ranks, "resources": resources or {},
-            "policy": pol}
+    return {"cpus": cpus, "gpus": gpus, "ranks": ranks, "resources": resources or {}, "policy": pol}
 
 
 def names(alloc):
@@ -43,7 +48,8 @@ def test_pins_local_host_name_host_id_and_unknown_hosts():
     assert "host_id=7: no such node" in pool.never_fits(req(placement="HOST_ID", host_id=7))
     dedicated = PartitionPool([node(0)], agent_node=None)
     assert "LOCAL: the agent's node holds no unit slots" in dedicated.never_fits(
-        req(placement="LOCAL"))
+        req(placement="LOCAL")
+    )
 
 
 def test_capacity_is_respected_wait_versus_reject():
@@ -85,8 +91,7 @@ def test_fractional_gpus_share_one_slot():
 
 
 def test_user_defined_types_and_count_zero():
-    fpgas = {"fpgas": [{"id": "a", "slots": 1}, {"id": "b", "slots": 2}],
-             "licenses": []}
+    fpgas = {"fpgas": [{"id": "a", "slots": 1}, {"id": "b", "slots": 2}], "licenses": []}
     pool = PartitionPool([node(0, pool=fpgas)])
     got = pool.allocate(req(resources={"fpgas": 2}))
     assert [i for i, _ in got.ranks[0][1]["fpgas"]] == ["b"]  # best fit: one instance holds 2
