@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from pilot.policy import GLOBAL_POLICY
+
 FILL = "FILL"  # a partition takes every resource not held by a live partition
 ALL = "ALL"  # all partitions (reconfig stop=) / all GPUs (gpus=)
 
@@ -180,6 +182,9 @@ def amounts(owner, field, value):
     return out
 
 
+_GLOBAL = GLOBAL_POLICY.to_dict()  # what the agent assumes for a key it is not sent
+
+
 def policy_field(owner, field, value):
     from pilot.policy import Policy, capture
 
@@ -274,18 +279,24 @@ class ComputeUnitDescription(Description):
     def rank_gpus(self):
         return self.gpus_per_rank if self.gpus_per_rank is not None else self.gpus
 
-    def request(self) -> dict:
-        """What the agent places: per-rank counts per pool type, rank count, the policy."""
+    def request(self, policy: dict | None = None) -> dict:
+        """What the agent places: per-rank counts per pool type, rank count and the policy;
+        defaults are left out (the agent reads a missing key as its default)."""
         pol = self.policy
         cores = len(pol.cpu_affinity) if pol.cpu_affinity is not None else self.rank_cores
         gpus = len(pol.gpu_affinity) if pol.gpu_affinity is not None else self.rank_gpus
-        return {
-            "cpus": cores,
-            "gpus": gpus,
-            "resources": dict(self.resources),
-            "ranks": self.ranks,
-            "policy": pol.to_dict(),
-        }
+        out = {"cpus": cores}
+        if gpus:
+            out["gpus"] = gpus
+        if self.resources:
+            out["resources"] = dict(self.resources)
+        if self.ranks != 1:
+            out["ranks"] = self.ranks
+        pol_dict = policy if policy is not None else pol.to_dict()
+        placing = {k: v for k, v in pol_dict.items() if v is not None and _GLOBAL.get(k) != v}
+        if placing:
+            out["policy"] = placing
+        return out
 
     def to_dict(self) -> dict:
         d = super().to_dict()

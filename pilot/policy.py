@@ -135,6 +135,7 @@ GLOBAL_POLICY = Policy(
     gpu_env_str="CUDA_VISIBLE_DEVICES",
 )
 
+_GLOBAL_FIELDS = dict(GLOBAL_POLICY.__dict__)  # all scalars: safe to share
 _local = threading.local()
 
 
@@ -170,4 +171,8 @@ def context_policy() -> Policy | None:
 def capture(explicit: Policy | None, context: Policy | None = None) -> Policy:
     """The complete policy for something built now: explicit > context stack > global."""
     ctx = context_policy() if context is None else context
+    if explicit is None and ctx is None:  # the common case, on every unit: a plain copy
+        out = object.__new__(Policy)
+        out.__dict__.update(_GLOBAL_FIELDS)
+        return out
     return merge(explicit, merge(ctx, GLOBAL_POLICY))

@@ -77,7 +77,7 @@ class Unit(Stateful):
         super().__init__(session, uid, created)
         self.description = description
         self._desc = description.to_dict()  # captured at submit; later edits change nothing
-        req = description.request()
+        req = description.request(self._desc["policy"])
         self._wire = {
             "uid": uid,
             "executable": description.executable,
