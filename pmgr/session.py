@@ -202,5 +202,8 @@ class Session:
                     p._lost("session closed before the pilot reported its end", fired)
         self._fire(fired)
         self.channel.close()
-        self.writer.close()
+        self.unpersisted = self.writer.close(timeout=10.0)
+        if self.unpersisted:
+            log.error("%s: the store could not take the records of %d object(s), e.g. %s",
+                      self.uid, len(self.unpersisted), sorted(self.unpersisted)[:5])
         self.store.close()

@@ -16,6 +16,47 @@ import pilot as rp  # noqa: E402
 from pmgr import reaper  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def mongo_server(tmp_path_factory):
+    """A MongoDB to test against: MONGODB_URI when set, else SecantusDB started here.
+
+    Never skipped silently: without a server the MongoDB tests fail, unless PILOT_SKIP_MONGO=1
+    says to skip them (then they are reported as skipped, with that reason)."""
+    from tests.mongo_server import MongoServer
+
+    if os.environ.get("MONGODB_URI"):
+        yield ("external", os.environ["MONGODB_URI"], None)
+        return
+    if os.environ.get("PILOT_SKIP_MONGO") == "1":
+        pytest.skip("PILOT_SKIP_MONGO=1: MongoDB tests skipped on request")
+    storage = tmp_path_factory.mktemp("secantus") / "data"
+    storage.mkdir()
+    server = MongoServer(str(storage))
+    server.start()
+    try:
+        yield ("secantus", server.url, server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def mongo_url(mongo_server):
+    """A fresh database on the test MongoDB, as a database_url."""
+    import uuid
+
+    from tests.mongo_server import with_database
+
+    return with_database(mongo_server[1], f"pilot_test_{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(params=["sqlite", "mongodb"])
+def database_url(request, tmp_path):
+    """Each backend in turn: the same tests run on both."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state.db'}"
+    return request.getfixturevalue("mongo_url")
+
+
 @pytest.fixture(autouse=True)
 def sessions_dir(tmp_path, monkeypatch):
     d = tmp_path / "sessions"

@@ -85,8 +85,33 @@ def open_store(url: str) -> StateStore:
 
         return SqliteStore(url)
     if url.startswith(("mongodb://", "mongodb+srv://")):
-        raise ValueError(
-            f"database_url={url!r}: the MongoDB backend is not available yet; "
-            "accepted now: sqlite:///PATH"
-        )
-    raise ValueError(f"database_url={url!r} must start with sqlite:/// or mongodb://")
+        from pmgr.store.mongo import MongoStore
+
+        return MongoStore(url)
+    if url == "null://":
+        return NullStore(url)
+    raise ValueError(
+        f"database_url={url!r} must start with sqlite:/// or mongodb:// (or be null:// for "
+        "no persistence, in benchmarks)"
+    )
+
+
+class NullStore(StateStore):
+    """Persists nothing: the baseline when measuring what persistence costs."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def write_batch(self, batch: Batch) -> None:
+        pass
+
+    def get(self, kind: str, uid: str) -> dict | None:
+        check_kind(kind)
+        return None
+
+    def find(self, kind: str, **where) -> list[dict]:
+        check_kind(kind, where)
+        return []
+
+    def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
+        return []

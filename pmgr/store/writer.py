@@ -5,8 +5,13 @@ a SimpleQueue put each, nothing else on the hot path.  The writer thread takes e
 queued, builds one doc per changed object (`obj.as_doc(full)`, full the first time only, so the
 description is encoded once per object) and writes the batch in one transaction.  `lag` is the
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
-`flush()` waits (bounded) until everything queued so far is written.  A failing write is
-logged; its records are counted in `failed` and their uids kept in `unpersisted`.
+`flush()` waits (bounded) until everything queued so far is written.
+
+When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
+records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
+merging what arrived meanwhile into the same batch; when the database is back it catches up in
+one write.  It holds at most `max_buffer` records: past that the oldest are dropped and their
+uids kept in `unpersisted` (exactly what was not persisted), and `dropped` counts them.
 """
 
 from __future__ import annotations
@@ -20,12 +25,19 @@ from pmgr.store.base import Batch, StateStore
 
 log = logging.getLogger("pmgr.store")
 _STOP = object()
+RETRY_MIN, RETRY_MAX = 0.5, 5.0
 
 
 class BatchWriter:
-    def __init__(self, store: StateStore, max_batch: int = 20000) -> None:
+    def __init__(
+        self, store: StateStore, max_batch: int = 20000, max_buffer: int = 1_000_000
+    ) -> None:
         self.store = store
         self.max_batch = max_batch
+        self.max_buffer = max_buffer
+        self.pending: list = []  # records a failed write left behind, oldest first
+        self.dropped = 0
+        self.retrying = False
         self.q: queue.SimpleQueue = queue.SimpleQueue()
         self.written = 0
         self.batches = 0
@@ -55,9 +67,14 @@ class BatchWriter:
 
     def _run(self) -> None:
         stop = False
-        while not stop:
-            item = self.q.get()
-            items = []
+        backoff = RETRY_MIN
+        while not stop or self.pending:
+            try:
+                item = self.q.get(timeout=backoff) if self.pending else self.q.get()
+            except queue.Empty:
+                item = None
+            items = self.pending
+            self.pending = []
             while item is not None:
                 if item is _STOP:
                     stop = True
@@ -69,10 +86,26 @@ class BatchWriter:
                     item = self.q.get_nowait()
                 except queue.Empty:
                     item = None
-            if items:
-                self._write(items)
+            if items and not self._write(items):
+                self._keep(items)
+                backoff = min(backoff * 2, RETRY_MAX)
+                if stop:
+                    return  # closing with the database down: what is left stays unpersisted
+            else:
+                backoff = RETRY_MIN
 
-    def _write(self, items: list) -> None:
+    def _keep(self, items: list) -> None:
+        excess = len(items) - self.max_buffer
+        if excess > 0:
+            lost, items = items[:excess], items[excess:]
+            self.dropped += len(lost)
+            self.unpersisted.update(_uid(rec) for _, rec in lost)
+            with self._cv:
+                self._done += len(lost)
+                self._cv.notify_all()
+        self.pending = items
+
+    def _write(self, items: list) -> bool:
         batch = Batch()
         objs = {}
         uids = set()
@@ -91,26 +124,51 @@ class BatchWriter:
             uids.add(obj.uid)
         try:
             self.store.write_batch(batch)
-            for obj in objs.values():
-                obj._stored = True
-            self.written += len(items)
-            self.batches += 1
-        except Exception as exc:  # a database error must not stop the client
-            self.failed += len(items)
-            self.unpersisted.update(uids)
-            log.error("store write of %d records failed: %s", len(items), exc)
+        except Exception as exc:  # a database error must not stop the client: retry later
+            self.failed += 1
+            if not self.retrying:
+                log.error("store write of %d records failed, keeping them to retry: %s",
+                          len(items), exc)
+            self.retrying = True
+            return False
+        if self.retrying:
+            log.warning("store is back: %d records written after the outage", len(items))
+            self.retrying = False
+        for obj in objs.values():
+            obj._stored = True
+        self.unpersisted.difference_update(uids)
+        self.written += len(items)
+        self.batches += 1
         self.lag = time.monotonic() - items[0][0]
         self.max_lag = max(self.max_lag, self.lag)
         with self._cv:
             self._done += len(items)
             self._cv.notify_all()
+        return True
 
     def flush(self, timeout: float = 30.0) -> bool:
         target = self._enqueued
         with self._cv:
             return self._cv.wait_for(lambda: self._done >= target, timeout)
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 30.0) -> set[str]:
+        """Write what is left (bounded); returns the uids whose records could not be written."""
         self.flush(timeout)
         self.q.put(_STOP)
         self._thread.join(timeout)
+        left = list(self.pending)
+        while True:
+            try:
+                rec = self.q.get_nowait()
+            except queue.Empty:
+                break
+            if rec is not _STOP:
+                left.append(rec)
+        self.unpersisted.update(_uid(rec) for _, rec in left)
+        return set(self.unpersisted)
+
+
+def _uid(rec) -> str:
+    if isinstance(rec, tuple):
+        return rec[1]["uid"] if len(rec) == 2 else rec[2]
+    return rec.uid

@@ -1,0 +1,120 @@
+"""One contract for every StateStore backend: sqlite (embedded) and MongoDB."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pmgr.store import open_store
+from pmgr.store.base import Batch
+
+
+@pytest.fixture
+def store(database_url):
+    s = open_store(database_url)
+    yield s
+    s.close()
+
+
+def unit_doc(uid, state="NEW", description=True, **kw):
+    doc = {
+        "uid": uid,
+        "session": "s1",
+        "pilot": "pilot.0000",
+        "partition": None,
+        "state": state,
+        "reason": None,
+        "exit_code": None,
+        "node": None,
+        "slots": None,
+        "description": {"executable": "/bin/true", "arguments": ["a"]} if description else None,
+    }
+    doc.update(kw)
+    return doc
+
+
+def test_upsert_keeps_the_description_and_replaces_the_rest(store):
+    b = Batch()
+    b.docs["units"]["u1"] = unit_doc("u1")
+    store.write_batch(b)
+    b = Batch()
+    b.docs["units"]["u1"] = unit_doc(
+        "u1", "DONE", description=False, exit_code=0, partition="p0", slots={"cpus": [3]}
+    )
+    store.write_batch(b)
+    doc = store.get("units", "u1")
+    assert doc["state"] == "DONE" and doc["exit_code"] == 0 and doc["partition"] == "p0"
+    assert doc["description"] == {"executable": "/bin/true", "arguments": ["a"]}
+    assert doc["slots"] == {"cpus": [3]}
+    assert store.get("units", "nope") is None
+
+
+def test_find_filters_and_orders_by_uid(store):
+    b = Batch()
+    for i, state in enumerate(["DONE", "FAILED", "DONE"]):
+        b.docs["units"][f"u{i}"] = unit_doc(f"u{i}", state)
+    b.docs["units"]["other"] = unit_doc("other", "DONE", session="s2")
+    b.docs["pilots"]["pilot.0000"] = {
+        "uid": "pilot.0000",
+        "session": "s1",
+        "state": "ACTIVE",
+        "size": {"cores": 2},
+        "description": {"resource": "x"},
+    }
+    store.write_batch(b)
+    assert [d["uid"] for d in store.find("units", session="s1", state="DONE")] == ["u0", "u2"]
+    assert len(store.find("units")) == 4
+    assert store.find("pilots", session="s1")[0]["size"] == {"cores": 2}
+    with pytest.raises(ValueError, match=r"cannot filter on \['colour'\]"):
+        store.find("units", colour="red")
+    with pytest.raises(ValueError, match=r"kind='widgets' must be one of"):
+        store.get("widgets", "x")
+
+
+def test_history_keeps_every_change_in_order(store):
+    t = time.time()
+    rows = [
+        ("s1", "units", "u1", s, t + i, None)
+        for i, s in enumerate(["NEW", "SCHEDULING", "QUEUED", "EXECUTING"])
+    ]
+    rows.append(("s1", "units", "u1", "FAILED", t + 9, "exit code 3"))
+    rows.append(("s1", "units", "u2", "NEW", t, None))
+    for i in range(0, len(rows), 2):  # several batches
+        b = Batch()
+        b.history.extend(rows[i : i + 2])
+        store.write_batch(b)
+    h = store.history(uid="u1")
+    assert [r["state"] for r in h] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "FAILED"]
+    assert h[-1]["reason"] == "exit code 3" and h[0]["ts"] == pytest.approx(t)
+    assert len(store.history(session="s1")) == 6
+    assert store.history(session="s2") == []
+
+
+def test_a_big_batch(store):
+    b = Batch()
+    for i in range(2000):
+        b.docs["units"][f"u{i:05d}"] = unit_doc(f"u{i:05d}", "DONE")
+        b.history.append(("s1", "units", f"u{i:05d}", "DONE", time.time(), None))
+    store.write_batch(b)
+    assert len(store.find("units", session="s1", state="DONE")) == 2000
+    assert len(store.history(session="s1")) == 2000
+
+
+def test_unreachable_database_fails_fast_with_the_reason():
+    from tests.mongo_server import free_port
+
+    url = f"mongodb://127.0.0.1:{free_port()}/pilot"
+    t0 = time.monotonic()
+    with pytest.raises(
+        ValueError,
+        match=r"database_url='mongodb://127.0.0.1:\d+/pilot': no "
+        r"MongoDB answered within 3 s",
+    ):
+        open_store(url)
+    assert time.monotonic() - t0 < 10
+
+
+def test_bad_urls_name_what_is_accepted():
+    with pytest.raises(ValueError, match=r"must start with sqlite:/// or mongodb://"):
+        open_store("postgres://x")

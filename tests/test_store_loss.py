@@ -1,0 +1,79 @@
+"""Losing the database mid-run: units keep running, writes are kept and caught up."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pilot as rp
+from tests.conftest import active_pilot
+from tests.mongo_server import MongoServer
+
+
+def test_database_lost_and_back_mid_run(make_session, tmp_path, mongo_server):
+    if mongo_server[0] == "external":
+        import pytest
+
+        pytest.skip("MONGODB_URI: cannot stop an external server; covered with SecantusDB")
+    storage = tmp_path / "db"
+    storage.mkdir()
+    server = MongoServer(str(storage))
+    server.start()
+    try:
+        session = make_session(database_url=server.database_url())
+        pilot, umgr = active_pilot(session, parts=((2,),))
+        first = umgr.submit_units(
+            [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(50)]
+        )
+        umgr.wait_units(timeout=60)
+        assert session.writer.flush(timeout=60)
+        server.stop()  # the database goes away
+        t0 = time.monotonic()
+        during = umgr.submit_units(
+            [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(100)]
+        )
+        assert umgr.wait_units([u.uid for u in during], timeout=60)
+        assert time.monotonic() - t0 < 30  # units did not wait for the database
+        assert Counter(u.state for u in during) == {rp.DONE: 100}
+        assert not session.writer.flush(timeout=2)  # nothing can be written now
+        assert session.writer.pending or session.writer.q.qsize()
+        server.start()  # back, same port and data
+        assert session.writer.flush(timeout=60), "the writer did not catch up"
+        assert not session.writer.unpersisted
+        rows = session.store.find("units", session=session.uid)
+        assert len(rows) == 150 and {r["state"] for r in rows} == {"DONE"}
+        hist = session.store.history(session=session.uid)
+        per_unit = Counter(h["uid"] for h in hist if h["kind"] == "units")
+        assert set(per_unit.values()) == {5} and len(per_unit) == 150
+        assert first[0].uid in per_unit
+    finally:
+        server.stop()
+
+
+def test_records_lost_for_good_are_named(tmp_path):
+    """With the database down at the end, close() says which objects were not persisted."""
+    from pmgr.store.base import StateStore
+    from pmgr.store.writer import BatchWriter
+
+    class Down(StateStore):
+        url = "down://"
+
+        def write_batch(self, batch):
+            raise ConnectionError("database is down")
+
+    class Obj:
+        KIND = "units"
+
+        def __init__(self, uid):
+            self.uid = uid
+
+        def as_doc(self, full=True):
+            return {"uid": self.uid}
+
+    w = BatchWriter(Down(), max_buffer=3)
+    for i in range(5):
+        w.changed(Obj(f"u{i}"))
+    time.sleep(0.3)
+    lost = w.close(timeout=1)
+    assert lost == {f"u{i}" for i in range(5)}
+    assert w.dropped >= 2  # past max_buffer the oldest are dropped, and named

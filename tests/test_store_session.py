@@ -1,0 +1,35 @@
+"""Sessions on both backends: every state change persisted, once, in order."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pilot as rp
+from tests.conftest import active_pilot
+
+STATES = ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]
+
+
+def test_5000_units_no_duplicate_or_missing_history(make_session, database_url):
+    session = make_session(database_url=database_url)
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+    units = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(5000)]
+    )
+    assert umgr.wait_units(timeout=300) == [rp.DONE] * 5000
+    assert session.writer.flush(timeout=120)
+    hist = session.store.history(session=session.uid)
+    per_unit: dict[str, list[str]] = {}
+    for h in hist:
+        if h["kind"] == "units":
+            per_unit.setdefault(h["uid"], []).append(h["state"])
+    assert len(per_unit) == 5000
+    assert all(states == STATES for states in per_unit.values())
+    rows = session.store.find("units", session=session.uid)
+    assert Counter(r["state"] for r in rows) == {"DONE": 5000}
+    assert {r["partition"] for r in rows} == {p.uid for p in pilot.partitions}
+    assert rows[0]["description"]["executable"] == "/bin/true"
+    parts = session.store.find("partitions", pilot=pilot.uid)
+    assert [p["resources"]["cores"] for p in parts] == [1, 1]
+    assert session.store.get("sessions", session.uid)["dir"] == session.dir
+    assert [s for s, _ in units[0].history] == STATES
