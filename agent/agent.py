@@ -31,6 +31,7 @@ from agent.stager import Stager
 from pilot.protocol import ProtocolError, msg, pack, unpack
 
 FLUSH_EVERY = 0.02
+KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
 log = logging.getLogger("agent")
 
@@ -44,6 +45,7 @@ class Agent:
         self.execu = Executor(cfg)
         self.stager = Stager(cfg["pilot_sandbox"])
         self.updates: list = []
+        self.known: dict[str, list] = {}
         self.first_pending = 0.0
         self.timers: list = []
         self.stopping: dict | None = None
@@ -67,7 +69,26 @@ class Agent:
     def update(self, uid: str, state: str, info: dict | None = None) -> None:
         if not self.updates:
             self.first_pending = time.monotonic()
-        self.updates.append(("unit", uid, state, time.time(), info or {}))
+        rec = ("unit", uid, state, time.time(), info or {})
+        self.updates.append(rec)
+        self.known.setdefault(uid, []).append(rec)  # for `sync`: what this agent has said
+        if len(self.known) > KNOWN_MAX:
+            self.known.pop(next(iter(self.known)))
+
+    def sync(self, cid: str, uids: list[str]) -> None:
+        """Say again everything known about these units (a new client attached); name the
+        ones this agent never had."""
+        unknown = []
+        for uid in uids:
+            recs = self.known.get(uid)
+            if recs:
+                if not self.updates:
+                    self.first_pending = time.monotonic()
+                self.updates.extend(recs)
+            else:
+                unknown.append(uid)
+        self.flush(force=True)
+        self.sock.send_multipart(msg(b"synced", {"cid": cid, "part": self.uid, "unknown": unknown}))
 
     def flush(self, force: bool = False) -> None:
         if self.updates and (
@@ -204,6 +225,8 @@ class Agent:
                 self.on_units(body)
             elif kind == b"cancel":
                 self.cancel(body["uids"], body.get("reason", "canceled"))
+            elif kind == b"sync":
+                self.sync(body["cid"], body["uids"])
             elif kind == b"stop":
                 self.stop(body.get("reason", "partition stopped"), body.get("units") == "back")
             else:

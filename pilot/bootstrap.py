@@ -33,7 +33,7 @@ from partition.sizing import Pool
 from pilot import resource_config
 from pilot.launch.zygote import AgentLauncher, AgentProc
 from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
-from pilot.states import CANCELED, DONE, FAILED
+from pilot.states import CANCELED, DONE, FAILED, FINAL
 
 log = logging.getLogger("bootstrap")
 TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
@@ -49,7 +49,10 @@ class Bootstrap(PartitionIO):
         self.client = self.ctx.socket(zmq.DEALER)
         self.client.setsockopt(zmq.IDENTITY, self.uid.encode())
         self.client.setsockopt(zmq.LINGER, 3000)
+        self.client.setsockopt(zmq.SNDHWM, 100_000)
         self.client.connect(cfg["client"])
+        self.dropped = 0
+        self.syncs: dict[str, dict] = {}  # sync id -> {"parts": waiting partitions}
         self.agents = self.ctx.socket(zmq.ROUTER)
         self.agents.setsockopt(zmq.LINGER, 0)
         self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -98,9 +101,18 @@ class Bootstrap(PartitionIO):
         info["free"] = self.pool.free  # what no live partition holds, after this change
         self.out.append(("part", uid, state, time.time(), info))
 
+    def to_client(self, frames: list[bytes]) -> None:
+        """Send without ever blocking: with no client listening (it died, a new one has not
+        attached yet) messages queue up to the high-water mark, then are dropped and counted;
+        an attaching client reconciles through `sync`, so nothing is decided on them."""
+        try:
+            self.client.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            self.dropped += 1
+
     def flush(self) -> None:
         if self.out:
-            self.client.send_multipart([b"state", pack(self.out)])
+            self.to_client([b"state", pack(self.out)])
             self.out = []
 
     # -- messages -------------------------------------------------------------------------------
@@ -111,11 +123,11 @@ class Bootstrap(PartitionIO):
             uid = frames[1].decode()
             if not self.pm.take_buffered_or_bounce(uid, frames[2]):
                 self.flush()
-                self.client.send_multipart(msg(b"back", {"part": uid, "units": unpack(frames[2])}))
+                self.to_client(msg(b"back", {"part": uid, "units": unpack(frames[2])}))
         elif kind == b"cmd":
             body = unpack(frames[1])
             self.flush()
-            self.client.send_multipart([b"reply", pack(self.command(body))])
+            self.to_client([b"reply", pack(self.command(body))])
         elif kind != b"hb":
             raise ProtocolError(f"unknown message type {kind!r}")
 
@@ -147,6 +159,10 @@ class Bootstrap(PartitionIO):
             elif op == "cancel_pilot":
                 self.end(CANCELED, args.get("reason") or "canceled")
                 result = {}
+            elif op == "attach":
+                result = self.attach(args["client"])
+            elif op == "sync":
+                result = self.sync(cid, args["units"])
             elif op == "partitions":
                 result = {
                     "pilot": self.uid,
@@ -157,22 +173,78 @@ class Bootstrap(PartitionIO):
             else:
                 raise ValueError(
                     f"op={op!r} is unknown; accepted: reconfig, cancel_units, "
-                    "stop_parts, cancel_pilot, partitions"
+                    "stop_parts, cancel_pilot, partitions, attach, sync"
                 )
             return {"cid": cid, "ok": True, "result": result}
         except (ValueError, KeyError, TypeError) as exc:
             return {"cid": cid, "ok": False, "error": str(exc)}
 
+    def attach(self, endpoint: str) -> dict:
+        """A new client process takes over: point the pilot link at it, say hello, and send
+        every partition's current state again (units are reconciled by `sync`)."""
+        old = self.cfg["client"]
+        if endpoint != old:
+            try:
+                self.client.disconnect(old)
+            except zmq.ZMQError:
+                pass
+            self.client.connect(endpoint)
+            self.cfg["client"] = endpoint
+        self.last_heard = time.monotonic()
+        log.info(
+            "attach: client now %s (was %s; %d messages dropped meanwhile)",
+            endpoint,
+            old,
+            self.dropped,
+        )
+        self.to_client(
+            msg(
+                b"hello",
+                {
+                    "pilot": self.uid,
+                    "pid": os.getpid(),
+                    "control": self.control_endpoint,
+                    "size": self.cfg["size"],
+                    "attach": True,
+                },
+            )
+        )
+        for part in self.pm.parts.values():
+            info = {"resources": part.alloc.to_dict(self.pool)} if part.alloc else {}
+            info["description"] = part.desc.to_dict()
+            if part.reason:
+                info["reason"] = part.reason
+            self.emit(part.uid, part.state, info)
+        self.flush()
+        return {"pilot": self.uid, "partitions": len(self.pm.parts)}
+
+    def sync(self, cid: str, units: dict) -> dict:
+        """Ask each partition's agent for the current state of these units.  Agents answer
+        with state updates and a `synced` message naming the uids they do not know; a
+        partition without an agent knows none of them."""
+        waiting = []
+        for part_uid, uids in units.items():
+            part = self.pm.parts.get(part_uid)
+            if part is not None and part.state not in FINAL and part.uid in self.procs:
+                self.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
+                waiting.append(part_uid)
+            else:
+                self.to_client(msg(b"synced", {"cid": cid, "part": part_uid, "unknown": uids}))
+        return {"asked": waiting}
+
     def on_agent(self, frames: list[bytes]) -> None:
         uid, kind = frames[0].decode(), frames[1]
         if kind == b"state":
             self.flush()  # keep partition updates ahead of the unit updates that follow them
-            self.client.send_multipart([b"state", frames[2]])
+            self.to_client([b"state", frames[2]])
         elif kind == b"ready":
             self.pm.on_ready(uid)
         elif kind == b"back":
             self.flush()
-            self.client.send_multipart([b"back", frames[2]])
+            self.to_client([b"back", frames[2]])
+        elif kind == b"synced":
+            self.flush()
+            self.to_client([b"synced", frames[2]])
         elif kind == b"bye":
             self.pm.on_bye(uid, unpack(frames[2]))
         else:
@@ -209,7 +281,7 @@ class Bootstrap(PartitionIO):
         fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
-        self.client.send_multipart(
+        self.to_client(
             msg(
                 b"hello",
                 {
@@ -256,7 +328,7 @@ class Bootstrap(PartitionIO):
                     return self.finish()
             if now >= next_hb:
                 next_hb = now + HEARTBEAT
-                self.client.send_multipart(msg(b"hb"))
+                self.to_client(msg(b"hb"))
             self.flush()
 
     def _drain(self, sock, handler) -> None:
@@ -297,7 +369,7 @@ class Bootstrap(PartitionIO):
         for part in self.pm.live():
             self.pm._final(part, FAILED, "pilot ended before the partition did")
         self.flush()
-        self.client.send_multipart(msg(b"bye", {"state": state, "reason": reason}))
+        self.to_client(msg(b"bye", {"state": state, "reason": reason}))
         log.info("down.bye: %s (%s)", state, reason)
         try:
             os.unlink(os.path.join(self.sandbox, "control.json"))

@@ -48,6 +48,7 @@ class Pilot(Stateful):
         self._queued_cmds: list[dict] = []
         self._cancel_requested: str | None = None
         self._free: dict | None = None
+        self._job_pid: int | None = None  # kept from the store when recovered
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
 
     # -- public -----------------------------------------------------------------------------
@@ -108,7 +109,7 @@ class Pilot(Stateful):
             for d in descs:
                 part = self._new_partition(d)
                 new.append(part)
-            cid = self.session.next_uid(f"{self.uid}.cmd")
+            cid = self.session.next_cid(self.uid)
             self._new_by_cmd[cid] = [p.uid for p in new]
             self._command(
                 {
@@ -144,7 +145,7 @@ class Pilot(Stateful):
         with self.session.lock:
             for uid in uids:
                 self._parts[uid].accepting = False
-            cid = self.session.next_uid(f"{self.uid}.cmd")
+            cid = self.session.next_cid(self.uid)
             self._command(
                 {"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}}
             )
@@ -245,9 +246,9 @@ class Pilot(Stateful):
         self._end(S.FAILED if not self._cancel_requested else S.CANCELED, reason, fired)
 
     def _tick(self, fired: list) -> None:
-        if self.final or self.job is None:
+        if self.final:
             return
-        code = self.job.poll()
+        code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
         now = time.monotonic()
         if code is not None:
             if self._cancel_requested and self.state != S.ACTIVE:
@@ -274,7 +275,8 @@ class Pilot(Stateful):
             "size": self.size,
             "sandbox": self.sandbox,
             "reason": self.reason,
-            "job": getattr(self.job, "pid", None),
+            "job": getattr(self.job, "pid", None) or self._job_pid,
+            "control": self.control,
         }
 
 
@@ -285,6 +287,8 @@ class PilotManager:
         self._callbacks: list = []
         self.pilots: list[Pilot] = []
         session.pmgrs.append(self)
+        if session.recovery is not None:  # an attached session: its pilots come back here
+            self.pilots.extend(session.recovery.adopt_pilots(self))
 
     def register_callback(self, cb) -> None:
         """cb(pilot, state) after every state change of this manager's pilots."""
@@ -326,7 +330,9 @@ class PilotManager:
             "size": pilot.size,
             "runtime": pd.runtime * 60.0,
             "client_timeout": pilot.resource.client_timeout,
-            "watch_parent": pilot.resource.batch_system == "local",
+            # a pilot outlives a client that died, for client_timeout s: long enough for a new
+            # client process to attach to the session (Session(uid=...)) and take it over
+            "watch_parent": False,
             "partitions": [
                 {"uid": p.uid, "description": p.description.to_dict()}
                 for p in pilot._parts.values()

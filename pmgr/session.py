@@ -26,6 +26,7 @@ from pilot import states as S
 from pilot.protocol import ProtocolError, unpack
 from pmgr import reaper
 from pmgr.channel import Channel
+from pmgr.recovery import Recovery
 from pmgr.store import open_store
 from pmgr.store.writer import BatchWriter
 
@@ -41,15 +42,26 @@ class Session:
         self, database_url: str | None = None, uid: str | None = None, dir: str | None = None
     ) -> None:
         stamp = datetime.datetime.now().strftime("%Y%m%d.%H%M%S")
+        attach = uid is not None
         self.uid = uid or f"session.{stamp}.{uuid.uuid4().hex[:6]}"
         self.dir = os.path.abspath(dir or os.path.join(sessions_dir(), self.uid))
-        os.makedirs(self.dir, exist_ok=True)
         url = (
             database_url
             or os.environ.get("PILOT_DATABASE_URL")
             or f"sqlite:///{os.path.join(self.dir, 'state.db')}"
         )
+        if attach and url.startswith("sqlite:///") and not os.path.exists(url[10:]):
+            raise ValueError(f"Session: uid={uid!r} not found: no store at {url[10:]}")
+        if not attach:
+            os.makedirs(self.dir, exist_ok=True)
         self.store = open_store(url)
+        doc = self.store.get("sessions", self.uid) if attach else None
+        if attach and doc is None:
+            self.store.close()
+            raise ValueError(f"Session: uid={uid!r} is not in the store {url}")
+        if doc is not None:
+            self.dir = doc["dir"]
+        self.token = uuid.uuid4().hex[:6]  # makes this process's command ids unique
         self.writer = BatchWriter(self.store)
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
@@ -58,11 +70,12 @@ class Session:
         self.umgrs: list = []
         self.counters: dict[str, int] = {}
         self.closed = False
-        self.created = time.time()
+        self.created = doc["created"] if doc else time.time()
         self.writer.doc(
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
         self.channel = Channel(self._on_message, self._on_tick)
+        self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
 
@@ -71,6 +84,10 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def next_cid(self, pilot_uid: str) -> str:
+        """A command id no other client process of this session can have used."""
+        return self.next_uid(f"{pilot_uid}.cmd.{self.token}")
 
     def next_uid(self, prefix: str, width: int = 4) -> str:
         with self.lock:
@@ -130,6 +147,9 @@ class Session:
                     pilot.umgr.units_back(body["part"], body["units"], fired)
                 elif kind == b"unsent" and frames[1] == b"units":
                     pilot.umgr.units_back(frames[2].decode(), unpack(frames[3]), fired)
+                elif kind == b"synced":
+                    body = unpack(frames[1])
+                    pilot.umgr.synced(body["part"], body["unknown"], fired)
                 elif kind == b"unsent":
                     pilot._on_reply(
                         {
@@ -175,12 +195,19 @@ class Session:
         self._fire(fired)
 
     # -- end ------------------------------------------------------------------------------------
-    def close(self, timeout: float = 30.0) -> None:
-        """Cancel running pilots, wait for them (bounded), clean up every process, flush."""
+    def close(self, timeout: float = 30.0, terminate: bool = True) -> None:
+        """Cancel running pilots, wait for them (bounded), clean up every process, flush.
+        terminate=False leaves the pilots running (detach): another client process can attach
+        to the session with Session(uid=...) within the pilots' client_timeout."""
         if self.closed:
             return
         self.closed = True
         atexit.unregister(self.close)
+        if not terminate:
+            self.channel.close()
+            self.unpersisted = self.writer.close(timeout=10.0)
+            self.store.close()
+            return
         live = [p for p in self.pilots.values() if not p.final]
         for p in live:
             p._request_cancel("session closed")
@@ -204,6 +231,10 @@ class Session:
         self.channel.close()
         self.unpersisted = self.writer.close(timeout=10.0)
         if self.unpersisted:
-            log.error("%s: the store could not take the records of %d object(s), e.g. %s",
-                      self.uid, len(self.unpersisted), sorted(self.unpersisted)[:5])
+            log.error(
+                "%s: the store could not take the records of %d object(s), e.g. %s",
+                self.uid,
+                len(self.unpersisted),
+                sorted(self.unpersisted)[:5],
+            )
         self.store.close()

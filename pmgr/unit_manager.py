@@ -39,6 +39,8 @@ class UnitManager:
         self.pending: deque[Unit] = deque()
         self._callbacks: list = []
         session.umgrs.append(self)
+        if session.recovery is not None:  # an attached session: its units come back here
+            session.recovery.adopt_units(self)
 
     # -- public -----------------------------------------------------------------------------
     def register_callback(self, cb) -> None:
@@ -257,8 +259,10 @@ class UnitManager:
 
     # -- events (lock held, channel thread) ---------------------------------------------------
     def _unit_state(self, unit: Unit, state: str, ts: float, info: dict, fired: list) -> None:
-        if unit.final:
-            return
+        if unit.final or (
+            state not in S.FINAL and S.UNIT_ORDER.get(state, 99) <= S.UNIT_ORDER.get(unit.state, -1)
+        ):
+            return  # stale: an update said again (sync after an attach) that it has passed
         if "exit_code" in info:
             unit.exit_code = info["exit_code"]
         if "node" in info:
@@ -317,4 +321,27 @@ class UnitManager:
         self._route(fired)
 
     def _pilot_changed(self, pilot, fired: list) -> None:
+        self._route(fired)
+
+    def synced(self, part_uid: str, unknown: list, fired: list) -> None:
+        """After an attach, the agent of `part_uid` does not know these units: one that was
+        only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
+        now = time.time()
+        for uid in unknown:
+            unit = self.units.get(uid)
+            if unit is None or unit.final or unit.part != part_uid:
+                continue
+            part = unit.pilot._parts.get(part_uid)
+            if part is not None:
+                part.outstanding -= 1
+            if unit.state == S.SCHEDULING and unit.description.partition is None:
+                unit.part = None
+                self.pending.append(unit)
+            else:
+                unit._advance(
+                    S.FAILED,
+                    now,
+                    f"lost: partition {part_uid} does not know it (found when a client attached)",
+                    fired,
+                )
         self._route(fired)

@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 KINDS = ("sessions", "pilots", "partitions", "units")
 FIELDS = {
     "sessions": ("uid", "created", "dir", "url"),
-    "pilots": ("uid", "session", "state", "reason", "sandbox", "job", "description", "size"),
+    "pilots": (
+        "uid",
+        "session",
+        "state",
+        "reason",
+        "sandbox",
+        "job",
+        "control",
+        "description",
+        "size",
+    ),
     "partitions": ("uid", "session", "pilot", "state", "reason", "description", "resources"),
     "units": (
         "uid",

@@ -60,16 +60,22 @@ class MongoStore(StateStore):
                 ops = [
                     UpdateOne(
                         {"_id": uid},
-                        {"$set": {k: v for k, v in d.items()
-                                  if k != "uid" and not (k in KEPT and v is None)}},
+                        {
+                            "$set": {
+                                k: v
+                                for k, v in d.items()
+                                if k != "uid" and not (k in KEPT and v is None)
+                            }
+                        },
                         upsert=True,
                     )
                     for uid, d in docs.items()
                 ]
                 self.db[kind].bulk_write(ops, ordered=False)
         if batch.history:
-            self.db.history.insert_many([dict(zip(HISTORY, row)) for row in batch.history],
-                                        ordered=True)
+            self.db.history.insert_many(
+                [dict(zip(HISTORY, row)) for row in batch.history], ordered=True
+            )
 
     @staticmethod
     def _doc(kind: str, raw: dict) -> dict:

@@ -127,8 +127,9 @@ class BatchWriter:
         except Exception as exc:  # a database error must not stop the client: retry later
             self.failed += 1
             if not self.retrying:
-                log.error("store write of %d records failed, keeping them to retry: %s",
-                          len(items), exc)
+                log.error(
+                    "store write of %d records failed, keeping them to retry: %s", len(items), exc
+                )
             self.retrying = True
             return False
         if self.retrying:

@@ -1,0 +1,177 @@
+"""Attaching a new client process to a running session (`rp.Session(uid=..., ...)`).
+
+The store says what the session had: pilots, partitions, units, their histories.  The first
+PilotManager of the attached session takes the pilots back, the first UnitManager the units.
+
+    attach  for each pilot not final: its bootstrap's control endpoint (kept in the store) gets
+            {op: attach, client: <this process's pilot link>}; the bootstrap points its link
+            here, says hello and sends every partition's state again.  A pilot that does not
+            answer within ATTACH_TIMEOUT s is FAILED (lost).
+    sync    for each unit whose last persisted state was not final and that was sent to a
+            partition: the partition's agent is asked (`sync`) and says again what it knows
+            (state updates) and which uids it never had (`synced`).  Nothing is guessed: a unit
+            no agent knows is routed again if it was only sent, else FAILED as lost.
+Units still at the client (SCHEDULING, no partition) are simply routed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import zmq
+
+from partition.description import ComputePartitionDescription
+from pilot import states as S
+from pilot.descriptions import ComputePilotDescription, ComputeUnitDescription
+from pilot.protocol import pack, unpack
+from pmgr.entities import Partition, Unit
+
+log = logging.getLogger("pmgr.recovery")
+ATTACH_TIMEOUT = 10.0
+
+
+def _index(uid: str) -> int:
+    tail = uid.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+class Recovery:
+    def __init__(self, session) -> None:
+        self.session = session
+        store = session.store
+        self.pilot_docs = store.find("pilots", session=session.uid)
+        self.history: dict[str, list] = {}
+        for h in store.history(session=session.uid):
+            self.history.setdefault(h["uid"], []).append((h["state"], h["ts"]))
+        self.pilots: dict = {}
+        self.units_adopted = False
+
+    def _restore(self, obj, doc: dict) -> None:
+        obj.state = doc["state"]
+        obj.history = self.history.get(obj.uid) or [(obj.state, time.time())]
+        obj.reason = doc.get("reason")
+        obj._stored = True
+
+    def adopt_pilots(self, pmgr) -> list:
+        from pmgr.pilot_manager import Pilot
+
+        if self.pilots:
+            return []
+        session = self.session
+        counters = session.counters
+        for doc in self.pilot_docs:
+            desc = ComputePilotDescription.from_dict(doc["description"])
+            pilot = Pilot(session, doc["uid"], desc, pmgr)
+            self._restore(pilot, doc)
+            pilot.size = doc["size"]
+            pilot.control = doc.get("control")
+            pilot._job_pid = doc.get("job")
+            pilot.last_heard = time.monotonic()
+            key = f"{pilot.uid}.part"
+            for pdoc in session.store.find("partitions", pilot=pilot.uid):
+                part = Partition(
+                    session,
+                    pdoc["uid"],
+                    ComputePartitionDescription.from_dict(pdoc["description"]),
+                    pilot,
+                )
+                self._restore(part, pdoc)
+                part.resources = pdoc.get("resources")
+                pilot._parts[part.uid] = part
+                counters[key] = max(counters.get(key, 0), _index(part.uid) + 1)
+            counters["pilot"] = max(counters.get("pilot", 0), _index(pilot.uid) + 1)
+            session.pilots[pilot.uid] = pilot
+            self.pilots[pilot.uid] = pilot
+        for pilot in self.pilots.values():
+            if not pilot.final:
+                self._attach(pilot)
+        return list(self.pilots.values())
+
+    def _attach(self, pilot) -> None:
+        fired: list = []
+        reply = None
+        if pilot.control:
+            ctx = zmq.Context.instance()
+            sock = ctx.socket(zmq.REQ)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, int(ATTACH_TIMEOUT * 1000))
+            try:
+                sock.connect(pilot.control)
+                sock.send(
+                    pack(
+                        {
+                            "cid": f"attach.{os.getpid()}",
+                            "op": "attach",
+                            "args": {"client": self.session.channel.endpoint},
+                        }
+                    )
+                )
+                reply = unpack(sock.recv())
+            except zmq.ZMQError as exc:
+                log.error("%s: attach failed: %s", pilot.uid, exc)
+            finally:
+                sock.close()
+        with self.session.lock:
+            if reply and reply.get("ok"):
+                pilot.last_heard = time.monotonic()
+                log.info("%s: attached (%s)", pilot.uid, reply.get("result"))
+            else:
+                why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
+                pilot._lost(f"lost: did not take the new client ({why})", fired)
+        self.session._fire(fired)
+
+    def adopt_units(self, umgr) -> None:
+        if self.units_adopted:
+            return
+        self.units_adopted = True
+        session = self.session
+        docs = session.store.find("units", session=session.uid)
+        ask: dict = {}
+        fired: list = []
+        with session.lock:
+            for p in self.pilots.values():
+                if p.umgr is None:
+                    p.umgr = umgr
+                    umgr.pilots.append(p)
+            for doc in docs:
+                desc = ComputeUnitDescription.from_dict(doc["description"])
+                unit = Unit(session, doc["uid"], desc, umgr)
+                self._restore(unit, doc)
+                unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
+                unit.node, unit.slots = doc.get("node"), doc.get("slots")
+                unit.pilot = self.pilots.get(doc.get("pilot"))
+                umgr.units[unit.uid] = unit
+                session.counters["unit"] = max(
+                    session.counters.get("unit", 0), _index(unit.uid) + 1
+                )
+                if unit.final:
+                    continue
+                if unit.part is None or unit.pilot is None:
+                    unit.part = None
+                    umgr.pending.append(unit)
+                elif unit.pilot.final:
+                    unit._advance(
+                        S.FAILED,
+                        time.time(),
+                        f"lost with pilot {unit.pilot.uid} ({unit.pilot.state})",
+                        fired,
+                    )
+                else:
+                    part = unit.pilot._parts.get(unit.part)
+                    if part is not None:
+                        part.outstanding += 1
+                    ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)
+            for pilot, units in ask.items():
+                pilot._command(
+                    {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
+                )
+            umgr._route(fired)
+        session._fire(fired)
+        log.info(
+            "%s: %d units recovered, %d being reconciled with their agents",
+            session.uid,
+            len(docs),
+            sum(len(u) for p in ask.values() for u in p.values()),
+        )

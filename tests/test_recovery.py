@@ -1,0 +1,71 @@
+"""A second client process attaches to a running session and takes it over."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+import pilot as rp
+from tests.conftest import ROOT
+
+FIRST_CLIENT = r"""
+import json, os, sys
+import pilot as rp
+CUD = rp.ComputeUnitDescription
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost",
+                                parts=[rp.ComputePartitionDescription(cores=1)], cores=2,
+                                runtime=5)
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+sleepers = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["0.4"]) for _ in range(8)])
+sleepers[0].wait(rp.EXECUTING, timeout=30)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "pilot": pilot.uid,
+                  "units": [u.uid for u in sleepers]}), flush=True)
+os._exit(0)  # the client dies: no close, no goodbye; the pilot goes on
+"""
+
+
+def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir):
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=database_url)
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_CLIENT], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout.strip().splitlines()[-1])
+    session = make_session(uid=first["session"], database_url=database_url)
+    pmgr = rp.PilotManager(session)
+    (pilot,) = pmgr.get_pilots()
+    assert pilot.uid == first["pilot"] and pilot.state == rp.ACTIVE
+    assert [p.state for p in pilot.partitions] == [rp.ACTIVE]
+    umgr = rp.UnitManager(session)
+    units = umgr.get_units()
+    assert [u.uid for u in units] == first["units"]
+    # units that ended while no client listened are reconciled with the agent, not guessed
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 8
+    for u in units:
+        assert [s for s, _ in u.history] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"], (
+            u.history
+        )
+    more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true") for _ in range(5)])
+    assert umgr.wait_units([u.uid for u in more], timeout=60) == [rp.DONE] * 5
+    assert int(more[0].uid.rsplit(".", 1)[1]) == 8  # uids continue where the first left off
+    new = pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])[0]
+    assert new.wait(rp.ACTIVE, timeout=30) == rp.ACTIVE
+    assert new.uid == f"{pilot.uid}.part.0001"
+    session.writer.flush(timeout=60)
+    rows = session.store.find("units", session=session.uid)
+    assert Counter(r["state"] for r in rows) == {"DONE": 13}
+
+
+def test_attaching_to_an_unknown_session_says_so(tmp_path):
+    with pytest.raises(ValueError, match=r"Session: uid='session.nope' not found: no store"):
+        rp.Session(uid="session.nope")
