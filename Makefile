@@ -24,10 +24,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: $(STAMP)           ## throughput, reconfig latency, scheduler decisions (about 4 minutes)
+bench: $(STAMP)           ## throughput, reconfig, scheduler, state store (about 6 minutes)
 	$(PY) bench/throughput.py
 	$(PY) bench/reconfig.py
 	$(PY) bench/scheduler.py
+	$(PY) bench/store.py
 
 peers: $(STAMP)           ## our row in the shared peer benchmark (../shared/bench/peers)
 	PEERS="limit" BENCH_OUT=$(CURDIR)/bench/results/peers \

@@ -4,6 +4,8 @@
     pilot reconfig PILOT [--stop UID|all]... [--start SIZE]...
                                                 stop and start partitions of a running pilot
     pilot resources                             list the known resource configs
+    pilot status SESSION [--database-url URL]   pilots, partitions and unit counts, from the store
+    pilot export SESSION [--output FILE]        every state change as JSON lines
 
 PILOT is a pilot uid (pilot.0000), or SESSION/PILOT when several sessions run a pilot of that
 name; running pilots are found through their control file in the sessions directory
@@ -114,6 +116,62 @@ def _print_partitions(result: dict) -> None:
         )
 
 
+def open_session_store(session: str, url: str | None):
+    from pmgr.store import open_store
+
+    url = url or os.environ.get("PILOT_DATABASE_URL")
+    if url is None:
+        path = os.path.join(_sessions_dir(), session, "state.db")
+        if not os.path.exists(path):
+            raise UsageError(
+                f"no session {session!r}: no {path} (give --database-url for a MongoDB store)"
+            )
+        url = f"sqlite:///{path}"
+    store = open_store(url)
+    if store.get("sessions", session) is None:
+        store.close()
+        raise UsageError(f"no session {session!r} in {url}")
+    return store
+
+
+def report(args) -> int:
+    store = open_session_store(args.session, args.database_url)
+    try:
+        if args.cmd == "export":
+            out = open(args.output, "w") if args.output else sys.stdout
+            try:
+                for row in store.history(session=args.session):
+                    out.write(json.dumps(row) + "\n")
+            finally:
+                if args.output:
+                    out.close()
+            return 0
+        doc = store.get("sessions", args.session)
+        print(f"{args.session}  dir {doc['dir']}")
+        for p in store.find("pilots", session=args.session):
+            size = p.get("size") or {}
+            print(
+                f"{p['uid']:28} {p['state']:9} {size.get('nodes', '?')} node(s), "
+                f"{size.get('cores', '?')} cores, {size.get('gpus', '?')} GPUs"
+                + (f"  {p['reason']}" if p.get("reason") else "")
+            )
+            for part in store.find("partitions", pilot=p["uid"]):
+                r = part.get("resources") or {}
+                print(
+                    f"  {part['uid']:26} {part['state']:9} {r.get('cores', 0):>4} cores "
+                    f"{r.get('gpus', 0):>3} GPUs"
+                    + (f"  {part['reason']}" if part.get("reason") else "")
+                )
+        units = store.find("units", session=args.session)
+        counts = {}
+        for u in units:
+            counts[u["state"]] = counts.get(u["state"], 0) + 1
+        print(f"units: {len(units)}" + "".join(f", {k} {v}" for k, v in sorted(counts.items())))
+        return 0
+    finally:
+        store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pilot", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -127,11 +185,22 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", action="store_true")
     r.add_argument("--id", help="command id: a retry with the same id is applied only once")
     sub.add_parser("resources", help="list the known resource configs")
+    st = sub.add_parser("status", help="a session's pilots, partitions and units, from the store")
+    st.add_argument("session")
+    st.add_argument(
+        "--database-url", help="default: $PILOT_DATABASE_URL, else the session's sqlite file"
+    )
+    ex = sub.add_parser("export", help="a session's state histories as JSON lines")
+    ex.add_argument("session")
+    ex.add_argument("--database-url")
+    ex.add_argument("--output", "-o", help="file to write (default: standard output)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "resources":
             print("\n".join(resource_config.known_resources()))
             return 0
+        if args.cmd in ("status", "export"):
+            return report(args)
         control = find_pilot(args.pilot)
         if args.cmd == "reconfig":
             if not args.stop and not args.start:

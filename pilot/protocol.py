@@ -10,13 +10,17 @@ Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identit
     hello   {pilot, pid, control, size, nodes}       bootstrap is up: pilot ACTIVE
     state   [[kind, uid, state, ts, info], ...]      batched state updates (kind: part | unit)
     back    {part, units: [unit dicts]}              units a partition handed back (route again)
+    synced  {cid, part, unknown: [uids]}             after a sync: the uids that agent never had
     reply   {cid, ok, result | error}                answer to a cmd
     hb      {}                                       liveness, every HEARTBEAT s
     bye     {state, reason}                          the pilot's final state; bootstrap exits
   client -> bootstrap
     units   [PART_UID, BODY]  (3 frames: units, part uid, JSON list of unit dicts)
     cmd     {cid, op, args}   ops: cancel_units {uids}, cancel_pilot {reason},
-                              stop_parts {uids, reason}, reconfig {stop, start}, partitions {}
+                              stop_parts {uids, reason}, reconfig {stop, start}, partitions {},
+                              sync {units: {part: [uids]}}
+                              attach {client: endpoint} (on the control socket: a new client
+                              process takes over the pilot link; hello + partition states)
     hb      {}
 
 Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)
@@ -24,16 +28,21 @@ Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity
     ready   {pid}                                    agent is up: partition ACTIVE
     state   [[kind, uid, state, ts, info], ...]      forwarded raw to the client
     back    {part, units}                            queued units handed back when stopping
+    synced  {cid, part, unknown}                     answer to sync (after its state updates)
     bye     {state, reason}                          the agent's last word: partition final
   bootstrap -> agent
     units   BODY                                     forwarded from the client unchanged
     cancel  {uids, reason}
+    sync    {cid, uids}                              say again all updates of these units
     stop    {reason, units: CANCELED | back}         end: cancel running units; queued ones are
                                                      canceled or handed back; then bye + exit
 
 Timeouts: the client declares a pilot lost when it has heard nothing for client_timeout seconds
 after it was ACTIVE; a bootstrap tears down when it has not heard from its client for
-client_timeout seconds; an agent that loses its parent bootstrap (ppid changes) tears down.
+client_timeout seconds (so a new client can attach within that time); an agent that loses its
+parent (ppid changes) tears down.  The bootstrap never blocks sending to its client: with no
+client listening, messages queue to the high-water mark, then are dropped and counted; an
+attaching client reconciles with sync.
 """
 
 from __future__ import annotations

@@ -120,3 +120,24 @@ def test_resources_lists_configs():
     out = cli("resources")
     assert out.returncode == 0
     assert out.stdout.split() == ["cray.fake", "local.localhost", "local.simulated"]
+
+
+def test_status_and_export_read_the_store(make_session):
+    session = make_session()
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/true")] * 3
+        + [rp.ComputeUnitDescription(executable="/bin/false")]
+    )
+    umgr.wait_units(timeout=60)
+    session.writer.flush(timeout=30)
+    out = cli("status", session.uid)
+    assert out.returncode == 0, out.stderr
+    assert f"{pilot.uid}" in out.stdout and "ACTIVE" in out.stdout
+    assert "units: 4, DONE 3, FAILED 1" in out.stdout
+    exported = cli("export", session.uid)
+    rows = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert {r["uid"] for r in rows} >= {u.uid for u in units}
+    assert [r["state"] for r in rows if r["uid"] == units[3].uid][-1] == "FAILED"
+    missing = cli("status", "session.nope")
+    assert missing.returncode == 2 and "no session 'session.nope'" in missing.stderr
