@@ -21,7 +21,8 @@ from collections import deque
 
 DEPTH = 256
 TAKE_TIMEOUT = 30.0
-_OUT = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+# O_APPEND: the ranks of a unit share these files; every write lands whole at the end
+_OUT = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
 
 
 class Stager:

@@ -77,3 +77,26 @@ def test_records_lost_for_good_are_named(tmp_path):
     lost = w.close(timeout=1)
     assert lost == {f"u{i}" for i in range(5)}
     assert w.dropped >= 2  # past max_buffer the oldest are dropped, and named
+
+
+def test_a_bad_record_does_not_take_its_batch_down(tmp_path):
+    from pmgr.store import open_store
+    from pmgr.store.writer import BatchWriter
+
+    class Obj:
+        KIND = "units"
+
+        def __init__(self, uid, state):
+            self.uid, self.state = uid, state
+
+        def as_doc(self, full=True):
+            return {"uid": self.uid, "session": "s", "state": self.state}
+
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    w = BatchWriter(store)
+    for i in range(5):
+        w.changed(Obj(f"u{i}", {"not": "bindable"} if i == 2 else "DONE"))
+    assert w.flush(timeout=10)
+    assert [d["uid"] for d in store.find("units")] == ["u0", "u1", "u3", "u4"]
+    assert w.unpersisted == {"u2"}
+    w.close()

@@ -47,7 +47,7 @@ FIELDS = {
         "description",
     ),
 }
-STRUCTURED = frozenset(("description", "size", "resources", "slots"))
+STRUCTURED = frozenset(("description", "size", "resources", "slots", "node"))
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason")
 
@@ -78,6 +78,11 @@ class StateStore:
 
     def close(self) -> None:
         pass
+
+    def transient(self, exc: Exception) -> bool:
+        """Whether a write failed for a passing reason (server gone, file locked), so that the
+        same records may be written later; other failures are the records' own."""
+        return True
 
 
 def check_kind(kind: str, where: dict | None = None) -> None:

@@ -13,8 +13,9 @@ unreachable URL fails the session's start at once with the reason, instead of ha
 from __future__ import annotations
 
 import pymongo
+from bson.errors import InvalidDocument
 from pymongo import ASCENDING, UpdateOne
-from pymongo.errors import PyMongoError
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, Batch, StateStore, check_kind
 
@@ -100,3 +101,8 @@ class MongoStore(StateStore):
 
     def close(self) -> None:
         self.client.close()
+
+    def transient(self, exc: Exception) -> bool:
+        return isinstance(exc, (ConnectionFailure, OperationFailure)) and not isinstance(
+            exc, InvalidDocument
+        )

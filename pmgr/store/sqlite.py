@@ -131,3 +131,6 @@ class SqliteStore(StateStore):
     def close(self) -> None:
         with self.lock:
             self.db.close()
+
+    def transient(self, exc: Exception) -> bool:
+        return isinstance(exc, sqlite3.OperationalError)  # locked, busy, disk I/O

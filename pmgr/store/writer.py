@@ -125,6 +125,20 @@ class BatchWriter:
         try:
             self.store.write_batch(batch)
         except Exception as exc:  # a database error must not stop the client: retry later
+            if not self.store.transient(exc) and len(items) > 1:
+                # something in the batch itself is wrong: write one record at a time, so
+                # only the bad ones are lost (and named), not the batch they came with
+                log.error("store refused a batch (%s); writing its records one by one", exc)
+                for item in items:
+                    self._write([item])
+                return True
+            if not self.store.transient(exc):
+                self.unpersisted.add(_uid(items[0][1]))
+                log.error("store refused the record of %s: %s", _uid(items[0][1]), exc)
+                with self._cv:
+                    self._done += 1
+                    self._cv.notify_all()
+                return True
             self.failed += 1
             if not self.retrying:
                 log.error(
