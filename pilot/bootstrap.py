@@ -179,6 +179,21 @@ class Bootstrap(PartitionIO):
         except (ValueError, KeyError, TypeError) as exc:
             return {"cid": cid, "ok": False, "error": str(exc)}
 
+    def hello(self, attach: bool = False) -> None:
+        """Tell the client the pilot is up (or, after an attach, that it is its client now)."""
+        self.to_client(
+            msg(
+                b"hello",
+                {
+                    "pilot": self.uid,
+                    "pid": os.getpid(),
+                    "control": self.control_endpoint,
+                    "size": self.cfg["size"],
+                    "attach": attach,
+                },
+            )
+        )
+
     def attach(self, endpoint: str) -> dict:
         """A new client process takes over: point the pilot link at it, say hello, and send
         every partition's current state again (units are reconciled by `sync`)."""
@@ -197,18 +212,7 @@ class Bootstrap(PartitionIO):
             old,
             self.dropped,
         )
-        self.to_client(
-            msg(
-                b"hello",
-                {
-                    "pilot": self.uid,
-                    "pid": os.getpid(),
-                    "control": self.control_endpoint,
-                    "size": self.cfg["size"],
-                    "attach": True,
-                },
-            )
-        )
+        self.hello(attach=True)
         for part in self.pm.parts.values():
             info = {"resources": part.alloc.to_dict(self.pool)} if part.alloc else {}
             info["description"] = part.desc.to_dict()
@@ -281,17 +285,7 @@ class Bootstrap(PartitionIO):
         fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
-        self.to_client(
-            msg(
-                b"hello",
-                {
-                    "pilot": self.uid,
-                    "pid": os.getpid(),
-                    "control": self.control_endpoint,
-                    "size": self.cfg["size"],
-                },
-            )
-        )
+        self.hello()
         log.info("boot.hello: sent")
         for p in self.cfg["partitions"]:
             part = self.pm.add(p["uid"], ComputePartitionDescription.from_dict(p["description"]))

@@ -247,28 +247,21 @@ class ComputeUnitDescription(Description):
                     f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
                     f"differ; they are the same thing, give one"
                 )
-        pol = self.policy
-        if pol.cpu_affinity is not None:
+        for key, field, count, default, what in (
+            ("cpu_affinity", "cores", self.rank_cores, 1, "core(s)"),
+            ("gpu_affinity", "gpus", self.rank_gpus, 0, "GPU(s)"),
+        ):
+            ids = getattr(self.policy, key)
+            if ids is None:
+                continue
             if self.ranks > 1:
                 raise ValueError(
-                    f"{name}: policy.cpu_affinity names one rank's cores; "
+                    f"{name}: policy.{key} names one rank's {what}; "
                     f"ranks={self.ranks} must be 1 with it"
                 )
-            if self.rank_cores not in (1, len(pol.cpu_affinity)):
+            if count not in (default, len(ids)):
                 raise ValueError(
-                    f"{name}: cores={self.rank_cores} but policy.cpu_affinity="
-                    f"{pol.cpu_affinity} names {len(pol.cpu_affinity)} core(s)"
-                )
-        if pol.gpu_affinity is not None:
-            if self.ranks > 1:
-                raise ValueError(
-                    f"{name}: policy.gpu_affinity names one rank's GPUs; "
-                    f"ranks={self.ranks} must be 1 with it"
-                )
-            if self.rank_gpus not in (0, len(pol.gpu_affinity)):
-                raise ValueError(
-                    f"{name}: gpus={self.rank_gpus} but policy.gpu_affinity="
-                    f"{pol.gpu_affinity} names {len(pol.gpu_affinity)} GPU(s)"
+                    f"{name}: {field}={count} but policy.{key}={ids} names {len(ids)} {what}"
                 )
 
     @property

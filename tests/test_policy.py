@@ -110,6 +110,6 @@ def test_policy_errors_name_the_field(kwargs, match):
 def test_affinity_and_counts_must_agree():
     with pytest.raises(ValueError, match=r"cores=3 but policy.cpu_affinity=\[0, 1\] names 2"):
         CUD(executable="x", cores=3, policy=P(cpu_affinity=[0, 1]))
-    with pytest.raises(ValueError, match=r"policy.gpu_affinity names one rank's GPUs; ranks=2"):
+    with pytest.raises(ValueError, match=r"policy.gpu_affinity names one rank's GPU\(s\); ranks=2"):
         CUD(executable="x", ranks=2, policy=P(gpu_affinity=[0]))
     assert CUD(executable="x", policy=P(cpu_affinity=[2, 3])).request()["cpus"] == 2
