@@ -6,6 +6,8 @@
     pilot resources                             list the known resource configs
     pilot status SESSION [--database-url URL]   pilots, partitions and unit counts, from the store
     pilot export SESSION [--output FILE]        every state change as JSON lines
+    pilot network-config [--format yaml|json] [--output FILE]
+                                                this node's descriptor for a pilot's bring-up
 
 PILOT is a pilot uid (pilot.0000), or SESSION/PILOT when several sessions run a pilot of that
 name; running pilots are found through their control file in the sessions directory
@@ -194,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("session")
     ex.add_argument("--database-url")
     ex.add_argument("--output", "-o", help="file to write (default: standard output)")
+    nc = sub.add_parser("network-config", help="this node's descriptor (name, host_id, ...)")
+    nc.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    nc.add_argument("--output", "-o", help="file to write (default: standard output)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "resources":
@@ -201,6 +206,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd in ("status", "export"):
             return report(args)
+        if args.cmd == "network-config":
+            from pilot import network
+
+            text = network.dump(network.network_config(), args.format)
+            if args.output:
+                with open(args.output, "w") as f:
+                    f.write(text)
+            else:
+                sys.stdout.write(text)
+            return 0
         control = find_pilot(args.pilot)
         if args.cmd == "reconfig":
             if not args.stop and not args.start:
