@@ -42,6 +42,7 @@ class Node:
     free_gpus: list[int] = field(default_factory=list)
     extra: dict[str, list] = field(default_factory=dict)  # user-defined types: instance ids
     free_extra: dict[str, list] = field(default_factory=dict)
+    host_id: int | None = None  # from the network config; the node index when there is none
 
     def __post_init__(self) -> None:
         if not self.free_cores and not self.free_gpus:
@@ -98,7 +99,7 @@ class Allocation:
                 {
                     "index": i,
                     "name": pool.nodes[i].name,
-                    "host_id": i,
+                    "host_id": pool.nodes[i].host_id if pool.nodes[i].host_id is not None else i,
                     "cores": c,
                     "gpus": g,
                     "pool": dict(
@@ -139,11 +140,21 @@ class Pool:
         self.slots = slots or {}  # type -> {instance id: slots} where not 1
 
     @classmethod
-    def for_pilot(cls, size: dict, cfg: ResourceConfig) -> Pool:
+    def for_pilot(cls, size: dict, cfg: ResourceConfig, network: dict | None = None) -> Pool:
+        """The pilot's nodes: named by the network config when there is one (node i is its
+        entry i, with its host_id), else by the resource config."""
         n, cpn, gpn = size["nodes"], size["cores_per_node"], size["gpus_per_node"]
         extra = {t: [i["id"] for i in inst] for t, inst in cfg.resource_pool.items() if t != "gpus"}
+        net = {int(k): v for k, v in (network or {}).items()}
         nodes = [
-            Node(i, cfg.node_name(i), list(range(cpn)), list(range(gpn)), extra=extra)
+            Node(
+                i,
+                net[i]["name"] if i in net else cfg.node_name(i),
+                list(range(cpn)),
+                list(range(gpn)),
+                extra=extra,
+                host_id=net[i]["host_id"] if i in net else None,
+            )
             for i in range(n)
         ]
         slots = {t: {i["id"]: i["slots"] for i in inst} for t, inst in cfg.resource_pool.items()}

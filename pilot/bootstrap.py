@@ -64,7 +64,7 @@ class Bootstrap(PartitionIO):
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
         self.procs: dict[str, AgentProc] = {}
         self.launcher = AgentLauncher()
-        self.pool = Pool.for_pilot(cfg["size"], self.rcfg)
+        self.pool = Pool.for_pilot(cfg["size"], self.rcfg, cfg.get("network"))
         agent_cfg = {
             "session": cfg["session"],
             "pilot": self.uid,

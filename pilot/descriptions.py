@@ -308,6 +308,7 @@ class ComputePilotDescription(Description):
     runtime    minutes the pilot may run (fractions allowed); at expiry it tears down and is DONE
     nodes, cores, gpus   an explicit size; needed only when a part is a share or FILL
     queue, project       batch queue and account, passed to the batch system
+    network_config       a `pilot network-config` file: the nodes' names and host ids
     """
 
     FIELDS = {
@@ -319,6 +320,7 @@ class ComputePilotDescription(Description):
         "gpus": (None, optional_count(0)),
         "queue": (None, text()),
         "project": (None, text()),
+        "network_config": (None, text()),
     }
 
     def _check(self) -> None:
@@ -331,6 +333,20 @@ class ComputePilotDescription(Description):
             raise ValueError(f"ComputePilotDescription: {exc}") from None
         object.__setattr__(self, "_size", pilot_size(self, cfg))
         object.__setattr__(self, "_config", cfg)
+        network = None
+        if self.network_config is not None:
+            from pilot import network as net
+
+            try:
+                network = net.load(self.network_config)
+            except ValueError as exc:
+                raise ValueError(f"ComputePilotDescription: {exc}") from None
+            if len(network) < self._size["nodes"]:
+                raise ValueError(
+                    f"ComputePilotDescription: network_config={self.network_config!r} names "
+                    f"{len(network)} node(s), the pilot needs {self._size['nodes']}"
+                )
+        object.__setattr__(self, "_network", network)
 
 
 def _parts(owner, field, value):

@@ -329,6 +329,7 @@ class PilotManager:
             "resource": pd.resource,
             "size": pilot.size,
             "runtime": pd.runtime * 60.0,
+            "network": {str(k): v for k, v in (pd._network or {}).items()},
             "client_timeout": pilot.resource.client_timeout,
             # a pilot outlives a client that died, for client_timeout s: long enough for a new
             # client process to attach to the session (Session(uid=...)) and take it over
