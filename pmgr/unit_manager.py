@@ -306,19 +306,26 @@ class UnitManager:
             for unit in self.units.values():
                 if unit.part != part.uid or unit.final:
                     continue
-                if unit.state == S.SCHEDULING and unit.description.partition != part.uid:
-                    # sent, never acknowledged: route again
-                    unit.part = None
-                    self.pending.appendleft(unit)
-                else:
-                    unit._advance(
-                        S.FAILED,
-                        now,
-                        f"lost with partition {part.uid} ({part.state}: {part.reason})",
-                        fired,
-                    )
+                self._never_reached(
+                    unit,
+                    f"lost with partition {part.uid} ({part.state}: {part.reason})",
+                    now,
+                    fired,
+                    front=True,
+                )
             part.outstanding = 0
         self._route(fired)
+
+    def _never_reached(
+        self, unit: Unit, why: str, now: float, fired: list, front: bool = False
+    ) -> None:
+        """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
+        never reached it and is routed again; any other is FAILED with `why`."""
+        if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
+            unit.part = None
+            (self.pending.appendleft if front else self.pending.append)(unit)
+        else:
+            unit._advance(S.FAILED, now, why, fired)
 
     def _pilot_changed(self, pilot, fired: list) -> None:
         self._route(fired)
@@ -334,14 +341,10 @@ class UnitManager:
             part = unit.pilot._parts.get(part_uid)
             if part is not None:
                 part.outstanding -= 1
-            if unit.state == S.SCHEDULING and unit.description.partition is None:
-                unit.part = None
-                self.pending.append(unit)
-            else:
-                unit._advance(
-                    S.FAILED,
-                    now,
-                    f"lost: partition {part_uid} does not know it (found when a client attached)",
-                    fired,
-                )
+            self._never_reached(
+                unit,
+                f"lost: partition {part_uid} does not know it (found when a client attached)",
+                now,
+                fired,
+            )
         self._route(fired)

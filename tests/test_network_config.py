@@ -68,21 +68,36 @@ def test_pilot_nodes_take_names_and_host_ids_from_the_network_config(session, tm
     from tests.conftest import active_pilot
 
     base = network.describe()
-    cfg = {i: dict(base, name=name, host_id=hid, is_primary=i == 0)
-           for i, (name, hid) in enumerate([("alpha", 11), ("beta", 22), ("gamma", 33)])}
+    cfg = {
+        i: dict(base, name=name, host_id=hid, is_primary=i == 0)
+        for i, (name, hid) in enumerate([("alpha", 11), ("beta", 22), ("gamma", 33)])
+    }
     path = tmp_path / "net.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    pilot, umgr = active_pilot(session, parts=(rp.ComputePartitionDescription(cores=12),),
-                               resource="local.simulated", network_config=str(path))
+    pilot, umgr = active_pilot(
+        session,
+        parts=(rp.ComputePartitionDescription(cores=12),),
+        resource="local.simulated",
+        network_config=str(path),
+    )
     nodes = pilot.partitions[0].resources["nodes"]
-    assert [(n["name"], n["host_id"]) for n in nodes] == [("alpha", 11), ("beta", 22),
-                                                          ("gamma", 33)]
-    u = umgr.submit_units(rp.ComputeUnitDescription(
-        executable="/bin/true", policy=rp.Policy(placement=rp.Policy.Placement.HOST_ID,
-                                                 host_id=22)))
+    assert [(n["name"], n["host_id"]) for n in nodes] == [
+        ("alpha", 11),
+        ("beta", 22),
+        ("gamma", 33),
+    ]
+    u = umgr.submit_units(
+        rp.ComputeUnitDescription(
+            executable="/bin/true",
+            policy=rp.Policy(placement=rp.Policy.Placement.HOST_ID, host_id=22),
+        )
+    )
     assert u.wait(timeout=60) == rp.DONE and u.node == "beta"
     short = tmp_path / "one.yaml"
     short.write_text(yaml.safe_dump({0: cfg[0]}))
     with pytest.raises(ValueError, match=r"names 1 node\(s\), the pilot needs 3"):
-        rp.ComputePilotDescription(resource="local.simulated", network_config=str(short),
-                                   parts=[rp.ComputePartitionDescription(cores=12)])
+        rp.ComputePilotDescription(
+            resource="local.simulated",
+            network_config=str(short),
+            parts=[rp.ComputePartitionDescription(cores=12)],
+        )

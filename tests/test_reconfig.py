@@ -24,7 +24,8 @@ def four_cores(tmp_path):
 def test_reconfig_returns_handles_at_once_and_they_come_up(session, four_cores):
     pilot, umgr = active_pilot(session, parts=((2,),), resource=four_cores, cores=4)
     new = pilot.reconfig(start=[CPD(cores=1), CPD(cores=1, gpus=1)])
-    assert [p.state for p in new] in ([rp.NEW] * 2, [rp.PENDING] * 2) or new[0].state != rp.ACTIVE
+    assert all(isinstance(p, rp.Partition) and p.history[0][0] == rp.NEW for p in new)
+    assert [p.uid for p in new] == [f"{pilot.uid}.part.0001", f"{pilot.uid}.part.0002"]
     for p in new:
         assert p.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE, p.reason
     assert [p.uid for p in pilot.partitions] == [f"{pilot.uid}.part.000{i}" for i in range(3)]
