@@ -7,6 +7,10 @@ uid) to the bootstrap's agent endpoint, send `ready`.  Then loop:
     cancel  -> queued units CANCELED at once; running ones get SIGTERM, SIGKILL after kill_grace
     stop    -> like cancel for everything (or hand queued units back), then `bye` and exit
     SIGCHLD -> reap exits (DONE, or FAILED with the exit code / signal), start what now fits
+Multi-node partitions (node dicts carry a daemon `endpoint`): units are run by the node
+daemons (agent/dispatch.py); their exits arrive as `events`, their output is forwarded to the
+client as `output` [[uid, node, rank, stream, text], ...]; `node_lost` {index, reason} ends the
+units on that node FAILED with the reason.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
 when FLUSH_SIZE updates are waiting.  Every wait is bounded: the loop wakes at least once a second
 and tears down when its parent bootstrap is gone.
@@ -25,6 +29,7 @@ import time
 
 import zmq
 
+from agent.dispatch import Dispatcher, NoStager
 from agent.executor import Executor, check_environment
 from agent.scheduler import Scheduler
 from agent.stager import Stager
@@ -42,8 +47,13 @@ class Agent:
         self.uid = cfg["uid"]
         self.kill_grace = float(cfg.get("kill_grace", 2.0))
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
-        self.execu = Executor(cfg)
-        self.stager = Stager(cfg["pilot_sandbox"])
+        self.ctx = zmq.Context.instance()
+        if all("endpoint" in n for n in cfg["nodes"]) and cfg["nodes"]:
+            self.execu = Dispatcher(cfg, self.ctx)
+            self.stager = NoStager(cfg["pilot_sandbox"])
+        else:
+            self.execu = Executor(cfg)
+            self.stager = Stager(cfg["pilot_sandbox"])
         self.updates: list = []
         self.known: dict[str, list] = {}
         self.first_pending = 0.0
@@ -52,7 +62,6 @@ class Agent:
         self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
         self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
         self.ppid = os.getppid()
-        self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, self.uid.encode())
         self.sock.setsockopt(zmq.LINGER, 2000)
@@ -91,6 +100,10 @@ class Agent:
         self.sock.send_multipart(msg(b"synced", {"cid": cid, "part": self.uid, "unknown": unknown}))
 
     def flush(self, force: bool = False) -> None:
+        output = getattr(self.execu, "output", None)
+        if output:  # ahead of the state updates, so a unit's output precedes its end
+            self.sock.send_multipart([b"output", pack(output)])
+            self.execu.output = []
         if self.updates and (
             force
             or len(self.updates) >= FLUSH_SIZE
@@ -152,7 +165,9 @@ class Agent:
         for r, code in self.execu.reap():
             self.sched.release(r.alloc)
             uid = r.unit["uid"]
-            if r.cancel_reason is not None:
+            if r.fail_reason is not None:
+                self.update(uid, "FAILED", {"exit_code": code, "reason": r.fail_reason})
+            elif r.cancel_reason is not None:
                 self.update(uid, "CANCELED", {"exit_code": code, "reason": r.cancel_reason})
             elif code == 0:
                 self.update(uid, "DONE", {"exit_code": 0})
@@ -227,6 +242,9 @@ class Agent:
                 self.cancel(body["uids"], body.get("reason", "canceled"))
             elif kind == b"sync":
                 self.sync(body["cid"], body["uids"])
+            elif kind == b"node_lost":
+                self.execu.node_lost(body["index"], body["reason"])
+                self.on_exits()
             elif kind == b"stop":
                 self.stop(body.get("reason", "partition stopped"), body.get("units") == "back")
             else:
@@ -239,6 +257,9 @@ class Agent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
+        daemons = self.execu.sockets() if isinstance(self.execu, Dispatcher) else []
+        for d in daemons:
+            poller.register(d, zmq.POLLIN)
         next_ppid_check = time.monotonic() + 1.0
         while True:
             now = time.monotonic()
@@ -253,6 +274,12 @@ class Agent:
                     self.wake_r.recv(4096)
                 except BlockingIOError:
                     pass
+            for d in daemons:
+                if d in events:
+                    try:
+                        self.execu.on_readable(d)
+                    except ProtocolError as exc:
+                        log.error("%s: %s", self.uid, exc)
             self.on_exits()
             if self.sock in events:
                 for _ in range(100):
@@ -273,6 +300,8 @@ class Agent:
             if self.stopping and not self.execu.running:
                 self.stager.close()
                 self.flush(force=True)
+                if daemons:
+                    self.execu.close()
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0
             self.flush()

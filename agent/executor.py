@@ -70,74 +70,66 @@ def check_environment(environment: dict, types) -> str | None:
 class Run:
     """One unit's processes (one per rank) while they run."""
 
-    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason")
+    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason", "fail_reason")
 
     def __init__(self, unit, alloc):
         self.unit, self.alloc = unit, alloc
-        self.pids: list[int] = []
-        self.codes: dict[int, int] = {}
+        self.pids: list = []  # one per rank (node daemons: (node index, rank))
+        self.codes: dict = {}
         self.cancel_reason = None
+        self.fail_reason = None  # set when the unit ended without an exit code (node lost)
 
     @property
     def nodes(self) -> list[str]:
         return [node.name for node, _ in self.alloc.ranks]
 
 
-class Executor:
-    def __init__(self, cfg: dict) -> None:
-        self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
+def rank_env(
+    unit: dict, sandbox: str, node_name: str, ids: dict, rank: int, ranks: int, has_gpus: bool
+) -> tuple[dict, str | None]:
+    """(env, gpu_var): what one rank's environment adds to the spawning process's own: the unit's
+    `environment` (placeholders filled) and the PILOT_* variables.  The GPU variable holds
+    plain GPU ids here (gpu_var names it, None when the unit sees no GPU variable);
+    `Spawner.env` maps them through the node's inherited mask."""
+    env = {}
+    var = None
+    user = unit.get("environment")
+    if user:
+        mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
+        env.update({k: (v % mapping if "%" in v else v) for k, v in user.items()})
+    for t, v in ids.items():
+        env[f"PILOT_{type_key(t)}_IDS"] = v
+    env["PILOT_UNIT_ID"] = unit["uid"]
+    env["PILOT_UNIT_SANDBOX"] = sandbox
+    env["PILOT_NODE_NAME"] = node_name
+    env["PILOT_RANK"] = str(rank)
+    env["PILOT_RANKS"] = str(ranks)
+    if has_gpus or ids.get("gpus"):
+        var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
+        env[var] = ids.get("gpus", "")
+    return env, var
+
+
+def grant_ids(node_types, grant) -> dict:
+    """{type: "id,id"} for every pool type of the node (empty string for types not granted)."""
+    return {t: _ids(grant.get(t, ())) for t in node_types}
+
+
+class Spawner:
+    """Start one process on this node: environment, posix_spawn, binding.  Used by the
+    agent's local Executor and by node daemons (agent/node_daemon.py)."""
+
+    def __init__(self, extra_env: dict) -> None:
         self.allowed = sorted(os.sched_getaffinity(0))
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.base_env = dict(os.environ)
-        self.base_env.update(
-            {
-                "PILOT_SESSION_ID": cfg["session"],
-                "PILOT_PILOT_ID": cfg["pilot"],
-                "PILOT_PARTITION_ID": cfg["uid"],
-            }
-        )
-        self.running: dict[int, Run] = {}  # pid -> its unit's Run
-        self._which: dict[str, str | None] = {}
+        self.base_env.update(extra_env)
 
-    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
-        """Start every rank of `unit` with its staged (sandbox, out_fd, err_fd); the fds are
-        closed here.  Raises OSError (e.g. executable not found) with nothing left running."""
-        sandbox, out, err = io
-        run = Run(unit, alloc)
-        try:
-            for rank, (node, grant) in enumerate(alloc.ranks):
-                env = self._env(unit, sandbox, node, grant, rank, len(alloc.ranks))
-                pid = self._spawn_one(unit, env, sandbox, out, err)
-                run.pids.append(pid)
-                self.running[pid] = run
-                self._bind(pid, grant.get("cpus", ()))
-        except OSError:
-            for pid in run.pids:
-                self.running.pop(pid, None)
-                _killpg(pid, signal.SIGKILL)
-            raise
-        finally:
-            os.close(out)
-            os.close(err)
-        return run
-
-    def _env(self, unit, sandbox, node, grant, rank, ranks) -> dict:
+    def env(self, delta: dict, var: str | None) -> dict:
         env = self.base_env.copy()
-        ids = {t: _ids(grant.get(t, ())) for t in node.cap}
-        user = unit.get("environment")
-        if user:
-            mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
-            env.update({k: (v % mapping if "%" in v else v) for k, v in user.items()})
-        for t, v in ids.items():
-            env[f"PILOT_{type_key(t)}_IDS"] = v
-        env["PILOT_UNIT_ID"] = unit["uid"]
-        env["PILOT_UNIT_SANDBOX"] = sandbox
-        env["PILOT_NODE_NAME"] = node.name
-        env["PILOT_RANK"] = str(rank)
-        env["PILOT_RANKS"] = str(ranks)
-        if self.has_gpus or ids["gpus"]:
-            var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
-            env[var] = self._visible(var, ids["gpus"])
+        env.update(delta)
+        if var is not None:
+            env[var] = self._visible(var, env[var])
         return env
 
     def _visible(self, var: str, gpu_ids: str) -> str:
@@ -153,14 +145,13 @@ class Executor:
             out.append(mask[int(g)])
         return ",".join(out)
 
-    def _spawn_one(self, unit, env, sandbox, out, err) -> int:
-        argv = [unit["executable"], *unit.get("arguments", ())]
+    def spawn(self, argv: list[str], env: dict, cwd: str, out: int, err: int) -> int:
         actions = [
             (os.POSIX_SPAWN_DUP2, self.devnull, 0),
             (os.POSIX_SPAWN_DUP2, out, 1),
             (os.POSIX_SPAWN_DUP2, err, 2),
         ]
-        os.chdir(sandbox)
+        os.chdir(cwd)
         spawn = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
         return spawn(
             argv[0],
@@ -172,14 +163,58 @@ class Executor:
             setsigmask=(),
         )
 
-    def _bind(self, pid: int, cpu_grant) -> None:
+    def bind(self, pid: int, cpu_ids) -> None:
+        """Bind `pid` to logical cores `cpu_ids` (mapped round-robin onto the real ones)."""
         allowed = self.allowed
-        mask = {allowed[c % len(allowed)] for c, _ in cpu_grant} if cpu_grant else set(allowed)
+        mask = {allowed[c % len(allowed)] for c in cpu_ids} if cpu_ids else set(allowed)
         if len(mask) < len(allowed):
             try:
                 os.sched_setaffinity(pid, mask)
             except ProcessLookupError:
                 pass  # it has exited already
+
+
+class Executor:
+    """Units on this node, spawned by the agent itself."""
+
+    def __init__(self, cfg: dict) -> None:
+        self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
+        self.spawner = Spawner(
+            {
+                "PILOT_SESSION_ID": cfg["session"],
+                "PILOT_PILOT_ID": cfg["pilot"],
+                "PILOT_PARTITION_ID": cfg["uid"],
+            }
+        )
+        self.running: dict[int, Run] = {}  # pid -> its unit's Run
+        self._which: dict[str, str | None] = {}
+
+    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
+        """Start every rank of `unit` with its staged (sandbox, out_fd, err_fd); the fds are
+        closed here.  Raises OSError (e.g. executable not found) with nothing left running."""
+        sandbox, out, err = io
+        run = Run(unit, alloc)
+        argv = [unit["executable"], *unit.get("arguments", ())]
+        ranks = len(alloc.ranks)
+        try:
+            for rank, (node, grant) in enumerate(alloc.ranks):
+                ids = grant_ids(node.cap, grant)
+                env = self.spawner.env(
+                    *rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
+                )
+                pid = self.spawner.spawn(argv, env, sandbox, out, err)
+                run.pids.append(pid)
+                self.running[pid] = run
+                self.spawner.bind(pid, [c for c, _ in grant.get("cpus", ())])
+        except OSError:
+            for pid in run.pids:
+                self.running.pop(pid, None)
+                _killpg(pid, signal.SIGKILL)
+            raise
+        finally:
+            os.close(out)
+            os.close(err)
+        return run
 
     def reap(self):
         """Yield (Run, exit code) for every unit whose ranks have all exited (the first

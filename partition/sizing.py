@@ -43,6 +43,7 @@ class Node:
     extra: dict[str, list] = field(default_factory=dict)  # user-defined types: instance ids
     free_extra: dict[str, list] = field(default_factory=dict)
     host_id: int | None = None  # from the network config; the node index when there is none
+    down: bool = False  # lost or never came up: nothing on it is ever allocated again
 
     def __post_init__(self) -> None:
         if not self.free_cores and not self.free_gpus:
@@ -321,15 +322,27 @@ class Pool:
             self.nodes[i].take_extra(None)
         return Allocation(slots, agent_nodes, taken)
 
+    def mark_down(self, index: int) -> None:
+        """Node `index` is gone: what is free on it is no longer offered, and what partitions
+        hold there is not given back when they end."""
+        n = self.nodes[index]
+        n.down = True
+        n.free_cores, n.free_gpus = [], []
+        n.free_extra = {t: [] for t in n.extra}
+
     def release(self, alloc: Allocation) -> None:
         for i, (c, g) in alloc.slots.items():
             n = self.nodes[i]
+            if n.down:
+                continue
             n.free_cores = sorted(n.free_cores + c)
             n.free_gpus = sorted(n.free_gpus + g)
             for t, ids in alloc.extra.get(i, {}).items():
                 n.free_extra[t] = [x for x in n.extra[t] if x in ids or x in n.free_extra[t]]
         for i in alloc.agent_nodes:
             n = self.nodes[i]
+            if n.down:
+                continue
             n.free_cores, n.free_gpus = list(n.cores), list(n.gpus)
             n.free_extra = {t: list(ids) for t, ids in n.extra.items()}
 

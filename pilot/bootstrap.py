@@ -6,13 +6,21 @@ Bring-up (step names appear in the log):
     boot.connect     DEALER to the client's pilot link; ROUTER for agents and for the `pilot` CLI,
                      both on 127.0.0.1 with OS-chosen ports; control endpoint written to
                      PILOT_SANDBOX/control.json (mode 0600) for the CLI
+    boot.nodes.*     resources with node daemons: one daemon per node, bounded gathers, the
+                     channel table (pilot/nodes.py); nodes missing -> marked down, or the pilot
+                     FAILED (node_failure)
     boot.hello       `hello` to the client: the pilot is ACTIVE
     boot.partitions  the initial partitions are allocated and their agents started
 Routing: unit batches from the client go to their partition's agent as raw frames (buffered while
 it is STARTING, handed back when it is gone); agent state batches go to the client unchanged.
-Teardown (on runtime expiry, cancel, client loss, or a signal), each step bounded:
+A node lost while the pilot runs (its daemon exited or went silent, node.lost in the log): the
+node is marked down, the agents holding it are told (`node_lost`: their units there end
+FAILED with the reason), and those partitions end FAILED, their queued units handed back to be
+routed elsewhere; node_failure=fail ends the whole pilot FAILED instead.
+Teardown (on runtime expiry, cancel, client loss, node failure, or a signal), each step bounded:
     down.agents      every live partition is told to stop (running units end CANCELED)
     down.wait        agents say bye or are killed after the deadline
+    down.nodes       node daemons halt (bye) or are ended by the launch method
     down.bye         `bye` with the pilot's final state to the client; sockets closed; exit
 """
 
@@ -32,6 +40,7 @@ from partition.manager import PartitionIO, PartitionManager
 from partition.sizing import Pool
 from pilot import resource_config
 from pilot.launch.zygote import AgentLauncher, AgentProc
+from pilot.nodes import BringUpError, NodeSet
 from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
 from pilot.states import CANCELED, DONE, FAILED, FINAL
 
@@ -64,15 +73,13 @@ class Bootstrap(PartitionIO):
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
         self.procs: dict[str, AgentProc] = {}
         self.launcher = AgentLauncher()
-        self.pool = Pool.for_pilot(cfg["size"], self.rcfg, cfg.get("network"))
-        agent_cfg = {
-            "session": cfg["session"],
-            "pilot": self.uid,
-            "endpoint": self.agent_endpoint,
-            "pilot_sandbox": self.sandbox,
-            "agents": cfg.get("agents", {}),
-        }
-        self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
+        self.nodeset = (
+            NodeSet(self.ctx, self.rcfg, cfg, cfg["size"]["nodes"], self.sandbox)
+            if self.rcfg.node_daemons
+            else None
+        )
+        self.network: dict | None = None
+        self.make_pool(cfg.get("network"))
         self.out: list = []  # partition state updates waiting to be sent
         self.deadline = time.monotonic() + cfg["runtime"]
         self.last_heard = time.monotonic()
@@ -80,6 +87,35 @@ class Bootstrap(PartitionIO):
         self.parent = os.getppid() if cfg.get("watch_parent") else None
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+
+    def make_pool(self, network: dict | None) -> None:
+        self.pool = Pool.for_pilot(self.cfg["size"], self.rcfg, network)
+        for index, node in (network or {}).items():
+            if node.get("state") == "down":
+                self.pool.mark_down(int(index))
+        agent_cfg = {
+            "session": self.cfg["session"],
+            "pilot": self.uid,
+            "endpoint": self.agent_endpoint,
+            "pilot_sandbox": self.sandbox,
+            "agents": self.cfg.get("agents", {}),
+        }
+        self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
+
+    def node_lost(self, index: int, reason: str) -> None:
+        self.pool.mark_down(index)
+        for part in self.pm.live():
+            alloc = part.alloc
+            if alloc is None or (index not in alloc.slots and index not in alloc.agent_nodes):
+                continue
+            if part.uid in self.procs:
+                name = self.pool.nodes[index].name
+                self.send_agent(
+                    part.uid, [b"node_lost", pack({"index": index, "name": name, "reason": reason})]
+                )
+            self.pm.stop(part.uid, FAILED, reason, hand_back=True)
+        if self.rcfg.node_failure == "fail":
+            self.end(FAILED, reason)
 
     # -- PartitionIO ----------------------------------------------------------------------------
     def send_agent(self, uid: str, frames: list[bytes]) -> None:
@@ -89,6 +125,9 @@ class Bootstrap(PartitionIO):
             log.error("%s: cannot reach agent: %s", uid, exc)
 
     def spawn_agent(self, uid: str, cfg: dict) -> AgentProc:
+        if self.nodeset is not None:  # units go to the daemons of the partition's nodes
+            for node in cfg["nodes"]:
+                node["endpoint"] = self.nodeset.endpoint_of(node["index"])
         path = os.path.join(self.sandbox, f"{uid}.agent.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -190,6 +229,10 @@ class Bootstrap(PartitionIO):
                     "control": self.control_endpoint,
                     "size": self.cfg["size"],
                     "attach": attach,
+                    "nodes": {
+                        str(i): {"name": n["name"], "state": n["state"]}
+                        for i, n in (self.network or {}).items()
+                    },
                 },
             )
         )
@@ -249,6 +292,8 @@ class Bootstrap(PartitionIO):
         elif kind == b"synced":
             self.flush()
             self.to_client([b"synced", frames[2]])
+        elif kind == b"output":
+            self.to_client([b"output", frames[2]])
         elif kind == b"bye":
             self.pm.on_bye(uid, unpack(frames[2]))
         else:
@@ -285,6 +330,15 @@ class Bootstrap(PartitionIO):
         fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
+        if self.nodeset is not None:
+            try:
+                self.network = self.nodeset.bring_up()
+            except BringUpError as exc:
+                self.ending = (FAILED, f"bring-up failed: {exc}")
+                return self.finish()
+            self.make_pool(self.network)
+            with open(os.path.join(self.sandbox, "network.json"), "w") as f:
+                json.dump({str(k): v for k, v in self.network.items()}, f, indent=1)
         self.hello()
         log.info("boot.hello: sent")
         for p in self.cfg["partitions"]:
@@ -296,6 +350,8 @@ class Bootstrap(PartitionIO):
         for s in (self.client, self.agents, self.control):
             poller.register(s, zmq.POLLIN)
         poller.register(self.launcher.fd, zmq.POLLIN)
+        if self.nodeset is not None:
+            poller.register(self.nodeset.sock, zmq.POLLIN)
         next_hb = time.monotonic()
         timeout = self.cfg["client_timeout"]
         while True:
@@ -307,6 +363,11 @@ class Bootstrap(PartitionIO):
                 self._drain(self.control, self.on_control)
             if self.launcher.fd in events:
                 self.launcher.on_readable()
+            if self.nodeset is not None:
+                if self.nodeset.sock in events:
+                    self.nodeset.on_readable()
+                for index, reason in self.nodeset.check():
+                    self.node_lost(index, reason)
             self.check_agents()
             self.pm.check_stuck()
             now = time.monotonic()
@@ -323,6 +384,8 @@ class Bootstrap(PartitionIO):
             if now >= next_hb:
                 next_hb = now + HEARTBEAT
                 self.to_client(msg(b"hb"))
+                if self.nodeset is not None:
+                    self.nodeset.heartbeat()
             self.flush()
 
     def _drain(self, sock, handler) -> None:
@@ -360,6 +423,8 @@ class Bootstrap(PartitionIO):
             self._drain(self.agents, self.on_agent)  # its last words, if any are left
             self.pm.on_agent_exit(uid, -9 if code is None else code, grace=0)
         self.launcher.close()
+        if self.nodeset is not None:
+            self.nodeset.halt(reason)
         for part in self.pm.live():
             self.pm._final(part, FAILED, "pilot ended before the partition did")
         self.flush()

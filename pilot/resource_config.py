@@ -14,7 +14,8 @@ from pathlib import Path
 import yaml
 
 BATCH_SYSTEMS = ("local", "slurm")
-LAUNCH_METHODS = ("fork", "srun")
+LAUNCH_METHODS = ("fork", "netns", "srun")
+NODE_FAILURE = ("continue", "fail")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
 _KEYS = {
     "description",
@@ -31,6 +32,13 @@ _KEYS = {
     "account",
     "psij_executor",
     "resource_pool",
+    "node_daemons",
+    "hosts",
+    "address",
+    "fanout",
+    "bringup_timeout",
+    "node_timeout",
+    "node_failure",
 }
 
 
@@ -58,6 +66,13 @@ class ResourceConfig:
     account: str | None = None
     extra: dict = field(default_factory=dict)
     resource_pool: dict = field(default_factory=dict)  # per node: type -> [{id, slots}]
+    node_daemons: bool = False
+    hosts: tuple[str, ...] = ()
+    address: str = "127.0.0.1"
+    fanout: int = 8
+    bringup_timeout: float = 30.0
+    node_timeout: float = 10.0
+    node_failure: str = "continue"
 
     def node_name(self, index: int) -> str:
         if self.node_names:
@@ -160,7 +175,48 @@ def parse(name: str, raw: dict) -> ResourceConfig:
     timeout = raw.get("client_timeout", 60)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"resource config {name}: client_timeout={timeout!r} must be > 0")
+    daemons = raw.get("node_daemons", batch == "slurm")
+    if not isinstance(daemons, bool):
+        raise ValueError(f"resource config {name}: node_daemons={daemons!r} must be true or false")
+    if not daemons and launch != "fork":
+        raise ValueError(
+            f"resource config {name}: launch_method={launch!r} starts node daemons; "
+            "set node_daemons: true (or use launch_method: fork)"
+        )
+    hosts = raw.get("hosts") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+        raise ValueError(f"resource config {name}: hosts={hosts!r} must be a list of names")
+    if launch == "netns" and len(hosts) < nodes:
+        raise ValueError(
+            f"resource config {name}: launch_method=netns needs a host (network namespace) "
+            f"per node: nodes={nodes}, hosts={hosts}"
+        )
+    fanout = raw.get("fanout", 8)
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 2:
+        raise ValueError(f"resource config {name}: fanout={fanout!r} must be an integer >= 2")
+    timeouts = {}
+    for key, default in (("bringup_timeout", 30.0), ("node_timeout", 10.0)):
+        v = raw.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise ValueError(f"resource config {name}: {key}={v!r} must be a number of seconds > 0")
+        timeouts[key] = float(v)
+    failure = raw.get("node_failure", "continue")
+    if failure not in NODE_FAILURE:
+        raise ValueError(
+            f"resource config {name}: node_failure={failure!r} must be one of {NODE_FAILURE}"
+        )
+    address = raw.get("address", "127.0.0.1")
+    if not isinstance(address, str) or not address:
+        raise ValueError(
+            f"resource config {name}: address={address!r} must be an IP address or 'auto'"
+        )
     return ResourceConfig(
+        node_daemons=daemons,
+        hosts=tuple(hosts),
+        address=address,
+        fanout=fanout,
+        node_failure=failure,
+        **timeouts,
         name=name,
         batch_system=batch,
         launch_method=launch,

@@ -91,6 +91,21 @@ class Unit(Stateful):
         self.exit_code: int | None = None
         self.node: str | None = None
         self.slots: dict | None = None
+        self._output: list[tuple] = []
+        self._output_bytes = 0
+
+    OUTPUT_MAX = 1 << 20  # forwarded output kept per unit (bytes); the sandbox files have all
+
+    @property
+    def output(self) -> list[tuple]:
+        """Output forwarded by node daemons: [(node, rank, stream, text)] in arrival order."""
+        with self.session.lock:
+            return list(self._output)
+
+    def _add_output(self, node: str, rank: int, stream: str, text: str) -> None:
+        if self._output_bytes < self.OUTPUT_MAX:
+            self._output.append((node, rank, stream, text))
+            self._output_bytes += len(text)
 
     def wire(self) -> dict:
         """What the agent gets: the unit as placed and run there."""

@@ -136,6 +136,14 @@ class Session:
             log.warning("message from unknown pilot %r dropped", pilot_uid)
             return
         kind = frames[0]
+        if kind == b"output":
+            pilot.last_heard = time.monotonic()
+            try:
+                if pilot.umgr is not None:
+                    pilot.umgr.on_output(unpack(frames[1]))
+            except (ProtocolError, ValueError, IndexError) as exc:
+                log.error("bad output message from %s: %s", pilot_uid, exc)
+            return
         fired: list = []
         with self.lock:
             pilot.last_heard = time.monotonic()

@@ -18,6 +18,7 @@ Nothing is lost: every unit ends in exactly one final state.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from pilot.protocol import pack
 from pmgr.entities import Unit
 
 SEND_CHUNK = 2000
+log = logging.getLogger("pmgr.units")
 
 
 class UnitManager:
@@ -38,6 +40,7 @@ class UnitManager:
         self.units: dict[str, Unit] = {}
         self.pending: deque[Unit] = deque()
         self._callbacks: list = []
+        self._output_callbacks: list = []
         session.umgrs.append(self)
         if session.recovery is not None:  # an attached session: its units come back here
             session.recovery.adopt_units(self)
@@ -46,6 +49,29 @@ class UnitManager:
     def register_callback(self, cb) -> None:
         """cb(unit, state) after every state change of this manager's units."""
         self._callbacks.append(cb)
+
+    def register_output_callback(self, cb) -> None:
+        """cb(unit, node, rank, stream, text) for output forwarded from multi-node pilots
+        (node daemons forward each unit's first 64 KiB per rank and stream; the files in the
+        unit's sandbox have all of it)."""
+        self._output_callbacks.append(cb)
+
+    def on_output(self, chunks: list) -> None:
+        """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
+        calls = []
+        with self.session.lock:
+            for uid, node, rank, stream, text in chunks:
+                unit = self.units.get(uid)
+                if unit is None:
+                    continue
+                unit._add_output(node, rank, stream, text)
+                calls.append((unit, node, rank, stream, text))
+        for cb in list(self._output_callbacks):
+            for call in calls:
+                try:
+                    cb(*call)
+                except Exception:
+                    log.exception("output callback %r failed", cb)
 
     def add_pilots(self, pilots) -> None:
         pilots = pilots if isinstance(pilots, (list, tuple)) else [pilots]

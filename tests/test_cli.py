@@ -116,7 +116,13 @@ def test_a_retried_command_is_applied_once(running):
 def test_resources_lists_configs():
     out = cli("resources")
     assert out.returncode == 0
-    assert out.stdout.split() == ["cray.fake", "local.localhost", "local.simulated"]
+    assert out.stdout.split() == [
+        "cray.fake",
+        "local.localhost",
+        "local.nodes4",
+        "local.simulated",
+        "slurm.localhost",
+    ]
 
 
 def test_status_and_export_read_the_store(make_session):

@@ -1,0 +1,143 @@
+"""Units of a multi-node partition, run by the node daemons of its nodes.
+
+The agent's scheduler places a unit as before; `Dispatcher.spawn` sends one `exec` per rank to
+the daemon of that rank's node (agent/node_daemon.py has the messages) and returns at once.
+Exits and forwarded output come back as `events`; `reap()` yields units whose ranks have all
+ended, like the local Executor.  A rank that could not start, or whose node was lost
+(`node_lost`), ends its unit FAILED with that reason; the unit's other ranks are killed.
+
+Same interface as agent/executor.py's Executor: spawn, reap, kill, runs, running, which.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import zmq
+
+from agent.executor import Run, grant_ids, rank_env
+from pilot.protocol import ProtocolError, pack, unpack
+
+
+class NoStager:
+    """Daemons make unit sandboxes on their node; the agent stages nothing."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def submit(self, unit: dict) -> None:
+        pass
+
+    def take(self, unit: dict) -> tuple:
+        return (f"{self.root}/{unit['uid']}", None, None)
+
+    def drop(self, unit: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Dispatcher:
+    def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
+        self.uid = cfg["uid"]
+        self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
+        self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
+        self.node_of: dict[zmq.Socket, int] = {}
+        for node in cfg["nodes"]:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.IDENTITY, self.uid.encode())
+            sock.setsockopt(zmq.LINGER, 1000)
+            sock.connect(node["endpoint"])
+            self.socks[node["index"]] = sock
+            self.node_of[sock] = node["index"]
+        self.running: dict[tuple[str, int], Run] = {}  # (unit uid, rank) -> its Run
+        self.done: list[tuple[Run, int | None]] = []
+        self.output: list[list] = []  # [uid, node, rank, stream, text] for the client
+        self.lost: dict[int, str] = {}
+
+    def sockets(self) -> list[zmq.Socket]:
+        return list(self.socks.values())
+
+    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
+        sandbox = io[0]
+        run = Run(unit, alloc)
+        argv = [unit["executable"], *unit.get("arguments", ())]
+        ranks = len(alloc.ranks)
+        lost = [self.lost[n.index] for n, _ in alloc.ranks if n.index in self.lost]
+        if lost:
+            raise OSError(lost[0])
+        for rank, (node, grant) in enumerate(alloc.ranks):
+            ids = grant_ids(node.cap, grant)
+            env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
+            body = {
+                "uid": unit["uid"],
+                "rank": rank,
+                "argv": argv,
+                "env": env,
+                "gpu_var": var,
+                "sandbox": sandbox,
+                "cpus": [c for c, _ in grant.get("cpus", ())],
+            }
+            self.socks[node.index].send_multipart([b"exec", pack(body)])
+            run.pids.append((node.index, rank))
+            self.running[(unit["uid"], rank)] = run
+        return run
+
+    def on_readable(self, sock: zmq.Socket) -> None:
+        for _ in range(200):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if frames[0] != b"events" or len(frames) != 2:
+                raise ProtocolError(f"unexpected message {frames[:1]!r} from a node daemon")
+            ev = unpack(frames[1])
+            self.output.extend(ev.get("out", ()))
+            for uid, rank, code, error in ev.get("exit", ()):
+                run = self.running.get((uid, rank))
+                if run is None:
+                    continue
+                if error is not None and run.fail_reason is None:
+                    run.fail_reason = error
+                    self.kill(run, signal.SIGKILL)
+                self._ended(run, uid, rank, code)
+
+    def _ended(self, run: Run, uid: str, rank: int, code: int | None) -> None:
+        self.running.pop((uid, rank), None)
+        key = next(k for k in run.pids if k[1] == rank)
+        run.codes[key] = code
+        if len(run.codes) == len(run.pids):
+            codes = [run.codes[k] for k in run.pids]
+            self.done.append((run, next((c for c in codes if c), 0)))
+
+    def node_lost(self, index: int, reason: str) -> None:
+        """Ranks on node `index` ended without an exit code: their units FAILED with reason."""
+        self.lost[index] = reason
+        for (uid, rank), run in list(self.running.items()):
+            if any(k == (index, rank) for k in run.pids):
+                if run.fail_reason is None:
+                    run.fail_reason = reason
+                    self.kill(run, signal.SIGKILL)
+                self._ended(run, uid, rank, None)
+
+    def reap(self):
+        done, self.done = self.done, []
+        yield from done
+
+    def kill(self, run: Run, sig: int) -> None:
+        for index in {k[0] for k in run.pids if k not in run.codes}:
+            if index not in self.lost:
+                self.socks[index].send_multipart(
+                    [b"kill", pack({"uids": [run.unit["uid"]], "sig": int(sig)})]
+                )
+
+    def runs(self) -> list[Run]:
+        return list({id(r): r for r in self.running.values()}.values())
+
+    def which(self, executable: str) -> str:
+        return executable  # looked up by the daemon that starts it; failures come back
+
+    def close(self) -> None:
+        for sock in self.socks.values():
+            sock.close()

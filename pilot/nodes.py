@@ -1,0 +1,311 @@
+"""The bootstrap's side of the node daemons: bounded bring-up, liveness, ordered halt.
+
+Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
+    boot.nodes.launch  the launch method starts one daemon per node (pilot/launch/nodes.py)
+    boot.nodes.up      gather `up` {hint, pid, endpoint, node} until every daemon reported or
+                       bringup_timeout passed.  Node indices are assigned here: the primary
+                       (hint 0: the node the bootstrap runs on) is index 0, the others follow in
+                       hint order.
+    boot.nodes.table   the channel table {index: {name, host_id, endpoint}} is compressed once
+                       (zlib over compact JSON) and sent to nodes 0..fanout-1; every node
+                       forwards the same bytes to its children (fanout*(i+1) ...), so the
+                       broadcast is log_fanout(N) deep and the bootstrap sends only `fanout`
+                       copies.  Gather `ready` {index} until all or bringup_timeout.
+    A node missing from either gather is named in the log and the error.  node_failure=fail:
+    the pilot fails; continue: the node is marked down (its resources never allocated) and
+    the pilot goes on with the others.
+Life: `hb` both ways every second; a node silent for node_timeout seconds, or whose daemon
+process ended (fork / netns launches), is lost: `check()` reports it once.
+    down.nodes         `halt` to every live daemon, gather `bye` until a deadline, then the
+                       launch method ends whatever still runs (SIGTERM, SIGKILL)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import zlib
+
+import zmq
+
+from pilot.launch import nodes as launch
+from pilot.protocol import ProtocolError, msg, pack, unpack
+
+log = logging.getLogger("bootstrap.nodes")
+HALT_GRACE = 5.0
+
+
+class BringUpError(RuntimeError):
+    """Nodes missing at bring-up with node_failure=fail."""
+
+
+def tree_depth(m: int, width: int) -> int:
+    """Levels of the broadcast tree over m nodes: level k holds width**k of them."""
+    depth, reach = 0, 0
+    while reach < m:
+        depth += 1
+        reach += width**depth
+    return depth
+
+
+def listen_address(rcfg) -> str:
+    if rcfg.address == "auto":
+        return socket.gethostbyname(socket.gethostname())
+    return rcfg.address
+
+
+class NodeSet:
+    def __init__(self, ctx: zmq.Context, rcfg, cfg: dict, n: int, sandbox: str) -> None:
+        self.rcfg = rcfg
+        self.n = n
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        port = self.sock.bind_to_random_port(f"tcp://{listen_address(rcfg)}")
+        self.endpoint = f"tcp://{listen_address(rcfg)}:{port}"
+        self.launch = launch.for_resource(
+            rcfg, n, self.endpoint, cfg, os.path.join(sandbox, "nodes")
+        )
+        self.by_hint: dict[int, dict] = {}  # hint -> the daemon's `up` body
+        self.index_of: dict[int, int] = {}  # hint -> node index
+        self.table: dict[int, dict] = {}  # node index -> {name, host_id, endpoint}
+        self.nodes: dict[int, dict] = {}  # node index -> descriptor (network-config fields)
+        self.down: dict[int, str] = {}  # node index -> why it is down
+        self.last: dict[int, float] = {}  # hint -> when last heard
+        self.byes: set[int] = set()
+        self.stats: dict = {}
+        self.lost_reported: set[int] = set()
+
+    # -- bring-up -------------------------------------------------------------------------------
+    def bring_up(self) -> dict:
+        """Start the daemons and run both gathers; returns the network config of the pilot's
+        nodes {index: descriptor} (down nodes with state "down").  Raises BringUpError when
+        nodes are missing and node_failure is fail."""
+        t0 = time.monotonic()
+        self.launch.start()
+        log.info("boot.nodes.launch: %d daemon(s) by %s", self.n, self.launch.method)
+        deadline = t0 + self.rcfg.bringup_timeout
+        self._gather(lambda: len(self.by_hint) == self.n, deadline, {b"up"})
+        t_up = time.monotonic()
+        hints = sorted(self.by_hint)
+        names = self.launch.names()
+        missing = [h for h in range(self.n) if h not in self.by_hint]
+        for index, hint in enumerate(hints + missing):
+            self.index_of[hint] = index
+        for hint in hints:
+            body = self.by_hint[hint]
+            node = dict(body["node"], is_primary=self.index_of[hint] == 0, state="up")
+            self.nodes[self.index_of[hint]] = node
+            self.table[self.index_of[hint]] = {
+                "name": node["name"],
+                "host_id": node["host_id"],
+                "endpoint": body["endpoint"],
+            }
+        if missing:
+            why = self._why_missing(missing, "did not report up")
+            self._missing(missing, names, why)
+        log.info("boot.nodes.up: %d of %d in %.3f s", len(hints), self.n, t_up - t0)
+        blob = zlib.compress(pack(self.table), 6) if hints else b""
+        width = self.rcfg.fanout
+        roots = [i for i in range(min(width, len(hints)))]
+        index_to_hint = {i: h for h, i in self.index_of.items()}
+        for i in roots:
+            self._send(index_to_hint[i], [b"table", pack({"index": i, "width": width}), blob])
+        ready: set[int] = set()
+
+        def on_ready(hint: int, body: dict) -> None:
+            ready.add(hint)
+
+        self._gather(
+            lambda: ready >= set(hints),
+            time.monotonic() + self.rcfg.bringup_timeout,
+            {b"ready"},
+            on_ready,
+        )
+        late = [h for h in hints if h not in ready]
+        if late:
+            self._missing(late, names, "did not confirm the channel table")
+        t_ready = time.monotonic()
+        self.stats = {
+            "nodes": self.n,
+            "up": len(hints) - len(late),
+            "up_s": round(t_up - t0, 4),
+            "table_s": round(t_ready - t_up, 4),
+            "total_s": round(t_ready - t0, 4),
+            "table_bytes": len(blob),
+            "table_json_bytes": len(pack(self.table)),
+            "bootstrap_sends": len(roots),
+            "tree_depth": tree_depth(len(hints), width),
+            "fanout": width,
+        }
+        log.info("boot.nodes.table: %s", self.stats)
+        now = time.monotonic()
+        for h in hints:
+            self.last[h] = now
+        return self.network_config(names)
+
+    def _why_missing(self, hints: list[int], what: str) -> str:
+        exited = self.launch.exited()
+        reasons = []
+        for h in hints:
+            code = exited.get(h, exited.get(-1))
+            reasons.append(
+                f"{what}" + (f" (its process exited with code {code})" if code is not None else "")
+            )
+        return reasons[0] if len(set(reasons)) == 1 else "; ".join(reasons)
+
+    def _missing(self, hints: list[int], names: list[str], what: str) -> None:
+        named = ", ".join(names[h] if h < len(names) else f"hint {h}" for h in hints)
+        text = f"node(s) {named} {what} within {self.rcfg.bringup_timeout:g} s (bringup_timeout)"
+        log.error("boot.nodes: %s", text)
+        if self.rcfg.node_failure == "fail":
+            raise BringUpError(text)
+        for h in hints:
+            index = self.index_of[h]
+            self.down[index] = text
+            self.by_hint.pop(h, None)
+            self.table.pop(index, None)
+
+    def network_config(self, names: list[str]) -> dict[int, dict]:
+        out = {}
+        for hint, index in sorted(self.index_of.items(), key=lambda kv: kv[1]):
+            node = self.nodes.get(index)
+            if node is None or index in self.down:
+                node = {
+                    "name": names[hint] if hint < len(names) else f"hint {hint}",
+                    "host_id": index,
+                    "ip_addrs": [],
+                    "is_primary": index == 0,
+                    "num_cpus": 0,
+                    "gpus": [],
+                    "physical_mem": 0,
+                    "state": "down",
+                }
+            out[index] = node
+        return out
+
+    def _gather(self, done, deadline: float, kinds: set, on=None) -> None:
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if not self.sock.poll(min(left, 0.2) * 1000):
+                continue
+            for _ in range(1000):
+                try:
+                    frames = self.sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                try:
+                    hint, kind, body = self._decode(frames)
+                except (ProtocolError, ValueError, IndexError) as exc:
+                    log.error("bad message from a node daemon %r: %s", frames[:2], exc)
+                    continue
+                if kind == b"up" and b"up" in kinds:
+                    if hint in range(self.n) and hint not in self.by_hint:
+                        self.by_hint[hint] = body
+                    else:
+                        log.error("up from unexpected daemon hint %r: ignored", hint)
+                elif kind in kinds and on is not None:
+                    on(hint, body)
+
+    @staticmethod
+    def _decode(frames: list[bytes]):
+        ident = frames[0].decode()
+        if not ident.startswith("d"):
+            raise ProtocolError(f"identity {ident!r} is not a daemon's")
+        return int(ident[1:]), frames[1], unpack(frames[2]) if len(frames) > 2 else {}
+
+    def _send(self, hint: int, frames: list[bytes]) -> bool:
+        try:
+            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+
+    # -- life -----------------------------------------------------------------------------------
+    def endpoint_of(self, index: int) -> str:
+        return self.table[index]["endpoint"]
+
+    def live_hints(self) -> list[int]:
+        return [h for h in self.by_hint if self.index_of[h] not in self.down]
+
+    def on_readable(self) -> None:
+        for _ in range(1000):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                hint, kind, body = self._decode(frames)
+            except (ProtocolError, ValueError, IndexError) as exc:
+                log.error("bad message from a node daemon %r: %s", frames[:2], exc)
+                continue
+            self.last[hint] = time.monotonic()
+            if kind == b"bye":
+                self.byes.add(hint)
+                if hint in self.index_of and self.index_of[hint] not in self.down:
+                    why = f"node daemon halted: {body.get('reason')}"
+                    self.down.setdefault(self.index_of[hint], why)
+
+    def heartbeat(self) -> None:
+        for h in self.live_hints():
+            self._send(h, msg(b"hb"))
+
+    def check(self) -> list[tuple[int, str]]:
+        """Nodes lost since the last call: [(index, reason)]."""
+        now = time.monotonic()
+        exited = self.launch.exited()
+        lost = []
+        for h in self.live_hints():
+            index = self.index_of[h]
+            name = self.table[index]["name"]
+            code = exited.get(h)
+            if code is not None:
+                lost.append((index, f"node {name} lost: its daemon exited with code {code}"))
+            elif -1 in exited:
+                lost.append((index, f"node {name} lost: the srun step ended ({exited[-1]})"))
+            elif now - self.last.get(h, now) > self.rcfg.node_timeout:
+                lost.append(
+                    (
+                        index,
+                        f"node {name} lost: no word from its daemon for "
+                        f"{self.rcfg.node_timeout:g} s (node_timeout)",
+                    )
+                )
+        for h in self.by_hint:
+            index = self.index_of[h]
+            if index in self.down and index not in self.lost_reported:
+                lost.append((index, self.down[index]))
+        out = []
+        for index, why in lost:
+            if index in self.lost_reported:
+                continue
+            self.lost_reported.add(index)
+            self.down.setdefault(index, why)
+            log.error("node.lost: %s", why)
+            out.append((index, why))
+        return out
+
+    def halt(self, reason: str) -> None:
+        hints = [h for h in self.by_hint if h not in self.byes]
+        for h in hints:
+            self._send(h, msg(b"halt", {"reason": reason}))
+        deadline = time.monotonic() + HALT_GRACE
+        exited = self.launch.exited
+        while time.monotonic() < deadline:
+            gone = exited()
+            if all(h in self.byes or h in gone for h in hints):
+                break
+            if self.sock.poll(50):
+                self.on_readable()
+        missing = [h for h in hints if h not in self.byes]
+        log.info(
+            "down.nodes: %d daemon(s) said bye%s",
+            len(hints) - len(missing),
+            f"; no bye from hint(s) {missing}" if missing else "",
+        )
+        self.launch.stop()
+        self.sock.close()
