@@ -339,6 +339,8 @@ class Bootstrap(PartitionIO):
             self.make_pool(self.network)
             with open(os.path.join(self.sandbox, "network.json"), "w") as f:
                 json.dump({str(k): v for k, v in self.network.items()}, f, indent=1)
+            with open(os.path.join(self.sandbox, "daemons.json"), "w") as f:
+                json.dump(self.nodeset.daemons(), f, indent=1)
         self.hello()
         log.info("boot.hello: sent")
         for p in self.cfg["partitions"]:

@@ -225,6 +225,18 @@ class NodeSet:
         except zmq.ZMQError:
             return False
 
+    def daemons(self) -> dict[str, dict]:
+        """node index -> {name, hint, pid, endpoint} of the daemons that came up."""
+        return {
+            str(self.index_of[h]): {
+                "name": b["node"]["name"],
+                "hint": h,
+                "pid": b["pid"],
+                "endpoint": b["endpoint"],
+            }
+            for h, b in sorted(self.by_hint.items())
+        }
+
     # -- life -----------------------------------------------------------------------------------
     def endpoint_of(self, index: int) -> str:
         return self.table[index]["endpoint"]

@@ -189,7 +189,9 @@ class UnitManager:
             return [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
 
     # -- routing (lock held) ------------------------------------------------------------------
-    def _unit(self, uid: str) -> Unit:
+    def _unit(self, uid) -> Unit:
+        if isinstance(uid, Unit):
+            uid = uid.uid
         unit = self.units.get(uid)
         if unit is None:
             raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")

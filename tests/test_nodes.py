@@ -1,0 +1,165 @@
+"""Multi-node pilots with node daemons (local.nodes4: four logical nodes, a daemon each):
+bring-up, partitions spanning nodes, forwarded output, node loss, ordered teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import yaml
+
+import pilot as rp
+from tests.conftest import active_pilot
+
+
+def nodes4(session, parts=None, resource="local.nodes4", runtime=5):
+    parts = parts or [
+        rp.ComputePartitionDescription(nodes=2),
+        rp.ComputePartitionDescription(nodes=2),
+    ]
+    return active_pilot(session, parts=parts, resource=resource, runtime=runtime)
+
+
+def sandbox_json(pilot, name):
+    with open(os.path.join(pilot.sandbox, name)) as f:
+        return json.load(f)
+
+
+def test_bring_up_names_every_node_primary_first(session):
+    pilot, _ = nodes4(session)
+    net = sandbox_json(pilot, "network.json")
+    assert sorted(net, key=int) == ["0", "1", "2", "3"]
+    assert [net[i]["name"] for i in "0123"] == ["node0", "node1", "node2", "node3"]
+    assert [net[i]["is_primary"] for i in "0123"] == [True, False, False, False]
+    assert all(net[i]["state"] == "up" and net[i]["num_cpus"] >= 1 for i in "0123")
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        log = f.read()
+    steps = ["boot.nodes.launch", "boot.nodes.up", "boot.nodes.table", "boot.hello"]
+    assert [log.index(s) for s in steps] == sorted(log.index(s) for s in steps)
+    assert [p.resources["nodes"][0]["name"] for p in pilot.partitions] == ["node0", "node2"]
+
+
+def test_units_run_on_every_node_with_output_tagged(session):
+    pilot, umgr = nodes4(session)
+    seen = []
+    umgr.register_output_callback(lambda u, node, rank, stream, text: seen.append((u.uid, node)))
+    units = []
+    for part in pilot.partitions:
+        units += umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sh",
+                    arguments=["-c", 'echo "$PILOT_UNIT_ID on $PILOT_NODE_NAME"; echo err >&2'],
+                    ranks=2,
+                    partition=part.uid,
+                )
+                for _ in range(3)
+            ]
+        )
+    umgr.wait_units(timeout=30)
+    assert [u.state for u in units] == [rp.DONE] * 6, [u.reason for u in units]
+    assert {n for u in units for n in u.node} == {"node0", "node1", "node2", "node3"}
+    for u in units:
+        out = sorted((node, stream, text) for node, _rank, stream, text in u.output)
+        assert out == sorted(
+            [(n, "stdout", f"{u.uid} on {n}\n") for n in u.node]
+            + [(n, "stderr", "err\n") for n in u.node]
+        )
+        with open(os.path.join(u.sandbox, "STDOUT")) as f:
+            assert sorted(f.read().splitlines()) == sorted(f"{u.uid} on {n}" for n in u.node)
+    assert {uid for uid, _ in seen} == {u.uid for u in units}
+
+
+def test_forwarded_output_is_bounded_files_have_it_all(session):
+    pilot, umgr = nodes4(session)
+    u = umgr.submit_units(
+        rp.ComputeUnitDescription(
+            executable="/bin/sh", arguments=["-c", "head -c 200000 /dev/zero | tr '\\0' x"]
+        )
+    )
+    assert u.wait(timeout=30) == rp.DONE, u.reason
+    text = "".join(t for _, _, stream, t in u.output if stream == "stdout")
+    assert text.startswith("x" * 65536) and "output truncated" in text
+    assert len(text) < 70000
+    assert os.path.getsize(os.path.join(u.sandbox, "STDOUT")) == 200000
+
+
+def test_killed_daemon_fails_its_partition_and_the_rest_go_on(session):
+    pilot, umgr = nodes4(session)
+    first, second = pilot.partitions
+    sleepers = {
+        part.uid: umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sleep", arguments=["30"], partition=part.uid
+                )
+                for _ in range(4)
+            ]
+        )
+        for part in (first, second)
+    }
+    deadline = time.monotonic() + 20
+    while any(u.state != rp.EXECUTING for us in sleepers.values() for u in us):
+        assert time.monotonic() < deadline, [u.state for us in sleepers.values() for u in us]
+        time.sleep(0.05)
+    daemons = sandbox_json(pilot, "daemons.json")
+    victim = daemons["3"]
+    assert victim["name"] == "node3"
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert second.wait(rp.FAILED, timeout=20) == rp.FAILED
+    assert "node3" in second.reason
+    for u in sleepers[second.uid]:
+        assert u.wait(timeout=20) in (rp.FAILED, rp.CANCELED)
+        assert u.reason
+        if u.node == ["node3"]:
+            assert u.state == rp.FAILED and "node node3 lost" in u.reason, u.reason
+    assert any(u.node == "node3" for u in sleepers[second.uid])
+    assert first.state == rp.ACTIVE and pilot.state == rp.ACTIVE
+    assert all(u.state == rp.EXECUTING for u in sleepers[first.uid])
+    umgr.cancel_units(sleepers[first.uid])
+    more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 4)
+    assert [u.wait(timeout=20) for u in more] == [rp.DONE] * 4
+    assert {u.part for u in more} == {first.uid}
+    assert pilot.free["nodes"] == 1  # node2 came back; node3 is down
+
+
+def test_node_failure_fail_ends_the_pilot_with_the_node_named(session, tmp_path):
+    cfg = yaml.safe_load(
+        open(os.path.join(os.path.dirname(rp.__file__), "..", "configs", "local.yaml"))
+    )
+    strict = dict(cfg["nodes4"], node_failure="fail")
+    path = tmp_path / "strict.yaml"
+    path.write_text(yaml.safe_dump(strict))
+    pilot, umgr = nodes4(session, resource=str(path))
+    u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"]))
+    assert u.wait(rp.EXECUTING, timeout=20) == rp.EXECUTING
+    daemons = sandbox_json(pilot, "daemons.json")
+    os.kill(daemons["1"]["pid"], signal.SIGKILL)
+    assert pilot.wait(timeout=30) == rp.FAILED
+    assert "node1" in pilot.reason
+    assert u.state in (rp.FAILED, rp.CANCELED) and u.reason
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        log = f.read()
+    steps = ["node.lost", "down.agents", "down.wait", "down.nodes", "down.bye"]
+    assert [log.index(s) for s in steps] == sorted(log.index(s) for s in steps)
+
+
+def test_runtime_expiry_halts_daemons_in_order(session):
+    pilot, umgr = nodes4(session, runtime=0.05)
+    u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["60"]))
+    assert pilot.wait(timeout=30) == rp.DONE
+    assert "runtime" in pilot.reason
+    assert u.wait(timeout=10) == rp.CANCELED
+    daemons = sandbox_json(pilot, "daemons.json")
+    for d in daemons.values():
+        assert not os.path.exists(f"/proc/{d['pid']}") or _zombie(d["pid"])
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
