@@ -1,0 +1,104 @@
+"""A client run inside a test-host namespace (tests/test_netns.py): one scenario, JSON out.
+
+    python -m tests.scenarios.netns_client SCENARIO RESOURCE.yaml
+
+spread   two partitions (2 nodes + 1 node) over three hosts; multi-rank units on each
+silent   one host never reports: the pilot goes on without it (or fails, per the config)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pilot as rp
+
+
+def read(pilot, name):
+    try:
+        with open(os.path.join(pilot.sandbox, name)) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def spread(session, resource: str) -> dict:
+    parts = [rp.ComputePartitionDescription(nodes=2), rp.ComputePartitionDescription(nodes=1)]
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(resource=resource, parts=parts, runtime=2)
+    )
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    for part in pilot.partitions:
+        part.wait(rp.ACTIVE, timeout=30)
+    units = []
+    for part, ranks in zip(pilot.partitions, (2, 1)):
+        units += umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sh",
+                    arguments=["-c", "echo $PILOT_NODE_NAME; cat /proc/net/dev | grep -c eth0"],
+                    ranks=ranks,
+                    partition=part.uid,
+                )
+                for _ in range(2)
+            ]
+        )
+    umgr.wait_units(timeout=30)
+    return {
+        "parts": [[p.state, p.reason] for p in pilot.partitions],
+        "units": [
+            {"state": u.state, "node": u.node, "reason": u.reason, "output": u.output}
+            for u in units
+        ],
+        "daemons": json.loads(read(pilot, "daemons.json") or "{}"),
+        "pilot": pilot,
+    }
+
+
+def silent(session, resource: str) -> dict:
+    t0 = time.monotonic()
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(
+            resource=resource, nodes=3, parts=[rp.ComputePartitionDescription(nodes=2)], runtime=2
+        )
+    )
+    state = pilot.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED, rp.DONE], timeout=60)
+    waited = time.monotonic() - t0
+    out = {"state": state, "waited": waited, "reason": pilot.reason}
+    if state == rp.ACTIVE:
+        part = pilot.partitions[0]
+        out["part"] = part.wait(rp.ACTIVE, timeout=30)
+        umgr = rp.UnitManager(session)
+        umgr.add_pilots(pilot)
+        u = umgr.submit_units(
+            rp.ComputeUnitDescription(executable="/bin/true", ranks=2, partition=part.uid)
+        )
+        out["unit"] = [u.wait(timeout=30), u.node]
+        (big,) = pilot.reconfig(start=[rp.ComputePartitionDescription(nodes=2)])
+        out["big"] = [big.wait(timeout=30), big.reason]
+        out["free"] = pilot.free
+    out["network"] = json.loads(read(pilot, "network.json") or "{}")
+    out["pilot"] = pilot
+    return out
+
+
+def main() -> int:
+    scenario, resource = sys.argv[1], sys.argv[2]
+    session = rp.Session(database_url="null://")
+    try:
+        result = {"spread": spread, "silent": silent}[scenario](session, resource)
+        pilot = result.pop("pilot")
+    finally:
+        session.close()
+    result["session"] = session.uid
+    result["final"] = [pilot.state, pilot.reason]
+    result["log"] = read(pilot, "bootstrap.log")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
