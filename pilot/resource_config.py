@@ -31,6 +31,7 @@ _KEYS = {
     "queue",
     "account",
     "psij_executor",
+    "queue_poll_interval",
     "resource_pool",
     "node_daemons",
     "hosts",
@@ -235,7 +236,7 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         python=str(raw.get("python", "")),
         queue=raw.get("queue"),
         account=raw.get("account"),
-        extra={k: raw[k] for k in ("psij_executor",) if k in raw},
+        extra={k: raw[k] for k in ("psij_executor", "queue_poll_interval") if k in raw},
         resource_pool=parse_pool(
             f"resource config {name}",
             raw.get("resource_pool"),

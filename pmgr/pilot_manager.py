@@ -355,6 +355,9 @@ class PilotManager:
                 pilot.sandbox,
                 queue=pd.queue,
                 project=pd.project,
+                nodes=pilot.size["nodes"],
+                runtime=pd.runtime * 60.0,
+                rcfg=pilot.resource,
             )
         except (OSError, ValueError) as exc:
             with session.lock:

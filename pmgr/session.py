@@ -226,6 +226,8 @@ class Session:
             except TimeoutError:
                 log.error("%s did not end within %g s; killing it", p.uid, timeout)
         for p in self.pilots.values():
+            if p.job is not None and p.final:  # it said bye: let the job end on its own
+                p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
             p._kill_job()
         left = reaper.kill_session_processes(self.uid)
         if left:

@@ -1,5 +1,5 @@
 """Batch submission of pilot jobs: one module per batch system, each with `submit(...)` returning a
-job handle (`pid`, `poll()`, `cancel()`, `kill()`, `describe()`)."""
+job handle (`pid`, `poll()`, `wait(timeout)`, `cancel()`, `kill()`, `describe()`)."""
 
 from __future__ import annotations
 
@@ -9,4 +9,8 @@ def submitter(batch_system: str):
         from pilot.batch import local
 
         return local.submit
-    raise ValueError(f"batch_system={batch_system!r}: no submitter; accepted: local")
+    if batch_system == "slurm":
+        from pilot.batch import slurm
+
+        return slurm.submit
+    raise ValueError(f"batch_system={batch_system!r}: no submitter; accepted: local, slurm")

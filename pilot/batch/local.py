@@ -20,6 +20,12 @@ class LocalJob:
     def poll(self) -> int | None:
         return self.proc.poll()
 
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _signal(self, sig: int) -> None:
         try:
             os.killpg(self.pid, sig)

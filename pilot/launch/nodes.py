@@ -107,6 +107,14 @@ class NodeLaunch:
         return p.pid if p is not None else None
 
     def stop(self, grace: float = 3.0) -> None:
+        """Daemons that said bye exit on their own (and srun with them): give them `grace`
+        seconds, then SIGTERM, then SIGKILL."""
+        deadline = time.monotonic() + grace
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
         live = [p for p in self.procs.values() if p.poll() is None]
         for p in live:
             p.send_signal(signal.SIGTERM)

@@ -1,0 +1,151 @@
+"""Pilots as SLURM jobs through PSI/J, against a real SLURM of four logical nodes started by
+tests/slurm.sh (root only; skipped with the reason otherwise)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+import yaml
+
+import pilot as rp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "slurm.sh")
+CONFIGS = os.path.join(os.path.dirname(HERE), "configs")
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "a local SLURM needs root (tests/slurm.sh starts munged, slurmctld, slurmd)"
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        return "no SLURM installed and no apt-get to install it"
+    try:
+        import psij  # noqa: F401
+    except ImportError:
+        return "psij-python is not installed (pip install -e '.[batch]')"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    was_up = subprocess.run(["bash", SCRIPT, "status"], capture_output=True).returncode == 0
+    up = subprocess.run(["bash", SCRIPT, "up"], capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stderr[-2000:]
+    env = dict(line[len("export ") :].split("=", 1) for line in up.stdout.splitlines())
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+    try:
+        yield env
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+        if not was_up:
+            subprocess.run(["bash", SCRIPT, "down"], capture_output=True, timeout=120)
+
+
+def squeue(*args: str) -> list[str]:
+    out = subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, timeout=20)
+    return out.stdout.split()
+
+
+def submit(session, parts, runtime=2, **kw):
+    pd = rp.ComputePilotDescription(resource="slurm.localhost", parts=parts, runtime=runtime, **kw)
+    return rp.PilotManager(session).submit_pilots(pd)
+
+
+def test_four_node_pilot_runs_units_on_every_node(slurm, session):
+    pilot = submit(
+        session, [rp.ComputePartitionDescription(nodes=2), rp.ComputePartitionDescription(nodes=2)]
+    )
+    assert pilot.size["nodes"] == 4
+    assert pilot.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, pilot.reason
+    assert pilot.job.pid in squeue("-o", "%i")
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    units = []
+    for part in pilot.partitions:
+        assert part.wait(rp.ACTIVE, timeout=30) == rp.ACTIVE, part.reason
+        units += umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(executable="/bin/hostname", ranks=2, partition=part.uid)
+                for _ in range(2)
+            ]
+        )
+    umgr.wait_units(timeout=60)
+    assert [u.state for u in units] == [rp.DONE] * 4, [u.reason for u in units]
+    assert {n for u in units for n in u.node} == {"node1", "node2", "node3", "node4"}
+    for u in units:  # the daemon of the node it names ran it: hostname is the node's
+        assert sorted(t.strip() for _, _, s, t in u.output if s == "stdout") == sorted(u.node)
+    pilot.cancel(timeout=60)
+    assert pilot.state == rp.CANCELED
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        log = f.read()
+    assert "daemon(s) by srun" in log and "down.nodes: 4 daemon(s) said bye" in log
+
+
+def test_cancel_while_queued(slurm, session):
+    hold = subprocess.run(
+        ["sbatch", "--parsable", "-N4", "-o", "/dev/null", "--wrap", "sleep 300"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert hold.returncode == 0, hold.stderr
+    holder = hold.stdout.strip().split(";")[0]
+    try:
+        pilot = submit(session, [rp.ComputePartitionDescription(nodes=1)])
+        deadline = time.monotonic() + 30
+        while pilot.job.batch_state != "QUEUED":
+            assert time.monotonic() < deadline, pilot.job.batch_state
+            time.sleep(0.2)
+        assert pilot.state == rp.PENDING
+        assert squeue("-j", pilot.job.pid, "-o", "%T") == ["PENDING"]
+        pilot.cancel(timeout=30)
+        assert pilot.state == rp.CANCELED
+        assert rp.ACTIVE not in [s for s, _ in pilot.history]
+        assert squeue("-j", pilot.job.pid, "-t", "PD,R", "-o", "%i") == []
+    finally:
+        subprocess.run(["scancel", holder], timeout=30)
+
+
+def test_walltime_expiry_tears_down_and_ends_the_job(slurm, session):
+    pilot = submit(session, [rp.ComputePartitionDescription(nodes=2)], runtime=0.1)
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["300"]))
+    assert pilot.wait(timeout=60) == rp.DONE, pilot.reason
+    assert "runtime" in pilot.reason
+    assert u.wait(timeout=10) == rp.CANCELED and u.reason
+    assert pilot.job.wait(timeout=30) == 0
+    assert squeue("-j", pilot.job.pid, "-t", "PD,R,CG", "-o", "%i") == []
+
+
+def test_a_job_sbatch_refuses_fails_the_pilot_with_its_error(slurm, session):
+    pilot = submit(session, [rp.ComputePartitionDescription(nodes=1)], queue="nosuchqueue")
+    assert pilot.wait(timeout=30) == rp.FAILED
+    assert "batch submission failed" in pilot.reason and "partition" in pilot.reason.lower()
+
+
+def test_a_job_that_dies_before_its_bootstrap_reports_fails_with_the_batch_error(
+    slurm, session, tmp_path
+):
+    with open(os.path.join(CONFIGS, "slurm.yaml")) as f:
+        cfg = yaml.safe_load(f)["localhost"]
+    cfg["python"] = "/nonexistent/python3"
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    pd = rp.ComputePilotDescription(
+        resource=str(path), parts=[rp.ComputePartitionDescription(nodes=1)], runtime=2
+    )
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    assert pilot.wait(timeout=60) == rp.FAILED
+    assert "SLURM job" in pilot.reason and "without saying bye" in pilot.reason, pilot.reason
