@@ -10,29 +10,46 @@ with rp.Session() as session:
     umgr.wait_units()
 """
 
-from partition.description import ComputePartitionDescription  # noqa: E402  (after pilot types)
-from pilot.descriptions import ALL, FILL, ComputePilotDescription, ComputeUnitDescription
-from pilot.groups import UnitGroup, UnitTemplate
-from pilot.policy import GLOBAL_POLICY, Policy
-from pilot.states import (
-    ACTIVE,
-    CANCELED,
-    DONE,
-    EXECUTING,
-    FAILED,
-    FINAL,
-    LAUNCHING,
-    NEW,
-    PENDING,
-    QUEUED,
-    SCHEDULING,
-    STARTING,
-    IllegalTransition,
-)
-from pmgr.entities import Partition, Unit  # noqa: E402
-from pmgr.pilot_manager import Pilot, PilotManager  # noqa: E402
-from pmgr.session import Session  # noqa: E402
-from pmgr.unit_manager import UnitManager  # noqa: E402
+# Names are imported on first use (PEP 562), so processes that only need a submodule (node
+# daemons, agents, the CLI) do not pay for the whole client API at start-up.
+_WHERE = {
+    "ComputePartitionDescription": "partition.description",
+    "ALL": "pilot.descriptions",
+    "FILL": "pilot.descriptions",
+    "ComputePilotDescription": "pilot.descriptions",
+    "ComputeUnitDescription": "pilot.descriptions",
+    "UnitGroup": "pilot.groups",
+    "UnitTemplate": "pilot.groups",
+    "GLOBAL_POLICY": "pilot.policy",
+    "Policy": "pilot.policy",
+    "Partition": "pmgr.entities",
+    "Unit": "pmgr.entities",
+    "Pilot": "pmgr.pilot_manager",
+    "PilotManager": "pmgr.pilot_manager",
+    "Session": "pmgr.session",
+    "UnitManager": "pmgr.unit_manager",
+}
+_STATES = (
+    "ACTIVE CANCELED DONE EXECUTING FAILED FINAL LAUNCHING NEW PENDING QUEUED SCHEDULING "
+    "STARTING IllegalTransition"
+).split()
+_WHERE.update(dict.fromkeys(_STATES, "pilot.states"))
+
+
+def __getattr__(name: str):
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'pilot' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "Policy",

@@ -17,8 +17,6 @@ import socket
 import struct
 import subprocess
 
-import yaml
-
 FIELDS = {
     "name": str,
     "host_id": int,
@@ -95,6 +93,8 @@ def network_config() -> dict[int, dict]:
 
 
 def dump(config: dict, fmt: str) -> str:
+    import yaml  # here, not at the top: node daemons import this module and never need it
+
     if fmt == "json":
         return json.dumps({str(k): v for k, v in config.items()}, indent=1) + "\n"
     if fmt == "yaml":
@@ -104,6 +104,8 @@ def dump(config: dict, fmt: str) -> str:
 
 def load(path: str) -> dict[int, dict]:
     """A network config file (YAML or JSON), checked; ValueError names node and field."""
+    import yaml
+
     try:
         with open(path) as f:
             raw = yaml.safe_load(f)  # JSON is YAML
