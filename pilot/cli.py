@@ -6,7 +6,8 @@
     pilot resources                             list the known resource configs
     pilot status SESSION [--database-url URL]   pilots, partitions and unit counts, from the store
     pilot export SESSION [--output FILE]        every state change as JSON lines
-    pilot network-config [--format yaml|json] [--output FILE]
+    pilot network-config [--format yaml|json] [--output FILE] [--this-node]
+                                                   (in a SLURM allocation: every node's)
                                                 this node's descriptor for a pilot's bring-up
 
 PILOT is a pilot uid (pilot.0000), or SESSION/PILOT when several sessions run a pilot of that
@@ -199,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     nc = sub.add_parser("network-config", help="this node's descriptor (name, host_id, ...)")
     nc.add_argument("--format", choices=("yaml", "json"), default="yaml")
     nc.add_argument("--output", "-o", help="file to write (default: standard output)")
+    nc.add_argument(
+        "--this-node",
+        action="store_true",
+        help="only this node, also inside a SLURM allocation (default there: every node)",
+    )
     args = ap.parse_args(argv)
     try:
         if args.cmd == "resources":
@@ -209,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "network-config":
             from pilot import network
 
-            text = network.dump(network.network_config(), args.format)
+            text = network.dump(network.network_config(args.this_node), args.format)
             if args.output:
                 with open(args.output, "w") as f:
                     f.write(text)

@@ -16,6 +16,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 
 FIELDS = {
     "name": str,
@@ -88,8 +89,41 @@ def describe(is_primary: bool = True) -> dict:
     }
 
 
-def network_config() -> dict[int, dict]:
-    return {0: describe(is_primary=True)}
+def network_config(this_node_only: bool = False, timeout: float = 60.0) -> dict[int, dict]:
+    """This node's descriptor, or, inside a SLURM allocation (SLURM_JOB_ID set, not already in
+    a job step), every allocated node's: one `srun` task per node describes its node.  The
+    node running this is the primary (index 0) when it is one of them, else the first one."""
+    in_allocation = os.environ.get("SLURM_JOB_ID") and not os.environ.get("SLURM_STEP_ID")
+    if this_node_only or not in_allocation:
+        return {0: describe(is_primary=True)}
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    cmd = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        sys.executable,
+        "-m",
+        "pilot",
+        "network-config",
+        "--this-node",
+        "--format",
+        "json",
+    ]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"network-config: srun over the allocation failed: {exc}") from None
+    if out.returncode != 0:
+        raise ValueError(f"network-config: srun exited {out.returncode}: {out.stderr.strip()}")
+    found, dec, text = [], json.JSONDecoder(), out.stdout.strip()
+    while text:  # one JSON object per node, concatenated
+        obj, end = dec.raw_decode(text)
+        found.append(obj["0"])
+        text = text[end:].strip()
+    here = socket.gethostname()
+    found.sort(key=lambda n: (n["name"] != here, n["name"]))
+    return {i: dict(n, is_primary=i == 0) for i, n in enumerate(found)}
 
 
 def dump(config: dict, fmt: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -149,3 +150,30 @@ def test_a_job_that_dies_before_its_bootstrap_reports_fails_with_the_batch_error
     pilot = rp.PilotManager(session).submit_pilots(pd)
     assert pilot.wait(timeout=60) == rp.FAILED
     assert "SLURM job" in pilot.reason and "without saying bye" in pilot.reason, pilot.reason
+
+
+def test_network_config_in_an_allocation_describes_every_node(slurm, tmp_path):
+    from pilot import network
+
+    out = tmp_path / "net.yaml"
+    job = subprocess.run(
+        [
+            "sbatch",
+            "--wait",
+            "-N4",
+            "-o",
+            str(tmp_path / "job.out"),
+            "--wrap",
+            f"{sys.executable} -m pilot network-config --output {out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(HERE),
+        env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)),
+    )
+    assert job.returncode == 0, (job.stderr, (tmp_path / "job.out").read_text())
+    nodes = network.load(str(out))
+    assert [n["name"] for n in nodes.values()] == ["node1", "node2", "node3", "node4"]
+    assert [n["is_primary"] for n in nodes.values()] == [True, False, False, False]
+    assert all(n["state"] == "up" and n["num_cpus"] >= 1 for n in nodes.values())
