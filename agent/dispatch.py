@@ -16,6 +16,7 @@ import signal
 import zmq
 
 from agent.executor import Run, grant_ids, rank_env
+from pilot import security
 from pilot.protocol import ProtocolError, pack, unpack
 
 
@@ -44,10 +45,13 @@ class Dispatcher:
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
         self.node_of: dict[zmq.Socket, int] = {}
+        keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.IDENTITY, self.uid.encode())
             sock.setsockopt(zmq.LINGER, 1000)
+            if keys is not None:
+                keys.client(sock)
             sock.connect(node["endpoint"])
             self.socks[node["index"]] = sock
             self.node_of[sock] = node["index"]

@@ -2,6 +2,7 @@
 
     python -m agent.node_daemon --bootstrap tcp://HOST:PORT --pilot UID --session SID
                                 [--hint I] [--name NAME] [--timeout S] [--watch-parent]
+                                [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
 
 Started by the bootstrap through the resource's launch method (pilot/launch/nodes.py: srun,
 fork, or a network-namespace host).  Every wait is bounded; nothing here waits forever.
@@ -51,7 +52,7 @@ import zlib
 import zmq
 
 from agent.executor import Spawner
-from pilot import network
+from pilot import network, security
 from pilot.protocol import ProtocolError, msg, pack, unpack
 
 FORWARD_MAX = 64 * 1024
@@ -95,10 +96,15 @@ class NodeDaemon:
         self.up = self.ctx.socket(zmq.DEALER)
         self.up.setsockopt(zmq.IDENTITY, f"d{self.hint}".encode())
         self.up.setsockopt(zmq.LINGER, 2000)
+        self.keys = security.load(args.curve)
+        if self.keys is not None:
+            self.keys.client(self.up)
         self.up.connect(args.bootstrap)
         self.units = self.ctx.socket(zmq.ROUTER)
         self.units.setsockopt(zmq.LINGER, 1000)
         self.units.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if self.keys is not None:
+            self.keys.serve(self.units)
         addr = source_address(args.bootstrap)
         port = self.units.bind_to_random_port(f"tcp://{addr}")
         self.endpoint = f"tcp://{addr}:{port}"
@@ -136,6 +142,8 @@ class NodeDaemon:
         for child in children(self.index, width, len(self.table)):
             sock = self.ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 2000)
+            if self.keys is not None:
+                self.keys.client(sock)
             sock.connect(self.table[child]["endpoint"])
             sock.send_multipart([b"table", pack(dict(body, index=child)), blob])
             sock.close()  # LINGER delivers the message
@@ -364,6 +372,8 @@ class NodeDaemon:
         log.info("%s: halted (%s), %d unit process(es) killed", self.name, self.halting, killed)
         self.up.close()
         self.units.close()
+        if self.keys is not None:
+            self.keys.close()
         self.ctx.term()
         return 0
 
@@ -377,6 +387,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--name", default=None)
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--watch-parent", action="store_true")
+    p.add_argument("--curve", default=None, help="the session's key directory (CURVE)")
     args = p.parse_args(argv)
     if args.hint is None:  # srun: one task per node, SLURM numbers them
         args.hint = int(os.environ.get("SLURM_NODEID", os.environ.get("SLURM_PROCID", "0")))

@@ -38,7 +38,7 @@ import zmq
 from partition.description import ComputePartitionDescription
 from partition.manager import PartitionIO, PartitionManager
 from partition.sizing import Pool
-from pilot import resource_config
+from pilot import resource_config, security
 from pilot.launch.zygote import AgentLauncher, AgentProc
 from pilot.nodes import BringUpError, NodeSet
 from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
@@ -73,8 +73,9 @@ class Bootstrap(PartitionIO):
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
         self.procs: dict[str, AgentProc] = {}
         self.launcher = AgentLauncher()
+        self.keys = security.load(cfg.get("curve"))
         self.nodeset = (
-            NodeSet(self.ctx, self.rcfg, cfg, cfg["size"]["nodes"], self.sandbox)
+            NodeSet(self.ctx, self.rcfg, cfg, cfg["size"]["nodes"], self.sandbox, self.keys)
             if self.rcfg.node_daemons
             else None
         )
@@ -99,6 +100,7 @@ class Bootstrap(PartitionIO):
             "endpoint": self.agent_endpoint,
             "pilot_sandbox": self.sandbox,
             "agents": self.cfg.get("agents", {}),
+            "curve": self.cfg.get("curve"),
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
 
@@ -438,6 +440,8 @@ class Bootstrap(PartitionIO):
             pass
         for s in (self.client, self.agents, self.control):
             s.close()
+        if self.keys is not None:
+            self.keys.close()
         self.ctx.term()
         return 0 if state != FAILED else 1
 

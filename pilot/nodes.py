@@ -57,12 +57,14 @@ def listen_address(rcfg) -> str:
 
 
 class NodeSet:
-    def __init__(self, ctx: zmq.Context, rcfg, cfg: dict, n: int, sandbox: str) -> None:
+    def __init__(self, ctx: zmq.Context, rcfg, cfg: dict, n: int, sandbox: str, keys=None) -> None:
         self.rcfg = rcfg
         self.n = n
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if keys is not None:  # listening beyond loopback: CURVE (pilot/security.py)
+            keys.serve(self.sock)
         port = self.sock.bind_to_random_port(f"tcp://{listen_address(rcfg)}")
         self.endpoint = f"tcp://{listen_address(rcfg)}:{port}"
         self.launch = launch.for_resource(

@@ -18,6 +18,7 @@ import time
 
 import pilot as _pilot_pkg
 from partition.description import ComputePartitionDescription
+from pilot import security
 from pilot import states as S
 from pilot.batch import submitter
 from pilot.descriptions import ALL, ComputePilotDescription
@@ -339,6 +340,8 @@ class PilotManager:
                 for p in pilot._parts.values()
             ],
         }
+        if pilot.resource.node_daemons and security.needed(pilot.resource.address):
+            cfg["curve"] = security.make_keys(session.dir)  # node channels beyond loopback
         cfg_path = os.path.join(pilot.sandbox, "bootstrap.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)

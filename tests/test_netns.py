@@ -84,6 +84,9 @@ def test_daemons_on_hosts_run_units_across_links(hosts, tmp_path):
         for node, t in text.items():
             assert t.split() == [node, "1"]  # ran in that host's namespace (it has an eth0)
     assert nodes == set(hosts.hosts)
+    # channels beyond loopback use CURVE: peers without the session's keys run nothing
+    assert r["rogues"] == {"no keys": False, "other keys": False}
+    assert "refused a peer with an unknown CURVE key" in r["node0_log"]
     assert r["final"][0] == "CANCELED"
     log = r["log"]
     assert log.index("down.wait") < log.index("down.nodes") < log.index("down.bye")

@@ -147,6 +147,8 @@ def for_resource(rcfg, n: int, endpoint: str, cfg: dict, log_dir: str) -> NodeLa
         "--timeout",
         str(rcfg.node_timeout),
     ]
+    if cfg.get("curve"):
+        argv += ["--curve", cfg["curve"]]
     method = rcfg.launch_method
     if method == "srun":
         nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")

@@ -47,15 +47,55 @@ def spread(session, resource: str) -> dict:
             ]
         )
     umgr.wait_units(timeout=30)
+    daemons = json.loads(read(pilot, "daemons.json") or "{}")
     return {
+        "rogues": rogues(session, daemons["0"]["endpoint"]),
         "parts": [[p.state, p.reason] for p in pilot.partitions],
         "units": [
             {"state": u.state, "node": u.node, "reason": u.reason, "output": u.output}
             for u in units
         ],
-        "daemons": json.loads(read(pilot, "daemons.json") or "{}"),
+        "daemons": daemons,
+        "node0_log": read(pilot, "nodes/node.0.log"),
         "pilot": pilot,
     }
+
+
+def rogues(session, endpoint: str) -> dict:
+    """Peers without the session's keys try to run a unit on a daemon: nothing may run."""
+    import zmq
+
+    from pilot.protocol import pack
+
+    ctx = zmq.Context.instance()
+    out = {}
+    for kind in ("no keys", "other keys"):
+        marker = os.path.join(session.dir, f"rogue-{kind.replace(' ', '-')}")
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if kind == "other keys":
+            public, secret = zmq.curve_keypair()
+            sock.curve_publickey, sock.curve_secretkey = public, secret
+            with open(os.path.join(session.dir, "keys", "server.key")) as f:
+                sock.curve_serverkey = f.read().split('public-key = "')[1].split('"')[0].encode()
+        sock.connect(endpoint)
+        body = {
+            "uid": "rogue",
+            "rank": 0,
+            "argv": ["/bin/touch", marker],
+            "env": {},
+            "gpu_var": None,
+            "sandbox": session.dir,
+            "cpus": [],
+        }
+        try:
+            sock.send_multipart([b"exec", pack(body)], zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # no connection completed: refused before a byte of it was sent
+        time.sleep(1.5)
+        out[kind] = os.path.exists(marker)
+        sock.close()
+    return out
 
 
 def silent(session, resource: str) -> dict:

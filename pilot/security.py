@@ -1,0 +1,121 @@
+"""Who may talk to a pilot's channels that listen beyond loopback: ZeroMQ CURVE.
+
+Channels on 127.0.0.1 stay plain (only this machine's users reach them; the CLI finds them
+through the session directory, mode 0600 files).  When a pilot's node channels listen on
+another address (resource config `address`), every ROUTER that listens there (the bootstrap's
+node channel, each node daemon's unit channel) is a CURVE server, and every DEALER that talks
+to one (daemons, agents) a CURVE client:
+
+    SESSION_DIR/keys/            mode 0700, made by the client once per session
+        server.key, server.key_secret    the servers' key pair
+        client.key, client.key_secret    the clients' key pair
+        allowed/client.key               the public keys a server accepts
+The directory's path reaches the bootstrap in its config and the daemons on their command line;
+the files are only readable by the user (0600).  Each server process runs a ZAP authenticator
+thread (pyzmq's ThreadAuthenticator) that admits only keys in allowed/: a peer without keys
+cannot complete the handshake (CURVE against NULL), one with other keys is refused and the
+refusal logged ("refused a peer with an unknown CURVE key", pilot.security logger, in the
+process's log).  Nothing such a peer sends is ever delivered.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+
+import zmq
+import zmq.auth
+
+log = logging.getLogger("pilot.security")
+
+
+def needed(address: str) -> bool:
+    """CURVE is used when channels listen anywhere but loopback."""
+    try:
+        return not ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name ("auto" resolved later): not known to be loopback
+        return True
+
+
+def make_keys(session_dir: str) -> str:
+    """The session's key directory, created on first use; returns its path."""
+    keys = os.path.join(session_dir, "keys")
+    if os.path.isfile(os.path.join(keys, "client.key_secret")):
+        return keys
+    old = os.umask(0o077)
+    try:
+        os.makedirs(os.path.join(keys, "allowed"), exist_ok=True)
+        for name in ("server", "client"):
+            zmq.auth.create_certificates(keys, name)
+        with open(os.path.join(keys, "client.key")) as src:
+            with open(os.path.join(keys, "allowed", "client.key"), "w") as dst:
+                dst.write(src.read())
+    finally:
+        os.umask(old)
+    for root, _dirs, files in os.walk(keys):
+        os.chmod(root, 0o700)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o600)
+    return keys
+
+
+class _Allowed:
+    """ZAP check: only the session's client key; every refusal is logged."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.allowed = set(keys.allowed())  # z85, as the authenticator passes them
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        if key in self.allowed:
+            return True
+        log.warning("refused a peer with an unknown CURVE key %s...", key[:8].decode())
+        return False
+
+
+class Keys:
+    def __init__(self, keys_dir: str) -> None:
+        self.dir = keys_dir
+        self.server_public, self.server_secret = zmq.auth.load_certificate(
+            os.path.join(keys_dir, "server.key_secret")
+        )
+        self.client_public, self.client_secret = zmq.auth.load_certificate(
+            os.path.join(keys_dir, "client.key_secret")
+        )
+        self.auth = None
+
+    def allowed(self) -> list[bytes]:
+        """The public keys (z85) in allowed/."""
+        out = []
+        d = os.path.join(self.dir, "allowed")
+        for name in sorted(os.listdir(d)):
+            public, _ = zmq.auth.load_certificate(os.path.join(d, name))
+            out.append(public)
+        return out
+
+    def serve(self, sock: zmq.Socket) -> None:
+        """Make `sock` (before bind) a CURVE server; starts this process's authenticator."""
+        if self.auth is None:
+            from zmq.auth.thread import ThreadAuthenticator
+
+            self.auth = ThreadAuthenticator(sock.context, log=logging.getLogger("zmq.auth"))
+            self.auth.start()
+            self.auth.configure_curve_callback(domain="*", credentials_provider=_Allowed(self))
+        sock.curve_secretkey = self.server_secret
+        sock.curve_publickey = self.server_public
+        sock.curve_server = True
+
+    def client(self, sock: zmq.Socket) -> None:
+        """Make `sock` (before connect) a CURVE client of the pilot's servers."""
+        sock.curve_secretkey = self.client_secret
+        sock.curve_publickey = self.client_public
+        sock.curve_serverkey = self.server_public
+
+    def close(self) -> None:
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
+
+
+def load(keys_dir: str | None) -> Keys | None:
+    return Keys(keys_dir) if keys_dir else None
