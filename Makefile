@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench peers clean
+.PHONY: demo demo-nodes test lint bench peers clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ $(STAMP): setup.cfg pyproject.toml
 demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a reconfig
 	$(PY) examples/partitions_demo.py
 
+demo-nodes: $(STAMP)      ## a multi-node pilot: four logical nodes, a node daemon each
+	$(PY) examples/multinode_demo.py
+
 test: $(STAMP)            ## lint + the whole test suite
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
@@ -24,11 +27,12 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: $(STAMP)           ## throughput, reconfig, scheduler, state store (about 6 minutes)
+bench: $(STAMP)           ## throughput, reconfig, scheduler, state store, bring-up (about 8 minutes)
 	$(PY) bench/throughput.py
 	$(PY) bench/reconfig.py
 	$(PY) bench/scheduler.py
 	$(PY) bench/store.py
+	$(PY) bench/bringup.py
 
 peers: $(STAMP)           ## our row in the shared peer benchmark (../shared/bench/peers)
 	PEERS="limit" BENCH_OUT=$(CURDIR)/bench/results/peers \

@@ -7,9 +7,11 @@ with an error where a reply is expected; it never stops a component.
 
 Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identity = pilot uid)
   bootstrap -> client
-    hello   {pilot, pid, control, size, nodes}       bootstrap is up: pilot ACTIVE
+    hello   {pilot, pid, control, size, attach,      bootstrap is up: pilot ACTIVE; nodes:
+             nodes: {index: {name, state}}}          multi-node pilots, up or down
     state   [[kind, uid, state, ts, info], ...]      batched state updates (kind: part | unit)
     back    {part, units: [unit dicts]}              units a partition handed back (route again)
+    output  [[uid, node, rank, stream, text], ...]   unit output forwarded by node daemons
     synced  {cid, part, unknown: [uids]}             after a sync: the uids that agent never had
     reply   {cid, ok, result | error}                answer to a cmd
     hb      {}                                       liveness, every HEARTBEAT s
@@ -28,14 +30,20 @@ Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity
     ready   {pid}                                    agent is up: partition ACTIVE
     state   [[kind, uid, state, ts, info], ...]      forwarded raw to the client
     back    {part, units}                            queued units handed back when stopping
+    output  [[uid, node, rank, stream, text], ...]   forwarded raw to the client
     synced  {cid, part, unknown}                     answer to sync (after its state updates)
     bye     {state, reason}                          the agent's last word: partition final
   bootstrap -> agent
     units   BODY                                     forwarded from the client unchanged
     cancel  {uids, reason}
     sync    {cid, uids}                              say again all updates of these units
+    node_lost {index, name, reason}                  units running there end FAILED (reason)
     stop    {reason, units: CANCELED | back}         end: cancel running units; queued ones are
                                                      canceled or handed back; then bye + exit
+
+Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node daemons; the
+messages are documented in pilot/nodes.py and agent/node_daemon.py, the keys that guard them
+beyond loopback in pilot/security.py.
 
 Timeouts: the client declares a pilot lost when it has heard nothing for client_timeout seconds
 after it was ACTIVE; a bootstrap tears down when it has not heard from its client for

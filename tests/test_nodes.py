@@ -163,3 +163,17 @@ def _zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
     except OSError:
         return True
+
+
+def test_reconfig_on_nodes_new_partition_spans_the_freed_nodes(session):
+    pilot, umgr = nodes4(session)
+    first, second = pilot.partitions
+    (fill,) = pilot.reconfig(stop=second.uid, start=[rp.ComputePartitionDescription(size="FILL")])
+    assert second.wait(timeout=20) == rp.CANCELED
+    assert fill.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE, fill.reason
+    assert [n["name"] for n in fill.resources["nodes"]] == ["node2", "node3"]
+    u = umgr.submit_units(
+        rp.ComputeUnitDescription(executable="/bin/true", ranks=4, partition=fill.uid)
+    )
+    assert u.wait(timeout=20) == rp.DONE, u.reason
+    assert sorted(set(u.node)) == ["node2", "node3"]
