@@ -23,6 +23,7 @@ Life (same sockets):
     <- hb {} every second; -> hb {} every second.  Nothing from the bootstrap for --timeout
        seconds, or the parent process gone (fork/netns launches): the daemon kills its units
        and exits (the pilot is gone).
+    <- drop {part}     a partition ended: kill (SIGKILL) what of its units still runs here
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
 Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid):
     <- exec    {uid, rank, argv, env, gpu_var, sandbox, cpus}   spawn one rank: own process
@@ -262,6 +263,21 @@ class NodeDaemon:
                 except ProcessLookupError:
                     pass
 
+    def drop(self, agent: bytes) -> None:
+        left = [r for r in self.ranks.values() if r.agent == agent]
+        for r in left:
+            try:
+                os.killpg(r.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if left:
+            log.warning(
+                "%s: %d process(es) of ended partition %s killed",
+                self.name,
+                len(left),
+                agent.decode(),
+            )
+
     def flush(self) -> None:
         for agent, ev in self.events.items():
             try:
@@ -285,6 +301,8 @@ class NodeDaemon:
             self.on_table(body, frames[2])
         elif kind == b"hb":
             pass
+        elif kind == b"drop" and not from_agent:
+            self.drop(body["part"].encode())
         elif kind == b"halt" and not from_agent:
             self.halting = body.get("reason", "halt")
         else:

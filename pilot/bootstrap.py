@@ -139,6 +139,10 @@ class Bootstrap(PartitionIO):
         return proc
 
     def emit(self, uid: str, state: str, info: dict) -> None:
+        if state in FINAL and self.nodeset is not None:
+            part = self.pm.parts.get(uid)
+            if part is not None and part.alloc is not None:  # its agent may have died first
+                self.nodeset.drop_partition(uid, list(part.alloc.slots))
         info["free"] = self.pool.free  # what no live partition holds, after this change
         self.out.append(("part", uid, state, time.time(), info))
 

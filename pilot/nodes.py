@@ -14,7 +14,8 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
     A node missing from either gather is named in the log and the error.  node_failure=fail:
     the pilot fails; continue: the node is marked down (its resources never allocated) and
     the pilot goes on with the others.
-Life: `hb` both ways every second; a node silent for node_timeout seconds, or whose daemon
+Life: `drop` {part} when a partition ends (its daemons kill what of it still runs);
+`hb` both ways every second; a node silent for node_timeout seconds, or whose daemon
 process ended (fork / netns launches), is lost: `check()` reports it once.
     down.nodes         `halt` to every live daemon, gather `bye` until a deadline, then the
                        launch method ends whatever still runs (SIGTERM, SIGKILL)
@@ -263,6 +264,15 @@ class NodeSet:
                 if hint in self.index_of and self.index_of[hint] not in self.down:
                     why = f"node daemon halted: {body.get('reason')}"
                     self.down.setdefault(self.index_of[hint], why)
+
+    def drop_partition(self, part: str, indices: list[int]) -> None:
+        """A partition ended: its daemons kill whatever of its units still runs (normally
+        nothing; something when its agent died without stopping them)."""
+        index_to_hint = {i: h for h, i in self.index_of.items()}
+        for i in indices:
+            h = index_to_hint.get(i)
+            if h is not None and h in self.by_hint and i not in self.down:
+                self._send(h, msg(b"drop", {"part": part}))
 
     def heartbeat(self) -> None:
         for h in self.live_hints():

@@ -177,3 +177,32 @@ def test_reconfig_on_nodes_new_partition_spans_the_freed_nodes(session):
     )
     assert u.wait(timeout=20) == rp.DONE, u.reason
     assert sorted(set(u.node)) == ["node2", "node3"]
+
+
+def test_units_of_a_killed_agent_are_killed_by_their_daemons(session, tmp_path):
+    pilot, umgr = nodes4(session)
+    first, _ = pilot.partitions
+    pidfile = tmp_path / "unit.pid"
+    u = umgr.submit_units(
+        rp.ComputeUnitDescription(
+            executable="/bin/sh",
+            arguments=["-c", f"echo $$ > {pidfile}; exec sleep 300"],
+            partition=first.uid,
+        )
+    )
+    assert u.wait(rp.EXECUTING, timeout=20) == rp.EXECUTING
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    unit_pid = int(pidfile.read_text())
+    with open(os.path.join(pilot.sandbox, f"{first.uid}.agent.log")) as f:
+        agent_pid = int(f.read().split("up, pid ", 1)[1].split(",", 1)[0])
+    os.kill(agent_pid, signal.SIGKILL)
+    assert first.wait(timeout=30) == rp.FAILED and "agent exited" in first.reason
+    assert u.wait(timeout=10) == rp.FAILED and u.reason
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{unit_pid}") and not _zombie(unit_pid):
+        assert time.monotonic() < deadline, "the unit outlived its partition"
+        time.sleep(0.05)
+    assert pilot.state == rp.ACTIVE
