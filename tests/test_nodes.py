@@ -206,3 +206,21 @@ def test_units_of_a_killed_agent_are_killed_by_their_daemons(session, tmp_path):
         assert time.monotonic() < deadline, "the unit outlived its partition"
         time.sleep(0.05)
     assert pilot.state == rp.ACTIVE
+
+
+def test_channel_table_travels_down_a_fanout_tree(session, tmp_path):
+    with open(os.path.join(os.path.dirname(rp.__file__), "..", "configs", "local.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    path = tmp_path / "narrow.yaml"
+    path.write_text(yaml.safe_dump(dict(cfg["nodes4"], fanout=2)))
+    pilot, umgr = nodes4(session, resource=str(path))
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        log = f.read()
+    assert "'bootstrap_sends': 2" in log and "'tree_depth': 2" in log
+    forwarded = {}
+    for i in range(4):
+        with open(os.path.join(pilot.sandbox, "nodes", f"node.{i}.log")) as f:
+            forwarded[i] = f.read().split("forwarded to ", 1)[1].split("\n", 1)[0]
+    assert forwarded == {0: "[2, 3]", 1: "[]", 2: "[]", 3: "[]"}
+    units = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true", ranks=2)] * 4)
+    assert [u.wait(timeout=20) for u in units] == [rp.DONE] * 4
