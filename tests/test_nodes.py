@@ -22,6 +22,15 @@ def nodes4(session, parts=None, resource="local.nodes4", runtime=5):
     return active_pilot(session, parts=parts, resource=resource, runtime=runtime)
 
 
+def nodes4_variant(tmp_path, **over) -> str:
+    """local.nodes4 with some keys changed, as a config file."""
+    with open(os.path.join(os.path.dirname(rp.__file__), "..", "configs", "local.yaml")) as f:
+        cfg = yaml.safe_load(f)["nodes4"]
+    path = tmp_path / "nodes4.yaml"
+    path.write_text(yaml.safe_dump(dict(cfg, **over)))
+    return str(path)
+
+
 def sandbox_json(pilot, name):
     with open(os.path.join(pilot.sandbox, name)) as f:
         return json.load(f)
@@ -126,13 +135,7 @@ def test_killed_daemon_fails_its_partition_and_the_rest_go_on(session):
 
 
 def test_node_failure_fail_ends_the_pilot_with_the_node_named(session, tmp_path):
-    cfg = yaml.safe_load(
-        open(os.path.join(os.path.dirname(rp.__file__), "..", "configs", "local.yaml"))
-    )
-    strict = dict(cfg["nodes4"], node_failure="fail")
-    path = tmp_path / "strict.yaml"
-    path.write_text(yaml.safe_dump(strict))
-    pilot, umgr = nodes4(session, resource=str(path))
+    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_failure="fail"))
     u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"]))
     assert u.wait(rp.EXECUTING, timeout=20) == rp.EXECUTING
     daemons = sandbox_json(pilot, "daemons.json")
@@ -209,11 +212,7 @@ def test_units_of_a_killed_agent_are_killed_by_their_daemons(session, tmp_path):
 
 
 def test_channel_table_travels_down_a_fanout_tree(session, tmp_path):
-    with open(os.path.join(os.path.dirname(rp.__file__), "..", "configs", "local.yaml")) as f:
-        cfg = yaml.safe_load(f)
-    path = tmp_path / "narrow.yaml"
-    path.write_text(yaml.safe_dump(dict(cfg["nodes4"], fanout=2)))
-    pilot, umgr = nodes4(session, resource=str(path))
+    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, fanout=2))
     with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
         log = f.read()
     assert "'bootstrap_sends': 2" in log and "'tree_depth': 2" in log
