@@ -258,6 +258,9 @@ class NodeSet:
             except (ProtocolError, ValueError, IndexError) as exc:
                 log.error("bad message from a node daemon %r: %s", frames[:2], exc)
                 continue
+            if kind == b"up":  # after the gather's deadline: that node stays down
+                log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
+                continue
             self.last[hint] = time.monotonic()
             if kind == b"bye":
                 self.byes.add(hint)
