@@ -223,3 +223,20 @@ def test_channel_table_travels_down_a_fanout_tree(session, tmp_path):
     assert forwarded == {0: "[2, 3]", 1: "[]", 2: "[]", 3: "[]"}
     units = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true", ranks=2)] * 4)
     assert [u.wait(timeout=20) for u in units] == [rp.DONE] * 4
+
+
+def test_a_silent_daemon_is_lost_after_node_timeout(session, tmp_path):
+    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_timeout=2))
+    first, second = pilot.partitions
+    victim = sandbox_json(pilot, "daemons.json")["1"]
+    os.kill(victim["pid"], signal.SIGSTOP)  # alive but silent: only heartbeats can tell
+    try:
+        t0 = time.monotonic()
+        assert first.wait(timeout=20) == rp.FAILED
+        assert time.monotonic() - t0 < 10
+        assert "node node1 lost: no word from its daemon for 2 s" in first.reason, first.reason
+        assert second.state == rp.ACTIVE
+        u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true", ranks=2))
+        assert u.wait(timeout=20) == rp.DONE and u.part == second.uid
+    finally:
+        os.kill(victim["pid"], signal.SIGCONT)
