@@ -338,7 +338,8 @@ class Bootstrap(PartitionIO):
             json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
         if self.nodeset is not None:
             try:
-                self.network = self.nodeset.bring_up()
+                given = {int(k): v for k, v in (self.cfg.get("network") or {}).items()}
+                self.network = self.nodeset.bring_up(given or None)
             except BringUpError as exc:
                 self.ending = (FAILED, f"bring-up failed: {exc}")
                 return self.finish()

@@ -5,7 +5,11 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
     boot.nodes.up      gather `up` {hint, pid, endpoint, node} until every daemon reported or
                        bringup_timeout passed.  Node indices are assigned here: the primary
                        (hint 0: the node the bootstrap runs on) is index 0, the others follow in
-                       hint order.
+                       hint order.  With a network config file (ComputePilotDescription(
+                       network_config=)) the file decides instead of discovery: a daemon takes
+                       the index of the entry naming its node and the file's descriptor is used;
+                       a daemon on a node the file does not name is refused (logged), an entry
+                       no daemon reported for is a missing node.
     boot.nodes.table   the channel table {index: {name, host_id, endpoint}} is compressed once
                        (zlib over compact JSON) and sent to nodes 0..fanout-1; every node
                        forwards the same bytes to its children (fanout*(i+1) ...), so the
@@ -80,11 +84,13 @@ class NodeSet:
         self.byes: set[int] = set()
         self.stats: dict = {}
         self.lost_reported: set[int] = set()
+        self.label: dict[int, str] = {}  # node index -> name (for messages about it)
 
     # -- bring-up -------------------------------------------------------------------------------
-    def bring_up(self) -> dict:
+    def bring_up(self, given: dict | None = None) -> dict:
         """Start the daemons and run both gathers; returns the network config of the pilot's
-        nodes {index: descriptor} (down nodes with state "down").  Raises BringUpError when
+        nodes {index: descriptor} (down nodes with state "down").  `given`: a network config
+        {index: descriptor} naming the nodes instead of discovery.  Raises BringUpError when
         nodes are missing and node_failure is fail."""
         t0 = time.monotonic()
         self.launch.start()
@@ -92,14 +98,24 @@ class NodeSet:
         deadline = t0 + self.rcfg.bringup_timeout
         self._gather(lambda: len(self.by_hint) == self.n, deadline, {b"up"})
         t_up = time.monotonic()
-        hints = sorted(self.by_hint)
-        names = self.launch.names()
+        names = self.launch.names()  # by launch hint
+        if given:
+            self._index_by_name(given)
+            self.label = {i: given[i]["name"] for i in range(self.n)}
+        else:
+            reported = sorted(self.by_hint)
+            absent = [h for h in range(self.n) if h not in self.by_hint]
+            for index, hint in enumerate(reported + absent):
+                self.index_of[hint] = index
+            self.label = {
+                self.index_of[h]: names[h] if h < len(names) else f"hint {h}" for h in range(self.n)
+            }
+        hints = sorted(self.by_hint, key=self.index_of.__getitem__)
         missing = [h for h in range(self.n) if h not in self.by_hint]
-        for index, hint in enumerate(hints + missing):
-            self.index_of[hint] = index
         for hint in hints:
             body = self.by_hint[hint]
-            node = dict(body["node"], is_primary=self.index_of[hint] == 0, state="up")
+            found = given[self.index_of[hint]] if given else body["node"]
+            node = dict(found, is_primary=self.index_of[hint] == 0, state="up")
             self.nodes[self.index_of[hint]] = node
             self.table[self.index_of[hint]] = {
                 "name": node["name"],
@@ -108,7 +124,7 @@ class NodeSet:
             }
         if missing:
             why = self._why_missing(missing, "did not report up")
-            self._missing(missing, names, why)
+            self._missing(missing, why)
         log.info("boot.nodes.up: %d of %d in %.3f s", len(hints), self.n, t_up - t0)
         blob = zlib.compress(pack(self.table), 6) if hints else b""
         width = self.rcfg.fanout
@@ -129,7 +145,7 @@ class NodeSet:
         )
         late = [h for h in hints if h not in ready]
         if late:
-            self._missing(late, names, "did not confirm the channel table")
+            self._missing(late, "did not confirm the channel table")
         t_ready = time.monotonic()
         self.stats = {
             "nodes": self.n,
@@ -147,7 +163,7 @@ class NodeSet:
         now = time.monotonic()
         for h in hints:
             self.last[h] = now
-        return self.network_config(names)
+        return self.network_config()
 
     def _why_missing(self, hints: list[int], what: str) -> str:
         exited = self.launch.exited()
@@ -159,8 +175,27 @@ class NodeSet:
             )
         return reasons[0] if len(set(reasons)) == 1 else "; ".join(reasons)
 
-    def _missing(self, hints: list[int], names: list[str], what: str) -> None:
-        named = ", ".join(names[h] if h < len(names) else f"hint {h}" for h in hints)
+    def _index_by_name(self, given: dict) -> None:
+        """Daemons take the index of the network config entry that names their node."""
+        index_by_name = {node["name"]: i for i, node in given.items()}
+        for hint, body in sorted(self.by_hint.items()):
+            index = index_by_name.get(body["node"]["name"])
+            if index is None or index in self.index_of.values():
+                log.error(
+                    "boot.nodes.up: a daemon on %r, which the network config does not name "
+                    "(or names once, taken), refused; the config names %s",
+                    body["node"]["name"],
+                    sorted(index_by_name),
+                )
+                del self.by_hint[hint]
+                continue
+            self.index_of[hint] = index
+        left = [i for i in range(self.n) if i not in self.index_of.values()]
+        for hint in [h for h in range(self.n) if h not in self.index_of]:
+            self.index_of[hint] = left.pop(0)  # stands for an entry no daemon reported for
+
+    def _missing(self, hints: list[int], what: str) -> None:
+        named = ", ".join(self.label[self.index_of[h]] for h in hints)
         text = f"node(s) {named} {what} within {self.rcfg.bringup_timeout:g} s (bringup_timeout)"
         log.error("boot.nodes: %s", text)
         if self.rcfg.node_failure == "fail":
@@ -171,13 +206,13 @@ class NodeSet:
             self.by_hint.pop(h, None)
             self.table.pop(index, None)
 
-    def network_config(self, names: list[str]) -> dict[int, dict]:
+    def network_config(self) -> dict[int, dict]:
         out = {}
-        for hint, index in sorted(self.index_of.items(), key=lambda kv: kv[1]):
+        for _hint, index in sorted(self.index_of.items(), key=lambda kv: kv[1]):
             node = self.nodes.get(index)
             if node is None or index in self.down:
                 node = {
-                    "name": names[hint] if hint < len(names) else f"hint {hint}",
+                    "name": self.label[index],
                     "host_id": index,
                     "ip_addrs": [],
                     "is_primary": index == 0,

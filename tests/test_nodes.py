@@ -240,3 +240,38 @@ def test_a_silent_daemon_is_lost_after_node_timeout(session, tmp_path):
         assert u.wait(timeout=20) == rp.DONE and u.part == second.uid
     finally:
         os.kill(victim["pid"], signal.SIGCONT)
+
+
+def test_a_network_config_file_names_the_nodes_instead_of_discovery(session, tmp_path):
+    from pilot import network
+
+    me = network.describe()
+    names = ["alpha", "beta", "gamma", "delta"]
+    given = {i: dict(me, name=n, host_id=1000 + i, is_primary=i == 0) for i, n in enumerate(names)}
+    path = tmp_path / "net.yaml"
+    path.write_text(network.dump(given, "yaml"))
+    pd = rp.ComputePilotDescription(
+        resource="local.nodes4",
+        parts=[rp.ComputePartitionDescription(nodes=2), rp.ComputePartitionDescription(nodes=2)],
+        runtime=5,
+        network_config=str(path),
+    )
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    for part in pilot.partitions:
+        assert part.wait(rp.ACTIVE, timeout=30) == rp.ACTIVE, part.reason
+    net = sandbox_json(pilot, "network.json")
+    assert [(net[i]["name"], net[i]["host_id"]) for i in "0123"] == [
+        (n, 1000 + i) for i, n in enumerate(names)
+    ]
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    u = umgr.submit_units(
+        rp.ComputeUnitDescription(
+            executable="/bin/sh",
+            arguments=["-c", "echo $PILOT_NODE_NAME"],
+            policy=rp.Policy(placement=rp.Policy.Placement.HOST_ID, host_id=1002),
+            partition=pilot.partitions[1].uid,
+        )
+    )
+    assert u.wait(timeout=20) == rp.DONE, u.reason
+    assert u.node == "gamma" and [t for *_, t in u.output] == ["gamma\n"]

@@ -154,6 +154,8 @@ def for_resource(rcfg, n: int, endpoint: str, cfg: dict, log_dir: str) -> NodeLa
         nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
         names = expand_hostlist(nodelist) if nodelist else []
         names = (names + [f"slurm node {i}" for i in range(len(names), n)])[:n]
+    elif cfg.get("network"):  # a network config file names the nodes
+        names = [cfg["network"][str(i)]["name"] for i in range(n)]
     else:
         names = [rcfg.node_name(i) for i in range(n)]
     hosts = rcfg.hosts
