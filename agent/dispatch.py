@@ -50,6 +50,7 @@ class Dispatcher:
             sock = ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.IDENTITY, self.uid.encode())
             sock.setsockopt(zmq.LINGER, 1000)
+            sock.setsockopt(zmq.SNDHWM, 100_000)
             if keys is not None:
                 keys.client(sock)
             sock.connect(node["endpoint"])
@@ -83,7 +84,13 @@ class Dispatcher:
                 "sandbox": sandbox,
                 "cpus": [c for c, _ in grant.get("cpus", ())],
             }
-            self.socks[node.index].send_multipart([b"exec", pack(body)])
+            try:
+                self.socks[node.index].send_multipart([b"exec", pack(body)], zmq.NOBLOCK)
+            except zmq.Again:
+                self.kill(run, signal.SIGKILL)  # ranks already sent, if any
+                for k in run.pids:
+                    self.running.pop((unit["uid"], k[1]), None)
+                raise OSError(f"the node daemon of {node.name} takes no more work") from None
             run.pids.append((node.index, rank))
             self.running[(unit["uid"], rank)] = run
         return run
@@ -132,9 +139,13 @@ class Dispatcher:
     def kill(self, run: Run, sig: int) -> None:
         for index in {k[0] for k in run.pids if k not in run.codes}:
             if index not in self.lost:
-                self.socks[index].send_multipart(
-                    [b"kill", pack({"uids": [run.unit["uid"]], "sig": int(sig)})]
-                )
+                try:
+                    self.socks[index].send_multipart(
+                        [b"kill", pack({"uids": [run.unit["uid"]], "sig": int(sig)})],
+                        zmq.NOBLOCK,
+                    )
+                except zmq.Again:
+                    pass  # that daemon is not reading: node loss will end these ranks
 
     def runs(self) -> list[Run]:
         return list({id(r): r for r in self.running.values()}.values())

@@ -77,12 +77,13 @@ def source_address(endpoint: str) -> str:
 
 
 class Rank:
-    __slots__ = ("agent", "uid", "rank", "pid", "pipes", "sent", "truncated")
+    __slots__ = ("agent", "uid", "rank", "pid", "pipes", "sent", "truncated", "write_failed")
 
     def __init__(self, agent, uid, rank, pid, pipes):
         self.agent, self.uid, self.rank, self.pid, self.pipes = agent, uid, rank, pid, pipes
         self.sent = {"stdout": 0, "stderr": 0}
         self.truncated = False
+        self.write_failed = False
 
 
 class NodeDaemon:
@@ -104,6 +105,7 @@ class NodeDaemon:
         self.units = self.ctx.socket(zmq.ROUTER)
         self.units.setsockopt(zmq.LINGER, 1000)
         self.units.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.units.setsockopt(zmq.SNDHWM, 100_000)  # exits are never dropped for a slow agent
         if self.keys is not None:
             self.keys.serve(self.units)
         addr = source_address(args.bootstrap)
@@ -219,7 +221,12 @@ class NodeDaemon:
             except BlockingIOError:
                 data = None
             if data:
-                os.write(self.files[r.uid][0 if stream == "stdout" else 1], data)
+                try:
+                    os.write(self.files[r.uid][0 if stream == "stdout" else 1], data)
+                except OSError as exc:  # a full disk must not stop the daemon
+                    if not r.write_failed:
+                        r.write_failed = True
+                        log.error("%s: %s of %s not written: %s", self.name, stream, r.uid, exc)
                 left = FORWARD_MAX - r.sent[stream]
                 if left > 0:
                     text = data[:left].decode(errors="replace")
