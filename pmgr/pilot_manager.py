@@ -49,6 +49,7 @@ class Pilot(Stateful):
         self._queued_cmds: list[dict] = []
         self._cancel_requested: str | None = None
         self._free: dict | None = None
+        self._nodes: dict[int, dict] = {}
         self._job_pid: int | None = None  # kept from the store when recovered
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
 
@@ -67,6 +68,12 @@ class Pilot(Stateful):
                 f"{self.uid}: partition={uid!r} is unknown; known: {sorted(self._parts)}"
             )
         return part
+
+    @property
+    def nodes(self) -> dict[int, dict]:
+        """Multi-node pilots: {index: {name, state}} as brought up ("up", or "down" for a node
+        that did not report); empty for pilots without node daemons."""
+        return dict(self._nodes)
 
     @property
     def free(self) -> dict | None:
@@ -178,6 +185,7 @@ class Pilot(Stateful):
     def _on_message(self, kind: bytes, body, fired: list) -> None:
         if kind == b"hello":
             self.control = body.get("control")
+            self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
             self._advance(S.ACTIVE, time.time(), None, fired)
             for cmd in self._queued_cmds:
                 self.session.channel.send(self.uid, [b"cmd", pack(cmd)])

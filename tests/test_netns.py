@@ -100,6 +100,7 @@ def test_a_host_that_never_reports_is_named_and_marked_down(hosts, tmp_path):
     assert f"{hosts.hosts[2]} did not report up within 4 s" in r["log"]
     assert [r["network"][i]["state"] for i in "012"] == ["up", "up", "down"]
     assert r["network"]["2"]["name"] == hosts.hosts[2]
+    assert r["nodes"]["2"] == {"name": hosts.hosts[2], "state": "down"}
     assert r["part"] == "ACTIVE" and r["unit"][0] == "DONE"
     assert r["big"][0] == "FAILED" and "does not fit" in r["big"][1]
     assert r["free"]["nodes"] == 0

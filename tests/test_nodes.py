@@ -43,6 +43,7 @@ def test_bring_up_names_every_node_primary_first(session):
     assert [net[i]["name"] for i in "0123"] == ["node0", "node1", "node2", "node3"]
     assert [net[i]["is_primary"] for i in "0123"] == [True, False, False, False]
     assert all(net[i]["state"] == "up" and net[i]["num_cpus"] >= 1 for i in "0123")
+    assert pilot.nodes == {i: {"name": f"node{i}", "state": "up"} for i in range(4)}
     with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
         log = f.read()
     steps = ["boot.nodes.launch", "boot.nodes.up", "boot.nodes.table", "boot.hello"]

@@ -120,6 +120,7 @@ def silent(session, resource: str) -> dict:
         (big,) = pilot.reconfig(start=[rp.ComputePartitionDescription(nodes=2)])
         out["big"] = [big.wait(timeout=30), big.reason]
         out["free"] = pilot.free
+        out["nodes"] = pilot.nodes
     out["network"] = json.loads(read(pilot, "network.json") or "{}")
     out["pilot"] = pilot
     return out
