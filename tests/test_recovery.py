@@ -18,14 +18,14 @@ import json, os, sys
 import pilot as rp
 CUD = rp.ComputeUnitDescription
 s = rp.Session()
-pd = rp.ComputePilotDescription(resource="local.localhost",
-                                parts=[rp.ComputePartitionDescription(cores=1)], cores=2,
-                                runtime=5)
+pd = rp.ComputePilotDescription(**eval(sys.argv[1]), runtime=5)
 pilot = rp.PilotManager(s).submit_pilots(pd)
 pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
 umgr = rp.UnitManager(s)
 umgr.add_pilots(pilot)
-sleepers = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["0.4"]) for _ in range(8)])
+ranks = int(sys.argv[2])
+sleepers = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["0.4"], ranks=ranks)
+                              for _ in range(8)])
 sleepers[0].wait(rp.EXECUTING, timeout=30)
 s.writer.flush(timeout=30)
 print(json.dumps({"session": s.uid, "pilot": pilot.uid,
@@ -34,13 +34,25 @@ os._exit(0)  # the client dies: no close, no goodbye; the pilot goes on
 """
 
 
-def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir):
+LOCAL = "dict(resource='local.localhost', cores=2, parts=[rp.ComputePartitionDescription(cores=1)])"
+NODES = "dict(resource='local.nodes4', parts=[rp.ComputePartitionDescription(nodes=2)])"
+
+
+def first_client(database_url: str, pilot: str = LOCAL, ranks: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=database_url)
     out = subprocess.run(
-        [sys.executable, "-c", FIRST_CLIENT], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-c", FIRST_CLIENT, pilot, str(ranks)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
-    first = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir):
+    first = first_client(database_url)
     session = make_session(uid=first["session"], database_url=database_url)
     pmgr = rp.PilotManager(session)
     (pilot,) = pmgr.get_pilots()
@@ -64,6 +76,24 @@ def test_second_client_attaches_and_takes_over(make_session, database_url, sessi
     session.writer.flush(timeout=60)
     rows = session.store.find("units", session=session.uid)
     assert Counter(r["state"] for r in rows) == {"DONE": 13}
+
+
+def test_second_client_takes_over_a_multinode_pilot(make_session, tmp_path, sessions_dir):
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    first = first_client(url, NODES, ranks=2)
+    session = make_session(uid=first["session"], database_url=url)
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    assert pilot.state == rp.ACTIVE
+    umgr = rp.UnitManager(session)
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 8
+    assert all(sorted(u.node) == ["node0", "node1"] for u in umgr.get_units())
+    seen = []
+    umgr.register_output_callback(lambda u, node, rank, stream, text: seen.append(node))
+    more = umgr.submit_units(
+        rp.ComputeUnitDescription(executable="/bin/echo", arguments=["hi"], ranks=2)
+    )
+    assert more.wait(timeout=30) == rp.DONE
+    assert sorted(seen) == ["node0", "node1"]  # output now reaches the new client
 
 
 def test_attaching_to_an_unknown_session_says_so(tmp_path):
