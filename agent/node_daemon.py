@@ -15,8 +15,9 @@ Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>
                                                           from the bootstrap or, beyond the
                                                           fan-out width, from a parent daemon
                                                           (then on this daemon's ROUTER)
-       this daemon forwards the same bytes to its children in the fan-out tree (indices
-       width*(index+1) .. width*(index+1)+width-1), then
+       this daemon forwards the same bytes to its children in the fan-out tree (the table's
+       nodes in index order; the node at position p has positions width*(p+1) ..
+       width*(p+1)+width-1 as children), then
     -> ready   {index, forwarded: [indices]}
     No table within --timeout seconds: the daemon logs it and exits 3.
 Life (same sockets):
@@ -141,8 +142,9 @@ class NodeDaemon:
         table = unpack(zlib.decompress(blob))
         self.table = {int(k): v for k, v in table.items()}
         width = int(body["width"])
+        order = sorted(self.table)  # the tree is over the nodes that are up, in index order
         forwarded = []
-        for child in children(self.index, width, len(self.table)):
+        for child in [order[p] for p in children(order.index(self.index), width, len(order))]:
             sock = self.ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 2000)
             if self.keys is not None:

@@ -11,8 +11,9 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
                        a daemon on a node the file does not name is refused (logged), an entry
                        no daemon reported for is a missing node.
     boot.nodes.table   the channel table {index: {name, host_id, endpoint}} is compressed once
-                       (zlib over compact JSON) and sent to nodes 0..fanout-1; every node
-                       forwards the same bytes to its children (fanout*(i+1) ...), so the
+                       (zlib over compact JSON) and sent to the first `fanout` nodes that are
+                       up; every node forwards the same bytes to its children (positions
+                       fanout*(p+1) ... among the up nodes, in index order), so the
                        broadcast is log_fanout(N) deep and the bootstrap sends only `fanout`
                        copies.  Gather `ready` {index} until all or bringup_timeout.
     A node missing from either gather is named in the log and the error.  node_failure=fail:
@@ -128,7 +129,7 @@ class NodeSet:
         log.info("boot.nodes.up: %d of %d in %.3f s", len(hints), self.n, t_up - t0)
         blob = zlib.compress(pack(self.table), 6) if hints else b""
         width = self.rcfg.fanout
-        roots = [i for i in range(min(width, len(hints)))]
+        roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
         index_to_hint = {i: h for h, i in self.index_of.items()}
         for i in roots:
             self._send(index_to_hint[i], [b"table", pack({"index": i, "width": width}), blob])

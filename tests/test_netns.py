@@ -38,10 +38,10 @@ def resource(tmp_path, hosts, **over) -> str:
     return str(path)
 
 
-def scenario(hosts, name: str, res: str) -> dict:
+def scenario(hosts, name: str, res: str, *more: str) -> dict:
     out = hosts.run_in(
         hosts.ctl,
-        [sys.executable, "-m", "tests.scenarios.netns_client", name, res],
+        [sys.executable, "-m", "tests.scenarios.netns_client", name, res, *more],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -112,3 +112,25 @@ def test_a_host_that_never_reports_fails_the_pilot_when_configured(hosts, tmp_pa
     assert r["state"] == "FAILED"
     assert "bring-up failed" in r["reason"] and hosts.hosts[1] in r["reason"], r["reason"]
     assert r["waited"] < 4 + 10
+
+
+def test_a_network_config_file_with_a_silent_host_in_the_middle(hosts, tmp_path):
+    from pilot import network
+
+    me = network.describe()
+    given = {
+        i: dict(me, name=h, host_id=500 + i, is_primary=i == 0) for i, h in enumerate(hosts.hosts)
+    }
+    path = tmp_path / "net.yaml"
+    path.write_text(network.dump(given, "yaml"))
+    hosts.cut(2)  # index 1: the table must reach index 2 past the gap
+    r = scenario(hosts, "silent", resource(tmp_path, hosts, fanout=2), str(path))
+    assert r["state"] == "ACTIVE", r
+    net = r["network"]
+    assert [(net[i]["name"], net[i]["state"]) for i in "012"] == [
+        (hosts.hosts[0], "up"),
+        (hosts.hosts[1], "down"),
+        (hosts.hosts[2], "up"),
+    ]
+    assert (net["0"]["host_id"], net["2"]["host_id"]) == (500, 502)
+    assert r["part"] == "ACTIVE" and sorted(r["unit"][1]) == [hosts.hosts[0], hosts.hosts[2]]

@@ -1,6 +1,6 @@
 """A client run inside a test-host namespace (tests/test_netns.py): one scenario, JSON out.
 
-    python -m tests.scenarios.netns_client SCENARIO RESOURCE.yaml
+    python -m tests.scenarios.netns_client SCENARIO RESOURCE.yaml [NETWORK_CONFIG]
 
 spread   two partitions (2 nodes + 1 node) over three hosts; multi-rank units on each
 silent   one host never reports: the pilot goes on without it (or fails, per the config)
@@ -24,7 +24,7 @@ def read(pilot, name):
         return None
 
 
-def spread(session, resource: str) -> dict:
+def spread(session, resource: str, network_config: str | None = None) -> dict:
     parts = [rp.ComputePartitionDescription(nodes=2), rp.ComputePartitionDescription(nodes=1)]
     pilot = rp.PilotManager(session).submit_pilots(
         rp.ComputePilotDescription(resource=resource, parts=parts, runtime=2)
@@ -98,11 +98,15 @@ def rogues(session, endpoint: str) -> dict:
     return out
 
 
-def silent(session, resource: str) -> dict:
+def silent(session, resource: str, network_config: str | None = None) -> dict:
     t0 = time.monotonic()
     pilot = rp.PilotManager(session).submit_pilots(
         rp.ComputePilotDescription(
-            resource=resource, nodes=3, parts=[rp.ComputePartitionDescription(nodes=2)], runtime=2
+            resource=resource,
+            nodes=3,
+            parts=[rp.ComputePartitionDescription(nodes=2)],
+            runtime=2,
+            network_config=network_config,
         )
     )
     state = pilot.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED, rp.DONE], timeout=60)
@@ -130,7 +134,7 @@ def main() -> int:
     scenario, resource = sys.argv[1], sys.argv[2]
     session = rp.Session(database_url="null://")
     try:
-        result = {"spread": spread, "silent": silent}[scenario](session, resource)
+        result = {"spread": spread, "silent": silent}[scenario](session, resource, *sys.argv[3:])
         pilot = result.pop("pilot")
     finally:
         session.close()
