@@ -33,6 +33,7 @@ from agent.dispatch import Dispatcher, NoStager
 from agent.executor import Executor, check_environment
 from agent.scheduler import Scheduler
 from agent.stager import Stager
+from pilot import security
 from pilot.protocol import ProtocolError, msg, pack, unpack
 
 FLUSH_EVERY = 0.02
@@ -65,6 +66,9 @@ class Agent:
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, self.uid.encode())
         self.sock.setsockopt(zmq.LINGER, 2000)
+        keys = security.load(cfg.get("curve"))
+        if keys is not None:  # the bootstrap's agent channel listens beyond loopback
+            keys.client(self.sock)
         self.sock.connect(cfg["endpoint"])
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)

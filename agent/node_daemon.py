@@ -25,6 +25,10 @@ Life (same sockets):
        seconds, or the parent process gone (fork/netns launches): the daemon kills its units
        and exits (the pilot is gone).
     <- drop {part}     a partition ended: kill (SIGKILL) what of its units still runs here
+    <- agent {uid, argv, log}   start a partition's agent on this node (its agent node, when
+                       the resource gives agents nodes of their own); -> agent_exit {uid, code}
+                       when it ends (code < 0: signal)
+    <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
 Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid):
     <- exec    {uid, rank, argv, env, gpu_var, sandbox, cpus}   spawn one rank: own process
@@ -119,6 +123,7 @@ class NodeDaemon:
         self.pipes: dict[int, tuple[Rank, str]] = {}  # read fd -> (rank, stream)
         self.files: dict[str, list] = {}  # unit uid -> [out fd, err fd, ranks using them]
         self.events: dict[bytes, dict] = {}  # agent identity -> {out, exit}
+        self.agents: dict[int, str] = {}  # pid -> partition uid of agents hosted here
         self.poller = zmq.Poller()
         self.last_heard = time.monotonic()
         self.ppid = os.getppid()
@@ -246,8 +251,31 @@ class NodeDaemon:
                 os.close(fd)
             return
 
+    def start_agent(self, body: dict) -> None:
+        uid = body["uid"]
+        fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        try:
+            env = self.spawner.env({}, None)
+            pid = self.spawner.spawn(body["argv"], env, os.path.dirname(body["log"]), fd, fd)
+        except OSError as exc:
+            log.error("%s: cannot start the agent of %s: %s", self.name, uid, exc)
+            self.up.send_multipart(msg(b"agent_exit", {"uid": uid, "code": 127}))
+            return
+        finally:
+            os.close(fd)
+        self.agents[pid] = uid
+        log.info("%s: agent of %s started, pid %d", self.name, uid, pid)
+
+    def kill_agent(self, uid: str) -> None:
+        for pid, part in self.agents.items():
+            if part == uid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def reap(self) -> None:
-        while self.ranks:
+        while self.ranks or self.agents:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -256,6 +284,10 @@ class NodeDaemon:
                 return
             r = self.ranks.pop(pid, None)
             if r is None:
+                part = self.agents.pop(pid, None)
+                if part is not None:
+                    code = os.waitstatus_to_exitcode(status)
+                    self.up.send_multipart(msg(b"agent_exit", {"uid": part, "code": code}))
                 continue
             for fd in r.pipes:
                 if fd in self.pipes:
@@ -310,6 +342,10 @@ class NodeDaemon:
             self.on_table(body, frames[2])
         elif kind == b"hb":
             pass
+        elif kind == b"agent" and not from_agent:
+            self.start_agent(body)
+        elif kind == b"agent_kill" and not from_agent:
+            self.kill_agent(body["uid"])
         elif kind == b"drop" and not from_agent:
             self.drop(body["part"].encode())
         elif kind == b"halt" and not from_agent:
@@ -390,8 +426,13 @@ class NodeDaemon:
                 os.killpg(r.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for pid in self.agents:  # normally gone already: the bootstrap stops agents first
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + 5.0
-        while self.ranks and time.monotonic() < deadline:
+        while (self.ranks or self.agents) and time.monotonic() < deadline:
             self.reap()
             time.sleep(0.01)
         self.flush()

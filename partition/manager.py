@@ -109,6 +109,7 @@ class PartitionManager:
             uid=part.uid,
             nodes=nodes,
             agent_node=None if part.alloc.agent_nodes else 0,  # LOCAL: where the agent runs
+            agent_host=part.alloc.agent_nodes[0] if part.alloc.agent_nodes else None,
             kill_grace=self.agent_cfg.get("agents", {})
             .get(part.desc.agent_config, {})
             .get("kill_grace", 2.0),

@@ -11,6 +11,9 @@ Bring-up (step names appear in the log):
                      FAILED (node_failure)
     boot.hello       `hello` to the client: the pilot is ACTIVE
     boot.partitions  the initial partitions are allocated and their agents started
+Agents are forked from the agent zygote here, or, on multi-node pilots whose agents need a node
+of their own (agent_overhead.nodes), started by the node daemon of that node (pilot/nodes.py
+HostedAgent); either way they talk to this process's agent channel.
 Routing: unit batches from the client go to their partition's agent as raw frames (buffered while
 it is STARTING, handed back when it is gone); agent state batches go to the client unchanged.
 A node lost while the pilot runs (its daemon exited or went silent, node.lost in the log): the
@@ -40,7 +43,7 @@ from partition.manager import PartitionIO, PartitionManager
 from partition.sizing import Pool
 from pilot import resource_config, security
 from pilot.launch.zygote import AgentLauncher, AgentProc
-from pilot.nodes import BringUpError, NodeSet
+from pilot.nodes import BringUpError, NodeSet, listen_address
 from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
 from pilot.states import CANCELED, DONE, FAILED, FINAL
 
@@ -65,15 +68,23 @@ class Bootstrap(PartitionIO):
         self.agents = self.ctx.socket(zmq.ROUTER)
         self.agents.setsockopt(zmq.LINGER, 0)
         self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.keys = security.load(cfg.get("curve"))
+        if self.keys is not None:  # agents may run on other nodes: CURVE, like the daemons
+            self.keys.serve(self.agents)
         port = self.agents.bind_to_random_port("tcp://127.0.0.1")
         self.agent_endpoint = f"tcp://127.0.0.1:{port}"
+        self.agent_endpoint_nodes = self.agent_endpoint
+        if self.rcfg.node_daemons:  # agents on other nodes reach it on the node address
+            addr = listen_address(self.rcfg)
+            if addr != "127.0.0.1":
+                nport = self.agents.bind_to_random_port(f"tcp://{addr}")
+                self.agent_endpoint_nodes = f"tcp://{addr}:{nport}"
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         cport = self.control.bind_to_random_port("tcp://127.0.0.1")
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
         self.procs: dict[str, AgentProc] = {}
         self.launcher = AgentLauncher()
-        self.keys = security.load(cfg.get("curve"))
         self.nodeset = (
             NodeSet(self.ctx, self.rcfg, cfg, cfg["size"]["nodes"], self.sandbox, self.keys)
             if self.rcfg.node_daemons
@@ -130,10 +141,17 @@ class Bootstrap(PartitionIO):
         if self.nodeset is not None:  # units go to the daemons of the partition's nodes
             for node in cfg["nodes"]:
                 node["endpoint"] = self.nodeset.endpoint_of(node["index"])
+            cfg["endpoint"] = self.agent_endpoint_nodes
         path = os.path.join(self.sandbox, f"{uid}.agent.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
-        proc = self.launcher.spawn(path, os.path.join(self.sandbox, f"{uid}.agent.log"))
+        log_path = os.path.join(self.sandbox, f"{uid}.agent.log")
+        host = cfg.get("agent_host")
+        if self.nodeset is not None and host is not None:  # on its own node, by that daemon
+            python = self.rcfg.python or sys.executable
+            proc = self.nodeset.start_agent(host, uid, [python, "-m", "agent", path], log_path)
+        else:
+            proc = self.launcher.spawn(path, log_path)
         self.procs[uid] = proc
         log.info("%s: agent requested", uid)
         return proc

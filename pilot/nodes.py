@@ -43,6 +43,31 @@ log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
 
 
+class HostedAgent:
+    """An agent started by the node daemon of its agent node (resources whose agents need
+    nodes of their own): the same interface as a zygote-forked AgentProc.  Its exit arrives
+    as `agent_exit` from that daemon, or is implied when the node is lost."""
+
+    def __init__(self, nodes: NodeSet, index: int, uid: str) -> None:
+        self.nodes, self.index, self.uid = nodes, index, uid
+        self.pid = None  # known to its daemon only
+        self.code: int | None = None
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def kill(self) -> None:
+        if self.code is None:
+            self.nodes.send_index(self.index, msg(b"agent_kill", {"uid": self.uid}))
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.code is None and time.monotonic() < deadline:
+            if self.nodes.sock.poll(min(50.0, max(0.0, deadline - time.monotonic()) * 1000)):
+                self.nodes.on_readable()
+        return self.code
+
+
 class BringUpError(RuntimeError):
     """Nodes missing at bring-up with node_failure=fail."""
 
@@ -86,6 +111,7 @@ class NodeSet:
         self.stats: dict = {}
         self.lost_reported: set[int] = set()
         self.label: dict[int, str] = {}  # node index -> name (for messages about it)
+        self.hosted: dict[str, HostedAgent] = {}  # partition uid -> its agent on a node
 
     # -- bring-up -------------------------------------------------------------------------------
     def bring_up(self, given: dict | None = None) -> dict:
@@ -298,7 +324,11 @@ class NodeSet:
                 log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
                 continue
             self.last[hint] = time.monotonic()
-            if kind == b"bye":
+            if kind == b"agent_exit":
+                proc = self.hosted.get(body.get("uid"))
+                if proc is not None and proc.code is None:
+                    proc.code = int(body.get("code", -9))
+            elif kind == b"bye":
                 self.byes.add(hint)
                 if hint in self.index_of and self.index_of[hint] not in self.down:
                     why = f"node daemon halted: {body.get('reason')}"
@@ -312,6 +342,19 @@ class NodeSet:
             h = index_to_hint.get(i)
             if h is not None and h in self.by_hint and i not in self.down:
                 self._send(h, msg(b"drop", {"part": part}))
+
+    def send_index(self, index: int, frames: list[bytes]) -> bool:
+        hint = next((h for h, i in self.index_of.items() if i == index), None)
+        return hint is not None and hint in self.by_hint and self._send(hint, frames)
+
+    def start_agent(self, index: int, uid: str, argv: list[str], log_path: str) -> HostedAgent:
+        proc = HostedAgent(self, index, uid)
+        self.hosted[uid] = proc
+        if index in self.down or not self.send_index(
+            index, msg(b"agent", {"uid": uid, "argv": argv, "log": log_path})
+        ):
+            proc.code = -9  # its node is gone: the partition fails on the exit
+        return proc
 
     def heartbeat(self) -> None:
         for h in self.live_hints():
@@ -348,6 +391,9 @@ class NodeSet:
                 continue
             self.lost_reported.add(index)
             self.down.setdefault(index, why)
+            for proc in self.hosted.values():  # agents on that node are gone with it
+                if proc.index == index and proc.code is None:
+                    proc.code = -9
             log.error("node.lost: %s", why)
             out.append((index, why))
         return out

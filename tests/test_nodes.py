@@ -276,3 +276,33 @@ def test_a_network_config_file_names_the_nodes_instead_of_discovery(session, tmp
     )
     assert u.wait(timeout=20) == rp.DONE, u.reason
     assert u.node == "gamma" and [t for *_, t in u.output] == ["gamma\n"]
+
+
+def test_agents_needing_a_node_run_there_under_its_daemon(session, tmp_path):
+    res = nodes4_variant(tmp_path, agent_overhead={"cores": 0, "gpus": 0, "nodes": 1})
+    pilot, umgr = nodes4(
+        session,
+        resource=res,
+        parts=[rp.ComputePartitionDescription(nodes=1), rp.ComputePartitionDescription(nodes=1)],
+    )
+    assert pilot.size["nodes"] == 4  # a node for each partition's agent
+    daemons = sandbox_json(pilot, "daemons.json")
+    pid_of = {d["name"]: d["pid"] for d in daemons.values()}
+    for part in pilot.partitions:
+        (agent_node,) = part.resources["agent_nodes"]
+        (unit_node,) = [n["name"] for n in part.resources["nodes"]]
+        with open(os.path.join(pilot.sandbox, f"{part.uid}.agent.log")) as f:
+            agent_pid = int(f.read().split("up, pid ", 1)[1].split(",", 1)[0])
+        with open(f"/proc/{agent_pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        assert ppid == pid_of[agent_node]  # started by its agent node's daemon
+        u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true", partition=part.uid))
+        assert u.wait(timeout=20) == rp.DONE and u.node == unit_node
+    first, second = pilot.partitions
+    (agent_node,) = first.resources["agent_nodes"]
+    os.kill(pid_of[agent_node], signal.SIGKILL)  # the agent's node goes: so does the partition
+    assert first.wait(timeout=20) == rp.FAILED
+    assert agent_node in first.reason, first.reason
+    assert second.state == rp.ACTIVE
+    u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    assert u.wait(timeout=20) == rp.DONE and u.part == second.uid
