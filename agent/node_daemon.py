@@ -67,9 +67,10 @@ _OUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 log = logging.getLogger("node")
 
 
-def children(index: int, width: int, n: int) -> list[int]:
-    """A node's children in the fan-out tree (the bootstrap's are 0..width-1)."""
-    first = width * (index + 1)
+def children(pos: int, width: int, n: int) -> list[int]:
+    """Positions of the children of the node at position `pos` in the fan-out tree over n
+    nodes (the bootstrap sends to positions 0..width-1)."""
+    first = width * (pos + 1)
     return list(range(first, min(first + width, n)))
 
 
