@@ -44,7 +44,6 @@ class Dispatcher:
         self.uid = cfg["uid"]
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
-        self.node_of: dict[zmq.Socket, int] = {}
         keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
             sock = ctx.socket(zmq.DEALER)
@@ -55,7 +54,6 @@ class Dispatcher:
                 keys.client(sock)
             sock.connect(node["endpoint"])
             self.socks[node["index"]] = sock
-            self.node_of[sock] = node["index"]
         self.running: dict[tuple[str, int], Run] = {}  # (unit uid, rank) -> its Run
         self.done: list[tuple[Run, int | None]] = []
         self.output: list[list] = []  # [uid, node, rank, stream, text] for the client

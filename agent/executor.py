@@ -49,6 +49,19 @@ def _ids(grant_part) -> str:
     return ",".join(map(str, seen))
 
 
+def exits():
+    """(pid, exit code) of every child that has ended, without blocking (negative code =
+    signal).  The one waitpid loop of the agent, its zygote and node daemons."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        yield pid, os.waitstatus_to_exitcode(status)
+
+
 def check_environment(environment: dict, types) -> str | None:
     """The reason the unit's environment placeholders cannot be filled, or None."""
     mapping = {f"{type_key(t).lower()}_ids": "0" for t in types}
@@ -219,17 +232,13 @@ class Executor:
     def reap(self):
         """Yield (Run, exit code) for every unit whose ranks have all exited (the first
         non-zero code by rank; negative = signal)."""
-        while self.running:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        if not self.running:
+            return
+        for pid, code in exits():
             run = self.running.pop(pid, None)
             if run is None:
                 continue
-            run.codes[pid] = os.waitstatus_to_exitcode(status)
+            run.codes[pid] = code
             if len(run.codes) == len(run.pids):
                 codes = [run.codes[p] for p in run.pids]
                 yield run, next((c for c in codes if c != 0), 0)

@@ -57,7 +57,7 @@ import zlib
 
 import zmq
 
-from agent.executor import Spawner
+from agent.executor import Spawner, exits
 from pilot import network, security
 from pilot.protocol import ProtocolError, msg, pack, unpack
 
@@ -276,25 +276,20 @@ class NodeDaemon:
                     pass
 
     def reap(self) -> None:
-        while self.ranks or self.agents:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        if not (self.ranks or self.agents):
+            return
+        for pid, code in exits():
             r = self.ranks.pop(pid, None)
             if r is None:
                 part = self.agents.pop(pid, None)
                 if part is not None:
-                    code = os.waitstatus_to_exitcode(status)
                     self.up.send_multipart(msg(b"agent_exit", {"uid": part, "code": code}))
                 continue
             for fd in r.pipes:
                 if fd in self.pipes:
                     self.read_pipe(fd, final=True)
             self._close_files(r.uid)
-            self._event(r.agent, "exit", [r.uid, r.rank, os.waitstatus_to_exitcode(status), None])
+            self._event(r.agent, "exit", [r.uid, r.rank, code, None])
 
     def kill(self, uids, sig: int) -> None:
         uids = set(uids)

@@ -23,6 +23,7 @@ import signal
 import sys
 
 import agent.agent as agent_main
+from agent.executor import exits
 
 
 def _child(cfg_path: str, log_path: str) -> None:
@@ -89,14 +90,8 @@ def main() -> int:
                     os.read(rfd, 4096)
                 except BlockingIOError:
                     pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            say({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        for pid, code in exits():
+            say({"exited": pid, "code": code})
 
 
 if __name__ == "__main__":

@@ -258,16 +258,7 @@ class NodeSet:
                 return
             if not self.sock.poll(min(left, 0.2) * 1000):
                 continue
-            for _ in range(1000):
-                try:
-                    frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                try:
-                    hint, kind, body = self._decode(frames)
-                except (ProtocolError, ValueError, IndexError) as exc:
-                    log.error("bad message from a node daemon %r: %s", frames[:2], exc)
-                    continue
+            for hint, kind, body in self._messages():
                 if kind == b"up" and b"up" in kinds:
                     if hint in range(self.n) and hint not in self.by_hint:
                         self.by_hint[hint] = body
@@ -276,12 +267,22 @@ class NodeSet:
                 elif kind in kinds and on is not None:
                     on(hint, body)
 
-    @staticmethod
-    def _decode(frames: list[bytes]):
-        ident = frames[0].decode()
-        if not ident.startswith("d"):
-            raise ProtocolError(f"identity {ident!r} is not a daemon's")
-        return int(ident[1:]), frames[1], unpack(frames[2]) if len(frames) > 2 else {}
+    def _messages(self):
+        """(hint, kind, body) of what the daemons sent, without blocking; undecodable
+        messages are logged and skipped."""
+        for _ in range(1000):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                ident = frames[0].decode()
+                if not ident.startswith("d"):
+                    raise ProtocolError(f"identity {ident!r} is not a daemon's")
+                body = unpack(frames[2]) if len(frames) > 2 else {}
+                yield int(ident[1:]), frames[1], body
+            except (ProtocolError, ValueError, IndexError) as exc:
+                log.error("bad message from a node daemon %r: %s", frames[:2], exc)
 
     def _send(self, hint: int, frames: list[bytes]) -> bool:
         try:
@@ -310,16 +311,7 @@ class NodeSet:
         return [h for h in self.by_hint if self.index_of[h] not in self.down]
 
     def on_readable(self) -> None:
-        for _ in range(1000):
-            try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                hint, kind, body = self._decode(frames)
-            except (ProtocolError, ValueError, IndexError) as exc:
-                log.error("bad message from a node daemon %r: %s", frames[:2], exc)
-                continue
+        for hint, kind, body in self._messages():
             if kind == b"up":  # after the gather's deadline: that node stays down
                 log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
                 continue
@@ -337,11 +329,9 @@ class NodeSet:
     def drop_partition(self, part: str, indices: list[int]) -> None:
         """A partition ended: its daemons kill whatever of its units still runs (normally
         nothing; something when its agent died without stopping them)."""
-        index_to_hint = {i: h for h, i in self.index_of.items()}
         for i in indices:
-            h = index_to_hint.get(i)
-            if h is not None and h in self.by_hint and i not in self.down:
-                self._send(h, msg(b"drop", {"part": part}))
+            if i not in self.down:
+                self.send_index(i, msg(b"drop", {"part": part}))
 
     def send_index(self, index: int, frames: list[bytes]) -> bool:
         hint = next((h for h, i in self.index_of.items() if i == index), None)

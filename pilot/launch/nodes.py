@@ -102,10 +102,6 @@ class NodeLaunch:
         """hint -> exit code of daemon processes that have ended (srun: the step, hint -1)."""
         return {h: p.returncode for h, p in self.procs.items() if p.poll() is not None}
 
-    def pid(self, hint: int) -> int | None:
-        p = self.procs.get(hint)
-        return p.pid if p is not None else None
-
     def stop(self, grace: float = 3.0) -> None:
         """Daemons that said bye exit on their own (and srun with them): give them `grace`
         seconds, then SIGTERM, then SIGKILL."""
