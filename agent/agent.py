@@ -104,7 +104,7 @@ class Agent:
         self.sock.send_multipart(msg(b"synced", {"cid": cid, "part": self.uid, "unknown": unknown}))
 
     def flush(self, force: bool = False) -> None:
-        output = getattr(self.execu, "output", None)
+        output = self.execu.output
         if output:  # ahead of the state updates, so a unit's output precedes its end
             self.sock.send_multipart([b"output", pack(output)])
             self.execu.output = []
@@ -261,7 +261,7 @@ class Agent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
-        daemons = self.execu.sockets() if isinstance(self.execu, Dispatcher) else []
+        daemons = self.execu.sockets()
         for d in daemons:
             poller.register(d, zmq.POLLIN)
         next_ppid_check = time.monotonic() + 1.0
@@ -304,8 +304,7 @@ class Agent:
             if self.stopping and not self.execu.running:
                 self.stager.close()
                 self.flush(force=True)
-                if daemons:
-                    self.execu.close()
+                self.execu.close()
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0
             self.flush()

@@ -6,7 +6,8 @@ Exits and forwarded output come back as `events`; `reap()` yields units whose ra
 ended, like the local Executor.  A rank that could not start, or whose node was lost
 (`node_lost`), ends its unit FAILED with that reason; the unit's other ranks are killed.
 
-Same interface as agent/executor.py's Executor: spawn, reap, kill, runs, running, which.
+Same interface as agent/executor.py's Executor: spawn, reap, kill, runs, running, which, output,
+sockets, close.
 """
 
 from __future__ import annotations

@@ -201,6 +201,13 @@ class Executor:
         )
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self._which: dict[str, str | None] = {}
+        self.output: list = []  # units here write to their files only: nothing is forwarded
+
+    def sockets(self) -> list:
+        return []  # no node daemons to listen to
+
+    def close(self) -> None:
+        pass
 
     def spawn(self, unit: dict, io: tuple, alloc) -> Run:
         """Start every rank of `unit` with its staged (sandbox, out_fd, err_fd); the fds are
