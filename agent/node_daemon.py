@@ -4,7 +4,7 @@
                                 [--hint I] [--name NAME] [--timeout S] [--watch-parent]
                                 [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
 
-Started by the bootstrap through the resource's launch method (pilot/launch/nodes.py: srun,
+Started by the bootstrap through the resource's launch method (partition/launch/: srun,
 fork, or a network-namespace host).  Every wait is bounded; nothing here waits forever.
 
 Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>"):

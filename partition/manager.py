@@ -2,7 +2,10 @@
 
 It lives in the bootstrap process and owns the pilot's resource pool.  The bootstrap hands it
 commands and agent events; it answers through a small I/O interface (`PartitionIO`): send a
-message to an agent, start an agent process, emit a partition state update.
+message to an agent, start an agent process (an `AgentProcess`: forked by the agent zygote,
+partition/agents/zygote.py, or started by a node daemon, partition/agents/hosted.py), emit a
+partition state update.  Every state change goes through the partition state machine
+(pilot/states.py PARTITION_MACHINE): an illegal one raises.
 
 Partition life inside the pilot:
     start(uid, desc)  PENDING -> STARTING when the resources are allocated (FAILED with what was
@@ -18,22 +21,66 @@ Stops are applied before starts, so a command can reuse what it stops.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from partition.description import ComputePartitionDescription
 from partition.sizing import Allocation, AllocationError, Pool
-from pilot.descriptions import ALL
+from pilot import ids
+from pilot.descriptions import ComputePartitionDescription
 from pilot.protocol import pack
-from pilot.states import ACTIVE, CANCELED, DONE, FAILED, FINAL, PENDING, STARTING
+from pilot.resource_config import agent_configs, check_agent_config
+from pilot.states import (
+    ACTIVE,
+    CANCELED,
+    DONE,
+    FAILED,
+    FINAL,
+    PARTITION_MACHINE,
+    PENDING,
+    STARTING,
+    check_transition,
+)
 
 log = logging.getLogger("bootstrap.partitions")
 EXIT_GRACE = 1.0  # seconds an ended agent's last messages get to arrive
 
 
-class PartitionIO:
+@dataclass(frozen=True)
+class AgentExit:
+    """How an agent process ended: its exit code (negative: the signal), or None when it
+    ended without one (it never started, or its node was lost), and what happened in words."""
+
+    code: int | None
+    why: str
+
+    @classmethod
+    def of_code(cls, code: int) -> AgentExit:
+        if code < 0:
+            return cls(code, f"exited with code {code} (killed by {signal.Signals(-code).name})")
+        return cls(code, f"exited with code {code}")
+
+
+class AgentProcess(Protocol):
+    """A partition's agent process, however it was started."""
+
+    pid: int | None  # None until known (or known only to the node daemon that started it)
+
+    def poll(self) -> AgentExit | None: ...  # None while it runs
+
+    def wait(self, timeout: float) -> AgentExit | None: ...  # bounded
+
+    def kill(self) -> None: ...
+
+
+class PartitionIO(Protocol):
+    """What the partition manager needs from the bootstrap."""
+
     def send_agent(self, uid: str, frames: list[bytes]) -> None: ...
-    def spawn_agent(self, uid: str, cfg: dict): ...  # returns an object with .pid, .poll(), .kill()
+
+    def spawn_agent(self, uid: str, cfg: dict) -> AgentProcess: ...
+
     def emit(self, uid: str, state: str, info: dict) -> None: ...
 
 
@@ -41,13 +88,13 @@ class PartitionIO:
 class Part:
     uid: str
     desc: ComputePartitionDescription
-    state: str = PENDING
+    state: str = PENDING  # moved by the partition manager through PARTITION_MACHINE only
     alloc: Allocation | None = None
-    proc: object = None
+    proc: AgentProcess | None = None
     buffered: list = field(default_factory=list)  # unit batches (raw JSON) waiting for ACTIVE
     final: str | None = None  # the final state asked for by a stop
     hand_back: bool = False  # a stop hands queued units back instead of canceling them
-    exit_code: int | None = None  # the agent process's, once it has ended
+    exit: AgentExit | None = None  # how the agent process ended, once it has
     exit_deadline: float | None = None
     reason: str | None = None
     stop_deadline: float | None = None
@@ -91,17 +138,20 @@ class PartitionManager:
     def add(self, uid: str, desc: ComputePartitionDescription) -> Part:
         part = Part(uid, desc)
         self.parts[uid] = part
-        index = int(uid.rsplit(".", 1)[-1]) if uid.rsplit(".", 1)[-1].isdigit() else -1
-        self.next_index = max(self.next_index, index + 1)
+        self.next_index = ids.next_index(self.next_index, uid)
         return part
+
+    def move(self, part: Part, state: str) -> None:
+        """The one way a partition's state changes here: checked by PARTITION_MACHINE."""
+        check_transition(PARTITION_MACHINE, part, state)
 
     def start(self, part: Part) -> None:
         try:
             part.alloc = self.pool.allocate(part.desc)
         except AllocationError as exc:
-            self._final(part, FAILED, f"does not fit the free resources: {exc}")
+            self.end(part, FAILED, f"does not fit the free resources: {exc}")
             return
-        part.state = STARTING
+        self.move(part, STARTING)
         self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.pool)})
         nodes = part.alloc.to_dict(self.pool)["nodes"]
         cfg = dict(
@@ -110,21 +160,19 @@ class PartitionManager:
             nodes=nodes,
             agent_node=None if part.alloc.agent_nodes else 0,  # LOCAL: where the agent runs
             agent_host=part.alloc.agent_nodes[0] if part.alloc.agent_nodes else None,
-            kill_grace=self.agent_cfg.get("agents", {})
-            .get(part.desc.agent_config, {})
-            .get("kill_grace", 2.0),
+            kill_grace=agent_configs()[part.desc.agent_config].get("kill_grace", 2.0),
         )
         try:
             part.proc = self.io.spawn_agent(part.uid, cfg)
         except OSError as exc:
-            self._final(part, FAILED, f"cannot start its agent: {exc}")
+            self.end(part, FAILED, f"cannot start its agent: {exc}")
 
     def on_ready(self, uid: str) -> None:
         part = self.parts.get(uid)
         if part is None or part.state != STARTING:
             log.warning("ready from %s in state %s: ignored", uid, part and part.state)
             return
-        part.state = ACTIVE
+        self.move(part, ACTIVE)
         self.io.emit(uid, ACTIVE, {})
         for body in part.buffered:
             self.io.send_agent(uid, [b"units", body])
@@ -136,10 +184,12 @@ class PartitionManager:
         part = self.parts[uid]
         if part.state in FINAL or part.final:
             return
+        if final == DONE and part.state != ACTIVE:
+            final = CANCELED  # it never ran: the pilot's end cancels it
         part.final, part.reason = final, reason
         part.hand_back = hand_back
         if part.state == PENDING:
-            self._final(part, final, reason)
+            self.end(part, final, reason)
         elif part.state == ACTIVE:
             self._send_stop(part)
         # STARTING: stopped as soon as its agent reports ready (or exits)
@@ -153,33 +203,35 @@ class PartitionManager:
         part = self.parts.get(uid)
         if part is None or part.state in FINAL:
             return
-        self._final(part, part.final or DONE, part.reason or body.get("reason"))
+        self.end(part, part.final or DONE, part.reason or body.get("reason"))
 
-    def on_agent_exit(self, uid: str, code: int, grace: float = EXIT_GRACE) -> None:
+    def on_agent_exit(self, uid: str, exit: AgentExit, grace: float = EXIT_GRACE) -> None:
         """The agent process ended.  Its last messages (state, back, bye) may still be in the
         socket behind the exit notice: the partition ends on its bye, or `grace` s after the
         exit at the latest (check_stuck), so no unit update is overtaken by the final state."""
         part = self.parts.get(uid)
         if part is None or part.state in FINAL:
             return
-        part.exit_code = code
+        part.exit = exit
         if grace > 0:
             part.exit_deadline = time.monotonic() + grace
             return
-        if part.final and code == 0:
-            self._final(part, part.final, part.reason)
+        if part.final and exit.code == 0:
+            self.end(part, part.final, part.reason)
         else:
-            self._final(
+            self.end(
                 part,
                 FAILED,
-                f"its agent exited with code {code}"
+                f"its agent {exit.why}"
                 + (f" while stopping ({part.reason})" if part.final else ""),
             )
 
-    def _final(self, part: Part, state: str, reason: str | None) -> None:
+    def end(self, part: Part, state: str, reason: str | None) -> None:
+        """`part` is over (final `state`, with `reason`): its resources are free again."""
         if part.alloc is not None:
             self.pool.release(part.alloc)
-        part.state, part.reason = state, reason
+        self.move(part, state)
+        part.reason = reason
         part.buffered.clear()
         self.io.emit(part.uid, state, {"reason": reason} if reason else {})
         log.info("%s %s%s", part.uid, state, f": {reason}" if reason else "")
@@ -200,7 +252,7 @@ class PartitionManager:
         now = time.monotonic()
         for part in self.live():
             if part.exit_deadline and now > part.exit_deadline:
-                self.on_agent_exit(part.uid, part.exit_code, grace=0)
+                self.on_agent_exit(part.uid, part.exit, grace=0)
                 continue
             if part.stop_deadline and now > part.stop_deadline and part.proc is not None:
                 log.error(
@@ -216,20 +268,21 @@ class PartitionManager:
         """Apply one command: stop first, then start.  Returns {stopped, started: [...]}."""
         if cid in self.replies:
             return self.replies[cid]
-        stop_uids = self._resolve_stop(stop)
+        stop_uids = ids.resolve_partitions(
+            stop, self.pilot_uid, {uid: p.state not in FINAL for uid, p in self.parts.items()}
+        )
         taken = [u for u in uids or () if u in self.parts]
         if taken:  # a client and a shell started partitions at the same moment
             raise ValueError(f"partition uid(s) {taken} exist already; nothing was changed")
         descs = []
         for i, d in enumerate(start or []):
             try:
-                descs.append(
-                    d
-                    if isinstance(d, ComputePartitionDescription)
-                    else ComputePartitionDescription.from_dict(d)
-                )
+                if not isinstance(d, ComputePartitionDescription):
+                    d = ComputePartitionDescription.from_dict(d)
+                check_agent_config("ComputePartitionDescription", d.config)
             except ValueError as exc:
                 raise ValueError(f"start[{i}]: {exc}") from None
+            descs.append(d)
         for uid in stop_uids:
             self.stop(uid, CANCELED, "stopped by reconfig", hand_back=True)
         # the stopped partitions' resources are free for the starts, even while their agents
@@ -250,30 +303,6 @@ class PartitionManager:
         reply = {"stopped": stop_uids, "started": started}
         self.replies[cid] = reply
         return reply
-
-    def _resolve_stop(self, stop) -> list[str]:
-        if stop is None or stop == []:
-            return []
-        if stop == ALL:
-            return [p.uid for p in self.live()]
-        uids = [stop] if isinstance(stop, str) else list(stop)
-        out = []
-        for uid in uids:
-            full = self._full_uid(uid)
-            if full is None:
-                raise ValueError(
-                    f"stop={uid!r}: no such partition in {self.pilot_uid}; known: "
-                    f"{sorted(self.parts)}"
-                )
-            if self.parts[full].state not in FINAL and full not in out:
-                out.append(full)
-        return out
-
-    def _full_uid(self, uid: str) -> str | None:
-        if uid in self.parts:
-            return uid
-        full = f"{self.pilot_uid}.{uid}"
-        return full if full in self.parts else None
 
     def warn_idle(self) -> None:
         free = self.pool.free

@@ -348,11 +348,9 @@ class Pool:
 
 
 def pilot_size(pd, cfg: ResourceConfig) -> dict:
-    """The pilot's size for description `pd` on resource `cfg`; ValueError when it cannot fit."""
+    """The pilot's size for description `pd` on resource `cfg`; ValueError when it cannot fit.
+    (partition/plan.py checks the partitions against the resource first.)"""
     where = f"ComputePilotDescription(resource={pd.resource!r})"
-    for i, p in enumerate(pd.parts):
-        if (p.gpus == ALL or (p.gpus or 0) > 0) and cfg.gpus_per_node == 0:
-            raise ValueError(f"{where}: parts[{i}].gpus={p.gpus!r} but the resource has no GPUs")
     node_granular = cfg.nodes > 1 or cfg.batch_system != "local"
     relative = [i for i, p in enumerate(pd.parts) if p.size is not None]
     explicit = pd.nodes is not None or pd.cores is not None

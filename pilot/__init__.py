@@ -13,7 +13,7 @@ with rp.Session() as session:
 # Names are imported on first use (PEP 562), so processes that only need a submodule (node
 # daemons, agents, the CLI) do not pay for the whole client API at start-up.
 _WHERE = {
-    "ComputePartitionDescription": "partition.description",
+    "ComputePartitionDescription": "pilot.descriptions",
     "ALL": "pilot.descriptions",
     "FILL": "pilot.descriptions",
     "ComputePilotDescription": "pilot.descriptions",

@@ -26,31 +26,32 @@ import sys
 
 import zmq
 
-from partition.description import ComputePartitionDescription
 from pilot import resource_config
-from pilot.descriptions import ALL, FILL
+from pilot.descriptions import ALL, FILL, ComputePartitionDescription
 from pilot.protocol import pack, unpack
 
 REPLY_TIMEOUT = 10.0
+
+
+def sessions_dir() -> str:
+    from pmgr.session import sessions_dir  # the client is loaded only by commands that need it
+
+    return sessions_dir()
 
 
 class UsageError(Exception):
     pass
 
 
-def _sessions_dir() -> str:
-    return os.environ.get("PILOT_SESSIONS_DIR") or os.path.expanduser("~/.pilot/sessions")
-
-
 def find_pilot(name: str) -> dict:
     """The control record of a running pilot named `name` (PILOT or SESSION/PILOT)."""
     session, _, pilot = name.rpartition("/")
-    pattern = os.path.join(_sessions_dir(), session or "*", pilot, "control.json")
+    pattern = os.path.join(sessions_dir(), session or "*", pilot, "control.json")
     found = sorted(glob.glob(pattern))
     if not found:
-        raise UsageError(f"no running pilot {name!r} under {_sessions_dir()}")
+        raise UsageError(f"no running pilot {name!r} under {sessions_dir()}")
     if len(found) > 1:
-        names = [os.path.relpath(os.path.dirname(f), _sessions_dir()) for f in found]
+        names = [os.path.relpath(os.path.dirname(f), sessions_dir()) for f in found]
         raise UsageError(f"pilot {name!r} is ambiguous; name one of {names}")
     with open(found[0]) as f:
         return json.load(f)
@@ -124,7 +125,7 @@ def open_session_store(session: str, url: str | None):
 
     url = url or os.environ.get("PILOT_DATABASE_URL")
     if url is None:
-        path = os.path.join(_sessions_dir(), session, "state.db")
+        path = os.path.join(sessions_dir(), session, "state.db")
         if not os.path.exists(path):
             raise UsageError(
                 f"no session {session!r}: no {path} (give --database-url for a MongoDB store)"

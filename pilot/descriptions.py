@@ -1,198 +1,46 @@
-"""Plain-data descriptions of pilots and units, validated on construction and on assignment.
+"""The descriptions a user writes: units, partitions and pilots, as plain validated data.
 
-A description is data only: a field set to a bad value raises ValueError naming the description,
-the field, the value and what would be accepted.  Unknown keys are errors, never ignored.
-`to_dict()` / `from_dict()` give the wire and database form.
+The base class and the validators are in pilot/fields.py: a field set to a bad value raises
+ValueError naming the description, the field, the value and what would be accepted.  No
+description reads a file or sizes anything; a pilot is sized where it is submitted
+(partition/plan.py), which also checks what needs the resource config (GPUs, agent configs).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
-from pilot.policy import GLOBAL_POLICY
+from pilot.fields import (
+    Description,
+    amount,
+    amounts,
+    count,
+    field_error,
+    optional_count,
+    positive_minutes,
+    str_dict,
+    str_list,
+    text,
+)
+from pilot.ids import ALL  # all partitions (reconfig stop=) / all GPUs (gpus=)
+from pilot.policy import GLOBAL_POLICY, Policy, capture
+from pilot.resource_config import parse_pool
 
 FILL = "FILL"  # a partition takes every resource not held by a live partition
-ALL = "ALL"  # all partitions (reconfig stop=) / all GPUs (gpus=)
-
-
-class Description:
-    """Base: subclasses list their fields as {name: (default, validator)}.
-
-    A validator gets (owner, field, value) and returns the value to store or raises ValueError.
-    """
-
-    FIELDS: dict[str, tuple[Any, Callable]] = {}
-
-    def __init__(self, **kwargs: Any) -> None:
-        unknown = set(kwargs) - set(self.FIELDS)
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__}: unknown key(s) {sorted(unknown)}; "
-                f"accepted: {sorted(self.FIELDS)}"
-            )
-        for name, (default, _) in self.FIELDS.items():
-            value = kwargs.get(name, default)
-            if isinstance(value, (list, dict)) and value is default:
-                value = type(value)(value)  # never share a mutable default
-            setattr(self, name, value)
-        self._check()
-        object.__setattr__(self, "_ready", True)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("_"):
-            object.__setattr__(self, name, value)
-            return
-        if name not in self.FIELDS:
-            raise ValueError(
-                f"{type(self).__name__}: unknown key {name!r}; accepted: {sorted(self.FIELDS)}"
-            )
-        object.__setattr__(self, name, self.FIELDS[name][1](self, name, value))
-        if self.__dict__.get("_ready"):
-            self._check()
-
-    def _check(self) -> None:
-        """Cross-field checks; subclasses override."""
-
-    def to_dict(self) -> dict:
-        return {name: _plain(getattr(self, name)) for name in self.FIELDS}
-
-    @classmethod
-    def from_dict(cls, data: dict):
-        return cls(**data)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.to_dict() == self.to_dict()
-
-    def __repr__(self) -> str:
-        diff = {k: v for k, v in self.to_dict().items() if v != self.FIELDS[k][0]}
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in diff.items())})"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Description):
-        return value.to_dict()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _err(owner: Any, field: str, value: Any, accepted: str) -> ValueError:
-    return ValueError(f"{type(owner).__name__}: {field}={value!r} must be {accepted}")
-
-
-# ---- validators ---------------------------------------------------------------------------------
-
-
-def count(minimum: int = 0, allow: tuple = ()) -> Callable:
-    def check(owner, field, value):
-        if value in allow and isinstance(value, str):
-            return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            extra = f" or one of {allow}" if allow else ""
-            raise _err(owner, field, value, f"an integer >= {minimum}{extra}")
-        if value < minimum:
-            raise _err(owner, field, value, f">= {minimum}")
-        return value
-
-    return check
-
-
-def optional_count(minimum: int = 0, allow: tuple = ()) -> Callable:
-    inner = count(minimum, allow)
-    return lambda owner, field, value: None if value is None else inner(owner, field, value)
-
-
-def text(optional: bool = True) -> Callable:
-    def check(owner, field, value):
-        if value is None and optional:
-            return None
-        if not isinstance(value, str) or not value:
-            raise _err(owner, field, value, "a non-empty string")
-        return value
-
-    return check
-
-
-def str_list(owner, field, value):
-    if value is None:
-        return []
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise _err(owner, field, value, "a list of strings")
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise _err(owner, f"{field}[{i}]", v, "a string (or number)")
-        out.append(str(v))
-    return out
-
-
-def str_dict(owner, field, value):
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _err(owner, field, value, "a mapping of strings to strings")
-    for k, v in value.items():
-        if not isinstance(k, str) or not k or "=" in k:
-            raise _err(owner, f"{field} key", k, "a non-empty string without '='")
-        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise _err(owner, f"{field}[{k!r}]", v, "a string (or number)")
-    return {k: str(v) for k, v in value.items()}
-
-
-def positive_minutes(owner, field, value):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise _err(owner, field, value, "a number of minutes > 0")
-    return value
 
 
 # ---- units ---------------------------------------------------------------------------------------
-
-
-def amount(owner, field, value):
-    """A count of slots: a whole number >= 0, or a fraction of one slot (0 < x < 1)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value < 0
-        or (value >= 1 and value != int(value))
-    ):
-        raise _err(owner, field, value, "a whole number >= 0 or a fraction 0 < x < 1")
-    return int(value) if value >= 1 or value == 0 else float(value)
-
-
-def amounts(owner, field, value):
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _err(owner, field, value, "a mapping of resource type to count")
-    out = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not k.isidentifier():
-            raise _err(owner, f"{field} key", k, "a resource type name (letters, digits, _)")
-        if k in ("cpus", "gpus"):
-            raise _err(owner, f"{field} key", k, "a user-defined type; use cores= / gpus=")
-        out[k] = amount(owner, f"{field}[{k!r}]", v)
-    return out
 
 
 _GLOBAL = GLOBAL_POLICY.to_dict()  # what the agent assumes for a key it is not sent
 
 
 def policy_field(owner, field, value):
-    from pilot.policy import Policy, capture
-
     if value is not None and not isinstance(value, Policy):
         if isinstance(value, dict):
             value = Policy.from_dict(value)
         else:
-            raise _err(owner, field, value, "a Policy")
+            raise field_error(owner, field, value, "a Policy")
     return capture(value)  # merged now: later edits or contexts change nothing
 
 
@@ -238,7 +86,7 @@ class ComputeUnitDescription(Description):
             **kwargs,
         )
 
-    def _check(self) -> None:
+    def check(self) -> None:
         name = type(self).__name__
         for per, plain in (("cores_per_rank", "cores"), ("gpus_per_rank", "gpus")):
             v = getattr(self, per)
@@ -247,7 +95,7 @@ class ComputeUnitDescription(Description):
                     f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
                     f"differ; they are the same thing, give one"
                 )
-        for key, field, count, default, what in (
+        for key, field, n, default, what in (
             ("cpu_affinity", "cores", self.rank_cores, 1, "core(s)"),
             ("gpu_affinity", "gpus", self.rank_gpus, 0, "GPU(s)"),
         ):
@@ -259,9 +107,9 @@ class ComputeUnitDescription(Description):
                     f"{name}: policy.{key} names one rank's {what}; "
                     f"ranks={self.ranks} must be 1 with it"
                 )
-            if count not in (default, len(ids)):
+            if n not in (default, len(ids)):
                 raise ValueError(
-                    f"{name}: {field}={count} but policy.{key}={ids} names {len(ids)} {what}"
+                    f"{name}: {field}={n} but policy.{key}={ids} names {len(ids)} {what}"
                 )
 
     @property
@@ -297,13 +145,139 @@ class ComputeUnitDescription(Description):
         return d
 
 
+# ---- partitions ----------------------------------------------------------------------------------
+# Sizes, exactly one kind per description:
+#     absolute   cores=, gpus= (gpus=ALL: every free GPU), or nodes= (whole nodes)
+#     share      ComputePartitionDescription("50%"): that share of the pilot, agent overhead inside
+#     FILL       ComputePartitionDescription(FILL): everything no live partition holds
+
+
+def _size(owner, field, value):
+    if value is None or value == FILL:
+        return value
+    if isinstance(value, str) and value.upper() == "FILL":
+        return FILL
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            share = float(value[:-1])
+        except ValueError:
+            share = -1.0
+        if 0 < share <= 100:
+            return value
+    raise field_error(
+        owner,
+        field,
+        value,
+        'a share "1%".."100%", FILL, or None (then give cores=, gpus= or nodes=)',
+    )
+
+
+def _resources(owner, field, value):
+    """User-defined types: a count (taken from the resource config's pool, or declared by this
+    partition when the config has no such type) or a list of {id, slots} (declared here)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise field_error(
+            owner, field, value, "a mapping of type to a count or a list of {id, slots}"
+        )
+    for t, spec in value.items():
+        if t in ("cpus", "gpus"):
+            raise field_error(owner, f"{field} key", t, "a user-defined type; use cores= / gpus=")
+        try:
+            parse_pool(type(owner).__name__, {t: spec}, 0)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("resource_pool", field)) from None
+    return dict(value)
+
+
+def _config(owner, field, value):
+    """The name of an agent config (configs/agents.yaml); whether it exists is checked where
+    the partition is submitted, which reads that file."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]  # the RFC writes config = ['orte']
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise field_error(owner, field, value, "the name of an agent config (configs/agents.yaml)")
+    return value
+
+
+class ComputePartitionDescription(Description):
+    FIELDS = {
+        "size": (None, _size),
+        "cores": (None, optional_count(0)),
+        "gpus": (None, optional_count(0, allow=(ALL,))),
+        "nodes": (None, optional_count(1)),
+        "config": (None, _config),
+        "resources": ({}, _resources),
+        "name": (None, text()),
+    }
+
+    def __init__(self, size: str | None = None, **kwargs: Any) -> None:
+        super().__init__(size=size, **kwargs)
+
+    def check(self) -> None:
+        absolute = [k for k in ("cores", "gpus", "nodes") if getattr(self, k) is not None]
+        if self.size is not None and absolute:
+            raise ValueError(
+                f"ComputePartitionDescription: size={self.size!r} cannot be combined "
+                f"with {', '.join(f'{k}=' for k in absolute)}"
+            )
+        if self.nodes is not None and (self.cores is not None or self.gpus is not None):
+            raise ValueError(
+                "ComputePartitionDescription: nodes= takes whole nodes and cannot "
+                "be combined with cores= or gpus="
+            )
+        if self.size is None and not absolute:
+            raise ValueError(
+                "ComputePartitionDescription: no size given; use cores=, gpus=, "
+                'nodes=, a share ("50%") or FILL'
+            )
+        if self.size is None and not self.nodes and not self.cores and self.gpus in (None, 0):
+            raise ValueError("ComputePartitionDescription: cores=0, gpus=0 is an empty partition")
+
+    @property
+    def share(self) -> float | None:
+        """The size as a fraction of the pilot (0.5 for "50%"), or None."""
+        if self.size is None or self.size == FILL:
+            return None
+        return float(self.size[:-1]) / 100.0
+
+    @property
+    def agent_config(self) -> str:
+        return self.config or "default"
+
+    @property
+    def asks_gpus(self) -> bool:
+        return self.gpus == ALL or (self.gpus or 0) > 0
+
+
 # ---- pilots --------------------------------------------------------------------------------------
+
+
+def _parts(owner, field, value):
+    if value is None or isinstance(value, ComputePartitionDescription):
+        value = [] if value is None else [value]
+    if not isinstance(value, (list, tuple)):
+        raise field_error(owner, field, value, "a list of ComputePartitionDescription")
+    out = []
+    for i, p in enumerate(value):
+        if isinstance(p, dict):
+            p = ComputePartitionDescription.from_dict(p)
+        if not isinstance(p, ComputePartitionDescription):
+            raise field_error(owner, f"{field}[{i}]", p, "a ComputePartitionDescription")
+        out.append(p)
+    if not out:
+        raise field_error(owner, field, value, "a non-empty list of ComputePartitionDescription")
+    return out
 
 
 class ComputePilotDescription(Description):
     """One batch job holding partitions.
 
-    resource   SITE.NAME of a resource config in configs/, or the path of a YAML config
+    resource   SITE.NAME of a resource config in configs/, or the path of a YAML config (read,
+               with the network config, when the pilot is submitted: partition/plan.py)
     parts      the initial partitions (ComputePartitionDescription); they determine the job size
     runtime    minutes the pilot may run (fractions allowed); at expiry it tears down and is DONE
     nodes, cores, gpus   an explicit size; needed only when a part is a share or FILL
@@ -313,7 +287,7 @@ class ComputePilotDescription(Description):
 
     FIELDS = {
         "resource": ("local.localhost", text(optional=False)),
-        "parts": ([], None),  # validator set below (needs the partition description type)
+        "parts": ([], _parts),
         "runtime": (10, positive_minutes),
         "nodes": (None, optional_count(1)),
         "cores": (None, optional_count(1)),
@@ -322,50 +296,3 @@ class ComputePilotDescription(Description):
         "project": (None, text()),
         "network_config": (None, text()),
     }
-
-    def _check(self) -> None:
-        from partition.sizing import pilot_size  # partition builds on pilot types
-        from pilot import resource_config
-
-        try:
-            cfg = resource_config.load(self.resource)
-        except ValueError as exc:
-            raise ValueError(f"ComputePilotDescription: {exc}") from None
-        object.__setattr__(self, "_size", pilot_size(self, cfg))
-        object.__setattr__(self, "_config", cfg)
-        network = None
-        if self.network_config is not None:
-            from pilot import network as net
-
-            try:
-                network = net.load(self.network_config)
-            except ValueError as exc:
-                raise ValueError(f"ComputePilotDescription: {exc}") from None
-            if len(network) < self._size["nodes"]:
-                raise ValueError(
-                    f"ComputePilotDescription: network_config={self.network_config!r} names "
-                    f"{len(network)} node(s), the pilot needs {self._size['nodes']}"
-                )
-        object.__setattr__(self, "_network", network)
-
-
-def _parts(owner, field, value):
-    from partition.description import ComputePartitionDescription
-
-    if value is None or isinstance(value, ComputePartitionDescription):
-        value = [] if value is None else [value]
-    if not isinstance(value, (list, tuple)):
-        raise _err(owner, field, value, "a list of ComputePartitionDescription")
-    out = []
-    for i, p in enumerate(value):
-        if isinstance(p, dict):
-            p = ComputePartitionDescription.from_dict(p)
-        if not isinstance(p, ComputePartitionDescription):
-            raise _err(owner, f"{field}[{i}]", p, "a ComputePartitionDescription")
-        out.append(p)
-    if not out:
-        raise _err(owner, field, value, "a non-empty list of ComputePartitionDescription")
-    return out
-
-
-ComputePilotDescription.FIELDS["parts"] = ([], _parts)

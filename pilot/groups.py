@@ -48,7 +48,7 @@ class UnitGroup:
         for _ in range(nunits):
             ud = ComputeUnitDescription(**template.kwargs)
             object.__setattr__(ud, "policy", merge(member, None))
-            ud._check()
+            ud.check()
             added.append(ud)
         self.units.extend(added)
         return added

@@ -42,8 +42,8 @@ Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity
                                                      canceled or handed back; then bye + exit
 
 Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node daemons; the
-messages are documented in pilot/nodes.py and agent/node_daemon.py, the keys that guard them
-beyond loopback in pilot/security.py.
+messages are documented in partition/node_set.py and agent/node_daemon.py, the keys that guard
+them beyond loopback in pilot/security.py.
 
 Timeouts: the client declares a pilot lost when it has heard nothing for client_timeout seconds
 after it was ACTIVE; a bootstrap tears down when it has not heard from its client for
@@ -57,7 +57,9 @@ from __future__ import annotations
 
 import json
 
-HEARTBEAT = 1.0  # seconds between heartbeats on the pilot link
+import zmq
+
+HEARTBEAT = 1.0  # seconds between heartbeats, on the pilot link and the node channels
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads
@@ -80,3 +82,14 @@ def unpack(data: bytes):
 
 def msg(kind: bytes, body=None) -> list[bytes]:
     return [kind, pack({} if body is None else body)]
+
+
+def drain(sock: zmq.Socket, limit: int):
+    """The messages waiting on `sock`, at most `limit`, without blocking: the one receive loop
+    of every component (a bounded batch per turn keeps one busy socket from starving the
+    others)."""
+    for _ in range(limit):
+        try:
+            yield sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return

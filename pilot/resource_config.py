@@ -2,16 +2,17 @@
 
 A resource is named `SITE.NAME` and found in `configs/SITE.yaml` under key NAME, or given as the
 path of a YAML file holding one resource config (the keys documented in configs/local.yaml).
+Agent configs (how a partition's agent runs its units) are in configs/agents.yaml.
+(yaml is imported where a file is read: node daemons and agents never pay for it.)
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-
-import yaml
 
 BATCH_SYSTEMS = ("local", "slurm")
 LAUNCH_METHODS = ("fork", "netns", "srun")
@@ -61,8 +62,8 @@ class ResourceConfig:
     agent_overhead: AgentOverhead
     node_names: tuple[str, ...] = ()
     client_timeout: float = 60.0
-    description: str = ""
-    python: str = ""
+    description: str | None = None
+    python: str | None = None  # the interpreter on the nodes; None: the client's own
     queue: str | None = None
     account: str | None = None
     extra: dict = field(default_factory=dict)
@@ -206,6 +207,11 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         raise ValueError(
             f"resource config {name}: node_failure={failure!r} must be one of {NODE_FAILURE}"
         )
+    python = raw.get("python")
+    if python is not None and (not isinstance(python, str) or not python):
+        raise ValueError(
+            f"resource config {name}: python={python!r} must be the path of an interpreter"
+        )
     address = raw.get("address", "127.0.0.1")
     if not isinstance(address, str) or not address:
         raise ValueError(
@@ -232,8 +238,8 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         agent_overhead=overhead,
         node_names=names,
         client_timeout=float(timeout),
-        description=str(raw.get("description", "")),
-        python=str(raw.get("python", "")),
+        description=raw.get("description"),
+        python=python,
         queue=raw.get("queue"),
         account=raw.get("account"),
         extra={k: raw[k] for k in ("psij_executor", "queue_poll_interval") if k in raw},
@@ -245,12 +251,30 @@ def parse(name: str, raw: dict) -> ResourceConfig:
     )
 
 
+def _yaml(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+@lru_cache(maxsize=1)
+def agent_configs() -> dict:
+    """The agent configs by name (configs/agents.yaml)."""
+    return _yaml(resources.files("configs").joinpath("agents.yaml").read_text())
+
+
+def check_agent_config(where: str, name: str | None) -> None:
+    """ValueError naming `where` when agent config `name` does not exist (None: the default)."""
+    if name is not None and name not in agent_configs():
+        raise ValueError(f"{where}.config={name!r} must be one of {sorted(agent_configs())}")
+
+
 def known_resources() -> list[str]:
     names = []
     for entry in resources.files("configs").iterdir():
         site = entry.name[: -len(".yaml")]
         if entry.name.endswith(".yaml") and site not in NOT_RESOURCES:
-            data = yaml.safe_load(entry.read_text()) or {}
+            data = _yaml(entry.read_text()) or {}
             names += [f"{site}.{key}" for key in data]
     return sorted(names)
 
@@ -263,11 +287,11 @@ def load(resource: str) -> ResourceConfig:
         path = Path(resource)
         if not path.is_file():
             raise ValueError(f"resource={resource!r}: no such config file")
-        return parse(path.stem, yaml.safe_load(path.read_text()) or {})
+        return parse(path.stem, _yaml(path.read_text()) or {})
     site, _, name = resource.partition(".")
     entry = resources.files("configs").joinpath(f"{site}.yaml")
     known = site and site not in NOT_RESOURCES and entry.is_file()
-    data = yaml.safe_load(entry.read_text()) if known else {}
+    data = _yaml(entry.read_text()) if known else {}
     if not name or name not in (data or {}):
         raise ValueError(
             f"resource={resource!r} is unknown; known resources: "

@@ -95,6 +95,13 @@ def check_transition(machine: Machine, obj, state: str) -> None:
     obj.state = state
 
 
+def reachable(machine: Machine, src: str, dst: str) -> bool:
+    """Whether every step of `path_to(machine, src, dst)` is a legal move."""
+    moves = _MOVES[id(machine)]
+    steps = path_to(machine, src, dst)
+    return all(move in moves for move in zip([src, *steps], steps))
+
+
 def path_to(machine: Machine, src: str, dst: str) -> list[str]:
     """The states between src (exclusive) and dst (inclusive) along the main path.
 

@@ -1,11 +1,13 @@
 """Client-side handles of pilots, partitions and units: state, history, wait and callbacks.
 
-All state changes arrive on the session's channel thread and go through `Stateful._advance`
+All state changes arrive on the session's channel thread and go through `Stateful.advance`
 under the session lock: the shared state machine checks the move (IllegalTransition otherwise),
 the history gets (state, timestamp), the store gets the record, waiters are woken and the
-registered callbacks run (after the lock is released, on the channel thread; a callback may
+registered callbacks run: the object's own, then its manager's (`manager_callbacks`), after the
+lock is released, on the channel thread (a callback may
 submit units or reconfigure, but must not block waiting for states, which would hang the thread
-that delivers them; `wait()` there raises instead).
+that delivers them; `wait()` there raises instead).  An update the machine refuses is not
+applied and is logged with the object and both states.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ class Stateful:
         self.state = S.NEW
         self.history: list[tuple[str, float]] = [(S.NEW, created or time.time())]
         self.reason: str | None = None
-        self._callbacks: list = []
+        self.stored = False  # written to the store once (its description with it)
+        self.callbacks: list = []
 
     def register_callback(self, cb) -> None:
         """cb(obj, state) after every state change of this object."""
-        self._callbacks.append(cb)
+        self.callbacks.append(cb)
+
+    def manager_callbacks(self) -> list:
+        """The callbacks of the manager that owns this object, run after its own."""
+        return []
 
     def wait(self, state=None, timeout: float | None = None) -> str:
         """Block until the object is in `state` (one or a list) or in a final state; returns the
@@ -41,15 +48,16 @@ class Stateful:
             if state is None
             else frozenset([state] if isinstance(state, str) else state) | S.FINAL
         )
-        self.session._wait_for(
+        self.session.wait_for(
             lambda: self.state in wanted,
             timeout,
             lambda: f"{self.uid} is {self.state}, waited for {sorted(wanted)}",
         )
         return self.state
 
-    def _advance(self, state: str, ts: float, reason: str | None, fired: list) -> bool:
-        """Move to `state` (filling in states skipped on the way); False if already there."""
+    def advance(self, state: str, ts: float, reason: str | None, fired: list) -> bool:
+        """Move to `state` (filling in states skipped on the way); False if already there.
+        IllegalTransition (nothing changed) for a move the state machine does not allow."""
         if state == self.state:
             return False
         for step in S.path_to(self.MACHINE, self.state, state):
@@ -57,7 +65,7 @@ class Stateful:
             self.history.append((step, ts))
             if reason and step in S.FINAL:
                 self.reason = reason
-            self.session._persist_state(self, step, ts)
+            self.session.persist_state(self, step, ts)
             fired.append((self, step))
         return True
 
@@ -94,6 +102,9 @@ class Unit(Stateful):
         self._output: list[tuple] = []
         self._output_bytes = 0
 
+    def manager_callbacks(self) -> list:
+        return self.umgr.callbacks
+
     OUTPUT_MAX = 1 << 20  # forwarded output kept per unit (bytes); the sandbox files have all
 
     @property
@@ -102,7 +113,7 @@ class Unit(Stateful):
         with self.session.lock:
             return list(self._output)
 
-    def _add_output(self, node: str, rank: int, stream: str, text: str) -> None:
+    def add_output(self, node: str, rank: int, stream: str, text: str) -> None:
         if self._output_bytes < self.OUTPUT_MAX:
             self._output.append((node, rank, stream, text))
             self._output_bytes += len(text)
@@ -196,7 +207,7 @@ class Partition(Stateful):
 
     def cancel(self, timeout: float | None = None) -> None:
         """Stop this partition: queued units go to another partition, running ones are CANCELED."""
-        self.pilot._stop_partitions([self.uid], "canceled by the user", timeout)
+        self.pilot.stop_partitions([self.uid], "canceled by the user", timeout)
 
     def as_doc(self, full: bool = True) -> dict:
         return {

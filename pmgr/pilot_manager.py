@@ -1,11 +1,16 @@
 """PilotManager and the client-side Pilot handle.
 
-submit_pilots(pd): the pilot and its initial partitions are created NEW, the pilot sandbox and
-the bootstrap config are written (LAUNCHING), the job goes to the batch system (PENDING; the
-partitions PENDING with it).  The bootstrap's `hello` makes the pilot ACTIVE; its `bye` carries
-the final state.  A job that exits without `bye`, or a pilot silent for client_timeout seconds,
-is FAILED with what its output said.  Partition states arrive from the bootstrap; partitions the
-client did not create (started from a shell) appear in `pilot.partitions` when first heard of.
+submit_pilots(pd): the pilot is planned (partition/plan.py: resource config, network config,
+size; a ValueError here leaves nothing behind), the pilot and its initial partitions are
+created NEW, the pilot sandbox and the bootstrap config are written (LAUNCHING), the job goes
+to the batch system (PENDING; the partitions PENDING with it).  The bootstrap's `hello` makes
+the pilot ACTIVE; its `bye` carries the final state.  A job that exits without `bye`, or a
+pilot silent for client_timeout seconds, is FAILED with what its output said.  Partition
+states arrive from the bootstrap; partitions the client did not create (started from a shell)
+appear in `pilot.partitions` when first heard of.
+Messages from the bootstrap reach the Pilot's public `on_*` handlers through the session's
+table (pmgr/session.py HANDLERS); callbacks registered on the PilotManager see every state
+change of its pilots.
 """
 
 from __future__ import annotations
@@ -13,36 +18,44 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 
-import pilot as _pilot_pkg
-from partition.description import ComputePartitionDescription
-from pilot import security
+from partition.plan import check_partition, plan_pilot
+from pilot import ids, processes, security
 from pilot import states as S
-from pilot.batch import submitter
-from pilot.descriptions import ALL, ComputePilotDescription
+from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.protocol import HEARTBEAT, msg, pack
+from pilot.resource_config import ResourceConfig
+from pmgr.batch import submitter
 from pmgr.entities import Partition, Stateful
 
 log = logging.getLogger("pmgr.pilots")
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_pilot_pkg.__file__)))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Pilot(Stateful):
     KIND = "pilots"
     MACHINE = S.PILOT_MACHINE
 
-    def __init__(self, session, uid: str, description: ComputePilotDescription, pmgr) -> None:
+    def __init__(
+        self,
+        session,
+        uid: str,
+        description: ComputePilotDescription,
+        pmgr,
+        size: dict,
+        resource: ResourceConfig,
+    ) -> None:
         super().__init__(session, uid)
         self.description = description
         self.pmgr = pmgr
-        self.umgr = None
-        self.size = dict(description._size)
-        self.resource = description._config
+        self.umgr = None  # the UnitManager that routes units to it (add_pilots)
+        self.size = dict(size)
+        self.resource = resource
         self.sandbox = os.path.join(session.dir, uid)
-        self._parts: dict[str, Partition] = {}
-        self.job = None
+        self.parts: dict[str, Partition] = {}
+        self.job = None  # the BatchJob (pmgr/batch/); None for a pilot a new client attached to
+        self.job_id = None  # the job's pid or batch id, kept in the store
         self.control: str | None = None
         self.last_heard = time.monotonic()
         self._next_hb = 0.0
@@ -50,22 +63,24 @@ class Pilot(Stateful):
         self._cancel_requested: str | None = None
         self._free: dict | None = None
         self._nodes: dict[int, dict] = {}
-        self._job_pid: int | None = None  # kept from the store when recovered
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
+
+    def manager_callbacks(self) -> list:
+        return self.pmgr.callbacks
 
     # -- public -----------------------------------------------------------------------------
     @property
     def partitions(self) -> list[Partition]:
         """Every partition this pilot ever had, final ones included, in creation order."""
         with self.session.lock:
-            return list(self._parts.values())
+            return list(self.parts.values())
 
     def partition(self, uid: str) -> Partition:
         with self.session.lock:
-            part = self._parts.get(uid) or self._parts.get(f"{self.uid}.{uid}")
+            part = self.parts.get(uid) or self.parts.get(f"{self.uid}.{uid}")
         if part is None:
             raise ValueError(
-                f"{self.uid}: partition={uid!r} is unknown; known: {sorted(self._parts)}"
+                f"{self.uid}: partition={uid!r} is unknown; known: {sorted(self.parts)}"
             )
         return part
 
@@ -83,7 +98,7 @@ class Pilot(Stateful):
 
     def cancel(self, timeout: float | None = 60.0) -> None:
         """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED."""
-        self._request_cancel("canceled by the user")
+        self.request_cancel("canceled by the user")
         if not self.session.channel.in_thread():
             self.wait(timeout=timeout)
 
@@ -103,8 +118,7 @@ class Pilot(Stateful):
                 raise ValueError(
                     f"reconfig: start[{i}]={d!r} must be a ComputePartitionDescription"
                 )
-            if (d.gpus == ALL or (d.gpus or 0) > 0) and not self.size["gpus"]:
-                raise ValueError(f"reconfig: start[{i}].gpus={d.gpus!r} but {self.uid} has no GPUs")
+            check_partition(f"reconfig: start[{i}]", d, self.size["gpus"], self.uid)
             descs.append(d)
         fired: list = []
         with self.session.lock:
@@ -112,14 +126,14 @@ class Pilot(Stateful):
                 raise ValueError(f"reconfig: {self.uid} is {self.state}")
             stop_uids = self._stop_uids(stop)
             for uid in stop_uids:
-                self._parts[uid].accepting = False
+                self.parts[uid].accepting = False
             new = []
             for d in descs:
-                part = self._new_partition(d)
+                part = self.new_partition(d)
                 new.append(part)
             cid = self.session.next_cid(self.uid)
             self._new_by_cmd[cid] = [p.uid for p in new]
-            self._command(
+            self.command(
                 {
                     "cid": cid,
                     "op": "reconfig",
@@ -130,147 +144,164 @@ class Pilot(Stateful):
                     },
                 }
             )
-        self.session._fire(fired)
+        self.session.fire(fired)
         return new
 
-    # -- internals --------------------------------------------------------------------------
+    # -- used by the other client objects ---------------------------------------------------
     def _stop_uids(self, stop) -> list[str]:
-        if stop is None:
-            return []
-        if stop == ALL:
-            return [p.uid for p in self._parts.values() if not p.final]
-        uids = [stop] if isinstance(stop, str) else list(stop)
-        return [self.partition(u).uid for u in uids]
+        return ids.resolve_partitions(
+            stop, self.uid, {uid: not p.final for uid, p in self.parts.items()}
+        )
 
-    def _new_partition(self, desc, uid: str | None = None) -> Partition:
+    def new_partition(self, desc, uid: str | None = None) -> Partition:
         uid = uid or self.session.next_uid(f"{self.uid}.part")
         part = Partition(self.session, uid, desc, self)
-        self._parts[uid] = part
-        self.session._persist_state(part, S.NEW, part.history[0][1])
+        self.parts[uid] = part
+        self.session.persist_state(part, S.NEW, part.history[0][1])
         return part
 
-    def _stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
+    def stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
         with self.session.lock:
             for uid in uids:
-                self._parts[uid].accepting = False
+                self.parts[uid].accepting = False
             cid = self.session.next_cid(self.uid)
-            self._command(
-                {"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}}
-            )
+            self.command({"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}})
         if not self.session.channel.in_thread():
             for uid in uids:
-                self._parts[uid].wait(timeout=timeout)
+                self.parts[uid].wait(timeout=timeout)
 
-    def _command(self, cmd: dict) -> None:
+    def command(self, cmd: dict) -> None:
         """Send a command to the bootstrap now, or when the pilot becomes ACTIVE."""
         if self.state == S.ACTIVE:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
         else:
             self._queued_cmds.append(cmd)
 
-    def _request_cancel(self, reason: str) -> None:
+    def request_cancel(self, reason: str) -> None:
         with self.session.lock:
             if self.final or self._cancel_requested:
                 return
             self._cancel_requested = reason
             if self.state == S.ACTIVE:
-                self._command({"cid": None, "op": "cancel_pilot", "args": {"reason": reason}})
+                self.command({"cid": None, "op": "cancel_pilot", "args": {"reason": reason}})
             elif self.job is not None:
                 self.job.cancel()  # not up yet: end the job; its exit makes the pilot CANCELED
 
-    def _kill_job(self) -> None:
+    def kill_job(self) -> None:
         if self.job is not None and self.job.poll() is None:
             self.job.kill()
 
-    def _on_message(self, kind: bytes, body, fired: list) -> None:
-        if kind == b"hello":
-            self.control = body.get("control")
-            self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
-            self._advance(S.ACTIVE, time.time(), None, fired)
-            for cmd in self._queued_cmds:
-                self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
-            self._queued_cmds.clear()
-            if self._cancel_requested:
-                self._command(
-                    {"cid": None, "op": "cancel_pilot", "args": {"reason": self._cancel_requested}}
-                )
-        elif kind == b"bye":
-            self._end(body.get("state", S.DONE), body.get("reason"), fired)
-        elif kind == b"reply":
-            self._on_reply(body, fired)
-        elif kind != b"hb":
-            log.warning("%s: unknown message %r", self.uid, kind)
+    # -- messages from the bootstrap (session.HANDLERS; channel thread, lock held) ------------
+    def on_hello(self, body: dict, fired: list) -> None:
+        self.control = body.get("control")
+        self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
+        self.advance(S.ACTIVE, time.time(), None, fired)
+        for cmd in self._queued_cmds:
+            self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
+        self._queued_cmds.clear()
+        if self._cancel_requested:
+            self.command(
+                {"cid": None, "op": "cancel_pilot", "args": {"reason": self._cancel_requested}}
+            )
 
-    def _on_reply(self, body: dict, fired: list) -> None:
+    def on_bye(self, body: dict, fired: list) -> None:
+        self.end(body.get("state", S.DONE), body.get("reason"), fired)
+
+    def on_hb(self, body: dict, fired: list) -> None:
+        pass  # liveness only: the session notes when it last heard from the pilot
+
+    def on_states(self, updates: list, fired: list) -> None:
+        """Batched state updates [[kind, uid, state, ts, info], ...] (kind: part | unit)."""
+        umgr = self.umgr
+        for kind, uid, state, ts, info in updates:
+            if kind == "part":
+                self.on_partition_state(uid, state, ts, info, fired)
+            elif umgr is not None:
+                umgr.on_unit_state(uid, state, ts, info, fired)
+            else:
+                log.warning("%s: state of unit %s, but no UnitManager uses it", self.uid, uid)
+        if umgr is not None:
+            umgr.route(fired)  # units ended: their partitions have room again
+
+    def on_output(self, chunks: list) -> None:
+        """Unit output forwarded by node daemons (channel thread, without the lock)."""
+        if self.umgr is not None:
+            self.umgr.on_output(chunks)
+
+    def on_back(self, body: dict, fired: list) -> None:
+        """Units a partition handed back (stopped before they ran): routed again."""
+        if self.umgr is not None:
+            self.umgr.on_units_back(body["part"], body["units"], fired)
+
+    def on_synced(self, body: dict, fired: list) -> None:
+        """After a sync: the units the partition's agent never had."""
+        if self.umgr is not None:
+            self.umgr.on_synced(body["part"], body["unknown"], fired)
+
+    def on_reply(self, body: dict, fired: list) -> None:
         new = self._new_by_cmd.pop(body.get("cid"), [])
         if body.get("ok"):
             return
         log.error("%s: command %s failed: %s", self.uid, body.get("cid"), body.get("error"))
         for uid in new:  # a refused reconfig starts nothing: its partitions end here
-            part = self._parts[uid]
+            part = self.parts[uid]
             if not part.final:
-                part._advance(
-                    S.FAILED, time.time(), f"reconfig refused: {body.get('error')}", fired
-                )
+                part.advance(S.FAILED, time.time(), f"reconfig refused: {body.get('error')}", fired)
 
-    def _partition_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
-        part = self._parts.get(uid)
+    def on_partition_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
+        part = self.parts.get(uid)
         if part is None:  # started from a shell
             desc = ComputePartitionDescription.from_dict(
                 info.get("description") or {"size": "FILL"}
             )
-            part = self._new_partition(desc, uid)
-            idx = uid.rsplit(".", 1)[-1]
-            if idx.isdigit():
-                self.session.counters[f"{self.uid}.part"] = max(
-                    self.session.counters.get(f"{self.uid}.part", 0), int(idx) + 1
-                )
+            part = self.new_partition(desc, uid)
+            self.session.seen_uid(f"{self.uid}.part", uid)
         if part.final:
             return
         if "resources" in info:
             part.resources = info["resources"]
         if "free" in info:
             self._free = info["free"]
-        part._advance(state, ts, info.get("reason"), fired)
+        part.advance(state, ts, info.get("reason"), fired)
         if self.umgr is not None and state in (S.ACTIVE,) + tuple(S.FINAL):
-            self.umgr._partition_changed(part, fired)
+            self.umgr.on_partition_changed(part, fired)
 
-    def _end(self, state: str, reason: str | None, fired: list) -> None:
+    def end(self, state: str, reason: str | None, fired: list) -> None:
         if self.final:
             return
         ts = time.time()
-        for part in self._parts.values():
+        for part in self.parts.values():
             if not part.final:
                 pstate = S.CANCELED if state == S.CANCELED else S.FAILED
                 if state == S.DONE:
                     pstate = S.DONE
-                part._advance(pstate, ts, reason or f"pilot {state}", fired)
+                part.advance(pstate, ts, reason or f"pilot {state}", fired)
                 if self.umgr is not None:
-                    self.umgr._partition_changed(part, fired)
-        self._advance(state, ts, reason, fired)
+                    self.umgr.on_partition_changed(part, fired)
+        self.advance(state, ts, reason, fired)
         if self.umgr is not None:
-            self.umgr._pilot_changed(self, fired)
+            self.umgr.on_pilot_changed(self, fired)
 
-    def _lost(self, reason: str, fired: list) -> None:
-        self._end(S.FAILED if not self._cancel_requested else S.CANCELED, reason, fired)
+    def lost(self, reason: str, fired: list) -> None:
+        self.end(S.FAILED if not self._cancel_requested else S.CANCELED, reason, fired)
 
-    def _tick(self, fired: list) -> None:
+    def tick(self, fired: list) -> None:
         if self.final:
             return
         code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
         now = time.monotonic()
         if code is not None:
             if self._cancel_requested and self.state != S.ACTIVE:
-                self._end(S.CANCELED, self._cancel_requested, fired)
+                self.end(S.CANCELED, self._cancel_requested, fired)
             else:
-                self._lost(
+                self.lost(
                     f"pilot job exited with code {code} without saying bye: {self.job.describe()}",
                     fired,
                 )
             return
         if self.state == S.ACTIVE:
             if now - self.last_heard > self.resource.client_timeout:
-                self._lost(f"no word from the pilot for {self.resource.client_timeout:g} s", fired)
+                self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s", fired)
             elif now >= self._next_hb:
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
@@ -284,7 +315,7 @@ class Pilot(Stateful):
             "size": self.size,
             "sandbox": self.sandbox,
             "reason": self.reason,
-            "job": getattr(self.job, "pid", None) or self._job_pid,
+            "job": self.job.pid if self.job is not None else self.job_id,
             "control": self.control,
         }
 
@@ -293,7 +324,7 @@ class PilotManager:
     def __init__(self, session) -> None:
         self.session = session
         self.uid = session.next_uid("pmgr")
-        self._callbacks: list = []
+        self.callbacks: list = []
         self.pilots: list[Pilot] = []
         session.pmgrs.append(self)
         if session.recovery is not None:  # an attached session: its pilots come back here
@@ -301,7 +332,7 @@ class PilotManager:
 
     def register_callback(self, cb) -> None:
         """cb(pilot, state) after every state change of this manager's pilots."""
-        self._callbacks.append(cb)
+        self.callbacks.append(cb)
 
     def get_pilots(self) -> list[Pilot]:
         return list(self.pilots)
@@ -315,20 +346,21 @@ class PilotManager:
                 raise ValueError(
                     f"submit_pilots: descriptions[{i}]={d!r} must be a ComputePilotDescription"
                 )
-        pilots = [self._submit(d) for d in descs]
+        plans = [plan_pilot(d) for d in descs]  # all checked before anything starts
+        pilots = [self._submit(d, plan) for d, plan in zip(descs, plans)]
         return pilots[0] if single else pilots
 
-    def _submit(self, pd: ComputePilotDescription) -> Pilot:
+    def _submit(self, pd: ComputePilotDescription, plan) -> Pilot:
         session = self.session
         fired: list = []
         with session.lock:
-            pilot = Pilot(session, session.next_uid("pilot"), pd, self)
+            pilot = Pilot(session, session.next_uid("pilot"), pd, self, plan.size, plan.config)
             session.pilots[pilot.uid] = pilot
             self.pilots.append(pilot)
-            session._persist_state(pilot, S.NEW, pilot.history[0][1])
+            session.persist_state(pilot, S.NEW, pilot.history[0][1])
             for d in pd.parts:
-                pilot._new_partition(d)
-            pilot._advance(S.LAUNCHING, time.time(), None, fired)
+                pilot.new_partition(d)
+            pilot.advance(S.LAUNCHING, time.time(), None, fired)
         os.makedirs(pilot.sandbox, exist_ok=True)
         cfg = {
             "session": session.uid,
@@ -338,14 +370,13 @@ class PilotManager:
             "resource": pd.resource,
             "size": pilot.size,
             "runtime": pd.runtime * 60.0,
-            "network": {str(k): v for k, v in (pd._network or {}).items()},
+            "network": {str(k): v for k, v in (plan.network or {}).items()},
             "client_timeout": pilot.resource.client_timeout,
             # a pilot outlives a client that died, for client_timeout s: long enough for a new
             # client process to attach to the session (Session(uid=...)) and take it over
             "watch_parent": False,
             "partitions": [
-                {"uid": p.uid, "description": p.description.to_dict()}
-                for p in pilot._parts.values()
+                {"uid": p.uid, "description": p.description.to_dict()} for p in pilot.parts.values()
             ],
         }
         if pilot.resource.node_daemons and security.needed(pilot.resource.address):
@@ -358,10 +389,10 @@ class PilotManager:
             PILOT_SESSION_ID=session.uid,
             PYTHONPATH=os.pathsep.join(filter(None, [PROJECT_ROOT, os.environ.get("PYTHONPATH")])),
         )
-        python = pilot.resource.python or sys.executable
+        argv = processes.python_m(processes.BOOTSTRAP, cfg_path, python=pilot.resource.python)
         try:
             job = submitter(pilot.resource.batch_system)(
-                [python, "-m", "pilot.bootstrap", cfg_path],
+                argv,
                 env,
                 pilot.sandbox,
                 queue=pd.queue,
@@ -372,14 +403,14 @@ class PilotManager:
             )
         except (OSError, ValueError) as exc:
             with session.lock:
-                pilot._end(S.FAILED, f"batch submission failed: {exc}", fired)
-            session._fire(fired)
+                pilot.end(S.FAILED, f"batch submission failed: {exc}", fired)
+            session.fire(fired)
             return pilot
         with session.lock:
             pilot.job = job
-            pilot._advance(S.PENDING, time.time(), None, fired)
-            for part in pilot._parts.values():
-                part._advance(S.PENDING, time.time(), None, fired)
-        session._fire(fired)
+            pilot.advance(S.PENDING, time.time(), None, fired)
+            for part in pilot.parts.values():
+                part.advance(S.PENDING, time.time(), None, fired)
+        session.fire(fired)
         log.info("%s submitted: %s", pilot.uid, pilot.size)
         return pilot

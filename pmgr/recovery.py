@@ -9,7 +9,7 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
             answer within ATTACH_TIMEOUT s is FAILED (lost).
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
-            (state updates) and which uids it never had (`synced`).  Nothing is guessed: a unit
+            (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
             no agent knows is routed again if it was only sent, else FAILED as lost.
 Units still at the client (SCHEDULING, no partition) are simply routed again.
 """
@@ -22,19 +22,19 @@ import time
 
 import zmq
 
-from partition.description import ComputePartitionDescription
+from pilot import resource_config
 from pilot import states as S
-from pilot.descriptions import ComputePilotDescription, ComputeUnitDescription
+from pilot.descriptions import (
+    ComputePartitionDescription,
+    ComputePilotDescription,
+    ComputeUnitDescription,
+)
 from pilot.protocol import pack, unpack
 from pmgr.entities import Partition, Unit
+from pmgr.pilot_manager import Pilot
 
 log = logging.getLogger("pmgr.recovery")
 ATTACH_TIMEOUT = 10.0
-
-
-def _index(uid: str) -> int:
-    tail = uid.rsplit(".", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
 
 
 class Recovery:
@@ -52,24 +52,20 @@ class Recovery:
         obj.state = doc["state"]
         obj.history = self.history.get(obj.uid) or [(obj.state, time.time())]
         obj.reason = doc.get("reason")
-        obj._stored = True
+        obj.stored = True
 
     def adopt_pilots(self, pmgr) -> list:
-        from pmgr.pilot_manager import Pilot
-
         if self.pilots:
             return []
         session = self.session
-        counters = session.counters
         for doc in self.pilot_docs:
             desc = ComputePilotDescription.from_dict(doc["description"])
-            pilot = Pilot(session, doc["uid"], desc, pmgr)
+            config = resource_config.load(desc.resource)
+            pilot = Pilot(session, doc["uid"], desc, pmgr, doc["size"], config)
             self._restore(pilot, doc)
-            pilot.size = doc["size"]
             pilot.control = doc.get("control")
-            pilot._job_pid = doc.get("job")
+            pilot.job_id = doc.get("job")
             pilot.last_heard = time.monotonic()
-            key = f"{pilot.uid}.part"
             for pdoc in session.store.find("partitions", pilot=pilot.uid):
                 part = Partition(
                     session,
@@ -79,9 +75,9 @@ class Recovery:
                 )
                 self._restore(part, pdoc)
                 part.resources = pdoc.get("resources")
-                pilot._parts[part.uid] = part
-                counters[key] = max(counters.get(key, 0), _index(part.uid) + 1)
-            counters["pilot"] = max(counters.get("pilot", 0), _index(pilot.uid) + 1)
+                pilot.parts[part.uid] = part
+                session.seen_uid(f"{pilot.uid}.part", part.uid)
+            session.seen_uid("pilot", pilot.uid)
             session.pilots[pilot.uid] = pilot
             self.pilots[pilot.uid] = pilot
         for pilot in self.pilots.values():
@@ -119,8 +115,8 @@ class Recovery:
                 log.info("%s: attached (%s)", pilot.uid, reply.get("result"))
             else:
                 why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
-                pilot._lost(f"lost: did not take the new client ({why})", fired)
-        self.session._fire(fired)
+                pilot.lost(f"lost: did not take the new client ({why})", fired)
+        self.session.fire(fired)
 
     def adopt_units(self, umgr) -> None:
         if self.units_adopted:
@@ -143,32 +139,30 @@ class Recovery:
                 unit.node, unit.slots = doc.get("node"), doc.get("slots")
                 unit.pilot = self.pilots.get(doc.get("pilot"))
                 umgr.units[unit.uid] = unit
-                session.counters["unit"] = max(
-                    session.counters.get("unit", 0), _index(unit.uid) + 1
-                )
+                session.seen_uid("unit", unit.uid)
                 if unit.final:
                     continue
                 if unit.part is None or unit.pilot is None:
                     unit.part = None
                     umgr.pending.append(unit)
                 elif unit.pilot.final:
-                    unit._advance(
+                    unit.advance(
                         S.FAILED,
                         time.time(),
                         f"lost with pilot {unit.pilot.uid} ({unit.pilot.state})",
                         fired,
                     )
                 else:
-                    part = unit.pilot._parts.get(unit.part)
+                    part = unit.pilot.parts.get(unit.part)
                     if part is not None:
                         part.outstanding += 1
                     ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)
             for pilot, units in ask.items():
-                pilot._command(
+                pilot.command(
                     {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
                 )
-            umgr._route(fired)
-        session._fire(fired)
+            umgr.route(fired)
+        session.fire(fired)
         log.info(
             "%s: %d units recovered, %d being reconciled with their agents",
             session.uid,

@@ -1,6 +1,6 @@
 """Session: the client's root object.  It owns the session directory, the state store and its
 writer thread, and the pilot link (channel thread), and it dispatches pilot messages to the
-managers.
+pilots and unit managers through one table keyed by message type (`HANDLERS`).
 
     with rp.Session() as session:          # embedded sqlite store in the session directory
         ...
@@ -22,10 +22,12 @@ import threading
 import time
 import uuid
 
+from pilot import ids
 from pilot import states as S
 from pilot.protocol import ProtocolError, unpack
 from pmgr import reaper
 from pmgr.channel import Channel
+from pmgr.pilot_manager import Pilot
 from pmgr.recovery import Recovery
 from pmgr.store import open_store
 from pmgr.store.writer import BatchWriter
@@ -34,7 +36,23 @@ log = logging.getLogger("pmgr.session")
 
 
 def sessions_dir() -> str:
+    """Where sessions live: $PILOT_SESSIONS_DIR, default ~/.pilot/sessions."""
     return os.environ.get("PILOT_SESSIONS_DIR") or os.path.expanduser("~/.pilot/sessions")
+
+
+# Messages from a pilot (pilot/protocol.py), by type, and the Pilot method that handles each,
+# called as handler(pilot, body, fired) on the channel thread with the session lock held.
+# `output` goes to Pilot.on_output outside the lock (output callbacks may be slow); `unsent` is
+# the channel's own: a message it could not send to the pilot (Session.on_unsent).
+HANDLERS = {
+    b"hello": Pilot.on_hello,
+    b"bye": Pilot.on_bye,
+    b"reply": Pilot.on_reply,
+    b"state": Pilot.on_states,
+    b"back": Pilot.on_back,
+    b"synced": Pilot.on_synced,
+    b"hb": Pilot.on_hb,
+}
 
 
 class Session:
@@ -74,7 +92,7 @@ class Session:
         self.writer.doc(
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
-        self.channel = Channel(self._on_message, self._on_tick)
+        self.channel = Channel(self.on_message, self.on_tick)
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
@@ -89,6 +107,12 @@ class Session:
         """A command id no other client process of this session can have used."""
         return self.next_uid(f"{pilot_uid}.cmd.{self.token}")
 
+    def seen_uid(self, prefix: str, uid: str) -> None:
+        """`uid` (made elsewhere: by a shell, by an earlier client process) exists: uids made
+        here with `prefix` continue after it."""
+        with self.lock:
+            self.counters[prefix] = ids.next_index(self.counters.get(prefix, 0), uid)
+
     def next_uid(self, prefix: str, width: int = 4) -> str:
         with self.lock:
             n = self.counters.get(prefix, 0)
@@ -96,13 +120,13 @@ class Session:
         return f"{prefix}.{n:0{width}d}"
 
     # -- state changes (called with the lock held) ---------------------------------------------
-    def _persist_state(self, obj, state: str, ts: float) -> None:
+    def persist_state(self, obj, state: str, ts: float) -> None:
         self.writer.hist(
             (self.uid, obj.KIND, obj.uid, state, ts, obj.reason if state in S.FINAL else None)
         )
         self.writer.changed(obj)
 
-    def _wait_for(self, predicate, timeout: float | None, describe) -> None:
+    def wait_for(self, predicate, timeout: float | None, describe) -> None:
         if self.channel.in_thread():
             raise RuntimeError(
                 "wait() inside a state callback would block the thread that "
@@ -116,21 +140,18 @@ class Session:
                     raise TimeoutError(f"timeout after {timeout} s: {describe()}")
                 self.cond.wait(min(left, 1.0) if left is not None else 1.0)
 
-    def _fire(self, fired: list) -> None:
-        """Run callbacks for objects that changed (outside the lock)."""
+    def fire(self, fired: list) -> None:
+        """Run callbacks for objects that changed (outside the lock): the object's own, then
+        those of the manager that owns it (a unit's UnitManager, a pilot's PilotManager)."""
         for obj, state in fired:
-            cbs = list(obj._callbacks)
-            mgr = getattr(obj, "umgr", None) or getattr(obj, "pmgr", None)
-            if mgr is not None:
-                cbs += mgr._callbacks
-            for cb in cbs:
+            for cb in obj.callbacks + obj.manager_callbacks():
                 try:
                     cb(obj, state)
                 except Exception:
                     log.exception("callback %r for %s failed", cb, obj.uid)
 
     # -- messages from pilots (channel thread) -------------------------------------------------
-    def _on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
+    def on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
         pilot = self.pilots.get(pilot_uid)
         if pilot is None:
             log.warning("message from unknown pilot %r dropped", pilot_uid)
@@ -139,68 +160,44 @@ class Session:
         if kind == b"output":
             pilot.last_heard = time.monotonic()
             try:
-                if pilot.umgr is not None:
-                    pilot.umgr.on_output(unpack(frames[1]))
-            except (ProtocolError, ValueError, IndexError) as exc:
+                pilot.on_output(unpack(frames[1]))
+            except (ProtocolError, ValueError, IndexError, TypeError) as exc:
                 log.error("bad output message from %s: %s", pilot_uid, exc)
             return
         fired: list = []
         with self.lock:
             pilot.last_heard = time.monotonic()
             try:
-                if kind == b"state":
-                    self._on_states(pilot, unpack(frames[1]), fired)
-                elif kind == b"back":
-                    body = unpack(frames[1])
-                    pilot.umgr.units_back(body["part"], body["units"], fired)
-                elif kind == b"unsent" and frames[1] == b"units":
-                    pilot.umgr.units_back(frames[2].decode(), unpack(frames[3]), fired)
-                elif kind == b"synced":
-                    body = unpack(frames[1])
-                    pilot.umgr.synced(body["part"], body["unknown"], fired)
-                elif kind == b"unsent":
-                    pilot._on_reply(
-                        {
-                            "cid": unpack(frames[2]).get("cid"),
-                            "ok": False,
-                            "error": "pilot not connected",
-                        },
-                        fired,
-                    )
+                if kind == b"unsent":
+                    self.on_unsent(pilot, frames[1:], fired)
                 else:
-                    pilot._on_message(kind, unpack(frames[1]) if len(frames) > 1 else {}, fired)
-            except (ProtocolError, KeyError, TypeError, IndexError) as exc:
+                    handler = HANDLERS.get(kind)
+                    if handler is None:
+                        raise ProtocolError(f"unknown message type {kind!r}")
+                    handler(pilot, unpack(frames[1]) if len(frames) > 1 else {}, fired)
+            except (ProtocolError, KeyError, TypeError, IndexError, ValueError) as exc:
                 log.error("bad message %r from %s: %s", kind, pilot_uid, exc)
             if fired:
                 self.cond.notify_all()
-        self._fire(fired)
+        self.fire(fired)
 
-    def _on_states(self, pilot, updates: list, fired: list) -> None:
-        units = None
-        umgr = None
-        for kind, uid, state, ts, info in updates:
-            if kind == "unit":
-                if units is None:
-                    units = pilot.umgr.units
-                unit = units.get(uid)
-                if unit is None:
-                    log.warning("state for unknown unit %s dropped", uid)
-                    continue
-                umgr = unit.umgr
-                umgr._unit_state(unit, state, ts, info, fired)
-            else:
-                pilot._partition_state(uid, state, ts, info, fired)
-        if umgr is not None and umgr.pending:
-            umgr._route(fired)  # units ended: their partitions have room again
+    def on_unsent(self, pilot, frames: list[bytes], fired: list) -> None:
+        """A message the channel could not send (the pilot is not connected): units go back to
+        be routed again; a command is answered as failed."""
+        if frames[0] == b"units":
+            pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])}, fired)
+        else:
+            cid = unpack(frames[1]).get("cid")
+            pilot.on_reply({"cid": cid, "ok": False, "error": "pilot not connected"}, fired)
 
-    def _on_tick(self) -> None:
+    def on_tick(self) -> None:
         fired: list = []
         with self.lock:
             for pilot in list(self.pilots.values()):
-                pilot._tick(fired)
+                pilot.tick(fired)
             if fired:
                 self.cond.notify_all()
-        self._fire(fired)
+        self.fire(fired)
 
     # -- end ------------------------------------------------------------------------------------
     def close(self, timeout: float = 30.0, terminate: bool = True) -> None:
@@ -218,7 +215,7 @@ class Session:
             return
         live = [p for p in self.pilots.values() if not p.final]
         for p in live:
-            p._request_cancel("session closed")
+            p.request_cancel("session closed")
         deadline = time.monotonic() + timeout
         for p in live:
             try:
@@ -228,7 +225,7 @@ class Session:
         for p in self.pilots.values():
             if p.job is not None and p.final:  # it said bye: let the job end on its own
                 p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
-            p._kill_job()
+            p.kill_job()
         left = reaper.kill_session_processes(self.uid)
         if left:
             log.warning("killed %d leftover process(es) of %s: %s", len(left), self.uid, left)
@@ -236,8 +233,8 @@ class Session:
         with self.lock:
             for p in self.pilots.values():
                 if not p.final:
-                    p._lost("session closed before the pilot reported its end", fired)
-        self._fire(fired)
+                    p.lost("session closed before the pilot reported its end", fired)
+        self.fire(fired)
         self.channel.close()
         self.unpersisted = self.writer.close(timeout=10.0)
         if self.unpersisted:

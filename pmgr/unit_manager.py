@@ -39,8 +39,9 @@ class UnitManager:
         self.pilots: list = []
         self.units: dict[str, Unit] = {}
         self.pending: deque[Unit] = deque()
-        self._callbacks: list = []
+        self.callbacks: list = []
         self._output_callbacks: list = []
+        self.said_again = 0  # updates refused because the unit had passed them (sync replays)
         session.umgrs.append(self)
         if session.recovery is not None:  # an attached session: its units come back here
             session.recovery.adopt_units(self)
@@ -48,7 +49,7 @@ class UnitManager:
     # -- public -----------------------------------------------------------------------------
     def register_callback(self, cb) -> None:
         """cb(unit, state) after every state change of this manager's units."""
-        self._callbacks.append(cb)
+        self.callbacks.append(cb)
 
     def register_output_callback(self, cb) -> None:
         """cb(unit, node, rank, stream, text) for output forwarded from multi-node pilots
@@ -64,7 +65,7 @@ class UnitManager:
                 unit = self.units.get(uid)
                 if unit is None:
                     continue
-                unit._add_output(node, rank, stream, text)
+                unit.add_output(node, rank, stream, text)
                 calls.append((unit, node, rank, stream, text))
         for cb in list(self._output_callbacks):
             for call in calls:
@@ -83,8 +84,8 @@ class UnitManager:
                 if p.umgr is None:
                     p.umgr = self
                     self.pilots.append(p)
-            self._route(fired)
-        self.session._fire(fired)
+            self.route(fired)
+        self.session.fire(fired)
 
     def submit_units(self, descriptions):
         """Submit one ComputeUnitDescription (returns a Unit), a list, or a UnitGroup (returns
@@ -98,7 +99,7 @@ class UnitManager:
                 raise ValueError(
                     f"submit_units: descriptions[{i}]={d!r} must be a ComputeUnitDescription"
                 )
-            if d.partition is not None and self._find_partition(d.partition) is None:
+            if d.partition is not None and self.find_partition(d.partition) is None:
                 raise ValueError(
                     f"submit_units: descriptions[{i}].partition={d.partition!r} "
                     f"is not a partition of this manager's pilots "
@@ -113,15 +114,15 @@ class UnitManager:
                 unit = Unit(session, session.next_uid("unit", 6), d, self, now)
                 self.units[unit.uid] = unit
                 units.append(unit)
-                session._persist_state(unit, S.NEW, now)
-                unit._advance(S.SCHEDULING, now, None, fired)
+                session.persist_state(unit, S.NEW, now)
+                unit.advance(S.SCHEDULING, now, None, fired)
                 reason = self._never_fits(unit)
                 if reason:
-                    unit._advance(S.FAILED, now, reason, fired)
+                    unit.advance(S.FAILED, now, reason, fired)
                 else:
                     self.pending.append(unit)
-            self._route(fired)
-        session._fire(fired)
+            self.route(fired)
+        session.fire(fired)
         return units[0] if single else units
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
@@ -139,14 +140,14 @@ class UnitManager:
             for u in targets:
                 if u.part is None:
                     self.pending.remove(u)
-                    u._advance(S.CANCELED, now, reason, fired)
+                    u.advance(S.CANCELED, now, reason, fired)
                 else:
                     by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
             for pilot, pairs in by_pilot.items():
-                pilot._command(
+                pilot.command(
                     {"cid": None, "op": "cancel_units", "args": {"units": pairs, "reason": reason}}
                 )
-        self.session._fire(fired)
+        self.session.fire(fired)
 
     def wait_units(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
         """Block until the units (all when uids is None) are final (or in `state`)."""
@@ -175,7 +176,7 @@ class UnitManager:
                 left = left[i:]
             return not left
 
-        self.session._wait_for(
+        self.session.wait_for(
             arrived,
             timeout,
             lambda: f"{len(left)} of {len(units)} units not there yet, e.g. {left[:3]}",
@@ -197,9 +198,9 @@ class UnitManager:
             raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")
         return unit
 
-    def _find_partition(self, uid: str):
+    def find_partition(self, uid: str):
         for p in self.pilots:
-            for part in p._parts.values():
+            for part in p.parts.values():
                 if part.uid == uid:
                     return part
         return None
@@ -207,7 +208,7 @@ class UnitManager:
     def _never_fits(self, unit: Unit) -> str | None:
         d = unit.description
         if d.partition is not None:
-            part = self._find_partition(d.partition)
+            part = self.find_partition(d.partition)
             if part.final:
                 return f"partition={d.partition!r} is {part.state}"
             return None  # its agent knows the partition's pool and says so at arrival
@@ -225,21 +226,21 @@ class UnitManager:
             )
         return None
 
-    def _route(self, fired: list) -> None:
+    def route(self, fired: list) -> None:
         """Send pending units, oldest first, to partitions with room in their window."""
         if not self.pending:
             return
         if self.pilots and all(p.final for p in self.pilots):
             now = time.time()
             for unit in self.pending:
-                unit._advance(S.FAILED, now, "no live pilot is left to run it", fired)
+                unit.advance(S.FAILED, now, "no live pilot is left to run it", fired)
             self.pending.clear()
             return
         room = {
             part: part.window - part.outstanding
             for p in self.pilots
             if p.state == S.ACTIVE
-            for part in p._parts.values()
+            for part in p.parts.values()
             if part.state == S.ACTIVE and part.accepting and part.window > part.outstanding
         }
         if not room:
@@ -253,12 +254,12 @@ class UnitManager:
             d = unit.description
             target = None
             if d.partition is not None:
-                part = self._find_partition(d.partition)
+                part = self.find_partition(d.partition)
                 if part in room:
                     target = part
                 elif part.final:
                     why = f"partition={part.uid!r} is {part.state}"
-                    unit._advance(S.FAILED, time.time(), why, fired)
+                    unit.advance(S.FAILED, time.time(), why, fired)
                     continue
             else:
                 key = (d.rank_cores, d.rank_gpus, d.ranks)
@@ -286,49 +287,66 @@ class UnitManager:
                 )
 
     # -- events (lock held, channel thread) ---------------------------------------------------
-    def _unit_state(self, unit: Unit, state: str, ts: float, info: dict, fired: list) -> None:
-        if unit.final or (
-            state not in S.FINAL and S.UNIT_ORDER.get(state, 99) <= S.UNIT_ORDER.get(unit.state, -1)
-        ):
-            return  # stale: an update said again (sync after an attach) that it has passed
+    def on_unit_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
+        """One state update from an agent.  One the unit's state machine refuses changes
+        nothing: said again (a sync after an attach repeats what the unit has passed) it is
+        counted in `said_again`; any other is logged with the unit and both states."""
+        unit = self.units.get(uid)
+        if unit is None:
+            log.warning("state %s for unknown unit %s dropped", state, uid)
+            return
+        if state == unit.state:
+            return
+        if not S.reachable(S.UNIT_MACHINE, unit.state, state):
+            if any(state == past for past, _ in unit.history):
+                self.said_again += 1
+            else:
+                log.warning(
+                    "%s: update %s -> %s refused by the unit state machine (%s)",
+                    uid,
+                    unit.state,
+                    state,
+                    info.get("reason") or f"exit code {info.get('exit_code')}",
+                )
+            return
         if "exit_code" in info:
             unit.exit_code = info["exit_code"]
         if "node" in info:
             unit.node = info["node"]
             unit.slots = info.get("slots")
-        unit._advance(state, ts, info.get("reason"), fired)
+        unit.advance(state, ts, info.get("reason"), fired)
         if unit.final and unit.part is not None:
-            part = unit.pilot._parts.get(unit.part)
+            part = unit.pilot.parts.get(unit.part)
             if part is not None:
                 part.outstanding -= 1
 
-    def units_back(self, part_uid: str, units: list, fired: list) -> None:
+    def on_units_back(self, part_uid: str, units: list, fired: list) -> None:
         """Units a partition could not or did not run: route them again."""
         now = time.time()
         back = []
-        stopping = self._find_partition(part_uid)
+        stopping = self.find_partition(part_uid)
         if stopping is not None:
             stopping.accepting = False  # it is going away: send it nothing more
         for d in units:
             unit = self.units.get(d["uid"])
             if unit is None or unit.final or unit.part != part_uid:
                 continue
-            part = unit.pilot._parts.get(part_uid)
+            part = unit.pilot.parts.get(part_uid)
             if part is not None:
                 part.outstanding -= 1
             if unit.description.partition == part_uid:  # pinned there: nowhere else to go
-                unit._advance(
+                unit.advance(
                     S.FAILED, now, f"its partition {part_uid} was stopped before it ran", fired
                 )
                 continue
             if unit.state == S.QUEUED:
-                unit._advance(S.SCHEDULING, now, None, fired)
+                unit.advance(S.SCHEDULING, now, None, fired)
             unit.part = None
             back.append(unit)
         self.pending.extendleft(reversed(back))
-        self._route(fired)
+        self.route(fired)
 
-    def _partition_changed(self, part, fired: list) -> None:
+    def on_partition_changed(self, part, fired: list) -> None:
         if part.final:
             now = time.time()
             for unit in self.units.values():
@@ -342,7 +360,7 @@ class UnitManager:
                     front=True,
                 )
             part.outstanding = 0
-        self._route(fired)
+        self.route(fired)
 
     def _never_reached(
         self, unit: Unit, why: str, now: float, fired: list, front: bool = False
@@ -353,12 +371,12 @@ class UnitManager:
             unit.part = None
             (self.pending.appendleft if front else self.pending.append)(unit)
         else:
-            unit._advance(S.FAILED, now, why, fired)
+            unit.advance(S.FAILED, now, why, fired)
 
-    def _pilot_changed(self, pilot, fired: list) -> None:
-        self._route(fired)
+    def on_pilot_changed(self, pilot, fired: list) -> None:
+        self.route(fired)
 
-    def synced(self, part_uid: str, unknown: list, fired: list) -> None:
+    def on_synced(self, part_uid: str, unknown: list, fired: list) -> None:
         """After an attach, the agent of `part_uid` does not know these units: one that was
         only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
         now = time.time()
@@ -366,7 +384,7 @@ class UnitManager:
             unit = self.units.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
                 continue
-            part = unit.pilot._parts.get(part_uid)
+            part = unit.pilot.parts.get(part_uid)
             if part is not None:
                 part.outstanding -= 1
             self._never_reached(
@@ -375,4 +393,4 @@ class UnitManager:
                 now,
                 fired,
             )
-        self._route(fired)
+        self.route(fired)

@@ -1,4 +1,5 @@
-"""Descriptions are validated on construction and on assignment, with errors naming the field."""
+"""Descriptions are validated on construction and on assignment, with errors naming the field;
+what needs the resource config is checked where a pilot is submitted."""
 
 import pytest
 
@@ -19,7 +20,7 @@ CPD = rp.ComputePartitionDescription
         ({"nodes": 1, "cores": 2}, r"nodes= takes whole nodes"),
         ({}, r"no size given"),
         ({"cores": 0, "gpus": 0}, r"empty partition"),
-        ({"cores": 1, "config": "orte"}, r"config='orte' must be one of \['default', 'fork'\]"),
+        ({"cores": 1, "config": "o r"}, r"config='o r' must be the name of an agent config"),
         ({"cores": 1, "colour": "red"}, r"unknown key\(s\) \['colour'\]"),
     ],
 )
@@ -71,21 +72,9 @@ def test_unit_description_errors(kwargs, match):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (
-            {"resource": "nowhere.at_all", "parts": [CPD(cores=1)]},
-            r"resource='nowhere.at_all' is unknown; known "
-            r"resources: \['cray.fake', 'local.localhost'",
-        ),
-        ({"parts": [CPD(cores=1, gpus=2)]}, r"parts\[0\].gpus=2 but the resource has no GPUs"),
-        ({"parts": [CPD(gpus=rp.ALL)]}, r"parts\[0\].gpus='ALL' but the resource has no GPUs"),
         ({"parts": []}, r"parts=\[\] must be a non-empty list"),
         ({"parts": ["8 cores"]}, r"parts\[0\]='8 cores' must be a ComputePartitionDescription"),
         ({"parts": [CPD(cores=1)], "runtime": 0}, r"runtime=0 must be a number of minutes > 0"),
-        (
-            {"parts": [CPD("50%")]},
-            r"parts\[0\].size='50%' is relative; give the pilot an "
-            r"explicit size",
-        ),
         ({"parts": [CPD(cores=1)], "colour": 1}, r"unknown key\(s\) \['colour'\]"),
     ],
 )
@@ -94,22 +83,63 @@ def test_pilot_description_errors(kwargs, match):
         rp.ComputePilotDescription(**kwargs)
 
 
-def test_pilot_too_big_for_the_resource(tmp_path):
+def test_descriptions_read_no_file(tmp_path):
+    """Building or changing a description does no I/O: a resource that does not exist (yet)
+    is only found out at submit."""
+    missing = str(tmp_path / "later.yaml")
+    pd = rp.ComputePilotDescription(resource=missing, parts=[CPD(cores=1, config="orte")])
+    pd.network_config = str(tmp_path / "nodes.yaml")
+    pd.parts = [CPD(cores=2)]
+    assert pd.resource == missing and pd.parts[0].cores == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (
+            {"resource": "nowhere.at_all", "parts": [CPD(cores=1)]},
+            r"resource='nowhere.at_all' is unknown; known "
+            r"resources: \['cray.fake', 'local.localhost'",
+        ),
+        ({"parts": [CPD(cores=1, gpus=2)]}, r"parts\[0\].gpus=2 but the resource has no GPUs"),
+        ({"parts": [CPD(gpus=rp.ALL)]}, r"parts\[0\].gpus='ALL' but the resource has no GPUs"),
+        (
+            {"parts": [CPD(cores=1, config="orte")]},
+            r"parts\[0\].config='orte' must be one of \['default', 'fork'\]",
+        ),
+        (
+            {"parts": [CPD("50%")]},
+            r"parts\[0\].size='50%' is relative; give the pilot an "
+            r"explicit size",
+        ),
+    ],
+)
+def test_pilot_errors_at_submit(session, kwargs, match):
+    pmgr = rp.PilotManager(session)
+    with pytest.raises(ValueError, match=match):
+        pmgr.submit_pilots(rp.ComputePilotDescription(**kwargs))
+    assert pmgr.get_pilots() == []  # nothing was started
+
+
+def test_pilot_too_big_for_the_resource(session, tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text("batch_system: local\ncores_per_node: 4\n")
+    pd = rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=3), CPD(cores=3)])
     with pytest.raises(
         ValueError,
         match=r"parts\[1\] does not fit the resource: needs 3 cores, "
         r"1 free",
     ):
-        rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=3), CPD(cores=3)])
+        rp.PilotManager(session).submit_pilots(pd)
 
 
-def test_resource_config_errors(tmp_path):
+def test_resource_config_errors(session, tmp_path):
     cfg = tmp_path / "bad.yaml"
+    pmgr = rp.PilotManager(session)
+    pd = rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=1)])
     cfg.write_text("batch_system: pbs\n")
     with pytest.raises(ValueError, match=r"batch_system='pbs' must be one of \('local', 'slurm'\)"):
-        rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=1)])
+        pmgr.submit_pilots(pd)
     cfg.write_text("cores_per_node: -2\n")
     with pytest.raises(ValueError, match=r"cores_per_node=-2 must be an integer >= 0"):
-        rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=1)])
+        pmgr.submit_pilots(pd)

@@ -95,9 +95,10 @@ def test_pilot_nodes_take_names_and_host_ids_from_the_network_config(session, tm
     assert u.wait(timeout=60) == rp.DONE and u.node == "beta"
     short = tmp_path / "one.yaml"
     short.write_text(yaml.safe_dump({0: cfg[0]}))
+    pd = rp.ComputePilotDescription(
+        resource="local.simulated",
+        network_config=str(short),
+        parts=[rp.ComputePartitionDescription(cores=12)],
+    )
     with pytest.raises(ValueError, match=r"names 1 node\(s\), the pilot needs 3"):
-        rp.ComputePilotDescription(
-            resource="local.simulated",
-            network_config=str(short),
-            parts=[rp.ComputePartitionDescription(cores=12)],
-        )
+        rp.PilotManager(session).submit_pilots(pd)

@@ -73,7 +73,7 @@ def test_share_and_fill_after_partial_stops(session, four_cores):
 
 def test_stop_all_and_bad_requests_change_nothing(session, four_cores):
     pilot, umgr = active_pilot(session, parts=((1,), (1,)), resource=four_cores)
-    with pytest.raises(ValueError, match=r"partition='part.9999' is unknown"):
+    with pytest.raises(ValueError, match=r"stop='part.9999': no such partition in pilot.0000"):
         pilot.reconfig(stop="part.9999", start=[CPD(cores=1)])
     with pytest.raises(ValueError, match=r"start\[0\].gpus=1 but pilot.0000 has no GPUs"):
         pilot.reconfig(start=[CPD(cores=1, gpus=1)])

@@ -3,6 +3,7 @@
 import pytest
 
 import pilot as rp
+from partition.plan import plan_pilot
 from partition.sizing import AllocationError, Pool
 from pilot import resource_config
 
@@ -10,7 +11,7 @@ CPD = rp.ComputePartitionDescription
 
 
 def size_of(resource, parts, **kw):
-    return rp.ComputePilotDescription(resource=resource, parts=parts, **kw)._size
+    return plan_pilot(rp.ComputePilotDescription(resource=resource, parts=parts, **kw)).size
 
 
 def test_localhost_pilot_holds_exactly_what_its_partitions_need(tmp_path):

@@ -61,8 +61,11 @@ def test_records_lost_for_good_are_named(tmp_path):
         def write_batch(self, batch):
             raise ConnectionError("database is down")
 
+        get = find = history = write_batch
+
     class Obj:
         KIND = "units"
+        stored = False
 
         def __init__(self, uid):
             self.uid = uid
@@ -85,6 +88,7 @@ def test_a_bad_record_does_not_take_its_batch_down(tmp_path):
 
     class Obj:
         KIND = "units"
+        stored = False
 
         def __init__(self, uid, state):
             self.uid, self.state = uid, state

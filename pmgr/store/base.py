@@ -17,6 +17,7 @@ Reads serve recovery, the CLI and tests.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 KINDS = ("sessions", "pilots", "partitions", "units")
@@ -61,22 +62,25 @@ class Batch:
         return sum(len(d) for d in self.docs.values()) + len(self.history)
 
 
-class StateStore:
+class StateStore(ABC):
+    """One backend per file: pmgr/store/sqlite.py, mongo.py, null.py; `pmgr.store.open_store`
+    picks one by URL.  The contract tests (tests/test_store_contract.py) hold for each."""
+
     url: str
 
-    def write_batch(self, batch: Batch) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def write_batch(self, batch: Batch) -> None: ...
 
-    def get(self, kind: str, uid: str) -> dict | None:
-        raise NotImplementedError
+    @abstractmethod
+    def get(self, kind: str, uid: str) -> dict | None: ...
 
-    def find(self, kind: str, **where) -> list[dict]:
-        raise NotImplementedError
+    @abstractmethod
+    def find(self, kind: str, **where) -> list[dict]: ...
 
-    def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
-        raise NotImplementedError
+    @abstractmethod
+    def history(self, uid: str | None = None, session: str | None = None) -> list[dict]: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a store with nothing to close need not say so)
         pass
 
     def transient(self, exc: Exception) -> bool:
@@ -91,42 +95,3 @@ def check_kind(kind: str, where: dict | None = None) -> None:
     bad = set(where or ()) - set(FIELDS[kind])
     if bad:
         raise ValueError(f"find({kind}): cannot filter on {sorted(bad)}; accepted: {FIELDS[kind]}")
-
-
-def open_store(url: str) -> StateStore:
-    """A store for `url`: sqlite:///PATH (embedded) or mongodb://... ."""
-    if url.startswith("sqlite:///"):
-        from pmgr.store.sqlite import SqliteStore
-
-        return SqliteStore(url)
-    if url.startswith(("mongodb://", "mongodb+srv://")):
-        from pmgr.store.mongo import MongoStore
-
-        return MongoStore(url)
-    if url == "null://":
-        return NullStore(url)
-    raise ValueError(
-        f"database_url={url!r} must start with sqlite:/// or mongodb:// (or be null:// for "
-        "no persistence, in benchmarks)"
-    )
-
-
-class NullStore(StateStore):
-    """Persists nothing: the baseline when measuring what persistence costs."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def write_batch(self, batch: Batch) -> None:
-        pass
-
-    def get(self, kind: str, uid: str) -> dict | None:
-        check_kind(kind)
-        return None
-
-    def find(self, kind: str, **where) -> list[dict]:
-        check_kind(kind, where)
-        return []
-
-    def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
-        return []

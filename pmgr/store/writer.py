@@ -119,7 +119,7 @@ class BatchWriter:
             else:
                 objs[id(rec)] = rec
         for obj in objs.values():
-            full = not getattr(obj, "_stored", False)
+            full = not obj.stored
             batch.docs[obj.KIND][obj.uid] = obj.as_doc(full)
             uids.add(obj.uid)
         try:
@@ -150,7 +150,7 @@ class BatchWriter:
             log.warning("store is back: %d records written after the outage", len(items))
             self.retrying = False
         for obj in objs.values():
-            obj._stored = True
+            obj.stored = True
         self.unpersisted.difference_update(uids)
         self.written += len(items)
         self.batches += 1

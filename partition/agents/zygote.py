@@ -1,10 +1,12 @@
-"""Starting agents through the agent zygote (agent/zygote.py), from the bootstrap's side.
+"""Agents forked by the agent zygote (agent/zygote.py, whose header has the protocol), from
+the bootstrap's side.
 
-`AgentLauncher.spawn()` sends the zygote one request line and returns an `AgentProc` at once;
+`AgentLauncher.spawn()` sends the zygote one request line and returns a `ForkedAgent` at once;
 its pid arrives with the zygote's answer.  The bootstrap registers `launcher.fd` in its poller
-and calls `launcher.on_readable()`; `AgentProc.poll()` then reports the agent's exit code.
-Waits are bounded: `AgentProc.wait(timeout)` reads the zygote's reports until the agent exits
-or the time is up.  If the zygote itself dies, it is started again on the next spawn.
+and calls `launcher.read()`; `ForkedAgent.poll()` then reports how the agent ended.  Waits are
+bounded: `ForkedAgent.wait(timeout)` reads the zygote's reports until the agent exits or the
+time is up.  If the zygote itself dies, it is started again on the next spawn.  Interface:
+AgentProcess (partition/manager.py).
 """
 
 from __future__ import annotations
@@ -15,51 +17,50 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
+
+from partition.manager import AgentExit
+from pilot import processes
 
 log = logging.getLogger("bootstrap.launch")
 
 
-class AgentProc:
+class ForkedAgent:
     def __init__(self, launcher: AgentLauncher, cfg_path: str) -> None:
         self.launcher = launcher
         self.cfg_path = cfg_path
         self.pid: int | None = None
-        self.code: int | None = None
+        self.ended: AgentExit | None = None
         self.kill_when_started = False
 
-    def poll(self) -> int | None:
-        return self.code
+    def poll(self) -> AgentExit | None:
+        return self.ended
 
     def kill(self) -> None:
         if self.pid is None:
             self.kill_when_started = True
-        elif self.code is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        elif self.ended is None:
+            processes.signal_process(self.pid, signal.SIGKILL)
 
-    def wait(self, timeout: float) -> int | None:
+    def wait(self, timeout: float) -> AgentExit | None:
         deadline = time.monotonic() + timeout
-        while self.code is None and time.monotonic() < deadline:
+        while self.ended is None and time.monotonic() < deadline:
             self.launcher.read(min(0.05, max(0.0, deadline - time.monotonic())))
-        return self.code
+        return self.ended
 
 
 class AgentLauncher:
     def __init__(self, env: dict | None = None) -> None:
         self.env = env
         self.zygote: subprocess.Popen | None = None
-        self.by_cfg: dict[str, AgentProc] = {}
-        self.by_pid: dict[int, AgentProc] = {}
+        self.by_cfg: dict[str, ForkedAgent] = {}
+        self.by_pid: dict[int, ForkedAgent] = {}
         self._buf = b""
         self._start()
 
     def _start(self) -> None:
         self.zygote = subprocess.Popen(
-            [sys.executable, "-m", "agent.zygote"],
+            processes.python_m(processes.ZYGOTE),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=self.env,
@@ -72,11 +73,11 @@ class AgentLauncher:
     def fd(self) -> int:
         return self.zygote.stdout.fileno()
 
-    def spawn(self, cfg_path: str, log_path: str) -> AgentProc:
+    def spawn(self, cfg_path: str, log_path: str) -> ForkedAgent:
         if self.zygote.poll() is not None:
             log.error("agent zygote exited with %s; starting another", self.zygote.returncode)
             self._start()
-        proc = AgentProc(self, cfg_path)
+        proc = ForkedAgent(self, cfg_path)
         self.by_cfg[cfg_path] = proc
         line = json.dumps({"cfg": cfg_path, "log": log_path}) + "\n"
         try:
@@ -101,8 +102,6 @@ class AgentLauncher:
         for line in lines:
             self._on_line(json.loads(line))
 
-    on_readable = read
-
     def _on_line(self, msg: dict) -> None:
         if "started" in msg:
             proc = self.by_cfg.pop(msg["started"], None)
@@ -114,12 +113,12 @@ class AgentLauncher:
         elif "exited" in msg:
             proc = self.by_pid.pop(msg["exited"], None)
             if proc is not None:
-                proc.code = msg["code"]
+                proc.ended = AgentExit.of_code(msg["code"])
         elif "error" in msg:
             log.error("agent zygote could not fork: %s", msg["error"])
             for proc in self.by_cfg.values():
                 if proc.cfg_path in msg.get("cfg", ""):
-                    proc.code = -1
+                    proc.ended = AgentExit(None, f"could not be forked: {msg['error']}")
 
     def close(self) -> None:
         if self.zygote.poll() is None:

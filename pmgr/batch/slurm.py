@@ -3,8 +3,9 @@
 One batch job per pilot: `nodes` whole nodes (the pilot's size: its partitions plus agent
 overhead), a time limit of the pilot's runtime plus TIME_MARGIN (the bootstrap ends itself at
 its runtime and tears down in order; SLURM's limit only catches a bootstrap that could not),
-the queue (SLURM partition) and account.  The job runs `python -m pilot.bootstrap` once, on the
-first node; the bootstrap starts the node daemons with srun (pilot/launch/nodes.py).
+the queue (SLURM partition) and account.  The job runs the bootstrap (partition/bootstrap.py)
+once, on the first node; the bootstrap starts the node daemons with srun
+(partition/launch/srun.py).  The BatchJob interface is in pmgr/batch/__init__.py.
 
 PSI/J learns a job's state by polling the queue every `queue_poll_interval` seconds (resource
 config; PSI/J's default is 30).  The pilot turns ACTIVE when its bootstrap says hello over

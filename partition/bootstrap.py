@@ -1,19 +1,20 @@
 """The pilot job's first process: bring-up, the partition manager, message routing, teardown.
 
-    python -m pilot.bootstrap PILOT_SANDBOX/bootstrap.json
+    python -m partition.bootstrap PILOT_SANDBOX/bootstrap.json
 
 Bring-up (step names appear in the log):
     boot.connect     DEALER to the client's pilot link; ROUTER for agents and for the `pilot` CLI,
                      both on 127.0.0.1 with OS-chosen ports; control endpoint written to
                      PILOT_SANDBOX/control.json (mode 0600) for the CLI
     boot.nodes.*     resources with node daemons: one daemon per node, bounded gathers, the
-                     channel table (pilot/nodes.py); nodes missing -> marked down, or the pilot
+                     channel table (partition/node_set.py); nodes missing -> marked down, or the
+                     pilot
                      FAILED (node_failure)
     boot.hello       `hello` to the client: the pilot is ACTIVE
     boot.partitions  the initial partitions are allocated and their agents started
 Agents are forked from the agent zygote here, or, on multi-node pilots whose agents need a node
-of their own (agent_overhead.nodes), started by the node daemon of that node (pilot/nodes.py
-HostedAgent); either way they talk to this process's agent channel.
+of their own (agent_overhead.nodes), started by the node daemon of that node
+(partition/agents/); either way they talk to this process's agent channel.
 Routing: unit batches from the client go to their partition's agent as raw frames (buffered while
 it is STARTING, handed back when it is gone); agent state batches go to the client unchanged.
 A node lost while the pilot runs (its daemon exited or went silent, node.lost in the log): the
@@ -38,20 +39,20 @@ import time
 
 import zmq
 
-from partition.description import ComputePartitionDescription
-from partition.manager import PartitionIO, PartitionManager
+from partition.agents.zygote import AgentLauncher
+from partition.manager import AgentExit, AgentProcess, PartitionManager
+from partition.node_set import BringUpError, NodeSet, listen_address
 from partition.sizing import Pool
-from pilot import resource_config, security
-from pilot.launch.zygote import AgentLauncher, AgentProc
-from pilot.nodes import BringUpError, NodeSet, listen_address
-from pilot.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
+from pilot import processes, resource_config, security
+from pilot.descriptions import ComputePartitionDescription
+from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
 from pilot.states import CANCELED, DONE, FAILED, FINAL
 
 log = logging.getLogger("bootstrap")
 TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
 
 
-class Bootstrap(PartitionIO):
+class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.py)
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.uid = cfg["pilot"]
@@ -83,7 +84,7 @@ class Bootstrap(PartitionIO):
         self.control.setsockopt(zmq.LINGER, 0)
         cport = self.control.bind_to_random_port("tcp://127.0.0.1")
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
-        self.procs: dict[str, AgentProc] = {}
+        self.procs: dict[str, AgentProcess] = {}
         self.launcher = AgentLauncher()
         self.nodeset = (
             NodeSet(self.ctx, self.rcfg, cfg, cfg["size"]["nodes"], self.sandbox, self.keys)
@@ -110,7 +111,6 @@ class Bootstrap(PartitionIO):
             "pilot": self.uid,
             "endpoint": self.agent_endpoint,
             "pilot_sandbox": self.sandbox,
-            "agents": self.cfg.get("agents", {}),
             "curve": self.cfg.get("curve"),
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
@@ -137,7 +137,7 @@ class Bootstrap(PartitionIO):
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
             log.error("%s: cannot reach agent: %s", uid, exc)
 
-    def spawn_agent(self, uid: str, cfg: dict) -> AgentProc:
+    def spawn_agent(self, uid: str, cfg: dict) -> AgentProcess:
         if self.nodeset is not None:  # units go to the daemons of the partition's nodes
             for node in cfg["nodes"]:
                 node["endpoint"] = self.nodeset.endpoint_of(node["index"])
@@ -148,8 +148,8 @@ class Bootstrap(PartitionIO):
         log_path = os.path.join(self.sandbox, f"{uid}.agent.log")
         host = cfg.get("agent_host")
         if self.nodeset is not None and host is not None:  # on its own node, by that daemon
-            python = self.rcfg.python or sys.executable
-            proc = self.nodeset.start_agent(host, uid, [python, "-m", "agent", path], log_path)
+            argv = processes.python_m(processes.AGENT, path, python=self.rcfg.python)
+            proc = self.nodeset.start_agent(host, uid, argv, log_path)
         else:
             proc = self.launcher.spawn(path, log_path)
         self.procs[uid] = proc
@@ -338,10 +338,10 @@ class Bootstrap(PartitionIO):
 
     def check_agents(self) -> None:
         for uid, proc in list(self.procs.items()):
-            code = proc.poll()
-            if code is not None:
+            ended = proc.poll()
+            if ended is not None:
                 del self.procs[uid]
-                self.pm.on_agent_exit(uid, code)
+                self.pm.on_agent_exit(uid, ended)
 
     def run(self) -> int:
         log.info(
@@ -389,7 +389,7 @@ class Bootstrap(PartitionIO):
             if self.control in events:
                 self._drain(self.control, self.on_control)
             if self.launcher.fd in events:
-                self.launcher.on_readable()
+                self.launcher.read()
             if self.nodeset is not None:
                 if self.nodeset.sock in events:
                     self.nodeset.on_readable()
@@ -416,11 +416,7 @@ class Bootstrap(PartitionIO):
             self.flush()
 
     def _drain(self, sock, handler) -> None:
-        for _ in range(200):
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in drain(sock, 200):
             try:
                 handler(frames)
             except (ProtocolError, KeyError, IndexError, TypeError, UnicodeDecodeError) as exc:
@@ -442,18 +438,20 @@ class Bootstrap(PartitionIO):
         state, reason = self.ending
         log.info("down.wait: %d agent(s) left", len(self.procs))
         for uid, proc in list(self.procs.items()):
-            code = proc.wait(timeout=2.0)  # an agent that said bye exits at once
-            if code is None:
+            ended = proc.wait(timeout=2.0)  # an agent that said bye exits at once
+            if ended is None:
                 log.error("%s: agent pid %s still running at teardown; killed", uid, proc.pid)
                 proc.kill()
-                code = proc.wait(timeout=5.0)
+                ended = proc.wait(timeout=5.0)
             self._drain(self.agents, self.on_agent)  # its last words, if any are left
-            self.pm.on_agent_exit(uid, -9 if code is None else code, grace=0)
+            if ended is None:
+                ended = AgentExit(None, "did not end within 5 s of SIGKILL at teardown")
+            self.pm.on_agent_exit(uid, ended, grace=0)
         self.launcher.close()
         if self.nodeset is not None:
             self.nodeset.halt(reason)
         for part in self.pm.live():
-            self.pm._final(part, FAILED, "pilot ended before the partition did")
+            self.pm.end(part, FAILED, "pilot ended before the partition did")
         self.flush()
         self.to_client(msg(b"bye", {"state": state, "reason": reason}))
         log.info("down.bye: %s (%s)", state, reason)
@@ -471,7 +469,7 @@ class Bootstrap(PartitionIO):
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m pilot.bootstrap BOOTSTRAP.json", file=sys.stderr)
+        print(f"usage: python -m {processes.BOOTSTRAP} BOOTSTRAP.json", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         cfg = json.load(f)

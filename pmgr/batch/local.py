@@ -2,6 +2,7 @@
 
 The bootstrap runs in a new session (its own process group), so cancel and kill reach it and
 the agents it started; units run in process groups of their own and are ended by their agents.
+The BatchJob interface is in pmgr/batch/__init__.py.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+
+from pilot import processes
 
 
 class LocalJob:
@@ -26,17 +29,11 @@ class LocalJob:
         except subprocess.TimeoutExpired:
             return None
 
-    def _signal(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
-
     def cancel(self) -> None:
-        self._signal(signal.SIGTERM)
+        processes.signal_group(self.pid, signal.SIGTERM)
 
     def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+        processes.signal_group(self.pid, signal.SIGKILL)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -53,6 +50,7 @@ class LocalJob:
 
 
 def submit(argv: list[str], env: dict, sandbox: str, **_batch) -> LocalJob:
+    """A Submitter (pmgr/batch/__init__.py): nodes, runtime, queue, project are not used."""
     log_path = os.path.join(sandbox, "bootstrap.log")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(

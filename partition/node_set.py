@@ -1,7 +1,7 @@
 """The bootstrap's side of the node daemons: bounded bring-up, liveness, ordered halt.
 
 Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
-    boot.nodes.launch  the launch method starts one daemon per node (pilot/launch/nodes.py)
+    boot.nodes.launch  the launch method starts one daemon per node (partition/launch/)
     boot.nodes.up      gather `up` {hint, pid, endpoint, node} until every daemon reported or
                        bringup_timeout passed.  Node indices are assigned here: the primary
                        (hint 0: the node the bootstrap runs on) is index 0, the others follow in
@@ -36,36 +36,13 @@ import zlib
 
 import zmq
 
-from pilot.launch import nodes as launch
-from pilot.protocol import ProtocolError, msg, pack, unpack
+from partition import launch
+from partition.agents.hosted import HostedAgent
+from partition.launch.base import ALL_NODES
+from pilot.protocol import ProtocolError, drain, msg, pack, unpack
 
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
-
-
-class HostedAgent:
-    """An agent started by the node daemon of its agent node (resources whose agents need
-    nodes of their own): the same interface as a zygote-forked AgentProc.  Its exit arrives
-    as `agent_exit` from that daemon, or is implied when the node is lost."""
-
-    def __init__(self, nodes: NodeSet, index: int, uid: str) -> None:
-        self.nodes, self.index, self.uid = nodes, index, uid
-        self.pid = None  # known to its daemon only
-        self.code: int | None = None
-
-    def poll(self) -> int | None:
-        return self.code
-
-    def kill(self) -> None:
-        if self.code is None:
-            self.nodes.send_index(self.index, msg(b"agent_kill", {"uid": self.uid}))
-
-    def wait(self, timeout: float) -> int | None:
-        deadline = time.monotonic() + timeout
-        while self.code is None and time.monotonic() < deadline:
-            if self.nodes.sock.poll(min(50.0, max(0.0, deadline - time.monotonic()) * 1000)):
-                self.nodes.on_readable()
-        return self.code
 
 
 class BringUpError(RuntimeError):
@@ -196,7 +173,7 @@ class NodeSet:
         exited = self.launch.exited()
         reasons = []
         for h in hints:
-            code = exited.get(h, exited.get(-1))
+            code = exited.get(h, exited.get(ALL_NODES))
             reasons.append(
                 f"{what}" + (f" (its process exited with code {code})" if code is not None else "")
             )
@@ -270,11 +247,7 @@ class NodeSet:
     def _messages(self):
         """(hint, kind, body) of what the daemons sent, without blocking; undecodable
         messages are logged and skipped."""
-        for _ in range(1000):
-            try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in drain(self.sock, 1000):
             try:
                 ident = frames[0].decode()
                 if not ident.startswith("d"):
@@ -310,6 +283,11 @@ class NodeSet:
     def live_hints(self) -> list[int]:
         return [h for h in self.by_hint if self.index_of[h] not in self.down]
 
+    def read(self, timeout: float) -> None:
+        """Take what the daemons sent, waiting up to `timeout` s for something."""
+        if self.sock.poll(timeout * 1000):
+            self.on_readable()
+
     def on_readable(self) -> None:
         for hint, kind, body in self._messages():
             if kind == b"up":  # after the gather's deadline: that node stays down
@@ -318,8 +296,8 @@ class NodeSet:
             self.last[hint] = time.monotonic()
             if kind == b"agent_exit":
                 proc = self.hosted.get(body.get("uid"))
-                if proc is not None and proc.code is None:
-                    proc.code = int(body.get("code", -9))
+                if proc is not None:
+                    proc.exited(int(body["code"]))
             elif kind == b"bye":
                 self.byes.add(hint)
                 if hint in self.index_of and self.index_of[hint] not in self.down:
@@ -343,7 +321,7 @@ class NodeSet:
         if index in self.down or not self.send_index(
             index, msg(b"agent", {"uid": uid, "argv": argv, "log": log_path})
         ):
-            proc.code = -9  # its node is gone: the partition fails on the exit
+            proc.lost(f"could not be started: node {self.label.get(index, index)} is down")
         return proc
 
     def heartbeat(self) -> None:
@@ -361,8 +339,8 @@ class NodeSet:
             code = exited.get(h)
             if code is not None:
                 lost.append((index, f"node {name} lost: its daemon exited with code {code}"))
-            elif -1 in exited:
-                lost.append((index, f"node {name} lost: the srun step ended ({exited[-1]})"))
+            elif ALL_NODES in exited:
+                lost.append((index, f"node {name} lost: the srun step ended ({exited[ALL_NODES]})"))
             elif now - self.last.get(h, now) > self.rcfg.node_timeout:
                 lost.append(
                     (
@@ -382,8 +360,8 @@ class NodeSet:
             self.lost_reported.add(index)
             self.down.setdefault(index, why)
             for proc in self.hosted.values():  # agents on that node are gone with it
-                if proc.index == index and proc.code is None:
-                    proc.code = -9
+                if proc.index == index:
+                    proc.lost(f"was lost with its node: {why}")
             log.error("node.lost: %s", why)
             out.append((index, why))
         return out
@@ -398,8 +376,7 @@ class NodeSet:
             gone = exited()
             if all(h in self.byes or h in gone for h in hints):
                 break
-            if self.sock.poll(50):
-                self.on_readable()
+            self.read(0.05)
         missing = [h for h in hints if h not in self.byes]
         log.info(
             "down.nodes: %d daemon(s) said bye%s",

@@ -1,0 +1,6 @@
+"""Agent processes, by how they are started (the `AgentProcess` interface is in
+partition/manager.py, which uses them):
+
+    zygote   forked by the agent zygote next to the bootstrap (a few ms each)
+    hosted   started by the node daemon of a node of its own (agent_overhead.nodes)
+"""

@@ -1,0 +1,80 @@
+"""The launch-method interface (`NodeLaunch`) and what the methods share.
+
+Every launch method is a `NodeLaunch`: `start()` returns at once; `names()` are the nodes
+expected, by hint (what an error names when one does not report); `exited()` maps the hints
+whose process has ended to its exit code (a launch of one process for all nodes, srun, reports
+hint ALL_NODES); `stop()` ends whatever still runs: SIGTERM, then SIGKILL after a grace period,
+every wait bounded.  `partition.launch.for_resource()` picks the method a resource names.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from typing import Protocol
+
+from pilot import processes
+
+log = logging.getLogger("bootstrap.nodes")
+ALL_NODES = -1  # the hint of a launch process that runs the daemons of every node (srun)
+
+
+class NodeLaunch(Protocol):
+    method: str
+
+    def start(self) -> None: ...
+
+    def names(self) -> list[str]: ...
+
+    def exited(self) -> dict[int, int]: ...
+
+    def stop(self, grace: float = 3.0) -> None: ...
+
+
+def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
+    """The node daemon's command line, for every launch method."""
+    args = [
+        "--bootstrap",
+        endpoint,
+        "--pilot",
+        cfg["pilot"],
+        "--session",
+        cfg["session"],
+        "--timeout",
+        str(rcfg.node_timeout),
+    ]
+    if cfg.get("curve"):
+        args += ["--curve", cfg["curve"]]
+    return processes.python_m(processes.NODE_DAEMON, *args, python=rcfg.python)
+
+
+def exit_codes(procs: dict[int, subprocess.Popen]) -> dict[int, int]:
+    """hint -> exit code of the launch processes that have ended."""
+    return {h: p.returncode for h, p in procs.items() if p.poll() is not None}
+
+
+def stop_processes(procs: list[subprocess.Popen], grace: float) -> None:
+    """Daemons that said bye exit on their own (and srun with them): give them `grace`
+    seconds, then SIGTERM, then SIGKILL; every wait bounded."""
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.error("down.nodes: daemon launch pid %d ignored SIGTERM; killed", p.pid)
+            p.kill()
+            try:
+                p.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                log.error("down.nodes: pid %d did not die within 5 s of SIGKILL", p.pid)

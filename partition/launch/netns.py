@@ -1,0 +1,26 @@
+"""The `netns` launch method: one node daemon per node, each inside a network namespace.
+
+The resource config's `hosts` names one namespace per node (test hosts made with `ip netns`
+and veth, tests/netns.py); the daemon of node i runs under `nsenter --net=/run/netns/HOST_i`,
+otherwise as with `fork`.  The bootstrap and its agents stay in the namespace they were
+started in.  The NodeLaunch interface is in partition/launch/base.py.
+"""
+
+from __future__ import annotations
+
+from partition.launch.fork import ForkLaunch
+
+
+class NetnsLaunch(ForkLaunch):
+    method = "netns"
+
+    def __init__(self, n, argv, log_dir, env, names, hosts) -> None:
+        if len(hosts) < n:
+            raise ValueError(
+                f"launch_method=netns: {n} nodes but only {len(hosts)} hosts configured"
+            )
+        super().__init__(n, argv, log_dir, env, names)
+        self.hosts = list(hosts)
+
+    def command(self, hint: int) -> list[str]:
+        return ["nsenter", f"--net=/run/netns/{self.hosts[hint]}", *super().command(hint)]

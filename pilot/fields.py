@@ -1,0 +1,177 @@
+"""Descriptions as plain data: the base class and the field validators they share.
+
+A description lists its fields as {name: (default, validator)}.  Building one, or setting a
+field, runs the field's validator (types and ranges) and then `check()` (cross-field rules);
+nothing else happens: no file is read and nothing is sized (that is done where a pilot is
+submitted, partition/plan.py).  A bad value raises ValueError naming the description, the
+field, the value and what would be accepted.  Unknown keys are errors, never ignored.
+`to_dict()` / `from_dict()` give the wire and database form.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+
+class Description:
+    """Base: subclasses list their fields as {name: (default, validator)}.
+
+    A validator gets (owner, field, value) and returns the value to store or raises ValueError.
+    """
+
+    FIELDS: dict[str, tuple[Any, Callable]] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        unknown = set(kwargs) - set(self.FIELDS)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: unknown key(s) {sorted(unknown)}; "
+                f"accepted: {sorted(self.FIELDS)}"
+            )
+        for name, (default, _) in self.FIELDS.items():
+            value = kwargs.get(name, default)
+            if isinstance(value, (list, dict)) and value is default:
+                value = type(value)(value)  # never share a mutable default
+            setattr(self, name, value)
+        self.check()
+        object.__setattr__(self, "_ready", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        if name not in self.FIELDS:
+            raise ValueError(
+                f"{type(self).__name__}: unknown key {name!r}; accepted: {sorted(self.FIELDS)}"
+            )
+        object.__setattr__(self, name, self.FIELDS[name][1](self, name, value))
+        if self.__dict__.get("_ready"):
+            self.check()
+
+    def check(self) -> None:
+        """Cross-field checks; subclasses override."""
+
+    def to_dict(self) -> dict:
+        return {name: _plain(getattr(self, name)) for name in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        return cls(**data)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    def __repr__(self) -> str:
+        diff = {k: v for k, v in self.to_dict().items() if v != self.FIELDS[k][0]}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in diff.items())})"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Description):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def field_error(owner: Any, field: str, value: Any, accepted: str) -> ValueError:
+    return ValueError(f"{type(owner).__name__}: {field}={value!r} must be {accepted}")
+
+
+# ---- validators ---------------------------------------------------------------------------------
+
+
+def count(minimum: int = 0, allow: tuple = ()) -> Callable:
+    def check(owner, field, value):
+        if value in allow and isinstance(value, str):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            extra = f" or one of {allow}" if allow else ""
+            raise field_error(owner, field, value, f"an integer >= {minimum}{extra}")
+        if value < minimum:
+            raise field_error(owner, field, value, f">= {minimum}")
+        return value
+
+    return check
+
+
+def optional_count(minimum: int = 0, allow: tuple = ()) -> Callable:
+    inner = count(minimum, allow)
+    return lambda owner, field, value: None if value is None else inner(owner, field, value)
+
+
+def text(optional: bool = True) -> Callable:
+    def check(owner, field, value):
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise field_error(owner, field, value, "a non-empty string")
+        return value
+
+    return check
+
+
+def str_list(owner, field, value):
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise field_error(owner, field, value, "a list of strings")
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise field_error(owner, f"{field}[{i}]", v, "a string (or number)")
+        out.append(str(v))
+    return out
+
+
+def str_dict(owner, field, value):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise field_error(owner, field, value, "a mapping of strings to strings")
+    for k, v in value.items():
+        if not isinstance(k, str) or not k or "=" in k:
+            raise field_error(owner, f"{field} key", k, "a non-empty string without '='")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise field_error(owner, f"{field}[{k!r}]", v, "a string (or number)")
+    return {k: str(v) for k, v in value.items()}
+
+
+def positive_minutes(owner, field, value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise field_error(owner, field, value, "a number of minutes > 0")
+    return value
+
+
+def amount(owner, field, value):
+    """A count of slots: a whole number >= 0, or a fraction of one slot (0 < x < 1)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or (value >= 1 and value != int(value))
+    ):
+        raise field_error(owner, field, value, "a whole number >= 0 or a fraction 0 < x < 1")
+    return int(value) if value >= 1 or value == 0 else float(value)
+
+
+def amounts(owner, field, value):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise field_error(owner, field, value, "a mapping of resource type to count")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise field_error(owner, f"{field} key", k, "a resource type name (letters, digits, _)")
+        if k in ("cpus", "gpus"):
+            raise field_error(owner, f"{field} key", k, "a user-defined type; use cores= / gpus=")
+        out[k] = amount(owner, f"{field}[{k!r}]", v)
+    return out

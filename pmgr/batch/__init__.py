@@ -1,0 +1,54 @@
+"""Batch submission of pilot jobs: one module per batch system.
+
+    local   pmgr/batch/local.py   the pilot job is a process tree on this machine
+    slurm   pmgr/batch/slurm.py   through PSI/J's SLURM executor
+
+Each module has `submit(argv, env, sandbox, *, nodes, runtime, queue, project, rcfg)` (a
+`Submitter`) returning a `BatchJob`: the handle the client keeps to follow, cancel and explain
+the job.  The pilot's state comes from its bootstrap over ZeroMQ; the job handle serves for
+what only the batch system knows (still queued, failed to start, its exit code).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class BatchJob(Protocol):
+    pid: int | str  # the process id (local) or the batch system's job id
+
+    def poll(self) -> int | None: ...  # None while queued or running; then its exit code
+
+    def wait(self, timeout: float) -> int | None: ...  # bounded; poll() afterwards
+
+    def cancel(self) -> None: ...  # ask it to end (SIGTERM / scancel)
+
+    def kill(self) -> None: ...  # end it now
+
+    def describe(self) -> str: ...  # what a person needs when it failed: state, last output
+
+
+class Submitter(Protocol):
+    def __call__(
+        self,
+        argv: list[str],
+        env: dict,
+        sandbox: str,
+        *,
+        nodes: int,
+        runtime: float,
+        queue: str | None,
+        project: str | None,
+        rcfg,
+    ) -> BatchJob: ...
+
+
+def submitter(batch_system: str) -> Submitter:
+    from pmgr.batch import local, slurm  # slurm imports PSI/J only when it submits
+
+    systems = {"local": local.submit, "slurm": slurm.submit}
+    if batch_system not in systems:
+        raise ValueError(
+            f"batch_system={batch_system!r}: no submitter; accepted: {sorted(systems)}"
+        )
+    return systems[batch_system]

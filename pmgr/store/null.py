@@ -1,0 +1,27 @@
+"""The null store: persists nothing; the baseline when a benchmark measures what persistence
+costs (`null://`)."""
+
+from __future__ import annotations
+
+from pmgr.store.base import Batch, StateStore, check_kind
+
+
+class NullStore(StateStore):
+    """Persists nothing: the baseline when measuring what persistence costs."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def write_batch(self, batch: Batch) -> None:
+        pass
+
+    def get(self, kind: str, uid: str) -> dict | None:
+        check_kind(kind)
+        return None
+
+    def find(self, kind: str, **where) -> list[dict]:
+        check_kind(kind, where)
+        return []
+
+    def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
+        return []
