@@ -7,10 +7,12 @@ uid) to the bootstrap's agent endpoint, send `ready`.  Then loop:
     cancel  -> queued units CANCELED at once; running ones get SIGTERM, SIGKILL after kill_grace
     stop    -> like cancel for everything (or hand queued units back), then `bye` and exit
     SIGCHLD -> reap exits (DONE, or FAILED with the exit code / signal), start what now fits
-Multi-node partitions (node dicts carry a daemon `endpoint`): units are run by the node
-daemons (agent/dispatch.py); their exits arrive as `events`, their output is forwarded to the
-client as `output` [[uid, node, rank, stream, text], ...]; `node_lost` {index, reason} ends the
-units on that node FAILED with the reason.
+Units are run by the partition's runner (agent/runners/): the agent itself on one node, or,
+for multi-node partitions (node dicts carry a daemon `endpoint`), the node daemons, whose exits
+arrive as `events` and whose output is forwarded to the client as `output` [[uid, node, rank,
+stream, text], ...]; `node_lost` {index, reason} ends the units on that node FAILED with it.
+Every unit state this agent reports is a move the unit state machine allows (pilot/states.py
+UNIT_MACHINE; units arrive SCHEDULING): an illegal one raises.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
 when FLUSH_SIZE updates are waiting.  Every wait is bounded: the loop wakes at least once a second
 and tears down when its parent bootstrap is gone.
@@ -29,12 +31,22 @@ import time
 
 import zmq
 
-from agent.dispatch import Dispatcher, NoStager
-from agent.executor import Executor, check_environment
+from agent import runners
 from agent.scheduler import Scheduler
-from agent.stager import Stager
+from agent.spawn import check_environment
 from pilot import security
-from pilot.protocol import ProtocolError, msg, pack, unpack
+from pilot.protocol import ProtocolError, drain, msg, pack, unpack
+from pilot.states import (
+    CANCELED,
+    DONE,
+    EXECUTING,
+    FAILED,
+    FINAL,
+    QUEUED,
+    SCHEDULING,
+    UNIT_MACHINE,
+    check_move,
+)
 
 FLUSH_EVERY = 0.02
 KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
@@ -49,14 +61,10 @@ class Agent:
         self.kill_grace = float(cfg.get("kill_grace", 2.0))
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
         self.ctx = zmq.Context.instance()
-        if all("endpoint" in n for n in cfg["nodes"]) and cfg["nodes"]:
-            self.execu = Dispatcher(cfg, self.ctx)
-            self.stager = NoStager(cfg["pilot_sandbox"])
-        else:
-            self.execu = Executor(cfg)
-            self.stager = Stager(cfg["pilot_sandbox"])
+        self.execu, self.stager = runners.for_partition(cfg, self.ctx)
         self.updates: list = []
         self.known: dict[str, list] = {}
+        self.states: dict[str, str] = {}  # units here and not final -> their state
         self.first_pending = 0.0
         self.timers: list = []
         self.stopping: dict | None = None
@@ -80,6 +88,11 @@ class Agent:
 
     # -- state updates ------------------------------------------------------------------------
     def update(self, uid: str, state: str, info: dict | None = None) -> None:
+        check_move(UNIT_MACHINE, uid, self.states.get(uid, SCHEDULING), state)
+        if state in FINAL:
+            self.states.pop(uid, None)
+        else:
+            self.states[uid] = state
         if not self.updates:
             self.first_pending = time.monotonic()
         rec = ("unit", uid, state, time.time(), info or {})
@@ -119,10 +132,13 @@ class Agent:
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
         for u in units:
+            if u["uid"] in self.known:  # sent again: it is here already, or has run
+                log.error("%s: unit %s arrived again; ignored", self.uid, u["uid"])
+                continue
             if self.canceled_early:
                 early = self.canceled_early.pop(u["uid"], None)
                 if early is not None:
-                    self.update(u["uid"], "CANCELED", {"reason": early})
+                    self.update(u["uid"], CANCELED, {"reason": early})
                     continue
             if self.stopping:
                 self.late.append(u)
@@ -133,9 +149,9 @@ class Agent:
             if reason is None:
                 reason = check_environment(u.get("environment"), self.sched.pool.types)
             if reason is not None:
-                self.update(u["uid"], "FAILED", {"reason": reason})
+                self.update(u["uid"], FAILED, {"reason": reason})
                 continue
-            self.update(u["uid"], "QUEUED")
+            self.update(u["uid"], QUEUED)
             self.sched.queue.append(u)
             self.stager.submit(u)
         if self.stopping:
@@ -150,7 +166,7 @@ class Agent:
                 run = self.execu.spawn(unit, self.stager.take(unit), alloc)
             except OSError as exc:
                 self.sched.release(alloc)
-                self.update(unit["uid"], "FAILED", {"reason": f"cannot start: {exc}"})
+                self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
                 continue
             slots = [
                 {t: [i for i, _ in got] for t, got in grant.items()} for _, grant in alloc.ranks
@@ -158,7 +174,7 @@ class Agent:
             nodes = run.nodes
             self.update(
                 unit["uid"],
-                "EXECUTING",
+                EXECUTING,
                 {
                     "node": nodes[0] if len(nodes) == 1 else nodes,
                     "slots": slots[0] if len(slots) == 1 else slots,
@@ -170,18 +186,18 @@ class Agent:
             self.sched.release(r.alloc)
             uid = r.unit["uid"]
             if r.fail_reason is not None:
-                self.update(uid, "FAILED", {"exit_code": code, "reason": r.fail_reason})
+                self.update(uid, FAILED, {"exit_code": code, "reason": r.fail_reason})
             elif r.cancel_reason is not None:
-                self.update(uid, "CANCELED", {"exit_code": code, "reason": r.cancel_reason})
+                self.update(uid, CANCELED, {"exit_code": code, "reason": r.cancel_reason})
             elif code == 0:
-                self.update(uid, "DONE", {"exit_code": 0})
+                self.update(uid, DONE, {"exit_code": 0})
             else:
                 why = (
                     f"exit code {code}"
                     if code > 0
                     else f"killed by signal {signal.Signals(-code).name}"
                 )
-                self.update(uid, "FAILED", {"exit_code": code, "reason": why})
+                self.update(uid, FAILED, {"exit_code": code, "reason": why})
         self.start_ready()
 
     def cancel(self, uids, reason: str) -> None:
@@ -194,7 +210,7 @@ class Agent:
         for u in self.sched.queue:
             if u["uid"] in uids:
                 self.stager.drop(u)
-                self.update(u["uid"], "CANCELED", {"reason": reason})
+                self.update(u["uid"], CANCELED, {"reason": reason})
             else:
                 keep.append(u)
         self.sched.queue.clear()
@@ -225,11 +241,13 @@ class Agent:
         if not self.late:
             return
         if self.stopping["hand_back"]:
+            for u in self.late:  # routed again by the client: no longer this agent's
+                self.states.pop(u["uid"], None)
             self.flush(force=True)
             self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": self.late}))
         else:
             for u in self.late:
-                self.update(u["uid"], "CANCELED", {"reason": self.stopping["reason"]})
+                self.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})
         self.late = []
 
     def _on_term(self, signum, _frame) -> None:
@@ -286,11 +304,7 @@ class Agent:
                         log.error("%s: %s", self.uid, exc)
             self.on_exits()
             if self.sock in events:
-                for _ in range(100):
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
+                for frames in drain(self.sock, 100):
                     self.handle(frames)
             now = time.monotonic()
             while self.timers and self.timers[0][0] <= now:

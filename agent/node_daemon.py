@@ -57,12 +57,11 @@ import zlib
 
 import zmq
 
-from agent.executor import Spawner, exits
-from pilot import network, security
-from pilot.protocol import ProtocolError, msg, pack, unpack
+from agent.spawn import Spawner, exits
+from pilot import network, processes, security
+from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
 
 FORWARD_MAX = 64 * 1024
-HEARTBEAT = 1.0
 _OUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 log = logging.getLogger("node")
 
@@ -270,10 +269,7 @@ class NodeDaemon:
     def kill_agent(self, uid: str) -> None:
         for pid, part in self.agents.items():
             if part == uid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                processes.signal_process(pid, signal.SIGKILL)
 
     def reap(self) -> None:
         if not (self.ranks or self.agents):
@@ -295,18 +291,12 @@ class NodeDaemon:
         uids = set(uids)
         for r in self.ranks.values():
             if r.uid in uids:
-                try:
-                    os.killpg(r.pid, sig)
-                except ProcessLookupError:
-                    pass
+                processes.signal_group(r.pid, sig)
 
     def drop(self, agent: bytes) -> None:
         left = [r for r in self.ranks.values() if r.agent == agent]
         for r in left:
-            try:
-                os.killpg(r.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            processes.signal_group(r.pid, signal.SIGKILL)
         if left:
             log.warning(
                 "%s: %d process(es) of ended partition %s killed",
@@ -381,11 +371,7 @@ class NodeDaemon:
             for sock, from_agent in ((self.up, False), (self.units, True)):
                 if sock not in events:
                     continue
-                for _ in range(200):
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
+                for frames in drain(sock, 200):
                     if not from_agent:
                         self.last_heard = time.monotonic()
                     try:
@@ -418,15 +404,9 @@ class NodeDaemon:
     def halt(self) -> int:
         killed = len(self.ranks)
         for r in list(self.ranks.values()):
-            try:
-                os.killpg(r.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            processes.signal_group(r.pid, signal.SIGKILL)
         for pid in self.agents:  # normally gone already: the bootstrap stops agents first
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            processes.signal_process(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5.0
         while (self.ranks or self.agents) and time.monotonic() < deadline:
             self.reap()

@@ -23,7 +23,7 @@ import signal
 import sys
 
 import agent.agent as agent_main
-from agent.executor import exits
+from agent.spawn import exits
 
 
 def _child(cfg_path: str, log_path: str) -> None:

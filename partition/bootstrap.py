@@ -39,6 +39,7 @@ import time
 
 import zmq
 
+from partition import commands
 from partition.agents.zygote import AgentLauncher
 from partition.manager import AgentExit, AgentProcess, PartitionManager
 from partition.node_set import BringUpError, NodeSet, listen_address
@@ -195,52 +196,8 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             raise ProtocolError(f"unknown message type {kind!r}")
 
     def command(self, body: dict) -> dict:
-        """Run one command (from the client or the CLI); the reply never raises."""
-        cid, op, args = body.get("cid"), body.get("op"), body.get("args") or {}
-        try:
-            if op == "reconfig":
-                result = self.pm.reconfig(
-                    cid or f"anon.{time.time()}",
-                    args.get("stop"),
-                    args.get("start") or [],
-                    args.get("uids"),
-                )
-            elif op == "cancel_units":
-                by_part: dict[str, list] = {}
-                for uid, part in args["units"]:
-                    by_part.setdefault(part, []).append(uid)
-                for part, uids in by_part.items():
-                    self.send_agent(
-                        part,
-                        [b"cancel", pack({"uids": uids, "reason": args.get("reason", "canceled")})],
-                    )
-                result = {}
-            elif op == "stop_parts":
-                for uid in args["uids"]:
-                    self.pm.stop(uid, CANCELED, args.get("reason", "canceled"), hand_back=True)
-                result = {}
-            elif op == "cancel_pilot":
-                self.end(CANCELED, args.get("reason") or "canceled")
-                result = {}
-            elif op == "attach":
-                result = self.attach(args["client"])
-            elif op == "sync":
-                result = self.sync(cid, args["units"])
-            elif op == "partitions":
-                result = {
-                    "pilot": self.uid,
-                    "size": self.cfg["size"],
-                    "free": self.pool.free,
-                    "partitions": self.pm.describe(),
-                }
-            else:
-                raise ValueError(
-                    f"op={op!r} is unknown; accepted: reconfig, cancel_units, "
-                    "stop_parts, cancel_pilot, partitions, attach, sync"
-                )
-            return {"cid": cid, "ok": True, "result": result}
-        except (ValueError, KeyError, TypeError) as exc:
-            return {"cid": cid, "ok": False, "error": str(exc)}
+        """Run one command (from the client or the CLI): partition/commands.py."""
+        return commands.run(self, body)
 
     def hello(self, attach: bool = False) -> None:
         """Tell the client the pilot is up (or, after an attach, that it is its client now)."""
@@ -260,48 +217,6 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                 },
             )
         )
-
-    def attach(self, endpoint: str) -> dict:
-        """A new client process takes over: point the pilot link at it, say hello, and send
-        every partition's current state again (units are reconciled by `sync`)."""
-        old = self.cfg["client"]
-        if endpoint != old:
-            try:
-                self.client.disconnect(old)
-            except zmq.ZMQError:
-                pass
-            self.client.connect(endpoint)
-            self.cfg["client"] = endpoint
-        self.last_heard = time.monotonic()
-        log.info(
-            "attach: client now %s (was %s; %d messages dropped meanwhile)",
-            endpoint,
-            old,
-            self.dropped,
-        )
-        self.hello(attach=True)
-        for part in self.pm.parts.values():
-            info = {"resources": part.alloc.to_dict(self.pool)} if part.alloc else {}
-            info["description"] = part.desc.to_dict()
-            if part.reason:
-                info["reason"] = part.reason
-            self.emit(part.uid, part.state, info)
-        self.flush()
-        return {"pilot": self.uid, "partitions": len(self.pm.parts)}
-
-    def sync(self, cid: str, units: dict) -> dict:
-        """Ask each partition's agent for the current state of these units.  Agents answer
-        with state updates and a `synced` message naming the uids they do not know; a
-        partition without an agent knows none of them."""
-        waiting = []
-        for part_uid, uids in units.items():
-            part = self.pm.parts.get(part_uid)
-            if part is not None and part.state not in FINAL and part.uid in self.procs:
-                self.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
-                waiting.append(part_uid)
-            else:
-                self.to_client(msg(b"synced", {"cid": cid, "part": part_uid, "unknown": uids}))
-        return {"asked": waiting}
 
     def on_agent(self, frames: list[bytes]) -> None:
         uid, kind = frames[0].decode(), frames[1]

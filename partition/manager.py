@@ -103,7 +103,7 @@ class Part:
 
 class PartitionManager:
     def __init__(
-        self, pool: Pool, io: PartitionIO, agent_cfg: dict, next_index: int = 0, pilot_uid: str = ""
+        self, pool: Pool, io: PartitionIO, agent_cfg: dict, pilot_uid: str, next_index: int = 0
     ) -> None:
         self.pool = pool
         self.io = io

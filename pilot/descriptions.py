@@ -159,11 +159,10 @@ def _size(owner, field, value):
         return FILL
     if isinstance(value, str) and value.endswith("%"):
         try:
-            share = float(value[:-1])
+            if 0 < float(value[:-1]) <= 100:
+                return value
         except ValueError:
-            share = -1.0
-        if 0 < share <= 100:
-            return value
+            pass  # not a number: the error below says what is accepted
     raise field_error(
         owner,
         field,

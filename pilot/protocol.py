@@ -18,11 +18,10 @@ Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identit
     bye     {state, reason}                          the pilot's final state; bootstrap exits
   client -> bootstrap
     units   [PART_UID, BODY]  (3 frames: units, part uid, JSON list of unit dicts)
-    cmd     {cid, op, args}   ops: cancel_units {uids}, cancel_pilot {reason},
-                              stop_parts {uids, reason}, reconfig {stop, start}, partitions {},
-                              sync {units: {part: [uids]}}
-                              attach {client: endpoint} (on the control socket: a new client
-                              process takes over the pilot link; hello + partition states)
+    cmd     {cid, op, args}   ops, their args and results: partition/commands.py
+                              (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
+                              sync; attach on the control socket: a new client process
+                              takes over the pilot link)
     hb      {}
 
 Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)

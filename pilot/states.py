@@ -85,13 +85,17 @@ def legal_moves(machine: Machine) -> frozenset[tuple[str, str]]:
 _MOVES = {id(m): legal_moves(m) for m in (PILOT_MACHINE, PARTITION_MACHINE, UNIT_MACHINE)}
 
 
+def check_move(machine: Machine, uid: str, src: str, dst: str) -> None:
+    """IllegalTransition naming the object unless `machine` allows src -> dst."""
+    if (src, dst) not in _MOVES[id(machine)]:
+        raise IllegalTransition(
+            f"{machine.name.rstrip(': ')} {uid}: illegal transition {src} -> {dst}"
+        )
+
+
 def check_transition(machine: Machine, obj, state: str) -> None:
     """Move `obj.state` to `state` as `machine` allows, or raise IllegalTransition."""
-    if (obj.state, state) not in _MOVES[id(machine)]:
-        raise IllegalTransition(
-            f"{machine.name.rstrip(': ')} {getattr(obj, 'uid', '?')}: illegal transition "
-            f"{obj.state} -> {state}"
-        )
+    check_move(machine, getattr(obj, "uid", "?"), obj.state, state)
     obj.state = state
 
 

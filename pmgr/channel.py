@@ -16,6 +16,8 @@ import threading
 
 import zmq
 
+from pilot.protocol import drain
+
 log = logging.getLogger("pmgr.channel")
 TICK = 0.25
 
@@ -58,11 +60,7 @@ class Channel:
                     pass
             self._send_queued()
             if self.sock in events:
-                for _ in range(500):
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
+                for frames in drain(self.sock, 500):
                     try:
                         self.on_message(frames[0].decode(), frames[1:])
                     except Exception:  # one bad message must not stop the client

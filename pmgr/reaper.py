@@ -11,6 +11,8 @@ import os
 import signal
 import time
 
+from pilot import processes
+
 
 def session_processes(session_uid: str) -> list[int]:
     marker = f"PILOT_SESSION_ID={session_uid}".encode()
@@ -38,10 +40,7 @@ def kill_session_processes(session_uid: str, grace: float = 1.0) -> list[int]:
     pids = session_processes(session_uid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            processes.signal_process(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and session_processes(session_uid):
             time.sleep(0.05)

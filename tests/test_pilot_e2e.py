@@ -136,6 +136,28 @@ def test_callbacks_drive_a_pipeline_without_polling(session):
     assert first == ["SCHEDULING", "QUEUED", "EXECUTING", "DONE"]
 
 
+def test_manager_callbacks_see_their_own_objects_after_add_pilots(session):
+    """A pilot's state changes go to its PilotManager's callbacks, also once a UnitManager uses
+    the pilot; the UnitManager's callbacks see its units only."""
+    pmgr, umgr = rp.PilotManager(session), rp.UnitManager(session)
+    pilot_seen, umgr_seen = [], []
+    pmgr.register_callback(lambda pilot, state: pilot_seen.append(state))
+    umgr.register_callback(lambda obj, state: umgr_seen.append((type(obj).__name__, state)))
+    pd = rp.ComputePilotDescription(parts=[rp.ComputePartitionDescription(cores=1)], runtime=5)
+    pilot = pmgr.submit_pilots(pd)
+    umgr.add_pilots(pilot)  # before the pilot is ACTIVE
+    assert pilot.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE
+    assert umgr.submit_units(CUD(executable="/bin/true")).wait(timeout=30) == rp.DONE
+    pilot.cancel(timeout=30)
+    deadline = time.monotonic() + 10
+    while rp.CANCELED not in pilot_seen:  # callbacks run on the channel thread, after the change
+        assert time.monotonic() < deadline, pilot_seen
+        time.sleep(0.02)
+    assert pilot_seen == [rp.LAUNCHING, rp.PENDING, rp.ACTIVE, rp.CANCELED]
+    assert {kind for kind, _ in umgr_seen} == {"Unit"}
+    assert [state for _, state in umgr_seen] == [rp.SCHEDULING, rp.QUEUED, rp.EXECUTING, rp.DONE]
+
+
 def test_wait_inside_a_callback_raises_instead_of_hanging(session):
     pilot, umgr = active_pilot(session, parts=((1,),))
     errors = []

@@ -63,3 +63,28 @@ def test_requeue_is_the_only_backward_move():
 def test_path_fills_skipped_states():
     assert S.path_to(S.PARTITION_MACHINE, S.PENDING, S.ACTIVE) == [S.STARTING, S.ACTIVE]
     assert S.path_to(S.UNIT_MACHINE, S.QUEUED, S.DONE) == [S.DONE]
+
+
+def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, caplog):
+    """A unit update the state machine refuses changes nothing: one the unit has passed
+    already (a sync repeats history) is counted, any other is logged with both states."""
+    import logging
+    import time
+
+    import pilot as rp
+
+    umgr = rp.UnitManager(session)  # no pilot: the unit stays SCHEDULING at the client
+    unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    fired: list = []
+    with caplog.at_level(logging.WARNING, logger="pmgr.units"), session.lock:
+        umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0}, fired)
+        assert unit.state == rp.SCHEDULING and unit.exit_code is None
+        umgr.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {}, fired)  # QUEUED filled in
+        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {}, fired)  # said again
+        assert unit.state == rp.EXECUTING
+    assert umgr.said_again == 1
+    refused = [r.getMessage() for r in caplog.records]
+    assert refused == [
+        f"{unit.uid}: update SCHEDULING -> DONE refused by the unit state machine (exit code 0)"
+    ]
+    assert [s for s, _ in unit.history] == [rp.NEW, rp.SCHEDULING, rp.QUEUED, rp.EXECUTING]

@@ -1,36 +1,30 @@
-"""Run unit processes on this node: spawn, bind, capture output, reap, kill.
+"""Starting unit processes on this node: the environment a rank sees, posix_spawn, binding,
+and the one non-blocking reap loop.  Used by the agent's local runner (agent/runners/local.py)
+and by node daemons (agent/node_daemon.py).
 
-Each unit runs in its own sandbox directory (the pilot sandbox / unit uid; made ahead of time by
-the Stager) with stdout and stderr in the files STDOUT and STDERR there, stdin from /dev/null,
-in a process group of its own.  The process is started with posix_spawn and bound to the unit's
-cores by the agent as soon as posix_spawn returns, i.e. once the new program has been exec'd
-and is still in its dynamic loader, before its main() can start threads or children (which
-inherit the binding).  (Binding the agent itself before the spawn, so that the child inherits
-the mask, forces the agent to migrate onto a busy core for every unit: measured 25-30% lower
-throughput on 2 cores.)  Logical core ids (a config may declare more cores than the machine
-has) map onto the real ones round-robin.  Exits are collected with waitpid(-1, WNOHANG) when
-SIGCHLD arrives.
-
-A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
-the unit's STDOUT/STDERR); it ends when all have ended, with the first non-zero exit code.
-
-Environment a rank sees, besides the agent's own and the unit's `environment`:
+Environment a rank sees, besides the spawning process's own and the unit's `environment`:
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
     PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
     PILOT_<TYPE>_IDS   the ids it holds of each pool type: PILOT_CPU_IDS (logical core ids),
                        PILOT_GPU_IDS, PILOT_FPGA_IDS for a type `fpgas`, ...
     <gpu_env_str>      (policy; default CUDA_VISIBLE_DEVICES) its GPU ids, mapped through the
-                       agent's own value of that variable when it has one (inherited "4,5,6" and
-                       GPU id 2 -> "6"); set on partitions with GPUs, empty for no GPUs
+                       spawner's own value of that variable when it has one (inherited "4,5,6"
+                       and GPU id 2 -> "6"); set on partitions with GPUs, empty for no GPUs
 Placeholders %(<type>_ids)s in the unit's environment values are filled with the same ids
 (%(cpu_ids)s, %(gpu_ids)s, %(fpga_ids)s); %% is a literal %.  A placeholder that cannot be
 filled is found when the unit arrives and fails it with the name (`check_environment`).
+
+Binding: the process is bound to the unit's cores as soon as posix_spawn returns, i.e. once the
+new program has been exec'd and is still in its dynamic loader, before its main() can start
+threads or children (which inherit the binding).  (Binding the spawner itself before the spawn,
+so that the child inherits the mask, forces it to migrate onto a busy core for every unit:
+measured 25-30% lower throughput on 2 cores.)  Logical core ids (a config may declare more
+cores than the machine has) map onto the real ones round-robin.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
@@ -80,23 +74,6 @@ def check_environment(environment: dict, types) -> str | None:
     return None
 
 
-class Run:
-    """One unit's processes (one per rank) while they run."""
-
-    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason", "fail_reason")
-
-    def __init__(self, unit, alloc):
-        self.unit, self.alloc = unit, alloc
-        self.pids: list = []  # one per rank (node daemons: (node index, rank))
-        self.codes: dict = {}
-        self.cancel_reason = None
-        self.fail_reason = None  # set when the unit ended without an exit code (node lost)
-
-    @property
-    def nodes(self) -> list[str]:
-        return [node.name for node, _ in self.alloc.ranks]
-
-
 def rank_env(
     unit: dict, sandbox: str, node_name: str, ids: dict, rank: int, ranks: int, has_gpus: bool
 ) -> tuple[dict, str | None]:
@@ -130,7 +107,7 @@ def grant_ids(node_types, grant) -> dict:
 
 class Spawner:
     """Start one process on this node: environment, posix_spawn, binding.  Used by the
-    agent's local Executor and by node daemons (agent/node_daemon.py)."""
+    agent's local runner and by node daemons (agent/node_daemon.py)."""
 
     def __init__(self, extra_env: dict) -> None:
         self.allowed = sorted(os.sched_getaffinity(0))
@@ -185,90 +162,3 @@ class Spawner:
                 os.sched_setaffinity(pid, mask)
             except ProcessLookupError:
                 pass  # it has exited already
-
-
-class Executor:
-    """Units on this node, spawned by the agent itself."""
-
-    def __init__(self, cfg: dict) -> None:
-        self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
-        self.spawner = Spawner(
-            {
-                "PILOT_SESSION_ID": cfg["session"],
-                "PILOT_PILOT_ID": cfg["pilot"],
-                "PILOT_PARTITION_ID": cfg["uid"],
-            }
-        )
-        self.running: dict[int, Run] = {}  # pid -> its unit's Run
-        self._which: dict[str, str | None] = {}
-        self.output: list = []  # units here write to their files only: nothing is forwarded
-
-    def sockets(self) -> list:
-        return []  # no node daemons to listen to
-
-    def close(self) -> None:
-        pass
-
-    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
-        """Start every rank of `unit` with its staged (sandbox, out_fd, err_fd); the fds are
-        closed here.  Raises OSError (e.g. executable not found) with nothing left running."""
-        sandbox, out, err = io
-        run = Run(unit, alloc)
-        argv = [unit["executable"], *unit.get("arguments", ())]
-        ranks = len(alloc.ranks)
-        try:
-            for rank, (node, grant) in enumerate(alloc.ranks):
-                ids = grant_ids(node.cap, grant)
-                env = self.spawner.env(
-                    *rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
-                )
-                pid = self.spawner.spawn(argv, env, sandbox, out, err)
-                run.pids.append(pid)
-                self.running[pid] = run
-                self.spawner.bind(pid, [c for c, _ in grant.get("cpus", ())])
-        except OSError:
-            for pid in run.pids:
-                self.running.pop(pid, None)
-                _killpg(pid, signal.SIGKILL)
-            raise
-        finally:
-            os.close(out)
-            os.close(err)
-        return run
-
-    def reap(self):
-        """Yield (Run, exit code) for every unit whose ranks have all exited (the first
-        non-zero code by rank; negative = signal)."""
-        if not self.running:
-            return
-        for pid, code in exits():
-            run = self.running.pop(pid, None)
-            if run is None:
-                continue
-            run.codes[pid] = code
-            if len(run.codes) == len(run.pids):
-                codes = [run.codes[p] for p in run.pids]
-                yield run, next((c for c in codes if c != 0), 0)
-
-    def kill(self, run: Run, sig: int) -> None:
-        for pid in run.pids:
-            if pid not in run.codes:
-                _killpg(pid, sig)
-
-    def runs(self) -> list[Run]:
-        return list({id(r): r for r in self.running.values()}.values())
-
-    def which(self, executable: str) -> str | None:
-        """The program that runs for `executable`, or None; PATH look-ups are cached."""
-        if "/" in executable:
-            return executable
-        if executable not in self._which:
-            self._which[executable] = shutil.which(executable)
-        return self._which[executable]
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass  # already gone; the reaper will collect it

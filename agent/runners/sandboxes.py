@@ -1,4 +1,4 @@
-"""Unit sandboxes prepared ahead of the spawn loop, in a thread of the agent.
+"""The sandbox stager: unit sandboxes prepared ahead of the spawn loop, in a thread of the agent.
 
 Creating a unit's sandbox directory and its STDOUT/STDERR files costs file-system round trips
 (measured here: 0.1-1 ms per unit, depending on what the disk is doing).  Done inside
@@ -10,6 +10,7 @@ Protocol (all but the worker run on the agent's main thread):
                    it yet; raises OSError when its sandbox could not be made
     drop(unit)     the unit will not run (canceled, handed back): its fds are closed
 Units are staged in the order submitted; the agent takes them in the same (FIFO) order.
+Interface: Stager (agent/runners/base.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ TAKE_TIMEOUT = 30.0
 _OUT = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
 
 
-class Stager:
+class SandboxStager:
     def __init__(self, root: str) -> None:
         self.root = root
         self.cond = threading.Condition()

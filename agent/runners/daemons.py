@@ -1,13 +1,12 @@
-"""Units of a multi-node partition, run by the node daemons of its nodes.
+"""The daemon runner: units of a multi-node partition, run by the node daemons of its nodes.
 
-The agent's scheduler places a unit as before; `Dispatcher.spawn` sends one `exec` per rank to
+The agent's scheduler places a unit as before; `DaemonRunner.spawn` sends one `exec` per rank to
 the daemon of that rank's node (agent/node_daemon.py has the messages) and returns at once.
 Exits and forwarded output come back as `events`; `reap()` yields units whose ranks have all
-ended, like the local Executor.  A rank that could not start, or whose node was lost
+ended, like the local runner.  A rank that could not start, or whose node was lost
 (`node_lost`), ends its unit FAILED with that reason; the unit's other ranks are killed.
 
-Same interface as agent/executor.py's Executor: spawn, reap, kill, runs, running, which, output,
-sockets, close.
+Interfaces: UnitRunner and Stager (agent/runners/base.py); NoStager is this runner's stager.
 """
 
 from __future__ import annotations
@@ -16,9 +15,10 @@ import signal
 
 import zmq
 
-from agent.executor import Run, grant_ids, rank_env
+from agent.runners.base import Run
+from agent.spawn import grant_ids, rank_env
 from pilot import security
-from pilot.protocol import ProtocolError, pack, unpack
+from pilot.protocol import ProtocolError, drain, pack, unpack
 
 
 class NoStager:
@@ -40,7 +40,7 @@ class NoStager:
         pass
 
 
-class Dispatcher:
+class DaemonRunner:
     def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
         self.uid = cfg["uid"]
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
@@ -95,11 +95,7 @@ class Dispatcher:
         return run
 
     def on_readable(self, sock: zmq.Socket) -> None:
-        for _ in range(200):
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in drain(sock, 200):
             if frames[0] != b"events" or len(frames) != 2:
                 raise ProtocolError(f"unexpected message {frames[:1]!r} from a node daemon")
             ev = unpack(frames[1])

@@ -1,0 +1,70 @@
+"""What the agent needs to run units: a runner and a stager, chosen together per partition
+(agent/runners/__init__.py).
+
+    UnitRunner   starts a placed unit's ranks, reports their exits, kills them.
+                 local.py    the agent spawns them itself (single-node partitions)
+                 daemons.py  the node daemons of the partition's nodes do (multi-node)
+    Stager       prepares a unit's sandbox before it starts.
+                 sandboxes.py  a thread makes the sandbox and its output files ahead of use
+                 daemons.py    nothing here: node daemons make sandboxes on their node
+
+A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;
+`reap()` yields (Run, exit code) for units whose ranks have all ended (the first non-zero code;
+negative = signal); `output` holds forwarded output [uid, node, rank, stream, text] until the
+agent sends it; `sockets()` are what the agent must poll for it (`on_readable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+
+class Run:
+    """One unit's processes (one per rank) while they run."""
+
+    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason", "fail_reason")
+
+    def __init__(self, unit, alloc):
+        self.unit, self.alloc = unit, alloc
+        self.pids: list = []  # one per rank (node daemons: (node index, rank))
+        self.codes: dict = {}
+        self.cancel_reason = None
+        self.fail_reason = None  # set when the unit ended without an exit code (node lost)
+
+    @property
+    def nodes(self) -> list[str]:
+        return [node.name for node, _ in self.alloc.ranks]
+
+
+class UnitRunner(Protocol):
+    output: list  # [uid, node, rank, stream, text] waiting to be sent to the client
+    running: dict  # rank -> its unit's Run, while it runs
+
+    def spawn(self, unit: dict, io: tuple, alloc) -> Run: ...  # OSError: nothing left running
+
+    def reap(self) -> Iterator[tuple[Run, int]]: ...
+
+    def kill(self, run: Run, sig: int) -> None: ...
+
+    def runs(self) -> list[Run]: ...
+
+    def which(self, executable: str) -> str | None: ...  # None: it cannot be found
+
+    def node_lost(self, index: int, reason: str) -> None: ...
+
+    def sockets(self) -> list: ...
+
+    def on_readable(self, sock) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Stager(Protocol):
+    def submit(self, unit: dict) -> None: ...  # it will run: prepare its sandbox
+
+    def take(self, unit: dict) -> tuple: ...  # (sandbox, out_fd, err_fd); OSError if it failed
+
+    def drop(self, unit: dict) -> None: ...  # it will not run after all
+
+    def close(self) -> None: ...

@@ -1,0 +1,78 @@
+"""The layers import one way (README, "How it is built"): pilot core <- agent <- partition <-
+pmgr <- the face (pilot/__init__, pilot/__main__, pilot/cli).  Every import counts, function-level
+ones included; no module imports the face; no two modules import each other through any chain."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from tests.conftest import ROOT
+
+PACKAGES = ("pilot", "agent", "partition", "pmgr")
+FACE = {"pilot", "pilot.__main__", "pilot.cli"}
+RANK = {"pilot": 0, "agent": 1, "partition": 2, "pmgr": 3, "face": 4}
+
+
+def modules() -> dict[str, str]:
+    """module name -> file path, for every module of the project's packages."""
+    out = {}
+    for pkg in PACKAGES:
+        for d, _, files in os.walk(os.path.join(ROOT, pkg)):
+            for f in files:
+                if f.endswith(".py"):
+                    path = os.path.join(d, f)
+                    name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: str, known: dict) -> set[str]:
+    """The project modules `name` imports, anywhere in its file."""
+    out = set()
+    is_pkg = path.endswith("__init__.py")
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = name.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + is_pkg]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in known and t != name)
+    return out
+
+
+def layer(name: str) -> str:
+    return "face" if name in FACE else name.split(".")[0]
+
+
+def test_imports_point_down_and_never_around():
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    upward = [
+        f"{a} -> {b}" for a, bs in graph.items() for b in bs if RANK[layer(b)] > RANK[layer(a)]
+    ]
+    assert not upward, f"imports of a higher layer (or of the face): {upward}"
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, f"import cycles: {cycles}"
+    assert len(graph) > 40  # the walk found the project, not an empty tree
