@@ -1,1 +1,1 @@
-"""Resource and agent configurations (YAML data; see configs/README.md)."""
+"""Resource configs (local.yaml documents the keys) and agent configs (agents.yaml), as YAML."""

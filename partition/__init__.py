@@ -1,2 +1,4 @@
-"""Partitions: their descriptions, sizing (absolute, shares, FILL, all GPUs) and the partition
-manager that enacts start/stop commands inside a running pilot."""
+"""The bootstrap layer: the pilot job's first process (bootstrap.py) splits the pilot into
+partitions, each running its own agent.  Planning and sizing at submit (plan.py, sizing.py),
+the partition manager that enacts reconfig (manager.py, commands.py), node bring-up and
+liveness (node_set.py) through launch methods (launch/), agent processes (agents/)."""

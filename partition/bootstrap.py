@@ -47,7 +47,16 @@ from partition.sizing import Pool
 from pilot import processes, resource_config, security
 from pilot.descriptions import ComputePartitionDescription
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
-from pilot.states import CANCELED, DONE, FAILED, FINAL
+from pilot.states import (
+    ACTIVE,
+    CANCELED,
+    DONE,
+    FAILED,
+    FINAL,
+    PENDING,
+    PILOT_MACHINE,
+    check_transition,
+)
 
 log = logging.getLogger("bootstrap")
 TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
@@ -57,6 +66,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.uid = cfg["pilot"]
+        self.state = PENDING  # the pilot's state, moved through PILOT_MACHINE: up at hello
         self.sandbox = cfg["sandbox"]
         self.rcfg = resource_config.load(cfg["resource"])
         self.ctx = zmq.Context.instance()
@@ -244,6 +254,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
 
     def end(self, state: str, reason: str) -> None:
         if self.ending is None:
+            check_transition(PILOT_MACHINE, self, state)
             log.info("down.agents: %s (%s)", state, reason)
             self.ending = (state, reason)
             part_state = DONE if state == DONE else CANCELED
@@ -274,6 +285,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                 given = {int(k): v for k, v in (self.cfg.get("network") or {}).items()}
                 self.network = self.nodeset.bring_up(given or None)
             except BringUpError as exc:
+                check_transition(PILOT_MACHINE, self, FAILED)
                 self.ending = (FAILED, f"bring-up failed: {exc}")
                 return self.finish()
             self.make_pool(self.network)
@@ -281,6 +293,9 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                 json.dump({str(k): v for k, v in self.network.items()}, f, indent=1)
             with open(os.path.join(self.sandbox, "daemons.json"), "w") as f:
                 json.dump(self.nodeset.daemons(), f, indent=1)
+        if self.ending is not None:  # ended (a signal) during bring-up: never up
+            return self.finish()
+        check_transition(PILOT_MACHINE, self, ACTIVE)
         self.hello()
         log.info("boot.hello: sent")
         for p in self.cfg["partitions"]:

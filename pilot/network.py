@@ -16,7 +16,8 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
+
+from pilot import processes
 
 FIELDS = {
     "name": str,
@@ -102,13 +103,7 @@ def network_config(this_node_only: bool = False, timeout: float = 60.0) -> dict[
         f"--nodes={nodes}",
         f"--ntasks={nodes}",
         "--ntasks-per-node=1",
-        sys.executable,
-        "-m",
-        "pilot",
-        "network-config",
-        "--this-node",
-        "--format",
-        "json",
+        *processes.python_m(processes.CLI, "network-config", "--this-node", "--format", "json"),
     ]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

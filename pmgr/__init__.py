@@ -1,1 +1,2 @@
-"""The client side: Session, PilotManager, UnitManager, the state store and the pilot link."""
+"""The client: Session, PilotManager, UnitManager, the pilot link, batch submission (batch/),
+the state store (store/) and recovery."""
