@@ -34,7 +34,7 @@ import zmq
 from agent import runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
-from pilot import security
+from pilot import checks, security
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack
 from pilot.states import (
     CANCELED,
@@ -65,6 +65,7 @@ class Agent:
         self.updates: list = []
         self.known: dict[str, list] = {}
         self.states: dict[str, str] = {}  # units here and not final -> their state
+        self.bad_messages = checks.BadMessages(log)
         self.first_pending = 0.0
         self.timers: list = []
         self.stopping: dict | None = None
@@ -131,9 +132,17 @@ class Agent:
 
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
-        for u in units:
-            if u["uid"] in self.known:  # sent again: it is here already, or has run
-                log.error("%s: unit %s arrived again; ignored", self.uid, u["uid"])
+        for u in checks.items("units", units):
+            uid = u.get("uid") if isinstance(u, dict) else None
+            if not isinstance(uid, str) or not checks.UID.match(uid):
+                log.error("%s: a unit without a valid uid dropped: %.80r", self.uid, u)
+                continue
+            if uid in self.known:  # sent again: it is here already, or has run
+                log.error("%s: unit %s arrived again; ignored", self.uid, uid)
+                continue
+            malformed = wire_error(u)
+            if malformed is not None:
+                self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
                 continue
             if self.canceled_early:
                 early = self.canceled_early.pop(u["uid"], None)
@@ -143,7 +152,10 @@ class Agent:
             if self.stopping:
                 self.late.append(u)
                 continue
-            reason = self.sched.check(u)
+            try:
+                reason = self.sched.check(u)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                reason = f"malformed unit: {exc}"
             if reason is None and self.execu.which(u["executable"]) is None:
                 reason = f"executable={u['executable']!r} not found on PATH"
             if reason is None:
@@ -164,7 +176,7 @@ class Agent:
         for unit, alloc in self.sched.ready():
             try:
                 run = self.execu.spawn(unit, self.stager.take(unit), alloc)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: what posix_spawn cannot pass
                 self.sched.release(alloc)
                 self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
                 continue
@@ -261,9 +273,11 @@ class Agent:
             if kind == b"units":
                 self.on_units(body)
             elif kind == b"cancel":
-                self.cancel(body["uids"], body.get("reason", "canceled"))
+                reason = checks.text("reason", body.get("reason")) or "canceled"
+                self.cancel(checks.uids("uids", body.get("uids")), reason)
             elif kind == b"sync":
-                self.sync(body["cid"], body["uids"])
+                cid = checks.text("cid", body.get("cid"))
+                self.sync(cid, checks.uids("uids", body.get("uids")))
             elif kind == b"node_lost":
                 self.execu.node_lost(body["index"], body["reason"])
                 self.on_exits()
@@ -271,8 +285,8 @@ class Agent:
                 self.stop(body.get("reason", "partition stopped"), body.get("units") == "back")
             else:
                 raise ProtocolError(f"unknown message type {kind!r}")
-        except (ProtocolError, KeyError, TypeError) as exc:
-            log.error("%s: bad message %r: %s", self.uid, kind, exc)
+        except (ProtocolError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
 
     def run(self) -> int:
         self.sock.send_multipart(msg(b"ready", {"pid": os.getpid()}))
@@ -322,6 +336,34 @@ class Agent:
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0
             self.flush()
+
+
+def wire_error(u: dict) -> str | None:
+    """What is wrong with a unit as it arrived (the fields the agent uses), or None."""
+    try:
+        checks.text("executable", u.get("executable"), optional=False)
+        for i, a in enumerate(checks.items("arguments", u.get("arguments") or [], 100_000)):
+            checks.text(f"arguments[{i}]", a, optional=False)
+        env = checks.mapping("environment", u.get("environment") or {})
+        for k, v in env.items():
+            if not k or "=" in k:
+                raise checks.bad("environment key", k, "a non-empty name without '='")
+            checks.text(f"environment key {k[:40]!r}", k, optional=False)
+            checks.text(f"environment[{k[:40]!r}]", v, optional=False)
+        for key in ("cpus", "ranks"):
+            n = u.get(key, 1)
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 31:
+                raise checks.bad(key, n, "a whole number >= 1")
+        g = u.get("gpus", 0)
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1 << 31:
+            raise checks.bad("gpus", g, "a number >= 0")
+        checks.mapping("resources", u.get("resources") or {})
+        checks.mapping("policy", u.get("policy") or {})
+        if any(k.startswith("_") for k in u):
+            raise ValueError("keys starting with '_' are the agent's own")
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def main(argv: list[str]) -> int:

@@ -58,7 +58,7 @@ import zlib
 import zmq
 
 from agent.spawn import Spawner, exits
-from pilot import network, processes, security
+from pilot import checks, network, processes, security
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
 
 FORWARD_MAX = 64 * 1024
@@ -133,6 +133,7 @@ class NodeDaemon:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         self.halting: str | None = None
+        self.bad_messages = checks.BadMessages(log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
 
@@ -193,7 +194,7 @@ class NodeDaemon:
                 pipes.append((r, w))
             env = self.spawner.env(body.get("env") or {}, body.get("gpu_var"))
             pid = self.spawner.spawn(body["argv"], env, body["sandbox"], pipes[0][1], pipes[1][1])
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # ValueError: a NUL byte
             for r, w in pipes:
                 os.close(r)
                 os.close(w)
@@ -382,9 +383,10 @@ class NodeDaemon:
                         IndexError,
                         TypeError,
                         ValueError,
+                        AttributeError,
                         zlib.error,
                     ) as exc:
-                        log.error("bad message %r: %s", frames[:2], exc)
+                        self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
             self.flush()
             now = time.monotonic()
             if self.index is None and now - started > timeout:

@@ -44,7 +44,7 @@ from partition.agents.zygote import AgentLauncher
 from partition.manager import AgentExit, AgentProcess, PartitionManager
 from partition.node_set import BringUpError, NodeSet, listen_address
 from partition.sizing import Pool
-from pilot import processes, resource_config, security
+from pilot import checks, processes, resource_config, security
 from pilot.descriptions import ComputePartitionDescription
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
 from pilot.states import (
@@ -76,6 +76,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.client.setsockopt(zmq.SNDHWM, 100_000)
         self.client.connect(cfg["client"])
         self.dropped = 0
+        self.bad_messages = checks.BadMessages(log)
         self.syncs: dict[str, dict] = {}  # sync id -> {"parts": waiting partitions}
         self.agents = self.ctx.socket(zmq.ROUTER)
         self.agents.setsockopt(zmq.LINGER, 0)
@@ -194,12 +195,14 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.last_heard = time.monotonic()
         kind = frames[0]
         if kind == b"units" and len(frames) == 3:
-            uid = frames[1].decode()
+            uid = checks.uid("units partition", frames[1].decode())
             if not self.pm.take_buffered_or_bounce(uid, frames[2]):
                 self.flush()
                 self.to_client(msg(b"back", {"part": uid, "units": unpack(frames[2])}))
         elif kind == b"cmd":
             body = unpack(frames[1])
+            if not isinstance(body, dict):
+                raise ProtocolError("a command must be a JSON object")
             self.flush()
             self.to_client([b"reply", pack(self.command(body))])
         elif kind != b"hb":
@@ -349,8 +352,8 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         for frames in drain(sock, 200):
             try:
                 handler(frames)
-            except (ProtocolError, KeyError, IndexError, TypeError, UnicodeDecodeError) as exc:
-                log.error("bad message %r: %s", frames[:2], exc)
+            except (ProtocolError, KeyError, IndexError, TypeError, ValueError) as exc:
+                self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
 
     def on_control(self, frames: list[bytes]) -> None:
         ident, body = frames[0], frames[-1]

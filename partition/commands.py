@@ -17,7 +17,9 @@
                                                     partition's state are sent to it again
     sync           {units: {part: [uids]}}         {asked: [parts]}: their agents say again
                                                     what they know, then `synced` per partition
-A command that fails answers ok: false with the error; it never stops the bootstrap.
+Every field is checked before anything is done (pilot/checks.py: types, sizes, uid format);
+a command that fails answers ok: false with the error naming the field; no input stops the
+bootstrap.
 """
 
 from __future__ import annotations
@@ -27,36 +29,59 @@ import time
 
 import zmq
 
+from pilot import checks
+from pilot.ids import ALL
 from pilot.protocol import msg, pack
 from pilot.states import CANCELED, FINAL
 
 log = logging.getLogger("bootstrap")
 
 
+START_MAX = 64  # partitions one reconfig may start
+
+
 def reconfig(boot, cid, args: dict) -> dict:
-    return boot.pm.reconfig(
-        cid or f"anon.{time.time()}", args.get("stop"), args.get("start") or [], args.get("uids")
-    )
+    stop = args.get("stop")
+    if stop is not None and stop != ALL:
+        stop = [stop] if isinstance(stop, str) else stop
+        checks.uids("args.stop", stop, START_MAX * 16)
+    start = checks.items("args.start", args.get("start") or [], START_MAX)
+    for i, d in enumerate(start):
+        checks.mapping(f"args.start[{i}]", d)
+    uids = args.get("uids")
+    if uids is not None:
+        checks.uids("args.uids", uids, len(start))
+    return boot.pm.reconfig(cid or f"anon.{time.time()}", stop, start, uids)
 
 
 def cancel_units(boot, cid, args: dict) -> dict:
     by_part: dict[str, list] = {}
-    for uid, part in args["units"]:
+    for i, pair in enumerate(checks.items("args.units", args.get("units"))):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise checks.bad(f"args.units[{i}]", pair, "a pair [unit uid, partition uid]")
+        uid = checks.uid(f"args.units[{i}][0]", pair[0])
+        part = checks.uid(f"args.units[{i}][1]", pair[1])
         by_part.setdefault(part, []).append(uid)
-    reason = args.get("reason", "canceled")
+    reason = checks.text("args.reason", args.get("reason")) or "canceled"
     for part, uids in by_part.items():
-        boot.send_agent(part, [b"cancel", pack({"uids": uids, "reason": reason})])
+        if part in boot.pm.parts:
+            boot.send_agent(part, [b"cancel", pack({"uids": uids, "reason": reason})])
     return {}
 
 
 def stop_parts(boot, cid, args: dict) -> dict:
-    for uid in args["uids"]:
-        boot.pm.stop(uid, CANCELED, args.get("reason", "canceled"), hand_back=True)
+    uids = checks.uids("args.uids", args.get("uids"))
+    unknown = [u for u in uids if u not in boot.pm.parts]
+    if unknown:
+        raise ValueError(f"args.uids: no such partition(s) {unknown[:5]} in {boot.uid}")
+    reason = checks.text("args.reason", args.get("reason")) or "canceled"
+    for uid in uids:
+        boot.pm.stop(uid, CANCELED, reason, hand_back=True)
     return {}
 
 
 def cancel_pilot(boot, cid, args: dict) -> dict:
-    boot.end(CANCELED, args.get("reason") or "canceled")
+    boot.end(CANCELED, checks.text("args.reason", args.get("reason")) or "canceled")
     return {}
 
 
@@ -72,14 +97,17 @@ def partitions(boot, cid, args: dict) -> dict:
 def attach(boot, cid, args: dict) -> dict:
     """A new client process takes over: point the pilot link at it, say hello, and send
     every partition's current state again (units are reconciled by `sync`)."""
-    endpoint = args["client"]
+    endpoint = checks.endpoint("args.client", args.get("client"))
     old = boot.cfg["client"]
     if endpoint != old:
+        try:
+            boot.client.connect(endpoint)
+        except zmq.ZMQError as exc:
+            raise ValueError(f"args.client={endpoint!r}: cannot connect: {exc}") from None
         try:
             boot.client.disconnect(old)
         except zmq.ZMQError:
             pass
-        boot.client.connect(endpoint)
         boot.cfg["client"] = endpoint
     boot.last_heard = time.monotonic()
     log.info(
@@ -103,8 +131,12 @@ def sync(boot, cid, args: dict) -> dict:
     """Ask each partition's agent for the current state of these units.  Agents answer with
     state updates and a `synced` message naming the uids they do not know; a partition
     without an agent knows none of them."""
+    units = checks.mapping("args.units", args.get("units"))
+    for part_uid, uids in units.items():
+        checks.uid("args.units key", part_uid)
+        checks.uids(f"args.units[{part_uid!r}]", uids)
     waiting = []
-    for part_uid, uids in args["units"].items():
+    for part_uid, uids in units.items():
         part = boot.pm.parts.get(part_uid)
         if part is not None and part.state not in FINAL and part.uid in boot.procs:
             boot.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
@@ -127,10 +159,15 @@ OPS = {
 
 def run(boot, body: dict) -> dict:
     """Run one command; the reply never raises."""
-    cid, op, args = body.get("cid"), body.get("op"), body.get("args") or {}
+    cid = body.get("cid")
     try:
-        if op not in OPS:
-            raise ValueError(f"op={op!r} is unknown; accepted: {', '.join(OPS)}")
+        if cid is not None:
+            cid = checks.text("cid", cid)
+        op, args = body.get("op"), body.get("args")
+        if not isinstance(op, str) or op not in OPS:
+            raise checks.bad("op", op, f"one of {', '.join(OPS)}")
+        args = checks.mapping("args", {} if args is None else args)
         return {"cid": cid, "ok": True, "result": OPS[op](boot, cid, args)}
     except (ValueError, KeyError, TypeError) as exc:
-        return {"cid": cid, "ok": False, "error": str(exc)}
+        log.warning("command refused: %s", exc)
+        return {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}

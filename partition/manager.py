@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,6 +46,7 @@ from pilot.states import (
 
 log = logging.getLogger("bootstrap.partitions")
 EXIT_GRACE = 1.0  # seconds an ended agent's last messages get to arrive
+REPLIES_KEPT = 10_000  # answers to reconfig commands remembered for retries
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ class PartitionManager:
         self.parts: dict[str, Part] = {}
         self.next_index = next_index
         self.pilot_uid = pilot_uid
-        self.replies: dict[str, dict] = {}  # cid -> the answer given (idempotent commands)
+        # cid -> the answer given (a retried command is answered again, not applied again);
+        # the newest REPLIES_KEPT only, so a stream of commands cannot grow the bootstrap
+        self.replies: OrderedDict[str, dict] = OrderedDict()
 
     # -- queries ------------------------------------------------------------------------------
     def live(self) -> list[Part]:
@@ -302,6 +306,8 @@ class PartitionManager:
         self.warn_idle()
         reply = {"stopped": stop_uids, "started": started}
         self.replies[cid] = reply
+        if len(self.replies) > REPLIES_KEPT:
+            self.replies.popitem(last=False)
         return reply
 
     def warn_idle(self) -> None:

@@ -81,6 +81,17 @@ def field_error(owner: Any, field: str, value: Any, accepted: str) -> ValueError
 
 
 # ---- validators ---------------------------------------------------------------------------------
+# Numbers are finite and bounded (no NaN, inf or 10**400 reaches a scheduler); strings hold no
+# NUL byte (no program, argument or environment variable can carry one).
+
+COUNT_MAX = 2**31 - 1  # cores, GPUs, ranks, nodes
+MINUTES_MAX = 10 * 365 * 24 * 60  # ten years
+
+
+def _no_nul(owner, field, value: str) -> str:
+    if "\0" in value:
+        raise field_error(owner, field, value, "a string without NUL bytes")
+    return value
 
 
 def count(minimum: int = 0, allow: tuple = ()) -> Callable:
@@ -92,6 +103,8 @@ def count(minimum: int = 0, allow: tuple = ()) -> Callable:
             raise field_error(owner, field, value, f"an integer >= {minimum}{extra}")
         if value < minimum:
             raise field_error(owner, field, value, f">= {minimum}")
+        if value > COUNT_MAX:
+            raise field_error(owner, field, value, f"<= {COUNT_MAX}")
         return value
 
     return check
@@ -108,7 +121,7 @@ def text(optional: bool = True) -> Callable:
             return None
         if not isinstance(value, str) or not value:
             raise field_error(owner, field, value, "a non-empty string")
-        return value
+        return _no_nul(owner, field, value)
 
     return check
 
@@ -122,7 +135,7 @@ def str_list(owner, field, value):
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise field_error(owner, f"{field}[{i}]", v, "a string (or number)")
-        out.append(str(v))
+        out.append(_no_nul(owner, f"{field}[{i}]", str(v)))
     return out
 
 
@@ -132,33 +145,33 @@ def str_dict(owner, field, value):
     if not isinstance(value, dict):
         raise field_error(owner, field, value, "a mapping of strings to strings")
     for k, v in value.items():
-        if not isinstance(k, str) or not k or "=" in k:
-            raise field_error(owner, f"{field} key", k, "a non-empty string without '='")
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+            raise field_error(owner, f"{field} key", k, "a non-empty string without '=' or NUL")
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
             raise field_error(owner, f"{field}[{k!r}]", v, "a string (or number)")
+        _no_nul(owner, f"{field}[{k!r}]", str(v))
     return {k: str(v) for k, v in value.items()}
 
 
+def _finite(value) -> bool:
+    """A bool-free int or float that is finite (huge ints included: they are finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
 def positive_minutes(owner, field, value):
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise field_error(owner, field, value, "a number of minutes > 0")
+    if not _finite(value) or not 0 < value <= MINUTES_MAX:
+        raise field_error(owner, field, value, f"a number of minutes > 0 and <= {MINUTES_MAX}")
     return value
 
 
 def amount(owner, field, value):
     """A count of slots: a whole number >= 0, or a fraction of one slot (0 < x < 1)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value < 0
-        or (value >= 1 and value != int(value))
-    ):
-        raise field_error(owner, field, value, "a whole number >= 0 or a fraction 0 < x < 1")
+    if not _finite(value) or not 0 <= value <= COUNT_MAX or (value >= 1 and value != int(value)):
+        raise field_error(
+            owner, field, value, f"a whole number 0..{COUNT_MAX} or a fraction 0 < x < 1"
+        )
     return int(value) if value >= 1 or value == 0 else float(value)
 
 

@@ -73,10 +73,14 @@ def pack(obj) -> bytes:
 
 
 def unpack(data: bytes):
+    """The JSON body of a message; ProtocolError for anything else (not JSON, nested too deep
+    for the parser: a hostile body never raises anything but ProtocolError)."""
     try:
         return _loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"undecodable message body: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("message body nested too deep") from None
 
 
 def msg(kind: bytes, body=None) -> list[bytes]:

@@ -112,12 +112,19 @@ def path_to(machine: Machine, src: str, dst: str) -> list[str]:
     A remote component may report only the newest of several states when messages are coalesced
     (e.g. a unit that went QUEUED -> EXECUTING -> DONE in one batch is always sent in full, but a
     partition that failed before the client saw STARTING is not).  The client uses this to fill the
-    legal intermediate states; it returns [dst] when dst is directly reachable.
+    legal intermediate states; it returns [dst] when dst is directly reachable.  DONE is
+    reached along the main path (a unit the client has QUEUED that reports DONE went through
+    EXECUTING); FAILED and CANCELED are reachable from every state that is not final.
     """
     if (src, dst) in _MOVES[id(machine)]:
         return [dst]
     order = [s for s in machine.states if s not in FINAL]
-    if dst in FINAL or src not in order or dst not in order:
+    if src not in order:
         return [dst]
-    i, j = order.index(src), order.index(dst)
+    i = order.index(src)
+    if dst == DONE:
+        return order[i + 1 :] + [DONE]
+    if dst in FINAL or dst not in order:
+        return [dst]
+    j = order.index(dst)
     return order[i + 1 : j + 1] if j > i else [dst]

@@ -166,11 +166,11 @@ class Session:
             return
         fired: list = []
         with self.lock:
-            pilot.last_heard = time.monotonic()
             try:
-                if kind == b"unsent":
+                if kind == b"unsent":  # our own send failed: that is no word from the pilot
                     self.on_unsent(pilot, frames[1:], fired)
                 else:
+                    pilot.last_heard = time.monotonic()
                     handler = HANDLERS.get(kind)
                     if handler is None:
                         raise ProtocolError(f"unknown message type {kind!r}")

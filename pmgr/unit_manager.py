@@ -224,6 +224,15 @@ class UnitManager:
                 f"cores={cores}, gpus={d.rank_gpus} can never fit: the pilots' nodes have at "
                 f"most {best[0]} cores, {best[1]} GPUs"
             )
+        if live and all(
+            d.ranks * cores > p.size["cores"] or d.ranks * d.rank_gpus > p.size["gpus"]
+            for p in live
+        ):
+            most = max((p.size["cores"], p.size["gpus"]) for p in live)
+            return (
+                f"ranks={d.ranks} x cores={cores}, gpus={d.rank_gpus} can never fit: the "
+                f"pilots hold at most {most[0]} cores, {most[1]} GPUs"
+            )
         return None
 
     def route(self, fired: list) -> None:

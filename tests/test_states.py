@@ -62,7 +62,8 @@ def test_requeue_is_the_only_backward_move():
 
 def test_path_fills_skipped_states():
     assert S.path_to(S.PARTITION_MACHINE, S.PENDING, S.ACTIVE) == [S.STARTING, S.ACTIVE]
-    assert S.path_to(S.UNIT_MACHINE, S.QUEUED, S.DONE) == [S.DONE]
+    assert S.path_to(S.UNIT_MACHINE, S.QUEUED, S.DONE) == [S.EXECUTING, S.DONE]
+    assert S.path_to(S.UNIT_MACHINE, S.QUEUED, S.FAILED) == [S.FAILED]
 
 
 def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, caplog):
@@ -77,14 +78,16 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
     unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
     fired: list = []
     with caplog.at_level(logging.WARNING, logger="pmgr.units"), session.lock:
-        umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0}, fired)
-        assert unit.state == rp.SCHEDULING and unit.exit_code is None
         umgr.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {}, fired)  # QUEUED filled in
         umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {}, fired)  # said again
         assert unit.state == rp.EXECUTING
+        umgr.on_unit_state(unit.uid, rp.FAILED, time.time(), {"reason": "boom"}, fired)
+        umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0}, fired)
+        assert unit.state == rp.FAILED and unit.exit_code is None and unit.reason == "boom"
     assert umgr.said_again == 1
     refused = [r.getMessage() for r in caplog.records]
     assert refused == [
-        f"{unit.uid}: update SCHEDULING -> DONE refused by the unit state machine (exit code 0)"
+        f"{unit.uid}: update FAILED -> DONE refused by the unit state machine (exit code 0)"
     ]
-    assert [s for s, _ in unit.history] == [rp.NEW, rp.SCHEDULING, rp.QUEUED, rp.EXECUTING]
+    states = [s for s, _ in unit.history]
+    assert states == [rp.NEW, rp.SCHEDULING, rp.QUEUED, rp.EXECUTING, rp.FAILED]

@@ -66,7 +66,7 @@ class LocalRunner:
                 run.pids.append(pid)
                 self.running[pid] = run
                 self.spawner.bind(pid, [c for c, _ in grant.get("cpus", ())])
-        except OSError:
+        except (OSError, ValueError):
             for pid in run.pids:
                 self.running.pop(pid, None)
                 processes.signal_group(pid, signal.SIGKILL)

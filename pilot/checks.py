@@ -1,0 +1,82 @@
+"""Checks for what arrives in messages: every field a component acts on is checked here first.
+
+Each check takes `where` (the field, as a person would name it: `args.stop[2]`) and the value,
+and returns the value or raises ValueError naming both (the value cut to 80 characters).  A uid
+is letters, digits, `_`, `.`, `-` (at most 128, not starting with `.` or `-`): never a path.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+UID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}\Z")
+ENDPOINT = re.compile(r"tcp://[A-Za-z0-9_.\-\[\]:]{1,255}:\d{1,5}\Z")
+TEXT_MAX = 4096
+LIST_MAX = 1_000_000
+
+
+def bad(where: str, value, accepted: str) -> ValueError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return ValueError(f"{where}={shown} must be {accepted}")
+
+
+def uid(where: str, value) -> str:
+    if not isinstance(value, str) or not UID.match(value):
+        raise bad(where, value, "a uid (letters, digits, _ . -; at most 128)")
+    return value
+
+
+def text(where: str, value, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > TEXT_MAX or "\0" in value:
+        raise bad(where, value, f"a string of at most {TEXT_MAX} characters, without NUL")
+    return value
+
+
+def mapping(where: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise bad(where, value, "a mapping")
+    return value
+
+
+def items(where: str, value, most: int = LIST_MAX) -> list:
+    if not isinstance(value, list) or len(value) > most:
+        raise bad(where, value, f"a list of at most {most} items")
+    return value
+
+
+def uids(where: str, value, most: int = LIST_MAX) -> list[str]:
+    return [uid(f"{where}[{i}]", u) for i, u in enumerate(items(where, value, most))]
+
+
+def endpoint(where: str, value) -> str:
+    if not isinstance(value, str) or not ENDPOINT.match(value):
+        raise bad(where, value, "a ZeroMQ endpoint tcp://HOST:PORT")
+    return value
+
+
+class BadMessages:
+    """Logs bad messages without letting a flood fill the disk: the first one of every
+    `every` seconds is logged (one line, no traceback) with how many were left unsaid."""
+
+    def __init__(self, log, every: float = 10.0) -> None:
+        self.log = log
+        self.every = every
+        self.next_at = 0.0
+        self.unsaid = 0
+        self.total = 0
+
+    def report(self, text: str) -> None:
+        self.total += 1
+        now = time.monotonic()
+        if now < self.next_at:
+            self.unsaid += 1
+            return
+        more = f" ({self.unsaid} more bad messages since the last report)" if self.unsaid else ""
+        self.log.error("%s%s", text[:500], more)
+        self.unsaid = 0
+        self.next_at = now + self.every
