@@ -13,6 +13,9 @@ arrive as `events` and whose output is forwarded to the client as `output` [[uid
 stream, text], ...]; `node_lost` {index, reason} ends the units on that node FAILED with it.
 Every unit state this agent reports is a move the unit state machine allows (pilot/states.py
 UNIT_MACHINE; units arrive SCHEDULING): an illegal one raises.
+Start journal: before a unit is started, its uid is appended to PILOT_SANDBOX/<partition>.started
+(one write per unit, not buffered).  If this agent dies, the bootstrap reads it: a unit in the
+journal may have run and is never started again; one not in it never ran and goes elsewhere.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
 when FLUSH_SIZE updates are waiting.  Every wait is bounded: the loop wakes at least once a second
 and tears down when its parent bootstrap is gone.
@@ -62,6 +65,11 @@ class Agent:
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
         self.ctx = zmq.Context.instance()
         self.execu, self.stager = runners.for_partition(cfg, self.ctx)
+        self.journal = os.open(
+            journal_path(cfg["pilot_sandbox"], self.uid),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+            0o600,
+        )
         self.updates: list = []
         self.known: dict[str, list] = {}
         self.states: dict[str, str] = {}  # units here and not final -> their state
@@ -137,8 +145,11 @@ class Agent:
             if not isinstance(uid, str) or not checks.UID.match(uid):
                 log.error("%s: a unit without a valid uid dropped: %.80r", self.uid, u)
                 continue
-            if uid in self.known:  # sent again: it is here already, or has run
-                log.error("%s: unit %s arrived again; ignored", self.uid, uid)
+            if uid in self.known:  # sent again: it is here already, or has run: never twice
+                log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
+                if not self.updates:
+                    self.first_pending = time.monotonic()
+                self.updates.extend(self.known[uid])
                 continue
             malformed = wire_error(u)
             if malformed is not None:
@@ -175,6 +186,9 @@ class Agent:
             return
         for unit, alloc in self.sched.ready():
             try:
+                # journaled before it can start (a failure after this only errs on the safe
+                # side: a unit in the journal is never started again)
+                os.write(self.journal, f"{unit['uid']}\n".encode())
                 run = self.execu.spawn(unit, self.stager.take(unit), alloc)
             except (OSError, ValueError) as exc:  # ValueError: what posix_spawn cannot pass
                 self.sched.release(alloc)
@@ -232,6 +246,8 @@ class Agent:
                 self._terminate(r, reason)
 
     def _terminate(self, r, reason: str) -> None:
+        if self.execu.has_exited(r):
+            return  # it ended before the cancel: it ends as its exit code says
         r.cancel_reason = reason
         self.execu.kill(r, signal.SIGTERM)
         heapq.heappush(self.timers, (time.monotonic() + self.kill_grace, id(r), r))
@@ -336,6 +352,11 @@ class Agent:
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0
             self.flush()
+
+
+def journal_path(pilot_sandbox: str, part_uid: str) -> str:
+    """Where the agent of `part_uid` records the units it starts (one uid a line)."""
+    return os.path.join(pilot_sandbox, f"{part_uid}.started")
 
 
 def wire_error(u: dict) -> str | None:

@@ -41,8 +41,8 @@ def write_rate(url: str, n: int) -> float:
             "exit_code": 0,
             "description": {"executable": "/bin/true"},
         }
-        for s in ("SCHEDULING", "QUEUED", "EXECUTING", "DONE"):
-            b.history.append(("bench", "units", uid, s, now, None))
+        for seq, s in enumerate(("SCHEDULING", "QUEUED", "EXECUTING", "DONE"), 1):
+            b.history.append(("bench", "units", uid, s, now, None, seq))
     t0 = time.perf_counter()
     store.write_batch(b)
     dt = time.perf_counter() - t0

@@ -17,6 +17,9 @@ of their own (agent_overhead.nodes), started by the node daemon of that node
 (partition/agents/); either way they talk to this process's agent channel.
 Routing: unit batches from the client go to their partition's agent as raw frames (buffered while
 it is STARTING, handed back when it is gone); agent state batches go to the client unchanged.
+An agent that dies (its partition was not stopping): the bootstrap, a child subreaper, kills
+the unit processes it left behind (partition/orphans.py), reads its start journal and tells the
+client which of its units started (`lost`): those end FAILED, the others are routed again.
 A node lost while the pilot runs (its daemon exited or went silent, node.lost in the log): the
 node is marked down, the agents holding it are told (`node_lost`: their units there end
 FAILED with the reason), and those partitions end FAILED, their queued units handed back to be
@@ -34,12 +37,14 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 
 import zmq
 
-from partition import commands
+from agent.agent import journal_path
+from partition import commands, orphans
 from partition.agents.zygote import AgentLauncher
 from partition.manager import AgentExit, AgentProcess, PartitionManager
 from partition.node_set import BringUpError, NodeSet, listen_address
@@ -127,14 +132,43 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
 
+    def own_children(self) -> set[int]:
+        """The processes this bootstrap started itself (never taken for orphans)."""
+        pids = {self.launcher.zygote.pid}
+        if self.nodeset is not None:
+            pids.update(p.pid for p in self.nodeset.launch.procs.values())
+        return pids
+
+    def agent_lost(self, uid: str, why: str) -> None:
+        """The agent of `uid` ended without stopping its units: end what it left running,
+        and tell the client which of its units had started (its start journal)."""
+        killed = orphans.end_orphans(
+            {"PILOT_PILOT_ID": self.uid, "PILOT_PARTITION_ID": uid}, self.own_children()
+        )
+        try:
+            with open(journal_path(self.sandbox, uid)) as f:
+                started = [line.strip() for line in f if line.strip()]
+        except FileNotFoundError:
+            started = []
+        log.warning(
+            "%s: %s; %d unit(s) had started, %d killed", uid, why, len(started), len(killed)
+        )
+        self.flush()
+        self.to_client(
+            msg(b"lost", {"part": uid, "started": started, "killed": killed, "reason": why})
+        )
+
     def node_lost(self, index: int, reason: str) -> None:
         self.pool.mark_down(index)
+        name = self.pool.nodes[index].name
+        orphans.end_orphans(  # units of a daemon that died here (fork/netns launches)
+            {"PILOT_PILOT_ID": self.uid, "PILOT_NODE_NAME": name}, self.own_children()
+        )
         for part in self.pm.live():
             alloc = part.alloc
             if alloc is None or (index not in alloc.slots and index not in alloc.agent_nodes):
                 continue
             if part.uid in self.procs:
-                name = self.pool.nodes[index].name
                 self.send_agent(
                     part.uid, [b"node_lost", pack({"index": index, "name": name, "reason": reason})]
                 )
@@ -274,15 +308,24 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
 
     def run(self) -> int:
         log.info(
-            "boot.connect: client %s, agents %s, control %s",
+            "boot.connect: client %s, agents %s, control %s; adopts orphans: %s",
             self.cfg["client"],
             self.agent_endpoint,
             self.control_endpoint,
+            orphans.become_subreaper(),
         )
         ctl = os.path.join(self.sandbox, "control.json")
         fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"pilot": self.uid, "endpoint": self.control_endpoint, "pid": os.getpid()}, f)
+            json.dump(
+                {
+                    "pilot": self.uid,
+                    "endpoint": self.control_endpoint,
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                },
+                f,
+            )
         if self.nodeset is not None:
             try:
                 given = {int(k): v for k, v in (self.cfg.get("network") or {}).items()}
@@ -383,6 +426,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.launcher.close()
         if self.nodeset is not None:
             self.nodeset.halt(reason)
+        orphans.reap(self.own_children())
         for part in self.pm.live():
             self.pm.end(part, FAILED, "pilot ended before the partition did")
         self.flush()

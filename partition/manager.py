@@ -85,6 +85,8 @@ class PartitionIO(Protocol):
 
     def emit(self, uid: str, state: str, info: dict) -> None: ...
 
+    def agent_lost(self, uid: str, why: str) -> None: ...  # ended without stopping its units
+
 
 @dataclass
 class Part:
@@ -223,6 +225,7 @@ class PartitionManager:
         if part.final and exit.code == 0:
             self.end(part, part.final, part.reason)
         else:
+            self.io.agent_lost(uid, f"its agent {exit.why}")
             self.end(
                 part,
                 FAILED,

@@ -13,7 +13,8 @@
 PILOT is a pilot uid (pilot.0000), or SESSION/PILOT when several sessions run a pilot of that
 name; running pilots are found through their control file in the sessions directory
 ($PILOT_SESSIONS_DIR, default ~/.pilot/sessions).  SIZE: 50% | fill | cores=4,gpus=1 | nodes=2 |
-gpus=all.  Exit status: 0 done, 1 the pilot refused the command, 2 bad usage or no such pilot.
+gpus=all.  Exit status: 0 done, 1 the pilot refused the command (or a partition it started
+FAILED), 2 bad usage or no such pilot.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import argparse
 import glob
 import json
 import os
+import socket
 import sys
+import time
 
 import zmq
 
@@ -47,7 +50,7 @@ def find_pilot(name: str) -> dict:
     """The control record of a running pilot named `name` (PILOT or SESSION/PILOT)."""
     session, _, pilot = name.rpartition("/")
     pattern = os.path.join(sessions_dir(), session or "*", pilot, "control.json")
-    found = sorted(glob.glob(pattern))
+    found = [f for f in sorted(glob.glob(pattern)) if not _stale(f)]
     if not found:
         raise UsageError(f"no running pilot {name!r} under {sessions_dir()}")
     if len(found) > 1:
@@ -55,6 +58,24 @@ def find_pilot(name: str) -> dict:
         raise UsageError(f"pilot {name!r} is ambiguous; name one of {names}")
     with open(found[0]) as f:
         return json.load(f)
+
+
+def _stale(path: str) -> bool:
+    """A control file left by a bootstrap that died on this host (its pid is gone)."""
+    try:
+        with open(path) as f:
+            control = json.load(f)
+    except (OSError, ValueError):
+        return True
+    if control.get("host") != socket.gethostname() or not isinstance(control.get("pid"), int):
+        return False  # another host's pilot: only its own bootstrap knows
+    try:
+        os.kill(control["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
 def parse_size(text: str) -> ComputePartitionDescription:
@@ -74,6 +95,8 @@ def parse_size(text: str) -> ComputePartitionDescription:
                 "or config=NAME (or use 50% / fill)"
             )
         value = value.strip()
+        if key in kwargs:
+            raise ValueError(f"--start {text!r}: {key}= is given twice")
         if key == "config":
             kwargs[key] = value
         elif key == "gpus" and value.lower() == "all":
@@ -102,6 +125,19 @@ def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
             ) from None
     finally:
         sock.close()
+
+
+def settled(control: dict, started: list[str], timeout: float = REPLY_TIMEOUT) -> dict:
+    """The pilot's partitions once the ones just started are ACTIVE or final (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listing = command(control, "partitions", {})["result"]
+        states = {p["uid"]: p["state"] for p in listing["partitions"]}
+        if all(states.get(u) not in ("PENDING", "STARTING") for u in started):
+            return listing
+        if time.monotonic() > deadline:
+            return listing
+        time.sleep(0.05)
 
 
 def _print_partitions(result: dict) -> None:
@@ -236,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pilot: {control['pilot']} refused: {reply.get('error')}", file=sys.stderr)
             return 1
         if args.cmd == "reconfig":
-            listing = command(control, "partitions", {})["result"]
+            listing = settled(control, [s["uid"] for s in reply["result"]["started"]])
             if args.json:
                 print(json.dumps({"reconfig": reply["result"], **listing}, indent=1))
             else:
@@ -245,6 +281,15 @@ def main(argv: list[str] | None = None) -> int:
                 for s in res["started"]:
                     print(f"started: {s['uid']} {s['state']} {s['reason'] or ''}".rstrip())
                 _print_partitions(listing)
+            failed = [
+                p["uid"]
+                for p in listing["partitions"]
+                if p["uid"] in {s["uid"] for s in reply["result"]["started"]}
+                and p["state"] == "FAILED"
+            ]
+            if failed:
+                print(f"pilot: partition(s) {', '.join(failed)} FAILED", file=sys.stderr)
+                return 1
         elif args.json:
             print(json.dumps(reply["result"], indent=1))
         else:

@@ -11,6 +11,9 @@ Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identit
              nodes: {index: {name, state}}}          multi-node pilots, up or down
     state   [[kind, uid, state, ts, info], ...]      batched state updates (kind: part | unit)
     back    {part, units: [unit dicts]}              units a partition handed back (route again)
+    lost    {part, started, killed, reason}          the partition's agent died: `started` (its
+                                                     start journal) may have run, the others
+                                                     never did; `killed`: processes it left
     output  [[uid, node, rank, stream, text], ...]   unit output forwarded by node daemons
     synced  {cid, part, unknown: [uids]}             after a sync: the uids that agent never had
     reply   {cid, ok, result | error}                answer to a cmd

@@ -233,6 +233,13 @@ class Pilot(Stateful):
         if self.umgr is not None:
             self.umgr.on_units_back(body["part"], body["units"], fired)
 
+    def on_lost(self, body: dict, fired: list) -> None:
+        """A partition's agent died: which of its units had started (see UnitManager)."""
+        if self.umgr is not None:
+            self.umgr.on_partition_lost(
+                body["part"], body["started"], body["killed"], body["reason"], fired
+            )
+
     def on_synced(self, body: dict, fired: list) -> None:
         """After a sync: the units the partition's agent never had."""
         if self.umgr is not None:

@@ -50,6 +50,7 @@ HANDLERS = {
     b"reply": Pilot.on_reply,
     b"state": Pilot.on_states,
     b"back": Pilot.on_back,
+    b"lost": Pilot.on_lost,
     b"synced": Pilot.on_synced,
     b"hb": Pilot.on_hb,
 }
@@ -121,9 +122,9 @@ class Session:
 
     # -- state changes (called with the lock held) ---------------------------------------------
     def persist_state(self, obj, state: str, ts: float) -> None:
-        self.writer.hist(
-            (self.uid, obj.KIND, obj.uid, state, ts, obj.reason if state in S.FINAL else None)
-        )
+        reason = obj.reason if state in S.FINAL else None
+        seq = len(obj.history) - 1  # the change's place in the object's history
+        self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts, reason, seq))
         self.writer.changed(obj)
 
     def wait_for(self, predicate, timeout: float | None, describe) -> None:

@@ -283,17 +283,24 @@ class UnitManager:
                 continue
             unit.part = target.uid
             unit.pilot = target.pilot
+            self.session.writer.changed(unit)
             target.outstanding += 1
             room[target] -= 1
             if room[target] <= 0:
                 del room[target]
             batches.setdefault(target, []).append(unit.wire())
         pending.extendleft(reversed(skipped))
-        for part, units in batches.items():
-            for i in range(0, len(units), SEND_CHUNK):
-                self.session.channel.send(
-                    part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])]
-                )
+        if not batches:
+            return
+        frames = [
+            (part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])])
+            for part, units in batches.items()
+            for i in range(0, len(units), SEND_CHUNK)
+        ]
+        send = self.session.channel.send
+        # sent once the store has each unit with the partition it goes to (persist, then send:
+        # a client that dies in between leaves units its successor finds, asks, and re-routes)
+        self.session.writer.then(lambda: [send(uid, f) for uid, f in frames])
 
     # -- events (lock held, channel thread) ---------------------------------------------------
     def on_unit_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
@@ -352,6 +359,47 @@ class UnitManager:
                 unit.advance(S.SCHEDULING, now, None, fired)
             unit.part = None
             back.append(unit)
+        self.pending.extendleft(reversed(back))
+        self.route(fired)
+
+    def on_partition_lost(
+        self, part_uid: str, started: list, killed: list, reason: str, fired: list
+    ) -> None:
+        """The agent of `part_uid` died.  Its units that had started (its start journal) may
+        have run: they end FAILED, never run twice; the others never ran and are routed
+        again (to another partition; one pinned to this partition fails with it)."""
+        started, killed = set(started), set(killed)
+        lost = self.find_partition(part_uid)
+        if lost is not None:
+            lost.accepting = False  # its FAILED state follows: route nothing more there
+        now = time.time()
+        back = []
+        for unit in self.units.values():
+            if unit.part != part_uid or unit.final:
+                continue
+            part = unit.pilot.parts.get(part_uid)
+            if part is not None:
+                part.outstanding -= 1
+            if unit.uid in killed:
+                why = f"killed: {reason} while it ran"
+            elif unit.uid in started:
+                why = f"{reason} after starting it; its outcome is unknown"
+            elif unit.description.partition == part_uid:
+                why = f"its partition {part_uid} was lost before it started ({reason})"
+            else:
+                if unit.state == S.QUEUED:
+                    unit.advance(S.SCHEDULING, now, None, fired)
+                unit.part = None
+                back.append(unit)
+                continue
+            unit.advance(S.FAILED, now, why, fired)
+        if back:
+            log.warning(
+                "%s lost (%s): %d unit(s) that never started routed again",
+                part_uid,
+                reason,
+                len(back),
+            )
         self.pending.extendleft(reversed(back))
         self.route(fired)
 

@@ -63,7 +63,10 @@ def test_assignment_is_validated():
         ({"executable": "x", "gpus": float("inf")}, r"gpus=inf must be a whole number"),
         ({"executable": "x", "ranks": 10**400}, r"ranks=1000.* must be <= 2147483647"),
         ({"executable": "a\0b"}, r"executable='a\\x00b' must be a string without NUL"),
-        ({"executable": "x", "arguments": ["\0"]}, r"arguments\[0\]='\\x00' must be a string without"),
+        (
+            {"executable": "x", "arguments": ["\0"]},
+            r"arguments\[0\]='\\x00' must be a string without",
+        ),
         ({"executable": "x", "environment": {"A": "\0"}}, r"environment\['A'\]='\\x00' must be"),
         ({"executable": "x", "arguments": "a b"}, r"arguments='a b' must be a list of strings"),
         ({"executable": "x", "environment": {"A=B": "1"}}, r"environment key='A=B'"),

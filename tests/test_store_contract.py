@@ -75,11 +75,11 @@ def test_find_filters_and_orders_by_uid(store):
 def test_history_keeps_every_change_in_order(store):
     t = time.time()
     rows = [
-        ("s1", "units", "u1", s, t + i, None)
+        ("s1", "units", "u1", s, t + i, None, i)
         for i, s in enumerate(["NEW", "SCHEDULING", "QUEUED", "EXECUTING"])
     ]
-    rows.append(("s1", "units", "u1", "FAILED", t + 9, "exit code 3"))
-    rows.append(("s1", "units", "u2", "NEW", t, None))
+    rows.append(("s1", "units", "u1", "FAILED", t + 9, "exit code 3", 4))
+    rows.append(("s1", "units", "u2", "NEW", t, None, 0))
     for i in range(0, len(rows), 2):  # several batches
         b = Batch()
         b.history.extend(rows[i : i + 2])
@@ -91,11 +91,26 @@ def test_history_keeps_every_change_in_order(store):
     assert store.history(session="s2") == []
 
 
+def test_a_batch_written_twice_is_stored_once(store):
+    """A retry after a write that partly happened (the server died mid-write) adds nothing."""
+    t = time.time()
+    b = Batch()
+    b.docs["units"]["u1"] = unit_doc("u1", "DONE")
+    b.history.extend(
+        ("s1", "units", "u1", s, t + i, None, i) for i, s in enumerate(["NEW", "DONE"])
+    )
+    store.write_batch(b)
+    store.write_batch(b)
+    assert [r["state"] for r in store.history(uid="u1")] == ["NEW", "DONE"]
+    assert [r["seq"] for r in store.history(session="s1")] == [0, 1]
+    assert len(store.find("units", session="s1")) == 1
+
+
 def test_a_big_batch(store):
     b = Batch()
     for i in range(2000):
         b.docs["units"][f"u{i:05d}"] = unit_doc(f"u{i:05d}", "DONE")
-        b.history.append(("s1", "units", f"u{i:05d}", "DONE", time.time(), None))
+        b.history.append(("s1", "units", f"u{i:05d}", "DONE", time.time(), None, 1))
     store.write_batch(b)
     assert len(store.find("units", session="s1", state="DONE")) == 2000
     assert len(store.history(session="s1")) == 2000

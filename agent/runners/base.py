@@ -47,6 +47,8 @@ class UnitRunner(Protocol):
 
     def kill(self, run: Run, sig: int) -> None: ...
 
+    def has_exited(self, run: Run) -> bool: ...  # every rank ended, not yet reaped
+
     def runs(self) -> list[Run]: ...
 
     def which(self, executable: str) -> str | None: ...  # None: it cannot be found

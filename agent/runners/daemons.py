@@ -74,6 +74,7 @@ class DaemonRunner:
         for rank, (node, grant) in enumerate(alloc.ranks):
             ids = grant_ids(node.cap, grant)
             env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
+            env["PILOT_PARTITION_ID"] = self.uid  # the daemon's own environment has no partition
             body = {
                 "uid": unit["uid"],
                 "rank": rank,
@@ -141,6 +142,9 @@ class DaemonRunner:
                     )
                 except zmq.Again:
                     pass  # that daemon is not reading: node loss will end these ranks
+
+    def has_exited(self, run: Run) -> bool:
+        return False  # its daemons know; their exit events decide
 
     def runs(self) -> list[Run]:
         return list({id(r): r for r in self.running.values()}.values())

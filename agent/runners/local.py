@@ -90,6 +90,18 @@ class LocalRunner:
                 codes = [run.codes[p] for p in run.pids]
                 yield run, next((c for c in codes if c != 0), 0)
 
+    def has_exited(self, run: Run) -> bool:
+        """Whether every rank has exited (and waits to be reaped): a cancel comes too late."""
+        for pid in run.pids:
+            if pid in run.codes:
+                continue
+            try:
+                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    return False
+            except ChildProcessError:
+                continue
+        return True
+
     def kill(self, run: Run, sig: int) -> None:
         for pid in run.pids:
             if pid not in run.codes:

@@ -23,6 +23,7 @@ ALL_NODES = -1  # the hint of a launch process that runs the daemons of every no
 
 class NodeLaunch(Protocol):
     method: str
+    procs: dict[int, subprocess.Popen]  # by hint (ALL_NODES for one process for all)
 
     def start(self) -> None: ...
 

@@ -6,12 +6,16 @@ Data model (one table / collection per kind; field names are the ones a person r
     partitions  uid, session, pilot, state, reason, description*, resources*
     units       uid, session, pilot, partition, state, reason, exit_code, node, slots*,
                 description*
-    history     session, kind, uid, state, ts, reason: one row per state change
+    history     session, kind, uid, state, ts, reason, seq: one row per state change; seq is
+                the change's place in the object's history (0 = NEW), so (uid, seq) is unique
 (* structured: JSON text in sqlite, sub-documents in MongoDB.)
 
 Writes come in batches (`write_batch`), each applied as one transaction (sqlite) or one bulk
-write (MongoDB); only the client writes.  A doc in a batch is an upsert of the fields it holds:
-`description` is sent once, when an object is first written, and kept from then on.
+write (MongoDB); only the client writes.  Every write is idempotent: docs are upserts and a
+history row whose (uid, seq) is stored already is not stored again, so a batch retried after a
+failure that left part of it written (a server killed mid-write) duplicates nothing.  A doc in
+a batch is an upsert of the fields it holds: `description` is sent once, when an object is
+first written, and kept from then on.
 Reads serve recovery, the CLI and tests.
 """
 
@@ -50,7 +54,7 @@ FIELDS = {
 }
 STRUCTURED = frozenset(("description", "size", "resources", "slots", "node"))
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
-HISTORY = ("session", "kind", "uid", "state", "ts", "reason")
+HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
 
 
 @dataclass

@@ -4,7 +4,9 @@ One collection per kind (sessions, pilots, partitions, units) with `_id` = uid, 
 (one document per state change).  Indexes: pilots by session; partitions by session, pilot and
 state; units by session+state and by partition; history by uid and by session.  A batch is one
 `bulk_write` per collection (UpdateOne with $set and upsert: a doc without `description` keeps
-the stored one) and one `insert_many` for history.  The schema is documented in docs/store.md.
+the stored one), history rows included (_id = uid#seq, $setOnInsert: a retry adds nothing).
+Writes are journaled (w=1, j=True): a write the server acknowledged survives its SIGKILL.
+The schema is documented in docs/store.md.
 
 Opening checks that the server answers (`ping`) within CONNECT_TIMEOUT seconds, so a wrong or
 unreachable URL fails the session's start at once with the reason, instead of hanging later.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import pymongo
 from bson.errors import InvalidDocument
-from pymongo import ASCENDING, UpdateOne
+from pymongo import ASCENDING, UpdateOne, WriteConcern
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, Batch, StateStore, check_kind
@@ -25,7 +27,7 @@ _INDEXES = {
     "pilots": [[("session", ASCENDING)]],
     "partitions": [[("session", ASCENDING)], [("pilot", ASCENDING)], [("state", ASCENDING)]],
     "units": [[("session", ASCENDING), ("state", ASCENDING)], [("partition", ASCENDING)]],
-    "history": [[("uid", ASCENDING)], [("session", ASCENDING)]],
+    "history": [[("uid", ASCENDING)], [("session", ASCENDING), ("ts", ASCENDING)]],
 }
 
 
@@ -48,7 +50,9 @@ class MongoStore(StateStore):
                 f"database_url={url!r}: no MongoDB answered within {CONNECT_TIMEOUT:g} s "
                 f"({type(exc).__name__}: {str(exc)[:200]})"
             ) from None
-        db = self.client.get_default_database(default=DEFAULT_DB)
+        db = self.client.get_default_database(
+            default=DEFAULT_DB, write_concern=WriteConcern(w=1, j=True)
+        )
         self.db = db
         for coll, indexes in _INDEXES.items():
             for keys in indexes:
@@ -73,9 +77,17 @@ class MongoStore(StateStore):
                     for uid, d in docs.items()
                 ]
                 self.db[kind].bulk_write(ops, ordered=False)
-        if batch.history:
-            self.db.history.insert_many(
-                [dict(zip(HISTORY, row)) for row in batch.history], ordered=True
+        if batch.history:  # _id = uid#seq: a retried row is found, not stored twice
+            self.db.history.bulk_write(
+                [
+                    UpdateOne(
+                        {"_id": f"{row[2]}#{row[6]}"},
+                        {"$setOnInsert": dict(zip(HISTORY, row))},
+                        upsert=True,
+                    )
+                    for row in batch.history
+                ],
+                ordered=False,
             )
 
     @staticmethod
@@ -96,7 +108,7 @@ class MongoStore(StateStore):
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
         query = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
-        rows = self.db.history.find(query, {"_id": 0}).sort("_id", 1)
+        rows = self.db.history.find(query, {"_id": 0}).sort([("ts", 1), ("seq", 1)])
         return [{k: r.get(k) for k in HISTORY} for r in rows]
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 
 One table per kind with a column per field (structured fields as JSON text), and a history
 table.  A batch is one transaction: an upsert per doc (INSERT ... ON CONFLICT DO UPDATE; a doc
-without `description` keeps the stored one) and one insert per history row.
+without `description` keeps the stored one) and one insert per history row, ignored when its
+(uid, seq) is there already (a retried batch).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, STRUCTURED, Batch, StateStore, check_kind
 
 _INDEXES = """
-CREATE INDEX IF NOT EXISTS history_uid ON history (uid);
+CREATE UNIQUE INDEX IF NOT EXISTS history_uid_seq ON history (uid, seq);
 CREATE INDEX IF NOT EXISTS history_session ON history (session);
 CREATE INDEX IF NOT EXISTS units_session_state ON units (session, state);
 CREATE INDEX IF NOT EXISTS units_partition ON units (partition);
@@ -30,7 +31,7 @@ def _schema() -> str:
         tables.append(f"CREATE TABLE IF NOT EXISTS {kind} ({cols});")
     tables.append(
         "CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-        "session TEXT, kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT);"
+        "session TEXT, kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT, seq INTEGER);"
     )
     return "\n".join(tables) + _INDEXES
 
@@ -81,8 +82,8 @@ class SqliteStore(StateStore):
                         self.db.executemany(_UPSERT[kind], [_row(kind, d) for d in docs.values()])
                 if batch.history:
                     self.db.executemany(
-                        "INSERT INTO history (session, kind, uid, state, ts, reason) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, "
+                        "seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
                         batch.history,
                     )
                 self.db.execute("COMMIT")

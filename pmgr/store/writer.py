@@ -7,6 +7,11 @@ description is encoded once per object) and writes the batch in one transaction.
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
 `flush()` waits (bounded) until everything queued so far is written.
 
+`then(callback)` runs `callback()` on the writer thread once everything queued before it has
+been written (or refused for good: see `unpersisted`): the client sends a unit to its pilot
+only from such a callback, so a unit is in the store, with the partition it goes to, before it
+leaves the client.  A callback is never dropped: during an outage it waits for the database.
+
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
 records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
 merging what arrived meanwhile into the same batch; when the database is back it catches up in
@@ -26,6 +31,15 @@ from pmgr.store.base import Batch, StateStore
 log = logging.getLogger("pmgr.store")
 _STOP = object()
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
+
+
+class _Then:
+    """A callback waiting in the queue for the records queued before it."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback) -> None:
+        self.callback = callback
 
 
 class BatchWriter:
@@ -65,6 +79,11 @@ class BatchWriter:
         self.q.put((time.monotonic(), row))
         self._enqueued += 1
 
+    def then(self, callback) -> None:
+        """Run `callback()` (writer thread) once everything queued so far is written."""
+        self.q.put((time.monotonic(), _Then(callback)))
+        self._enqueued += 1
+
     def _run(self) -> None:
         stop = False
         backoff = RETRY_MIN
@@ -98,6 +117,9 @@ class BatchWriter:
         excess = len(items) - self.max_buffer
         if excess > 0:
             lost, items = items[:excess], items[excess:]
+            kept = [i for i in lost if isinstance(i[1], _Then)]  # callbacks are never dropped
+            lost = [i for i in lost if not isinstance(i[1], _Then)]
+            items = kept + items
             self.dropped += len(lost)
             self.unpersisted.update(_uid(rec) for _, rec in lost)
             with self._cv:
@@ -109,8 +131,11 @@ class BatchWriter:
         batch = Batch()
         objs = {}
         uids = set()
+        thens = []
         for _, rec in items:
-            if isinstance(rec, tuple) and len(rec) == 2:
+            if isinstance(rec, _Then):
+                thens.append(rec.callback)
+            elif isinstance(rec, tuple) and len(rec) == 2:
                 batch.docs[rec[0]][rec[1]["uid"]] = rec[1]
                 uids.add(rec[1]["uid"])
             elif isinstance(rec, tuple):
@@ -156,6 +181,11 @@ class BatchWriter:
         self.batches += 1
         self.lag = time.monotonic() - items[0][0]
         self.max_lag = max(self.max_lag, self.lag)
+        for callback in thens:
+            try:
+                callback()
+            except Exception:  # a callback's failure must not stop the writer
+                log.exception("store writer: callback %r failed", callback)
         with self._cv:
             self._done += len(items)
             self._cv.notify_all()
@@ -179,7 +209,7 @@ class BatchWriter:
                 break
             if rec is not _STOP:
                 left.append(rec)
-        self.unpersisted.update(_uid(rec) for _, rec in left)
+        self.unpersisted.update(_uid(rec) for _, rec in left if not isinstance(rec, _Then))
         return set(self.unpersisted)
 
 

@@ -1,0 +1,92 @@
+"""Fault injection: kill -9 at random moments; every unit still ends exactly once, as its
+ground-truth log says (tests/faults.py)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+import pilot as rp
+from tests.conftest import active_pilot
+from tests.faults import agent_pid, check_exactly_once, kill, processes_with, truth_unit
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_agent_killed_mid_run(session, tmp_path, seed):
+    """The agent of one partition dies (SIGKILL) while units run there: its running units are
+    killed and end FAILED, its queued ones run in the other partition, nothing runs twice."""
+    rng = random.Random(seed)
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+    victim, other = pilot.partitions
+    units = umgr.submit_units([truth_unit(log, sleep=0.2) for _ in range(30)])
+    pid = agent_pid(pilot, victim)
+    deadline = time.monotonic() + 20
+    while not any(u.state == rp.EXECUTING and u.part == victim.uid for u in units):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(rng.uniform(0.0, 0.5))
+    kill(pid)
+    assert victim.wait(timeout=30) == rp.FAILED and "agent exited" in victim.reason
+    umgr.wait_units(timeout=60)
+    states = check_exactly_once(session, units, log)
+    assert states[rp.DONE] >= 20, states  # most ran, in one partition or the other
+    assert any(u.part == other.uid and u.state == rp.DONE for u in units)
+    assert processes_with(f"PILOT_PARTITION_ID={victim.uid}") == []  # no orphan runs on
+    assert other.state == rp.ACTIVE and pilot.state == rp.ACTIVE
+
+
+KILLED_CLIENT = r"""
+import os, random, sys, time
+sys.path.insert(0, sys.argv[1])
+import pilot as rp
+from tests.faults import truth_unit
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)] * 2)
+pilot = rp.PilotManager(s).submit_pilots(pd)
+for part in pilot.partitions:
+    part.wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+print(s.uid, flush=True)
+units = umgr.submit_units([truth_unit(sys.argv[2], sleep=0.05) for _ in range(300)])
+time.sleep(random.Random(int(sys.argv[3])).uniform(0.0, 0.3))
+os._exit(0)  # killed right after submit: no close, no flush
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_client_killed_right_after_submit(make_session, tmp_path, seed):
+    """A new client attaches: every unit the store knows ends exactly once, none ran twice,
+    and no unit ran that the store does not know (it was persisted before it was sent)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    log = str(tmp_path / "truth.log")
+    out = subprocess.run(
+        [sys.executable, "-c", KILLED_CLIENT, ROOT, log, str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    assert out.returncode == 0, out.stderr
+    session = make_session(uid=out.stdout.split()[0])
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    units = umgr.get_units()
+    umgr.wait_units(timeout=120)
+    states = check_exactly_once(session, units, log)
+    from tests.faults import read_truth
+
+    starts, _ = read_truth(log)
+    known = {u.uid for u in units}
+    assert set(starts) <= known, f"ran but unknown to the store: {sorted(set(starts) - known)[:5]}"
+    assert states[rp.DONE] == len(units), states  # nothing was lost on the way
+    assert pilot.state == rp.ACTIVE
