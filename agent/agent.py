@@ -74,6 +74,7 @@ class Agent:
         self.known: dict[str, list] = {}
         self.states: dict[str, str] = {}  # units here and not final -> their state
         self.bad_messages = checks.BadMessages(log)
+        self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
         self.first_pending = 0.0
         self.timers: list = []
         self.stopping: dict | None = None
@@ -182,8 +183,8 @@ class Agent:
         self.start_ready()
 
     def start_ready(self) -> None:
-        if self.stopping:
-            return
+        if self.stopping or self.nodes_lost:
+            return  # (a partition that lost a node is stopped next: its queue goes back)
         for unit, alloc in self.sched.ready():
             try:
                 # journaled before it can start (a failure after this only errs on the safe
@@ -213,10 +214,10 @@ class Agent:
             uid = r.unit["uid"]
             if r.fail_reason is not None:
                 self.update(uid, FAILED, {"exit_code": code, "reason": r.fail_reason})
+            elif code == 0:  # it completed, even when a cancel came too late to stop it
+                self.update(uid, DONE, {"exit_code": 0})
             elif r.cancel_reason is not None:
                 self.update(uid, CANCELED, {"exit_code": code, "reason": r.cancel_reason})
-            elif code == 0:
-                self.update(uid, DONE, {"exit_code": 0})
             else:
                 why = (
                     f"exit code {code}"
@@ -295,6 +296,7 @@ class Agent:
                 cid = checks.text("cid", body.get("cid"))
                 self.sync(cid, checks.uids("uids", body.get("uids")))
             elif kind == b"node_lost":
+                self.nodes_lost.add(body["index"])
                 self.execu.node_lost(body["index"], body["reason"])
                 self.on_exits()
             elif kind == b"stop":

@@ -411,7 +411,8 @@ class UnitManager:
                     continue
                 self._never_reached(
                     unit,
-                    f"lost with partition {part.uid} ({part.state}: {part.reason})",
+                    f"lost with partition {part.uid} ({part.state}: {part.reason}); "
+                    "its outcome is unknown",
                     now,
                     fired,
                     front=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 import pytest
 
@@ -90,3 +91,74 @@ def test_client_killed_right_after_submit(make_session, tmp_path, seed):
     assert set(starts) <= known, f"ran but unknown to the store: {sorted(set(starts) - known)[:5]}"
     assert states[rp.DONE] == len(units), states  # nothing was lost on the way
     assert pilot.state == rp.ACTIVE
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_node_daemon_killed_mid_run(session, tmp_path, seed):
+    """A node's daemon dies (SIGKILL): units there end FAILED and their processes do not run
+    on, the partition's queued units run in the other partition, nothing runs twice."""
+    import json
+    import os
+
+    rng = random.Random(seed)
+    log = str(tmp_path / "truth.log")
+    parts = [rp.ComputePartitionDescription(nodes=2), rp.ComputePartitionDescription(nodes=2)]
+    pilot, umgr = active_pilot(session, parts=parts, resource="local.nodes4")
+    victim, other = pilot.partitions
+    units = umgr.submit_units([truth_unit(log, sleep=0.3) for _ in range(40)])
+    node = victim.resources["nodes"][0]
+    with open(os.path.join(pilot.sandbox, "daemons.json")) as f:
+        daemon = json.load(f)[str(node["index"])]
+    deadline = time.monotonic() + 20
+    while not any(u.state == rp.EXECUTING and u.part == victim.uid for u in units):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(rng.uniform(0.0, 0.4))
+    kill(daemon["pid"])
+    assert victim.wait(timeout=30) == rp.FAILED and "lost" in victim.reason
+    umgr.wait_units(timeout=90)
+    states = check_exactly_once(session, units, log)
+    assert states[rp.DONE] >= 25, (states, Counter(u.reason for u in units))
+    assert processes_with(f"PILOT_NODE_NAME={node['name']}") == []  # no unit runs on there
+    assert other.state == rp.ACTIVE and pilot.state == rp.ACTIVE
+
+
+def test_bootstrap_killed_mid_run(session, tmp_path):
+    """The pilot job's first process dies (SIGKILL): the pilot and its partitions end FAILED,
+    every unit ends once, with a reason, and no unit process is left running."""
+    import os
+    import signal
+
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+    units = umgr.submit_units([truth_unit(log, sleep=0.2) for _ in range(20)])
+    deadline = time.monotonic() + 20
+    while sum(u.state == rp.DONE for u in units) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(pilot.job.pid, signal.SIGKILL)
+    assert pilot.wait(timeout=30) == rp.FAILED
+    umgr.wait_units(timeout=30)
+    check_exactly_once(session, units, log)
+    deadline = time.monotonic() + 10  # agents see their parent gone and end their units
+    while processes_with(f"PILOT_PILOT_ID={pilot.uid}"):
+        assert time.monotonic() < deadline, processes_with(f"PILOT_PILOT_ID={pilot.uid}")
+        time.sleep(0.1)
+
+
+def test_reconfig_storm(session, tmp_path):
+    """Partitions stopped and started while units run: queued units move, running ones end
+    CANCELED or DONE as their processes did, none is lost or runs twice."""
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+    units = umgr.submit_units([truth_unit(log, sleep=0.05) for _ in range(150)])
+    rng = random.Random(7)
+    for _ in range(12):
+        live = [p for p in pilot.partitions if not p.final]
+        stop = rng.choice(live).uid
+        pilot.reconfig(stop=stop, start=[rp.ComputePartitionDescription(cores=1)])
+        time.sleep(rng.uniform(0.05, 0.3))
+    umgr.wait_units(timeout=120)
+    states = check_exactly_once(session, units, log)
+    assert states[rp.DONE] >= 100, states
+    assert sum(not p.final for p in pilot.partitions) == 2
