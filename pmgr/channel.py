@@ -16,6 +16,7 @@ import threading
 
 import zmq
 
+from pilot import checks
 from pilot.protocol import drain
 
 log = logging.getLogger("pmgr.channel")
@@ -26,6 +27,7 @@ class Channel:
     def __init__(self, on_message, on_tick, host: str = "127.0.0.1") -> None:
         self.on_message = on_message
         self.on_tick = on_tick
+        self.bad = checks.BadMessages(log)  # bad messages: logged once per 10 s, no traceback
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
@@ -61,10 +63,15 @@ class Channel:
             self._send_queued()
             if self.sock in events:
                 for frames in drain(self.sock, 500):
+                    if len(frames) < 2 or not checks.UID.match(frames[0].decode(errors="replace")):
+                        self.bad.report(
+                            f"message from a peer that is no pilot: {frames[:2]!r:.120}"
+                        )
+                        continue
                     try:
                         self.on_message(frames[0].decode(), frames[1:])
-                    except Exception:  # one bad message must not stop the client
-                        log.exception("message from %r failed", frames[0])
+                    except Exception:  # a bug must not stop the client: say it, once in a while
+                        self.bad.report(f"message {frames[:2]!r:.120} failed: {_last_error()}")
             try:
                 self.on_tick()
             except Exception:
@@ -90,3 +97,9 @@ class Channel:
         self.sock.close()
         os.close(self.efd)
         self.ctx.term()
+
+
+def _last_error() -> str:
+    import traceback
+
+    return traceback.format_exc(limit=3).replace("\n", " | ")

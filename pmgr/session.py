@@ -155,7 +155,7 @@ class Session:
     def on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
         pilot = self.pilots.get(pilot_uid)
         if pilot is None:
-            log.warning("message from unknown pilot %r dropped", pilot_uid)
+            self.channel.bad.report(f"message from unknown pilot {pilot_uid!r:.60} dropped")
             return
         kind = frames[0]
         if kind == b"output":
@@ -163,7 +163,7 @@ class Session:
             try:
                 pilot.on_output(unpack(frames[1]))
             except (ProtocolError, ValueError, IndexError, TypeError) as exc:
-                log.error("bad output message from %s: %s", pilot_uid, exc)
+                self.channel.bad.report(f"bad output message from {pilot_uid}: {exc}")
             return
         fired: list = []
         with self.lock:
@@ -177,7 +177,7 @@ class Session:
                         raise ProtocolError(f"unknown message type {kind!r}")
                     handler(pilot, unpack(frames[1]) if len(frames) > 1 else {}, fired)
             except (ProtocolError, KeyError, TypeError, IndexError, ValueError) as exc:
-                log.error("bad message %r from %s: %s", kind, pilot_uid, exc)
+                self.channel.bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
             if fired:
                 self.cond.notify_all()
         self.fire(fired)

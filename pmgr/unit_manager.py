@@ -292,15 +292,37 @@ class UnitManager:
         pending.extendleft(reversed(skipped))
         if not batches:
             return
-        frames = [
-            (part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])])
-            for part, units in batches.items()
-            for i in range(0, len(units), SEND_CHUNK)
-        ]
-        send = self.session.channel.send
         # sent once the store has each unit with the partition it goes to (persist, then send:
         # a client that dies in between leaves units its successor finds, asks, and re-routes)
-        self.session.writer.then(lambda: [send(uid, f) for uid, f in frames])
+        self.session.writer.then(lambda: self._send_persisted(batches))
+
+    def _send_persisted(self, batches: dict) -> None:
+        """(Writer thread) Send each batch; a unit the store refused for good is not sent:
+        it ends FAILED, named in session.unpersisted."""
+        refused = self.session.writer.unpersisted
+        send = self.session.channel.send
+        for part, units in batches.items():
+            if refused:
+                kept = [u for u in units if u["uid"] not in refused]
+                self._not_persisted(part, [u["uid"] for u in units if u["uid"] in refused])
+                units = kept
+            for i in range(0, len(units), SEND_CHUNK):
+                send(part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])])
+
+    def _not_persisted(self, part, uids: list[str]) -> None:
+        if not uids:
+            return
+        fired: list = []
+        with self.session.lock:
+            for uid in uids:
+                unit = self.units[uid]
+                if not unit.final:
+                    part.outstanding -= 1
+                    unit.advance(
+                        S.FAILED, time.time(), "not sent: the store refused its record", fired
+                    )
+            self.session.cond.notify_all()
+        self.session.fire(fired)
 
     # -- events (lock held, channel thread) ---------------------------------------------------
     def on_unit_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:

@@ -85,10 +85,11 @@ class MongoServer:
                     ) from None
                 time.sleep(0.1)
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        """End the server (SIGKILL: as a crash would, with no chance to flush)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        os.killpg(self.proc.pid, sig)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -109,3 +109,23 @@ def test_a_bad_record_does_not_take_its_batch_down(tmp_path):
     assert [d["uid"] for d in store.find("units")] == ["u0", "u1", "u3", "u4"]
     assert w.unpersisted == {"u2"}
     w.close()
+
+
+def test_sqlite_file_deleted_mid_run_is_noticed_and_named(session, caplog):
+    """The store file vanishes under a running session: the next write says so, the records it
+    could not write are named, and units are not sent unpersisted (they end FAILED)."""
+    import logging
+    import os
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    before = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 5)
+    assert umgr.wait_units([u.uid for u in before], timeout=30) == [rp.DONE] * 5
+    assert session.writer.flush(timeout=30)
+    os.unlink(session.store.path)
+    with caplog.at_level(logging.ERROR, logger="pmgr.store"):
+        after = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 5)
+        assert umgr.wait_units([u.uid for u in after], timeout=30) == [rp.FAILED] * 5
+    assert all(u.reason == "not sent: the store refused its record" for u in after)
+    assert {u.uid for u in after} <= session.writer.unpersisted
+    assert any("was deleted or replaced" in r.getMessage() for r in caplog.records)
+    assert pilot.state == rp.ACTIVE

@@ -9,6 +9,7 @@ without `description` keeps the stored one) and one insert per history row, igno
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 
@@ -60,6 +61,10 @@ def _row(kind: str, doc: dict) -> tuple:
     )
 
 
+class StoreFileLost(OSError):
+    """The sqlite file was deleted or replaced under the open store: writes would vanish."""
+
+
 class SqliteStore(StateStore):
     def __init__(self, url: str) -> None:
         self.url = url
@@ -71,8 +76,15 @@ class SqliteStore(StateStore):
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_schema())
+        self.inode = os.stat(self.path).st_ino
 
     def write_batch(self, batch: Batch) -> None:
+        try:
+            lost = os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            lost = True
+        if lost:  # sqlite would go on writing to the deleted file, and nobody would know
+            raise StoreFileLost(f"the store file {self.path} was deleted or replaced")
         with self.lock:
             self.db.execute("BEGIN")
             try:

@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 
+from pilot import checks
 from pmgr.store.base import Batch, StateStore
 
 log = logging.getLogger("pmgr.store")
@@ -57,6 +58,7 @@ class BatchWriter:
         self.batches = 0
         self.failed = 0
         self.unpersisted: set[str] = set()
+        self.refusals = checks.BadMessages(log)  # one line per 10 s, however many
         self.lag = 0.0
         self.max_lag = 0.0
         self._enqueued = 0
@@ -148,7 +150,8 @@ class BatchWriter:
             batch.docs[obj.KIND][obj.uid] = obj.as_doc(full)
             uids.add(obj.uid)
         try:
-            self.store.write_batch(batch)
+            if len(batch):  # (callbacks alone need no write)
+                self.store.write_batch(batch)
         except Exception as exc:  # a database error must not stop the client: retry later
             if not self.store.transient(exc) and len(items) > 1:
                 # something in the batch itself is wrong: write one record at a time, so
@@ -159,7 +162,7 @@ class BatchWriter:
                 return True
             if not self.store.transient(exc):
                 self.unpersisted.add(_uid(items[0][1]))
-                log.error("store refused the record of %s: %s", _uid(items[0][1]), exc)
+                self.refusals.report(f"store refused the record of {_uid(items[0][1])}: {exc}")
                 with self._cv:
                     self._done += 1
                     self._cv.notify_all()
