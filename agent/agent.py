@@ -38,7 +38,7 @@ from agent import runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
 from pilot import checks, security
-from pilot.protocol import ProtocolError, drain, msg, pack, unpack
+from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
     CANCELED,
     DONE,
@@ -213,7 +213,10 @@ class Agent:
             self.sched.release(r.alloc)
             uid = r.unit["uid"]
             if r.fail_reason is not None:
-                self.update(uid, FAILED, {"exit_code": code, "reason": r.fail_reason})
+                info = {"exit_code": code, "reason": r.fail_reason}
+                if r.node_lost:
+                    info["lost"] = True  # a restartable unit may run again elsewhere
+                self.update(uid, FAILED, info)
             elif code == 0:  # it completed, even when a cancel came too late to stop it
                 self.update(uid, DONE, {"exit_code": 0})
             elif r.cancel_reason is not None:
@@ -354,11 +357,6 @@ class Agent:
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0
             self.flush()
-
-
-def journal_path(pilot_sandbox: str, part_uid: str) -> str:
-    """Where the agent of `part_uid` records the units it starts (one uid a line)."""
-    return os.path.join(pilot_sandbox, f"{part_uid}.started")
 
 
 def wire_error(u: dict) -> str | None:

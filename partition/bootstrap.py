@@ -43,7 +43,6 @@ import time
 
 import zmq
 
-from agent.agent import journal_path
 from partition import commands, orphans
 from partition.agents.zygote import AgentLauncher
 from partition.manager import AgentExit, AgentProcess, PartitionManager
@@ -51,7 +50,7 @@ from partition.node_set import BringUpError, NodeSet, listen_address
 from partition.sizing import Pool
 from pilot import checks, processes, resource_config, security
 from pilot.descriptions import ComputePartitionDescription
-from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
+from pilot.protocol import HEARTBEAT, ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
     ACTIVE,
     CANCELED,

@@ -16,6 +16,7 @@ from pilot.fields import (
     amounts,
     count,
     field_error,
+    flag,
     optional_count,
     positive_minutes,
     str_dict,
@@ -59,6 +60,9 @@ class ComputeUnitDescription(Description):
     policy       placement and affinity (rp.Policy); merged at construction, see pilot/policy.py
     partition    uid of the partition it must run in; None = any ACTIVE partition with room
     name         a label of the user's
+    restartable  True: when its partition or node is lost after it started, it may run again
+                 elsewhere (its history shows EXECUTING -> SCHEDULING); False (the default):
+                 it is started at most once, and such a loss ends it FAILED
     """
 
     FIELDS = {
@@ -74,6 +78,7 @@ class ComputeUnitDescription(Description):
         "policy": (None, policy_field),
         "partition": (None, text()),
         "name": (None, text()),
+        "restartable": (False, flag),
     }
 
     def __init__(self, executable: str | None = None, **kwargs: Any) -> None:

@@ -160,6 +160,12 @@ def _finite(value) -> bool:
     return isinstance(value, int) or math.isfinite(value)
 
 
+def flag(owner, field, value):
+    if not isinstance(value, bool):
+        raise field_error(owner, field, value, "True or False")
+    return value
+
+
 def positive_minutes(owner, field, value):
     if not _finite(value) or not 0 < value <= MINUTES_MAX:
         raise field_error(owner, field, value, f"a number of minutes > 0 and <= {MINUTES_MAX}")

@@ -47,6 +47,10 @@ Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node d
 messages are documented in partition/node_set.py and agent/node_daemon.py, the keys that guard
 them beyond loopback in pilot/security.py.
 
+Start journal (agent -> bootstrap, through the pilot sandbox): before an agent starts a unit,
+it appends the unit's uid and a newline to PILOT_SANDBOX/<partition uid>.started.  When the
+agent dies, the bootstrap reads it (`lost` to the client): a unit in it may have run.
+
 Timeouts: the client declares a pilot lost when it has heard nothing for client_timeout seconds
 after it was ACTIVE; a bootstrap tears down when it has not heard from its client for
 client_timeout seconds (so a new client can attach within that time); an agent that loses its
@@ -99,3 +103,8 @@ def drain(sock: zmq.Socket, limit: int):
             yield sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return
+
+
+def journal_path(pilot_sandbox: str, part_uid: str) -> str:
+    """Where the agent of `part_uid` records the units it starts (one uid a line)."""
+    return f"{pilot_sandbox}/{part_uid}.started"

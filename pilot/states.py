@@ -11,6 +11,8 @@ the Machine once (`legal_moves`), and raises `IllegalTransition` for a move it d
     Partition: NEW -> PENDING -> STARTING -> ACTIVE -> DONE | FAILED | CANCELED
     Unit:      NEW -> SCHEDULING -> QUEUED -> EXECUTING -> DONE | FAILED | CANCELED
                QUEUED -> SCHEDULING (a unit handed back by a stopped partition is routed again)
+               EXECUTING -> SCHEDULING (a `restartable` unit whose partition or node was lost
+                                        is routed again: the client only, never an agent)
 
 Any non-final state may go straight to FAILED or CANCELED.  Final states are final.
 """
@@ -64,7 +66,11 @@ def _machine(name: str, path: list[str], extra: list[tuple[str, str]] = ()) -> M
 
 PILOT_MACHINE = _machine("pilot", [NEW, LAUNCHING, PENDING, ACTIVE])
 PARTITION_MACHINE = _machine("partition", [NEW, PENDING, STARTING, ACTIVE])
-UNIT_MACHINE = _machine("unit", [NEW, SCHEDULING, QUEUED, EXECUTING], extra=[(QUEUED, SCHEDULING)])
+UNIT_MACHINE = _machine(
+    "unit",
+    [NEW, SCHEDULING, QUEUED, EXECUTING],
+    extra=[(QUEUED, SCHEDULING), (EXECUTING, SCHEDULING)],
+)
 
 PILOT_STATES = tuple(PILOT_MACHINE.states)
 UNIT_ORDER = {s: i for i, s in enumerate((NEW, SCHEDULING, QUEUED, EXECUTING))}

@@ -347,6 +347,15 @@ class UnitManager:
                     info.get("reason") or f"exit code {info.get('exit_code')}",
                 )
             return
+        if info.get("lost") and self._may_restart(unit, info.get("reason") or "node lost"):
+            part = unit.pilot.parts.get(unit.part)
+            if part is not None:
+                part.outstanding -= 1
+                part.accepting = False  # it lost a node: it ends FAILED next
+            unit.advance(S.SCHEDULING, ts, None, fired)  # its node was lost: it runs again
+            unit.part = None
+            self.pending.appendleft(unit)
+            return
         if "exit_code" in info:
             unit.exit_code = info["exit_code"]
         if "node" in info:
@@ -388,8 +397,9 @@ class UnitManager:
         self, part_uid: str, started: list, killed: list, reason: str, fired: list
     ) -> None:
         """The agent of `part_uid` died.  Its units that had started (its start journal) may
-        have run: they end FAILED, never run twice; the others never ran and are routed
-        again (to another partition; one pinned to this partition fails with it)."""
+        have run: they end FAILED, never run twice (unless restartable: then they run again
+        elsewhere); the others never ran and are routed again (to another partition; one
+        pinned to this partition fails with it)."""
         started, killed = set(started), set(killed)
         lost = self.find_partition(part_uid)
         if lost is not None:
@@ -409,15 +419,17 @@ class UnitManager:
             elif unit.description.partition == part_uid:
                 why = f"its partition {part_uid} was lost before it started ({reason})"
             else:
-                if unit.state == S.QUEUED:
-                    unit.advance(S.SCHEDULING, now, None, fired)
-                unit.part = None
-                back.append(unit)
+                why = None
+            if why is not None and not self._may_restart(unit, why):
+                unit.advance(S.FAILED, now, why, fired)
                 continue
-            unit.advance(S.FAILED, now, why, fired)
+            if unit.state != S.SCHEDULING:
+                unit.advance(S.SCHEDULING, now, None, fired)
+            unit.part = None
+            back.append(unit)
         if back:
             log.warning(
-                "%s lost (%s): %d unit(s) that never started routed again",
+                "%s lost (%s): %d unit(s) routed again (never started, or restartable)",
                 part_uid,
                 reason,
                 len(back),
@@ -450,8 +462,20 @@ class UnitManager:
         if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
             unit.part = None
             (self.pending.appendleft if front else self.pending.append)(unit)
+        elif self._may_restart(unit, why):
+            unit.advance(S.SCHEDULING, now, None, fired)
+            unit.part = None
+            (self.pending.appendleft if front else self.pending.append)(unit)
         else:
             unit.advance(S.FAILED, now, why, fired)
+
+    def _may_restart(self, unit: Unit, why: str) -> bool:
+        """A restartable unit (not pinned to the partition it lost) runs again elsewhere."""
+        d = unit.description
+        if not d.restartable or d.partition == unit.part:
+            return False
+        log.warning("%s restarts: %s", unit.uid, why)
+        return True
 
     def on_pilot_changed(self, pilot, fired: list) -> None:
         self.route(fired)

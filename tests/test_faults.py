@@ -194,3 +194,29 @@ def test_database_killed_and_restarted_mid_run(make_session, tmp_path, mongo_ser
         assert not session.writer.unpersisted
     finally:
         server.stop()
+
+
+def test_restartable_units_run_again_when_their_agent_dies(session, tmp_path):
+    """Units marked restartable may run again elsewhere when their agent dies after starting
+    them: they all end DONE, and the history of each one that ran twice shows the restart."""
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+    victim, _ = pilot.partitions
+    units = umgr.submit_units([truth_unit(log, sleep=0.3, restartable=True) for _ in range(10)])
+    pid = agent_pid(pilot, victim)
+    deadline = time.monotonic() + 20
+    while not any(u.state == rp.EXECUTING and u.part == victim.uid for u in units):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    kill(pid)
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 10
+    from tests.faults import read_truth
+
+    starts, ends = read_truth(log)
+    again = [u for u in units if starts[u.uid] > 1]
+    assert again, "the unit killed with its agent ran again"
+    for u in again:  # (its EXECUTING may have died with the agent before it was sent)
+        states = [s for s, _ in u.history]
+        pairs = set(zip(states, states[1:]))
+        assert {(rp.EXECUTING, rp.SCHEDULING), (rp.QUEUED, rp.SCHEDULING)} & pairs, states
+    assert all(ends[u.uid] >= 1 for u in units)

@@ -52,10 +52,15 @@ def test_backward_and_skipping_moves_raise():
         S.check_transition(S.PARTITION_MACHINE, o, "NO_SUCH_STATE")
 
 
-def test_requeue_is_the_only_backward_move():
+def test_requeue_and_restart_are_the_only_backward_moves():
     o = Obj()
-    for s in (S.SCHEDULING, S.QUEUED, S.SCHEDULING, S.QUEUED, S.EXECUTING):
+    for s in (S.SCHEDULING, S.QUEUED, S.SCHEDULING, S.QUEUED, S.EXECUTING, S.SCHEDULING):
+        S.check_transition(S.UNIT_MACHINE, o, s)  # routed again; restarted
+    for s in (S.QUEUED, S.EXECUTING):
         S.check_transition(S.UNIT_MACHINE, o, s)
+    with pytest.raises(rp.IllegalTransition):
+        S.check_transition(S.UNIT_MACHINE, o, S.QUEUED)
+    S.check_transition(S.UNIT_MACHINE, o, S.DONE)
     with pytest.raises(rp.IllegalTransition):
         S.check_transition(S.UNIT_MACHINE, o, S.SCHEDULING)
 

@@ -23,7 +23,7 @@ from typing import Protocol
 class Run:
     """One unit's processes (one per rank) while they run."""
 
-    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason", "fail_reason")
+    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason", "fail_reason", "node_lost")
 
     def __init__(self, unit, alloc):
         self.unit, self.alloc = unit, alloc
@@ -31,6 +31,7 @@ class Run:
         self.codes: dict = {}
         self.cancel_reason = None
         self.fail_reason = None  # set when the unit ended without an exit code (node lost)
+        self.node_lost = False  # it ended because a node it ran on was lost
 
     @property
     def nodes(self) -> list[str]:

@@ -125,6 +125,7 @@ class DaemonRunner:
             if any(k == (index, rank) for k in run.pids):
                 if run.fail_reason is None:
                     run.fail_reason = reason
+                    run.node_lost = True
                     self.kill(run, signal.SIGKILL)
                 self._ended(run, uid, rank, None)
 
