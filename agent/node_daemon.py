@@ -1,7 +1,8 @@
 """The node daemon: one per node of a multi-node pilot; runs the units agents send it.
 
     python -m agent.node_daemon --bootstrap tcp://HOST:PORT --pilot UID --session SID
-                                [--hint I] [--name NAME] [--timeout S] [--watch-parent]
+                                [--hint I] [--name NAME] [--timeout S] [--table-timeout S]
+                                [--watch-parent]
                                 [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
 
 Started by the bootstrap through the resource's launch method (partition/launch/: srun,
@@ -19,7 +20,8 @@ Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>
        nodes in index order; the node at position p has positions width*(p+1) ..
        width*(p+1)+width-1 as children), then
     -> ready   {index, forwarded: [indices]}
-    No table within --timeout seconds: the daemon logs it and exits 3.
+    No table within --table-timeout seconds (at least as long as the bootstrap's gathers: a
+    silent node must not take the healthy ones down with it): the daemon logs it and exits 3.
 Life (same sockets):
     <- hb {} every second; -> hb {} every second.  Nothing from the bootstrap for --timeout
        seconds, or the parent process gone (fork/netns launches): the daemon kills its units
@@ -145,6 +147,7 @@ class NodeDaemon:
         if self.index is not None:
             return  # a second copy (retried send): already forwarded
         self.index = int(body["index"])
+        self.last_heard = time.monotonic()  # the bootstrap is alive: it sent the table
         table = unpack(zlib.decompress(blob))
         self.table = {int(k): v for k, v in table.items()}
         width = int(body["width"])
@@ -183,7 +186,7 @@ class NodeDaemon:
             if files is None:
                 os.makedirs(body["sandbox"], exist_ok=True)
                 files = [
-                    os.open(os.path.join(body["sandbox"], name), _OUT, 0o644)
+                    os.open(os.path.join(body["sandbox"], name), _OUT, 0o666)  # umask decides
                     for name in ("STDOUT", "STDERR")
                 ] + [0]
                 self.files[uid] = files
@@ -254,7 +257,7 @@ class NodeDaemon:
 
     def start_agent(self, body: dict) -> None:
         uid = body["uid"]
-        fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
             env = self.spawner.env({}, None)
             pid = self.spawner.spawn(body["argv"], env, os.path.dirname(body["log"]), fd, fd)
@@ -389,11 +392,12 @@ class NodeDaemon:
                         self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
             self.flush()
             now = time.monotonic()
-            if self.index is None and now - started > timeout:
-                log.error("%s: no channel table within %g s; exiting", self.name, timeout)
+            table_wait = self.args.table_timeout or timeout
+            if self.index is None and now - started > table_wait:
+                log.error("%s: no channel table within %g s; exiting", self.name, table_wait)
                 return 3
             if self.halting is None:
-                if now - self.last_heard > timeout:
+                if self.index is not None and now - self.last_heard > timeout:
                     self.halting = f"no word from the bootstrap for {timeout:g} s"
                 elif self.args.watch_parent and os.getppid() != self.ppid:
                     self.halting = "the bootstrap process is gone"
@@ -432,6 +436,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--hint", type=int, default=None)
     p.add_argument("--name", default=None)
     p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--table-timeout", type=float, default=None)
     p.add_argument("--watch-parent", action="store_true")
     p.add_argument("--curve", default=None, help="the session's key directory (CURVE)")
     args = p.parse_args(argv)

@@ -78,6 +78,8 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.client.setsockopt(zmq.IDENTITY, self.uid.encode())
         self.client.setsockopt(zmq.LINGER, 3000)
         self.client.setsockopt(zmq.SNDHWM, 100_000)
+        self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/security.py
+        self.keys.client(self.client)
         self.client.connect(cfg["client"])
         self.dropped = 0
         self.bad_messages = checks.BadMessages(log)
@@ -85,9 +87,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.agents = self.ctx.socket(zmq.ROUTER)
         self.agents.setsockopt(zmq.LINGER, 0)
         self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.keys = security.load(cfg.get("curve"))
-        if self.keys is not None:  # agents may run on other nodes: CURVE, like the daemons
-            self.keys.serve(self.agents)
+        self.keys.serve(self.agents)
         port = self.agents.bind_to_random_port("tcp://127.0.0.1")
         self.agent_endpoint = f"tcp://127.0.0.1:{port}"
         self.agent_endpoint_nodes = self.agent_endpoint
@@ -98,6 +98,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                 self.agent_endpoint_nodes = f"tcp://{addr}:{nport}"
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
+        self.keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
         cport = self.control.bind_to_random_port("tcp://127.0.0.1")
         self.control_endpoint = f"tcp://127.0.0.1:{cport}"
         self.procs: dict[str, AgentProcess] = {}
@@ -437,8 +438,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             pass
         for s in (self.client, self.agents, self.control):
             s.close()
-        if self.keys is not None:
-            self.keys.close()
+        self.keys.close()
         self.ctx.term()
         return 0 if state != FAILED else 1
 

@@ -71,8 +71,7 @@ class NodeSet:
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        if keys is not None:  # listening beyond loopback: CURVE (pilot/security.py)
-            keys.serve(self.sock)
+        keys.serve(self.sock)  # CURVE (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{listen_address(rcfg)}")
         self.endpoint = f"tcp://{listen_address(rcfg)}:{port}"
         self.launch = launch.for_resource(

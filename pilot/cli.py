@@ -29,7 +29,7 @@ import time
 
 import zmq
 
-from pilot import resource_config
+from pilot import resource_config, security
 from pilot.descriptions import ALL, FILL, ComputePartitionDescription
 from pilot.protocol import pack, unpack
 
@@ -57,7 +57,9 @@ def find_pilot(name: str) -> dict:
         names = [os.path.relpath(os.path.dirname(f), sessions_dir()) for f in found]
         raise UsageError(f"pilot {name!r} is ambiguous; name one of {names}")
     with open(found[0]) as f:
-        return json.load(f)
+        control = json.load(f)
+    control["keys"] = os.path.join(os.path.dirname(os.path.dirname(found[0])), "keys")
+    return control
 
 
 def _stale(path: str) -> bool:
@@ -114,6 +116,13 @@ def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, int(REPLY_TIMEOUT * 1000))
     try:
+        try:
+            security.load(control["keys"]).client(sock)  # the pilot admits the session's keys
+        except OSError as exc:
+            raise UsageError(
+                f"cannot read the session's keys ({exc}): only the user who runs "
+                f"{control['pilot']} may command it"
+            ) from None
         sock.connect(control["endpoint"])
         cid = cid or f"cli.{os.getpid()}.{os.urandom(4).hex()}"
         sock.send(pack({"cid": cid, "op": op, "args": args}))

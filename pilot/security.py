@@ -1,10 +1,12 @@
-"""Who may talk to a pilot's channels that listen beyond loopback: ZeroMQ CURVE.
+"""Who may talk to a pilot: ZeroMQ CURVE on every channel, loopback included.
 
-Channels on 127.0.0.1 stay plain (only this machine's users reach them; the CLI finds them
-through the session directory, mode 0600 files).  When a pilot's node channels listen on
-another address (resource config `address`), every ROUTER that listens there (the bootstrap's
-node channel, each node daemon's unit channel) is a CURVE server, and every DEALER that talks
-to one (daemons, agents) a CURVE client:
+Threat model: the login node and the compute nodes are shared with other users, and so is the
+network between them; loopback is no boundary (any local user can connect to 127.0.0.1).
+Trusted: processes of the user who owns the session, who can read its key directory.
+Refused: everything else.  Every listening socket (the client's pilot link, the bootstrap's
+control socket, agent channel and node channel, each node daemon's unit channel) is a CURVE
+server; every socket that talks to one (bootstrap, agents, daemons, the `pilot` CLI, a client
+that attaches) is a CURVE client with the session's keys:
 
     SESSION_DIR/keys/            mode 0700, made by the client once per session
         server.key, server.key_secret    the servers' key pair
@@ -15,12 +17,12 @@ the files are only readable by the user (0600).  Each server process runs a ZAP 
 thread (pyzmq's ThreadAuthenticator) that admits only keys in allowed/: a peer without keys
 cannot complete the handshake (CURVE against NULL), one with other keys is refused and the
 refusal logged ("refused a peer with an unknown CURVE key", pilot.security logger, in the
-process's log).  Nothing such a peer sends is ever delivered.
+process's log).  Nothing such a peer sends is ever delivered.  The session directory is 0700,
+so another user cannot read the keys, the store or the unit sandboxes below it.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 
@@ -28,14 +30,6 @@ import zmq
 import zmq.auth
 
 log = logging.getLogger("pilot.security")
-
-
-def needed(address: str) -> bool:
-    """CURVE is used when channels listen anywhere but loopback."""
-    try:
-        return not ipaddress.ip_address(address).is_loopback
-    except ValueError:  # a host name ("auto" resolved later): not known to be loopback
-        return True
 
 
 def make_keys(session_dir: str) -> str:

@@ -1,7 +1,8 @@
 """The client end of the pilot link (see pilot/protocol.py): one ROUTER socket, one thread.
 
-The ROUTER binds 127.0.0.1 on an OS-chosen port; every pilot's bootstrap connects a DEALER whose
-identity is the pilot uid.  Only the channel thread touches the socket: other threads hand frames
+The ROUTER binds 127.0.0.1 on an OS-chosen port, a CURVE server that admits only the session's
+keys (pilot/security.py); every pilot's bootstrap connects a DEALER whose identity is the
+pilot uid.  Only the channel thread touches the socket: other threads hand frames
 to `send()`, which queues them and wakes the thread through an eventfd.  Incoming messages go to
 `on_message(pilot_uid, frames)`; `on_tick()` runs at least every TICK seconds (heartbeats, pilot
 liveness).  Both callbacks run on the channel thread.
@@ -24,7 +25,7 @@ TICK = 0.25
 
 
 class Channel:
-    def __init__(self, on_message, on_tick, host: str = "127.0.0.1") -> None:
+    def __init__(self, on_message, on_tick, keys, host: str = "127.0.0.1") -> None:
         self.on_message = on_message
         self.on_tick = on_tick
         self.bad = checks.BadMessages(log)  # bad messages: logged once per 10 s, no traceback
@@ -34,6 +35,8 @@ class Channel:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.keys = keys
+        keys.serve(self.sock)  # only the session's bootstraps get in (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
         self.outq: queue.SimpleQueue = queue.SimpleQueue()
@@ -96,6 +99,7 @@ class Channel:
         self.thread.join(timeout)
         self.sock.close()
         os.close(self.efd)
+        self.keys.close()
         self.ctx.term()
 
 

@@ -21,7 +21,7 @@ import os
 import time
 
 from partition.plan import check_partition, plan_pilot
-from pilot import ids, processes, security
+from pilot import ids, processes
 from pilot import states as S
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.protocol import HEARTBEAT, msg, pack
@@ -386,8 +386,7 @@ class PilotManager:
                 {"uid": p.uid, "description": p.description.to_dict()} for p in pilot.parts.values()
             ],
         }
-        if pilot.resource.node_daemons and security.needed(pilot.resource.address):
-            cfg["curve"] = security.make_keys(session.dir)  # node channels beyond loopback
+        cfg["curve"] = session.keys.dir  # every channel of the pilot: pilot/security.py
         cfg_path = os.path.join(pilot.sandbox, "bootstrap.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)

@@ -93,6 +93,7 @@ class Recovery:
             sock = ctx.socket(zmq.REQ)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVTIMEO, int(ATTACH_TIMEOUT * 1000))
+            self.session.keys.client(sock)
             try:
                 sock.connect(pilot.control)
                 sock.send(

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 
-from pilot import ids
+from pilot import ids, security
 from pilot import states as S
 from pilot.protocol import ProtocolError, unpack
 from pmgr import reaper
@@ -33,6 +33,13 @@ from pmgr.store import open_store
 from pmgr.store.writer import BatchWriter
 
 log = logging.getLogger("pmgr.session")
+
+
+def private_dir(path: str) -> None:
+    """`path` exists and, when it is the user's own, is the user's alone (mode 0700)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_uid == os.getuid():
+        os.chmod(path, 0o700)
 
 
 def sessions_dir() -> str:
@@ -72,7 +79,8 @@ class Session:
         if attach and url.startswith("sqlite:///") and not os.path.exists(url[10:]):
             raise ValueError(f"Session: uid={uid!r} not found: no store at {url[10:]}")
         if not attach:
-            os.makedirs(self.dir, exist_ok=True)
+            private_dir(os.path.dirname(self.dir))
+            private_dir(self.dir)  # 0700: the keys, the store and the sandboxes are the user's
         self.store = open_store(url)
         doc = self.store.get("sessions", self.uid) if attach else None
         if attach and doc is None:
@@ -93,7 +101,8 @@ class Session:
         self.writer.doc(
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
-        self.channel = Channel(self.on_message, self.on_tick)
+        self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
+        self.channel = Channel(self.on_message, self.on_tick, self.keys)
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)

@@ -63,6 +63,7 @@ def test_fuzzed_messages_never_stop_a_pilot(session):
         sock = ctx.socket(zmq.REQ)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, 5_000)
+        session.keys.client(sock)
         try:
             sock.connect(pilot.control)
             sock.send(body)

@@ -30,11 +30,14 @@ COMMANDS = [
 ]
 
 
-def ask(endpoint: str, body: bytes) -> dict:
+def ask(endpoint: str, body: bytes, keys) -> dict:
+    """A peer that holds the session's keys (the same user) sends `body` to the control
+    socket."""
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, 10_000)
+    keys.client(sock)
     try:
         sock.connect(endpoint)
         sock.send(body)
@@ -49,12 +52,12 @@ def test_hostile_commands_are_refused_and_change_nothing(session):
     running = umgr.submit_units(CUD(executable="/bin/sleep", arguments=["3"]))
     assert running.wait(rp.EXECUTING, timeout=30) == rp.EXECUTING
     for body, says in COMMANDS:
-        reply = ask(endpoint, pack(body))
+        reply = ask(endpoint, pack(body), session.keys)
         assert reply["ok"] is False and says in reply["error"], (body, reply)
     deep = b"[" * 200_000 + b"]" * 200_000
-    assert "nested too deep" in ask(endpoint, deep)["error"]
-    assert ask(endpoint, b"\xff not json")["ok"] is False
-    assert ask(endpoint, pack([1, 2]))["ok"] is False
+    assert "nested too deep" in ask(endpoint, deep, session.keys)["error"]
+    assert ask(endpoint, b"\xff not json", session.keys)["ok"] is False
+    assert ask(endpoint, pack([1, 2]), session.keys)["ok"] is False
     # a unit no client made, with a NUL byte in it, sent straight to a partition's agent
     part = pilot.partitions[0]
     session.channel.send(

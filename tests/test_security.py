@@ -1,4 +1,4 @@
-"""CURVE keys for channels beyond loopback (pilot/security.py)."""
+"""Who may talk to a pilot (pilot/security.py): CURVE on every channel, private files."""
 
 from __future__ import annotations
 
@@ -20,13 +20,6 @@ def test_keys_are_private_to_the_user_and_made_once(tmp_path):
     assert security.make_keys(str(tmp_path)) == keys
     assert security.Keys(keys).server_public == k.server_public  # not made again
     assert k.allowed() == [k.client_public]
-
-
-def test_curve_is_used_only_beyond_loopback():
-    assert not security.needed("127.0.0.1")
-    assert not security.needed("::1")
-    assert security.needed("10.214.0.1")
-    assert security.needed("node1.cluster")  # a name: not known to be loopback
 
 
 def test_only_the_sessions_client_key_gets_through(tmp_path):
@@ -58,9 +51,53 @@ def test_only_the_sessions_client_key_gets_through(tmp_path):
         ctx.term()
 
 
-def test_a_loopback_pilot_makes_no_keys(session):
+def test_session_files_are_the_users_alone(session):
     from tests.conftest import local_pilot
 
     pilot = local_pilot(session, parts=((1,),))
     assert pilot.wait("ACTIVE", timeout=20) == "ACTIVE"
-    assert not os.path.exists(os.path.join(session.dir, "keys"))
+    assert stat.S_IMODE(os.stat(session.dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(os.path.dirname(session.dir)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(session.store.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.join(session.dir, "keys")).st_mode) == 0o700
+
+
+def test_a_peer_without_the_keys_is_refused_on_every_pilot_socket(session):
+    """Loopback is no boundary: a local peer without the session's keys gets no answer from
+    the control socket, nothing it sends to the pilot link or the control socket is acted
+    on, and the pilot runs on."""
+    import time
+
+    import pilot as rp
+    from pilot.protocol import pack
+    from tests.conftest import active_pilot
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    ctx = zmq.Context()
+    try:
+        for endpoint in (pilot.control, session.channel.endpoint):
+            for keyed in (False, True):
+                sock = ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                if keyed:  # keys of its own, not the session's
+                    sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+                    sock.curve_serverkey = session.keys.server_public
+                sock.connect(endpoint)
+                body = {"cid": "x", "op": "cancel_pilot", "args": {"reason": "intruder"}}
+                try:
+                    sock.send_multipart([b"", pack(body)], zmq.NOBLOCK)
+                    sock.send_multipart([b"state", pack([["part", "x", "FAILED", 0, {}]])])
+                except zmq.Again:
+                    pass  # refused before it could even queue
+                assert not sock.poll(1000), "a stranger got an answer"
+                sock.close()
+        time.sleep(0.5)
+        assert pilot.state == rp.ACTIVE and pilot.partitions[0].state == rp.ACTIVE
+        assert (
+            umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true")).wait(timeout=30)
+            == rp.DONE
+        )
+        log = open(os.path.join(pilot.sandbox, "bootstrap.log")).read()
+        assert "refused a peer with an unknown CURVE key" in log
+    finally:
+        ctx.term()

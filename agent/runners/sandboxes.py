@@ -55,9 +55,9 @@ class SandboxStager:
             sandbox = os.path.join(self.root, unit["uid"])
             try:
                 os.makedirs(sandbox, exist_ok=True)
-                out = os.open(sandbox + "/STDOUT", _OUT, 0o644)
+                out = os.open(sandbox + "/STDOUT", _OUT, 0o666)  # the umask decides
                 try:
-                    err = os.open(sandbox + "/STDERR", _OUT, 0o644)
+                    err = os.open(sandbox + "/STDERR", _OUT, 0o666)
                 except OSError:
                     os.close(out)
                     raise

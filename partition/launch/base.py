@@ -45,6 +45,9 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
         cfg["session"],
         "--timeout",
         str(rcfg.node_timeout),
+        # the table comes after both bring-up gathers: wait for as long as they may take
+        "--table-timeout",
+        str(2 * rcfg.bringup_timeout + rcfg.node_timeout),
     ]
     if cfg.get("curve"):
         args += ["--curve", cfg["curve"]]

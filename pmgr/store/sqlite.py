@@ -73,6 +73,8 @@ class SqliteStore(StateStore):
             self.path, timeout=10, check_same_thread=False, isolation_level=None
         )
         self.lock = threading.Lock()
+        if os.stat(self.path).st_uid == os.getuid():
+            os.chmod(self.path, 0o600)  # before WAL: its -wal and -shm files take this mode
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_schema())
