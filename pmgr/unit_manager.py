@@ -335,6 +335,9 @@ class UnitManager:
             return
         if state == unit.state:
             return
+        if unit.part is None and state not in S.FINAL:
+            self.said_again += 1  # from a partition it left (routed again): stale
+            return
         if not S.reachable(S.UNIT_MACHINE, unit.state, state):
             if any(state == past for past, _ in unit.history):
                 self.said_again += 1

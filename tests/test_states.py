@@ -82,6 +82,16 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
     umgr = rp.UnitManager(session)  # no pilot: the unit stays SCHEDULING at the client
     unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
     fired: list = []
+    with session.lock:
+        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {}, fired)
+        assert unit.state == rp.SCHEDULING  # not sent anywhere: an update for it is stale
+    assert umgr.said_again == 1
+
+    class Sent:  # as if it had been sent to a partition of a pilot
+        uid = "pilot.0000"
+        parts: dict = {}
+
+    unit.part, unit.pilot = "pilot.0000.part.0000", Sent()
     with caplog.at_level(logging.WARNING, logger="pmgr.units"), session.lock:
         umgr.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {}, fired)  # QUEUED filled in
         umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {}, fired)  # said again
@@ -89,7 +99,7 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
         umgr.on_unit_state(unit.uid, rp.FAILED, time.time(), {"reason": "boom"}, fired)
         umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0}, fired)
         assert unit.state == rp.FAILED and unit.exit_code is None and unit.reason == "boom"
-    assert umgr.said_again == 1
+    assert umgr.said_again == 2
     refused = [r.getMessage() for r in caplog.records]
     assert refused == [
         f"{unit.uid}: update FAILED -> DONE refused by the unit state machine (exit code 0)"

@@ -146,8 +146,12 @@ class BatchWriter:
             else:
                 objs[id(rec)] = rec
         for obj in objs.values():
-            full = not obj.stored
-            batch.docs[obj.KIND][obj.uid] = obj.as_doc(full)
+            try:
+                batch.docs[obj.KIND][obj.uid] = obj.as_doc(not obj.stored)
+            except Exception as exc:  # a bug in one object must not stop the writer
+                self.unpersisted.add(obj.uid)
+                self.refusals.report(f"record of {obj.uid} could not be built: {exc!r}")
+                continue
             uids.add(obj.uid)
         try:
             if len(batch):  # (callbacks alone need no write)
