@@ -38,6 +38,39 @@ def host_id() -> int:
     return ctypes.CDLL(None).gethostid() & 0xFFFFFFFF
 
 
+def interface_address(name: str) -> str | None:
+    """The IPv4 address of network interface `name` on this host, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(raw[20:24])
+
+
+def resolve_address(where: str, spec: str) -> str:
+    """An address to listen on, from an IP address, a network interface name of this host
+    (`ib0`, `eth0`), or `auto` (the address of this host's name); ValueError naming `where`."""
+    import ipaddress
+
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"{where}={spec!r} must be an IP address, an interface name or 'auto'")
+    try:
+        return str(ipaddress.ip_address(spec))
+    except ValueError:
+        pass
+    if spec == "auto":
+        return socket.gethostbyname(socket.gethostname())
+    found = interface_address(spec)
+    if found is None:
+        names = sorted(name for _, name in socket.if_nameindex())
+        raise ValueError(
+            f"{where}={spec!r} must be an IP address, a network interface of this host "
+            f"({', '.join(names)}) or 'auto'"
+        )
+    return found
+
+
 def ip_addrs() -> list[str]:
     """This host's IPv4 and global IPv6 addresses, loopback left out."""
     addrs = []

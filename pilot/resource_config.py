@@ -36,6 +36,7 @@ _KEYS = {
     "node_daemons",
     "hosts",
     "address",
+    "client_address",
     "fanout",
     "bringup_timeout",
     "node_timeout",
@@ -70,6 +71,7 @@ class ResourceConfig:
     node_daemons: bool = False
     hosts: tuple[str, ...] = ()
     address: str = "127.0.0.1"
+    client_address: str | None = None  # where pilots reach the client (IP, interface, auto)
     fanout: int = 8
     bringup_timeout: float = 30.0
     node_timeout: float = 10.0
@@ -206,6 +208,12 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         raise ValueError(
             f"resource config {name}: node_failure={failure!r} must be one of {NODE_FAILURE}"
         )
+    client_address = raw.get("client_address")
+    if client_address is not None and (not isinstance(client_address, str) or not client_address):
+        raise ValueError(
+            f"resource config {name}: client_address={client_address!r} must be an IP "
+            "address, a network interface name or 'auto'"
+        )
     python = raw.get("python")
     if python is not None and (not isinstance(python, str) or not python):
         raise ValueError(
@@ -220,6 +228,7 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         node_daemons=daemons,
         hosts=tuple(hosts),
         address=address,
+        client_address=client_address,
         fanout=fanout,
         node_failure=failure,
         **timeouts,

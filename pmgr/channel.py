@@ -1,8 +1,10 @@
 """The client end of the pilot link (see pilot/protocol.py): one ROUTER socket, one thread.
 
-The ROUTER binds 127.0.0.1 on an OS-chosen port, a CURVE server that admits only the session's
-keys (pilot/security.py); every pilot's bootstrap connects a DEALER whose identity is the
-pilot uid.  Only the channel thread touches the socket: other threads hand frames
+The ROUTER binds the session's address (default 127.0.0.1; `Session(address=)`,
+PILOT_CLIENT_ADDRESS) on an OS-chosen port, and, for a pilot whose resource config names a
+`client_address`, that address too (`endpoint_on`).  It is a CURVE server that admits only
+the session's keys (pilot/security.py); every pilot's bootstrap connects a DEALER whose
+identity is the pilot uid.  Only the channel thread touches the socket: other threads hand frames
 to `send()`, which queues them and wakes the thread through an eventfd.  Incoming messages go to
 `on_message(pilot_uid, frames)`; `on_tick()` runs at least every TICK seconds (heartbeats, pilot
 liveness).  Both callbacks run on the channel thread.
@@ -39,6 +41,8 @@ class Channel:
         keys.serve(self.sock)  # only the session's bootstraps get in (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
+        self.endpoints = {host: self.endpoint}  # address -> the endpoint there
+        self.lock = threading.Lock()
         self.outq: queue.SimpleQueue = queue.SimpleQueue()
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._stop = False
@@ -48,6 +52,23 @@ class Channel:
     def send(self, pilot_uid: str, frames: list[bytes]) -> None:
         self.outq.put((pilot_uid.encode(), frames))
         os.eventfd_write(self.efd, 1)
+
+    def endpoint_on(self, address: str) -> str:
+        """The pilot link's endpoint on `address` (an IP address of this host), listening
+        there from now on if it did not yet (bound by the channel thread)."""
+        with self.lock:
+            if address not in self.endpoints:
+                answer: queue.SimpleQueue = queue.SimpleQueue()
+                self.outq.put((None, (address, answer)))
+                os.eventfd_write(self.efd, 1)
+                try:
+                    got = answer.get(timeout=10.0)
+                except queue.Empty:
+                    raise OSError(f"the pilot link did not listen on {address} in 10 s") from None
+                if isinstance(got, Exception):
+                    raise OSError(f"the pilot link cannot listen on {address}: {got}")
+                self.endpoints[address] = got
+            return self.endpoints[address]
 
     def in_thread(self) -> bool:
         return threading.current_thread() is self.thread
@@ -87,6 +108,14 @@ class Channel:
                 ident, frames = self.outq.get_nowait()
             except queue.Empty:
                 return
+            if ident is None:  # a request to listen on one more address (endpoint_on)
+                address, answer = frames
+                try:
+                    port = self.sock.bind_to_random_port(f"tcp://{address}")
+                    answer.put(f"tcp://{address}:{port}")
+                except zmq.ZMQError as exc:
+                    answer.put(exc)
+                continue
             try:
                 self.sock.send_multipart([ident] + frames)
             except zmq.ZMQError as exc:  # EHOSTUNREACH: that pilot is not connected (yet)

@@ -21,7 +21,7 @@ import os
 import time
 
 from partition.plan import check_partition, plan_pilot
-from pilot import ids, processes
+from pilot import ids, network, processes
 from pilot import states as S
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.protocol import HEARTBEAT, msg, pack
@@ -67,6 +67,16 @@ class Pilot(Stateful):
 
     def manager_callbacks(self) -> list:
         return self.pmgr.callbacks
+
+    def client_endpoint(self) -> str:
+        """Where this pilot's bootstrap reaches the client: on the resource config's
+        `client_address` when it names one, else on the session's address."""
+        if self.resource.client_address is None:
+            return self.session.channel.endpoint
+        address = network.resolve_address(
+            f"resource config {self.resource.name}: client_address", self.resource.client_address
+        )
+        return self.session.channel.endpoint_on(address)
 
     # -- public -----------------------------------------------------------------------------
     @property
@@ -372,7 +382,7 @@ class PilotManager:
         cfg = {
             "session": session.uid,
             "pilot": pilot.uid,
-            "client": session.channel.endpoint,
+            "client": pilot.client_endpoint(),
             "sandbox": pilot.sandbox,
             "resource": pd.resource,
             "size": pilot.size,

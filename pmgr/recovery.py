@@ -101,7 +101,7 @@ class Recovery:
                         {
                             "cid": f"attach.{os.getpid()}",
                             "op": "attach",
-                            "args": {"client": self.session.channel.endpoint},
+                            "args": {"client": pilot.client_endpoint()},
                         }
                     )
                 )

@@ -5,6 +5,7 @@ pilots and unit managers through one table keyed by message type (`HANDLERS`).
     with rp.Session() as session:          # embedded sqlite store in the session directory
         ...
     rp.Session(database_url="sqlite:////path/state.db")
+    rp.Session(address="ib0")              # pilots reach the client there (PILOT_CLIENT_ADDRESS)
 
 The session directory is $PILOT_SESSIONS_DIR/<uid> (default ~/.pilot/sessions/<uid>): the
 sqlite file, one sandbox per pilot (logs, unit sandboxes, the control endpoint for the CLI).
@@ -22,7 +23,7 @@ import threading
 import time
 import uuid
 
-from pilot import ids, security
+from pilot import ids, network, security
 from pilot import states as S
 from pilot.protocol import ProtocolError, unpack
 from pmgr import reaper
@@ -65,8 +66,16 @@ HANDLERS = {
 
 class Session:
     def __init__(
-        self, database_url: str | None = None, uid: str | None = None, dir: str | None = None
+        self,
+        database_url: str | None = None,
+        uid: str | None = None,
+        dir: str | None = None,
+        address: str | None = None,
     ) -> None:
+        # where pilots reach this client: an IP address, an interface name, or "auto"
+        self.address = network.resolve_address(
+            "Session: address", address or os.environ.get("PILOT_CLIENT_ADDRESS") or "127.0.0.1"
+        )
         stamp = datetime.datetime.now().strftime("%Y%m%d.%H%M%S")
         attach = uid is not None
         self.uid = uid or f"session.{stamp}.{uuid.uuid4().hex[:6]}"
@@ -102,7 +111,7 @@ class Session:
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
-        self.channel = Channel(self.on_message, self.on_tick, self.keys)
+        self.channel = Channel(self.on_message, self.on_tick, self.keys, self.address)
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)

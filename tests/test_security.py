@@ -101,3 +101,28 @@ def test_a_peer_without_the_keys_is_refused_on_every_pilot_socket(session):
         assert "refused a peer with an unknown CURVE key" in log
     finally:
         ctx.term()
+
+
+def test_the_client_listens_where_it_is_told(make_session, tmp_path):
+    """Session(address=), PILOT_CLIENT_ADDRESS and a resource's client_address decide where
+    pilots reach the client (all of 127.0.0.0/8 is this host's loopback); a bad one is named."""
+    import json
+
+    import pytest
+
+    import pilot as rp
+
+    session = make_session(address="127.0.0.2")
+    assert session.channel.endpoint.startswith("tcp://127.0.0.2:")
+    cfg = tmp_path / "elsewhere.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 2\nclient_address: 127.0.0.3\n")
+    pd = rp.ComputePilotDescription(
+        resource=str(cfg), parts=[rp.ComputePartitionDescription(cores=1)]
+    )
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    assert pilot.wait(rp.ACTIVE, timeout=30) == rp.ACTIVE
+    with open(os.path.join(pilot.sandbox, "bootstrap.json")) as f:
+        assert json.load(f)["client"].startswith("tcp://127.0.0.3:")
+    assert make_session(address="lo").channel.endpoint.startswith("tcp://127.0.0.1:")
+    with pytest.raises(ValueError, match=r"Session: address='no-such-if0' must be an IP address"):
+        rp.Session(address="no-such-if0")
