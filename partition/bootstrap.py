@@ -83,7 +83,6 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.client.connect(cfg["client"])
         self.dropped = 0
         self.bad_messages = checks.BadMessages(log)
-        self.syncs: dict[str, dict] = {}  # sync id -> {"parts": waiting partitions}
         self.agents = self.ctx.socket(zmq.ROUTER)
         self.agents.setsockopt(zmq.LINGER, 0)
         self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
