@@ -75,14 +75,6 @@ def children(pos: int, width: int, n: int) -> list[int]:
     return list(range(first, min(first + width, n)))
 
 
-def source_address(endpoint: str) -> str:
-    """The local address this host uses to reach `endpoint`'s host (no packet is sent)."""
-    host = endpoint.split("://", 1)[1].rsplit(":", 1)[0]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((host, 9))
-        return s.getsockname()[0]
-
-
 class Rank:
     __slots__ = ("agent", "uid", "rank", "pid", "pipes", "sent", "truncated", "write_failed")
 
@@ -115,7 +107,7 @@ class NodeDaemon:
         self.units.setsockopt(zmq.SNDHWM, 100_000)  # exits are never dropped for a slow agent
         if self.keys is not None:
             self.keys.serve(self.units)
-        addr = source_address(args.bootstrap)
+        addr = network.source_address(args.bootstrap)
         port = self.units.bind_to_random_port(f"tcp://{addr}")
         self.endpoint = f"tcp://{addr}:{port}"
         self.spawner = Spawner({"PILOT_SESSION_ID": args.session, "PILOT_PILOT_ID": args.pilot})

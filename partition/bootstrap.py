@@ -3,9 +3,10 @@
     python -m partition.bootstrap PILOT_SANDBOX/bootstrap.json
 
 Bring-up (step names appear in the log):
-    boot.connect     DEALER to the client's pilot link; ROUTER for agents and for the `pilot` CLI,
-                     both on 127.0.0.1 with OS-chosen ports; control endpoint written to
-                     PILOT_SANDBOX/control.json (mode 0600) for the CLI
+    boot.connect     DEALER to the client's pilot link; ROUTER for agents (127.0.0.1, and the
+                     node address for agents on other nodes) and for the `pilot` CLI and
+                     attaching clients (the address this node reaches the client from), OS-chosen
+                     ports; the control endpoint written to PILOT_SANDBOX/control.json (0600)
     boot.nodes.*     resources with node daemons: one daemon per node, bounded gathers, the
                      channel table (partition/node_set.py); nodes missing -> marked down, or the
                      pilot
@@ -46,9 +47,9 @@ import zmq
 from partition import commands, orphans
 from partition.agents.zygote import AgentLauncher
 from partition.manager import AgentExit, AgentProcess, PartitionManager
-from partition.node_set import BringUpError, NodeSet, listen_address
+from partition.node_set import BringUpError, NodeSet
 from partition.sizing import Pool
-from pilot import checks, processes, resource_config, security
+from pilot import checks, network, processes, resource_config, security
 from pilot.descriptions import ComputePartitionDescription
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
@@ -81,6 +82,9 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/security.py
         self.keys.client(self.client)
         self.client.connect(cfg["client"])
+        # the address this node reaches the client from: the client (and a CLI next to it)
+        # reaches the control socket there, whichever node of the allocation this runs on
+        self.here = network.source_address(cfg["client"])
         self.dropped = 0
         self.bad_messages = checks.BadMessages(log)
         self.agents = self.ctx.socket(zmq.ROUTER)
@@ -90,20 +94,29 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         port = self.agents.bind_to_random_port("tcp://127.0.0.1")
         self.agent_endpoint = f"tcp://127.0.0.1:{port}"
         self.agent_endpoint_nodes = self.agent_endpoint
+        self.nodes_address = None
         if self.rcfg.node_daemons:  # agents on other nodes reach it on the node address
-            addr = listen_address(self.rcfg)
+            addr = self.nodes_address = network.listen_address(self.rcfg.address, cfg["client"])
             if addr != "127.0.0.1":
                 nport = self.agents.bind_to_random_port(f"tcp://{addr}")
                 self.agent_endpoint_nodes = f"tcp://{addr}:{nport}"
         self.control = self.ctx.socket(zmq.ROUTER)
         self.control.setsockopt(zmq.LINGER, 0)
         self.keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
-        cport = self.control.bind_to_random_port("tcp://127.0.0.1")
-        self.control_endpoint = f"tcp://127.0.0.1:{cport}"
+        cport = self.control.bind_to_random_port(f"tcp://{self.here}")
+        self.control_endpoint = f"tcp://{self.here}:{cport}"
         self.procs: dict[str, AgentProcess] = {}
         self.launcher = AgentLauncher()
         self.nodeset = (
-            NodeSet(self.ctx, self.rcfg, cfg, cfg["size"]["nodes"], self.sandbox, self.keys)
+            NodeSet(
+                self.ctx,
+                self.rcfg,
+                cfg,
+                cfg["size"]["nodes"],
+                self.sandbox,
+                self.keys,
+                self.nodes_address,
+            )
             if self.rcfg.node_daemons
             else None
         )

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 import zlib
 
@@ -58,22 +57,18 @@ def tree_depth(m: int, width: int) -> int:
     return depth
 
 
-def listen_address(rcfg) -> str:
-    if rcfg.address == "auto":
-        return socket.gethostbyname(socket.gethostname())
-    return rcfg.address
-
-
 class NodeSet:
-    def __init__(self, ctx: zmq.Context, rcfg, cfg: dict, n: int, sandbox: str, keys=None) -> None:
+    def __init__(
+        self, ctx: zmq.Context, rcfg, cfg: dict, n: int, sandbox: str, keys, address: str
+    ) -> None:
         self.rcfg = rcfg
         self.n = n
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         keys.serve(self.sock)  # CURVE (pilot/security.py)
-        port = self.sock.bind_to_random_port(f"tcp://{listen_address(rcfg)}")
-        self.endpoint = f"tcp://{listen_address(rcfg)}:{port}"
+        port = self.sock.bind_to_random_port(f"tcp://{address}")
+        self.endpoint = f"tcp://{address}:{port}"  # the daemons' way up
         self.launch = launch.for_resource(
             rcfg, n, self.endpoint, cfg, os.path.join(sandbox, "nodes")
         )

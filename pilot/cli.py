@@ -52,7 +52,16 @@ def find_pilot(name: str) -> dict:
     pattern = os.path.join(sessions_dir(), session or "*", pilot, "control.json")
     found = [f for f in sorted(glob.glob(pattern)) if not _stale(f)]
     if not found:
-        raise UsageError(f"no running pilot {name!r} under {sessions_dir()}")
+        base = sessions_dir()
+        private = [
+            d for d in [base, *glob.glob(os.path.join(base, session or "*"))] if _private(d)
+        ]
+        if private:
+            raise UsageError(
+                f"cannot read {private[0]}: permission denied (a pilot is commanded only by "
+                "the user who runs it: its session directory and keys are private)"
+            )
+        raise UsageError(f"no running pilot {name!r} under {base}")
     if len(found) > 1:
         names = [os.path.relpath(os.path.dirname(f), sessions_dir()) for f in found]
         raise UsageError(f"pilot {name!r} is ambiguous; name one of {names}")
@@ -60,6 +69,17 @@ def find_pilot(name: str) -> dict:
         control = json.load(f)
     control["keys"] = os.path.join(os.path.dirname(os.path.dirname(found[0])), "keys")
     return control
+
+
+def _private(path: str) -> bool:
+    """`path` (or a directory above it) is another user's."""
+    try:
+        os.listdir(path)
+    except PermissionError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 def _stale(path: str) -> bool:

@@ -71,6 +71,23 @@ def resolve_address(where: str, spec: str) -> str:
     return found
 
 
+def source_address(endpoint: str) -> str:
+    """The local address this host uses to reach `endpoint`'s host (the route's source; no
+    packet is sent).  A pilot's processes listen there: whoever they reach can reach them."""
+    host = endpoint.split("://", 1)[1].rsplit(":", 1)[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))
+        return s.getsockname()[0]
+
+
+def listen_address(spec: str, toward: str) -> str:
+    """Where a pilot's process listens for its peers: an IP address, an interface name, or
+    `auto` = the address this host reaches `toward` (an endpoint) from."""
+    if spec == "auto":
+        return source_address(toward)
+    return resolve_address("address", spec)
+
+
 def ip_addrs() -> list[str]:
     """This host's IPv4 and global IPv6 addresses, loopback left out."""
     addrs = []

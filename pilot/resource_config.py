@@ -222,7 +222,8 @@ def parse(name: str, raw: dict) -> ResourceConfig:
     address = raw.get("address", "127.0.0.1")
     if not isinstance(address, str) or not address:
         raise ValueError(
-            f"resource config {name}: address={address!r} must be an IP address or 'auto'"
+            f"resource config {name}: address={address!r} must be an IP address, a network "
+            "interface name or 'auto'"
         )
     return ResourceConfig(
         node_daemons=daemons,

@@ -6,24 +6,41 @@
 #                                prints `export` lines (SLURM_CONF, ...) on stdout
 #   bash tests/slurm.sh down     cancel jobs, stop the daemons it started (by pid), remove state
 #   bash tests/slurm.sh status   exit 0 when every daemon runs and every node is idle/allocated
+#   bash tests/slurm.sh login CMD...   run CMD where the cluster's clients run (with SLURM_CONF;
+#                                in the login namespace when PILOT_SLURM_NETNS=1)
 #
 # Needs root (slurmd runs jobs as any user; munged's key).  Settings (environment):
-#   PILOT_SLURM_NODES=4   logical nodes node1..nodeN, each a slurmd on 127.0.0.1 with its own
-#                         port and its own UTS namespace (so `hostname` in a task says nodeK)
+#   PILOT_SLURM_NODES=4   logical nodes node1..nodeN, each a slurmd with its own UTS namespace
+#                         (so `hostname` in a task says nodeK)
 #   PILOT_SLURM_CPUS=2    CPUs each node advertises (may exceed the machine's)
-#   PILOT_SLURM_DIR=/tmp/pilot-slurm   config, state, logs, pid files
+#   PILOT_SLURM_NETNS=    empty: every daemon on 127.0.0.1, a port each (one host).
+#                         1: a cluster of hosts: the login side (slurmctld, and where clients
+#                         run: `login`) in network namespace <tag>login with 10.214.1.1 on a
+#                         bridge, compute node K in namespace <tag>nodeK with 10.214.1.(10+K)
+#                         on a veth link to that bridge.  While the namespaces exist the root
+#                         namespace holds a `blackhole 10.214.1.0/24` route, and nothing here
+#                         addresses 10.214.1.x from the root namespace (sinfo, scontrol, scancel
+#                         run in the login namespace).
+#   PILOT_SLURM_TAG=ps    namespace name prefix (netns layout)
+#   PILOT_SLURM_DIR=/tmp/pilot-slurm (/tmp/pilot-slurm-netns for the netns layout)
 # Pitfalls handled here: no systemd (daemons are started by hand and stopped by pid, never by
 # name); Debian builds slurmd with --enable-multiple-slurmd, so N slurmd share one host with
 # NodeAddr=127.0.0.1 and a port each; no cgroups (proctrack/linuxproc, task/none); nodes may
 # advertise more CPUs than exist (SlurmdParameters=config_overrides); munged must be running
-# before slurmctld, and is only stopped here if this script started it.  Nothing listens
-# beyond 127.0.0.1's ports 16817 (slurmctld) and 17001.. (slurmd).
+# before slurmctld, and is only stopped here if this script started it (its socket is a file:
+# namespaces share it).  Nothing listens beyond ports 16817 (slurmctld) and 17001.. (slurmd),
+# on 127.0.0.1 or inside the namespaces.
 set -euo pipefail
 
-DIR=${PILOT_SLURM_DIR:-/tmp/pilot-slurm}
+NETNS=${PILOT_SLURM_NETNS:-}
+TAG=${PILOT_SLURM_TAG:-ps}
+SUBNET=10.214.1
+if [ -n "$NETNS" ]; then DIR=${PILOT_SLURM_DIR:-/tmp/pilot-slurm-netns}
+else DIR=${PILOT_SLURM_DIR:-/tmp/pilot-slurm}; fi
 NODES=${PILOT_SLURM_NODES:-4}
 CPUS=${PILOT_SLURM_CPUS:-2}
 CONF=$DIR/etc/slurm.conf
+LOGIN=${TAG}login
 CTLD_PORT=16817
 PORT_BASE=17000
 
@@ -37,11 +54,45 @@ alive() { # pid alive and not a zombie
   [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 pid_in() { [ -s "$1" ] && cat "$1" || true; }
-sl() { SLURM_CONF=$CONF timeout 10 "$@"; }
+in_login() { # run where the cluster's clients run
+  if [ -n "$NETNS" ]; then nsenter --net="/run/netns/$LOGIN" "$@"; else "$@"; fi
+}
+sl() { SLURM_CONF=$CONF in_login timeout 10 "$@"; }
 
 env_lines() {
   echo "export SLURM_CONF=$CONF"
   echo "export PILOT_SLURM_NODES=$(cat "$DIR/nodes" 2>/dev/null || echo "$NODES")"
+  if [ -n "$NETNS" ]; then
+    echo "export PILOT_SLURM_LOGIN_NS=$LOGIN"
+    echo "export PILOT_SLURM_LOGIN_ADDR=$SUBNET.1"
+  fi
+}
+
+ip_() { ip "$@" >&2; }
+hosts_up() { # the netns layout: the blackhole route first, then the namespaces and links
+  ip route show type blackhole | grep -q "^blackhole $SUBNET.0/24" \
+    || ip_ route add blackhole "$SUBNET.0/24"
+  local ns k
+  for ns in "$LOGIN" $(for k in $(seq "$NODES"); do echo "${TAG}node$k"; done); do
+    if [ -e "/run/netns/$ns" ]; then ip_ netns del "$ns"; fi
+    ip_ netns add "$ns"; ip_ -n "$ns" link set lo up
+  done
+  ip_ -n "$LOGIN" link add br0 type bridge
+  ip_ -n "$LOGIN" addr add "$SUBNET.1/24" dev br0
+  ip_ -n "$LOGIN" link set br0 up
+  for k in $(seq "$NODES"); do
+    ip_ -n "$LOGIN" link add "v$k" type veth peer name eth0 netns "${TAG}node$k"
+    ip_ -n "$LOGIN" link set "v$k" master br0 up
+    ip_ -n "${TAG}node$k" addr add "$SUBNET.$((10 + k))/24" dev eth0
+    ip_ -n "${TAG}node$k" link set eth0 up
+  done
+}
+hosts_down() { # the namespaces first, the blackhole route last
+  local ns
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^${TAG}(login|node[0-9]+)$" || true); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip route del blackhole "$SUBNET.0/24" 2>/dev/null || true
 }
 
 ensure_packages() {
@@ -75,10 +126,11 @@ write_conf() {
   local host; host=$(hostname -s)
   local nodes="node[1-$NODES]" ports="[$((PORT_BASE + 1))-$((PORT_BASE + NODES))]"
   if [ "$NODES" = 1 ]; then nodes=node1; ports=$((PORT_BASE + 1)); fi
+  local ctld_addr=127.0.0.1; [ -z "$NETNS" ] || ctld_addr=$SUBNET.1
   cat > "$CONF" <<EOF
 # written by tests/slurm.sh: $NODES logical nodes on this machine
 ClusterName=pilottest
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
@@ -106,9 +158,14 @@ ReturnToService=2
 KillWait=3
 InactiveLimit=0
 MinJobAge=300
-NodeName=$nodes NodeHostname=$host NodeAddr=127.0.0.1 Port=$ports CPUs=$CPUS RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+  local k line="NodeHostname=$host CPUs=$CPUS RealMemory=2000 State=UNKNOWN"
+  if [ -z "$NETNS" ]; then
+    echo "NodeName=$nodes NodeAddr=127.0.0.1 Port=$ports $line" >> "$CONF"
+  else for k in $(seq "$NODES"); do
+    echo "NodeName=node$k NodeAddr=$SUBNET.$((10 + k)) Port=$((PORT_BASE + k)) $line" >> "$CONF"
+  done; fi
 }
 
 healthy() {
@@ -129,12 +186,16 @@ up() {
   munge_up
   write_conf
   # clients find the cluster without SLURM_CONF too (only when no other config is there)
-  if [ ! -e /etc/slurm/slurm.conf ]; then mkdir -p /etc/slurm; ln -s "$CONF" /etc/slurm/slurm.conf; fi
-  /usr/sbin/slurmctld -c -f "$CONF"
+  if [ -z "$NETNS" ] && [ ! -e /etc/slurm/slurm.conf ]; then
+    mkdir -p /etc/slurm; ln -s "$CONF" /etc/slurm/slurm.conf
+  fi
+  if [ -n "$NETNS" ]; then hosts_up; fi
+  in_login /usr/sbin/slurmctld -c -f "$CONF"
   for _ in $(seq 200); do sl scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.05; done
   sl scontrol ping | grep -q UP || { tail -20 "$DIR/log/slurmctld.log" >&2; die "slurmctld not up"; }
   for k in $(seq "$NODES"); do
-    unshare --uts sh -c "hostname node$k && exec /usr/sbin/slurmd -f '$CONF' -N node$k"
+    on=(); [ -z "$NETNS" ] || on=(nsenter "--net=/run/netns/${TAG}node$k")
+    "${on[@]}" unshare --uts sh -c "hostname node$k && exec /usr/sbin/slurmd -f '$CONF' -N node$k"
   done
   for _ in $(seq 600); do
     [ "$(sl sinfo -h -N -t idle -o %N 2>/dev/null | wc -l)" = "$NODES" ] && break; sleep 0.1
@@ -166,6 +227,7 @@ down() {
   if [ -L /etc/slurm/slurm.conf ] && [ "$(readlink /etc/slurm/slurm.conf)" = "$CONF" ]; then
     rm -f /etc/slurm/slurm.conf
   fi
+  if [ -n "$NETNS" ]; then hosts_down; fi
   rm -rf "$DIR/etc" "$DIR/state" "$DIR/spool" "$DIR/run" "$DIR/nodes"
   say "down (logs kept in $DIR/log)"
 }
@@ -181,5 +243,6 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   env) env_lines ;;
-  *) echo "usage: $0 install|up|down|status|env" >&2; exit 2 ;;
+  login) shift; SLURM_CONF=$CONF in_login "$@" ;;
+  *) echo "usage: $0 install|up|down|status|env|login CMD..." >&2; exit 2 ;;
 esac

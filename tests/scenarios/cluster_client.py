@@ -1,0 +1,154 @@
+"""A client on a cluster's login node (tests/test_cluster.py): run in the login namespace of
+the SLURM that `PILOT_SLURM_NETNS=1 tests/slurm.sh up` starts, its pilot job on compute nodes.
+
+    python -m tests.scenarios.cluster_client run RESOURCE.yaml
+    python -m tests.scenarios.cluster_client start RESOURCE.yaml  (prints, waits to be killed)
+    python -m tests.scenarios.cluster_client attach SESSION_UID
+
+run     a two-partition pilot over two compute nodes: units print their host, output comes back
+        here, `pilot partitions` (the CLI) answers, a reconfig, a cancel
+start   a pilot with slow units; prints what it started and waits, to be SIGKILLed by the test
+attach  a new client process takes the session over: its units end, more run, a cancel
+Each prints one JSON line last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pilot as rp
+
+CUD = rp.ComputeUnitDescription
+
+
+def host_unit(part: str):
+    return CUD(executable="/bin/sh", arguments=["-c", "echo host=$(hostname)"], partition=part)
+
+
+def two_partitions(session, resource: str):
+    parts = [rp.ComputePartitionDescription(nodes=1), rp.ComputePartitionDescription(nodes=1)]
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(resource=resource, nodes=3, parts=parts, runtime=3)
+    )
+    if pilot.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED], timeout=90) != rp.ACTIVE:
+        raise SystemExit(f"pilot {pilot.state}: {pilot.reason}")
+    for part in pilot.partitions:
+        part.wait([rp.ACTIVE, rp.FAILED], timeout=30)
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    return pilot, umgr
+
+
+def hosts(units) -> list:
+    return [[u.state, (u.stdout or "").strip(), u.node] for u in units]
+
+
+def control(pilot) -> dict:
+    with open(os.path.join(pilot.sandbox, "control.json")) as f:
+        return json.load(f)
+
+
+def run(session, resource: str) -> dict:
+    pilot, umgr = two_partitions(session, resource)
+    out: dict = {"parts": [[p.state, p.reason] for p in pilot.partitions]}
+    seen: list = []
+    umgr.register_output_callback(lambda u, node, rank, stream, text: seen.append([u.uid, text]))
+    units = []
+    for part in pilot.partitions:
+        units += umgr.submit_units([host_unit(part.uid) for _ in range(2)])
+    umgr.wait_units([u.uid for u in units], timeout=60)
+    out["units"] = hosts(units)
+    out["forwarded"] = seen
+    out["control"] = control(pilot)
+    cli = subprocess.run(
+        [sys.executable, "-m", "pilot", "partitions", pilot.uid],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out["cli"] = [cli.returncode, cli.stdout, cli.stderr]
+    (new,) = pilot.reconfig(
+        stop=pilot.partitions[0].uid, start=[rp.ComputePartitionDescription(nodes=1)]
+    )
+    new.wait([rp.ACTIVE, rp.FAILED], timeout=30)
+    later = umgr.submit_units([host_unit(new.uid) for _ in range(2)])
+    umgr.wait_units([u.uid for u in later], timeout=60)
+    out["reconfig"] = {
+        "parts": [[p.uid, p.state] for p in pilot.partitions],
+        "new": [new.state, new.reason],
+        "units": hosts(later),
+    }
+    t0 = time.monotonic()
+    pilot.cancel(timeout=60)
+    out["cancel"] = [pilot.state, pilot.reason, round(time.monotonic() - t0, 2)]
+    out["job"] = pilot.job.pid
+    return out
+
+
+def start(session, resource: str) -> dict:
+    pilot, umgr = two_partitions(session, resource)
+    units = []
+    for part in pilot.partitions:
+        units += umgr.submit_units(
+            [
+                CUD(executable="/bin/sh", arguments=["-c", "sleep 3; hostname"], partition=part.uid)
+                for _ in range(3)
+            ]
+        )
+    units[0].wait(rp.EXECUTING, timeout=30)
+    session.writer.flush(timeout=30)
+    daemons = json.loads(open(os.path.join(pilot.sandbox, "daemons.json")).read())
+    return {
+        "pilot": pilot.uid,
+        "job": pilot.job.pid,
+        "units": [u.uid for u in units],
+        "parts": [p.uid for p in pilot.partitions],
+        "control": control(pilot)["endpoint"],
+        "daemons": [d["endpoint"] for d in daemons.values()],
+        "server_key": session.keys.server_public.decode(),
+        "files": sorted(os.path.join(root, f) for root, _, fs in os.walk(session.dir) for f in fs),
+        "dirs": [session.dir, pilot.sandbox, os.path.join(session.dir, "keys")],
+    }
+
+
+def attach(session, _: str | None = None) -> dict:
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    out: dict = {
+        "pilot": [pilot.state, pilot.reason],
+        "parts": [[p.uid, p.state] for p in pilot.partitions],
+    }
+    umgr = rp.UnitManager(session)
+    units = umgr.get_units()
+    umgr.wait_units(timeout=90)
+    out["units"] = [[u.uid, u.state, (u.stdout or "").strip()] for u in units]
+    more = umgr.submit_units([host_unit(p.uid) for p in pilot.partitions])
+    umgr.wait_units([u.uid for u in more], timeout=60)
+    out["more"] = hosts(more)
+    pilot.cancel(timeout=60)
+    out["cancel"] = [pilot.state, pilot.reason]
+    return out
+
+
+def main() -> int:
+    scenario, arg = sys.argv[1], sys.argv[2]
+    if scenario == "attach":
+        session = rp.Session(uid=arg)
+    else:
+        session = rp.Session()
+    try:
+        result = {"run": run, "start": start, "attach": attach}[scenario](session, arg)
+        result["session"] = session.uid
+        print(json.dumps(result), flush=True)
+        if scenario == "start":
+            time.sleep(600)  # killed by the test: the client dies without a word
+    finally:
+        session.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Pilots on a cluster of hosts: a SLURM whose slurmctld and login side live in one network
+namespace and whose compute nodes each live in their own (`PILOT_SLURM_NETNS=1 tests/slurm.sh`).
+The client runs in the login namespace, the pilot job on compute nodes; nothing is shared with
+them but the file system, as on a cluster.  Another local user (`nobody`) who finds the pilot's
+ports gets nowhere.  Root only (skipped with the reason otherwise); nothing here addresses a
+namespace IP from the root namespace (the scenarios run inside the login namespace).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import yaml
+
+from pmgr import reaper
+from tests import netns
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "tests", "slurm.sh")
+SLURM = dict(PILOT_SLURM_NETNS="1", PILOT_SLURM_NODES="3", PILOT_SLURM_TAG="pc")
+LOGIN = "pclogin"
+SYSTEM_PYTHON = "/usr/bin/python3"  # what `nobody` runs (the venv's interpreter is root's)
+
+
+def open_to_others(path: str) -> bool:
+    """Every directory up to `path` lets other users through (o+x)."""
+    path = os.path.abspath(path)
+    while True:
+        if not os.stat(path).st_mode & 0o001:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
+def _why_not() -> str | None:
+    if netns.unavailable():
+        return netns.unavailable()
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        return "no SLURM installed and no apt-get to install it"
+    try:
+        import psij  # noqa: F401
+    except ImportError:
+        return "psij-python is not installed (pip install -e '.[batch]')"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    env = dict(os.environ, **SLURM)
+    up = subprocess.run(
+        ["bash", SCRIPT, "up"], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert up.returncode == 0, up.stderr[-2000:]
+    exports = dict(line[len("export ") :].split("=", 1) for line in up.stdout.splitlines())
+    # a directory other users may enter: what keeps them out is the session's own 0700
+    base = next((d for d in ("/var/tmp", tempfile.gettempdir(), ROOT) if open_to_others(d)), None)
+    top = tempfile.mkdtemp(prefix="pilot-cluster-", dir=base)
+    os.chmod(top, 0o755)
+    res = os.path.join(top, "cluster.yaml")
+    with open(res, "w") as f:
+        yaml.safe_dump(
+            {
+                "description": "a SLURM of network-namespace hosts (tests/slurm.sh, netns)",
+                "batch_system": "slurm",
+                "launch_method": "srun",
+                "node_daemons": True,
+                "address": "auto",  # where this node reaches the client from
+                "client_address": "br0",  # the login node's interface towards the nodes
+                "nodes": 3,
+                "cores_per_node": 2,
+                "gpus_per_node": 0,
+                "queue": "debug",
+                "client_timeout": 60,
+                "bringup_timeout": 30,
+                "node_timeout": 10,
+                "queue_poll_interval": 1,
+            },
+            f,
+        )
+    os.chmod(res, 0o644)
+    try:
+        yield {
+            "top": top,
+            "resource": res,
+            "env": dict(
+                os.environ,
+                SLURM_CONF=exports["SLURM_CONF"],
+                PILOT_SESSIONS_DIR=os.path.join(top, "sessions"),
+                PYTHONPATH=ROOT,
+            ),
+        }
+    finally:
+        subprocess.run(["bash", SCRIPT, "down"], capture_output=True, timeout=180, env=env)
+        shutil.rmtree(top, ignore_errors=True)
+        left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert LOGIN not in left, f"namespaces left behind: {left}"
+
+
+def in_login(argv: list[str]) -> list[str]:
+    return ["nsenter", f"--net=/run/netns/{LOGIN}", *argv]
+
+
+def client(cluster, *args: str, timeout: float = 240) -> dict:
+    out = subprocess.run(
+        in_login([sys.executable, "-m", "tests.scenarios.cluster_client", *args]),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cluster["env"],
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def job_gone(cluster, job: str, within: float = 30) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        q = subprocess.run(
+            in_login(["squeue", "-h", "-j", job, "-t", "PD,R,CG", "-o", "%i"]),
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env=cluster["env"],
+        )
+        if not q.stdout.strip():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def no_processes_left(session: str, within: float = 20) -> list[int]:
+    """The session's processes on every node (one pid namespace: /proc sees them all)."""
+    deadline = time.monotonic() + within
+    while (left := reaper.session_processes(session)) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    if left:
+        reaper.kill_session_processes(session)
+    return left
+
+
+def test_the_client_on_the_login_node_runs_a_pilot_on_compute_nodes(cluster):
+    r = client(cluster, "run", cluster["resource"])
+    assert r["parts"] == [["ACTIVE", None], ["ACTIVE", None]]
+    # each partition holds one compute node; units print the host they ran on
+    states = {s for s, _, _ in r["units"]}
+    assert states == {"DONE"}, r["units"]
+    first, second = {h for _, h, _ in r["units"][:2]}, {h for _, h, _ in r["units"][2:]}
+    assert len(first) == len(second) == 1 and first != second
+    assert first | second <= {"host=node1", "host=node2", "host=node3"}
+    assert all(h == f"host={node}" for _, h, node in r["units"])
+    # the bootstrap ran on a compute node and listens there; output came back over the link
+    assert r["control"]["host"] in ("node1", "node2", "node3")
+    assert r["control"]["endpoint"].startswith("tcp://10.214.1.1")
+    assert len(r["forwarded"]) == 6 and all(t.startswith("host=node") for _, t in r["forwarded"])
+    code, listing, err = r["cli"]
+    assert code == 0, err
+    assert listing.count("ACTIVE") == 2, listing
+    rc = r["reconfig"]
+    assert rc["new"] == ["ACTIVE", None]
+    assert [s for _, s in rc["parts"]] == ["CANCELED", "ACTIVE", "ACTIVE"]
+    assert {s for s, _, _ in rc["units"]} == {"DONE"}
+    assert r["cancel"][:2] == ["CANCELED", "canceled by the user"]
+    assert job_gone(cluster, r["job"]), "the SLURM job outlived the cancel"
+    assert no_processes_left(r["session"]) == []
+
+
+def test_a_new_client_takes_over_and_another_user_gets_nowhere(cluster, tmp_path):
+    first = subprocess.Popen(
+        in_login(
+            [sys.executable, "-m", "tests.scenarios.cluster_client", "start", cluster["resource"]]
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cluster["env"],
+        start_new_session=True,
+    )
+    try:
+        line = first.stdout.readline()  # the scenario's deadlines bound this
+        assert line, first.stderr.read()[-3000:] if first.poll() is not None else "no output"
+        started = json.loads(line)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the client dies without a word
+        first.wait(timeout=30)
+    # `nobody`, on the login node, knows the ports and the server's public key (the client's
+    # pilot link died with it; tests/test_security.py knocks on a live one)
+    marker = os.path.join(cluster["top"], "intruder-ran-a-command")
+    targets = os.path.join(cluster["top"], "targets.json")
+    with open(targets, "w") as f:
+        json.dump(dict(started, marker=marker), f)
+    os.chmod(targets, 0o644)
+    site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
+    for need in (SYSTEM_PYTHON, ROOT, site[0], cluster["top"]):
+        if not (os.path.exists(need) and open_to_others(need)):
+            pytest.skip(f"the other user (nobody) cannot reach {need}")
+    as_nobody = ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={ROOT}:{site[0]}"]
+    intruder = subprocess.run(
+        in_login(
+            [*as_nobody, SYSTEM_PYTHON, os.path.join(ROOT, "tests/scenarios/intruder.py"), targets]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert intruder.returncode == 0, intruder.stderr[-2000:]
+    seen = json.loads(intruder.stdout.strip().splitlines()[-1])
+    assert seen["uid"] != 0
+    assert len(seen["reached"]) == 1 + len(started["daemons"]), "the ports must be reachable"
+    assert seen["answered"] == [], "a peer without the session's keys got an answer"
+    assert seen["readable"] == [], "another user read the session's files"
+    assert not os.path.exists(marker), "a node daemon ran another user's command"
+    cli = subprocess.run(
+        in_login(
+            [
+                *as_nobody,
+                f"PILOT_SESSIONS_DIR={cluster['env']['PILOT_SESSIONS_DIR']}",
+                SYSTEM_PYTHON,
+                "-m",
+                "pilot",
+                "partitions",
+                started["pilot"],
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    assert cli.returncode != 0 and "permission denied" in cli.stderr, cli.stderr
+    # a new client process on the login node attaches: nothing the intruder sent was acted on
+    r = client(cluster, "attach", started["session"])
+    assert r["pilot"] == ["ACTIVE", None]
+    assert r["parts"] == [[p, "ACTIVE"] for p in started["parts"]]
+    assert [u for u, _, _ in r["units"]] == started["units"]
+    assert {s for _, s, _ in r["units"]} == {"DONE"}, r["units"]
+    assert {h for _, _, h in r["units"]} <= {"node1", "node2", "node3"}
+    assert {s for s, _, _ in r["more"]} == {"DONE"}
+    assert r["cancel"][0] == "CANCELED"
+    assert job_gone(cluster, started["job"])
+    log = os.path.join(
+        cluster["env"]["PILOT_SESSIONS_DIR"], started["session"], started["pilot"], "bootstrap.log"
+    )
+    with open(log) as f:
+        assert "refused a peer with an unknown CURVE key" in f.read()
+    assert no_processes_left(started["session"]) == []
