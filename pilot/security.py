@@ -21,6 +21,11 @@ cannot complete the handshake (CURVE against NULL), one with other keys is refus
 refusal logged ("refused a peer with an unknown CURVE key", pilot.security logger, in the
 process's log).  Nothing such a peer sends is ever delivered.  The session directory is 0700,
 so another user cannot read the keys, the store or the unit sandboxes below it.
+Not defended: root on any node, and anything running as the session's user (both can read the
+keys); a file system shared with the compute nodes that does not honour modes; floods of
+connection attempts (each is refused, none is acted on, but they cost the refusing process).
+Every listener binds one address, never 0.0.0.0: 127.0.0.1 for what stays on a node, the address
+a node reaches its peers from for what crosses hosts (pilot/network.py).
 """
 
 from __future__ import annotations

@@ -245,7 +245,10 @@ class Session:
             if p.job is not None and p.final:  # it said bye: let the job end on its own
                 p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
             p.kill_job()
-        left = reaper.kill_session_processes(self.uid)
+        # the last resort finds processes on this host only: a batch job elsewhere ends through
+        # its bootstrap and its batch system (cancel, scancel), never through our /proc
+        here = any(p.resource.batch_system == "local" for p in self.pilots.values())
+        left = reaper.kill_session_processes(self.uid) if here else []
         if left:
             log.warning("killed %d leftover process(es) of %s: %s", len(left), self.uid, left)
         fired: list = []

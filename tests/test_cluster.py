@@ -177,6 +177,14 @@ def test_the_client_on_the_login_node_runs_a_pilot_on_compute_nodes(cluster):
     assert no_processes_left(r["session"]) == []
 
 
+def test_runtime_expiry_ends_the_pilot_on_its_nodes(cluster):
+    r = client(cluster, "expire", cluster["resource"])
+    assert r["pilot"][0] == "DONE" and "runtime of 0.1 min expired" in r["pilot"][1], r
+    assert r["unit"][0] == "CANCELED", r
+    assert job_gone(cluster, r["job"])
+    assert no_processes_left(r["session"]) == []
+
+
 def test_a_new_client_takes_over_and_another_user_gets_nowhere(cluster, tmp_path):
     first = subprocess.Popen(
         in_login(

@@ -4,11 +4,13 @@ the SLURM that `PILOT_SLURM_NETNS=1 tests/slurm.sh up` starts, its pilot job on 
     python -m tests.scenarios.cluster_client run RESOURCE.yaml
     python -m tests.scenarios.cluster_client start RESOURCE.yaml  (prints, waits to be killed)
     python -m tests.scenarios.cluster_client attach SESSION_UID
+    python -m tests.scenarios.cluster_client expire RESOURCE.yaml
 
 run     a two-partition pilot over two compute nodes: units print their host, output comes back
         here, `pilot partitions` (the CLI) answers, a reconfig, a cancel
 start   a pilot with slow units; prints what it started and waits, to be SIGKILLed by the test
 attach  a new client process takes the session over: its units end, more run, a cancel
+expire  a pilot whose runtime (6 s) runs out while a two-node unit runs
 Each prints one JSON line last.
 """
 
@@ -31,15 +33,18 @@ def host_unit(part: str):
 
 def two_partitions(session, resource: str):
     parts = [rp.ComputePartitionDescription(nodes=1), rp.ComputePartitionDescription(nodes=1)]
+    t0 = time.monotonic()
     pilot = rp.PilotManager(session).submit_pilots(
         rp.ComputePilotDescription(resource=resource, nodes=3, parts=parts, runtime=3)
     )
     if pilot.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED], timeout=90) != rp.ACTIVE:
         raise SystemExit(f"pilot {pilot.state}: {pilot.reason}")
+    active = time.monotonic() - t0
     for part in pilot.partitions:
         part.wait([rp.ACTIVE, rp.FAILED], timeout=30)
     umgr = rp.UnitManager(session)
     umgr.add_pilots(pilot)
+    pilot.startup = {"pilot ACTIVE s": active, "partitions ACTIVE s": time.monotonic() - t0}
     return pilot, umgr
 
 
@@ -55,6 +60,7 @@ def control(pilot) -> dict:
 def run(session, resource: str) -> dict:
     pilot, umgr = two_partitions(session, resource)
     out: dict = {"parts": [[p.state, p.reason] for p in pilot.partitions]}
+    out["startup"] = pilot.startup
     seen: list = []
     umgr.register_output_callback(lambda u, node, rank, stream, text: seen.append([u.uid, text]))
     units = []
@@ -115,6 +121,25 @@ def start(session, resource: str) -> dict:
     }
 
 
+def expire(session, resource: str) -> dict:
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(
+            resource=resource, nodes=2, parts=[rp.ComputePartitionDescription(nodes=2)], runtime=0.1
+        )
+    )
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    unit = umgr.submit_units(CUD(executable="/bin/sleep", arguments=["60"], ranks=2))
+    ended = pilot.wait([rp.DONE, rp.FAILED, rp.CANCELED], timeout=90)
+    unit.wait(timeout=30)
+    return {
+        "pilot": [ended, pilot.reason],
+        "unit": [unit.state, unit.reason],
+        "parts": [p.state for p in pilot.partitions],
+        "job": pilot.job.pid,
+    }
+
+
 def attach(session, _: str | None = None) -> dict:
     (pilot,) = rp.PilotManager(session).get_pilots()
     out: dict = {
@@ -140,7 +165,8 @@ def main() -> int:
     else:
         session = rp.Session()
     try:
-        result = {"run": run, "start": start, "attach": attach}[scenario](session, arg)
+        scenarios = {"run": run, "start": start, "attach": attach, "expire": expire}
+        result = scenarios[scenario](session, arg)
         result["session"] = session.uid
         print(json.dumps(result), flush=True)
         if scenario == "start":
