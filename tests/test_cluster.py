@@ -121,8 +121,20 @@ def client(cluster, *args: str, timeout: float = 240) -> dict:
         timeout=timeout,
         env=cluster["env"],
     )
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 0, out.stderr[-3000:] + logs(cluster)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def logs(cluster, lines: int = 30) -> str:
+    """The ends of the pilots' logs, for a failure's message."""
+    import glob
+
+    out = []
+    pattern = os.path.join(cluster["env"]["PILOT_SESSIONS_DIR"], "*", "pilot.*", "**", "*.log")
+    for path in sorted(glob.glob(pattern, recursive=True)):
+        with open(path, errors="replace") as f:
+            out.append(f"\n--- {path}\n" + "".join(f.readlines()[-lines:]))
+    return "".join(out)
 
 
 def job_gone(cluster, job: str, within: float = 30) -> bool:
