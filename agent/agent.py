@@ -27,6 +27,7 @@ import heapq
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -34,7 +35,7 @@ import time
 
 import zmq
 
-from agent import runners
+from agent import command, runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
 from pilot import checks, security
@@ -54,6 +55,7 @@ from pilot.states import (
 FLUSH_EVERY = 0.02
 KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
+KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
 log = logging.getLogger("agent")
 
 
@@ -169,7 +171,10 @@ class Agent:
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 reason = f"malformed unit: {exc}"
             if reason is None and self.execu.which(u["executable"]) is None:
-                reason = f"executable={u['executable']!r} not found on PATH"
+                if u.get("shell") is False:
+                    reason = f"executable={u['executable']!r} not found on PATH"
+                else:  # as under RP: the shell says so on its stderr and exits 127
+                    u["_not_found"] = True
             if reason is None:
                 reason = check_environment(u.get("environment"), self.sched.pool.types)
             if reason is not None:
@@ -212,23 +217,41 @@ class Agent:
         for r, code in self.execu.reap():
             self.sched.release(r.alloc)
             uid = r.unit["uid"]
+            kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
             if r.fail_reason is not None:
-                info = {"exit_code": code, "reason": r.fail_reason}
+                info = {"exit_code": code, "reason": r.fail_reason, **kept}
                 if r.node_lost:
                     info["lost"] = True  # a restartable unit may run again elsewhere
                 self.update(uid, FAILED, info)
             elif code == 0:  # it completed, even when a cancel came too late to stop it
-                self.update(uid, DONE, {"exit_code": 0})
+                self.update(uid, DONE, {"exit_code": 0, **kept})
             elif r.cancel_reason is not None:
-                self.update(uid, CANCELED, {"exit_code": code, "reason": r.cancel_reason})
+                info = {"exit_code": code, "reason": r.cancel_reason, **kept}
+                self.update(uid, CANCELED, info)
             else:
                 why = (
                     f"exit code {code}"
                     if code > 0
                     else f"killed by signal {signal.Signals(-code).name}"
                 )
-                self.update(uid, FAILED, {"exit_code": code, "reason": why})
+                if code == 127 and r.unit.get("_not_found"):
+                    why += f": executable={r.unit['executable']!r} not found (see its stderr)"
+                self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept})
         self.start_ready()
+
+    def clean_up(self, unit: dict) -> dict:
+        """A `cleanup` unit's sandbox is removed once it ended; the first KEPT_OUTPUT bytes of
+        its stdout and stderr travel with its final state instead."""
+        sandbox = command.sandbox_of(self.cfg["pilot_sandbox"], unit)
+        kept = {}
+        for key, name in zip(("stdout", "stderr"), command.output_names(unit)):
+            try:
+                with open(os.path.join(sandbox, name), "rb") as f:
+                    kept[key] = f.read(KEPT_OUTPUT).decode(errors="replace")
+            except OSError:
+                kept[key] = ""
+        shutil.rmtree(sandbox, ignore_errors=True)
+        return kept
 
     def cancel(self, uids, reason: str) -> None:
         uids = set(uids)
@@ -380,6 +403,20 @@ def wire_error(u: dict) -> str | None:
             raise checks.bad("gpus", g, "a number >= 0")
         checks.mapping("resources", u.get("resources") or {})
         checks.mapping("policy", u.get("policy") or {})
+        for key in ("pre_exec", "post_exec"):
+            for i, line in enumerate(checks.items(key, u.get(key) or [], 10_000)):
+                checks.text(f"{key}[{i}]", line, optional=False)
+        for key in ("shell", "cleanup"):
+            if u.get(key) is not None and not isinstance(u[key], bool):
+                raise checks.bad(key, u[key], "true, false or absent")
+        checks.text("name", u.get("name"))
+        sandbox = checks.text("sandbox", u.get("sandbox"))
+        if sandbox is not None and ".." in sandbox.split("/"):
+            raise checks.bad("sandbox", sandbox, "a directory path without '..'")
+        for key in ("stdout", "stderr"):
+            name = checks.text(key, u.get(key))
+            if name is not None and ("/" in name or name in (".", "..")):
+                raise checks.bad(key, name, "a file name (no '/')")
         if any(k.startswith("_") for k in u):
             raise ValueError("keys starting with '_' are the agent's own")
     except ValueError as exc:

@@ -33,7 +33,7 @@ Life (same sockets):
     <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
 Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid):
-    <- exec    {uid, rank, argv, env, gpu_var, sandbox, cpus}   spawn one rank: own process
+    <- exec    {uid, rank, argv, env, gpu_var, sandbox, files, cpus}   spawn one rank: own process
                group, stdin /dev/null, stdout/stderr through pipes, bound to `cpus` (logical
                core ids, round-robin onto the real ones); `env` adds to the daemon's own
     <- kill    {uids, sig}                                      signal those units' groups
@@ -177,9 +177,12 @@ class NodeDaemon:
             files = self.files.get(uid)
             if files is None:
                 os.makedirs(body["sandbox"], exist_ok=True)
+                names = body.get("files") or ("STDOUT", "STDERR")
+                if len(names) != 2 or any(not n or "/" in n or n in (".", "..") for n in names):
+                    raise ValueError(f"files={names!r} must be two file names")
                 files = [
                     os.open(os.path.join(body["sandbox"], name), _OUT, 0o666)  # umask decides
-                    for name in ("STDOUT", "STDERR")
+                    for name in names
                 ] + [0]
                 self.files[uid] = files
             files[2] += 1

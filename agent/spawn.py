@@ -5,6 +5,8 @@ and by node daemons (agent/node_daemon.py).
 Environment a rank sees, besides the spawning process's own and the unit's `environment`:
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
     PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
+    RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
+    RP_GPU_ID          RADICAL-Pilot's names (RP_GPU_ID: its GPU ids, when it holds GPUs)
     PILOT_<TYPE>_IDS   the ids it holds of each pool type: PILOT_CPU_IDS (logical core ids),
                        PILOT_GPU_IDS, PILOT_FPGA_IDS for a type `fpgas`, ...
     <gpu_env_str>      (policy; default CUDA_VISIBLE_DEVICES) its GPU ids, mapped through the
@@ -89,14 +91,17 @@ def rank_env(
         env.update({k: (v % mapping if "%" in v else v) for k, v in user.items()})
     for t, v in ids.items():
         env[f"PILOT_{type_key(t)}_IDS"] = v
-    env["PILOT_UNIT_ID"] = unit["uid"]
-    env["PILOT_UNIT_SANDBOX"] = sandbox
+    env["PILOT_UNIT_ID"] = env["RP_UNIT_ID"] = unit["uid"]
+    env["PILOT_UNIT_SANDBOX"] = env["RP_UNIT_SANDBOX"] = sandbox
+    env["RP_UNIT_NAME"] = unit.get("name") or unit["uid"]
     env["PILOT_NODE_NAME"] = node_name
     env["PILOT_RANK"] = str(rank)
     env["PILOT_RANKS"] = str(ranks)
     if has_gpus or ids.get("gpus"):
         var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
         env[var] = ids.get("gpus", "")
+    if ids.get("gpus"):
+        env["RP_GPU_ID"] = ids["gpus"]
     return env, var
 
 

@@ -1,6 +1,7 @@
 """Where a pilot is sized: what `PilotManager.submit_pilots` does before anything starts.
 
-    plan_pilot(pd) -> PilotPlan(config, size, network)
+    plan_pilot(pd) -> PilotPlan(description, config, size, network)
+        fills in the partitions of a pilot given only a size (`with_parts`: one over all of it);
         reads the resource config (SITE.NAME or a YAML file) and the network config file, if
         the description names one; checks every partition against the resource
         (`check_partition`); sizes the pilot (partition/sizing.py: its partitions plus their
@@ -19,12 +20,13 @@ from dataclasses import dataclass
 from partition.sizing import pilot_size
 from pilot import network as net
 from pilot import resource_config
-from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
+from pilot.descriptions import FILL, ComputePartitionDescription, ComputePilotDescription
 from pilot.resource_config import ResourceConfig
 
 
 @dataclass(frozen=True)
 class PilotPlan:
+    description: ComputePilotDescription  # as submitted, with its partitions filled in
     config: ResourceConfig
     size: dict  # nodes, cores_per_node, gpus_per_node, cores, gpus, node_granular
     network: dict | None  # {index: node descriptor} from the network config file
@@ -40,8 +42,24 @@ def check_partition(
     resource_config.check_agent_config(where, desc.config)
 
 
+def with_parts(pd: ComputePilotDescription) -> ComputePilotDescription:
+    """`pd`, or (no parts: RADICAL-Pilot's cores=/gpus=/nodes= pilot) a copy holding one
+    partition over all of it."""
+    if pd.parts:
+        return pd
+    if pd.cores is None and pd.nodes is None and pd.gpus is None:
+        raise ValueError(
+            "ComputePilotDescription: parts=[] and no size; give parts=[...] or the pilot's "
+            "size with cores=, gpus= or nodes= (then one partition holds all of it)"
+        )
+    whole = pd.to_dict()
+    whole["parts"] = [ComputePartitionDescription(FILL)]
+    return ComputePilotDescription.from_dict(whole)
+
+
 def plan_pilot(pd: ComputePilotDescription) -> PilotPlan:
     where = "ComputePilotDescription"
+    pd = with_parts(pd)
     try:
         cfg = resource_config.load(pd.resource)
     except ValueError as exc:
@@ -60,4 +78,4 @@ def plan_pilot(pd: ComputePilotDescription) -> PilotPlan:
                 f"{where}: network_config={pd.network_config!r} names {len(network)} "
                 f"node(s), the pilot needs {size['nodes']}"
             )
-    return PilotPlan(cfg, size, network)
+    return PilotPlan(pd, cfg, size, network)

@@ -25,11 +25,14 @@ How requests resolve (agent overhead = the resource config's agent_overhead, per
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 from pilot.descriptions import ALL, FILL
 from pilot.resource_config import AgentOverhead, ResourceConfig
+
+log = logging.getLogger("partition.sizing")
 
 
 @dataclass
@@ -382,6 +385,16 @@ def pilot_size(pd, cfg: ResourceConfig) -> dict:
     else:
         cores = pd.cores if pd.cores is not None else cpn
         gpus = pd.gpus if pd.gpus is not None else gpn
+        if cores > cpn and gpus <= gpn and cfg.batch_system == "local":
+            # as RP allows for testing: logical cores, bound round-robin onto the real ones
+            log.warning(
+                "%s: cores=%d exceeds this machine's %d; the pilot's cores are logical "
+                "and share the real ones",
+                where,
+                cores,
+                cpn,
+            )
+            cpn = cores
         if cores > cpn or gpus > gpn:
             raise ValueError(
                 f"{where}: cores={cores}, gpus={gpus} exceed the resource's {cpn} cores, {gpn} GPUs"

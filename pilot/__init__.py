@@ -34,6 +34,18 @@ _STATES = (
     "STARTING IllegalTransition"
 ).split()
 _WHERE.update(dict.fromkeys(_STATES, "pilot.states"))
+# RADICAL-Pilot's names (pilot/rp_names.py): its state names as aliases of ours, constants
+_RP = (
+    "PMGR_LAUNCHING_PENDING PMGR_LAUNCHING PMGR_ACTIVE_PENDING PMGR_ACTIVE "
+    "UMGR_SCHEDULING_PENDING UMGR_SCHEDULING UMGR_STAGING_INPUT_PENDING UMGR_STAGING_INPUT "
+    "AGENT_STAGING_INPUT_PENDING AGENT_STAGING_INPUT AGENT_SCHEDULING_PENDING AGENT_SCHEDULING "
+    "AGENT_EXECUTING_PENDING AGENT_EXECUTING AGENT_STAGING_OUTPUT_PENDING AGENT_STAGING_OUTPUT "
+    "UMGR_STAGING_OUTPUT_PENDING UMGR_STAGING_OUTPUT INITIAL SCHEDULER_ROUND_ROBIN "
+    "SCHEDULER_BACKFILLING SCHEDULER_DEFAULT POSIX MPI OpenMP"
+).split()
+_WHERE.update(dict.fromkeys(_RP, "pilot.rp_names"))
+_WHERE.update({"UNIT_STATE": "pmgr.entities", "PILOT_STATE": "pmgr.entities"})
+__version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
 
 
 def __getattr__(name: str):
@@ -52,6 +64,10 @@ def __dir__():
 
 
 __all__ = [
+    *_RP,
+    "UNIT_STATE",
+    "PILOT_STATE",
+    "version",
     "Policy",
     "GLOBAL_POLICY",
     "UnitGroup",

@@ -53,9 +53,7 @@ def find_pilot(name: str) -> dict:
     found = [f for f in sorted(glob.glob(pattern)) if not _stale(f)]
     if not found:
         base = sessions_dir()
-        private = [
-            d for d in [base, *glob.glob(os.path.join(base, session or "*"))] if _private(d)
-        ]
+        private = [d for d in [base, *glob.glob(os.path.join(base, session or "*"))] if _private(d)]
         if private:
             raise UsageError(
                 f"cannot read {private[0]}: permission denied (a pilot is commanded only by "
@@ -243,6 +241,9 @@ def report(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pilot", description=__doc__.split("\n\n")[0])
+    from pilot import __version__
+
+    ap.add_argument("--version", action="version", version=f"pilot {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("partitions", help="list a running pilot's partitions")
     p.add_argument("pilot")

@@ -26,6 +26,7 @@ from pilot.fields import (
 from pilot.ids import ALL  # all partitions (reconfig stop=) / all GPUs (gpus=)
 from pilot.policy import GLOBAL_POLICY, Policy, capture
 from pilot.resource_config import parse_pool
+from pilot.rp_names import MPI, POSIX, OpenMP  # RP's process and thread types
 
 FILL = "FILL"  # a partition takes every resource not held by a live partition
 
@@ -45,51 +46,113 @@ def policy_field(owner, field, value):
     return capture(value)  # merged now: later edits or contexts change nothing
 
 
+def _one_of(*accepted):
+    def check(owner, field, value):
+        if value is not None and value not in accepted:
+            raise field_error(owner, field, value, f"one of {list(accepted)} or None")
+        return value
+
+    return check
+
+
+def _json_value(owner, field, value):
+    import json
+
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise field_error(
+            owner, field, value, "JSON data (dicts, lists, strings, numbers)"
+        ) from None
+    return value
+
+
+def _file_name(owner, field, value):
+    value = text()(owner, field, value)
+    if value is not None and ("/" in value or value in (".", "..")):
+        raise field_error(owner, field, value, "a file name (no '/')")
+    return value
+
+
+def _sandbox(owner, field, value):
+    value = text()(owner, field, value)
+    if value is not None and ".." in value.split("/"):
+        raise field_error(owner, field, value, "a directory path without '..'")
+    return value
+
+
+def _shell(owner, field, value):
+    if value is not None and not isinstance(value, bool):
+        raise field_error(owner, field, value, "None (as needed), True or False")
+    return value
+
+
 class ComputeUnitDescription(Description):
     """One task: an executable run as OS processes (one per rank) inside a partition.
 
-    executable   program to run (a path, or a name looked up on PATH)
-    arguments    its arguments (strings)
+    executable   program to run (a path, or a name looked up on PATH); required at submit
+    arguments    its arguments.  As in RADICAL-Pilot, a unit runs through /bin/sh when it needs
+                 one: each argument is one word in double quotes (so $VAR, ${VAR} and $(...)
+                 expand; an argument in single quotes is passed as written), the executable
+                 is written as is, pre_exec lines run before it and post_exec lines after, in
+                 the same shell.  A unit with nothing to expand is spawned directly (the same
+                 result, faster).  shell=False: never a shell (arguments are the exact argv)
     environment  extra environment variables; values may hold %(cpu_ids)s, %(gpu_ids)s,
                  %(<type>_ids)s placeholders, filled with what the unit was given (%% = %)
-    cores        cores per rank (default 1; cores_per_rank is the same)
+    pre_exec, post_exec   shell lines run before / after the executable (in its sandbox)
+    cores        cores per rank (default 1; cores_per_rank and RP's cpu_threads are the same)
     gpus         GPUs per rank (default 0; gpus_per_rank is the same); a fraction 0 < x < 1
-                 shares one GPU slot
+                 shares one GPU slot.  RP's gpu_processes: GPUs of the whole unit
     resources    other resource types for the unit, e.g. {"fpgas": 1}
-    ranks        processes to start (default 1), each with its own cores and GPUs
+    ranks        processes to start (default 1; RP's cpu_processes), each with its own cores
+    cpu_process_type, gpu_process_type   rp.POSIX or rp.MPI (recorded; see README)
+    cpu_thread_type   rp.OpenMP sets OMP_NUM_THREADS to the cores per rank
     policy       placement and affinity (rp.Policy); merged at construction, see pilot/policy.py
     partition    uid of the partition it must run in; None = any ACTIVE partition with room
-    name         a label of the user's
+    pilot        uid of the pilot it must run on (RP's pinning); None = any
+    tag          uid of an earlier unit of the same UnitManager: run where that one ran (its
+                 partition)
+    name         a label of the user's; metadata: any JSON data of the user's, kept with it
+    sandbox      its sandbox directory: relative to the pilot sandbox, or absolute (default:
+                 the unit uid); stdout, stderr: file names there (default STDOUT, STDERR)
+    cleanup      True: the sandbox is removed once the unit ended (its first 64 KiB of output
+                 are kept for unit.stdout / unit.stderr)
     restartable  True: when its partition or node is lost after it started, it may run again
                  elsewhere (its history shows EXECUTING -> SCHEDULING); False (the default):
                  it is started at most once, and such a loss ends it FAILED
     """
 
     FIELDS = {
-        "executable": (None, text(optional=False)),
+        "executable": (None, text()),
         "arguments": ([], str_list),
         "environment": ({}, str_dict),
+        "pre_exec": ([], str_list),
+        "post_exec": ([], str_list),
+        "shell": (None, _shell),
         "cores": (1, count(1)),
         "gpus": (0, amount),
         "cores_per_rank": (None, optional_count(1)),
         "gpus_per_rank": (None, lambda o, f, v: None if v is None else amount(o, f, v)),
+        "gpu_processes": (None, optional_count(0)),
+        "gpu_threads": (None, optional_count(1)),
+        "cpu_process_type": (None, _one_of(POSIX, MPI)),
+        "gpu_process_type": (None, _one_of(POSIX, MPI)),
+        "cpu_thread_type": (None, _one_of(POSIX, OpenMP)),
         "resources": ({}, amounts),
         "ranks": (1, count(1)),
         "policy": (None, policy_field),
         "partition": (None, text()),
+        "pilot": (None, text()),
+        "tag": (None, text()),
         "name": (None, text()),
+        "metadata": (None, _json_value),
+        "sandbox": (None, _sandbox),
+        "stdout": (None, _file_name),
+        "stderr": (None, _file_name),
+        "cleanup": (False, flag),
         "restartable": (False, flag),
     }
-
-    def __init__(self, executable: str | None = None, **kwargs: Any) -> None:
-        if executable is None and "executable" not in kwargs:
-            raise ValueError(
-                "ComputeUnitDescription: executable is required (a path or a program name on PATH)"
-            )
-        super().__init__(
-            executable=executable if executable is not None else kwargs.pop("executable"),
-            **kwargs,
-        )
+    ALIASES = {"cpu_processes": "ranks", "cpu_threads": "cores"}
 
     def check(self) -> None:
         name = type(self).__name__
@@ -100,6 +163,19 @@ class ComputeUnitDescription(Description):
                     f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
                     f"differ; they are the same thing, give one"
                 )
+        if self.gpu_processes is not None:
+            if self.gpus or self.gpus_per_rank:
+                raise ValueError(
+                    f"{name}: gpu_processes={self.gpu_processes} (GPUs of the unit) and "
+                    f"gpus={self.gpus or self.gpus_per_rank} (per rank) say the same; give one"
+                )
+            if self.gpu_processes % self.ranks:
+                raise ValueError(
+                    f"{name}: gpu_processes={self.gpu_processes} must be a multiple of "
+                    f"ranks (cpu_processes)={self.ranks}: each rank gets the same GPUs"
+                )
+        if self.shell is False and (self.pre_exec or self.post_exec):
+            raise ValueError(f"{name}: pre_exec and post_exec need a shell; shell=False given")
         for key, field, n, default, what in (
             ("cpu_affinity", "cores", self.rank_cores, 1, "core(s)"),
             ("gpu_affinity", "gpus", self.rank_gpus, 0, "GPU(s)"),
@@ -123,7 +199,18 @@ class ComputeUnitDescription(Description):
 
     @property
     def rank_gpus(self):
+        if self.gpu_processes is not None:
+            return self.gpu_processes // self.ranks
         return self.gpus_per_rank if self.gpus_per_rank is not None else self.gpus
+
+    def submit_error(self) -> str | None:
+        """What keeps it from being submitted (the fields RP lets a script set one by one)."""
+        if self.executable is None:
+            return (
+                f"{type(self).__name__}: executable is required (a path or a program name on "
+                "PATH); it was never set"
+            )
+        return None
 
     def request(self, policy: dict | None = None) -> dict:
         """What the agent places: per-rank counts per pool type, rank count and the policy;
@@ -218,8 +305,11 @@ class ComputePartitionDescription(Description):
         "name": (None, text()),
     }
 
-    def __init__(self, size: str | None = None, **kwargs: Any) -> None:
-        super().__init__(size=size, **kwargs)
+    def __init__(self, size: str | dict | None = None, **kwargs: Any) -> None:
+        if isinstance(size, dict):  # RP style: a dict of fields
+            super().__init__(size, **kwargs)
+        else:
+            super().__init__(size=size, **kwargs)
 
     def check(self) -> None:
         absolute = [k for k in ("cores", "gpus", "nodes") if getattr(self, k) is not None]
@@ -272,9 +362,7 @@ def _parts(owner, field, value):
         if not isinstance(p, ComputePartitionDescription):
             raise field_error(owner, f"{field}[{i}]", p, "a ComputePartitionDescription")
         out.append(p)
-    if not out:
-        raise field_error(owner, field, value, "a non-empty list of ComputePartitionDescription")
-    return out
+    return out  # empty: one partition over the whole pilot (RP's cores=/gpus= pilots)
 
 
 class ComputePilotDescription(Description):
@@ -287,6 +375,17 @@ class ComputePilotDescription(Description):
     nodes, cores, gpus   an explicit size; needed only when a part is a share or FILL
     queue, project       batch queue and account, passed to the batch system
     network_config       a `pilot network-config` file: the nodes' names and host ids
+    RADICAL-Pilot's keys, so RP pilot descriptions work as written:
+    sandbox        the directory the pilot's sandbox goes under (default: the session directory)
+    cleanup        True: the pilot sandbox is removed when the session closes
+    exit_on_error  True: a pilot that ends FAILED interrupts the script's main thread
+                   (KeyboardInterrupt), as RP does
+    output, error  file names (in the pilot sandbox) of the job's stdout and stderr
+    memory         MB per node the job asks the batch system for
+    access_schema, candidate_hosts   accepted and kept with the pilot; how a resource is
+                   reached and which hosts it may use are the resource config's to say
+    With no parts, cores=/gpus=/nodes= give the pilot's size and it holds one partition over
+    all of it (FILL), as an RP pilot would.
     """
 
     FIELDS = {
@@ -299,4 +398,12 @@ class ComputePilotDescription(Description):
         "queue": (None, text()),
         "project": (None, text()),
         "network_config": (None, text()),
+        "sandbox": (None, text()),
+        "cleanup": (False, flag),
+        "exit_on_error": (False, flag),
+        "output": (None, _file_name),
+        "error": (None, _file_name),
+        "memory": (None, optional_count(0)),
+        "access_schema": (None, text()),
+        "candidate_hosts": ([], str_list),
     }

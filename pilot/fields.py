@@ -22,8 +22,24 @@ class Description:
     """
 
     FIELDS: dict[str, tuple[Any, Callable]] = {}
+    ALIASES: dict[str, str] = {}  # another name (RADICAL-Pilot's) -> the field it sets
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, from_dict: dict | None = None, **kwargs: Any) -> None:
+        if from_dict is not None:  # RP style: Description({"key": value, ...})
+            if not isinstance(from_dict, dict):
+                raise ValueError(
+                    f"{type(self).__name__}: the first argument must be a dict of fields, "
+                    f"not {from_dict!r}; accepted keys: {sorted(self.FIELDS)}"
+                )
+            kwargs = {**from_dict, **kwargs}
+        for alias, name in self.ALIASES.items():
+            if alias in kwargs:
+                if name in kwargs and kwargs[name] != kwargs[alias]:
+                    raise ValueError(
+                        f"{type(self).__name__}: {alias}={kwargs[alias]!r} and "
+                        f"{name}={kwargs[name]!r} are the same field; give one"
+                    )
+                kwargs[name] = kwargs.pop(alias)
         unknown = set(kwargs) - set(self.FIELDS)
         if unknown:
             raise ValueError(
@@ -42,6 +58,7 @@ class Description:
         if name.startswith("_"):
             object.__setattr__(self, name, value)
             return
+        name = self.ALIASES.get(name, name)
         if name not in self.FIELDS:
             raise ValueError(
                 f"{type(self).__name__}: unknown key {name!r}; accepted: {sorted(self.FIELDS)}"
@@ -50,11 +67,36 @@ class Description:
         if self.__dict__.get("_ready"):
             self.check()
 
+    def __getattr__(self, name: str) -> Any:  # only for names that are not attributes
+        field = type(self).ALIASES.get(name)
+        if field is None:
+            raise AttributeError(f"{type(self).__name__} has no field {name!r}")
+        return getattr(self, field)
+
+    # dict-style access, as RP scripts write it: desc["executable"] = "/bin/date"
+    def __getitem__(self, name: str) -> Any:
+        name = self.ALIASES.get(name, name)
+        if name not in self.FIELDS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        setattr(self, name, value)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
     def check(self) -> None:
         """Cross-field checks; subclasses override."""
 
     def to_dict(self) -> dict:
         return {name: _plain(getattr(self, name)) for name in self.FIELDS}
+
+    def as_dict(self) -> dict:  # RP's name
+        return self.to_dict()
 
     @classmethod
     def from_dict(cls, data: dict):

@@ -18,6 +18,20 @@ import time
 
 from pilot import states as S
 
+UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
+
+
+def callback(where: str, cb, metric: str, cb_data=None, accepted: tuple = ()):
+    """A state callback as registered: cb(obj, state), or cb(obj, state, cb_data)."""
+    accepted = accepted or (UNIT_STATE if "Unit" in where else PILOT_STATE,)
+    if metric not in accepted:
+        raise ValueError(f"{where}: metric={metric!r} is not supported; accepted: {accepted}")
+    if not callable(cb):
+        raise ValueError(f"{where}: cb={cb!r} must be callable as cb(obj, state)")
+    if cb_data is None:
+        return cb
+    return lambda obj, state: cb(obj, state, cb_data)
+
 
 class Stateful:
     KIND = ""
@@ -31,10 +45,16 @@ class Stateful:
         self.reason: str | None = None
         self.stored = False  # written to the store once (its description with it)
         self.callbacks: list = []
+        self.settled = True  # False from a final state until its callbacks have run
 
-    def register_callback(self, cb) -> None:
-        """cb(obj, state) after every state change of this object."""
-        self.callbacks.append(cb)
+    def register_callback(self, cb, metric: str | None = None, cb_data=None) -> None:
+        """cb(obj, state) after every state change of this object; with cb_data,
+        cb(obj, state, cb_data)."""
+        kind = "UnitManager" if self.KIND == "units" else "PilotManager"
+        metric = metric or (UNIT_STATE if self.KIND == "units" else PILOT_STATE)
+        self.callbacks.append(
+            callback(f"{kind}.register_callback", cb, metric, cb_data, (UNIT_STATE, PILOT_STATE))
+        )
 
     def manager_callbacks(self) -> list:
         """The callbacks of the manager that owns this object, run after its own."""
@@ -65,6 +85,8 @@ class Stateful:
             self.history.append((step, ts))
             if reason and step in S.FINAL:
                 self.reason = reason
+            if step in S.FINAL:
+                self.settled = False  # Session.fire settles it
             self.session.persist_state(self, step, ts)
             fired.append((self, step))
         return True
@@ -93,7 +115,18 @@ class Unit(Stateful):
             "environment": description.environment,
             **req,
         }
+        d = description
+        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in d.environment:
+            self._wire["environment"] = {**d.environment, "OMP_NUM_THREADS": str(d.rank_cores)}
+        for key in ("pre_exec", "post_exec", "name", "sandbox", "stdout", "stderr", "cleanup"):
+            if getattr(d, key):
+                self._wire[key] = getattr(d, key)
+        if d.shell is not None:
+            self._wire["shell"] = d.shell
+        self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
         self.umgr = umgr
+        self.bound = None  # round robin: the Pilot it waits for (pmgr/unit_manager.py)
+        self.after: Unit | None = None  # `tag`: the earlier unit it runs beside
         self.part: str | None = None
         self.pilot = None  # the Pilot handle it was sent to
         self.exit_code: int | None = None
@@ -124,9 +157,13 @@ class Unit(Stateful):
 
     @property
     def sandbox(self) -> str | None:
-        return os.path.join(self.pilot.sandbox, self.uid) if self.pilot else None
+        if self.pilot is None:
+            return None
+        return os.path.join(self.pilot.sandbox, self.description.sandbox or self.uid)
 
-    def _read(self, name: str) -> str:
+    def _read(self, key: str, name: str) -> str:
+        if key in self.kept:
+            return self.kept[key]
         if self.sandbox is None:
             return ""
         try:
@@ -137,14 +174,44 @@ class Unit(Stateful):
 
     @property
     def stdout(self) -> str:
-        return self._read("STDOUT")
+        return self._read("stdout", self.description.stdout or "STDOUT")
 
     @property
     def stderr(self) -> str:
-        return self._read("STDERR")
+        return self._read("stderr", self.description.stderr or "STDERR")
 
     def cancel(self) -> None:
         self.umgr.cancel_units([self.uid])
+
+    @property
+    def name(self) -> str | None:
+        return self.description.name
+
+    @property
+    def metadata(self):
+        return self.description.metadata
+
+    def as_dict(self) -> dict:
+        """RADICAL-Pilot's view of a unit (its keys), plus ours."""
+        with self.session.lock:
+            out = {
+                "type": "unit",
+                "umgr": self.umgr.uid,
+                "uid": self.uid,
+                "name": self.name,
+                "state": self.state,
+                "exit_code": self.exit_code,
+                "pilot": self.pilot.uid if self.pilot else None,
+                "partition": self.part,
+                "unit_sandbox": self.sandbox,
+                "node": self.node,
+                "reason": self.reason,
+                "metadata": self.metadata,
+                "description": dict(self._desc),
+            }
+        out["stdout"] = self.stdout
+        out["stderr"] = self.stderr
+        return out
 
     def as_doc(self, full: bool = True) -> dict:
         return {

@@ -27,7 +27,7 @@ from pilot.descriptions import ComputePartitionDescription, ComputePilotDescript
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
 from pmgr.batch import submitter
-from pmgr.entities import Partition, Stateful
+from pmgr.entities import PILOT_STATE, Partition, Stateful, callback
 
 log = logging.getLogger("pmgr.pilots")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,11 @@ class Pilot(Stateful):
         self.umgr = None  # the UnitManager that routes units to it (add_pilots)
         self.size = dict(size)
         self.resource = resource
+        # its sandbox: in the session directory, or under the description's `sandbox` (RP's
+        # key), reached from the session directory through a link of the same name
         self.sandbox = os.path.join(session.dir, uid)
+        if description.sandbox:
+            self.sandbox = os.path.join(os.path.abspath(description.sandbox), session.uid, uid)
         self.parts: dict[str, Partition] = {}
         self.job = None  # the BatchJob (pmgr/batch/); None for a pilot a new client attached to
         self.job_id = None  # the job's pid or batch id, kept in the store
@@ -323,6 +327,42 @@ class Pilot(Stateful):
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
 
+    @property
+    def exit_on_error(self) -> bool:
+        return self.description.exit_on_error
+
+    @property
+    def log(self) -> list[tuple[float, str]]:
+        """What happened to the pilot and its partitions, in time order: [(ts, text)]."""
+        with self.session.lock:
+            events = [(ts, f"pilot {state}") for state, ts in self.history]
+            if self.reason:
+                events.append((self.history[-1][1], f"pilot reason: {self.reason}"))
+            for part in self.parts.values():
+                events += [(ts, f"{part.uid} {state}") for state, ts in part.history]
+                if part.reason:
+                    events.append((part.history[-1][1], f"{part.uid} reason: {part.reason}"))
+        return sorted(events, key=lambda e: e[0])
+
+    def as_dict(self) -> dict:
+        """RADICAL-Pilot's view of a pilot (its keys), plus ours."""
+        with self.session.lock:
+            return {
+                "type": "pilot",
+                "uid": self.uid,
+                "state": self.state,
+                "reason": self.reason,
+                "resource": self.description.resource,
+                "pmgr": self.pmgr.uid,
+                "pilot_sandbox": self.sandbox,
+                "client_sandbox": self.session.dir,
+                "description": self.description.to_dict(),
+                "size": dict(self.size),
+                "partitions": [p.uid for p in self.parts.values()],
+                "job": self.job.pid if self.job is not None else self.job_id,
+                "log": self.log,
+            }
+
     def as_doc(self, full: bool = True) -> dict:
         return {
             "uid": self.uid,
@@ -347,9 +387,10 @@ class PilotManager:
         if session.recovery is not None:  # an attached session: its pilots come back here
             self.pilots.extend(session.recovery.adopt_pilots(self))
 
-    def register_callback(self, cb) -> None:
-        """cb(pilot, state) after every state change of this manager's pilots."""
-        self.callbacks.append(cb)
+    def register_callback(self, cb, metric: str = PILOT_STATE, cb_data=None) -> None:
+        """cb(pilot, state) after every state change of this manager's pilots; with cb_data,
+        cb(pilot, state, cb_data) (RADICAL-Pilot's signature)."""
+        self.callbacks.append(callback("PilotManager.register_callback", cb, metric, cb_data))
 
     def get_pilots(self) -> list[Pilot]:
         return list(self.pilots)
@@ -364,7 +405,7 @@ class PilotManager:
                     f"submit_pilots: descriptions[{i}]={d!r} must be a ComputePilotDescription"
                 )
         plans = [plan_pilot(d) for d in descs]  # all checked before anything starts
-        pilots = [self._submit(d, plan) for d, plan in zip(descs, plans)]
+        pilots = [self._submit(plan.description, plan) for plan in plans]
         return pilots[0] if single else pilots
 
     def _submit(self, pd: ComputePilotDescription, plan) -> Pilot:
@@ -379,6 +420,9 @@ class PilotManager:
                 pilot.new_partition(d)
             pilot.advance(S.LAUNCHING, time.time(), None, fired)
         os.makedirs(pilot.sandbox, exist_ok=True)
+        if pd.sandbox:
+            os.chmod(os.path.dirname(pilot.sandbox), 0o700)  # the session's part: private
+            os.symlink(pilot.sandbox, os.path.join(session.dir, pilot.uid))
         cfg = {
             "session": session.uid,
             "pilot": pilot.uid,

@@ -15,6 +15,7 @@ left of the session's processes, and flushes the store.  It also runs at interpr
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import datetime
 import logging
@@ -26,7 +27,7 @@ import uuid
 from pilot import ids, network, security
 from pilot import states as S
 from pilot.protocol import ProtocolError, unpack
-from pmgr import reaper
+from pmgr import reaper, sandboxes
 from pmgr.channel import Channel
 from pmgr.pilot_manager import Pilot
 from pmgr.recovery import Recovery
@@ -162,12 +163,23 @@ class Session:
     def fire(self, fired: list) -> None:
         """Run callbacks for objects that changed (outside the lock): the object's own, then
         those of the manager that owns it (a unit's UnitManager, a pilot's PilotManager)."""
+        ended = []
         for obj, state in fired:
             for cb in obj.callbacks + obj.manager_callbacks():
                 try:
                     cb(obj, state)
                 except Exception:
                     log.exception("callback %r for %s failed", cb, obj.uid)
+            if state in S.FINAL:
+                ended.append(obj)
+            if state == S.FAILED and getattr(obj, "exit_on_error", False):
+                log.error("%s FAILED (%s) and exits on error: interrupting", obj.uid, obj.reason)
+                _thread.interrupt_main()  # as RP's exit_on_error: KeyboardInterrupt in the script
+        if ended:
+            with self.cond:  # their final-state callbacks have run: wait_units counts them
+                for obj in ended:
+                    obj.settled = True
+                self.cond.notify_all()
 
     # -- messages from pilots (channel thread) -------------------------------------------------
     def on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
@@ -219,15 +231,30 @@ class Session:
         self.fire(fired)
 
     # -- end ------------------------------------------------------------------------------------
-    def close(self, timeout: float = 30.0, terminate: bool = True) -> None:
+    def close(
+        self,
+        timeout: float = 30.0,
+        terminate: bool = True,
+        cleanup: bool = False,
+        download: bool = False,
+    ) -> None:
         """Cancel running pilots, wait for them (bounded), clean up every process, flush.
         terminate=False leaves the pilots running (detach): another client process can attach
-        to the session with Session(uid=...) within the pilots' client_timeout."""
+        to the session with Session(uid=...) within the pilots' client_timeout.
+        download=True: the logs of pilots whose sandbox lies elsewhere (their description's
+        `sandbox`) are copied into SESSION_DIR/<pilot uid>.logs (the others' are here already);
+        cleanup=True (or a pilot description's cleanup): pilot sandboxes, unit sandboxes in
+        them, are removed once the pilots ended; the session directory (store, keys) stays."""
         if self.closed:
             return
         self.closed = True
         atexit.unregister(self.close)
         if not terminate:
+            if cleanup or download:
+                log.warning(
+                    "%s: close(terminate=False) leaves pilots running: no cleanup or download",
+                    self.uid,
+                )
             self.channel.close()
             self.unpersisted = self.writer.close(timeout=10.0)
             self.store.close()
@@ -267,3 +294,8 @@ class Session:
                 sorted(self.unpersisted)[:5],
             )
         self.store.close()
+        for p in self.pilots.values():
+            if download:
+                sandboxes.download(p, self.dir)
+            if cleanup or p.description.cleanup:
+                sandboxes.remove(p, self.dir)

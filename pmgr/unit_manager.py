@@ -26,14 +26,27 @@ from collections import deque
 from pilot import states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.protocol import pack
-from pmgr.entities import Unit
+from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULER_ROUND_ROBIN, SCHEDULERS
+from pmgr.entities import UNIT_STATE, Unit, callback
 
 SEND_CHUNK = 2000
 log = logging.getLogger("pmgr.units")
 
 
 class UnitManager:
-    def __init__(self, session) -> None:
+    def __init__(self, session, scheduler: str | None = None) -> None:
+        """scheduler: how units are spread over this manager's pilots (RADICAL-Pilot's names):
+        rp.SCHEDULER_ROUND_ROBIN (the default): each unit is bound, in submit order, to the
+        next pilot in turn and waits for it; rp.SCHEDULER_BACKFILLING: a unit goes to whichever
+        pilot has an ACTIVE partition with room first.  Within a pilot, units go to its
+        partitions as described above."""
+        scheduler = scheduler or SCHEDULER_DEFAULT
+        if scheduler not in SCHEDULERS:
+            raise ValueError(
+                f"UnitManager: scheduler={scheduler!r} is not known; accepted: {list(SCHEDULERS)}"
+            )
+        self.scheduler = scheduler
+        self.turn = 0  # round robin: the pilot the next unit is bound to
         self.session = session
         self.uid = session.next_uid("umgr")
         self.pilots: list = []
@@ -47,9 +60,10 @@ class UnitManager:
             session.recovery.adopt_units(self)
 
     # -- public -----------------------------------------------------------------------------
-    def register_callback(self, cb) -> None:
-        """cb(unit, state) after every state change of this manager's units."""
-        self.callbacks.append(cb)
+    def register_callback(self, cb, metric: str = UNIT_STATE, cb_data=None) -> None:
+        """cb(unit, state) after every state change of this manager's units, NEW included;
+        with cb_data, cb(unit, state, cb_data) (RADICAL-Pilot's signature)."""
+        self.callbacks.append(callback("UnitManager.register_callback", cb, metric, cb_data))
 
     def register_output_callback(self, cb) -> None:
         """cb(unit, node, rank, stream, text) for output forwarded from multi-node pilots
@@ -94,11 +108,26 @@ class UnitManager:
         descs = [descriptions] if single else list(descriptions)
         for i, d in enumerate(descs):
             if isinstance(d, dict):
-                descs[i] = d = ComputeUnitDescription(**d)
+                descs[i] = d = ComputeUnitDescription(d)
             if not isinstance(d, ComputeUnitDescription):
                 raise ValueError(
                     f"submit_units: descriptions[{i}]={d!r} must be a ComputeUnitDescription"
                 )
+            error = d.submit_error()
+            if error:
+                raise ValueError(f"submit_units: descriptions[{i}]: {error}")
+            if d.pilot is not None and d.pilot not in {p.uid for p in self.pilots}:
+                raise ValueError(
+                    f"submit_units: descriptions[{i}].pilot={d.pilot!r} is not a pilot of "
+                    f"this manager; known: {[p.uid for p in self.pilots]}"
+                )
+            if d.tag is not None and d.tag not in self.units:
+                earlier = {x.name for x in descs[:i] if x.name}
+                if d.tag not in earlier:
+                    raise ValueError(
+                        f"submit_units: descriptions[{i}].tag={d.tag!r} must be the uid (or, "
+                        "in the same call, the name) of an earlier unit of this manager"
+                    )
             if d.partition is not None and self.find_partition(d.partition) is None:
                 raise ValueError(
                     f"submit_units: descriptions[{i}].partition={d.partition!r} "
@@ -110,16 +139,24 @@ class UnitManager:
         units = []
         with session.lock:
             now = time.time()
+            named: dict[str, Unit] = {}
             for d in descs:
                 unit = Unit(session, session.next_uid("unit", 6), d, self, now)
                 self.units[unit.uid] = unit
+                if d.name:
+                    named[d.name] = unit
+                if d.tag is not None:
+                    unit.after = self.units.get(d.tag) or named[d.tag]
                 units.append(unit)
                 session.persist_state(unit, S.NEW, now)
+                fired.append((unit, S.NEW))
                 unit.advance(S.SCHEDULING, now, None, fired)
                 reason = self._never_fits(unit)
                 if reason:
                     unit.advance(S.FAILED, now, reason, fired)
                 else:
+                    if d.partition is None and unit.after is None and self.pilots:
+                        self._pilot_for(unit)  # round robin: bound in submit order
                     self.pending.append(unit)
             self.route(fired)
         session.fire(fired)
@@ -150,7 +187,8 @@ class UnitManager:
         self.session.fire(fired)
 
     def wait_units(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
-        """Block until the units (all when uids is None) are final (or in `state`)."""
+        """Block until the units (all when uids is None) are final (or in `state`); a unit's
+        final-state callbacks have all run when it counts as final here."""
         with self.session.lock:
             units = (
                 list(self.units.values())
@@ -165,13 +203,16 @@ class UnitManager:
 
         left = units  # shrinks as units arrive: each wake-up costs what changed, not len(units)
 
+        def there(u: Unit) -> bool:  # in a final state only once its callbacks have run
+            return u.state in wanted and (u.settled or u.state not in S.FINAL)
+
         def arrived() -> bool:
             nonlocal left
-            if left and left[0].state in wanted and left[-1].state in wanted:
-                left = [u for u in left if u.state not in wanted]
-            elif left and left[0].state in wanted:
+            if left and there(left[0]) and there(left[-1]):
+                left = [u for u in left if not there(u)]
+            elif left and there(left[0]):
                 i = 0
-                while i < len(left) and left[i].state in wanted:
+                while i < len(left) and there(left[i]):
                     i += 1
                 left = left[i:]
             return not left
@@ -235,6 +276,30 @@ class UnitManager:
             )
         return None
 
+    def _pilot_for(self, unit: Unit):
+        """The pilot a unit must run on (`pilot=`, or its round-robin turn), or None (any)."""
+        d = unit.description
+        if d.pilot is not None:
+            return next(p for p in self.pilots if p.uid == d.pilot)
+        if self.scheduler != SCHEDULER_ROUND_ROBIN:
+            return None
+        if unit.bound is None or unit.bound.final:
+            live = [p for p in self.pilots if not p.final and self._could_run(p, d)]
+            if not live:
+                return None
+            unit.bound = live[self.turn % len(live)]
+            self.turn += 1
+        return unit.bound
+
+    @staticmethod
+    def _could_run(pilot, d) -> bool:
+        size = pilot.size
+        return (
+            d.rank_cores <= size["cores_per_node"]
+            and math.ceil(d.rank_gpus) <= size["gpus_per_node"]
+            and d.ranks * d.rank_cores <= size["cores"]
+        )
+
     def route(self, fired: list) -> None:
         """Send pending units, oldest first, to partitions with room in their window."""
         if not self.pending:
@@ -270,11 +335,26 @@ class UnitManager:
                     why = f"partition={part.uid!r} is {part.state}"
                     unit.advance(S.FAILED, time.time(), why, fired)
                     continue
+            elif unit.after is not None:  # `tag`: where that unit went
+                anchor = unit.after
+                part = anchor.pilot.parts.get(anchor.part) if anchor.part else None
+                if part is not None and part in room:
+                    target = part
+                elif (part is not None and part.final) or (part is None and anchor.final):
+                    where = f"partition {part.uid}, which is {part.state}" if part else "nowhere"
+                    why = f"tag={anchor.uid!r}: that unit ran in {where}"
+                    unit.advance(S.FAILED, time.time(), why, fired)
+                    continue
             else:
-                key = (d.rank_cores, d.rank_gpus, d.ranks)
+                pilot = self._pilot_for(unit)
+                key = (d.rank_cores, d.rank_gpus, d.ranks, pilot)
                 cands = fits_cache.get(key)
                 if cands is None:
-                    cands = fits_cache[key] = [p for p in room if p.could_hold(*key)]
+                    cands = fits_cache[key] = [
+                        p
+                        for p in room
+                        if (pilot is None or p.pilot is pilot) and p.could_hold(*key[:3])
+                    ]
                 cands = [p for p in cands if p in room]
                 if cands:
                     target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
@@ -361,6 +441,9 @@ class UnitManager:
             return
         if "exit_code" in info:
             unit.exit_code = info["exit_code"]
+        for key in ("stdout", "stderr"):  # kept output of a `cleanup` unit
+            if isinstance(info.get(key), str):
+                unit.kept[key] = info[key]
         if "node" in info:
             unit.node = info["node"]
             unit.slots = info.get("slots")

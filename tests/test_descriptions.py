@@ -55,7 +55,6 @@ def test_assignment_is_validated():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({}, "executable is required"),
         ({"executable": ""}, r"executable='' must be a non-empty string"),
         ({"executable": "x", "cores": -1}, r"cores=-1 must be >= 1"),
         ({"executable": "x", "gpus": 1.5}, r"gpus=1.5 must be a whole number 0..\d+ or a fraction"),
@@ -81,7 +80,6 @@ def test_unit_description_errors(kwargs, match):
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"parts": []}, r"parts=\[\] must be a non-empty list"),
         ({"parts": ["8 cores"]}, r"parts\[0\]='8 cores' must be a ComputePartitionDescription"),
         ({"parts": [CPD(cores=1)], "runtime": 0}, r"runtime=0 must be a number of minutes > 0"),
         ({"parts": [CPD(cores=1)], "runtime": 10**400}, r"runtime=1000.* must be a number of min"),

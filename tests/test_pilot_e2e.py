@@ -89,6 +89,7 @@ def test_failures_carry_reasons(session):
     assert bad_exit.state == rp.FAILED and bad_exit.exit_code == 3
     assert bad_exit.reason == "exit code 3"
     assert missing.state == rp.FAILED and "no-such-program-here" in missing.reason
+    assert missing.exit_code == 127 and "not found" in missing.stderr  # the shell says so
     assert too_big.state == rp.FAILED and "cores=64" in too_big.reason
     assert "can never fit" in too_big.reason
     assert [s for s, _ in too_big.history] == ["NEW", "SCHEDULING", "FAILED"]
@@ -133,7 +134,7 @@ def test_callbacks_drive_a_pipeline_without_polling(session):
     assert finished.wait(30)
     assert dict(done_in_stage) == {0: per_stage, 1: per_stage, 2: per_stage}
     first = [s for uid, s in seen_states if uid == "unit.000000"]
-    assert first == ["SCHEDULING", "QUEUED", "EXECUTING", "DONE"]
+    assert first == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]  # NEW too, as RP
 
 
 def test_manager_callbacks_see_their_own_objects_after_add_pilots(session):
@@ -155,7 +156,13 @@ def test_manager_callbacks_see_their_own_objects_after_add_pilots(session):
         time.sleep(0.02)
     assert pilot_seen == [rp.LAUNCHING, rp.PENDING, rp.ACTIVE, rp.CANCELED]
     assert {kind for kind, _ in umgr_seen} == {"Unit"}
-    assert [state for _, state in umgr_seen] == [rp.SCHEDULING, rp.QUEUED, rp.EXECUTING, rp.DONE]
+    assert [state for _, state in umgr_seen] == [
+        rp.NEW,
+        rp.SCHEDULING,
+        rp.QUEUED,
+        rp.EXECUTING,
+        rp.DONE,
+    ]
 
 
 def test_wait_inside_a_callback_raises_instead_of_hanging(session):

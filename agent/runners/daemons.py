@@ -15,6 +15,8 @@ import signal
 
 import zmq
 
+from agent import command
+from agent.command import sandbox_of
 from agent.runners.base import Run
 from agent.spawn import grant_ids, rank_env
 from pilot import security
@@ -31,7 +33,7 @@ class NoStager:
         pass
 
     def take(self, unit: dict) -> tuple:
-        return (f"{self.root}/{unit['uid']}", None, None)
+        return (sandbox_of(self.root, unit), None, None)
 
     def drop(self, unit: dict) -> None:
         pass
@@ -43,6 +45,11 @@ class NoStager:
 class DaemonRunner:
     def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
         self.uid = cfg["uid"]
+        self.rp_env = {  # RADICAL-Pilot's names, as its units see them
+            "RP_SESSION_ID": cfg["session"],
+            "RP_PILOT_ID": cfg["pilot"],
+            "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
+        }
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
         keys = security.load(cfg.get("curve"))
@@ -66,7 +73,7 @@ class DaemonRunner:
     def spawn(self, unit: dict, io: tuple, alloc) -> Run:
         sandbox = io[0]
         run = Run(unit, alloc)
-        argv = [unit["executable"], *unit.get("arguments", ())]
+        argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
         lost = [self.lost[n.index] for n, _ in alloc.ranks if n.index in self.lost]
         if lost:
@@ -75,6 +82,7 @@ class DaemonRunner:
             ids = grant_ids(node.cap, grant)
             env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
             env["PILOT_PARTITION_ID"] = self.uid  # the daemon's own environment has no partition
+            env.update(self.rp_env)
             body = {
                 "uid": unit["uid"],
                 "rank": rank,
@@ -82,6 +90,7 @@ class DaemonRunner:
                 "env": env,
                 "gpu_var": var,
                 "sandbox": sandbox,
+                "files": command.output_names(unit),
                 "cpus": [c for c, _ in grant.get("cpus", ())],
             }
             try:

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 
+from agent import command
 from agent.runners.base import Run
 from agent.spawn import Spawner, exits, grant_ids, rank_env
 from pilot import processes
@@ -31,6 +32,9 @@ class LocalRunner:
                 "PILOT_SESSION_ID": cfg["session"],
                 "PILOT_PILOT_ID": cfg["pilot"],
                 "PILOT_PARTITION_ID": cfg["uid"],
+                "RP_SESSION_ID": cfg["session"],
+                "RP_PILOT_ID": cfg["pilot"],
+                "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
             }
         )
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
@@ -54,7 +58,7 @@ class LocalRunner:
         closed here.  Raises OSError (e.g. executable not found) with nothing left running."""
         sandbox, out, err = io
         run = Run(unit, alloc)
-        argv = [unit["executable"], *unit.get("arguments", ())]
+        argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
         try:
             for rank, (node, grant) in enumerate(alloc.ranks):
@@ -113,7 +117,7 @@ class LocalRunner:
     def which(self, executable: str) -> str | None:
         """The program that runs for `executable`, or None; PATH look-ups are cached."""
         if "/" in executable:
-            return executable
+            return executable if os.access(executable, os.X_OK) else None
         if executable not in self._which:
             self._which[executable] = shutil.which(executable)
         return self._which[executable]

@@ -20,6 +20,8 @@ import queue
 import threading
 from collections import deque
 
+from agent.command import output_names, sandbox_of
+
 DEPTH = 256
 TAKE_TIMEOUT = 30.0
 # O_APPEND: the ranks of a unit share these files; every write lands whole at the end
@@ -52,12 +54,13 @@ class SandboxStager:
             unit = self.todo.get()
             if unit is None:
                 return
-            sandbox = os.path.join(self.root, unit["uid"])
+            sandbox = sandbox_of(self.root, unit)
+            out_name, err_name = output_names(unit)
             try:
                 os.makedirs(sandbox, exist_ok=True)
-                out = os.open(sandbox + "/STDOUT", _OUT, 0o666)  # the umask decides
+                out = os.open(os.path.join(sandbox, out_name), _OUT, 0o666)  # the umask decides
                 try:
-                    err = os.open(sandbox + "/STDERR", _OUT, 0o666)
+                    err = os.open(os.path.join(sandbox, err_name), _OUT, 0o666)
                 except OSError:
                     os.close(out)
                     raise

@@ -1,0 +1,71 @@
+"""How a unit's command runs: spawned directly, or through /bin/sh the way RADICAL-Pilot runs it.
+
+RP writes a unit's command line into a shell script: the executable as written, then each
+argument as one word in double quotes (a `"` inside is escaped; an argument already in single
+quotes is written as is), with `pre_exec` lines before it and `post_exec` lines after it, and
+the unit's exit code is the command's.  So `$VAR`, `${VAR}`, `$(...)` and backquotes in
+arguments expand, while spaces and globs in an argument do not split or match.
+
+A unit needs that shell only when something would expand: pre/post exec lines, `$`, a
+backquote or a backslash in an argument, an argument in single quotes, shell syntax in the
+executable, or an executable that cannot be found (the shell then says so on the unit's stderr
+and exits 127, as under RP).  Every other unit is spawned directly with posix_spawn: the same
+argv the shell would have built, without starting a shell (the fast path).  `shell` in the unit
+forces the choice: True always, False never (arguments are then the exact argv).
+"""
+
+from __future__ import annotations
+
+import os
+
+SHELL = "/bin/sh"
+_EXPANDS = ("$", "`", "\\")
+_SYNTAX = set("$`\\'\"*?[]~;&|<>(){}#= \t\n")
+
+
+def _word(arg: str) -> str:
+    if len(arg) >= 2 and arg[0] == arg[-1] == "'":
+        return arg  # single-quoted by the user: passed as written
+    return '"' + arg.replace('"', '\\"') + '"'
+
+
+def needs_shell(unit: dict) -> bool:
+    forced = unit.get("shell")
+    if forced is not None:
+        return forced
+    if unit.get("pre_exec") or unit.get("post_exec") or unit.get("_not_found"):
+        return True
+    if any(c in _SYNTAX for c in unit["executable"]):
+        return True
+    for a in unit.get("arguments") or ():
+        if any(c in a for c in _EXPANDS) or (len(a) >= 2 and a[0] == a[-1] == "'"):
+            return True
+    return False
+
+
+def script(unit: dict) -> str:
+    """The shell script of a unit that needs one."""
+    command = unit["executable"] + "".join(" " + _word(a) for a in unit.get("arguments") or ())
+    lines = list(unit.get("pre_exec") or ())
+    post = unit.get("post_exec") or ()
+    if post:
+        lines += [command, "__unit_exit=$?", *post, "exit $__unit_exit"]
+    else:
+        lines.append(command)
+    return "\n".join(lines) + "\n"
+
+
+def argv(unit: dict) -> list[str]:
+    if needs_shell(unit):
+        return [SHELL, "-c", script(unit)]
+    return [unit["executable"], *(unit.get("arguments") or ())]
+
+
+def sandbox_of(root: str, unit: dict) -> str:
+    """The unit's sandbox: `sandbox` (relative to the pilot sandbox `root`, or absolute) or
+    ROOT/<uid>."""
+    return os.path.join(root, unit.get("sandbox") or unit["uid"])
+
+
+def output_names(unit: dict) -> tuple[str, str]:
+    return unit.get("stdout") or "STDOUT", unit.get("stderr") or "STDERR"
