@@ -38,7 +38,7 @@ import zmq
 from agent import command, runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
-from pilot import checks, security
+from pilot import checks, security, staging
 from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
     CANCELED,
@@ -217,6 +217,10 @@ class Agent:
         for r, code in self.execu.reap():
             self.sched.release(r.alloc)
             uid = r.unit["uid"]
+            if code == 0 and r.fail_reason is None and r.unit.get("stage_out"):
+                failed = self.stage_out(r.unit)
+                if failed:
+                    r.fail_reason = f"output staging: {failed}"
             kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
             if r.fail_reason is not None:
                 info = {"exit_code": code, "reason": r.fail_reason, **kept}
@@ -238,6 +242,18 @@ class Agent:
                     why += f": executable={r.unit['executable']!r} not found (see its stderr)"
                 self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept})
         self.start_ready()
+
+    def stage_out(self, unit: dict) -> str | None:
+        """The unit's pilot-side output steps (COPY, LINK, MOVE), in order; the first fatal
+        failure's text, or None."""
+        sandbox = command.sandbox_of(self.cfg["pilot_sandbox"], unit)
+        for d in unit["stage_out"]:
+            why = staging.act(d, self.cfg["pilot_sandbox"], sandbox)
+            if why and why.startswith("skipped: "):
+                log.warning("%s: output staging %s", unit["uid"], why)
+            elif why:
+                return why
+        return None
 
     def clean_up(self, unit: dict) -> dict:
         """A `cleanup` unit's sandbox is removed once it ended; the first KEPT_OUTPUT bytes of
@@ -406,6 +422,9 @@ def wire_error(u: dict) -> str | None:
         for key in ("pre_exec", "post_exec"):
             for i, line in enumerate(checks.items(key, u.get(key) or [], 10_000)):
                 checks.text(f"{key}[{i}]", line, optional=False)
+        for key in ("stage_in", "stage_out"):
+            if key in u:
+                staging.check_wire(key, u[key])
         for key in ("shell", "cleanup"):
             if u.get(key) is not None and not isinstance(u[key], bool):
                 raise checks.bad(key, u[key], "true, false or absent")

@@ -16,8 +16,12 @@ forces the choice: True always, False never (arguments are then the exact argv).
 
 from __future__ import annotations
 
+import logging
 import os
 
+from pilot import staging
+
+log = logging.getLogger("agent.staging")
 SHELL = "/bin/sh"
 _EXPANDS = ("$", "`", "\\")
 _SYNTAX = set("$`\\'\"*?[]~;&|<>(){}#= \t\n")
@@ -65,6 +69,17 @@ def sandbox_of(root: str, unit: dict) -> str:
     """The unit's sandbox: `sandbox` (relative to the pilot sandbox `root`, or absolute) or
     ROOT/<uid>."""
     return os.path.join(root, unit.get("sandbox") or unit["uid"])
+
+
+def stage_in(pilot_sandbox: str, sandbox: str, unit: dict) -> None:
+    """The unit's pilot-side input steps (COPY, LINK, MOVE; pilot/staging.py), in order;
+    StagingError naming the first that failed (one marked SKIP_FAILED / NON_FATAL is logged)."""
+    for d in unit.get("stage_in") or ():
+        why = staging.act(d, pilot_sandbox, sandbox)
+        if why and why.startswith("skipped: "):
+            log.warning("%s: input staging %s", unit["uid"], why)
+        elif why:
+            raise staging.StagingError(f"input staging: {why}")
 
 
 def output_names(unit: dict) -> tuple[str, str]:

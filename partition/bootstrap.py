@@ -46,6 +46,7 @@ import zmq
 
 from partition import commands, orphans
 from partition.agents.zygote import AgentLauncher
+from partition.data_port import DataPort
 from partition.manager import AgentExit, AgentProcess, PartitionManager
 from partition.node_set import BringUpError, NodeSet
 from partition.sizing import Pool
@@ -105,6 +106,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
         cport = self.control.bind_to_random_port(f"tcp://{self.here}")
         self.control_endpoint = f"tcp://{self.here}:{cport}"
+        self.data = DataPort(self.sandbox)  # files from and to the client
         self.procs: dict[str, AgentProcess] = {}
         self.launcher = AgentLauncher()
         self.nodeset = (
@@ -251,8 +253,20 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                 raise ProtocolError("a command must be a JSON object")
             self.flush()
             self.to_client([b"reply", pack(self.command(body))])
+        elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py)
+            self.to_client(msg(b"put_ack", self.data.put(self._header(frames[1]), frames[2])))
+        elif kind == b"get" and len(frames) == 2:
+            reply, chunk = self.data.get(self._header(frames[1]))
+            self.to_client([b"got", pack(reply), chunk])
         elif kind != b"hb":
             raise ProtocolError(f"unknown message type {kind!r}")
+
+    @staticmethod
+    def _header(frame: bytes) -> dict:
+        hdr = unpack(frame)
+        if not isinstance(hdr, dict):
+            raise ProtocolError("a transfer header must be a JSON object")
+        return hdr
 
     def command(self, body: dict) -> dict:
         """Run one command (from the client or the CLI): partition/commands.py."""
@@ -385,6 +399,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                     self.node_lost(index, reason)
             self.check_agents()
             self.pm.check_stuck()
+            self.data.expire()
             now = time.monotonic()
             if self.ending is None:
                 if now >= self.deadline:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pilot import staging
 from pilot.fields import (
     Description,
     amount,
@@ -81,6 +82,13 @@ def _sandbox(owner, field, value):
     return value
 
 
+def _staging(output: bool):
+    def check(owner, field, value):
+        return staging.normalize(type(owner).__name__, field, value, output)
+
+    return check
+
+
 def _shell(owner, field, value):
     if value is not None and not isinstance(value, bool):
         raise field_error(owner, field, value, "None (as needed), True or False")
@@ -117,6 +125,9 @@ class ComputeUnitDescription(Description):
                  the unit uid); stdout, stderr: file names there (default STDOUT, STDERR)
     cleanup      True: the sandbox is removed once the unit ended (its first 64 KiB of output
                  are kept for unit.stdout / unit.stderr)
+    input_staging, output_staging   data staged before it starts / after it ended, as RP
+                 writes it (pilot/staging.py): strings "in.dat", "a > b", or dicts {source,
+                 target, action (rp.TRANSFER, COPY, LINK, MOVE, TARBALL), flags}
     restartable  True: when its partition or node is lost after it started, it may run again
                  elsewhere (its history shows EXECUTING -> SCHEDULING); False (the default):
                  it is started at most once, and such a loss ends it FAILED
@@ -151,6 +162,8 @@ class ComputeUnitDescription(Description):
         "stderr": (None, _file_name),
         "cleanup": (False, flag),
         "restartable": (False, flag),
+        "input_staging": ([], _staging(output=False)),
+        "output_staging": ([], _staging(output=True)),
     }
     ALIASES = {"cpu_processes": "ranks", "cpu_threads": "cores"}
 

@@ -53,6 +53,19 @@ SCHEDULER_BACKFILLING = "backfilling"
 SCHEDULER_DEFAULT = SCHEDULER_ROUND_ROBIN
 SCHEDULERS = (SCHEDULER_ROUND_ROBIN, SCHEDULER_BACKFILLING)
 
+# data staging (pilot/staging.py)
+from pilot.staging import (  # noqa: E402, F401  (RP's names, re-exported)
+    COPY,
+    CREATE_PARENTS,
+    LINK,
+    MOVE,
+    NON_FATAL,
+    RECURSIVE,
+    SKIP_FAILED,
+    TARBALL,
+    TRANSFER,
+)
+
 # unit description constants
 POSIX = "POSIX"
 MPI = "MPI"

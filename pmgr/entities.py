@@ -16,6 +16,7 @@ import math
 import os
 import time
 
+from pilot import staging
 from pilot import states as S
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
@@ -123,6 +124,16 @@ class Unit(Stateful):
                 self._wire[key] = getattr(d, key)
         if d.shell is not None:
             self._wire["shell"] = d.shell
+        # staging: pilot-side steps go with the unit to its agent, client-side ones are done
+        # here (pmgr/transfers.py) before it is sent / before it is DONE
+        for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
+            steps = [s for s in getattr(d, field) if not staging.at_client(s)]
+            if steps:
+                self._wire[key] = steps
+        self.client_in = [s for s in d.input_staging if staging.at_client(s)]
+        self.client_out = [s for s in d.output_staging if staging.at_client(s)]
+        self.staged_on = None  # the Pilot its client inputs were transferred to
+        self.staging_out = False  # its client outputs are being transferred
         self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
         self.umgr = umgr
         self.bound = None  # round robin: the Pilot it waits for (pmgr/unit_manager.py)

@@ -33,6 +33,7 @@ from pmgr.pilot_manager import Pilot
 from pmgr.recovery import Recovery
 from pmgr.store import open_store
 from pmgr.store.writer import BatchWriter
+from pmgr.transfers import Transfers
 
 log = logging.getLogger("pmgr.session")
 
@@ -113,6 +114,7 @@ class Session:
         )
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
         self.channel = Channel(self.on_message, self.on_tick, self.keys, self.address)
+        self.transfers = Transfers(self)  # data staging over the pilot links
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
@@ -188,6 +190,10 @@ class Session:
             self.channel.bad.report(f"message from unknown pilot {pilot_uid!r:.60} dropped")
             return
         kind = frames[0]
+        if kind in (b"put_ack", b"got"):  # data staging: to the transfer waiting for it
+            pilot.last_heard = time.monotonic()
+            self.transfers.on_reply(frames)
+            return
         if kind == b"output":
             pilot.last_heard = time.monotonic()
             try:
@@ -255,6 +261,7 @@ class Session:
                     "%s: close(terminate=False) leaves pilots running: no cleanup or download",
                     self.uid,
                 )
+            self.transfers.close()
             self.channel.close()
             self.unpersisted = self.writer.close(timeout=10.0)
             self.store.close()
@@ -284,6 +291,7 @@ class Session:
                 if not p.final:
                     p.lost("session closed before the pilot reported its end", fired)
         self.fire(fired)
+        self.transfers.close()
         self.channel.close()
         self.unpersisted = self.writer.close(timeout=10.0)
         if self.unpersisted:

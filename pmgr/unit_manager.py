@@ -368,6 +368,9 @@ class UnitManager:
             room[target] -= 1
             if room[target] <= 0:
                 del room[target]
+            if unit.client_in and unit.staged_on is not target.pilot:
+                self._stage_in(unit, target)  # sent once its files are there
+                continue
             batches.setdefault(target, []).append(unit.wire())
         pending.extendleft(reversed(skipped))
         if not batches:
@@ -375,6 +378,52 @@ class UnitManager:
         # sent once the store has each unit with the partition it goes to (persist, then send:
         # a client that dies in between leaves units its successor finds, asks, and re-routes)
         self.session.writer.then(lambda: self._send_persisted(batches))
+
+    # -- data staging (pmgr/transfers.py) ----------------------------------------------------
+    def _stage_in(self, unit: Unit, target) -> None:
+        def then(error: str | None) -> None:  # (transfer thread)
+            fired: list = []
+            with self.session.lock:
+                if unit.final or unit.part != target.uid:
+                    target.outstanding -= 1 if unit.part == target.uid else 0
+                elif error:
+                    target.outstanding -= 1
+                    unit.advance(S.FAILED, time.time(), f"input staging: {error}", fired)
+                elif target.final or not target.accepting:
+                    target.outstanding -= 1
+                    unit.staged_on = target.pilot
+                    unit.part = None
+                    self.pending.appendleft(unit)  # routed again (its files are on that pilot)
+                else:
+                    unit.staged_on = target.pilot
+                    batch = {target: [unit.wire()]}
+                    self.session.writer.then(lambda: self._send_persisted(batch))
+                self.route(fired)
+                if fired:
+                    self.session.cond.notify_all()
+            self.session.fire(fired)
+
+        self.session.transfers.stage(unit, target.pilot, unit.client_in, then)
+
+    def _stage_out(self, unit: Unit, ts: float, reason: str | None) -> None:
+        def then(error: str | None) -> None:  # (transfer thread)
+            fired: list = []
+            with self.session.lock:
+                unit.client_out = []  # done: the DONE below is let through
+                if not unit.final:
+                    if error:
+                        unit.advance(S.FAILED, time.time(), f"output staging: {error}", fired)
+                    else:
+                        unit.advance(S.DONE, time.time(), reason, fired)
+                    part = unit.pilot.parts.get(unit.part) if unit.part else None
+                    if part is not None:
+                        part.outstanding -= 1
+                self.route(fired)
+                if fired:
+                    self.session.cond.notify_all()
+            self.session.fire(fired)
+
+        self.session.transfers.stage(unit, unit.pilot, unit.client_out, then)
 
     def _send_persisted(self, batches: dict) -> None:
         """(Writer thread) Send each batch; a unit the store refused for good is not sent:
@@ -438,6 +487,15 @@ class UnitManager:
             unit.advance(S.SCHEDULING, ts, None, fired)  # its node was lost: it runs again
             unit.part = None
             self.pending.appendleft(unit)
+            return
+        if state == S.DONE and unit.client_out:  # its output files come here first
+            if unit.staging_out:
+                return  # said again while they do
+            unit.staging_out = True
+            unit.exit_code = info.get("exit_code", 0)
+            if "node" in info:
+                unit.node, unit.slots = info["node"], info.get("slots")
+            self._stage_out(unit, ts, info.get("reason"))
             return
         if "exit_code" in info:
             unit.exit_code = info["exit_code"]

@@ -176,7 +176,11 @@ def test_the_client_on_the_login_node_runs_a_pilot_on_compute_nodes(cluster):
     # the bootstrap ran on a compute node and listens there; output came back over the link
     assert r["control"]["host"] in ("node1", "node2", "node3")
     assert r["control"]["endpoint"].startswith("tcp://10.214.1.1")
-    assert len(r["forwarded"]) == 6 and all(t.startswith("host=node") for _, t in r["forwarded"])
+    hosts_said = [t for _, t in r["forwarded"] if t.startswith("host=node")]
+    assert len(hosts_said) == 6 and len(r["forwarded"]) == 7  # and the staged unit's greeting
+    state, reason, stdout, where = r["staged"]
+    assert state == "DONE", reason
+    assert stdout == "hello from the login node\n" and where.strip() in ("node1", "node2", "node3")
     code, listing, err = r["cli"]
     assert code == 0, err
     assert listing.count("ACTIVE") == 2, listing

@@ -11,6 +11,7 @@ Interfaces: UnitRunner and Stager (agent/runners/base.py); NoStager is this runn
 
 from __future__ import annotations
 
+import os
 import signal
 
 import zmq
@@ -33,7 +34,11 @@ class NoStager:
         pass
 
     def take(self, unit: dict) -> tuple:
-        return (sandbox_of(self.root, unit), None, None)
+        sandbox = sandbox_of(self.root, unit)
+        if unit.get("stage_in"):  # pilot-side input steps, on the shared file system
+            os.makedirs(sandbox, exist_ok=True)
+            command.stage_in(self.root, sandbox, unit)
+        return (sandbox, None, None)
 
     def drop(self, unit: dict) -> None:
         pass

@@ -20,7 +20,8 @@ import queue
 import threading
 from collections import deque
 
-from agent.command import output_names, sandbox_of
+from agent.command import output_names, sandbox_of, stage_in
+from pilot.staging import StagingError
 
 DEPTH = 256
 TAKE_TIMEOUT = 30.0
@@ -58,6 +59,7 @@ class SandboxStager:
             out_name, err_name = output_names(unit)
             try:
                 os.makedirs(sandbox, exist_ok=True)
+                stage_in(self.root, sandbox, unit)  # its pilot-side input steps
                 out = os.open(os.path.join(sandbox, out_name), _OUT, 0o666)  # the umask decides
                 try:
                     err = os.open(os.path.join(sandbox, err_name), _OUT, 0o666)
@@ -90,6 +92,8 @@ class SandboxStager:
             result = unit.pop("_io")
         self.ahead -= 1
         self._feed()
+        if isinstance(result, StagingError):
+            raise result
         if isinstance(result, OSError):
             raise OSError(f"cannot make its sandbox: {result}")
         return result

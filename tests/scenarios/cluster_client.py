@@ -70,6 +70,27 @@ def run(session, resource: str) -> dict:
     out["units"] = hosts(units)
     out["forwarded"] = seen
     out["control"] = control(pilot)
+    # data from the login node to a compute node and back, over the pilot link
+    greeting = os.path.join(session.dir, "greeting.txt")
+    with open(greeting, "w") as f:
+        f.write("hello from the login node\n")
+    staged = umgr.submit_units(
+        CUD(
+            executable="/bin/sh",
+            arguments=["-c", "cat greeting.txt; hostname > where.txt"],
+            input_staging=[greeting],
+            output_staging=[f"where.txt > {session.dir}/where.txt"],
+            partition=pilot.partitions[1].uid,
+        )
+    )
+    staged.wait(timeout=60)
+    where = os.path.join(session.dir, "where.txt")
+    out["staged"] = [
+        staged.state,
+        staged.reason,
+        staged.stdout,
+        open(where).read() if os.path.exists(where) else None,
+    ]
     cli = subprocess.run(
         [sys.executable, "-m", "pilot", "partitions", pilot.uid],
         capture_output=True,

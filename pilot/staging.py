@@ -1,0 +1,196 @@
+"""Data staging directives, as RADICAL-Pilot writes them, checked and put in one form.
+
+A unit's `input_staging` / `output_staging` is a list of directives:
+    "in.dat"          the same file name on both ends: input client://in.dat -> unit://in.dat,
+                      output unit://in.dat -> client://in.dat ("/a/b/in.dat": in.dat)
+    "a > b"           a goes to b;   "a < b": b goes to a
+    {source, target, action, flags}   target defaults to the source's file name, action to
+                      TRANSFER, flags to [CREATE_PARENTS]
+Locations are URLs: client:// (the client's file system: relative paths from the client's
+working directory when the directive was made), pilot:// (the pilot sandbox), unit:// (the
+unit's sandbox), resource:// (the directory holding the session's pilot sandboxes on the
+resource), file:// (an absolute path on the pilot's nodes).  A path without a scheme is on the
+client for the client's end (input source, output target) and in the unit sandbox for the
+other.
+Actions: TRANSFER moves data between the client and the pilot over the pilot link, in chunks
+(pmgr/transfers.py, partition/data_port.py); TARBALL does the same with a tar of the source,
+unpacked into the target directory; COPY, LINK and MOVE act on the pilot's (shared) file
+system, done by the agent before the unit starts (input) or after it ended (output).  A
+TRANSFER with no client end is a COPY.  Flags: CREATE_PARENTS (the default; parent
+directories of the target are made), SKIP_FAILED / NON_FATAL (a failed step is logged and the
+unit goes on), RECURSIVE (accepted: directories are always copied whole).
+The normal form is {"source": URL, "target": URL, "action": A, "flags": [..]} with explicit
+schemes, client paths absolute.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+TRANSFER, COPY, LINK, MOVE, TARBALL = "Transfer", "Copy", "Link", "Move", "Tarball"
+ACTIONS = (TRANSFER, COPY, LINK, MOVE, TARBALL)
+CREATE_PARENTS, SKIP_FAILED, NON_FATAL, RECURSIVE = (
+    "CreateParents",
+    "SkipFailed",
+    "NonFatal",
+    "Recursive",
+)
+FLAGS = (CREATE_PARENTS, SKIP_FAILED, NON_FATAL, RECURSIVE)
+SCHEMES = ("client", "pilot", "unit", "resource", "file")
+PILOT_SIDE = ("pilot", "unit", "resource", "file")
+
+
+class StagingError(OSError):
+    """A staging step failed; the message names the directive."""
+
+
+def split(url: str) -> tuple[str, str]:
+    scheme, sep, path = url.partition("://")
+    if not sep:
+        return "", url
+    return scheme, path
+
+
+def describe(d: dict) -> str:
+    return f"{d['action']} {d['source']} -> {d['target']}"
+
+
+def _url(where: str, value, default_scheme: str, client_dir: str) -> str:
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise ValueError(f"{where}={value!r} must be a non-empty path or URL")
+    scheme, path = split(value.strip())
+    scheme = scheme or default_scheme
+    if scheme not in SCHEMES:
+        raise ValueError(f"{where}={value!r}: scheme must be one of {[s + '://' for s in SCHEMES]}")
+    if scheme == "client":
+        path = os.path.normpath(os.path.join(client_dir, path))
+    elif scheme == "file" and not path.startswith("/"):
+        raise ValueError(f"{where}={value!r}: a file:// path must be absolute")
+    return f"{scheme}://{path}"
+
+
+def normalize(owner: str, field: str, value, output: bool, client_dir: str | None = None) -> list:
+    """The directives of `value` in normal form; ValueError naming owner.field[i]."""
+    if value is None:
+        return []
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{owner}: {field}={value!r} must be a list of directives")
+    client_dir = client_dir or os.getcwd()
+    src_default, tgt_default = ("unit", "client") if output else ("client", "unit")
+    out = []
+    for i, d in enumerate(value):
+        where = f"{owner}: {field}[{i}]"
+        if isinstance(d, str):
+            if ">" in d:
+                source, target = (x.strip() for x in d.split(">", 1))
+            elif "<" in d:
+                target, source = (x.strip() for x in d.split("<", 1))
+            else:
+                source, target = d.strip(), None  # the same file name at the other end
+            d = {"source": source, "target": target}
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}={d!r} must be a string or a dict {{source, target, ...}}")
+        unknown = set(d) - {"source", "target", "action", "flags", "priority"}
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key(s) {sorted(unknown)}; accepted: action, flags, source, "
+                "target"
+            )
+        if "source" not in d:
+            raise ValueError(f"{where}: source is required")
+        action = d.get("action") or TRANSFER
+        if action not in ACTIONS:
+            raise ValueError(f"{where}.action={action!r} must be one of {list(ACTIONS)}")
+        flags = d.get("flags")
+        flags = [CREATE_PARENTS] if flags is None else flags
+        if isinstance(flags, str):
+            flags = [flags]
+        if not isinstance(flags, (list, tuple)) or any(f not in FLAGS for f in flags):
+            raise ValueError(f"{where}.flags={flags!r} must be a list of {list(FLAGS)}")
+        source = _url(f"{where}.source", d["source"], src_default, client_dir)
+        target = d.get("target")
+        if target is None or (isinstance(target, str) and not target.strip()):
+            target = os.path.basename(split(source)[1].rstrip("/"))
+        target = _url(f"{where}.target", target, tgt_default, client_dir)
+        ends = (split(source)[0], split(target)[0])
+        if action in (TRANSFER, TARBALL):
+            if ends == ("client", "client"):
+                raise ValueError(f"{where}: both ends are on the client; nothing to stage")
+            if "client" not in ends:
+                action = COPY if action == TRANSFER else action
+        if action in (COPY, LINK, MOVE) and "client" in ends:
+            raise ValueError(
+                f"{where}: {action} acts on the pilot's file system; a client:// end needs "
+                f"{TRANSFER!r} (rp.TRANSFER) or {TARBALL!r}"
+            )
+        if action == TARBALL and "client" not in ends:
+            raise ValueError(f"{where}: {TARBALL} moves a tar between the client and the pilot")
+        out.append({"source": source, "target": target, "action": action, "flags": list(flags)})
+    return out
+
+
+def at_client(d: dict) -> bool:
+    return "client" in (split(d["source"])[0], split(d["target"])[0])
+
+
+def resolve(url: str, pilot_sandbox: str, unit_sandbox: str | None) -> str:
+    """The path of a pilot-side URL."""
+    scheme, path = split(url)
+    inside = path.lstrip("/")  # pilot:///x and pilot://x are both x in the pilot sandbox
+    if scheme == "pilot":
+        return os.path.join(pilot_sandbox, inside)
+    if scheme == "unit":
+        if unit_sandbox is None:
+            raise StagingError(f"{url}: no unit sandbox here")
+        return os.path.join(unit_sandbox, inside)
+    if scheme == "resource":
+        return os.path.join(os.path.dirname(pilot_sandbox), inside)
+    if scheme in ("file", "client"):
+        return path
+    raise StagingError(f"{url}: unknown scheme")
+
+
+def act(d: dict, pilot_sandbox: str, unit_sandbox: str) -> str | None:
+    """Do one pilot-side directive (COPY, LINK, MOVE); the error text, or None.  With
+    SKIP_FAILED / NON_FATAL a failure is returned prefixed "skipped: "."""
+    try:
+        src = resolve(d["source"], pilot_sandbox, unit_sandbox)
+        dst = resolve(d["target"], pilot_sandbox, unit_sandbox)
+        if CREATE_PARENTS in d["flags"]:
+            os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+        if d["action"] == LINK:
+            if os.path.lexists(dst):
+                os.unlink(dst)
+            os.symlink(src, dst)
+        elif d["action"] == MOVE:
+            shutil.move(src, dst)
+        elif os.path.isdir(src):
+            shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, dst)
+    except OSError as exc:
+        why = f"{describe(d)} failed: {exc.strerror or exc}"
+        if SKIP_FAILED in d["flags"] or NON_FATAL in d["flags"]:
+            return f"skipped: {why}"
+        return why
+    return None
+
+
+def check_wire(where: str, value) -> list:
+    """Directives as an agent gets them (pilot-side ones, normal form); ValueError otherwise."""
+    if not isinstance(value, list) or len(value) > 10_000:
+        raise ValueError(f"{where} must be a list of directives")
+    for i, d in enumerate(value):
+        if (
+            not isinstance(d, dict)
+            or d.get("action") not in (COPY, LINK, MOVE)
+            or not all(isinstance(d.get(k), str) and "\0" not in d[k] for k in ("source", "target"))
+            or split(d["source"])[0] not in PILOT_SIDE
+            or split(d["target"])[0] not in PILOT_SIDE
+            or not isinstance(d.get("flags"), list)
+        ):
+            raise ValueError(f"{where}[{i}]={d!r:.120} is not a pilot-side directive")
+    return value
