@@ -425,7 +425,7 @@ def wire_error(u: dict) -> str | None:
         for key in ("stage_in", "stage_out"):
             if key in u:
                 staging.check_wire(key, u[key])
-        for key in ("shell", "cleanup"):
+        for key in ("shell", "cleanup", "mpi"):
             if u.get(key) is not None and not isinstance(u[key], bool):
                 raise checks.bad(key, u[key], "true, false or absent")
         checks.text("name", u.get("name"))

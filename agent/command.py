@@ -6,6 +6,10 @@ quotes is written as is), with `pre_exec` lines before it and `post_exec` lines 
 the unit's exit code is the command's.  So `$VAR`, `${VAR}`, `$(...)` and backquotes in
 arguments expand, while spaces and globs in an argument do not split or match.
 
+An rp.MPI unit (cpu_process_type or gpu_process_type MPI) is one launcher process over its
+ranks (`mpi_argv`: the resource's mpi_launcher, mpirun or srun), started where its first
+rank is placed; its cores and GPUs on every node stay held until the launcher exits.
+
 A unit needs that shell only when something would expand: pre/post exec lines, `$`, a
 backquote or a backslash in an argument, an argument in single quotes, shell syntax in the
 executable, or an executable that cannot be found (the shell then says so on the unit's stderr
@@ -63,6 +67,31 @@ def argv(unit: dict) -> list[str]:
     if needs_shell(unit):
         return [SHELL, "-c", script(unit)]
     return [unit["executable"], *(unit.get("arguments") or ())]
+
+
+def mpi_argv(unit: dict, launcher: str, hosts: list[tuple[str, int]]) -> list[str]:
+    """An rp.MPI unit: one launcher process starts its ranks, `hosts` = [(node, ranks)].
+    Open MPI's mpirun / mpiexec get the hosts and slots (no binding of its own: the pilot has
+    placed the unit); srun starts a step inside the pilot's allocation (--overlap: the node
+    daemons' step holds its CPUs)."""
+    ranks = sum(n for _, n in hosts)
+    name = os.path.basename(launcher)
+    if name == "srun":
+        head = [
+            launcher,
+            f"--ntasks={ranks}",
+            f"--nodes={len(hosts)}",
+            f"--nodelist={','.join(h for h, _ in hosts)}",
+            "--overlap",
+            "--cpu-bind=none",
+            "--kill-on-bad-exit=1",
+        ]
+    else:
+        head = [launcher, "-np", str(ranks), "--oversubscribe", "--bind-to", "none"]
+        head += ["--host", ",".join(f"{h}:{n}" for h, n in hosts)]
+        if os.geteuid() == 0:
+            head.append("--allow-run-as-root")  # Open MPI refuses root otherwise
+    return head + argv(unit)
 
 
 def sandbox_of(root: str, unit: dict) -> str:

@@ -41,7 +41,11 @@ _KEYS = {
     "bringup_timeout",
     "node_timeout",
     "node_failure",
+    "mpi_launcher",
 }
+
+
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "srun")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ResourceConfig:
     bringup_timeout: float = 30.0
     node_timeout: float = 10.0
     node_failure: str = "continue"
+    mpi_launcher: str | None = None  # how rp.MPI units start: mpirun | mpiexec | srun | a path
 
     def node_name(self, index: int) -> str:
         if self.node_names:
@@ -219,6 +224,16 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         raise ValueError(
             f"resource config {name}: python={python!r} must be the path of an interpreter"
         )
+    launcher = raw.get("mpi_launcher", "srun" if batch == "slurm" else "mpirun")
+    if launcher is not None and (
+        not isinstance(launcher, str)
+        or not launcher
+        or (os.path.basename(launcher) not in MPI_LAUNCHERS and "/" not in launcher)
+    ):
+        raise ValueError(
+            f"resource config {name}: mpi_launcher={launcher!r} must be one of "
+            f"{list(MPI_LAUNCHERS)} or the path of one"
+        )
     address = raw.get("address", "127.0.0.1")
     if not isinstance(address, str) or not address:
         raise ValueError(
@@ -230,6 +245,7 @@ def parse(name: str, raw: dict) -> ResourceConfig:
         hosts=tuple(hosts),
         address=address,
         client_address=client_address,
+        mpi_launcher=launcher,
         fanout=fanout,
         node_failure=failure,
         **timeouts,

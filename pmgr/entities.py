@@ -124,6 +124,8 @@ class Unit(Stateful):
                 self._wire[key] = getattr(d, key)
         if d.shell is not None:
             self._wire["shell"] = d.shell
+        if "MPI" in (d.cpu_process_type, d.gpu_process_type):
+            self._wire["mpi"] = True  # one launcher over its ranks (agent/command.py)
         # staging: pilot-side steps go with the unit to its agent, client-side ones are done
         # here (pmgr/transfers.py) before it is sent / before it is DONE
         for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):

@@ -97,13 +97,14 @@ hosts_down() { # the namespaces first, the blackhole route last
 
 ensure_packages() {
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
-     && command -v munged >/dev/null && command -v ip >/dev/null && command -v nsenter >/dev/null
+     && command -v munged >/dev/null && command -v ip >/dev/null && command -v nsenter >/dev/null \
+     && command -v mpirun >/dev/null
   then return; fi
-  say "installing slurmctld slurmd slurm-client munge (apt)"
+  say "installing slurmctld slurmd slurm-client munge openmpi-bin (apt)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
-    iproute2 util-linux >&2
+    iproute2 util-linux openmpi-bin >&2
 }
 
 munge_up() {

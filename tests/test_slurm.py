@@ -93,6 +93,26 @@ def test_four_node_pilot_runs_units_on_every_node(slurm, session):
     assert "daemon(s) by srun" in log and "down.nodes: 4 daemon(s) said bye" in log
 
 
+def test_an_mpi_unit_is_one_srun_step_over_its_ranks(slurm, session):
+    """rp.MPI: the resource's mpi_launcher (srun here) starts the ranks, one per node, inside
+    the pilot's allocation; SLURM numbers them."""
+    pilot = submit(session, [rp.ComputePartitionDescription(nodes=2)])
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    unit = umgr.submit_units(
+        rp.ComputeUnitDescription(
+            executable="/bin/sh",
+            arguments=["-c", "echo $SLURM_PROCID of $SLURM_NTASKS on $(hostname)"],
+            cpu_processes=2,
+            cpu_threads=2,  # a whole node per rank
+            cpu_process_type=rp.MPI,
+        )
+    )
+    assert unit.wait(timeout=90) == rp.DONE, (unit.reason, unit.stderr)
+    assert sorted(unit.stdout.splitlines()) == ["0 of 2 on node1", "1 of 2 on node2"]
+    pilot.cancel(timeout=60)
+
+
 def test_cancel_while_queued(slurm, session):
     hold = subprocess.run(
         ["sbatch", "--parsable", "-N4", "-o", "/dev/null", "--wrap", "sleep 300"],

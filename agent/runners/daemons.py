@@ -56,6 +56,7 @@ class DaemonRunner:
             "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
         }
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
+        self.mpi_launcher = cfg.get("mpi_launcher")
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
         keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
@@ -83,7 +84,16 @@ class DaemonRunner:
         lost = [self.lost[n.index] for n, _ in alloc.ranks if n.index in self.lost]
         if lost:
             raise OSError(lost[0])
-        for rank, (node, grant) in enumerate(alloc.ranks):
+        placed = list(enumerate(alloc.ranks))
+        if unit.get("mpi"):  # one launcher process, on its first rank's node, over all ranks
+            if not self.mpi_launcher:
+                raise OSError("an rp.MPI unit, but the resource config sets no mpi_launcher")
+            per_node: dict = {}
+            for node, _ in alloc.ranks:
+                per_node[node.name] = per_node.get(node.name, 0) + 1
+            argv = command.mpi_argv(unit, self.mpi_launcher, list(per_node.items()))
+            placed = placed[:1]
+        for rank, (node, grant) in placed:
             ids = grant_ids(node.cap, grant)
             env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
             env["PILOT_PARTITION_ID"] = self.uid  # the daemon's own environment has no partition

@@ -37,6 +37,7 @@ class LocalRunner:
                 "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
             }
         )
+        self.mpi_launcher = cfg.get("mpi_launcher")
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self._which: dict[str, str | None] = {}
         self.output: list = []  # units here write to their files only: nothing is forwarded
@@ -60,6 +61,12 @@ class LocalRunner:
         run = Run(unit, alloc)
         argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
+        if unit.get("mpi"):  # one launcher process over all its ranks
+            try:
+                return self._spawn_mpi(unit, run, sandbox, out, err)
+            finally:
+                os.close(out)
+                os.close(err)
         try:
             for rank, (node, grant) in enumerate(alloc.ranks):
                 ids = grant_ids(node.cap, grant)
@@ -78,6 +85,24 @@ class LocalRunner:
         finally:
             os.close(out)
             os.close(err)
+        return run
+
+    def _spawn_mpi(self, unit: dict, run: Run, sandbox: str, out: int, err: int) -> Run:
+        if not self.mpi_launcher:
+            raise OSError("an rp.MPI unit, but the resource config sets no mpi_launcher")
+        node = run.alloc.ranks[0][0]
+        grant: dict = {}
+        for _, g in run.alloc.ranks:  # the launcher holds every rank's slots
+            for t, got in g.items():
+                grant.setdefault(t, []).extend(got)
+        ids = grant_ids(node.cap, grant)
+        ranks = len(run.alloc.ranks)
+        env = self.spawner.env(*rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus))
+        argv = command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
+        pid = self.spawner.spawn(argv, env, sandbox, out, err)
+        run.pids.append(pid)
+        self.running[pid] = run
+        self.spawner.bind(pid, sorted({c for c, _ in grant.get("cpus", ())}))
         return run
 
     def reap(self):
