@@ -401,15 +401,16 @@ class Agent:
 def wire_error(u: dict) -> str | None:
     """What is wrong with a unit as it arrived (the fields the agent uses), or None."""
     try:
-        checks.text("executable", u.get("executable"), optional=False)
+        long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
+        checks.text("executable", u.get("executable"), optional=False, most=long)
         for i, a in enumerate(checks.items("arguments", u.get("arguments") or [], 100_000)):
-            checks.text(f"arguments[{i}]", a, optional=False)
+            checks.text(f"arguments[{i}]", a, optional=False, most=long)
         env = checks.mapping("environment", u.get("environment") or {})
         for k, v in env.items():
             if not k or "=" in k:
                 raise checks.bad("environment key", k, "a non-empty name without '='")
             checks.text(f"environment key {k[:40]!r}", k, optional=False)
-            checks.text(f"environment[{k[:40]!r}]", v, optional=False)
+            checks.text(f"environment[{k[:40]!r}]", v, optional=False, most=long)
         for key in ("cpus", "ranks"):
             n = u.get(key, 1)
             if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 31:
@@ -421,7 +422,7 @@ def wire_error(u: dict) -> str | None:
         checks.mapping("policy", u.get("policy") or {})
         for key in ("pre_exec", "post_exec"):
             for i, line in enumerate(checks.items(key, u.get(key) or [], 10_000)):
-                checks.text(f"{key}[{i}]", line, optional=False)
+                checks.text(f"{key}[{i}]", line, optional=False, most=long)
         for key in ("stage_in", "stage_out"):
             if key in u:
                 staging.check_wire(key, u[key])

@@ -1,17 +1,19 @@
 """How a unit's command runs: spawned directly, or through /bin/sh the way RADICAL-Pilot runs it.
 
 RP writes a unit's command line into a shell script: the executable as written, then each
-argument as one word in double quotes (a `"` inside is escaped; an argument already in single
-quotes is written as is), with `pre_exec` lines before it and `post_exec` lines after it, and
-the unit's exit code is the command's.  So `$VAR`, `${VAR}`, `$(...)` and backquotes in
-arguments expand, while spaces and globs in an argument do not split or match.
+argument as one word in double quotes (a `"` inside is escaped), except an argument already in
+single quotes, a shell operator (`>`, `>>`, `<`, `|`, `&&`, `||`, `&`, `;`) or one holding a
+glob (`*`, `?`), which are written as they are; empty arguments are dropped; `pre_exec` lines
+go before it and `post_exec` lines after it, and the unit's exit code is the command's.  So
+`$VAR`, `${VAR}`, `$(...)` and backquotes in arguments expand, `["*.dat"]` matches files and
+`[">", "out.txt"]` redirects, while spaces in an argument do not split it.
 
 An rp.MPI unit (cpu_process_type or gpu_process_type MPI) is one launcher process over its
 ranks (`mpi_argv`: the resource's mpi_launcher, mpirun or srun), started where its first
 rank is placed; its cores and GPUs on every node stay held until the launcher exits.
 
 A unit needs that shell only when something would expand: pre/post exec lines, `$`, a
-backquote or a backslash in an argument, an argument in single quotes, shell syntax in the
+backquote or a backslash in an argument, an argument written as is (above), shell syntax in the
 executable, or an executable that cannot be found (the shell then says so on the unit's stderr
 and exits 127, as under RP).  Every other unit is spawned directly with posix_spawn: the same
 argv the shell would have built, without starting a shell (the fast path).  `shell` in the unit
@@ -31,9 +33,23 @@ _EXPANDS = ("$", "`", "\\")
 _SYNTAX = set("$`\\'\"*?[]~;&|<>(){}#= \t\n")
 
 
+_OPERATORS = (">", ">>", "<", "|", "&&", "||", "&", ";", "2>", "2>&1")
+
+
+def _bare(arg: str) -> bool:
+    """Written into the command line as is (RP): single-quoted by the user, a shell operator,
+    or a glob pattern."""
+    return (
+        (len(arg) >= 2 and arg[0] == arg[-1] == "'")
+        or arg in _OPERATORS
+        or "*" in arg
+        or "?" in arg
+    )
+
+
 def _word(arg: str) -> str:
-    if len(arg) >= 2 and arg[0] == arg[-1] == "'":
-        return arg  # single-quoted by the user: passed as written
+    if _bare(arg):
+        return arg
     return '"' + arg.replace('"', '\\"') + '"'
 
 
@@ -46,14 +62,15 @@ def needs_shell(unit: dict) -> bool:
     if any(c in _SYNTAX for c in unit["executable"]):
         return True
     for a in unit.get("arguments") or ():
-        if any(c in a for c in _EXPANDS) or (len(a) >= 2 and a[0] == a[-1] == "'"):
+        if any(c in a for c in _EXPANDS) or _bare(a):
             return True
     return False
 
 
 def script(unit: dict) -> str:
     """The shell script of a unit that needs one."""
-    command = unit["executable"] + "".join(" " + _word(a) for a in unit.get("arguments") or ())
+    args = [a for a in unit.get("arguments") or () if a]  # RP drops empty arguments
+    command = unit["executable"] + "".join(" " + _word(a) for a in args)
     lines = list(unit.get("pre_exec") or ())
     post = unit.get("post_exec") or ()
     if post:
@@ -66,7 +83,10 @@ def script(unit: dict) -> str:
 def argv(unit: dict) -> list[str]:
     if needs_shell(unit):
         return [SHELL, "-c", script(unit)]
-    return [unit["executable"], *(unit.get("arguments") or ())]
+    args = unit.get("arguments") or ()
+    if unit.get("shell") is None:
+        args = [a for a in args if a]  # as the shell line would have it
+    return [unit["executable"], *args]
 
 
 def mpi_argv(unit: dict, launcher: str, hosts: list[tuple[str, int]]) -> list[str]:
@@ -112,4 +132,10 @@ def stage_in(pilot_sandbox: str, sandbox: str, unit: dict) -> None:
 
 
 def output_names(unit: dict) -> tuple[str, str]:
-    return unit.get("stdout") or "STDOUT", unit.get("stderr") or "STDERR"
+    """Its stdout / stderr files: as named, else STDOUT / STDERR, or <uid>.out / <uid>.err in
+    a sandbox it names (units may share one)."""
+    if unit.get("sandbox"):
+        out, err = f"{unit['uid']}.out", f"{unit['uid']}.err"
+    else:
+        out, err = "STDOUT", "STDERR"
+    return unit.get("stdout") or out, unit.get("stderr") or err

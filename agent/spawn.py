@@ -13,8 +13,9 @@ Environment a rank sees, besides the spawning process's own and the unit's `envi
                        spawner's own value of that variable when it has one (inherited "4,5,6"
                        and GPU id 2 -> "6"); set on partitions with GPUs, empty for no GPUs
 Placeholders %(<type>_ids)s in the unit's environment values are filled with the same ids
-(%(cpu_ids)s, %(gpu_ids)s, %(fpga_ids)s); %% is a literal %.  A placeholder that cannot be
-filled is found when the unit arrives and fails it with the name (`check_environment`).
+(%(cpu_ids)s, %(gpu_ids)s, %(fpga_ids)s); any other % is the value's own ("100%", "%Y").
+A placeholder that cannot be filled is found when the unit arrives and fails it with the name
+(`check_environment`).
 
 Binding: the process is bound to the unit's cores as soon as posix_spawn returns, i.e. once the
 new program has been exec'd and is still in its dynamic loader, before its main() can start
@@ -27,6 +28,7 @@ cores than the machine has) map onto the real ones round-robin.
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
@@ -58,21 +60,26 @@ def exits():
         yield pid, os.waitstatus_to_exitcode(status)
 
 
+_PLACEHOLDER = re.compile(r"%\((\w+_ids)\)s")
+
+
+def _fill(value: str, mapping: dict) -> str:
+    return _PLACEHOLDER.sub(lambda m: mapping[m.group(1)], value)
+
+
 def check_environment(environment: dict, types) -> str | None:
-    """The reason the unit's environment placeholders cannot be filled, or None."""
-    mapping = {f"{type_key(t).lower()}_ids": "0" for t in types}
+    """The reason the unit's environment placeholders cannot be filled, or None.  Only
+    %(<type>_ids)s is a placeholder: every other % is the value's own (as RP passes it)."""
+    known = {f"{type_key(t).lower()}_ids" for t in types}
     for k, v in (environment or {}).items():
-        if "%" not in v:
+        if "%(" not in v:
             continue
-        try:
-            v % mapping
-        except KeyError as exc:
-            return (
-                f"environment[{k!r}]: placeholder %({exc.args[0]})s cannot be filled; "
-                f"known: {', '.join(f'%({m})s' for m in sorted(mapping))}"
-            )
-        except (ValueError, TypeError) as exc:
-            return f"environment[{k!r}]={v!r}: bad placeholder ({exc}); write %% for a literal %"
+        for name in _PLACEHOLDER.findall(v):
+            if name not in known:
+                return (
+                    f"environment[{k!r}]: placeholder %({name})s cannot be filled; "
+                    f"known: {', '.join(f'%({m})s' for m in sorted(known))}"
+                )
     return None
 
 
@@ -88,7 +95,7 @@ def rank_env(
     user = unit.get("environment")
     if user:
         mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
-        env.update({k: (v % mapping if "%" in v else v) for k, v in user.items()})
+        env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
     for t, v in ids.items():
         env[f"PILOT_{type_key(t)}_IDS"] = v
     env["PILOT_UNIT_ID"] = env["RP_UNIT_ID"] = unit["uid"]

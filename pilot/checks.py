@@ -13,6 +13,7 @@ import time
 UID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}\Z")
 ENDPOINT = re.compile(r"tcp://[A-Za-z0-9_.\-\[\]:]{1,255}:\d{1,5}\Z")
 TEXT_MAX = 4096
+LINE_MAX = 1 << 20  # a command-line argument, an environment value, a pre/post exec line
 LIST_MAX = 1_000_000
 
 
@@ -29,11 +30,11 @@ def uid(where: str, value) -> str:
     return value
 
 
-def text(where: str, value, optional: bool = True) -> str | None:
+def text(where: str, value, optional: bool = True, most: int = TEXT_MAX) -> str | None:
     if value is None and optional:
         return None
-    if not isinstance(value, str) or len(value) > TEXT_MAX or "\0" in value:
-        raise bad(where, value, f"a string of at most {TEXT_MAX} characters, without NUL")
+    if not isinstance(value, str) or len(value) > most or "\0" in value:
+        raise bad(where, value, f"a string of at most {most} characters, without NUL")
     return value
 
 

@@ -106,7 +106,8 @@ class ComputeUnitDescription(Description):
                  the same shell.  A unit with nothing to expand is spawned directly (the same
                  result, faster).  shell=False: never a shell (arguments are the exact argv)
     environment  extra environment variables; values may hold %(cpu_ids)s, %(gpu_ids)s,
-                 %(<type>_ids)s placeholders, filled with what the unit was given (%% = %)
+                 %(<type>_ids)s placeholders, filled with what the unit was given (any
+                 other % is kept as written)
     pre_exec, post_exec   shell lines run before / after the executable (in its sandbox)
     cores        cores per rank (default 1; cores_per_rank and RP's cpu_threads are the same)
     gpus         GPUs per rank (default 0; gpus_per_rank is the same); a fraction 0 < x < 1
@@ -123,7 +124,8 @@ class ComputeUnitDescription(Description):
                  partition)
     name         a label of the user's; metadata: any JSON data of the user's, kept with it
     sandbox      its sandbox directory: relative to the pilot sandbox, or absolute (default:
-                 the unit uid); stdout, stderr: file names there (default STDOUT, STDERR)
+                 the unit uid); stdout, stderr: file names there (default STDOUT, STDERR;
+                 <uid>.out, <uid>.err in a sandbox it names, which units may share)
     cleanup      True: the sandbox is removed once the unit ended (its first 64 KiB of output
                  are kept for unit.stdout / unit.stderr)
     input_staging, output_staging   data staged before it starts / after it ended, as RP
@@ -177,17 +179,6 @@ class ComputeUnitDescription(Description):
                     f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
                     f"differ; they are the same thing, give one"
                 )
-        if self.gpu_processes is not None:
-            if self.gpus or self.gpus_per_rank:
-                raise ValueError(
-                    f"{name}: gpu_processes={self.gpu_processes} (GPUs of the unit) and "
-                    f"gpus={self.gpus or self.gpus_per_rank} (per rank) say the same; give one"
-                )
-            if self.gpu_processes % self.ranks:
-                raise ValueError(
-                    f"{name}: gpu_processes={self.gpu_processes} must be a multiple of "
-                    f"ranks (cpu_processes)={self.ranks}: each rank gets the same GPUs"
-                )
         if self.shell is False and (self.pre_exec or self.post_exec):
             raise ValueError(f"{name}: pre_exec and post_exec need a shell; shell=False given")
         for key, field, n, default, what in (
@@ -213,17 +204,31 @@ class ComputeUnitDescription(Description):
 
     @property
     def rank_gpus(self):
-        if self.gpu_processes is not None:
-            return self.gpu_processes // self.ranks
+        if self.gpu_processes is not None:  # RP's: GPUs of the unit, spread over its ranks
+            per = self.gpu_processes / self.ranks
+            return int(per) if per >= 1 or per == 0 else per
         return self.gpus_per_rank if self.gpus_per_rank is not None else self.gpus
 
     def submit_error(self) -> str | None:
         """What keeps it from being submitted (the fields RP lets a script set one by one)."""
+        name = type(self).__name__
         if self.executable is None:
             return (
-                f"{type(self).__name__}: executable is required (a path or a program name on "
-                "PATH); it was never set"
+                f"{name}: executable is required (a path or a program name on PATH); it was "
+                "never set"
             )
+        if self.gpu_processes is not None:  # checked here: RP scripts set fields in any order
+            if self.gpus or self.gpus_per_rank:
+                return (
+                    f"{name}: gpu_processes={self.gpu_processes} (GPUs of the unit) and "
+                    f"gpus={self.gpus or self.gpus_per_rank} (per rank) say the same; give one"
+                )
+            if self.gpu_processes > self.ranks and self.gpu_processes % self.ranks:
+                return (
+                    f"{name}: gpu_processes={self.gpu_processes} must be a multiple of "
+                    f"ranks (cpu_processes)={self.ranks}, or at most that many (ranks share "
+                    "GPUs then)"
+                )
         return None
 
     def request(self, policy: dict | None = None) -> dict:

@@ -83,6 +83,15 @@ class Description:
     def __setitem__(self, name: str, value: Any) -> None:
         setattr(self, name, value)
 
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.ALIASES.get(name, name) in self.FIELDS
+
+    def __iter__(self):
+        return iter(self.FIELDS)
+
+    def keys(self):
+        return self.FIELDS.keys()
+
     def get(self, name: str, default: Any = None) -> Any:
         try:
             return self[name]

@@ -16,6 +16,7 @@ import math
 import os
 import time
 
+from agent.command import output_names
 from pilot import staging
 from pilot import states as S
 
@@ -51,10 +52,9 @@ class Stateful:
     def register_callback(self, cb, metric: str | None = None, cb_data=None) -> None:
         """cb(obj, state) after every state change of this object; with cb_data,
         cb(obj, state, cb_data)."""
-        kind = "UnitManager" if self.KIND == "units" else "PilotManager"
-        metric = metric or (UNIT_STATE if self.KIND == "units" else PILOT_STATE)
+        own = UNIT_STATE if self.KIND == "units" else PILOT_STATE  # partitions: a pilot's
         self.callbacks.append(
-            callback(f"{kind}.register_callback", cb, metric, cb_data, (UNIT_STATE, PILOT_STATE))
+            callback(f"{type(self).__name__}.register_callback", cb, metric or own, cb_data, (own,))
         )
 
     def manager_callbacks(self) -> list:
@@ -69,8 +69,10 @@ class Stateful:
             if state is None
             else frozenset([state] if isinstance(state, str) else state) | S.FINAL
         )
+        settle = not self.session.in_callback()  # final: once its callbacks have run
+
         self.session.wait_for(
-            lambda: self.state in wanted,
+            lambda: self.state in wanted and (self.settled or not settle),
             timeout,
             lambda: f"{self.uid} is {self.state}, waited for {sorted(wanted)}",
         )
@@ -187,11 +189,11 @@ class Unit(Stateful):
 
     @property
     def stdout(self) -> str:
-        return self._read("stdout", self.description.stdout or "STDOUT")
+        return self._read("stdout", output_names(self._wire)[0])
 
     @property
     def stderr(self) -> str:
-        return self._read("stderr", self.description.stderr or "STDERR")
+        return self._read("stderr", output_names(self._wire)[1])
 
     def cancel(self) -> None:
         self.umgr.cancel_units([self.uid])
@@ -199,6 +201,18 @@ class Unit(Stateful):
     @property
     def name(self) -> str | None:
         return self.description.name
+
+    @property
+    def unit_sandbox(self) -> str | None:  # RP's names
+        return self.sandbox
+
+    @property
+    def pilot_sandbox(self) -> str | None:
+        return self.pilot.sandbox if self.pilot else None
+
+    @property
+    def client_sandbox(self) -> str:
+        return self.session.dir
 
     @property
     def metadata(self):
@@ -217,6 +231,8 @@ class Unit(Stateful):
                 "pilot": self.pilot.uid if self.pilot else None,
                 "partition": self.part,
                 "unit_sandbox": self.sandbox,
+                "pilot_sandbox": self.pilot_sandbox,
+                "client_sandbox": self.session.dir,
                 "node": self.node,
                 "reason": self.reason,
                 "metadata": self.metadata,

@@ -327,6 +327,34 @@ class Pilot(Stateful):
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
 
+    # RADICAL-Pilot's names for the pilot's directories and job output
+    @property
+    def pilot_sandbox(self) -> str:
+        return self.sandbox
+
+    @property
+    def resource_sandbox(self) -> str:
+        return os.path.dirname(self.sandbox)
+
+    @property
+    def client_sandbox(self) -> str:
+        return self.session.dir
+
+    def _job_file(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.sandbox, name), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    @property
+    def stdout(self) -> str:
+        return self._job_file(self.description.output or "bootstrap.out")
+
+    @property
+    def stderr(self) -> str:
+        return self._job_file(self.description.error or "bootstrap.log")
+
     @property
     def exit_on_error(self) -> bool:
         return self.description.exit_on_error
@@ -355,6 +383,7 @@ class Pilot(Stateful):
                 "resource": self.description.resource,
                 "pmgr": self.pmgr.uid,
                 "pilot_sandbox": self.sandbox,
+                "resource_sandbox": self.resource_sandbox,
                 "client_sandbox": self.session.dir,
                 "description": self.description.to_dict(),
                 "size": dict(self.size),
@@ -392,8 +421,31 @@ class PilotManager:
         cb(pilot, state, cb_data) (RADICAL-Pilot's signature)."""
         self.callbacks.append(callback("PilotManager.register_callback", cb, metric, cb_data))
 
-    def get_pilots(self) -> list[Pilot]:
-        return list(self.pilots)
+    def get_pilots(self, uids=None) -> list[Pilot]:
+        if uids is None:
+            return list(self.pilots)
+        wanted = [uids] if isinstance(uids, str) else list(uids)
+        by_uid = {p.uid: p for p in self.pilots}
+        unknown = [u for u in wanted if u not in by_uid]
+        if unknown:
+            raise ValueError(f"get_pilots: {unknown} unknown; known: {sorted(by_uid)}")
+        return [by_uid[u] for u in wanted]
+
+    def list_pilots(self) -> list[str]:
+        return [p.uid for p in self.pilots]
+
+    def wait_pilots(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
+        """Block until the pilots (all when uids is None) are final (or in `state`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for p in self.get_pilots(uids):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            out.append(p.wait(state, timeout=left))
+        return out
+
+    def cancel_pilots(self, uids=None, timeout: float | None = None) -> None:
+        for p in self.get_pilots(uids):
+            p.cancel(timeout=60.0 if timeout is None else timeout)
 
     def submit_pilots(self, descriptions):
         """Submit one ComputePilotDescription (returns a Pilot) or a list (returns a list)."""

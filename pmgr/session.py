@@ -115,6 +115,7 @@ class Session:
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
         self.channel = Channel(self.on_message, self.on_tick, self.keys, self.address)
         self.transfers = Transfers(self)  # data staging over the pilot links
+        self.firing = threading.local()  # depth of Session.fire on this thread
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
@@ -166,22 +167,32 @@ class Session:
         """Run callbacks for objects that changed (outside the lock): the object's own, then
         those of the manager that owns it (a unit's UnitManager, a pilot's PilotManager)."""
         ended = []
-        for obj, state in fired:
-            for cb in obj.callbacks + obj.manager_callbacks():
-                try:
-                    cb(obj, state)
-                except Exception:
-                    log.exception("callback %r for %s failed", cb, obj.uid)
-            if state in S.FINAL:
-                ended.append(obj)
-            if state == S.FAILED and getattr(obj, "exit_on_error", False):
-                log.error("%s FAILED (%s) and exits on error: interrupting", obj.uid, obj.reason)
-                _thread.interrupt_main()  # as RP's exit_on_error: KeyboardInterrupt in the script
-        if ended:
-            with self.cond:  # their final-state callbacks have run: wait_units counts them
-                for obj in ended:
-                    obj.settled = True
-                self.cond.notify_all()
+        self.firing.depth = getattr(self.firing, "depth", 0) + 1
+        try:
+            for obj, state in fired:
+                for cb in obj.callbacks + obj.manager_callbacks():
+                    try:
+                        cb(obj, state)
+                    except Exception:
+                        log.exception("callback %r for %s failed", cb, obj.uid)
+                if state in S.FINAL:
+                    ended.append(obj)
+                if state == S.FAILED and getattr(obj, "exit_on_error", False):
+                    log.error(
+                        "%s FAILED (%s) and exits on error: interrupting", obj.uid, obj.reason
+                    )
+                    _thread.interrupt_main()  # RP: KeyboardInterrupt in the script
+        finally:
+            self.firing.depth -= 1
+            if ended:
+                with self.cond:  # their final-state callbacks have run: waits count them now
+                    for obj in ended:
+                        obj.settled = True
+                    self.cond.notify_all()
+
+    def in_callback(self) -> bool:
+        """Whether this thread is running callbacks: a wait there cannot wait for them."""
+        return getattr(self.firing, "depth", 0) > 0
 
     # -- messages from pilots (channel thread) -------------------------------------------------
     def on_message(self, pilot_uid: str, frames: list[bytes]) -> None:

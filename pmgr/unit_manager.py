@@ -47,6 +47,7 @@ class UnitManager:
             )
         self.scheduler = scheduler
         self.turn = 0  # round robin: the pilot the next unit is bound to
+        self.pinned = 0  # units submitted with pilot=
         self.session = session
         self.uid = session.next_uid("umgr")
         self.pilots: list = []
@@ -147,6 +148,8 @@ class UnitManager:
                     named[d.name] = unit
                 if d.tag is not None:
                     unit.after = self.units.get(d.tag) or named[d.tag]
+                if d.pilot is not None:
+                    self.pinned += 1
                 units.append(unit)
                 session.persist_state(unit, S.NEW, now)
                 fired.append((unit, S.NEW))
@@ -203,8 +206,10 @@ class UnitManager:
 
         left = units  # shrinks as units arrive: each wake-up costs what changed, not len(units)
 
+        settle = not self.session.in_callback()  # a callback cannot wait for callbacks
+
         def there(u: Unit) -> bool:  # in a final state only once its callbacks have run
-            return u.state in wanted and (u.settled or u.state not in S.FINAL)
+            return u.state in wanted and (u.settled or not settle or u.state not in S.FINAL)
 
         def arrived() -> bool:
             nonlocal left
@@ -223,6 +228,35 @@ class UnitManager:
             lambda: f"{len(left)} of {len(units)} units not there yet, e.g. {left[:3]}",
         )
         return [u.state for u in units]
+
+    # RADICAL-Pilot's listing names
+    def list_units(self) -> list[str]:
+        with self.session.lock:
+            return list(self.units)
+
+    def list_pilots(self) -> list[str]:
+        return [p.uid for p in self.pilots]
+
+    def get_pilots(self) -> list:
+        return list(self.pilots)
+
+    def remove_pilots(self, pilots) -> None:
+        """Stop routing units to these pilots (Pilot objects or uids); units already sent to
+        them run there; units bound to them (round robin) go to the others."""
+        names = {
+            p if isinstance(p, str) else p.uid
+            for p in (pilots if isinstance(pilots, (list, tuple)) else [pilots])
+        }
+        fired: list = []
+        with self.session.lock:
+            for p in [p for p in self.pilots if p.uid in names]:
+                self.pilots.remove(p)
+                p.umgr = None
+            for unit in self.pending:
+                if unit.bound is not None and unit.bound.uid in names:
+                    unit.bound = None
+            self.route(fired)
+        self.session.fire(fired)
 
     def get_units(self, uids=None) -> list[Unit]:
         with self.session.lock:
@@ -248,6 +282,10 @@ class UnitManager:
 
     def _never_fits(self, unit: Unit) -> str | None:
         d = unit.description
+        if d.pilot is not None:
+            pinned = next(p for p in self.pilots if p.uid == d.pilot)
+            if pinned.final:
+                return f"pilot={d.pilot!r} is {pinned.state}"
         if d.partition is not None:
             part = self.find_partition(d.partition)
             if part.final:
@@ -310,6 +348,13 @@ class UnitManager:
                 unit.advance(S.FAILED, now, "no live pilot is left to run it", fired)
             self.pending.clear()
             return
+        ended = []
+        if self.pinned and any(p.final for p in self.pilots):  # units pinned to a pilot that ended
+            ended = [u for u in self.pending if u.description.pilot and self._pilot_for(u).final]
+        for unit in ended:
+            self.pending.remove(unit)
+            pilot = self._pilot_for(unit)
+            unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}", fired)
         room = {
             part: part.window - part.outstanding
             for p in self.pilots
@@ -347,6 +392,11 @@ class UnitManager:
                     continue
             else:
                 pilot = self._pilot_for(unit)
+                if pilot is not None and pilot.final:  # pinned to a pilot that ended
+                    unit.advance(
+                        S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}", fired
+                    )
+                    continue
                 key = (d.rank_cores, d.rank_gpus, d.ranks, pilot)
                 cands = fits_cache.get(key)
                 if cands is None:

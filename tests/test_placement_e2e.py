@@ -116,7 +116,7 @@ def test_custom_types_placeholders_and_inherited_gpu_mask(make_session, tmp_path
         parts=(CPD(cores=2, gpus=3, resources={"fpgas": 2, "licenses": 0}),),
         resource=str(cfg),
     )
-    env = {"MY_GPUS": "gpus=%(gpu_ids)s", "MY_FPGAS": "%(fpga_ids)s", "PCT": "100%%"}
+    env = {"MY_GPUS": "gpus=%(gpu_ids)s", "MY_FPGAS": "%(fpga_ids)s", "PCT": "100% %Y %%"}
     script = (
         'import os; e = os.environ; print(e["CUDA_VISIBLE_DEVICES"], e["PILOT_GPU_IDS"], '
         'e["MY_GPUS"], e["PILOT_FPGA_IDS"], e["MY_FPGAS"], e["PCT"])'
@@ -135,7 +135,7 @@ def test_custom_types_placeholders_and_inherited_gpu_mask(make_session, tmp_path
     zero = umgr.submit_units(CUD(executable="/bin/true", resources={"licenses": 1}))
     umgr.wait_units(timeout=60)
     assert good.state == rp.DONE, good.reason
-    assert good.stdout.split() == ["6", "2", "gpus=2", "fb", "fb", "100%"]
+    assert good.stdout.split() == ["6", "2", "gpus=2", "fb", "fb", "100%", "%Y", "%%"]
     assert bad_name.state == rp.FAILED
     assert bad_name.reason.startswith(
         "environment['X']: placeholder %(tpu_ids)s cannot be "

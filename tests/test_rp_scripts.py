@@ -35,3 +35,39 @@ def test_rp_script_runs_to_its_end(name, tmp_path):
         if left:
             reaper.kill_session_processes(uid)
         assert not left, f"processes left behind: {left}"
+
+
+def test_command_lines_are_what_rps_shell_line_gives(session, tmp_path):
+    """Argument quoting as RP writes it, checked against /bin/sh; the fast path (no shell) and
+    the shell give the same argv."""
+    import pilot as rp
+    from tests.conftest import active_pilot
+
+    (tmp_path / "a.dat").write_text("")
+    (tmp_path / "b.dat").write_text("")
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    show = '\'for a in "$@"; do printf "<%s>" "$a"; done; echo\''  # single-quoted: as written
+    cases = {
+        "plain": (["x", "y z", "", 'q"t'], '<x><y z><q"t>'),
+        "expands": (
+            ["$HOME", "${RP_UNIT_ID:+set}", "$(echo nested)"],
+            f"<{os.environ['HOME']}><set><nested>",
+        ),
+        "single quoted": (["'$HOME'"], "<$HOME>"),
+        "glob": ([f"{tmp_path}/*.dat"], f"<{tmp_path}/a.dat><{tmp_path}/b.dat>"),
+    }
+    units = {
+        name: umgr.submit_units(
+            rp.ComputeUnitDescription(executable="/bin/sh", arguments=["-c", show, "sh", *args])
+        )
+        for name, (args, _) in cases.items()
+    }
+    redirect = umgr.submit_units(
+        rp.ComputeUnitDescription(executable="/bin/echo", arguments=["hi", ">", "out.txt"])
+    )
+    umgr.wait_units(timeout=60)
+    for name, (_, expected) in cases.items():
+        assert units[name].stdout.strip() == expected, (name, units[name].stdout)
+    assert redirect.state == rp.DONE and redirect.stdout == ""
+    with open(os.path.join(redirect.sandbox, "out.txt")) as f:
+        assert f.read() == "hi\n"

@@ -54,7 +54,7 @@ try:
         cuds.append(cud)
     tar = rp.ComputeUnitDescription()
     tar.executable = "/bin/sh"
-    tar.arguments = ["-c", "cat inputs/part*.txt > collected/all.txt"]
+    tar.arguments = ["-c", "'cat inputs/part*.txt > collected/all.txt'"]  # RP: quote globs
     tar.pre_exec = ["mkdir -p collected"]
     tar.input_staging = [{"source": "inputs", "target": "unit:///", "action": rp.TARBALL}]
     tar.output_staging = [
