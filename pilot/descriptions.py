@@ -169,6 +169,7 @@ class ComputeUnitDescription(Description):
         "output_staging": ([], _staging(output=True)),
     }
     ALIASES = {"cpu_processes": "ranks", "cpu_threads": "cores"}
+    VALIDATE_DEFAULT = ("policy",)  # the default policy is captured from the context
 
     def check(self) -> None:
         name = type(self).__name__

@@ -23,6 +23,7 @@ class Description:
 
     FIELDS: dict[str, tuple[Any, Callable]] = {}
     ALIASES: dict[str, str] = {}  # another name (RADICAL-Pilot's) -> the field it sets
+    VALIDATE_DEFAULT: tuple = ()  # fields whose validator runs for the default too
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any) -> None:
         if from_dict is not None:  # RP style: Description({"key": value, ...})
@@ -47,10 +48,12 @@ class Description:
                 f"accepted: {sorted(self.FIELDS)}"
             )
         for name, (default, _) in self.FIELDS.items():
-            value = kwargs.get(name, default)
-            if isinstance(value, (list, dict)) and value is default:
-                value = type(value)(value)  # never share a mutable default
-            setattr(self, name, value)
+            if name in kwargs or name in self.VALIDATE_DEFAULT:
+                setattr(self, name, kwargs.get(name, default))
+            elif isinstance(default, (list, dict)):
+                object.__setattr__(self, name, type(default)())  # never share a mutable default
+            else:
+                object.__setattr__(self, name, default)  # defaults are valid as they are
         self.check()
         object.__setattr__(self, "_ready", True)
 
