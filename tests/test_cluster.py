@@ -108,6 +108,26 @@ def cluster():
         assert LOGIN not in left, f"namespaces left behind: {left}"
 
 
+def code_for_others(top: str) -> str:
+    """A copy, readable by other users, of what `nobody` runs: the project's packages, the
+    intruder script and the few libraries they import (the checkout and the virtualenv may
+    sit in directories only root may enter)."""
+    import zmq
+
+    code = os.path.join(top, "code")
+    if os.path.isdir(code):
+        return code
+    site = os.path.dirname(os.path.dirname(zmq.__file__))
+    for name in ("pilot", "pmgr", "agent", "partition", "configs"):
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(code, name))
+    for name in ("zmq", "pyzmq.libs", "yaml", "_yaml", "transitions"):
+        if os.path.exists(os.path.join(site, name)):
+            shutil.copytree(os.path.join(site, name), os.path.join(code, name))
+    shutil.copy(os.path.join(ROOT, "tests", "scenarios", "intruder.py"), code)
+    subprocess.run(["chmod", "-R", "a+rX", code], check=True)
+    return code
+
+
 def in_login(argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{LOGIN}", *argv]
 
@@ -227,15 +247,13 @@ def test_a_new_client_takes_over_and_another_user_gets_nowhere(cluster, tmp_path
     with open(targets, "w") as f:
         json.dump(dict(started, marker=marker), f)
     os.chmod(targets, 0o644)
-    site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
-    for need in (SYSTEM_PYTHON, ROOT, site[0], cluster["top"]):
+    for need in (SYSTEM_PYTHON, cluster["top"]):
         if not (os.path.exists(need) and open_to_others(need)):
             pytest.skip(f"the other user (nobody) cannot reach {need}")
-    as_nobody = ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={ROOT}:{site[0]}"]
+    code = code_for_others(cluster["top"])
+    as_nobody = ["runuser", "-u", "nobody", "--", "env", f"PYTHONPATH={code}"]
     intruder = subprocess.run(
-        in_login(
-            [*as_nobody, SYSTEM_PYTHON, os.path.join(ROOT, "tests/scenarios/intruder.py"), targets]
-        ),
+        in_login([*as_nobody, SYSTEM_PYTHON, os.path.join(code, "intruder.py"), targets]),
         capture_output=True,
         text=True,
         timeout=120,
