@@ -59,7 +59,7 @@ def needs_shell(unit: dict) -> bool:
         return forced
     if unit.get("pre_exec") or unit.get("post_exec") or unit.get("_not_found"):
         return True
-    if any(c in _SYNTAX for c in unit["executable"]):
+    if not _SYNTAX.isdisjoint(unit["executable"]):
         return True
     for a in unit.get("arguments") or ():
         if any(c in a for c in _EXPANDS) or _bare(a):

@@ -13,13 +13,13 @@ through a 2-core local pilot) for both trees, in alternating order; the table sh
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from compare import fmt, throughput  # bench/compare.py: one throughput run of a tree
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = ("pilot", "agent", "partition", "pmgr", "configs", "bench")
@@ -43,24 +43,6 @@ def auth_off_copy(where: str) -> str:
     with open(path, "w") as f:
         f.write(text)
     return tree
-
-
-def throughput(tree: str, n: int, where: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "bench/throughput.py", "--one", where, "--n", str(n)],
-        cwd=tree,
-        env=dict(os.environ, PYTHONPATH=tree),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{tree}: throughput failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):.0f} [{min(values):.0f}-{max(values):.0f}]"
 
 
 def main() -> int:

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 from pilot.states import (
     ACTIVE,
-    CANCELED,
-    DONE,
     EXECUTING,
-    FAILED,
     LAUNCHING,
     NEW,
     PENDING,
@@ -70,13 +67,3 @@ from pilot.staging import (  # noqa: E402, F401  (RP's names, re-exported)
 POSIX = "POSIX"
 MPI = "MPI"
 OpenMP = "OpenMP"  # noqa: N816 (RP's spelling)
-
-RP_NAMES = {
-    name: value
-    for name, value in globals().items()
-    if name.isupper() and not name.startswith("_") and name != "RP_NAMES"
-}
-RP_NAMES["OpenMP"] = OpenMP
-del RP_NAMES["SCHEDULERS"]
-for _state in (NEW, DONE, FAILED, CANCELED):
-    RP_NAMES.pop(_state, None)  # the same names as ours

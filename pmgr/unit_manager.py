@@ -434,8 +434,10 @@ class UnitManager:
         def then(error: str | None) -> None:  # (transfer thread)
             fired: list = []
             with self.session.lock:
-                if unit.final or unit.part != target.uid:
-                    target.outstanding -= 1 if unit.part == target.uid else 0
+                if unit.part != target.uid:
+                    pass  # its partition was lost meanwhile: it was routed again from there
+                elif unit.final:  # canceled while its files moved
+                    target.outstanding -= 1
                 elif error:
                     target.outstanding -= 1
                     unit.advance(S.FAILED, time.time(), f"input staging: {error}", fired)

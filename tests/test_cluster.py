@@ -22,6 +22,7 @@ import yaml
 
 from pmgr import reaper
 from tests import netns
+from tests.test_slurm import _why_not as slurm_unavailable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "slurm.sh")
@@ -42,15 +43,7 @@ def open_to_others(path: str) -> bool:
 
 
 def _why_not() -> str | None:
-    if netns.unavailable():
-        return netns.unavailable()
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        return "no SLURM installed and no apt-get to install it"
-    try:
-        import psij  # noqa: F401
-    except ImportError:
-        return "psij-python is not installed (pip install -e '.[batch]')"
-    return None
+    return netns.unavailable() or slurm_unavailable()  # tests/test_slurm.py says why not
 
 
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))

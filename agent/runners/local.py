@@ -141,8 +141,10 @@ class LocalRunner:
 
     def which(self, executable: str) -> str | None:
         """The program that runs for `executable`, or None; PATH look-ups are cached."""
-        if "/" in executable:
+        if executable.startswith("/"):
             return executable if os.access(executable, os.X_OK) else None
+        if "/" in executable:
+            return executable  # relative to its sandbox: the spawn (or its shell) finds it
         if executable not in self._which:
             self._which[executable] = shutil.which(executable)
         return self._which[executable]
