@@ -27,6 +27,7 @@ import heapq
 import json
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -67,6 +68,7 @@ class Agent:
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
         self.ctx = zmq.Context.instance()
         self.execu, self.stager = runners.for_partition(cfg, self.ctx)
+        _enough_fds(sum(len(n.get("cores") or ()) for n in cfg["nodes"]))
         self.journal = os.open(
             journal_path(cfg["pilot_sandbox"], self.uid),
             os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
@@ -222,6 +224,8 @@ class Agent:
                 if failed:
                     r.fail_reason = f"output staging: {failed}"
             kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
+            if r.left_empty:  # nothing of it is there: the directory serves a later unit
+                self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
             if r.fail_reason is not None:
                 info = {"exit_code": code, "reason": r.fail_reason, **kept}
                 if r.node_lost:
@@ -353,9 +357,8 @@ class Agent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
-        daemons = self.execu.sockets()
-        for d in daemons:
-            poller.register(d, zmq.POLLIN)
+        wake = self.wake_r.fileno()
+        self.execu.watch(poller)  # node daemons' sockets, or units' output pipes
         next_ppid_check = time.monotonic() + 1.0
         while True:
             now = time.monotonic()
@@ -364,20 +367,22 @@ class Agent:
                 timeout = min(timeout, self.timers[0][0] - now)
             if self.updates:
                 timeout = min(timeout, self.first_pending + FLUSH_EVERY - now)
-            events = dict(poller.poll(max(0, timeout) * 1000))
-            if self.wake_r.fileno() in events or self.wake_r in events:
-                try:
-                    self.wake_r.recv(4096)
-                except BlockingIOError:
-                    pass
-            for d in daemons:
-                if d in events:
+            events = poller.poll(max(0, timeout) * 1000)
+            for key, _ in events:
+                if key is self.sock:
+                    continue
+                if key is self.wake_r or key == wake:
                     try:
-                        self.execu.on_readable(d)
-                    except ProtocolError as exc:
-                        log.error("%s: %s", self.uid, exc)
+                        self.wake_r.recv(4096)
+                    except BlockingIOError:
+                        pass
+                    continue
+                try:
+                    self.execu.on_readable(key)
+                except ProtocolError as exc:
+                    log.error("%s: %s", self.uid, exc)
             self.on_exits()
-            if self.sock in events:
+            if any(key is self.sock for key, _ in events):
                 for frames in drain(self.sock, 100):
                     self.handle(frames)
             now = time.monotonic()
@@ -391,11 +396,22 @@ class Agent:
                     self.stop("the pilot's bootstrap is gone", hand_back=False)
             if self.stopping and not self.execu.running:
                 self.stager.close()
+                log.info("%s: sandboxes %s", self.uid, self.stager.summary())
                 self.flush(force=True)
                 self.execu.close()
                 self.sock.send_multipart(msg(b"bye", self.stopping))
                 return 0
             self.flush()
+
+
+def _enough_fds(slots: int) -> None:
+    """Every running unit holds two pipes here: raise the soft open-files limit when a big
+    partition needs it (small ones leave the limit their units inherit as it was)."""
+    need = 4 * slots + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        new = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
 
 
 def wire_error(u: dict) -> str | None:

@@ -9,10 +9,10 @@ Each repetition, interleaved so that a noisy minute hits every row:
          /bin/true, 1 core each, from submit until every unit is DONE and its state persisted
          (store flushed); also pilot start (submit -> partition ACTIVE) and peak RSS of the
          client, the bootstrap and the agent
-ours runs twice per repetition: with the session directory (and so the 5,000 unit sandboxes,
-each a directory with STDOUT and STDERR files) on tmpfs (/dev/shm), and on the disk under /tmp.
-The limit creates no files at all; the disk row shows what file-system latency adds on this
-machine (it varies a lot from minute to minute here, and more after large deletes).
+ours runs twice per repetition: with the session directory (and so the unit sandboxes) on tmpfs
+(/dev/shm), and on the disk under /tmp.  The limit creates no files at all.  A unit of /bin/true
+writes nothing, so it gets no output files, and its empty sandbox directory is renamed for a later
+unit (agent/runners/sandboxes.py): on this disk a new inode costs 100-700 us of kernel time.
 The table shows medians [min-max] and ours / limit from the same repetition.
 """
 
@@ -153,7 +153,7 @@ def main() -> int:
             f"{max(col('rss_bootstrap')):.0f} / {max(col('rss_agent')):.0f} | "
             f"{fmt(col('write_lag_s'), 2)} |"
         )
-    print("\ntargets: x limit >= 0.40 at N=5000; pilot start < 1 s; every RSS < 100 MB")
+    print("\ntargets: x limit >= 0.75 at N=5000 on disk; pilot start < 0.5 s; every RSS < 100 MB")
     return 0
 
 

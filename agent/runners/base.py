@@ -5,13 +5,15 @@
                  local.py    the agent spawns them itself (single-node partitions)
                  daemons.py  the node daemons of the partition's nodes do (multi-node)
     Stager       prepares a unit's sandbox before it starts.
-                 sandboxes.py  a thread makes the sandbox and its output files ahead of use
+                 sandboxes.py  a thread makes the sandbox ahead of use (reusing empty ones)
                  daemons.py    nothing here: node daemons make sandboxes on their node
 
 A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;
 `reap()` yields (Run, exit code) for units whose ranks have all ended (the first non-zero code;
-negative = signal); `output` holds forwarded output [uid, node, rank, stream, text] until the
-agent sends it; `sockets()` are what the agent must poll for it (`on_readable`).
+negative = signal), with `left_empty` set when its sandbox may be reused; `output` holds
+forwarded output [uid, node, rank, stream, text] until the agent sends it; `watch(poller)`
+registers what the runner must hear (daemon sockets, unit output pipes: it keeps the set up to
+date), and the agent hands each of those that is ready to `on_readable`.
 """
 
 from __future__ import annotations
@@ -23,10 +25,22 @@ from typing import Protocol
 class Run:
     """One unit's processes (one per rank) while they run."""
 
-    __slots__ = ("unit", "alloc", "pids", "codes", "cancel_reason", "fail_reason", "node_lost")
+    __slots__ = (
+        "unit",
+        "alloc",
+        "pids",
+        "codes",
+        "cancel_reason",
+        "fail_reason",
+        "node_lost",
+        "streams",
+        "left_empty",
+    )
 
     def __init__(self, unit, alloc):
         self.unit, self.alloc = unit, alloc
+        self.streams = None  # its output pipes (agent/runners/streams.py), local runner only
+        self.left_empty = False  # ended, and nothing of it is left in its (private) sandbox
         self.pids: list = []  # one per rank (node daemons: (node index, rank))
         self.codes: dict = {}
         self.cancel_reason = None
@@ -42,7 +56,7 @@ class UnitRunner(Protocol):
     output: list  # [uid, node, rank, stream, text] waiting to be sent to the client
     running: dict  # rank -> its unit's Run, while it runs
 
-    def spawn(self, unit: dict, io: tuple, alloc) -> Run: ...  # OSError: nothing left running
+    def spawn(self, unit: dict, sandbox: str, alloc) -> Run: ...  # OSError: nothing left running
 
     def reap(self) -> Iterator[tuple[Run, int]]: ...
 
@@ -56,9 +70,9 @@ class UnitRunner(Protocol):
 
     def node_lost(self, index: int, reason: str) -> None: ...
 
-    def sockets(self) -> list: ...
+    def watch(self, poller) -> None: ...
 
-    def on_readable(self, sock) -> None: ...
+    def on_readable(self, key) -> None: ...
 
     def close(self) -> None: ...
 
@@ -66,8 +80,12 @@ class UnitRunner(Protocol):
 class Stager(Protocol):
     def submit(self, unit: dict) -> None: ...  # it will run: prepare its sandbox
 
-    def take(self, unit: dict) -> tuple: ...  # (sandbox, out_fd, err_fd); OSError if it failed
+    def take(self, unit: dict) -> str: ...  # its sandbox; OSError if it could not be made
 
     def drop(self, unit: dict) -> None: ...  # it will not run after all
+
+    def recycle(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
+
+    def summary(self) -> str: ...  # for the agent's log: how sandboxes were made
 
     def close(self) -> None: ...

@@ -33,15 +33,21 @@ class NoStager:
     def submit(self, unit: dict) -> None:
         pass
 
-    def take(self, unit: dict) -> tuple:
+    def take(self, unit: dict) -> str:
         sandbox = sandbox_of(self.root, unit)
         if unit.get("stage_in"):  # pilot-side input steps, on the shared file system
             os.makedirs(sandbox, exist_ok=True)
             command.stage_in(self.root, sandbox, unit)
-        return (sandbox, None, None)
+        return sandbox
 
     def drop(self, unit: dict) -> None:
         pass
+
+    def recycle(self, sandbox: str) -> None:
+        pass
+
+    def summary(self) -> str:
+        return "made by the node daemons"
 
     def close(self) -> None:
         pass
@@ -73,11 +79,11 @@ class DaemonRunner:
         self.output: list[list] = []  # [uid, node, rank, stream, text] for the client
         self.lost: dict[int, str] = {}
 
-    def sockets(self) -> list[zmq.Socket]:
-        return list(self.socks.values())
+    def watch(self, poller) -> None:
+        for sock in self.socks.values():
+            poller.register(sock, zmq.POLLIN)
 
-    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
-        sandbox = io[0]
+    def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
         run = Run(unit, alloc)
         argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)

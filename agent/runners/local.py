@@ -1,12 +1,16 @@
 """The local runner: units of a single-node partition, spawned by the agent itself.
 
 Each unit runs in its own sandbox directory (the pilot sandbox / unit uid; made ahead of time by
-the SandboxStager, agent/runners/sandboxes.py) with stdout and stderr in the files STDOUT and
-STDERR there, stdin from /dev/null, in a process group of its own, bound to its cores
-(agent/spawn.py).  Exits are collected with waitpid(-1, WNOHANG) when SIGCHLD arrives.
+the SandboxStager, agent/runners/sandboxes.py) with stdin from /dev/null, stdout and stderr into
+pipes the agent copies into the files STDOUT and STDERR there, made when the unit first writes
+(agent/runners/streams.py), in a process group of its own, bound to its cores (agent/spawn.py).
+Exits are collected with waitpid(-1, WNOHANG) when SIGCHLD arrives; what is left in the pipes is
+copied before the unit's end is reported.
 
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
-the unit's STDOUT/STDERR); it ends when all have ended, with the first non-zero exit code.
+the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
+may be reused (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it
+wrote no output, no process of its process groups is left and the directory is empty.
 Interface: UnitRunner (agent/runners/base.py).
 """
 
@@ -18,6 +22,7 @@ import signal
 
 from agent import command
 from agent.runners.base import Run
+from agent.runners.streams import StreamSet
 from agent.spawn import Spawner, exits, grant_ids, rank_env
 from pilot import processes
 
@@ -41,32 +46,36 @@ class LocalRunner:
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self._which: dict[str, str | None] = {}
         self.output: list = []  # units here write to their files only: nothing is forwarded
+        self.streams = StreamSet()
 
-    def sockets(self) -> list:
-        return []  # no node daemons to listen to
+    def watch(self, poller) -> None:
+        self.streams.poller = poller  # output pipes are registered as units start
 
-    def on_readable(self, sock) -> None:
-        raise AssertionError("the local runner has no sockets")
+    def on_readable(self, fd) -> None:
+        self.streams.on_readable(fd)
 
     def node_lost(self, index: int, reason: str) -> None:
         pass  # its only node is the agent's own
 
     def close(self) -> None:
-        pass
+        self.streams.close()
 
-    def spawn(self, unit: dict, io: tuple, alloc) -> Run:
-        """Start every rank of `unit` with its staged (sandbox, out_fd, err_fd); the fds are
-        closed here.  Raises OSError (e.g. executable not found) with nothing left running."""
-        sandbox, out, err = io
+    def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
+        """Start every rank of `unit` in its staged sandbox.  Raises OSError (e.g. executable
+        not found) with nothing left running."""
         run = Run(unit, alloc)
         argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
+        run.streams = streams = self.streams.open(sandbox, command.output_names(unit))
+        out, err = streams.write_ends
         if unit.get("mpi"):  # one launcher process over all its ranks
             try:
                 return self._spawn_mpi(unit, run, sandbox, out, err)
+            except (OSError, ValueError):
+                self.streams.finish(streams)
+                raise
             finally:
-                os.close(out)
-                os.close(err)
+                self.streams.spawned(streams)
         try:
             for rank, (node, grant) in enumerate(alloc.ranks):
                 ids = grant_ids(node.cap, grant)
@@ -81,10 +90,10 @@ class LocalRunner:
             for pid in run.pids:
                 self.running.pop(pid, None)
                 processes.signal_group(pid, signal.SIGKILL)
+            self.streams.finish(streams)
             raise
         finally:
-            os.close(out)
-            os.close(err)
+            self.streams.spawned(streams)
         return run
 
     def _spawn_mpi(self, unit: dict, run: Run, sandbox: str, out: int, err: int) -> Run:
@@ -117,7 +126,28 @@ class LocalRunner:
             run.codes[pid] = code
             if len(run.codes) == len(run.pids):
                 codes = [run.codes[p] for p in run.pids]
+                closed = self.streams.finish(run.streams)  # its output, before its end
+                run.left_empty = closed and self._left_empty(run)
                 yield run, next((c for c in codes if c != 0), 0)
+
+    def _left_empty(self, run: Run) -> bool:
+        unit = run.unit
+        if self.streams.wrote(run.streams) or unit.get("sandbox") or unit.get("stage_in"):
+            return False
+        if unit.get("stage_out") or unit.get("cleanup"):
+            return False
+        for pid in run.pids:
+            try:
+                os.killpg(pid, 0)
+                return False  # something it started still runs in its group
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                return False
+        try:
+            return not os.listdir(os.path.dirname(run.streams.pair[0].path))  # its sandbox
+        except OSError:
+            return False
 
     def has_exited(self, run: Run) -> bool:
         """Whether every rank has exited (and waits to be reaped): a cancel comes too late."""

@@ -1,14 +1,22 @@
 """The sandbox stager: unit sandboxes prepared ahead of the spawn loop, in a thread of the agent.
 
-Creating a unit's sandbox directory and its STDOUT/STDERR files costs file-system round trips
-(measured here: 0.1-1 ms per unit, depending on what the disk is doing).  Done inside
-posix_spawn, it would stall the agent for every unit; done here, it overlaps with spawning.
+A unit runs in its sandbox directory (the pilot sandbox / unit uid, or the `sandbox` it names).
+Making a directory costs an inode, 100-700 us of kernel time on the disks measured here (about
+what starting /bin/true costs), so directories are reused: a sandbox its unit left empty (no
+output, no files, nothing of it still running; agent/runners/local.py decides) is `recycle`d,
+and the next unit's sandbox is that directory renamed (about 10 us) instead of a new one.  So a
+unit that leaves nothing in its sandbox leaves no directory behind; one that wrote anything keeps
+its directory and files as they are.  Spares are removed when nothing was staged for IDLE
+seconds, and when the agent ends.  Its output files are not made here: agent/runners/streams.py
+makes them when the unit writes.
 
 Protocol (all but the worker run on the agent's main thread):
     submit(unit)   queue the unit for staging; at most DEPTH units are staged ahead of use
-    take(unit)     (sandbox, out_fd, err_fd), waiting (bounded) if the worker has not got to
-                   it yet; raises OSError when its sandbox could not be made
-    drop(unit)     the unit will not run (canceled, handed back): its fds are closed
+    take(unit)     its sandbox path, waiting (bounded) if the worker has not got to it yet;
+                   raises OSError when its sandbox could not be made (StagingError: input
+                   staging failed)
+    drop(unit)     the unit will not run (canceled, handed back): an empty sandbox is reused
+    recycle(path)  an empty sandbox of a unit that ended: the next one made is this, renamed
 Units are staged in the order submitted; the agent takes them in the same (FIFO) order.
 Interface: Stager (agent/runners/base.py).
 """
@@ -20,13 +28,13 @@ import queue
 import threading
 from collections import deque
 
-from agent.command import output_names, sandbox_of, stage_in
+from agent.command import sandbox_of, stage_in
 from pilot.staging import StagingError
 
-DEPTH = 256
+DEPTH = 64
 TAKE_TIMEOUT = 30.0
-# O_APPEND: the ranks of a unit share these files; every write lands whole at the end
-_OUT = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC
+SPARE_MAX = 1024  # empty directories kept for reuse; more are removed
+IDLE = 0.1  # seconds without a unit to stage after which the spares are removed
 
 
 class SandboxStager:
@@ -36,6 +44,8 @@ class SandboxStager:
         self.todo: queue.SimpleQueue = queue.SimpleQueue()
         self.waiting: deque[dict] = deque()  # submitted, not handed to the worker yet
         self.ahead = 0  # handed to the worker and not taken or dropped yet
+        self.spares: deque[str] = deque()  # empty sandboxes to rename (appended by any thread)
+        self.made = self.reused = 0
         self.thread = threading.Thread(target=self._work, name="agent-stager", daemon=True)
         self.thread.start()
 
@@ -50,33 +60,55 @@ class SandboxStager:
             self.ahead += 1
             self.todo.put(unit)
 
+    def _make(self, sandbox: str, shared: bool) -> None:
+        if shared:  # units may share a sandbox they name: made once, never reused
+            os.makedirs(sandbox, exist_ok=True)
+            return
+        while self.spares:
+            try:
+                os.rename(self.spares.popleft(), sandbox)
+                self.reused += 1
+                return
+            except IndexError:
+                break
+            except OSError:
+                continue  # gone, or the name is taken: try the next, or make one
+        self.made += 1
+        try:
+            os.mkdir(sandbox)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            os.makedirs(sandbox, exist_ok=True)
+
     def _work(self) -> None:
         while True:
-            unit = self.todo.get()
+            try:
+                unit = self.todo.get(timeout=IDLE)
+            except queue.Empty:  # nothing to stage: spares are not kept waiting
+                while self.spares:
+                    try:
+                        _remove_empty(self.spares.popleft())
+                    except IndexError:
+                        break
+                continue
             if unit is None:
                 return
             sandbox = sandbox_of(self.root, unit)
-            out_name, err_name = output_names(unit)
             try:
-                os.makedirs(sandbox, exist_ok=True)
+                self._make(sandbox, bool(unit.get("sandbox")))
                 stage_in(self.root, sandbox, unit)  # its pilot-side input steps
-                out = os.open(os.path.join(sandbox, out_name), _OUT, 0o666)  # the umask decides
-                try:
-                    err = os.open(os.path.join(sandbox, err_name), _OUT, 0o666)
-                except OSError:
-                    os.close(out)
-                    raise
-                result = (sandbox, out, err)
+                result = sandbox
             except OSError as exc:
                 result = exc
             with self.cond:
-                if unit.get("_dropped"):
-                    _close(result)
-                else:
+                if not unit.get("_dropped"):
                     unit["_io"] = result
+                elif isinstance(result, str) and not (unit.get("sandbox") or unit.get("stage_in")):
+                    self.recycle(result)
                 self.cond.notify_all()
 
-    def take(self, unit: dict):
+    def take(self, unit: dict) -> str:
         if not unit.get("_staging"):  # not handed to the worker yet: stage it now
             if unit in self.waiting:
                 self.waiting.remove(unit)
@@ -106,17 +138,29 @@ class SandboxStager:
         with self.cond:
             unit["_dropped"] = True
             result = unit.pop("_io", None)
-        if result is not None:
-            _close(result)
+        if isinstance(result, str) and not unit.get("sandbox") and not unit.get("stage_in"):
+            self.recycle(result)
         self.ahead -= 1
         self._feed()
+
+    def recycle(self, sandbox: str) -> None:
+        if len(self.spares) < SPARE_MAX:
+            self.spares.append(sandbox)
+        else:
+            _remove_empty(sandbox)
+
+    def summary(self) -> str:
+        return f"made {self.made}, reused {self.reused} (left empty by earlier units)"
 
     def close(self) -> None:
         self.todo.put(None)
         self.thread.join(5.0)
+        while self.spares:  # named after units that ended and left nothing: not kept
+            _remove_empty(self.spares.popleft())
 
 
-def _close(result) -> None:
-    if isinstance(result, tuple):
-        os.close(result[1])
-        os.close(result[2])
+def _remove_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass  # not empty after all (something wrote into it late): it stays

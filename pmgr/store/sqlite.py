@@ -15,10 +15,11 @@ import threading
 
 from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, STRUCTURED, Batch, StateStore, check_kind
 
+# Indexes cost every write (a unit's state changes 5 times): only the ones reads need.  A store
+# file usually holds one session, so no index leads with `session` (measured: those two doubled
+# the cost of a state change, 7 -> 13 us per upsert, 13 -> 26 us per unit's history).
 _INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS history_uid_seq ON history (uid, seq);
-CREATE INDEX IF NOT EXISTS history_session ON history (session);
-CREATE INDEX IF NOT EXISTS units_session_state ON units (session, state);
 CREATE INDEX IF NOT EXISTS units_partition ON units (partition);
 CREATE INDEX IF NOT EXISTS partitions_pilot ON partitions (pilot);
 CREATE INDEX IF NOT EXISTS pilots_session ON pilots (session);
