@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,observe]'
 	touch $(STAMP)
 
 demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a reconfig

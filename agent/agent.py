@@ -39,7 +39,7 @@ import zmq
 from agent import command, runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
-from pilot import checks, security, staging
+from pilot import checks, functions, security, staging
 from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
     CANCELED,
@@ -172,7 +172,13 @@ class Agent:
                 reason = self.sched.check(u)
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 reason = f"malformed unit: {exc}"
-            if reason is None and self.execu.which(u["executable"]) is None:
+            if u.get("function"):
+                if reason is None and not hasattr(self.execu, "functions"):
+                    reason = (
+                        "function units run on single-node partitions; this one spans "
+                        f"{len(self.cfg['nodes'])} nodes"
+                    )
+            elif reason is None and self.execu.which(u["executable"]) is None:
                 if u.get("shell") is False:
                     reason = f"executable={u['executable']!r} not found on PATH"
                 else:  # as under RP: the shell says so on its stderr and exits 127
@@ -184,7 +190,8 @@ class Agent:
                 continue
             self.update(u["uid"], QUEUED)
             self.sched.queue.append(u)
-            self.stager.submit(u)
+            if not u.get("function"):  # a call runs in a worker's directory
+                self.stager.submit(u)
         if self.stopping:
             self.release_late()
         self.start_ready()
@@ -197,7 +204,10 @@ class Agent:
                 # journaled before it can start (a failure after this only errs on the safe
                 # side: a unit in the journal is never started again)
                 os.write(self.journal, f"{unit['uid']}\n".encode())
-                run = self.execu.spawn(unit, self.stager.take(unit), alloc)
+                if unit.get("function"):
+                    run = self.execu.spawn(unit, self.execu.functions.workdir, alloc)
+                else:
+                    run = self.execu.spawn(unit, self.stager.take(unit), alloc)
             except (OSError, ValueError) as exc:  # ValueError: what posix_spawn cannot pass
                 self.sched.release(alloc)
                 self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
@@ -224,6 +234,8 @@ class Agent:
                 if failed:
                     r.fail_reason = f"output staging: {failed}"
             kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
+            if r.extra:  # a function's value or exception, and what it printed
+                kept.update(r.extra)
             if r.left_empty:  # nothing of it is there: the directory serves a later unit
                 self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
             if r.fail_reason is not None:
@@ -282,7 +294,8 @@ class Agent:
         keep = []
         for u in self.sched.queue:
             if u["uid"] in uids:
-                self.stager.drop(u)
+                if not u.get("function"):
+                    self.stager.drop(u)
                 self.update(u["uid"], CANCELED, {"reason": reason})
             else:
                 keep.append(u)
@@ -304,7 +317,8 @@ class Agent:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
         for u in self.sched.queue:
-            self.stager.drop(u)
+            if not u.get("function"):
+                self.stager.drop(u)
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()
@@ -394,7 +408,7 @@ class Agent:
                 next_ppid_check = now + 1.0
                 if os.getppid() != self.ppid:
                     self.stop("the pilot's bootstrap is gone", hand_back=False)
-            if self.stopping and not self.execu.running:
+            if self.stopping and not self.execu.runs():
                 self.stager.close()
                 log.info("%s: sandboxes %s", self.uid, self.stager.summary())
                 self.flush(force=True)
@@ -418,7 +432,17 @@ def wire_error(u: dict) -> str | None:
     """What is wrong with a unit as it arrived (the fields the agent uses), or None."""
     try:
         long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
-        checks.text("executable", u.get("executable"), optional=False, most=long)
+        if "function" in u:
+            f = u["function"]
+            if not functions.is_packed(f) or len(f["pickle"]) > functions.PACKED_MAX * 4 // 3 + 4:
+                raise checks.bad("function", f, "{name, pickle} as pilot/functions.py packs it")
+            for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
+                if u.get(key):
+                    raise ValueError(f"{key} does not apply to a function unit")
+            if u.get("ranks", 1) != 1:
+                raise checks.bad("ranks", u.get("ranks"), "1 for a function unit")
+        else:
+            checks.text("executable", u.get("executable"), optional=False, most=long)
         for i, a in enumerate(checks.items("arguments", u.get("arguments") or [], 100_000)):
             checks.text(f"arguments[{i}]", a, optional=False, most=long)
         env = checks.mapping("environment", u.get("environment") or {})

@@ -4,8 +4,10 @@
         ../shared/bench/peers/run_all.sh
 
 Startup = Session + pilot with BENCH_WORKERS cores in one partition, until a warm-up round of
-2 x BENCH_WORKERS units has come back.  exec = BENCH_N units of /bin/true.  We have no function
-tasks, so no func row.
+2 x BENCH_WORKERS units (executable and function units, so the function workers are up) has come
+back.  exec = BENCH_N units of /bin/true; func = BENCH_N function units calling the harness's
+`common.noop` (importable through the PYTHONPATH run_all.sh sets, so it travels by reference,
+as it does for the peers), each placed on 1 core and run by the partition's persistent workers.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.environ.get("BENCH_HOME", "."))
 
 t_import = time.perf_counter()
-from common import TRUE, WORKERS, N, emit, note, now  # noqa: E402
+from common import TRUE, WORKERS, N, emit, noop, now  # noqa: E402
 
 import pilot as rp  # noqa: E402
 
@@ -27,7 +29,6 @@ import_s = time.perf_counter() - t_import
 
 
 def main() -> int:
-    note("ours", "no function tasks: exec variant only")
     with tempfile.TemporaryDirectory() as tmp:
         t0 = now()
         pd = rp.ComputePilotDescription(
@@ -41,7 +42,10 @@ def main() -> int:
             umgr = rp.UnitManager(session)
             umgr.add_pilots(pilot)
             umgr.submit_units([rp.ComputeUnitDescription(executable=TRUE)] * (2 * WORKERS))
-            umgr.wait_units(timeout=120)
+            umgr.submit_units([rp.ComputeUnitDescription(function=noop)] * (2 * WORKERS))
+            if set(umgr.wait_units(timeout=120)) != {rp.DONE}:
+                print("warm-up units failed", file=sys.stderr)
+                return 1
             emit("ours", "startup", startup_s=now() - t0, import_s=import_s)
             t1 = now()
             units = umgr.submit_units(
@@ -51,6 +55,15 @@ def main() -> int:
             emit("ours", "exec", n=N, run_s=now() - t1)
             if set(states) != {rp.DONE}:
                 print(f"not all DONE: {set(states)}", file=sys.stderr)
+                return 1
+            t1 = now()
+            units = umgr.submit_units(
+                [rp.ComputeUnitDescription(function=noop, args=(i,)) for i in range(N)]
+            )
+            states = umgr.wait_units([u.uid for u in units], timeout=600)
+            emit("ours", "func", n=N, run_s=now() - t1)
+            if set(states) != {rp.DONE} or any(u.return_value != 0 for u in units):
+                print(f"function units: {set(states)}", file=sys.stderr)
                 return 1
             t2 = now()
         emit("ours", "shutdown", shutdown_s=now() - t2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pilot import staging
+from pilot import functions, staging
 from pilot.fields import (
     Description,
     amount,
@@ -89,6 +89,45 @@ def _staging(output: bool):
     return check
 
 
+def _function(owner, field, value):
+    if value is None or callable(value) or functions.is_packed(value):
+        return value
+    if isinstance(value, str) and functions.is_dotted(value):
+        return value
+    raise field_error(
+        owner, field, value, 'a callable, or a dotted name such as "pkg.module.func"'
+    )
+
+
+def _args(owner, field, value):
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    raise field_error(owner, field, value, "a tuple or list of positional arguments")
+
+
+def _kwargs(owner, field, value):
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return dict(value)
+    raise field_error(owner, field, value, "a dict of keyword arguments (names as keys)")
+
+
+# what a function unit (run by a Python worker, no process or sandbox of its own) cannot use
+_NOT_FOR_FUNCTIONS = (
+    "arguments",
+    "pre_exec",
+    "post_exec",
+    "shell",
+    "sandbox",
+    "stdout",
+    "stderr",
+    "cleanup",
+    "input_staging",
+    "output_staging",
+    "cpu_process_type",
+    "gpu_process_type",
+)
+
+
 def _shell(owner, field, value):
     if value is not None and not isinstance(value, bool):
         raise field_error(owner, field, value, "None (as needed), True or False")
@@ -98,7 +137,12 @@ def _shell(owner, field, value):
 class ComputeUnitDescription(Description):
     """One task: an executable run as OS processes (one per rank) inside a partition.
 
-    executable   program to run (a path, or a name looked up on PATH); required at submit
+    executable   program to run (a path, or a name looked up on PATH); required at submit,
+                 unless the unit is a function
+    function     instead of an executable: a Python callable (or a dotted name "pkg.mod.func")
+                 called with `args` and `kwargs` by a persistent worker of the partition
+                 (pilot/functions.py); the result is unit.return_value, an exception ends it
+                 FAILED with the traceback in unit.stderr; what it prints is its stdout
     arguments    its arguments.  As in RADICAL-Pilot, a unit runs through /bin/sh when it needs
                  one: each argument is one word in double quotes (so $VAR, ${VAR} and $(...)
                  expand; an argument in single quotes is passed as written), the executable
@@ -167,6 +211,9 @@ class ComputeUnitDescription(Description):
         "restartable": (False, flag),
         "input_staging": ([], _staging(output=False)),
         "output_staging": ([], _staging(output=True)),
+        "function": (None, _function),
+        "args": ((), _args),
+        "kwargs": ({}, _kwargs),
     }
     ALIASES = {"cpu_processes": "ranks", "cpu_threads": "cores"}
     VALIDATE_DEFAULT = ("policy",)  # the default policy is captured from the context
@@ -213,10 +260,14 @@ class ComputeUnitDescription(Description):
     def submit_error(self) -> str | None:
         """What keeps it from being submitted (the fields RP lets a script set one by one)."""
         name = type(self).__name__
+        if self.function is not None:
+            return self._function_error(name)
+        if self.args or self.kwargs:
+            return f"{name}: args and kwargs are for a function unit; set function= too"
         if self.executable is None:
             return (
-                f"{name}: executable is required (a path or a program name on PATH); it was "
-                "never set"
+                f"{name}: executable (a path or a program name on PATH) or function (a "
+                "Python callable) is required; neither was set"
             )
         if self.gpu_processes is not None:  # checked here: RP scripts set fields in any order
             if self.gpus or self.gpus_per_rank:
@@ -230,6 +281,19 @@ class ComputeUnitDescription(Description):
                     f"ranks (cpu_processes)={self.ranks}, or at most that many (ranks share "
                     "GPUs then)"
                 )
+        return None
+
+    def _function_error(self, name: str) -> str | None:
+        if self.executable is not None:
+            return f"{name}: executable={self.executable!r} and function= given; give one"
+        for key in _NOT_FOR_FUNCTIONS:
+            if getattr(self, key) != self.FIELDS[key][0]:
+                return (
+                    f"{name}: {key}= does not apply to a function unit (it runs in a Python "
+                    f"worker of its partition); not for functions: {', '.join(_NOT_FOR_FUNCTIONS)}"
+                )
+        if self.ranks != 1:
+            return f"{name}: a function unit is one call: ranks must be 1, not {self.ranks}"
         return None
 
     def request(self, policy: dict | None = None) -> dict:
@@ -254,6 +318,15 @@ class ComputeUnitDescription(Description):
     def to_dict(self) -> dict:
         d = super().to_dict()
         d["policy"] = self.policy.to_dict()
+        f = self.function
+        d["args"], d["kwargs"] = [], {}
+        if f is not None and not functions.is_packed(f):  # the call, packed once, as stored
+            d["function"] = functions.pack(f, self.args, self.kwargs)
+        elif f is not None and (self.args or self.kwargs):
+            raise ValueError(
+                f"{type(self).__name__}: function= is a packed call already; args and "
+                "kwargs are inside it"
+            )
         return d
 
 

@@ -17,7 +17,7 @@ import os
 import time
 
 from agent.command import output_names
-from pilot import staging
+from pilot import functions, staging
 from pilot import states as S
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
@@ -111,31 +111,17 @@ class Unit(Stateful):
         self.description = description
         self._desc = description.to_dict()  # captured at submit; later edits change nothing
         req = description.request(self._desc["policy"])
-        self._wire = {
-            "uid": uid,
-            "executable": description.executable,
-            "arguments": description.arguments,
-            "environment": description.environment,
-            **req,
-        }
-        d = description
-        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in d.environment:
-            self._wire["environment"] = {**d.environment, "OMP_NUM_THREADS": str(d.rank_cores)}
-        for key in ("pre_exec", "post_exec", "name", "sandbox", "stdout", "stderr", "cleanup"):
-            if getattr(d, key):
-                self._wire[key] = getattr(d, key)
-        if d.shell is not None:
-            self._wire["shell"] = d.shell
-        if "MPI" in (d.cpu_process_type, d.gpu_process_type):
-            self._wire["mpi"] = True  # one launcher over its ranks (agent/command.py)
-        # staging: pilot-side steps go with the unit to its agent, client-side ones are done
-        # here (pmgr/transfers.py) before it is sent / before it is DONE
-        for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
-            steps = [s for s in getattr(d, field) if not staging.at_client(s)]
-            if steps:
-                self._wire[key] = steps
-        self.client_in = [s for s in d.input_staging if staging.at_client(s)]
-        self.client_out = [s for s in d.output_staging if staging.at_client(s)]
+        self.value: str | None = None  # a function unit's packed return value (as stored)
+        self.exception: str | None = None  # a function unit's exception, "Type: message"
+        if description.function is not None:  # a call for a Python worker (pilot/functions.py)
+            self._wire = {"uid": uid, "function": self._desc["function"], **req}
+            for key in ("environment", "name"):
+                if getattr(description, key):
+                    self._wire[key] = getattr(description, key)
+        else:
+            self._wire = self._process_wire(uid, description, req)
+        self.client_in = [s for s in description.input_staging if staging.at_client(s)]
+        self.client_out = [s for s in description.output_staging if staging.at_client(s)]
         self.staged_on = None  # the Pilot its client inputs were transferred to
         self.staging_out = False  # its client outputs are being transferred
         self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
@@ -149,6 +135,38 @@ class Unit(Stateful):
         self.slots: dict | None = None
         self._output: list[tuple] = []
         self._output_bytes = 0
+
+    @staticmethod
+    def _process_wire(uid: str, description, req: dict) -> dict:
+        wire = {
+            "uid": uid,
+            "executable": description.executable,
+            "arguments": description.arguments,
+            "environment": description.environment,
+            **req,
+        }
+        d = description
+        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in d.environment:
+            wire["environment"] = {**d.environment, "OMP_NUM_THREADS": str(d.rank_cores)}
+        for key in ("pre_exec", "post_exec", "name", "sandbox", "stdout", "stderr", "cleanup"):
+            if getattr(d, key):
+                wire[key] = getattr(d, key)
+        if d.shell is not None:
+            wire["shell"] = d.shell
+        if "MPI" in (d.cpu_process_type, d.gpu_process_type):
+            wire["mpi"] = True  # one launcher over its ranks (agent/command.py)
+        # staging: pilot-side steps go with the unit to its agent, client-side ones are done
+        # here (pmgr/transfers.py) before it is sent / before it is DONE
+        for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
+            steps = [s for s in getattr(d, field) if not staging.at_client(s)]
+            if steps:
+                wire[key] = steps
+        return wire
+
+    @property
+    def return_value(self):
+        """What a function unit's call returned (None until it is DONE, or for others)."""
+        return functions.unpack_value(self.value)
 
     def manager_callbacks(self) -> list:
         return self.umgr.callbacks
@@ -174,6 +192,8 @@ class Unit(Stateful):
     def sandbox(self) -> str | None:
         if self.pilot is None:
             return None
+        if self.description.function is not None:  # its partition's workers' directory
+            return os.path.join(self.pilot.sandbox, f"{self.part}.functions")
         return os.path.join(self.pilot.sandbox, self.description.sandbox or self.uid)
 
     def _read(self, key: str, name: str) -> str:
@@ -254,6 +274,7 @@ class Unit(Stateful):
             "reason": self.reason,
             "node": self.node,
             "slots": self.slots,
+            "return_value": self.value,
         }
 
 
@@ -276,7 +297,7 @@ class Partition(Stateful):
     @property
     def window(self) -> int:
         """How many units not yet final the client lets this partition hold."""
-        return 4 * self.cores + 64
+        return 4 * self.cores + 256
 
     @property
     def gpus(self) -> int:

@@ -137,6 +137,7 @@ class Recovery:
                 unit = Unit(session, doc["uid"], desc, umgr)
                 self._restore(unit, doc)
                 unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
+                unit.value = doc.get("return_value")
                 unit.node, unit.slots = doc.get("node"), doc.get("slots")
                 unit.pilot = self.pilots.get(doc.get("pilot"))
                 umgr.units[unit.uid] = unit

@@ -551,9 +551,13 @@ class UnitManager:
             return
         if "exit_code" in info:
             unit.exit_code = info["exit_code"]
-        for key in ("stdout", "stderr"):  # kept output of a `cleanup` unit
+        for key in ("stdout", "stderr"):  # kept output of a `cleanup` unit, a function's
             if isinstance(info.get(key), str):
                 unit.kept[key] = info[key]
+        if isinstance(info.get("value"), str):  # a function unit's return value, packed
+            unit.value = info["value"]
+        if isinstance(info.get("exception"), str):
+            unit.exception = info["exception"]
         if "node" in info:
             unit.node = info["node"]
             unit.slots = info.get("slots")

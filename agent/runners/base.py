@@ -35,12 +35,14 @@ class Run:
         "node_lost",
         "streams",
         "left_empty",
+        "extra",
     )
 
     def __init__(self, unit, alloc):
         self.unit, self.alloc = unit, alloc
         self.streams = None  # its output pipes (agent/runners/streams.py), local runner only
         self.left_empty = False  # ended, and nothing of it is left in its (private) sandbox
+        self.extra = None  # what its final state carries besides (a function's value, output)
         self.pids: list = []  # one per rank (node daemons: (node index, rank))
         self.codes: dict = {}
         self.cancel_reason = None

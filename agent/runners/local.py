@@ -22,6 +22,7 @@ import signal
 
 from agent import command
 from agent.runners.base import Run
+from agent.runners.functions import FunctionWorkers
 from agent.runners.streams import StreamSet
 from agent.spawn import Spawner, exits, grant_ids, rank_env
 from pilot import processes
@@ -47,23 +48,31 @@ class LocalRunner:
         self._which: dict[str, str | None] = {}
         self.output: list = []  # units here write to their files only: nothing is forwarded
         self.streams = StreamSet()
+        cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
+        self.functions = FunctionWorkers(self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores)
+        self.node_name = cfg["nodes"][0]["name"] if cfg["nodes"] else "localhost"
 
     def watch(self, poller) -> None:
         self.streams.poller = poller  # output pipes are registered as units start
+        self.functions.poller = poller  # and function workers' sockets as they start
 
     def on_readable(self, fd) -> None:
-        self.streams.on_readable(fd)
+        if not self.functions.on_readable(fd):
+            self.streams.on_readable(fd)
 
     def node_lost(self, index: int, reason: str) -> None:
         pass  # its only node is the agent's own
 
     def close(self) -> None:
         self.streams.close()
+        self.functions.close()
 
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
-        """Start every rank of `unit` in its staged sandbox.  Raises OSError (e.g. executable
-        not found) with nothing left running."""
+        """Start every rank of `unit` in its staged sandbox (a function unit: hand its call to
+        a worker).  Raises OSError (e.g. executable not found) with nothing left running."""
         run = Run(unit, alloc)
+        if unit.get("function"):
+            return self._call(unit, run)
         argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
         run.streams = streams = self.streams.open(sandbox, command.output_names(unit))
@@ -96,6 +105,19 @@ class LocalRunner:
             self.streams.spawned(streams)
         return run
 
+    def _call(self, unit: dict, run: Run) -> Run:
+        node, grant = run.alloc.ranks[0]
+        ids = grant_ids(node.cap, grant)
+        delta, var = rank_env(unit, self.functions.workdir, node.name, ids, 0, 1, self.has_gpus)
+        env = self.spawner.env(delta, var)
+        env = {k: env[k] for k in delta}  # what the call adds to the worker's own
+        cpus = [c for c, _ in grant.get("cpus", ())]
+        allowed = self.spawner.allowed
+        mask = sorted({allowed[c % len(allowed)] for c in cpus})
+        own = list(unit.get("environment") or ())
+        self.functions.call(run, env, own, mask if len(mask) < len(allowed) else None)
+        return run
+
     def _spawn_mpi(self, unit: dict, run: Run, sandbox: str, out: int, err: int) -> Run:
         if not self.mpi_launcher:
             raise OSError("an rp.MPI unit, but the resource config sets no mpi_launcher")
@@ -116,10 +138,13 @@ class LocalRunner:
 
     def reap(self):
         """Yield (Run, exit code) for every unit whose ranks have all exited (the first
-        non-zero code by rank; negative = signal)."""
-        if not self.running:
+        non-zero code by rank; negative = signal), and every function call that ended."""
+        yield from self.functions.take_done()
+        if not self.running and not self.functions.workers:
             return
         for pid, code in exits():
+            if self.functions.on_exit(pid, code):
+                continue
             run = self.running.pop(pid, None)
             if run is None:
                 continue
@@ -129,6 +154,7 @@ class LocalRunner:
                 closed = self.streams.finish(run.streams)  # its output, before its end
                 run.left_empty = closed and self._left_empty(run)
                 yield run, next((c for c in codes if c != 0), 0)
+        yield from self.functions.take_done()
 
     def _left_empty(self, run: Run) -> bool:
         unit = run.unit
@@ -151,6 +177,8 @@ class LocalRunner:
 
     def has_exited(self, run: Run) -> bool:
         """Whether every rank has exited (and waits to be reaped): a cancel comes too late."""
+        if run.unit.get("function"):
+            return self.functions.has_exited(run)
         for pid in run.pids:
             if pid in run.codes:
                 continue
@@ -162,12 +190,16 @@ class LocalRunner:
         return True
 
     def kill(self, run: Run, sig: int) -> None:
+        if run.unit.get("function"):
+            self.functions.kill(run, sig)
+            return
         for pid in run.pids:
             if pid not in run.codes:
                 processes.signal_group(pid, sig)
 
     def runs(self) -> list[Run]:
-        return list({id(r): r for r in self.running.values()}.values())
+        runs = list(self.running.values()) + self.functions.busy()
+        return list({id(r): r for r in runs}.values())
 
     def which(self, executable: str) -> str | None:
         """The program that runs for `executable`, or None; PATH look-ups are cached."""

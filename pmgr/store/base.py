@@ -5,7 +5,7 @@ Data model (one table / collection per kind; field names are the ones a person r
     pilots      uid, session, state, reason, sandbox, job, description*, size*
     partitions  uid, session, pilot, state, reason, description*, resources*
     units       uid, session, pilot, partition, state, reason, exit_code, node, slots*,
-                description*
+                description*, return_value (a function unit's, base64 of its pickle)
     history     session, kind, uid, state, ts, reason, seq: one row per state change; seq is
                 the change's place in the object's history (0 = NEW), so (uid, seq) is unique
 (* structured: JSON text in sqlite, sub-documents in MongoDB.)
@@ -50,6 +50,7 @@ FIELDS = {
         "node",
         "slots",
         "description",
+        "return_value",
     ),
 }
 STRUCTURED = frozenset(("description", "size", "resources", "slots", "node"))

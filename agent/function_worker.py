@@ -1,0 +1,108 @@
+"""A function worker: one persistent Python process of a partition that runs function units, one
+call at a time (started by agent/runners/functions.py: `python -m agent.function_worker 3`).
+
+Protocol, over the stream socket it inherits as fd 3 (one end of a socketpair whose other end
+only its agent holds: no address exists that anyone else could reach, so there is nothing to
+authenticate).  Every message is a 4-byte big-endian length and that many bytes of JSON.
+    agent -> worker  {uid, call: base64 cloudpickle of (function or dotted name, args, kwargs),
+                      env: {name: value}, own: [the unit's own names in env],
+                      cpus: [core ids] | null}
+    worker -> agent  {uid, ok: true,  value: base64 cloudpickle of the return value, stdout,
+                      stderr}
+                     {uid, ok: false, exception: "Type: message", stderr: ... + traceback,
+                      stdout}
+A call runs with `env` in os.environ (the unit's ids, PILOT_* and RP_* names; the unit's own
+variables, `own`, are taken out again afterwards), bound to `cpus`, and with sys.stdout / sys.stderr
+captured (OUTPUT_MAX characters each are sent back).  The worker exits at end-of-file (its agent
+is gone or closed it) or when it is killed (a canceled unit, a stopped partition).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import struct
+import sys
+import traceback
+
+OUTPUT_MAX = 65536
+_HEAD = struct.Struct(">I")
+
+
+def _read_exact(f, n: int) -> bytes | None:
+    data = f.read(n)
+    return data if len(data) == n else None
+
+
+def _call(msg: dict, state: dict) -> dict:
+    import cloudpickle
+
+    from pilot.functions import VALUE_MAX, resolve
+
+    uid = msg.get("uid")
+    env = msg.get("env") or {}
+    own = [k for k in msg.get("own") or () if k not in state["base"]]  # removed afterwards
+    os.environ.update(env)
+    cpus = msg.get("cpus")
+    mask = set(cpus) if cpus else state["all"]
+    if mask != state["mask"]:
+        os.sched_setaffinity(0, mask)
+        state["mask"] = mask
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
+    try:
+        f, args, kwargs = cloudpickle.loads(base64.b64decode(msg["call"]))
+        if isinstance(f, str):
+            f = resolve(f)
+        value = f(*args, **kwargs)
+        try:
+            blob = cloudpickle.dumps(value)
+        except Exception as exc:
+            raise TypeError(f"the return value cannot be pickled: {exc}") from None
+        if len(blob) > VALUE_MAX:
+            raise ValueError(
+                f"the return value pickles to {len(blob)} bytes, more than {VALUE_MAX} "
+                "(write it to a file and return its path)"
+            )
+        reply = {"uid": uid, "ok": True, "value": base64.b64encode(blob).decode()}
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt in user code end the unit
+        err.write(traceback.format_exc())
+        reply = {"uid": uid, "ok": False, "exception": f"{type(exc).__name__}: {exc}"[:4096]}
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        for k in own:
+            os.environ.pop(k, None)
+    reply["stdout"] = out.getvalue()[:OUTPUT_MAX]
+    text = err.getvalue()
+    reply["stderr"] = (
+        text if len(text) <= OUTPUT_MAX else text[: OUTPUT_MAX // 2] + text[-OUTPUT_MAX // 2 :]
+    )
+    return reply
+
+
+def main(argv: list[str]) -> int:
+    fd = int(argv[0]) if argv else 3
+    rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
+    allowed = os.sched_getaffinity(0)
+    state = {"base": set(os.environ), "all": allowed, "mask": allowed}
+    while True:
+        head = _read_exact(rfile, 4)
+        if head is None:
+            return 0  # end-of-file: the agent is gone
+        body = _read_exact(rfile, _HEAD.unpack(head)[0])
+        if body is None:
+            return 0
+        try:
+            reply = _call(json.loads(body), state)
+        except Exception as exc:  # a message that is not a call: say so, go on
+            reply = {"uid": None, "ok": False, "exception": f"bad call message: {exc!r}"[:4096]}
+        data = json.dumps(reply).encode()
+        view = memoryview(_HEAD.pack(len(data)) + data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""Function units on a single-node partition: persistent Python workers, one call at a time each.
+
+The agent places a function unit like any unit (cores, GPUs, policies: agent/scheduler.py), then
+hands it here instead of spawning a process: an idle worker gets the call (agent/
+function_worker.py has the protocol).  Workers are started when needed, at most one per core of
+the partition (a unit holds at least one core, so an idle worker is always there or may be
+started), and live as long as the agent; they work in PILOT_SANDBOX/<partition>.functions, and
+what they write outside a call goes to PILOT_SANDBOX/<partition>.functions.log.
+
+A worker that dies (killed, os._exit, a crash in C code) is replaced by the next call that needs
+one; the unit it was running ends FAILED, naming the worker and how it died, or CANCELED when it
+was killed for a cancel or a stop.  A call's end arrives as a reply on the worker's socket; the
+runner reports it from `reap()` like a process exit: code 0 and its value, or code 1 and the
+exception (Run.fail_reason), with what it printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+from agent.runners.base import Run
+from pilot import processes
+
+_HEAD = struct.Struct(">I")
+
+
+class Worker:
+    __slots__ = ("pid", "sock", "buf", "run")
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock, self.buf, self.run = pid, sock, bytearray(), None
+
+
+class FunctionWorkers:
+    def __init__(self, spawner, root: str, partition: str, most: int) -> None:
+        self.spawner = spawner
+        self.workdir = os.path.join(root, f"{partition}.functions")
+        self.log_path = os.path.join(root, f"{partition}.functions.log")
+        self.most = max(1, most)
+        self.poller = None
+        self.workers: dict[int, Worker] = {}  # pid -> worker
+        self.by_fd: dict[int, Worker] = {}
+        self.done: list[tuple[Run, int]] = []
+        self.started = 0
+
+    # -- workers --------------------------------------------------------------------------------
+    def _start(self) -> Worker:
+        os.makedirs(self.workdir, exist_ok=True)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            fd = theirs.fileno()
+            actions = [
+                (os.POSIX_SPAWN_DUP2, self.spawner.devnull, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1),
+                (os.POSIX_SPAWN_DUP2, log, 2),
+                (os.POSIX_SPAWN_DUP2, fd, 3),
+            ]
+            argv = [sys.executable, "-m", "agent.function_worker", "3"]
+            os.chdir(self.workdir)
+            pid = os.posix_spawn(
+                sys.executable,
+                argv,
+                self.spawner.base_env,
+                file_actions=actions,
+                setpgroup=0,
+                setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD),
+                setsigmask=(),
+            )
+        finally:
+            os.close(log)
+            theirs.close()
+        mine.setblocking(False)
+        w = Worker(pid, mine)
+        self.workers[pid] = w
+        self.by_fd[mine.fileno()] = w
+        if self.poller is not None:
+            self.poller.register(mine.fileno(), 1)  # zmq.POLLIN
+        self.started += 1
+        return w
+
+    def _drop(self, w: Worker) -> None:
+        self.workers.pop(w.pid, None)
+        fd = w.sock.fileno()
+        self.by_fd.pop(fd, None)
+        if self.poller is not None:
+            try:
+                self.poller.unregister(fd)
+            except KeyError:
+                pass
+        w.sock.close()
+
+    # -- calls ----------------------------------------------------------------------------------
+    def call(self, run: Run, env: dict, own: list, cpus: list | None) -> None:
+        """Hand `run`'s call to an idle worker (started if none is idle); OSError if none can
+        take it."""
+        w = next((w for w in self.workers.values() if w.run is None), None)
+        if w is None:
+            if len(self.workers) >= self.most:
+                raise OSError(f"all {self.most} function workers are busy")
+            w = self._start()
+        msg = {"uid": run.unit["uid"], "call": run.unit["function"]["pickle"], "env": env}
+        if own:
+            msg["own"] = own
+        if cpus:
+            msg["cpus"] = cpus
+        data = json.dumps(msg).encode()
+        w.sock.setblocking(True)  # an idle worker reads it all; bounded so a hang is seen
+        w.sock.settimeout(30.0)
+        try:
+            w.sock.sendall(_HEAD.pack(len(data)) + data)
+        except OSError as exc:
+            processes.signal_group(w.pid, signal.SIGKILL)
+            self._drop(w)
+            raise OSError(f"function worker {w.pid} did not take the call: {exc}") from None
+        finally:
+            if w.sock.fileno() >= 0:
+                w.sock.setblocking(False)
+        w.run = run
+        run.pids.append(w.pid)
+
+    def on_readable(self, fd: int) -> bool:
+        """Read what a worker sent; False when `fd` is not a worker's."""
+        w = self.by_fd.get(fd)
+        if w is None:
+            return False
+        while True:
+            try:
+                data = w.sock.recv(1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:  # it closed its end: it is dying; its exit says how
+                self._drop_socket_only(w)
+                break
+            w.buf += data
+        self._replies(w)
+        return True
+
+    def _drop_socket_only(self, w: Worker) -> None:
+        fd = w.sock.fileno()
+        self.by_fd.pop(fd, None)
+        if self.poller is not None:
+            try:
+                self.poller.unregister(fd)
+            except KeyError:
+                pass
+
+    def _replies(self, w: Worker) -> None:
+        while len(w.buf) >= 4:
+            n = _HEAD.unpack_from(w.buf)[0]
+            if len(w.buf) < 4 + n:
+                return
+            body, w.buf = bytes(w.buf[4 : 4 + n]), w.buf[4 + n :]
+            run, w.run = w.run, None
+            if run is None:
+                continue  # (a reply for a unit already ended: its worker was killed meanwhile)
+            try:
+                reply = json.loads(body)
+            except ValueError:
+                reply = {"ok": False, "exception": "unreadable reply from its function worker"}
+            extra = {"stdout": str(reply.get("stdout", "")), "stderr": str(reply.get("stderr", ""))}
+            run.codes[w.pid] = 0 if reply.get("ok") else 1
+            if reply.get("ok"):
+                extra["value"] = reply.get("value")
+            else:
+                extra["exception"] = str(reply.get("exception"))
+                run.fail_reason = f"exception: {reply.get('exception')}"
+            run.extra = extra
+            self.done.append((run, run.codes[w.pid]))
+
+    def on_exit(self, pid: int, code: int) -> bool:
+        """A child ended; False when it is not a worker."""
+        w = self.workers.get(pid)
+        if w is None:
+            return False
+        if w.sock.fileno() >= 0:
+            self.on_readable(w.sock.fileno())  # a reply it sent before it died counts
+        self._drop(w)
+        run = w.run
+        if run is not None:
+            how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+            run.codes[pid] = code
+            if run.cancel_reason is None:
+                run.fail_reason = f"its function worker (pid {pid}) died: {how}"
+            run.extra = {"stdout": "", "stderr": ""}
+            self.done.append((run, code))
+        return True
+
+    def take_done(self) -> list[tuple[Run, int]]:
+        done, self.done = self.done, []
+        return done
+
+    def busy(self) -> list[Run]:
+        return [w.run for w in self.workers.values() if w.run is not None]
+
+    def has_exited(self, run: Run) -> bool:
+        return bool(run.codes) or any(r is run for r, _ in self.done)
+
+    def kill(self, run: Run, sig: int) -> None:
+        for w in self.workers.values():
+            if w.run is run:
+                processes.signal_group(w.pid, sig)
+
+    def close(self, grace: float = 2.0) -> None:
+        """Workers end at end-of-file; each gets SIGTERM too and is reaped (bounded)."""
+        pids = list(self.workers)
+        for w in list(self.workers.values()):
+            self._drop(w)
+            processes.signal_group(w.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            for pid in list(pids):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                        pids.remove(pid)
+                except ChildProcessError:
+                    pids.remove(pid)
+            if pids:
+                time.sleep(0.01)
+        for pid in pids:
+            processes.signal_group(pid, signal.SIGKILL)

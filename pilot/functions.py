@@ -1,0 +1,93 @@
+"""Function units: a Python callable as a unit, its call packed for the wire and the store.
+
+A unit description with `function=` (a callable, or a dotted name "pkg.mod.func" /
+"pkg.mod:Class.method" resolved where it runs) and optional `args=` / `kwargs=` is run by a
+persistent Python worker of its partition (agent/runners/functions.py), not as a process of its
+own.  The call is packed once, at submit, with cloudpickle (functions defined in a script or a
+notebook travel by value, importable ones by reference):
+
+    packed = {"name": "mod.qualname", "pickle": base64(cloudpickle.dumps((f, args, kwargs)))}
+
+which is also the description's stored form (`to_dict`), so a description read back from the
+store runs the same call.  The worker sends back the return value the same way (base64 of
+cloudpickle); `unpack_value` turns it into the object again on the client.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+import re
+from typing import Any
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
+PACKED_MAX = 64 << 20  # bytes of a packed call (arguments included)
+VALUE_MAX = 16 << 20  # bytes of a packed return value
+
+
+def name_of(f: Any) -> str:
+    if isinstance(f, str):
+        return f
+    mod = getattr(f, "__module__", None) or "?"
+    return f"{mod}.{getattr(f, '__qualname__', None) or type(f).__name__}"
+
+
+def is_dotted(text: str) -> bool:
+    return bool(_DOTTED.match(text))
+
+
+def pack(f: Any, args: tuple, kwargs: dict) -> dict:
+    """The wire form of a call; ValueError when it cannot be pickled."""
+    import cloudpickle
+
+    try:
+        blob = cloudpickle.dumps((f, tuple(args), dict(kwargs)))
+    except Exception as exc:  # pickling runs user code (__reduce__): any error is theirs
+        raise ValueError(
+            f"function={name_of(f)}: the call (function, args, kwargs) cannot be pickled: {exc}"
+        ) from None
+    if len(blob) > PACKED_MAX:
+        raise ValueError(
+            f"function={name_of(f)}: the call pickles to {len(blob)} bytes, more than "
+            f"{PACKED_MAX} (put large data in a file and pass its path)"
+        )
+    return {"name": name_of(f), "pickle": base64.b64encode(blob).decode()}
+
+
+def is_packed(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {"name", "pickle"}
+        and isinstance(value["name"], str)
+        and isinstance(value["pickle"], str)
+    )
+
+
+def resolve(name: str):
+    """The object a dotted name names: "pkg.mod.func", or "pkg.mod:Class.method"."""
+    import importlib
+
+    if ":" in name:
+        mod_name, attrs = name.split(":", 1)
+        obj = importlib.import_module(mod_name)
+    else:
+        parts = name.split(".")
+        for i in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            attrs = ".".join(parts[i:])
+            break
+        else:
+            raise ImportError(f"no module found for function name {name!r}")
+    for attr in attrs.split("."):
+        obj = getattr(obj, attr)
+    return obj
+
+
+def unpack_value(text: str | None) -> Any:
+    """A return value as the worker packed it (None stays None)."""
+    if text is None:
+        return None
+    return pickle.loads(base64.b64decode(text))

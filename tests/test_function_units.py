@@ -1,0 +1,157 @@
+"""Function units: Python callables run by persistent workers of a partition (pilot/functions.py,
+agent/runners/functions.py, agent/function_worker.py), placed and accounted like any unit."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+import pytest
+
+import pilot as rp
+from pilot.functions import unpack_value
+from tests.conftest import active_pilot
+
+CPD = rp.ComputePartitionDescription
+CUD = rp.ComputeUnitDescription
+
+
+def square(x, *, plus=0):
+    print("squaring", x)
+    return x * x + plus
+
+
+def where_am_i():
+    return {
+        "pid": os.getpid(),
+        "uid": os.environ.get("PILOT_UNIT_ID"),
+        "rp_uid": os.environ.get("RP_UNIT_ID"),
+        "cpus": os.environ.get("PILOT_CPU_IDS"),
+        "mine": os.environ.get("MINE"),
+        "affinity": sorted(os.sched_getaffinity(0)),
+    }
+
+
+def fails():
+    raise KeyError("no such thing")
+
+
+def dies():
+    os._exit(7)
+
+
+def sleeps(s):
+    time.sleep(s)
+    return s
+
+
+def test_values_output_exceptions_and_names(session):
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    units = umgr.submit_units(
+        [CUD(function=square, args=(i,), kwargs={"plus": 1}) for i in range(6)]
+        + [CUD(function=lambda: [1, "two", {"three": 3.0}])]
+        + [CUD(function="math.gcd", args=[12, 18])]
+        + [CUD({"function": "os.path:join", "args": ("a", "b")})]
+        + [CUD(function=fails)]
+    )
+    states = umgr.wait_units(timeout=60)
+    assert states == [rp.DONE] * 9 + [rp.FAILED]
+    assert [u.return_value for u in units[:6]] == [i * i + 1 for i in range(6)]
+    assert units[0].stdout == "squaring 0\n" and units[0].stderr == ""
+    assert units[6].return_value == [1, "two", {"three": 3.0}]  # a lambda travels by value
+    assert units[7].return_value == 6 and units[8].return_value == "a/b"
+    bad = units[9]
+    assert bad.return_value is None and bad.exception == "KeyError: 'no such thing'"
+    assert bad.reason == "exception: KeyError: 'no such thing'"
+    assert "Traceback" in bad.stderr and 'raise KeyError("no such thing")' in bad.stderr
+    assert [s for s, _ in units[0].history] == [
+        "NEW",
+        "SCHEDULING",
+        "QUEUED",
+        "EXECUTING",
+        "DONE",
+    ]
+    session.writer.flush()
+    doc = session.store.get("units", units[3].uid)  # the value is persisted with its state
+    assert doc["state"] == "DONE" and unpack_value(doc["return_value"]) == 10
+    assert doc["description"]["function"]["name"].endswith("square")
+
+
+def test_environment_binding_and_persistent_workers(session):
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    units = umgr.submit_units(
+        [CUD(function=where_am_i, environment={"MINE": f"v{i}"}) for i in range(20)]
+        + [CUD(function=where_am_i)]
+    )
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 21
+    seen = [u.return_value for u in units]
+    assert all(v["uid"] == u.uid == v["rp_uid"] for u, v in zip(units, seen))
+    assert [v["mine"] for v in seen[:20]] == [f"v{i}" for i in range(20)]
+    assert seen[20]["mine"] is None  # a unit's own variables leave with it
+    assert len({v["pid"] for v in seen}) <= 2  # one worker per core, started once
+    allowed = sorted(os.sched_getaffinity(0))
+    for v in seen:  # bound to the core it was placed on (mapped onto this machine's cores)
+        assert v["cpus"] in ("0", "1")
+        if len(allowed) >= 2:
+            assert v["affinity"] == [allowed[int(v["cpus"]) % len(allowed)]]
+    assert os.path.isdir(units[0].sandbox) and units[0].sandbox.endswith(".functions")
+
+
+def test_a_dead_worker_fails_its_unit_and_is_replaced(session):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units(
+        [CUD(function=where_am_i), CUD(function=dies), CUD(function=where_am_i)]
+    )
+    assert umgr.wait_units(timeout=60) == [rp.DONE, rp.FAILED, rp.DONE]
+    assert "function worker" in units[1].reason and "exit code 7" in units[1].reason
+    assert units[0].return_value["pid"] != units[2].return_value["pid"]  # a new worker
+
+
+def test_cancel_a_running_call_and_stop_hands_queued_calls_back(session, tmp_path):
+    cfg = tmp_path / "four.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 4\ngpus_per_node: 0\n")
+    pilot, umgr = active_pilot(session, parts=((1,),), resource=str(cfg), cores=4)
+    old = pilot.partitions[0]
+    long = umgr.submit_units(CUD(function=sleeps, args=(30,)))
+    long.wait(rp.EXECUTING, timeout=30)
+    t0 = time.monotonic()
+    umgr.cancel_units([long.uid])
+    assert long.wait(timeout=30) == rp.CANCELED and time.monotonic() - t0 < 10
+    calls = umgr.submit_units([CUD(function=sleeps, args=(0.2,)) for _ in range(6)])
+    calls[-1].wait(rp.QUEUED, timeout=30)
+    new = pilot.reconfig(stop=old.uid, start=[CPD(cores=2)])[0]
+    umgr.wait_units(timeout=60)
+    states = Counter(u.state for u in calls)
+    assert states[rp.DONE] >= 4 and states[rp.DONE] + states[rp.CANCELED] == 6
+    moved = [u for u in calls if [s for s, _ in u.history].count(rp.QUEUED) == 2]
+    assert moved and all(u.part == new.uid and u.return_value == 0.2 for u in moved)
+
+
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        ({"function": square, "executable": "/bin/true"}, "give one"),
+        ({"function": square, "ranks": 2}, "ranks must be 1"),
+        ({"function": square, "pre_exec": ["x"]}, "pre_exec= does not apply"),
+        ({"function": 42}, "a callable, or a dotted name"),
+        ({"function": "not a name"}, "a callable, or a dotted name"),
+        ({"args": (1,), "executable": "/bin/true"}, "args and kwargs are for a function unit"),
+        ({"function": square, "args": [lambda: open(__file__)]}, None),  # fine: by value
+    ],
+)
+def test_bad_function_units_are_refused_naming_the_field(session, fields, says):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    if says is None:
+        umgr.submit_units(CUD(**fields)).cancel()
+        return
+    with pytest.raises(ValueError, match=says):
+        umgr.submit_units(CUD(**fields))
+
+
+def test_an_unpicklable_call_is_refused_at_submit(session):
+    import threading
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        umgr.submit_units(CUD(function=square, args=(threading.Lock(),)))
