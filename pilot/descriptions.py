@@ -227,7 +227,7 @@ class ComputeUnitDescription(Description):
                     f"{name}: {per}={v!r} and {plain}={getattr(self, plain)!r} "
                     f"differ; they are the same thing, give one"
                 )
-        if self.shell is False and (self.pre_exec or self.post_exec):
+        if self.shell is False and (self.peek("pre_exec") or self.peek("post_exec")):
             raise ValueError(f"{name}: pre_exec and post_exec need a shell; shell=False given")
         for key, field, n, default, what in (
             ("cpu_affinity", "cores", self.rank_cores, 1, "core(s)"),
@@ -262,12 +262,12 @@ class ComputeUnitDescription(Description):
         name = type(self).__name__
         if self.function is not None:
             return self._function_error(name)
-        if self.args or self.kwargs:
+        if self.peek("args") or self.peek("kwargs"):
             return f"{name}: args and kwargs are for a function unit; set function= too"
         if self.executable is None:
             return (
-                f"{name}: executable (a path or a program name on PATH) or function (a "
-                "Python callable) is required; neither was set"
+                f"{name}: executable is required (a path or a program name on PATH), or "
+                "function= (a Python callable); neither was set"
             )
         if self.gpu_processes is not None:  # checked here: RP scripts set fields in any order
             if self.gpus or self.gpus_per_rank:
@@ -287,7 +287,7 @@ class ComputeUnitDescription(Description):
         if self.executable is not None:
             return f"{name}: executable={self.executable!r} and function= given; give one"
         for key in _NOT_FOR_FUNCTIONS:
-            if getattr(self, key) != self.FIELDS[key][0]:
+            if self.peek(key) != self.FIELDS[key][0]:
                 return (
                     f"{name}: {key}= does not apply to a function unit (it runs in a Python "
                     f"worker of its partition); not for functions: {', '.join(_NOT_FOR_FUNCTIONS)}"
@@ -305,8 +305,8 @@ class ComputeUnitDescription(Description):
         out = {"cpus": cores}
         if gpus:
             out["gpus"] = gpus
-        if self.resources:
-            out["resources"] = dict(self.resources)
+        if self.peek("resources"):
+            out["resources"] = dict(self.peek("resources"))
         if self.ranks != 1:
             out["ranks"] = self.ranks
         pol_dict = policy if policy is not None else pol.to_dict()
@@ -321,8 +321,8 @@ class ComputeUnitDescription(Description):
         f = self.function
         d["args"], d["kwargs"] = [], {}
         if f is not None and not functions.is_packed(f):  # the call, packed once, as stored
-            d["function"] = functions.pack(f, self.args, self.kwargs)
-        elif f is not None and (self.args or self.kwargs):
+            d["function"] = functions.pack(f, self.peek("args"), self.peek("kwargs"))
+        elif f is not None and (self.peek("args") or self.peek("kwargs")):
             raise ValueError(
                 f"{type(self).__name__}: function= is a packed call already; args and "
                 "kwargs are inside it"

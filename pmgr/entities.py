@@ -116,12 +116,14 @@ class Unit(Stateful):
         if description.function is not None:  # a call for a Python worker (pilot/functions.py)
             self._wire = {"uid": uid, "function": self._desc["function"], **req}
             for key in ("environment", "name"):
-                if getattr(description, key):
-                    self._wire[key] = getattr(description, key)
+                if description.peek(key):
+                    self._wire[key] = description.peek(key)
         else:
             self._wire = self._process_wire(uid, description, req)
-        self.client_in = [s for s in description.input_staging if staging.at_client(s)]
-        self.client_out = [s for s in description.output_staging if staging.at_client(s)]
+        self.client_in = tuple(s for s in description.peek("input_staging") if staging.at_client(s))
+        self.client_out = tuple(
+            s for s in description.peek("output_staging") if staging.at_client(s)
+        )
         self.staged_on = None  # the Pilot its client inputs were transferred to
         self.staging_out = False  # its client outputs are being transferred
         self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
@@ -141,16 +143,17 @@ class Unit(Stateful):
         wire = {
             "uid": uid,
             "executable": description.executable,
-            "arguments": description.arguments,
-            "environment": description.environment,
+            "arguments": description.peek("arguments"),
+            "environment": description.peek("environment"),
             **req,
         }
         d = description
-        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in d.environment:
-            wire["environment"] = {**d.environment, "OMP_NUM_THREADS": str(d.rank_cores)}
+        env = d.peek("environment")
+        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in env:
+            wire["environment"] = {**env, "OMP_NUM_THREADS": str(d.rank_cores)}
         for key in ("pre_exec", "post_exec", "name", "sandbox", "stdout", "stderr", "cleanup"):
-            if getattr(d, key):
-                wire[key] = getattr(d, key)
+            if d.peek(key):
+                wire[key] = d.peek(key)
         if d.shell is not None:
             wire["shell"] = d.shell
         if "MPI" in (d.cpu_process_type, d.gpu_process_type):
@@ -158,7 +161,7 @@ class Unit(Stateful):
         # staging: pilot-side steps go with the unit to its agent, client-side ones are done
         # here (pmgr/transfers.py) before it is sent / before it is DONE
         for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
-            steps = [s for s in getattr(d, field) if not staging.at_client(s)]
+            steps = [s for s in d.peek(field) if not staging.at_client(s)]
             if steps:
                 wire[key] = steps
         return wire
@@ -256,11 +259,17 @@ class Unit(Stateful):
                 "node": self.node,
                 "reason": self.reason,
                 "metadata": self.metadata,
-                "description": dict(self._desc),
+                "description": dict(self._desc or self.description.to_dict()),
             }
         out["stdout"] = self.stdout
         out["stderr"] = self.stderr
         return out
+
+    def _stored_description(self, full: bool):
+        if full:
+            return self._desc
+        self._desc = None  # stored once already (it is asked again only after): not kept twice
+        return None
 
     def as_doc(self, full: bool = True) -> dict:
         return {
@@ -269,7 +278,7 @@ class Unit(Stateful):
             "pilot": self.pilot.uid if self.pilot else None,
             "partition": self.part,
             "state": self.state,
-            "description": self._desc if full else None,
+            "description": self._stored_description(full),
             "exit_code": self.exit_code,
             "reason": self.reason,
             "node": self.node,
