@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-nodes test lint bench peers clean
+.PHONY: demo demo-nodes demo-pipeline test lint bench peers clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a r
 
 demo-nodes: $(STAMP)      ## a multi-node pilot: four logical nodes, a node daemon each
 	$(PY) examples/multinode_demo.py
+
+demo-pipeline: $(STAMP)   ## an EnTK-style pipeline of stages, a reconfig between them; docs/timeline.png
+	$(PY) examples/pipeline.py --plot docs/timeline.png
 
 test: $(STAMP)            ## lint + the whole test suite
 	$(PY) -m ruff check .

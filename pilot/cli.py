@@ -5,7 +5,14 @@
                                                 stop and start partitions of a running pilot
     pilot resources                             list the known resource configs
     pilot status SESSION [--database-url URL]   pilots, partitions and unit counts, from the store
-    pilot export SESSION [--output FILE]        every state change as JSON lines
+    pilot export SESSION [--output FILE] [--format jsonl|chrome-trace]
+                                                every state change as JSON lines, or a trace
+                                                for Perfetto / chrome://tracing
+    pilot plot SESSION [-o timeline.png|.svg|.pdf]
+                                                busy cores / GPUs per partition, reconfigs
+                                                and units per state over time, one figure
+    pilot top [SESSION|PILOT] [--once]          a live view of a running pilot (default: the
+                                                newest): partitions, units, latest events; q quits
     pilot network-config [--format yaml|json] [--output FILE] [--this-node]
                                                    (in a SLURM allocation: every node's)
                                                 this node's descriptor for a pilot's bring-up
@@ -202,8 +209,14 @@ def open_session_store(session: str, url: str | None):
 
 
 def report(args) -> int:
+    if args.cmd == "plot":
+        from pmgr.observe import plot
+
+        plot.output_format(args.output)  # a bad name fails before the store is read
     store = open_session_store(args.session, args.database_url)
     try:
+        if args.cmd == "plot" or (args.cmd == "export" and args.format == "chrome-trace"):
+            return observe(args, store)
         if args.cmd == "export":
             out = open(args.output, "w") if args.output else sys.stdout
             try:
@@ -239,6 +252,30 @@ def report(args) -> int:
         store.close()
 
 
+def observe(args, store) -> int:
+    """`pilot plot` and `pilot export --format chrome-trace` (pmgr/observe/)."""
+    from pmgr.observe import timeline
+
+    tl = timeline.load(store, args.session)
+    if args.cmd == "plot":
+        from pmgr.observe import plot
+
+        drawn = plot.plot(tl, args.output)
+        print(
+            f"{args.output}: {drawn['units']} units, {drawn['partitions']} partitions, "
+            f"{drawn['reconfigs']} reconfig(s)"
+        )
+        return 0
+    from pmgr.observe import trace
+
+    if args.output:
+        with open(args.output, "w") as out:
+            trace.write(tl, out)
+    else:
+        trace.write(tl, sys.stdout)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="pilot", description=__doc__.split("\n\n")[0])
     from pilot import __version__
@@ -264,6 +301,21 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("session")
     ex.add_argument("--database-url")
     ex.add_argument("--output", "-o", help="file to write (default: standard output)")
+    ex.add_argument(
+        "--format",
+        choices=("jsonl", "chrome-trace"),
+        default="jsonl",
+        help="jsonl: one state change a line (default); chrome-trace: Trace Event Format JSON",
+    )
+    pl = sub.add_parser("plot", help="a session's busy cores, reconfigs and units over time")
+    pl.add_argument("session")
+    pl.add_argument("--database-url")
+    pl.add_argument("--output", "-o", default="timeline.png", help=".png (default), .svg, .pdf")
+    tp = sub.add_parser("top", help="a live view of a running pilot (q quits)")
+    tp.add_argument("target", nargs="?", help="SESSION, PILOT or SESSION/PILOT (default: newest)")
+    tp.add_argument("--once", action="store_true", help="print one frame and exit")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    tp.add_argument("--database-url")
     nc = sub.add_parser("network-config", help="this node's descriptor (name, host_id, ...)")
     nc.add_argument("--format", choices=("yaml", "json"), default="yaml")
     nc.add_argument("--output", "-o", help="file to write (default: standard output)")
@@ -277,8 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "resources":
             print("\n".join(resource_config.known_resources()))
             return 0
-        if args.cmd in ("status", "export"):
+        if args.cmd in ("status", "export", "plot"):
             return report(args)
+        if args.cmd == "top":
+            from pmgr.observe import top
+
+            return top.run(args.target, args.once, args.interval, args.database_url)
         if args.cmd == "network-config":
             from pilot import network
 
@@ -328,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError) as exc:
         print(f"pilot: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:  # an optional extra (pmgr/observe/extras.py says which)
+        print(f"pilot: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

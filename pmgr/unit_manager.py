@@ -189,9 +189,13 @@ class UnitManager:
                 )
         self.session.fire(fired)
 
-    def wait_units(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
+    def wait_units(
+        self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None
+    ) -> list[str]:
         """Block until the units (all when uids is None) are final (or in `state`); a unit's
-        final-state callbacks have all run when it counts as final here."""
+        final-state callbacks have all run when it counts as final here.  progress=True (or
+        PILOT_PROGRESS=1 when progress is None) draws a bar on stderr meanwhile: units there
+        of all, DONE / FAILED / CANCELED, the rate (pmgr/progress.py; only on a terminal)."""
         with self.session.lock:
             units = (
                 list(self.units.values())
@@ -222,11 +226,14 @@ class UnitManager:
                 left = left[i:]
             return not left
 
-        self.session.wait_for(
-            arrived,
-            timeout,
-            lambda: f"{len(left)} of {len(units)} units not there yet, e.g. {left[:3]}",
-        )
+        from pmgr.progress import unit_progress  # here: only wait_units knows of the bar
+
+        with unit_progress(units, wanted, progress):  # a bar on stderr, when asked for
+            self.session.wait_for(
+                arrived,
+                timeout,
+                lambda: f"{len(left)} of {len(units)} units not there yet, e.g. {left[:3]}",
+            )
         return [u.state for u in units]
 
     # RADICAL-Pilot's listing names

@@ -1,0 +1,9 @@
+"""Seeing what a pilot did (or is doing): views of a session read from its state store.
+
+timeline.py   a session's pilots, partitions, units and reconfigs as plain records
+series.py     step series aggregated from them (busy cores / GPUs, units per state)
+plot.py       `pilot plot`: one matplotlib figure of those series
+trace.py      `pilot export --format chrome-trace`: Trace Event Format JSON
+top.py        `pilot top`: a live view of a running pilot
+extras.py     optional dependencies (`pip install 'pilot-partitions[observe]'`)
+"""

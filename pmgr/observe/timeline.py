@@ -1,0 +1,247 @@
+"""A session read back from its state store as plain records: what `pilot plot` and
+`pilot export --format chrome-trace` draw from.  Pure Python (no numpy).
+
+    load(store, session) -> Timeline
+        start, end      epoch seconds: the session's creation (or its first state change, if
+                        earlier) and its last state change; `rel(ts)` is seconds after start
+        pilots          [Entity]: uid, history [(state, ts)], reason, cores, gpus (its size)
+        partitions      [Entity]: the same, with `pilot`; cores/gpus are what it was given
+        units           [UnitRecord]: uid, pilot, partition, node, slots, state, reason,
+                        exit_code, history, cores/gpus (what it holds while it runs)
+        reconfigs       [Reconfig]: pilot, ts, stopped [uid], started [uid]
+
+What a unit holds: its granted `slots` ({"cpus": [ids], "gpus": [ids]}, a list of those for
+several ranks) when it has them, else its description (ranks x cores per rank; gpus per rank,
+or RP's gpu_processes for the whole unit).  A GPU shared by fractional requests counts as
+that fraction.  It holds them from EXECUTING until its next state (its final one; a
+restartable unit routed again holds nothing meanwhile); still EXECUTING: until `end`.
+
+Reconfigs: the store keeps no record of the command itself, so they are read from the
+partitions' histories.  A pilot's initial partitions are the first len(description.parts) of
+it (all those that were NEW before its first partition went ACTIVE, without a description);
+every later partition was started by a reconfig (its NEW time), and a partition that ended
+with the reason "stopped by reconfig" (partition/manager.py) was stopped by one (its final
+time, when its agent had drained).  Starts and stops within RECONFIG_GAP seconds of each
+other are one reconfig, at the time of its first change; a partition canceled otherwise
+(`partition.cancel()`) inside such a cluster joins it, unless it ended with its pilot (within
+RECONFIG_GAP of the pilot's final state: that is the pilot's teardown).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from pilot.states import ACTIVE, CANCELED, DONE, EXECUTING, FINAL, NEW
+
+RECONFIG_GAP = 2.0  # s: stops and starts closer than this are one reconfig
+STOPPED_BY_RECONFIG = "stopped by reconfig"  # the reason partition/manager.py gives
+
+
+@dataclass
+class Entity:
+    """A pilot or a partition."""
+
+    uid: str
+    state: str
+    history: list[tuple[str, float]]
+    reason: str | None = None
+    cores: float = 0
+    gpus: float = 0
+    pilot: str | None = None  # partitions: the pilot they are part of
+    description: dict = field(default_factory=dict)
+
+    def first(self, state: str) -> float | None:
+        return next((ts for s, ts in self.history if s == state), None)
+
+    @property
+    def ended(self) -> float | None:
+        """When it reached its final state (None: not final in the store)."""
+        return self.history[-1][1] if self.history and self.history[-1][0] in FINAL else None
+
+
+@dataclass
+class UnitRecord:
+    uid: str
+    state: str
+    history: list[tuple[str, float]]
+    pilot: str | None = None
+    partition: str | None = None
+    node: object = None  # a node name, a list of them (multi-node), or None (never placed)
+    slots: object = None
+    reason: str | None = None
+    exit_code: int | None = None
+    cores: float = 0
+    gpus: float = 0
+
+    def executing(self, end: float) -> list[tuple[float, float]]:
+        """[(start, stop)]: when it held its resources (stop = `end` while still running)."""
+        spans = []
+        for i, (state, ts) in enumerate(self.history):
+            if state == EXECUTING:
+                nxt = self.history[i + 1][1] if i + 1 < len(self.history) else end
+                spans.append((ts, max(ts, nxt)))
+        return spans
+
+
+@dataclass
+class Reconfig:
+    pilot: str
+    ts: float
+    stopped: list[str]
+    started: list[str]
+
+    def label(self, short: bool = True) -> str:
+        name = (lambda uid: uid.removeprefix(self.pilot + ".")) if short else (lambda uid: uid)
+        stop = " ".join("-" + name(u) for u in self.stopped)
+        start = " ".join("+" + name(u) for u in self.started)
+        return " ".join(x for x in ("reconfig", stop, start) if x)
+
+
+@dataclass
+class Timeline:
+    session: str
+    start: float
+    end: float
+    pilots: list[Entity]
+    partitions: list[Entity]
+    units: list[UnitRecord]
+    reconfigs: list[Reconfig]
+
+    def rel(self, ts: float) -> float:
+        return ts - self.start
+
+    @property
+    def cores(self) -> float:
+        return sum(p.cores for p in self.pilots)
+
+    @property
+    def gpus(self) -> float:
+        return sum(p.gpus for p in self.pilots)
+
+
+def load(store, session: str) -> Timeline:
+    """Everything `session` left in `store` (a pmgr.store StateStore)."""
+    doc = store.get("sessions", session) or {}
+    histories: dict[str, list] = defaultdict(list)
+    for row in store.history(session=session):
+        histories[row["uid"]].append((row["seq"], row["state"], row["ts"], row["reason"]))
+    hist = {uid: [(s, ts) for _, s, ts, _ in sorted(rows)] for uid, rows in histories.items()}
+    pilots = [_entity(d, hist, d.get("size") or {}) for d in store.find("pilots", session=session)]
+    parts = [
+        _entity(d, hist, d.get("resources") or {})
+        for d in store.find("partitions", session=session)
+    ]
+    parts.sort(key=lambda p: _natural(p.uid))
+    units = [_unit(d, hist.get(d["uid"], [])) for d in store.find("units", session=session)]
+    stamps = [ts for h in hist.values() for _, ts in h]
+    created = doc.get("created")
+    start = min([created, *stamps] if created is not None else stamps, default=0.0)
+    end = max(stamps, default=start)
+    return Timeline(session, start, end, pilots, parts, units, find_reconfigs(pilots, parts))
+
+
+def _natural(uid: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", uid)]
+
+
+def _entity(doc: dict, hist: dict, size: dict) -> Entity:
+    return Entity(
+        uid=doc["uid"],
+        state=doc.get("state"),
+        history=hist.get(doc["uid"], []),
+        reason=doc.get("reason"),
+        cores=size.get("cores") or 0,
+        gpus=size.get("gpus") or 0,
+        pilot=doc.get("pilot"),
+        description=doc.get("description") or {},
+    )
+
+
+def _unit(doc: dict, history: list) -> UnitRecord:
+    desc = doc.get("description") or {}
+    cores, gpus = held(doc.get("slots"), desc)
+    return UnitRecord(
+        uid=doc["uid"],
+        state=doc.get("state"),
+        history=history,
+        pilot=doc.get("pilot"),
+        partition=doc.get("partition"),
+        node=doc.get("node"),
+        slots=doc.get("slots"),
+        reason=doc.get("reason"),
+        exit_code=doc.get("exit_code"),
+        cores=cores,
+        gpus=gpus,
+    )
+
+
+def requested(desc: dict) -> tuple[float, float]:
+    """(cores, gpus) a unit description asks for, over all its ranks."""
+    ranks = desc.get("ranks") or desc.get("cpu_processes") or 1
+    per_rank = desc.get("cores_per_rank") or desc.get("cores") or desc.get("cpu_threads") or 1
+    if desc.get("gpu_processes") is not None:
+        gpus = desc["gpu_processes"]
+    else:
+        gpus = ranks * (desc.get("gpus_per_rank") or desc.get("gpus") or 0)
+    return ranks * per_rank, gpus
+
+
+def held(slots, desc: dict) -> tuple[float, float]:
+    """(cores, gpus) a unit holds: its granted slots if any, else what it asked for."""
+    cores, gpus = requested(desc)
+    if not slots:
+        return cores, gpus
+    ranks = slots if isinstance(slots, list) else [slots]
+    n_cpus = sum(len(r.get("cpus") or ()) for r in ranks if isinstance(r, dict))
+    n_gpus = sum(len(r.get("gpus") or ()) for r in ranks if isinstance(r, dict))
+    fraction = 0 < gpus / len(ranks) < 1  # shared GPU slots: it holds its share of each
+    return n_cpus, (gpus if fraction else n_gpus)
+
+
+def find_reconfigs(pilots: list[Entity], parts: list[Entity], gap: float = RECONFIG_GAP):
+    """The reconfigs of each pilot, read from its partitions' histories (module docstring)."""
+    out = []
+    for pilot in pilots:
+        mine = [p for p in parts if p.pilot == pilot.uid]
+        initial = _initial(pilot, mine)
+        changes = [(p.first(NEW), "start", p.uid) for p in mine if p.uid not in initial]
+        changes += [(p.ended, "stop", p.uid) for p in mine if p.reason == STOPPED_BY_RECONFIG]
+        clusters: list[list] = []
+        for change in sorted(c for c in changes if c[0] is not None):
+            if clusters and change[0] - clusters[-1][-1][0] <= gap:
+                clusters[-1].append(change)
+            else:
+                clusters.append([change])
+        teardown = pilot.ended - gap if pilot.ended is not None else float("inf")
+        others = [  # ended otherwise (partition.cancel()), but not as the pilot ended
+            p
+            for p in mine
+            if p.reason != STOPPED_BY_RECONFIG
+            and p.state in (CANCELED, DONE)
+            and p.ended is not None
+            and p.ended < teardown
+        ]
+        for cluster in clusters:
+            lo, hi = cluster[0][0] - gap, cluster[-1][0] + gap
+            cluster += [(p.ended, "stop", p.uid) for p in others if lo <= p.ended <= hi]
+            out.append(
+                Reconfig(
+                    pilot=pilot.uid,
+                    ts=min(c[0] for c in cluster),
+                    stopped=sorted({u for _, k, u in cluster if k == "stop"}, key=_natural),
+                    started=sorted({u for _, k, u in cluster if k == "start"}, key=_natural),
+                )
+            )
+    return sorted(out, key=lambda r: r.ts)
+
+
+def _initial(pilot: Entity, parts: list[Entity]) -> set[str]:
+    """The uids of the partitions a pilot was submitted with."""
+    described = pilot.description.get("parts")
+    if described:
+        return {p.uid for p in parts[: len(described)]}
+    active = [t for t in (p.first(ACTIVE) for p in parts) if t is not None]
+    first_active = min(active, default=float("inf"))
+    return {p.uid for p in parts if (p.first(NEW) or 0) <= first_active}

@@ -1,0 +1,187 @@
+"""`pilot export SESSION --format chrome-trace`: a session as Trace Event Format JSON, for
+Perfetto (ui.perfetto.dev) or chrome://tracing.
+
+    {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"session": ..., "start": ...}}
+
+Timestamps (`ts`, `dur`) are microseconds since the session started (`otherData.start`, epoch s).
+
+    pid 1             "pilots": one thread per pilot, its states as slices (cat "pilot");
+                      every reconfig an instant event across the whole trace ("ph": "i",
+                      "s": "g", cat "reconfig", args: pilot, stopped, started)
+    pid 2..n+1        one process per partition (named by its uid, in uid order):
+      tid 0             its states as slices and each change as an instant event
+                        (cat "partition", "s": "p")
+      tid 1..           one thread per node and lane ("node1 #0", "node1 #1", ...): a unit goes
+                        on the lowest lane of its node that is free for its whole span, so the
+                        slices of one thread never overlap
+    pid n+2           "not placed": units that never reached a partition (if any)
+
+Every unit is exactly one complete slice ("ph": "X", cat "unit", name its uid) from its first
+state to its final one (to the session's last change while not final), args: state, states
+([[state, ts], ...], ts in us), partition, node, slots, exit_code, reason.  Inside it one
+child slice per state it passed through (cat "unit.state", named by the state), so its
+EXECUTING phase is a slice of its own.  "M" events name the processes and threads.  (A unit
+without history rows, which the client never writes, would have no time to be drawn at.)
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+
+from pilot.states import FINAL
+
+PILOTS_PID = 1  # (not 0: a trace's pid 0 may be taken for the kernel's idle task)
+
+
+def trace(tl) -> dict:
+    """The Trace Event Format document of Timeline `tl`."""
+
+    def us(ts: float) -> float:
+        return round(max(0.0, ts - tl.start) * 1e6, 3)
+
+    events: list[dict] = [_name("process_name", PILOTS_PID, 0, "pilots")]
+    for i, pilot in enumerate(tl.pilots, start=1):
+        events.append(_name("thread_name", PILOTS_PID, i, pilot.uid))
+        events += _phases(pilot.history, tl.end, us, PILOTS_PID, i, "pilot")
+    for r in tl.reconfigs:
+        events.append(
+            {
+                "ph": "i",
+                "s": "g",
+                "name": r.label(),
+                "cat": "reconfig",
+                "ts": us(r.ts),
+                "pid": PILOTS_PID,
+                "tid": 0,
+                "args": {"pilot": r.pilot, "stopped": r.stopped, "started": r.started},
+            }
+        )
+    pids = {p.uid: i for i, p in enumerate(tl.partitions, start=PILOTS_PID + 1)}
+    unplaced = PILOTS_PID + len(pids) + 1
+    for p in tl.partitions:
+        pid = pids[p.uid]
+        events.append(_name("process_name", pid, 0, p.uid))
+        events.append(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": pid},
+            }
+        )
+        events.append(_name("thread_name", pid, 0, "partition states"))
+        events += _phases(p.history, tl.end, us, pid, 0, "partition")
+        for state, ts in p.history:
+            events.append(
+                {
+                    "ph": "i",
+                    "s": "p",
+                    "name": state,
+                    "cat": "partition",
+                    "ts": us(ts),
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"partition": p.uid, "reason": p.reason},
+                }
+            )
+    lanes = Lanes()
+    for u in sorted((u for u in tl.units if u.history), key=lambda u: u.history[0][1]):
+        pid = pids.get(u.partition, unplaced)
+        first, last = u.history[0][1], u.history[-1][1] if u.state in FINAL else tl.end
+        tid, named = lanes.take(pid, _node_name(u.node), first, max(first, last))
+        if named:
+            events.append(_name("thread_name", pid, tid, named))
+        events.append(
+            {
+                "ph": "X",
+                "name": u.uid,
+                "cat": "unit",
+                "ts": us(first),
+                "dur": round(max(0.0, last - first) * 1e6, 3),
+                "pid": pid,
+                "tid": tid,
+                "args": {
+                    "state": u.state,
+                    "states": [[s, us(ts)] for s, ts in u.history],
+                    "partition": u.partition,
+                    "node": u.node,
+                    "slots": u.slots,
+                    "exit_code": u.exit_code,
+                    "reason": u.reason,
+                },
+            }
+        )
+        events += _phases(u.history, last, us, pid, tid, "unit.state")
+    if lanes.used(unplaced):
+        events.append(_name("process_name", unplaced, 0, "not placed"))
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"session": tl.session, "start": tl.start},
+    }
+
+
+def write(tl, out) -> None:
+    json.dump(trace(tl), out, separators=(",", ":"), allow_nan=False)  # strict JSON
+    out.write("\n")
+
+
+def _name(kind: str, pid: int, tid: int, name: str) -> dict:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _phases(history, end: float, us, pid: int, tid: int, cat: str) -> list[dict]:
+    """One slice per non-final state: from its change until the next (or `end`)."""
+    out = []
+    for i, (state, ts) in enumerate(history):
+        if state in FINAL:
+            break
+        nxt = history[i + 1][1] if i + 1 < len(history) else end
+        out.append(
+            {
+                "ph": "X",
+                "name": state,
+                "cat": cat,
+                "ts": us(ts),
+                "dur": max(0.0, us(nxt) - us(ts)),
+                "pid": pid,
+                "tid": tid,
+            }
+        )
+    return out
+
+
+def _node_name(node) -> str:
+    if node is None:
+        return "no node"
+    return "+".join(map(str, node)) if isinstance(node, list) else str(node)
+
+
+class Lanes:
+    """Threads of a process per node: a span takes the lowest lane of its node that is free
+    from its start (lanes whose last span ended by then), else a new one."""
+
+    def __init__(self) -> None:
+        self.busy: dict[tuple, list] = {}  # (pid, node) -> heap of (end, lane)
+        self.free: dict[tuple, list] = {}  # (pid, node) -> heap of lanes
+        self.tids: dict[tuple, int] = {}  # (pid, node, lane) -> tid
+        self.count: dict[int, int] = {}  # pid -> tids given (tid 0 is the partition's)
+
+    def take(self, pid: int, node: str, start: float, end: float) -> tuple[int, str | None]:
+        """(tid, thread name if the thread is new else None) for a span on `node`."""
+        key = (pid, node)
+        busy, free = self.busy.setdefault(key, []), self.free.setdefault(key, [])
+        while busy and busy[0][0] <= start:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        lane = heapq.heappop(free) if free else len(busy) + len(free)
+        heapq.heappush(busy, (end, lane))
+        if (pid, node, lane) in self.tids:
+            return self.tids[(pid, node, lane)], None
+        tid = self.count[pid] = self.count.get(pid, 0) + 1
+        self.tids[(pid, node, lane)] = tid
+        return tid, f"{node} #{lane}"
+
+    def used(self, pid: int) -> bool:
+        return pid in self.count
