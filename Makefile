@@ -37,8 +37,9 @@ bench: $(STAMP)           ## throughput, reconfig, scheduler, state store, bring
 	$(PY) bench/store.py
 	$(PY) bench/bringup.py
 
-peers: $(STAMP)           ## our row in the shared peer benchmark (../shared/bench/peers)
-	PEERS="limit" BENCH_OUT=$(CURDIR)/bench/results/peers \
+PEERS ?= limit cf parsl dask ray
+peers: $(STAMP)           ## the shared peer benchmark with our row: PEERS="limit" for a quick one
+	PEERS="$(PEERS)" BENCH_OUT=$(CURDIR)/bench/results/peers \
 	OURS_CMD="$(CURDIR)/$(PY) $(CURDIR)/bench/peers_ours.py" \
 	bash ../shared/bench/peers/run_all.sh
 
