@@ -16,6 +16,9 @@ UNIT_MACHINE; units arrive SCHEDULING): an illegal one raises.
 Start journal: before a unit is started, its uid is appended to PILOT_SANDBOX/<partition>.started
 (one write per unit, not buffered).  If this agent dies, the bootstrap reads it: a unit in the
 journal may have run and is never started again; one not in it never ran and goes elsewhere.
+Function units (a `function` instead of an executable) are placed the same way and called by
+the runner's persistent workers (agent/runners/functions.py); their final state carries the
+return value, which `known` keeps in PILOT_SANDBOX/<partition>.values/<uid> when it is large.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
 when FLUSH_SIZE updates are waiting.  Every wait is bounded: the loop wakes at least once a second
 and tears down when its parent bootstrap is gone.
@@ -32,6 +35,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 
 import zmq
@@ -57,6 +61,7 @@ FLUSH_EVERY = 0.02
 KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
 KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
+KEPT_VALUE = 65536  # a larger function return value is remembered for `sync` in a file
 log = logging.getLogger("agent")
 
 
@@ -111,9 +116,36 @@ class Agent:
             self.first_pending = time.monotonic()
         rec = ("unit", uid, state, time.time(), info or {})
         self.updates.append(rec)
-        self.known.setdefault(uid, []).append(rec)  # for `sync`: what this agent has said
+        self.known.setdefault(uid, []).append(self._kept(rec))  # for `sync`: what it said
         if len(self.known) > KNOWN_MAX:
             self.known.pop(next(iter(self.known)))
+
+    def _kept(self, rec: tuple) -> tuple:
+        """The record as remembered for `sync`: a large function value waits in a file."""
+        info = rec[4]
+        value = info.get("value")
+        if not isinstance(value, str) or len(value) <= KEPT_VALUE:
+            return rec
+        folder = os.path.join(self.cfg["pilot_sandbox"], f"{self.uid}.values")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, rec[1])
+        with open(path, "w") as f:
+            f.write(value)
+        return (*rec[:4], {**info, "value": None, "value_file": path})
+
+    @staticmethod
+    def _said(rec: tuple) -> tuple:
+        path = rec[4].get("value_file")
+        if path is None:
+            return rec
+        info = {k: v for k, v in rec[4].items() if k != "value_file"}
+        try:
+            with open(path) as f:
+                info["value"] = f.read()
+        except OSError as exc:
+            info["value"] = None
+            log.error("%s: its return value is lost: %s", rec[1], exc)
+        return (*rec[:4], info)
 
     def sync(self, cid: str, uids: list[str]) -> None:
         """Say again everything known about these units (a new client attached); name the
@@ -124,7 +156,7 @@ class Agent:
             if recs:
                 if not self.updates:
                     self.first_pending = time.monotonic()
-                self.updates.extend(recs)
+                self.updates.extend(self._said(r) for r in recs)
             else:
                 unknown.append(uid)
         self.flush(force=True)
@@ -154,7 +186,7 @@ class Agent:
                 log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
                 if not self.updates:
                     self.first_pending = time.monotonic()
-                self.updates.extend(self.known[uid])
+                self.updates.extend(self._said(r) for r in self.known[uid])
                 continue
             malformed = wire_error(u)
             if malformed is not None:
@@ -236,8 +268,8 @@ class Agent:
             kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
             if r.extra:  # a function's value or exception, and what it printed
                 kept.update(r.extra)
-            if r.left_empty:  # nothing of it is there: the directory serves a later unit
-                self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
+            if r.left_empty:  # nothing of it is there: no directory is left behind
+                self.stager.remove(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
             if r.fail_reason is not None:
                 info = {"exit_code": code, "reason": r.fail_reason, **kept}
                 if r.node_lost:
@@ -316,9 +348,9 @@ class Agent:
         if self.stopping:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
-        for u in self.sched.queue:
+        for u in self.sched.queue:  # handed back: another partition may make it right now
             if not u.get("function"):
-                self.stager.drop(u)
+                self.stager.drop(u, remove=not hand_back)
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()
@@ -411,9 +443,15 @@ class Agent:
             if self.stopping and not self.execu.runs():
                 self.stager.close()
                 log.info("%s: sandboxes %s", self.uid, self.stager.summary())
-                self.flush(force=True)
                 self.execu.close()
-                self.sock.send_multipart(msg(b"bye", self.stopping))
+                # the last words are bounded: with the bootstrap gone, a DEALER send waits
+                # for a peer forever
+                self.sock.setsockopt(zmq.SNDTIMEO, 500)
+                try:
+                    self.flush(force=True)
+                    self.sock.send_multipart(msg(b"bye", self.stopping))
+                except zmq.Again:
+                    log.error("%s: nobody took its last updates and bye", self.uid)
                 return 0
             self.flush()
 
@@ -466,7 +504,7 @@ def wire_error(u: dict) -> str | None:
         for key in ("stage_in", "stage_out"):
             if key in u:
                 staging.check_wire(key, u[key])
-        for key in ("shell", "cleanup", "mpi"):
+        for key in ("shell", "cleanup", "mpi", "keep_output"):
             if u.get(key) is not None and not isinstance(u[key], bool):
                 raise checks.bad(key, u[key], "true, false or absent")
         checks.text("name", u.get("name"))
@@ -495,6 +533,8 @@ def main(argv: list[str]) -> int:
     log.info("%s: up, pid %d, %d node(s)", agent.uid, os.getpid(), len(cfg["nodes"]))
     try:
         return agent.run()
-    finally:
-        agent.sock.close()
-        agent.ctx.term()
+    finally:  # bounded: with the bootstrap gone, term() may wait forever for its peer
+        agent.sock.close(linger=500)
+        ender = threading.Thread(target=agent.ctx.term, name="agent-term", daemon=True)
+        ender.start()
+        ender.join(1.5)

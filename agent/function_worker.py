@@ -11,10 +11,16 @@ authenticate).  Every message is a 4-byte big-endian length and that many bytes 
                       stderr}
                      {uid, ok: false, exception: "Type: message", stderr: ... + traceback,
                       stdout}
+The socket is moved off fd 3 at start (to a close-on-exec descriptor above 63), so a call that
+writes to fd 3 or starts programs reaches nothing of the worker's.  A child the call forks ends
+when the call returns in it: only the worker itself answers.
 A call runs with `env` in os.environ (the unit's ids, PILOT_* and RP_* names; the unit's own
-variables, `own`, are taken out again afterwards), bound to `cpus`, and with sys.stdout / sys.stderr
-captured (OUTPUT_MAX characters each are sent back).  The worker exits at end-of-file (its agent
-is gone or closed it) or when it is killed (a canceled unit, a stopped partition).
+variables, `own`, are set back afterwards), bound to `cpus`, and with sys.stdout / sys.stderr
+captured (OUTPUT_MAX characters each are kept and sent back).  Only writes through sys.stdout /
+sys.stderr during the call are captured: a subprocess's output, a logging handler made earlier
+or a thread writing after the call goes to the workers' log file.  The worker exits at
+end-of-file (its agent is gone or closed it) or when it is killed (a canceled unit, a stopped
+partition).
 """
 
 from __future__ import annotations
@@ -36,6 +42,31 @@ def _read_exact(f, n: int) -> bytes | None:
     return data if len(data) == n else None
 
 
+class _Capture(io.TextIOBase):
+    """sys.stdout / sys.stderr during a call: the first OUTPUT_MAX characters and the last
+    OUTPUT_MAX // 2 (a traceback ends stderr), never more in memory."""
+
+    def __init__(self) -> None:
+        self.head: list[str] = []
+        self.size = 0
+        self.tail = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self.size < OUTPUT_MAX:
+            self.head.append(text[: OUTPUT_MAX - self.size])
+        else:
+            self.tail = (self.tail + text)[-(OUTPUT_MAX // 2) :]
+        self.size += len(text)
+        return len(text)
+
+    def getvalue(self) -> str:
+        head = "".join(self.head)
+        return head + ("\n[...]\n" + self.tail if self.tail else "")
+
+
 def _call(msg: dict, state: dict) -> dict:
     import cloudpickle
 
@@ -43,14 +74,14 @@ def _call(msg: dict, state: dict) -> dict:
 
     uid = msg.get("uid")
     env = msg.get("env") or {}
-    own = [k for k in msg.get("own") or () if k not in state["base"]]  # removed afterwards
+    own = msg.get("own") or ()  # the unit's own variables: set back afterwards
     os.environ.update(env)
     cpus = msg.get("cpus")
     mask = set(cpus) if cpus else state["all"]
     if mask != state["mask"]:
         os.sched_setaffinity(0, mask)
         state["mask"] = mask
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _Capture(), _Capture()
     sys.stdout, sys.stderr = out, err
     try:
         f, args, kwargs = cloudpickle.loads(base64.b64decode(msg["call"]))
@@ -83,10 +114,14 @@ def _call(msg: dict, state: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    fd = int(argv[0]) if argv else 3
+    import fcntl
+
+    inherited = int(argv[0]) if argv else 3
+    fd = fcntl.fcntl(inherited, fcntl.F_DUPFD_CLOEXEC, 64)  # out of the way of user code
+    os.close(inherited)
     rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
     allowed = os.sched_getaffinity(0)
-    state = {"base": set(os.environ), "all": allowed, "mask": allowed}
+    state = {"base": dict(os.environ), "all": allowed, "mask": allowed, "pid": os.getpid()}
     while True:
         head = _read_exact(rfile, 4)
         if head is None:
@@ -98,6 +133,8 @@ def main(argv: list[str]) -> int:
             reply = _call(json.loads(body), state)
         except Exception as exc:  # a message that is not a call: say so, go on
             reply = {"uid": None, "ok": False, "exception": f"bad call message: {exc!r}"[:4096]}
+        if os.getpid() != state["pid"]:
+            os._exit(0)
         data = json.dumps(reply).encode()
         view = memoryview(_HEAD.pack(len(data)) + data)
         while view:

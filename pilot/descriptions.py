@@ -94,9 +94,7 @@ def _function(owner, field, value):
         return value
     if isinstance(value, str) and functions.is_dotted(value):
         return value
-    raise field_error(
-        owner, field, value, 'a callable, or a dotted name such as "pkg.module.func"'
-    )
+    raise field_error(owner, field, value, 'a callable, or a dotted name such as "pkg.module.func"')
 
 
 def _args(owner, field, value):

@@ -164,6 +164,8 @@ class Unit(Stateful):
             steps = [s for s in d.peek(field) if not staging.at_client(s)]
             if steps:
                 wire[key] = steps
+        if d.peek("output_staging"):  # its directives may name STDOUT / STDERR, even empty
+            wire["keep_output"] = True
         return wire
 
     @property
@@ -259,11 +261,16 @@ class Unit(Stateful):
                 "node": self.node,
                 "reason": self.reason,
                 "metadata": self.metadata,
-                "description": dict(self._desc or self.description.to_dict()),
+                "description": dict(self._desc or self._description_as_stored()),
             }
         out["stdout"] = self.stdout
         out["stderr"] = self.stderr
         return out
+
+    def _description_as_stored(self) -> dict:
+        """As it was at submit (the description object may have been changed since)."""
+        doc = self.session.store.get("units", self.uid)
+        return doc["description"] if doc else self.description.to_dict()
 
     def _stored_description(self, full: bool):
         if full:

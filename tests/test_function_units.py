@@ -41,6 +41,26 @@ def dies():
     os._exit(7)
 
 
+def forks_and_exits(x):
+    if os.fork() == 0:
+        raise SystemExit(0)  # the child returns into the worker's loop: it must not answer
+    os.wait()
+    return x
+
+
+def writes_fd3():
+    os.write(3, b"\xff\xff\xff\xff garbage")  # fd 3 was the worker's socket
+    return "wrote"
+
+
+def sets_home():
+    return os.environ.get("HOME")
+
+
+def big(n):
+    return b"x" * n
+
+
 def sleeps(s):
     time.sleep(s)
     return s
@@ -96,6 +116,37 @@ def test_environment_binding_and_persistent_workers(session):
         if len(allowed) >= 2:
             assert v["affinity"] == [allowed[int(v["cpus"]) % len(allowed)]]
     assert os.path.isdir(units[0].sandbox) and units[0].sandbox.endswith(".functions")
+
+
+def test_forks_fd3_and_environment_do_not_confuse_the_workers(session):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units(
+        [CUD(function=forks_and_exits, args=(i,)) for i in range(4)]
+        + [
+            CUD(function=writes_fd3)
+            if os.path.exists("/proc/self/fd/3")
+            else CUD(function=sets_home)
+        ]
+        + [CUD(function=sets_home, environment={"HOME": "/nowhere"}), CUD(function=sets_home)]
+        + [CUD(function=sets_home)]
+    )
+    states = umgr.wait_units(timeout=60)
+    assert states[:4] == [rp.DONE] * 4
+    assert [u.return_value for u in units[:4]] == [0, 1, 2, 3]  # every value on its own unit
+    assert states[4] in (rp.DONE, rp.FAILED)  # fd 3 is nothing of the worker's now
+    before = umgr.submit_units(CUD(function=sets_home))
+    assert before.wait(timeout=30) == rp.DONE
+    assert units[5].return_value == "/nowhere"
+    assert units[6].return_value == units[7].return_value == before.return_value  # set back
+
+
+def test_large_values_come_back_whole(session):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units([CUD(function=big, args=(n,)) for n in (10, 3 << 20)])
+    assert umgr.wait_units(timeout=60) == [rp.DONE, rp.DONE]
+    assert units[0].return_value == b"x" * 10 and units[1].return_value == b"x" * (3 << 20)
+    part = pilot.partitions[0].uid  # the agent remembers the large one in a file, not in memory
+    assert os.path.exists(os.path.join(pilot.sandbox, f"{part}.values", units[1].uid))
 
 
 def test_a_dead_worker_fails_its_unit_and_is_replaced(session):

@@ -1,6 +1,7 @@
 """A unit's output and sandbox on a local pilot: output goes through pipes into files made only
-when the unit writes (agent/runners/streams.py); a sandbox the unit left empty is reused for a
-later unit (agent/runners/sandboxes.py); whatever a unit leaves stays where it left it."""
+when the unit writes (agent/runners/streams.py); a sandbox the unit left empty is removed
+(agent/runners/sandboxes.py); whatever a unit leaves stays where it left it, and never shows up
+in another unit's sandbox."""
 
 from __future__ import annotations
 
@@ -14,24 +15,24 @@ from tests.conftest import active_pilot
 CUD = rp.ComputeUnitDescription
 
 
-def test_a_unit_that_writes_nothing_leaves_nothing_and_its_directory_is_reused(session):
+def test_a_unit_that_writes_nothing_leaves_nothing(session):
     pilot, umgr = active_pilot(session, parts=((1,),))
     quiet = umgr.submit_units([CUD(executable="/bin/true") for _ in range(300)])
     assert umgr.wait_units(timeout=60) == [rp.DONE] * 300
     for u in quiet:
         assert u.stdout == "" and u.stderr == ""
-    # renamed for later units, or removed once the agent had nothing to stage (0.1 s)
     deadline = time.monotonic() + 10
     while any(os.path.isdir(u.sandbox) for u in quiet) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not {u.uid for u in quiet} & set(os.listdir(pilot.sandbox))
-    # and reused: 64 are staged ahead, so most of the 300 got a directory an earlier one left
     part = pilot.partitions[0]
     pilot.cancel()
     pilot.wait(timeout=30)
     with open(os.path.join(pilot.sandbox, f"{part.uid}.agent.log")) as f:
-        made, reused = map(int, re.search(r"sandboxes made (\d+), reused (\d+)", f.read()).groups())
-    assert made + reused == 300 and reused >= 150, (made, reused)
+        made, removed = map(
+            int, re.search(r"sandboxes made (\d+), removed (\d+)", f.read()).groups()
+        )
+    assert made == 300 and removed == 300, (made, removed)
 
 
 def test_what_a_unit_writes_stays_in_its_own_sandbox(session):
@@ -88,3 +89,51 @@ def test_a_unit_whose_child_keeps_its_stdout_ends_when_it_exits(session):
         time.sleep(0.1)
     assert unit.stdout == "early\nlate\n"
     assert os.path.isdir(unit.sandbox)  # something of it was still running: never reused
+
+
+def test_what_others_leave_never_reaches_a_later_unit(session, tmp_path):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    (tmp_path / "secret.dat").write_text("not yours")
+    # a detached process keeps working in its unit's (empty) sandbox after the unit ended,
+    # a unit makes its sandbox read-only, a queued unit with staged input is canceled
+    detached = umgr.submit_units(
+        CUD(executable="/bin/sh", arguments=["-c", "setsid sh -c 'sleep 1; echo x > late.txt' &"])
+    )
+    closed = umgr.submit_units(CUD(executable="/bin/sh", arguments=["-c", "chmod 0555 ."]))
+    blocker = umgr.submit_units(CUD(executable="/bin/sleep", arguments=["1"]))
+    staged = umgr.submit_units(
+        CUD(executable="/bin/true", input_staging=[str(tmp_path / "secret.dat")])
+    )
+    staged.wait(rp.QUEUED, timeout=30)
+    umgr.cancel_units([staged.uid])
+    later = umgr.submit_units(
+        [
+            CUD(executable="/bin/sh", arguments=["-c", "sleep 0.1; ls -A; test -w ."])
+            for _ in range(80)
+        ]
+    )
+    assert umgr.wait_units(timeout=60)[-80:] == [rp.DONE] * 80
+    assert detached.state == closed.state == blocker.state == rp.DONE
+    assert staged.state == rp.CANCELED
+    time.sleep(1.5)
+    for u in later:
+        assert u.stdout == "", (u.uid, u.stdout)  # each saw an empty, writable sandbox
+
+
+def test_stdout_and_stderr_in_one_file_and_empty_files_for_staging(session, tmp_path):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    both = umgr.submit_units(
+        CUD(
+            executable="/bin/sh",
+            arguments=["-c", "echo out-one; echo err-one >&2; echo out-two; echo err-two >&2"],
+            stdout="all.txt",
+            stderr="all.txt",
+        )
+    )
+    umgr.submit_units(
+        CUD(executable="/bin/true", output_staging=[f"STDOUT > {tmp_path}/quiet.out"])
+    )
+    assert umgr.wait_units(timeout=60) == [rp.DONE, rp.DONE]
+    lines = open(os.path.join(both.sandbox, "all.txt")).read().split()
+    assert sorted(lines) == ["err-one", "err-two", "out-one", "out-two"]
+    assert (tmp_path / "quiet.out").read_text() == ""  # STDOUT was made, empty, to be staged

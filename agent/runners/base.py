@@ -5,15 +5,15 @@
                  local.py    the agent spawns them itself (single-node partitions)
                  daemons.py  the node daemons of the partition's nodes do (multi-node)
     Stager       prepares a unit's sandbox before it starts.
-                 sandboxes.py  a thread makes the sandbox ahead of use (reusing empty ones)
+                 sandboxes.py  a thread makes the sandbox ahead of use, removes empty ones
                  daemons.py    nothing here: node daemons make sandboxes on their node
 
 A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;
 `reap()` yields (Run, exit code) for units whose ranks have all ended (the first non-zero code;
-negative = signal), with `left_empty` set when its sandbox may be reused; `output` holds
-forwarded output [uid, node, rank, stream, text] until the agent sends it; `watch(poller)`
-registers what the runner must hear (daemon sockets, unit output pipes: it keeps the set up to
-date), and the agent hands each of those that is ready to `on_readable`.
+negative = signal), with `left_empty` set when its sandbox is empty and may be removed;
+`output` holds forwarded output [uid, node, rank, stream, text] until the agent sends it;
+`watch(poller)` registers what the runner must hear (daemon sockets, unit output pipes: it keeps
+the set up to date), and the agent hands each of those that is ready to `on_readable`.
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ class Stager(Protocol):
 
     def take(self, unit: dict) -> str: ...  # its sandbox; OSError if it could not be made
 
-    def drop(self, unit: dict) -> None: ...  # it will not run after all
+    def drop(self, unit: dict, remove: bool = True) -> None: ...  # it will not run here
 
-    def recycle(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
+    def remove(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
 
     def summary(self) -> str: ...  # for the agent's log: how sandboxes were made
 

@@ -40,10 +40,10 @@ class NoStager:
             command.stage_in(self.root, sandbox, unit)
         return sandbox
 
-    def drop(self, unit: dict) -> None:
+    def drop(self, unit: dict, remove: bool = True) -> None:
         pass
 
-    def recycle(self, sandbox: str) -> None:
+    def remove(self, sandbox: str) -> None:
         pass
 
     def summary(self) -> str:

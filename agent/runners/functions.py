@@ -28,6 +28,7 @@ from agent.runners.base import Run
 from pilot import processes
 
 _HEAD = struct.Struct(">I")
+FRAME_MAX = 4 * (16 << 20) // 3 + 4 * 65536 + 65536  # a value, its output and the rest
 
 
 class Worker:
@@ -54,6 +55,7 @@ class FunctionWorkers:
         os.makedirs(self.workdir, exist_ok=True)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        ok = False
         try:
             fd = theirs.fileno()
             actions = [
@@ -73,9 +75,12 @@ class FunctionWorkers:
                 setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD),
                 setsigmask=(),
             )
+            ok = True
         finally:
             os.close(log)
             theirs.close()
+            if not ok:
+                mine.close()
         mine.setblocking(False)
         w = Worker(pid, mine)
         self.workers[pid] = w
@@ -156,25 +161,42 @@ class FunctionWorkers:
     def _replies(self, w: Worker) -> None:
         while len(w.buf) >= 4:
             n = _HEAD.unpack_from(w.buf)[0]
+            if n > FRAME_MAX:  # not a reply: the worker's socket carries something else
+                self._broken(w, f"a {n}-byte frame")
+                return
             if len(w.buf) < 4 + n:
                 return
             body, w.buf = bytes(w.buf[4 : 4 + n]), w.buf[4 + n :]
-            run, w.run = w.run, None
+            run = w.run
             if run is None:
                 continue  # (a reply for a unit already ended: its worker was killed meanwhile)
             try:
                 reply = json.loads(body)
             except ValueError:
-                reply = {"ok": False, "exception": "unreadable reply from its function worker"}
+                reply = None
+            if not isinstance(reply, dict) or reply.get("uid") != run.unit["uid"]:
+                self._broken(w, "a reply that is not for its call")
+                return
+            w.run = None
             extra = {"stdout": str(reply.get("stdout", "")), "stderr": str(reply.get("stderr", ""))}
             run.codes[w.pid] = 0 if reply.get("ok") else 1
             if reply.get("ok"):
                 extra["value"] = reply.get("value")
             else:
                 extra["exception"] = str(reply.get("exception"))
-                run.fail_reason = f"exception: {reply.get('exception')}"
+                if run.cancel_reason is None:  # (a canceled call may raise on its SIGTERM)
+                    run.fail_reason = f"exception: {reply.get('exception')}"
             run.extra = extra
             self.done.append((run, run.codes[w.pid]))
+
+    def _broken(self, w: Worker, what: str) -> None:
+        """The worker's socket carried what no worker sends: it is killed, its unit FAILED."""
+        processes.signal_group(w.pid, signal.SIGKILL)
+        w.buf.clear()
+        run = w.run
+        if run is not None and run.cancel_reason is None:
+            run.fail_reason = f"its function worker (pid {w.pid}) sent {what}; it was killed"
+        self._drop_socket_only(w)  # its exit reports the unit
 
     def on_exit(self, pid: int, code: int) -> bool:
         """A child ended; False when it is not a worker."""
@@ -188,7 +210,7 @@ class FunctionWorkers:
         if run is not None:
             how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
             run.codes[pid] = code
-            if run.cancel_reason is None:
+            if run.cancel_reason is None and run.fail_reason is None:
                 run.fail_reason = f"its function worker (pid {pid}) died: {how}"
             run.extra = {"stdout": "", "stderr": ""}
             self.done.append((run, code))

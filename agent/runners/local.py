@@ -9,8 +9,9 @@ copied before the unit's end is reported.
 
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
-may be reused (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it
-wrote no output, no process of its process groups is left and the directory is empty.
+is removed (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it wrote
+no output, no process of its process groups is left and the directory is empty.  A unit with
+output staging gets its output files even when empty (its directives may name them).
 Interface: UnitRunner (agent/runners/base.py).
 """
 
@@ -152,6 +153,8 @@ class LocalRunner:
             if len(run.codes) == len(run.pids):
                 codes = [run.codes[p] for p in run.pids]
                 closed = self.streams.finish(run.streams)  # its output, before its end
+                if run.unit.get("stage_out") or run.unit.get("keep_output"):
+                    self.streams.make_files(run.streams)  # directives may name them
                 run.left_empty = closed and self._left_empty(run)
                 yield run, next((c for c in codes if c != 0), 0)
         yield from self.functions.take_done()

@@ -2,21 +2,23 @@
 
 A unit runs in its sandbox directory (the pilot sandbox / unit uid, or the `sandbox` it names).
 Making a directory costs an inode, 100-700 us of kernel time on the disks measured here (about
-what starting /bin/true costs), so directories are reused: a sandbox its unit left empty (no
-output, no files, nothing of it still running; agent/runners/local.py decides) is `recycle`d,
-and the next unit's sandbox is that directory renamed (about 10 us) instead of a new one.  So a
-unit that leaves nothing in its sandbox leaves no directory behind; one that wrote anything keeps
-its directory and files as they are.  Spares are removed when nothing was staged for IDLE
-seconds, and when the agent ends.  Its output files are not made here: agent/runners/streams.py
-makes them when the unit writes.
+what starting /bin/true costs) when the inode is new, and about 40 us when it reuses one freed
+just before.  So a sandbox its unit left empty (no output, no files, nothing of it still
+running; agent/runners/local.py decides) is removed as the unit ends (`remove`, done on this
+thread), and the next directory made takes its inode.  A unit that leaves nothing in its sandbox
+leaves no directory behind; one that wrote anything keeps its directory and files as they are.
+(Directories are never renamed for reuse: whatever still holds one, a detached process working
+in it or its mode, would follow it into a stranger's sandbox; removed, it is gone.)  Output
+files are not made here: agent/runners/streams.py makes them when the unit writes.
 
 Protocol (all but the worker run on the agent's main thread):
     submit(unit)   queue the unit for staging; at most DEPTH units are staged ahead of use
     take(unit)     its sandbox path, waiting (bounded) if the worker has not got to it yet;
                    raises OSError when its sandbox could not be made (StagingError: input
                    staging failed)
-    drop(unit)     the unit will not run (canceled, handed back): an empty sandbox is reused
-    recycle(path)  an empty sandbox of a unit that ended: the next one made is this, renamed
+    drop(unit, remove)  the unit will not run here (canceled; handed back: remove=False, as the
+                   partition it goes to may be making the same directory now)
+    remove(path)   an empty sandbox of a unit that ended: removed if still empty
 Units are staged in the order submitted; the agent takes them in the same (FIFO) order.
 Interface: Stager (agent/runners/base.py).
 """
@@ -33,8 +35,6 @@ from pilot.staging import StagingError
 
 DEPTH = 64
 TAKE_TIMEOUT = 30.0
-SPARE_MAX = 1024  # empty directories kept for reuse; more are removed
-IDLE = 0.1  # seconds without a unit to stage after which the spares are removed
 
 
 class SandboxStager:
@@ -44,8 +44,7 @@ class SandboxStager:
         self.todo: queue.SimpleQueue = queue.SimpleQueue()
         self.waiting: deque[dict] = deque()  # submitted, not handed to the worker yet
         self.ahead = 0  # handed to the worker and not taken or dropped yet
-        self.spares: deque[str] = deque()  # empty sandboxes to rename (appended by any thread)
-        self.made = self.reused = 0
+        self.made = self.removed = 0
         self.thread = threading.Thread(target=self._work, name="agent-stager", daemon=True)
         self.thread.start()
 
@@ -61,18 +60,9 @@ class SandboxStager:
             self.todo.put(unit)
 
     def _make(self, sandbox: str, shared: bool) -> None:
-        if shared:  # units may share a sandbox they name: made once, never reused
+        if shared:  # units may share a sandbox they name
             os.makedirs(sandbox, exist_ok=True)
             return
-        while self.spares:
-            try:
-                os.rename(self.spares.popleft(), sandbox)
-                self.reused += 1
-                return
-            except IndexError:
-                break
-            except OSError:
-                continue  # gone, or the name is taken: try the next, or make one
         self.made += 1
         try:
             os.mkdir(sandbox)
@@ -83,17 +73,12 @@ class SandboxStager:
 
     def _work(self) -> None:
         while True:
-            try:
-                unit = self.todo.get(timeout=IDLE)
-            except queue.Empty:  # nothing to stage: spares are not kept waiting
-                while self.spares:
-                    try:
-                        _remove_empty(self.spares.popleft())
-                    except IndexError:
-                        break
-                continue
+            unit = self.todo.get()
             if unit is None:
                 return
+            if isinstance(unit, str):  # a sandbox to remove
+                self.removed += _remove_empty(unit)
+                continue
             sandbox = sandbox_of(self.root, unit)
             try:
                 self._make(sandbox, bool(unit.get("sandbox")))
@@ -104,8 +89,8 @@ class SandboxStager:
             with self.cond:
                 if not unit.get("_dropped"):
                     unit["_io"] = result
-                elif isinstance(result, str) and not (unit.get("sandbox") or unit.get("stage_in")):
-                    self.recycle(result)
+                elif isinstance(result, str) and unit.get("_remove") and not unit.get("sandbox"):
+                    self.removed += _remove_empty(result)
                 self.cond.notify_all()
 
     def take(self, unit: dict) -> str:
@@ -130,37 +115,34 @@ class SandboxStager:
             raise OSError(f"cannot make its sandbox: {result}")
         return result
 
-    def drop(self, unit: dict) -> None:
+    def drop(self, unit: dict, remove: bool = True) -> None:
         if not unit.get("_staging"):
             if unit in self.waiting:
                 self.waiting.remove(unit)
             return
         with self.cond:
             unit["_dropped"] = True
+            unit["_remove"] = remove
             result = unit.pop("_io", None)
-        if isinstance(result, str) and not unit.get("sandbox") and not unit.get("stage_in"):
-            self.recycle(result)
+        if isinstance(result, str) and remove and not unit.get("sandbox"):
+            self.remove(result)
         self.ahead -= 1
         self._feed()
 
-    def recycle(self, sandbox: str) -> None:
-        if len(self.spares) < SPARE_MAX:
-            self.spares.append(sandbox)
-        else:
-            _remove_empty(sandbox)
+    def remove(self, sandbox: str) -> None:
+        self.todo.put(sandbox)
 
     def summary(self) -> str:
-        return f"made {self.made}, reused {self.reused} (left empty by earlier units)"
+        return f"made {self.made}, removed {self.removed} left empty"
 
     def close(self) -> None:
         self.todo.put(None)
         self.thread.join(5.0)
-        while self.spares:  # named after units that ended and left nothing: not kept
-            _remove_empty(self.spares.popleft())
 
 
-def _remove_empty(path: str) -> None:
+def _remove_empty(path: str) -> int:
     try:
-        os.rmdir(path)
+        os.rmdir(path)  # only when empty: what anything put there stays
+        return 1
     except OSError:
-        pass  # not empty after all (something wrote into it late): it stays
+        return 0

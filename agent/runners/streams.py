@@ -14,16 +14,22 @@ Protocol, all on the agent's loop:
                            still held by something the unit left running stays polled and
                            its data keeps going to the file until end-of-file.
     wrote(streams)         whether a file was made
+    make_files(streams)    make the files that were not made (empty): a unit whose staging
+                           directives name them
 A file is written by the agent alone (no O_APPEND needed); a rank's write into the pipe is
-atomic up to PIPE_BUF bytes, as it was into an O_APPEND file.
+atomic up to PIPE_BUF bytes, as it was into an O_APPEND file.  stdout and stderr named the same
+file share one pipe.  At most LINGER_MAX ended units' pipes stay open for what they left
+running; beyond that the oldest is closed (what its process writes later is lost).
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 
 _FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 CHUNK = 1 << 16
+LINGER_MAX = 64
 
 
 class Stream:
@@ -36,7 +42,7 @@ class Stream:
 class Streams:
     __slots__ = ("pair", "write_ends", "made")
 
-    def __init__(self, pair: tuple[Stream, Stream], write_ends: tuple[int, int]) -> None:
+    def __init__(self, pair: tuple, write_ends: tuple[int, int]) -> None:
         self.pair = pair
         self.write_ends = write_ends
         self.made = False
@@ -49,11 +55,12 @@ class StreamSet:
         self.poller = poller
         self.by_fd: dict[int, Stream] = {}
         self.owner: dict[int, Streams] = {}
+        self.lingering: deque[Streams] = deque()  # ended units' pipes something still holds
 
     def open(self, sandbox: str, names: tuple[str, str]) -> Streams:
         pair, ends = [], []
         try:
-            for name in names:
+            for name in dict.fromkeys(names):  # one pipe when both name the same file
                 r, w = os.pipe2(os.O_CLOEXEC)
                 ends.append(w)
                 os.set_blocking(r, False)
@@ -62,7 +69,7 @@ class StreamSet:
             for fd in ends + [s.fd for s in pair]:
                 os.close(fd)
             raise
-        streams = Streams((pair[0], pair[1]), (ends[0], ends[1]))
+        streams = Streams(tuple(pair), (ends[0], ends[-1]))
         for s in pair:
             self.by_fd[s.fd] = s
             self.owner[s.fd] = streams
@@ -73,7 +80,7 @@ class StreamSet:
     @staticmethod
     def spawned(streams: Streams) -> None:
         """The ranks have their copies of the write ends: the agent's go."""
-        for w in streams.write_ends:
+        for w in set(streams.write_ends):
             os.close(w)
         streams.write_ends = ()
 
@@ -90,7 +97,24 @@ class StreamSet:
             if s.fd >= 0:
                 self._copy(s)
             done = done and s.fd < 0
+        if not done:
+            self.lingering.append(streams)
+            while len(self.lingering) > LINGER_MAX:
+                for s in self.lingering.popleft().pair:
+                    if s.fd >= 0:
+                        self._copy(s)
+                        if s.fd >= 0:
+                            self._end(s)
         return done
+
+    def make_files(self, streams: Streams) -> None:
+        for s in streams.pair:
+            if s.out < 0 and s.fd < 0:
+                try:
+                    os.close(os.open(s.path, _FILE, 0o666))
+                    streams.made = True
+                except OSError:
+                    pass
 
     @staticmethod
     def wrote(streams: Streams) -> bool:
