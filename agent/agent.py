@@ -269,7 +269,7 @@ class Agent:
             if r.extra:  # a function's value or exception, and what it printed
                 kept.update(r.extra)
             if r.left_empty:  # nothing of it is there: no directory is left behind
-                self.stager.remove(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
+                self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
             if r.fail_reason is not None:
                 info = {"exit_code": code, "reason": r.fail_reason, **kept}
                 if r.node_lost:

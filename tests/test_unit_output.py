@@ -1,7 +1,8 @@
 """A unit's output and sandbox on a local pilot: output goes through pipes into files made only
-when the unit writes (agent/runners/streams.py); a sandbox the unit left empty is removed
-(agent/runners/sandboxes.py); whatever a unit leaves stays where it left it, and never shows up
-in another unit's sandbox."""
+when the unit writes (agent/runners/streams.py); a sandbox the unit left empty leaves no
+directory behind and may serve a later unit once it is safe (agent/runners/sandboxes.py,
+spares.py); whatever a unit leaves stays where it left it, and never shows up in another unit's
+sandbox."""
 
 from __future__ import annotations
 
@@ -29,10 +30,10 @@ def test_a_unit_that_writes_nothing_leaves_nothing(session):
     pilot.cancel()
     pilot.wait(timeout=30)
     with open(os.path.join(pilot.sandbox, f"{part.uid}.agent.log")) as f:
-        made, removed = map(
-            int, re.search(r"sandboxes made (\d+), removed (\d+)", f.read()).groups()
-        )
-    assert made == 300 and removed == 300, (made, removed)
+        found = re.search(r"sandboxes made (\d+), reused (\d+)", f.read())
+    made, reused = int(found[1]), int(found[2])
+    assert made + reused == 300 and reused >= 30, (made, reused)  # empty ones served again
+    assert not [n for n in os.listdir(pilot.sandbox) if n.startswith(".spares")]
 
 
 def test_what_a_unit_writes_stays_in_its_own_sandbox(session):
@@ -97,7 +98,13 @@ def test_what_others_leave_never_reaches_a_later_unit(session, tmp_path):
     # a detached process keeps working in its unit's (empty) sandbox after the unit ended,
     # a unit makes its sandbox read-only, a queued unit with staged input is canceled
     detached = umgr.submit_units(
-        CUD(executable="/bin/sh", arguments=["-c", "setsid sh -c 'sleep 1; echo x > late.txt' &"])
+        CUD(
+            executable="/bin/sh",
+            arguments=[
+                "-c",
+                "setsid sh -c 'for i in $(seq 40); do sleep 0.2; : > late; done' >/dev/null 2>&1 &",
+            ],
+        )
     )
     closed = umgr.submit_units(CUD(executable="/bin/sh", arguments=["-c", "chmod 0555 ."]))
     blocker = umgr.submit_units(CUD(executable="/bin/sleep", arguments=["1"]))
@@ -115,7 +122,6 @@ def test_what_others_leave_never_reaches_a_later_unit(session, tmp_path):
     assert umgr.wait_units(timeout=60)[-80:] == [rp.DONE] * 80
     assert detached.state == closed.state == blocker.state == rp.DONE
     assert staged.state == rp.CANCELED
-    time.sleep(1.5)
     for u in later:
         assert u.stdout == "", (u.uid, u.stdout)  # each saw an empty, writable sandbox
 
@@ -137,3 +143,35 @@ def test_stdout_and_stderr_in_one_file_and_empty_files_for_staging(session, tmp_
     lines = open(os.path.join(both.sandbox, "all.txt")).read().split()
     assert sorted(lines) == ["err-one", "err-two", "out-one", "out-two"]
     assert (tmp_path / "quiet.out").read_text() == ""  # STDOUT was made, empty, to be staged
+
+
+def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path):
+    import subprocess
+
+    from agent.runners.spares import SCAN_EVERY, SparePool
+
+    pool = SparePool(str(tmp_path))
+    pool.mode = 0o755
+    dirs = {}
+    for name in ("quiet", "worked_in", "read_only", "written_late"):
+        dirs[name] = tmp_path / name
+        dirs[name].mkdir(mode=0o755)
+    dirs["read_only"].chmod(0o555)
+    holder = subprocess.Popen(["sleep", "30"], cwd=dirs["worked_in"])  # a detached process
+    try:
+        for name in ("quiet", "worked_in", "read_only", "written_late"):
+            pool.add(str(dirs[name]))
+            assert not dirs[name].exists()  # out of the way at once, as a spare
+        (tmp_path / f".spares.{os.getpid()}" / "3" / "late.txt").write_text("x")
+        time.sleep(SCAN_EVERY * 2)
+        got = []
+        for i in range(4):
+            target = tmp_path / f"new{i}"
+            if pool.take(str(target)):
+                got.append(target)
+        assert len(got) == 1 and os.listdir(got[0]) == []  # only the quiet one
+        assert os.readlink(f"/proc/{holder.pid}/cwd").endswith("(deleted)")  # removed
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert pool.close() == 0

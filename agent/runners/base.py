@@ -5,7 +5,7 @@
                  local.py    the agent spawns them itself (single-node partitions)
                  daemons.py  the node daemons of the partition's nodes do (multi-node)
     Stager       prepares a unit's sandbox before it starts.
-                 sandboxes.py  a thread makes the sandbox ahead of use, removes empty ones
+                 sandboxes.py  a thread makes the sandbox ahead of use, reuses empty ones
                  daemons.py    nothing here: node daemons make sandboxes on their node
 
 A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;
@@ -86,7 +86,7 @@ class Stager(Protocol):
 
     def drop(self, unit: dict, remove: bool = True) -> None: ...  # it will not run here
 
-    def remove(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
+    def recycle(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
 
     def summary(self) -> str: ...  # for the agent's log: how sandboxes were made
 

@@ -43,7 +43,7 @@ class NoStager:
     def drop(self, unit: dict, remove: bool = True) -> None:
         pass
 
-    def remove(self, sandbox: str) -> None:
+    def recycle(self, sandbox: str) -> None:
         pass
 
     def summary(self) -> str:

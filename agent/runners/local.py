@@ -9,7 +9,7 @@ copied before the unit's end is reported.
 
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
-is removed (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it wrote
+is recycled (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it wrote
 no output, no process of its process groups is left and the directory is empty.  A unit with
 output staging gets its output files even when empty (its directives may name them).
 Interface: UnitRunner (agent/runners/base.py).

@@ -1,24 +1,23 @@
 """The sandbox stager: unit sandboxes prepared ahead of the spawn loop, in a thread of the agent.
 
 A unit runs in its sandbox directory (the pilot sandbox / unit uid, or the `sandbox` it names).
-Making a directory costs an inode, 100-700 us of kernel time on the disks measured here (about
-what starting /bin/true costs) when the inode is new, and about 40 us when it reuses one freed
-just before.  So a sandbox its unit left empty (no output, no files, nothing of it still
-running; agent/runners/local.py decides) is removed as the unit ends (`remove`, done on this
-thread), and the next directory made takes its inode.  A unit that leaves nothing in its sandbox
-leaves no directory behind; one that wrote anything keeps its directory and files as they are.
-(Directories are never renamed for reuse: whatever still holds one, a detached process working
-in it or its mode, would follow it into a stranger's sandbox; removed, it is gone.)  Output
-files are not made here: agent/runners/streams.py makes them when the unit writes.
+A sandbox its unit left empty (no output, no files, nothing of its process groups still running;
+agent/runners/local.py decides) is handed back (`recycle`) and becomes a spare, which a later
+unit's sandbox may be, renamed, once agent/runners/spares.py finds it safe: a new directory
+costs a new inode, 100-700 us of kernel time on the disks measured here.  So a unit that leaves
+nothing in its sandbox leaves no directory behind; one that wrote anything keeps its directory
+and files as they are.  Output files are not made here: agent/runners/streams.py makes them
+when the unit writes.
 
 Protocol (all but the worker run on the agent's main thread):
     submit(unit)   queue the unit for staging; at most DEPTH units are staged ahead of use
     take(unit)     its sandbox path, waiting (bounded) if the worker has not got to it yet;
                    raises OSError when its sandbox could not be made (StagingError: input
                    staging failed)
-    drop(unit, remove)  the unit will not run here (canceled; handed back: remove=False, as the
-                   partition it goes to may be making the same directory now)
-    remove(path)   an empty sandbox of a unit that ended: removed if still empty
+    drop(unit, remove)  the unit will not run here (canceled: its empty sandbox is recycled;
+                   handed back, remove=False: left, the partition it goes to may be making the
+                   same directory now)
+    recycle(path)  an empty sandbox of a unit that ended: a spare, if it is still empty
 Units are staged in the order submitted; the agent takes them in the same (FIFO) order.
 Interface: Stager (agent/runners/base.py).
 """
@@ -31,6 +30,7 @@ import threading
 from collections import deque
 
 from agent.command import sandbox_of, stage_in
+from agent.runners.spares import SparePool
 from pilot.staging import StagingError
 
 DEPTH = 64
@@ -44,7 +44,8 @@ class SandboxStager:
         self.todo: queue.SimpleQueue = queue.SimpleQueue()
         self.waiting: deque[dict] = deque()  # submitted, not handed to the worker yet
         self.ahead = 0  # handed to the worker and not taken or dropped yet
-        self.made = self.removed = 0
+        self.made = self.reused = 0
+        self.spares = SparePool(root)  # touched by the worker thread only
         self.thread = threading.Thread(target=self._work, name="agent-stager", daemon=True)
         self.thread.start()
 
@@ -63,21 +64,26 @@ class SandboxStager:
         if shared:  # units may share a sandbox they name
             os.makedirs(sandbox, exist_ok=True)
             return
+        if self.spares.take(sandbox):
+            self.reused += 1
+            return
         self.made += 1
         try:
             os.mkdir(sandbox)
         except FileExistsError:
-            pass
+            return
         except FileNotFoundError:
             os.makedirs(sandbox, exist_ok=True)
+        if self.spares.mode is None:
+            self.spares.mode = os.stat(sandbox).st_mode & 0o7777
 
     def _work(self) -> None:
         while True:
             unit = self.todo.get()
             if unit is None:
                 return
-            if isinstance(unit, str):  # a sandbox to remove
-                self.removed += _remove_empty(unit)
+            if isinstance(unit, str):  # an empty sandbox of a unit that ended
+                self.spares.add(unit)
                 continue
             sandbox = sandbox_of(self.root, unit)
             try:
@@ -90,7 +96,7 @@ class SandboxStager:
                 if not unit.get("_dropped"):
                     unit["_io"] = result
                 elif isinstance(result, str) and unit.get("_remove") and not unit.get("sandbox"):
-                    self.removed += _remove_empty(result)
+                    self.spares.add(result)
                 self.cond.notify_all()
 
     def take(self, unit: dict) -> str:
@@ -125,24 +131,18 @@ class SandboxStager:
             unit["_remove"] = remove
             result = unit.pop("_io", None)
         if isinstance(result, str) and remove and not unit.get("sandbox"):
-            self.remove(result)
+            self.recycle(result)
         self.ahead -= 1
         self._feed()
 
-    def remove(self, sandbox: str) -> None:
+    def recycle(self, sandbox: str) -> None:
         self.todo.put(sandbox)
 
     def summary(self) -> str:
-        return f"made {self.made}, removed {self.removed} left empty"
+        return f"made {self.made}, reused {self.reused} left empty by earlier units"
 
     def close(self) -> None:
         self.todo.put(None)
         self.thread.join(5.0)
-
-
-def _remove_empty(path: str) -> int:
-    try:
-        os.rmdir(path)  # only when empty: what anything put there stays
-        return 1
-    except OSError:
-        return 0
+        if not self.thread.is_alive():
+            self.spares.close()

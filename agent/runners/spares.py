@@ -1,0 +1,125 @@
+"""Empty unit sandboxes kept for reuse, and the checks that keep reuse from leaking anything.
+
+Why: a new directory costs a new inode, 100-700 us of kernel time on the disks measured here
+(as much as starting /bin/true); renaming one that exists costs about 10 us.  So a sandbox its
+unit left empty is renamed into PILOT_SANDBOX/.spares.<agent pid>/<n> as the unit ends, and a
+later unit's sandbox is such a spare renamed back, once it is known to be safe:
+    quarantine   a spare waits until a scan of every process's working directory that started
+                 after it arrived finds none inside it (a detached process the unit left behind,
+                 working there, would otherwise write into a stranger's sandbox).  A spare
+                 something works in is removed instead (rmdir works under a process's feet;
+                 what it writes later fails).  Scans run at most every SCAN_EVERY seconds.
+    at reuse     it must still be empty, with no subdirectory and the mode a new one gets (a
+                 unit may have made its sandbox read-only); otherwise it is removed.
+What this cannot see: a process that holds an open descriptor of the directory (not its working
+directory) and writes through it with openat().
+All calls come from the stager's thread (agent/runners/sandboxes.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+
+SCAN_EVERY = 0.05
+MOST = 4096  # spares kept at once; more are removed
+
+
+def working_dirs_under(folder: str) -> set[str]:
+    """The working directories of this host's processes that lie in `folder`."""
+    prefix = folder + os.sep
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cwd = os.readlink(f"/proc/{name}/cwd")
+            except OSError:
+                continue  # gone, or not ours to read
+            if cwd.startswith(prefix):
+                out.add(cwd)
+    return out
+
+
+class SparePool:
+    def __init__(self, root: str) -> None:
+        self.folder = os.path.join(root, f".spares.{os.getpid()}")
+        self.quarantine: deque[tuple[float, str]] = deque()
+        self.ready: deque[str] = deque()
+        self.count = 0
+        self.last_scan = 0.0
+        self.mode: int | None = None  # the mode a new sandbox gets (learned from one)
+
+    def add(self, sandbox: str) -> None:
+        """An empty sandbox of a unit that ended: kept as a spare (or removed)."""
+        try:
+            if os.listdir(sandbox):
+                return  # something wrote into it after all: it stays where it is
+        except OSError:
+            return
+        if len(self.quarantine) + len(self.ready) >= MOST:
+            _remove_empty(sandbox)
+            return
+        if self.count == 0:
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
+        spare = os.path.join(self.folder, str(self.count))
+        self.count += 1
+        try:
+            os.rename(sandbox, spare)
+        except OSError:
+            return
+        self.quarantine.append((time.monotonic(), spare))
+
+    def take(self, sandbox: str) -> bool:
+        """Rename a safe spare to `sandbox`; False when there is none."""
+        if not self.ready:
+            self._release()
+        while self.ready:
+            spare = self.ready.popleft()
+            try:
+                st = os.stat(spare)
+                fine = (
+                    st.st_nlink == 2
+                    and (self.mode is None or st.st_mode & 0o7777 == self.mode)
+                    and not os.listdir(spare)
+                )
+                if fine:
+                    os.rename(spare, sandbox)
+                    return True
+            except OSError:
+                pass
+            _remove_empty(spare)
+        return False
+
+    def _release(self) -> None:
+        now = time.monotonic()
+        if not self.quarantine or now - self.last_scan < SCAN_EVERY:
+            return
+        self.last_scan = now
+        held = working_dirs_under(self.folder)
+        while self.quarantine and self.quarantine[0][0] < now:
+            _, spare = self.quarantine.popleft()
+            if spare in held or any(h.startswith(spare + os.sep) for h in held):
+                _remove_empty(spare)  # something works in it: never anyone else's
+            else:
+                self.ready.append(spare)
+
+    def close(self) -> int:
+        """Remove every spare (they are named after nothing); how many were left."""
+        left = 0
+        for spare in [s for _, s in self.quarantine] + list(self.ready):
+            left += 1
+            _remove_empty(spare)
+        self.quarantine.clear()
+        self.ready.clear()
+        if self.count:
+            _remove_empty(self.folder)
+        return left
+
+
+def _remove_empty(path: str) -> bool:
+    try:
+        os.rmdir(path)  # only when empty: what anything put there stays
+        return True
+    except OSError:
+        return False
