@@ -11,9 +11,9 @@ Each repetition, interleaved so that a noisy minute hits every row:
          client, the bootstrap and the agent
 ours runs twice per repetition: with the session directory (and so the unit sandboxes) on tmpfs
 (/dev/shm), and on the disk under /tmp.  The limit creates no files at all.  A unit of /bin/true
-writes nothing, so it gets no output files, and its empty sandbox directory is removed as it ends
-(agent/runners/sandboxes.py): the next directory made reuses the freed inode, where a new one
-costs 100-700 us of kernel time on this disk.
+writes nothing, so it gets no output files, and its empty sandbox directory becomes a later
+unit's (agent/runners/sandboxes.py, spares.py): a new inode costs 100-700 us of kernel time on
+this disk.
 The table shows medians [min-max] and ours / limit from the same repetition.
 """
 
