@@ -165,11 +165,17 @@ class Spawner:
             setsigmask=(),
         )
 
-    def bind(self, pid: int, cpu_ids) -> None:
-        """Bind `pid` to logical cores `cpu_ids` (mapped round-robin onto the real ones)."""
+    def mask(self, cpu_ids) -> set[int] | None:
+        """The real cores for logical cores `cpu_ids` (round-robin); None when that is all of
+        this process's cores (nothing to bind)."""
         allowed = self.allowed
         mask = {allowed[c % len(allowed)] for c in cpu_ids} if cpu_ids else set(allowed)
-        if len(mask) < len(allowed):
+        return mask if len(mask) < len(allowed) else None
+
+    def bind(self, pid: int, cpu_ids) -> None:
+        """Bind `pid` to logical cores `cpu_ids` (mapped round-robin onto the real ones)."""
+        mask = self.mask(cpu_ids)
+        if mask is not None:
             try:
                 os.sched_setaffinity(pid, mask)
             except ProcessLookupError:

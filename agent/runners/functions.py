@@ -24,11 +24,15 @@ import struct
 import sys
 import time
 
+from agent.function_worker import OUTPUT_MAX
 from agent.runners.base import Run
 from pilot import processes
+from pilot.functions import VALUE_MAX
 
 _HEAD = struct.Struct(">I")
-FRAME_MAX = 4 * (16 << 20) // 3 + 4 * 65536 + 65536  # a value, its output and the rest
+# the longest reply: a value (base64), its output (JSON-escaped, up to 4 bytes a character) and
+# the rest
+FRAME_MAX = 4 * VALUE_MAX // 3 + 4 * 2 * OUTPUT_MAX + 65536
 
 
 class Worker:
@@ -92,13 +96,7 @@ class FunctionWorkers:
 
     def _drop(self, w: Worker) -> None:
         self.workers.pop(w.pid, None)
-        fd = w.sock.fileno()
-        self.by_fd.pop(fd, None)
-        if self.poller is not None:
-            try:
-                self.poller.unregister(fd)
-            except KeyError:
-                pass
+        self._drop_socket_only(w)
         w.sock.close()
 
     # -- calls ----------------------------------------------------------------------------------

@@ -112,11 +112,9 @@ class LocalRunner:
         delta, var = rank_env(unit, self.functions.workdir, node.name, ids, 0, 1, self.has_gpus)
         env = self.spawner.env(delta, var)
         env = {k: env[k] for k in delta}  # what the call adds to the worker's own
-        cpus = [c for c, _ in grant.get("cpus", ())]
-        allowed = self.spawner.allowed
-        mask = sorted({allowed[c % len(allowed)] for c in cpus})
+        mask = self.spawner.mask([c for c, _ in grant.get("cpus", ())])
         own = list(unit.get("environment") or ())
-        self.functions.call(run, env, own, mask if len(mask) < len(allowed) else None)
+        self.functions.call(run, env, own, sorted(mask) if mask else None)
         return run
 
     def _spawn_mpi(self, unit: dict, run: Run, sandbox: str, out: int, err: int) -> Run:
@@ -161,7 +159,7 @@ class LocalRunner:
 
     def _left_empty(self, run: Run) -> bool:
         unit = run.unit
-        if self.streams.wrote(run.streams) or unit.get("sandbox") or unit.get("stage_in"):
+        if run.streams.made or unit.get("sandbox") or unit.get("stage_in"):
             return False
         if unit.get("stage_out") or unit.get("cleanup"):
             return False

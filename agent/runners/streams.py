@@ -13,7 +13,7 @@ Protocol, all on the agent's loop:
                            end-of-file (no process of the unit holds them any more).  A pipe
                            still held by something the unit left running stays polled and
                            its data keeps going to the file until end-of-file.
-    wrote(streams)         whether a file was made
+    streams.made           whether a file was made
     make_files(streams)    make the files that were not made (empty): a unit whose staging
                            directives name them
 A file is written by the agent alone (no O_APPEND needed); a rank's write into the pipe is
@@ -115,13 +115,6 @@ class StreamSet:
                     streams.made = True
                 except OSError:
                     pass
-
-    @staticmethod
-    def wrote(streams: Streams) -> bool:
-        return streams.made
-
-    def fds(self) -> list[int]:
-        return list(self.by_fd)
 
     def close(self) -> None:
         for s in list(self.by_fd.values()):
