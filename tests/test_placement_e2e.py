@@ -13,10 +13,12 @@ from tests.conftest import active_pilot
 P = rp.Policy
 CPD = rp.ComputePartitionDescription
 CUD = rp.ComputeUnitDescription
+# one write per line: the ranks of a unit share its stdout, and print() under PYTHONUNBUFFERED=1
+# writes the line and its newline separately, which another rank's line can come between
 SHOW = (
-    'import os; e = os.environ; print("|".join([e["PILOT_NODE_NAME"], e["PILOT_CPU_IDS"], '
-    'e["PILOT_GPU_IDS"], e.get("CUDA_VISIBLE_DEVICES", "-"), '
-    '",".join(map(str, sorted(os.sched_getaffinity(0)))), e["PILOT_RANK"]]))'
+    'import os, sys; e = os.environ; sys.stdout.write("|".join([e["PILOT_NODE_NAME"], '
+    'e["PILOT_CPU_IDS"], e["PILOT_GPU_IDS"], e.get("CUDA_VISIBLE_DEVICES", "-"), '
+    '",".join(map(str, sorted(os.sched_getaffinity(0)))), e["PILOT_RANK"]]) + "\\n")'
 )
 
 
@@ -84,7 +86,7 @@ def test_multi_rank_unit_runs_one_process_per_rank(simulated):
     assert u.wait(timeout=60) == rp.DONE, u.reason
     assert sorted(u.node) == ["n0", "n1", "n2"]  # a list for multi-node units
     ranks = sorted(line.rsplit("|", 1)[-1] for line in u.stdout.splitlines())
-    assert ranks == ["0", "1", "2"]
+    assert ranks == ["0", "1", "2"], repr(u.stdout)
     assert len(u.slots) == 3 and all(len(s["cpus"]) == 4 for s in u.slots)
 
 
