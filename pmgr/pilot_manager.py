@@ -64,6 +64,7 @@ class Pilot(Stateful):
         self.last_heard = time.monotonic()
         self._next_hb = 0.0
         self._queued_cmds: list[dict] = []
+        self.linked = False  # its bootstrap said hello to this client process: sends arrive
         self._cancel_requested: str | None = None
         self._free: dict | None = None
         self._nodes: dict[int, dict] = {}
@@ -185,8 +186,9 @@ class Pilot(Stateful):
                 self.parts[uid].wait(timeout=timeout)
 
     def command(self, cmd: dict) -> None:
-        """Send a command to the bootstrap now, or when the pilot becomes ACTIVE."""
-        if self.state == S.ACTIVE:
+        """Send a command to the bootstrap now, or once it said hello to this client (it is
+        ACTIVE; a pilot a new client attached to is linked when its hello arrives)."""
+        if self.state == S.ACTIVE and self.linked:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
         else:
             self._queued_cmds.append(cmd)
@@ -196,7 +198,7 @@ class Pilot(Stateful):
             if self.final or self._cancel_requested:
                 return
             self._cancel_requested = reason
-            if self.state == S.ACTIVE:
+            if self.state == S.ACTIVE:  # (sent once linked)
                 self.command({"cid": None, "op": "cancel_pilot", "args": {"reason": reason}})
             elif self.job is not None:
                 self.job.cancel()  # not up yet: end the job; its exit makes the pilot CANCELED
@@ -209,6 +211,7 @@ class Pilot(Stateful):
     def on_hello(self, body: dict, fired: list) -> None:
         self.control = body.get("control")
         self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
+        self.linked = True
         self.advance(S.ACTIVE, time.time(), None, fired)
         for cmd in self._queued_cmds:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
@@ -323,7 +326,7 @@ class Pilot(Stateful):
         if self.state == S.ACTIVE:
             if now - self.last_heard > self.resource.client_timeout:
                 self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s", fired)
-            elif now >= self._next_hb:
+            elif now >= self._next_hb and self.linked:
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
 

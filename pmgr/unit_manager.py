@@ -365,7 +365,7 @@ class UnitManager:
         room = {
             part: part.window - part.outstanding
             for p in self.pilots
-            if p.state == S.ACTIVE
+            if p.state == S.ACTIVE and p.linked  # (an attached pilot: once its hello came)
             for part in p.parts.values()
             if part.state == S.ACTIVE and part.accepting and part.window > part.outstanding
         }
