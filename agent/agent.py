@@ -472,8 +472,9 @@ def wire_error(u: dict) -> str | None:
         long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
         if "function" in u:
             f = u["function"]
-            if not functions.is_packed(f) or len(f["pickle"]) > functions.PACKED_MAX * 4 // 3 + 4:
-                raise checks.bad("function", f, "{name, pickle} as pilot/functions.py packs it")
+            most = functions.PACKED_MAX * 4 // 3 + 8  # (base64)
+            if not functions.is_packed(f) or functions.packed_size(f) > most:
+                raise checks.bad("function", f, "a call as pilot/functions.py packs it")
             for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
                 if u.get(key):
                     raise ValueError(f"{key} does not apply to a function unit")

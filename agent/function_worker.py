@@ -4,7 +4,8 @@ call at a time (started by agent/runners/functions.py: `python -m agent.function
 Protocol, over the stream socket it inherits as fd 3 (one end of a socketpair whose other end
 only its agent holds: no address exists that anyone else could reach, so there is nothing to
 authenticate).  Every message is a 4-byte big-endian length and that many bytes of JSON.
-    agent -> worker  {uid, call: base64 cloudpickle of (function or dotted name, args, kwargs),
+    agent -> worker  {uid, call: the packed call (pilot/functions.py: the function or its dotted
+                      name, and args, kwargs),
                       env: {name: value}, own: [the unit's own names in env],
                       cpus: [core ids] | null}
     worker -> agent  {uid, ok: true,  value: base64 cloudpickle of the return value, stdout,
@@ -70,7 +71,7 @@ class _Capture(io.TextIOBase):
 def _call(msg: dict, state: dict) -> dict:
     import cloudpickle
 
-    from pilot.functions import VALUE_MAX, resolve
+    from pilot.functions import VALUE_MAX, resolve, unpack_call
 
     uid = msg.get("uid")
     env = msg.get("env") or {}
@@ -84,7 +85,7 @@ def _call(msg: dict, state: dict) -> dict:
     out, err = _Capture(), _Capture()
     sys.stdout, sys.stderr = out, err
     try:
-        f, args, kwargs = cloudpickle.loads(base64.b64decode(msg["call"]))
+        f, args, kwargs = unpack_call(msg["call"])
         if isinstance(f, str):
             f = resolve(f)
         value = f(*args, **kwargs)

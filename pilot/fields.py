@@ -24,6 +24,19 @@ class Description:
     FIELDS: dict[str, tuple[Any, Callable]] = {}
     ALIASES: dict[str, str] = {}  # another name (RADICAL-Pilot's) -> the field it sets
     VALIDATE_DEFAULT: tuple = ()  # fields whose validator runs for the default too
+    _MUTABLE: tuple = ()
+    _DEFAULTS: dict = {}
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        # an immutable default is a class attribute: reading a field left at its default is a
+        # plain attribute look-up (not __getattr__; ~58 reads per unit on the submit path);
+        # mutable defaults (list, dict) still come from __getattr__, a fresh one per object
+        cls._MUTABLE = tuple(n for n, (d, _) in cls.FIELDS.items() if isinstance(d, (list, dict)))
+        cls._DEFAULTS = {n: d for n, (d, _) in cls.FIELDS.items() if n not in cls._MUTABLE}
+        for name, default in cls._DEFAULTS.items():
+            if name not in cls.__dict__ and not hasattr(Description, name):
+                setattr(cls, name, default)
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any) -> None:
         if from_dict is not None:  # RP style: Description({"key": value, ...})
@@ -119,11 +132,14 @@ class Description:
         """Cross-field checks; subclasses override."""
 
     def to_dict(self) -> dict:
-        mine = self.__dict__
-        return {
-            name: _plain(mine[name]) if name in mine else _fresh(default)
-            for name, (default, _) in self.FIELDS.items()
-        }
+        out = self._DEFAULTS.copy()  # (immutable values: safe to share)
+        for name in self._MUTABLE:
+            out[name] = type(self.FIELDS[name][0])()
+        fields = self.FIELDS
+        for name, value in self.__dict__.items():
+            if name in fields:
+                out[name] = _plain(value)
+        return {name: out[name] for name in fields}  # in field order
 
     def as_dict(self) -> dict:  # RP's name
         return self.to_dict()
@@ -138,10 +154,6 @@ class Description:
     def __repr__(self) -> str:
         diff = {k: v for k, v in self.to_dict().items() if v != self.FIELDS[k][0]}
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in diff.items())})"
-
-
-def _fresh(default: Any) -> Any:
-    return type(default)() if isinstance(default, (list, dict)) else default
 
 
 def _plain(value: Any) -> Any:

@@ -36,31 +36,82 @@ def is_dotted(text: str) -> bool:
     return bool(_DOTTED.match(text))
 
 
+FN_CACHE = 128  # function pickles kept
+FN_CACHE_BYTES = 100_000  # larger ones are not kept
+_pickled: dict = {}  # function object -> base64 of its pickle
+
+
 def pack(f: Any, args: tuple, kwargs: dict) -> dict:
     """The wire form of a call; ValueError when it cannot be pickled."""
+    packed = {"name": name_of(f), "pickle": _pickle_function(f)}
+    size = len(packed["pickle"]) * 3 // 4
+    if args or kwargs:
+        packed["args"] = _b64(f, "its args and kwargs", (tuple(args), dict(kwargs)))
+        size += len(packed["args"]) * 3 // 4
+    if size > PACKED_MAX:
+        raise ValueError(
+            f"function={name_of(f)}: the call pickles to {size} bytes, more than "
+            f"{PACKED_MAX} (put large data in a file and pass its path)"
+        )
+    return packed
+
+
+def _pickle_function(f: Any) -> str:
+    try:
+        return _pickled[f]
+    except (KeyError, TypeError):  # (TypeError: not hashable)
+        pass
+    text = _b64(f, "the function", f)
+    try:
+        if len(text) <= FN_CACHE_BYTES:
+            if len(_pickled) >= FN_CACHE:
+                _pickled.pop(next(iter(_pickled)))  # the oldest
+            _pickled[f] = text
+    except TypeError:
+        pass
+    return text
+
+
+def _b64(f: Any, what: str, obj: Any) -> str:
     import cloudpickle
 
     try:
-        blob = cloudpickle.dumps((f, tuple(args), dict(kwargs)))
+        blob = cloudpickle.dumps(obj)
     except Exception as exc:  # pickling runs user code (__reduce__): any error is theirs
-        raise ValueError(
-            f"function={name_of(f)}: the call (function, args, kwargs) cannot be pickled: {exc}"
-        ) from None
+        raise ValueError(f"function={name_of(f)}: {what} cannot be pickled: {exc}") from None
     if len(blob) > PACKED_MAX:
         raise ValueError(
-            f"function={name_of(f)}: the call pickles to {len(blob)} bytes, more than "
+            f"function={name_of(f)}: {what} pickle to {len(blob)} bytes, more than "
             f"{PACKED_MAX} (put large data in a file and pass its path)"
         )
-    return {"name": name_of(f), "pickle": base64.b64encode(blob).decode()}
+    return base64.b64encode(blob).decode()
+
+
+def unpack_call(packed: dict) -> tuple:
+    """(f, args, kwargs) of a packed call (either stored form)."""
+    import cloudpickle
+
+    if "args" not in packed:
+        obj = cloudpickle.loads(base64.b64decode(packed["pickle"]))
+        if isinstance(obj, tuple) and len(obj) == 3:  # the older form: the whole call
+            return obj
+        return obj, (), {}
+    f = cloudpickle.loads(base64.b64decode(packed["pickle"]))
+    args, kwargs = cloudpickle.loads(base64.b64decode(packed["args"]))
+    return f, args, kwargs
 
 
 def is_packed(value: Any) -> bool:
     return (
         isinstance(value, dict)
-        and set(value) == {"name", "pickle"}
-        and isinstance(value["name"], str)
-        and isinstance(value["pickle"], str)
+        and set(value) in ({"name", "pickle"}, {"name", "pickle", "args"})
+        and all(isinstance(v, str) for v in value.values())
     )
+
+
+def packed_size(value: dict) -> int:
+    """Characters of a packed call's base64 text."""
+    return len(value["pickle"]) + len(value.get("args", ""))
 
 
 def resolve(name: str):

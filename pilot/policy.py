@@ -108,11 +108,8 @@ class Policy:
 
     # -- wire form ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            out[f.name] = v.value if isinstance(v, enum.Enum) else v
-        return out
+        mine = self.__dict__
+        return {name: v.value if isinstance(v := mine[name], enum.Enum) else v for name in _ORDER}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Policy:
@@ -125,7 +122,8 @@ class Policy:
         return cls(**data)
 
 
-_FIELD_NAMES = frozenset(f.name for f in fields(Policy))
+_ORDER = tuple(f.name for f in fields(Policy))
+_FIELD_NAMES = frozenset(_ORDER)
 
 GLOBAL_POLICY = Policy(
     placement=Policy.Placement.ANYWHERE,

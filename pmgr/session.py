@@ -146,8 +146,7 @@ class Session:
     def persist_state(self, obj, state: str, ts: float) -> None:
         reason = obj.reason if state in S.FINAL else None
         seq = len(obj.history) - 1  # the change's place in the object's history
-        self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts, reason, seq))
-        self.writer.changed(obj)
+        self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts, reason, seq), obj)
 
     def wait_for(self, predicate, timeout: float | None, describe) -> None:
         if self.channel.in_thread():

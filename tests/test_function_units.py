@@ -206,3 +206,36 @@ def test_an_unpicklable_call_is_refused_at_submit(session):
     pilot, umgr = active_pilot(session, parts=((1,),))
     with pytest.raises(ValueError, match="cannot be pickled"):
         umgr.submit_units(CUD(function=square, args=(threading.Lock(),)))
+
+
+def test_a_function_is_pickled_once_and_its_arguments_each_call():
+    import base64
+
+    import cloudpickle
+
+    from pilot import functions
+
+    def local(x):  # by value: a function of this test, not importable
+        return x + 1
+
+    first = functions.pack(local, (1,), {})
+    again = functions.pack(local, (2,), {})
+    assert first["pickle"] is again["pickle"]  # the same text: pickled once
+    assert first["args"] != again["args"]
+    f, args, kwargs = functions.unpack_call(again)
+    assert f(*args, **kwargs) == 3
+    bare = functions.pack(local, (), {})
+    assert "args" not in bare and functions.unpack_call(bare)[1:] == ((), {})
+    older = {"name": "x", "pickle": base64.b64encode(cloudpickle.dumps((local, (4,), {}))).decode()}
+    f, args, kwargs = functions.unpack_call(older)  # the form stores of earlier versions hold
+    assert functions.is_packed(older) and f(*args, **kwargs) == 5
+    assert not functions.is_packed({"name": "x", "pickle": "a", "args": 1})
+    unhashable = functions.pack(Unhashable(), (), {})  # not kept, still packed
+    assert functions.unpack_call(unhashable)[0]() == 7
+
+
+class Unhashable:
+    __hash__ = None
+
+    def __call__(self):
+        return 7

@@ -33,7 +33,6 @@ def test_a_unit_that_writes_nothing_leaves_nothing(session):
         found = re.search(r"sandboxes made (\d+), reused (\d+)", f.read())
     made, reused = int(found[1]), int(found[2])
     assert made + reused == 300 and reused >= 30, (made, reused)  # empty ones served again
-    assert not [n for n in os.listdir(pilot.sandbox) if n.startswith(".spares")]
 
 
 def test_what_a_unit_writes_stays_in_its_own_sandbox(session):
@@ -153,25 +152,29 @@ def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path):
     pool = SparePool(str(tmp_path))
     pool.mode = 0o755
     dirs = {}
-    for name in ("quiet", "worked_in", "read_only", "written_late"):
+    for name in ("quiet", "worked_in", "read_only", "written_late", "has_subdir"):
         dirs[name] = tmp_path / name
         dirs[name].mkdir(mode=0o755)
     dirs["read_only"].chmod(0o555)
+    (dirs["has_subdir"] / "sub").mkdir()
     holder = subprocess.Popen(["sleep", "30"], cwd=dirs["worked_in"])  # a detached process
     try:
-        for name in ("quiet", "worked_in", "read_only", "written_late"):
+        for name in dirs:
             pool.add(str(dirs[name]))
-            assert not dirs[name].exists()  # out of the way at once, as a spare
-        (tmp_path / f".spares.{os.getpid()}" / "3" / "late.txt").write_text("x")
+        (dirs["written_late"] / "late.txt").write_text("x")  # after its unit ended
         time.sleep(SCAN_EVERY * 2)
         got = []
-        for i in range(4):
+        for i in range(5):
             target = tmp_path / f"new{i}"
             if pool.take(str(target)):
                 got.append(target)
         assert len(got) == 1 and os.listdir(got[0]) == []  # only the quiet one
         assert os.readlink(f"/proc/{holder.pid}/cwd").endswith("(deleted)")  # removed
+        assert (dirs["written_late"] / "late.txt").read_text() == "x"  # left where it was
+        assert (dirs["has_subdir"] / "sub").is_dir()
+        assert not dirs["read_only"].exists()  # empty, but not what a new sandbox is
     finally:
         holder.kill()
         holder.wait(timeout=10)
-    assert pool.close() == 0
+    pool.add(str(got[0]))
+    assert pool.trim() == 1 and not got[0].exists()

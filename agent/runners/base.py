@@ -10,7 +10,7 @@
 
 A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;
 `reap()` yields (Run, exit code) for units whose ranks have all ended (the first non-zero code;
-negative = signal), with `left_empty` set when its sandbox is empty and may be removed;
+negative = signal), with `left_empty` set when its sandbox may be empty and serve again;
 `output` holds forwarded output [uid, node, rank, stream, text] until the agent sends it;
 `watch(poller)` registers what the runner must hear (daemon sockets, unit output pipes: it keeps
 the set up to date), and the agent hands each of those that is ready to `on_readable`.
@@ -41,7 +41,7 @@ class Run:
     def __init__(self, unit, alloc):
         self.unit, self.alloc = unit, alloc
         self.streams = None  # its output pipes (agent/runners/streams.py), local runner only
-        self.left_empty = False  # ended, and nothing of it is left in its (private) sandbox
+        self.left_empty = False  # ended, and nothing of it is known in its (private) sandbox
         self.extra = None  # what its final state carries besides (a function's value, output)
         self.pids: list = []  # one per rank (node daemons: (node index, rank))
         self.codes: dict = {}

@@ -108,7 +108,7 @@ class FunctionWorkers:
             if len(self.workers) >= self.most:
                 raise OSError(f"all {self.most} function workers are busy")
             w = self._start()
-        msg = {"uid": run.unit["uid"], "call": run.unit["function"]["pickle"], "env": env}
+        msg = {"uid": run.unit["uid"], "call": run.unit["function"], "env": env}
         if own:
             msg["own"] = own
         if cpus:

@@ -10,7 +10,8 @@ copied before the unit's end is reported.
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
 is recycled (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it wrote
-no output, no process of its process groups is left and the directory is empty.  A unit with
+no output and no process of its process groups is left (the stager checks that the directory
+is empty before it serves again).  A unit with
 output staging gets its output files even when empty (its directives may name them).
 Interface: UnitRunner (agent/runners/base.py).
 """
@@ -171,10 +172,7 @@ class LocalRunner:
                 pass
             except PermissionError:
                 return False
-        try:
-            return not os.listdir(os.path.dirname(run.streams.pair[0].path))  # its sandbox
-        except OSError:
-            return False
+        return True  # whether it is empty is checked before it serves again (spares.py)
 
     def has_exited(self, run: Run) -> bool:
         """Whether every rank has exited (and waits to be reaped): a cancel comes too late."""

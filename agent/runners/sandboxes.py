@@ -4,10 +4,10 @@ A unit runs in its sandbox directory (the pilot sandbox / unit uid, or the `sand
 A sandbox its unit left empty (no output, no files, nothing of its process groups still running;
 agent/runners/local.py decides) is handed back (`recycle`) and becomes a spare, which a later
 unit's sandbox may be, renamed, once agent/runners/spares.py finds it safe: a new directory
-costs a new inode, 100-700 us of kernel time on the disks measured here.  So a unit that leaves
-nothing in its sandbox leaves no directory behind; one that wrote anything keeps its directory
-and files as they are.  Output files are not made here: agent/runners/streams.py makes them
-when the unit writes.
+costs a new inode, 100-700 us of kernel time on the disks measured here.  Spares left after
+IDLE seconds without work are removed, so a unit that leaves nothing in its sandbox leaves no
+directory behind; one that wrote anything keeps its directory and files as they are.  Output
+files are not made here: agent/runners/streams.py makes them when the unit writes.
 
 Protocol (all but the worker run on the agent's main thread):
     submit(unit)   queue the unit for staging; at most DEPTH units are staged ahead of use
@@ -35,6 +35,7 @@ from pilot.staging import StagingError
 
 DEPTH = 64
 TAKE_TIMEOUT = 30.0
+IDLE = 1.0  # seconds without work after which the spares are removed
 
 
 class SandboxStager:
@@ -79,7 +80,11 @@ class SandboxStager:
 
     def _work(self) -> None:
         while True:
-            unit = self.todo.get()
+            try:
+                unit = self.todo.get(timeout=IDLE)
+            except queue.Empty:  # idle: the spares go, a quiet unit leaves no directory
+                self.spares.trim()
+                continue
             if unit is None:
                 return
             if isinstance(unit, str):  # an empty sandbox of a unit that ended

@@ -1,16 +1,19 @@
 """Empty unit sandboxes kept for reuse, and the checks that keep reuse from leaking anything.
 
 Why: a new directory costs a new inode, 100-700 us of kernel time on the disks measured here
-(as much as starting /bin/true); renaming one that exists costs about 10 us.  So a sandbox its
-unit left empty is renamed into PILOT_SANDBOX/.spares.<agent pid>/<n> as the unit ends, and a
-later unit's sandbox is such a spare renamed back, once it is known to be safe:
+(as much as starting /bin/true); renaming one that exists costs about 20 us.  So a sandbox its
+unit left empty stays where it is as a spare, and a later unit's sandbox is such a spare renamed
+(one rename), once it is known to be safe:
     quarantine   a spare waits until a scan of every process's working directory that started
                  after it arrived finds none inside it (a detached process the unit left behind,
                  working there, would otherwise write into a stranger's sandbox).  A spare
                  something works in is removed instead (rmdir works under a process's feet;
                  what it writes later fails).  Scans run at most every SCAN_EVERY seconds.
     at reuse     it must still be empty, with no subdirectory and the mode a new one gets (a
-                 unit may have made its sandbox read-only); otherwise it is removed.
+                 unit may have made its sandbox read-only); otherwise it is left as it is, with
+                 whatever was put there, and is no longer a spare.
+    idle         `trim` removes the spares (only empty directories go): a unit that wrote
+                 nothing leaves no directory once the partition is idle or stops.
 What this cannot see: a process that holds an open descriptor of the directory (not its working
 directory) and writes through it with openat().
 All calls come from the stager's thread (agent/runners/sandboxes.py).
@@ -43,32 +46,18 @@ def working_dirs_under(folder: str) -> set[str]:
 
 class SparePool:
     def __init__(self, root: str) -> None:
-        self.folder = os.path.join(root, f".spares.{os.getpid()}")
+        self.root = root
         self.quarantine: deque[tuple[float, str]] = deque()
         self.ready: deque[str] = deque()
-        self.count = 0
         self.last_scan = 0.0
         self.mode: int | None = None  # the mode a new sandbox gets (learned from one)
 
     def add(self, sandbox: str) -> None:
-        """An empty sandbox of a unit that ended: kept as a spare (or removed)."""
-        try:
-            if os.listdir(sandbox):
-                return  # something wrote into it after all: it stays where it is
-        except OSError:
-            return
+        """The sandbox of a unit that ended, found empty: a spare (or removed)."""
         if len(self.quarantine) + len(self.ready) >= MOST:
             _remove_empty(sandbox)
             return
-        if self.count == 0:
-            os.makedirs(self.folder, mode=0o700, exist_ok=True)
-        spare = os.path.join(self.folder, str(self.count))
-        self.count += 1
-        try:
-            os.rename(sandbox, spare)
-        except OSError:
-            return
-        self.quarantine.append((time.monotonic(), spare))
+        self.quarantine.append((time.monotonic(), sandbox))
 
     def take(self, sandbox: str) -> bool:
         """Rename a safe spare to `sandbox`; False when there is none."""
@@ -78,17 +67,14 @@ class SparePool:
             spare = self.ready.popleft()
             try:
                 st = os.stat(spare)
-                fine = (
-                    st.st_nlink == 2
-                    and (self.mode is None or st.st_mode & 0o7777 == self.mode)
-                    and not os.listdir(spare)
-                )
-                if fine:
+                if st.st_nlink != 2 or (self.mode is not None and st.st_mode & 0o7777 != self.mode):
+                    _remove_empty(spare)
+                elif not os.listdir(spare):
                     os.rename(spare, sandbox)
                     return True
+                # else: something was put there after its unit ended; it stays as it is
             except OSError:
                 pass
-            _remove_empty(spare)
         return False
 
     def _release(self) -> None:
@@ -96,7 +82,7 @@ class SparePool:
         if not self.quarantine or now - self.last_scan < SCAN_EVERY:
             return
         self.last_scan = now
-        held = working_dirs_under(self.folder)
+        held = working_dirs_under(self.root)
         while self.quarantine and self.quarantine[0][0] < now:
             _, spare = self.quarantine.popleft()
             if spare in held or any(h.startswith(spare + os.sep) for h in held):
@@ -104,17 +90,16 @@ class SparePool:
             else:
                 self.ready.append(spare)
 
-    def close(self) -> int:
-        """Remove every spare (they are named after nothing); how many were left."""
-        left = 0
-        for spare in [s for _, s in self.quarantine] + list(self.ready):
-            left += 1
+    def trim(self) -> int:
+        """Remove every spare (empty directories only); how many there were."""
+        spares = [s for _, s in self.quarantine] + list(self.ready)
+        for spare in spares:
             _remove_empty(spare)
         self.quarantine.clear()
         self.ready.clear()
-        if self.count:
-            _remove_empty(self.folder)
-        return left
+        return len(spares)
+
+    close = trim
 
 
 def _remove_empty(path: str) -> bool:

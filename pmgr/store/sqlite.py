@@ -55,11 +55,16 @@ _UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _row(kind: str, doc: dict) -> tuple:
-    return tuple(
-        (None if doc.get(c) is None else _dumps(doc[c])) if c in STRUCTURED else doc.get(c)
-        for c in FIELDS[kind]
-    )
+_ENCODED = {kind: [i for i, c in enumerate(FIELDS[kind]) if c in STRUCTURED] for kind in KINDS}
+
+
+def _row(kind: str, doc: dict) -> list:
+    get = doc.get
+    row = [get(c) for c in FIELDS[kind]]
+    for i in _ENCODED[kind]:  # structured fields as JSON text
+        if row[i] is not None:
+            row[i] = _dumps(row[i])
+    return row
 
 
 class StoreFileLost(OSError):

@@ -1,7 +1,7 @@
 """Batched, off-the-hot-path writes: a thread that drains a queue into `write_batch` calls.
 
-Producers call `changed(obj)` after an object changed and `hist(row)` for each state change:
-a SimpleQueue put each, nothing else on the hot path.  The writer thread takes everything
+Producers call `changed(obj)` after an object changed and `hist(row, obj)` for each state
+change: a SimpleQueue put each, nothing else on the hot path.  The writer thread takes everything
 queued, builds one doc per changed object (`obj.as_doc(full)`, full the first time only, so the
 description is encoded once per object) and writes the batch in one transaction.  `lag` is the
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
@@ -77,8 +77,9 @@ class BatchWriter:
         self.q.put((time.monotonic(), (kind, doc)))
         self._enqueued += 1
 
-    def hist(self, row: tuple) -> None:
-        self.q.put((time.monotonic(), row))
+    def hist(self, row: tuple, obj=None) -> None:
+        """A state change (a HISTORY row); with `obj`, also `changed(obj)`, in one put."""
+        self.q.put((time.monotonic(), row if obj is None else (*row, obj)))
         self._enqueued += 1
 
     def then(self, callback) -> None:
@@ -141,6 +142,9 @@ class BatchWriter:
                 batch.docs[rec[0]][rec[1]["uid"]] = rec[1]
                 uids.add(rec[1]["uid"])
             elif isinstance(rec, tuple):
+                if len(rec) > 7:  # a state change and its object
+                    objs[id(rec[7])] = rec[7]
+                    rec = rec[:7]
                 batch.history.append(rec)
                 uids.add(rec[2])
             else:
