@@ -438,6 +438,7 @@ class Agent:
                     self.execu.kill(r, signal.SIGKILL)
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0
+                self.stager.tick(now)
                 if os.getppid() != self.ppid:
                     self.stop("the pilot's bootstrap is gone", hand_back=False)
             if self.stopping and not self.execu.runs():
@@ -497,30 +498,41 @@ def wire_error(u: dict) -> str | None:
         g = u.get("gpus", 0)
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1 << 31:
             raise checks.bad("gpus", g, "a number >= 0")
-        checks.mapping("resources", u.get("resources") or {})
-        checks.mapping("policy", u.get("policy") or {})
-        for key in ("pre_exec", "post_exec"):
-            for i, line in enumerate(checks.items(key, u.get(key) or [], 10_000)):
-                checks.text(f"{key}[{i}]", line, optional=False, most=long)
-        for key in ("stage_in", "stage_out"):
-            if key in u:
-                staging.check_wire(key, u[key])
-        for key in ("shell", "cleanup", "mpi", "keep_output"):
-            if u.get(key) is not None and not isinstance(u[key], bool):
-                raise checks.bad(key, u[key], "true, false or absent")
-        checks.text("name", u.get("name"))
-        sandbox = checks.text("sandbox", u.get("sandbox"))
-        if sandbox is not None and ".." in sandbox.split("/"):
-            raise checks.bad("sandbox", sandbox, "a directory path without '..'")
-        for key in ("stdout", "stderr"):
-            name = checks.text(key, u.get(key))
-            if name is not None and ("/" in name or name in (".", "..")):
-                raise checks.bad(key, name, "a file name (no '/')")
-        if any(k.startswith("_") for k in u):
-            raise ValueError("keys starting with '_' are the agent's own")
+        if u.keys() - _COMMON_KEYS:  # (most units have none of the others)
+            _check_rare_fields(u, long)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+_COMMON_KEYS = frozenset(
+    ("uid", "executable", "function", "arguments", "environment", "cpus", "gpus", "ranks")
+)
+
+
+def _check_rare_fields(u: dict, long: int) -> None:
+    """wire_error's checks of the fields most units leave out; ValueError naming the field."""
+    checks.mapping("resources", u.get("resources") or {})
+    checks.mapping("policy", u.get("policy") or {})
+    for key in ("pre_exec", "post_exec"):
+        for i, line in enumerate(checks.items(key, u.get(key) or [], 10_000)):
+            checks.text(f"{key}[{i}]", line, optional=False, most=long)
+    for key in ("stage_in", "stage_out"):
+        if key in u:
+            staging.check_wire(key, u[key])
+    for key in ("shell", "cleanup", "mpi", "keep_output"):
+        if u.get(key) is not None and not isinstance(u[key], bool):
+            raise checks.bad(key, u[key], "true, false or absent")
+    checks.text("name", u.get("name"))
+    sandbox = checks.text("sandbox", u.get("sandbox"))
+    if sandbox is not None and ".." in sandbox.split("/"):
+        raise checks.bad("sandbox", sandbox, "a directory path without '..'")
+    for key in ("stdout", "stderr"):
+        name = checks.text(key, u.get(key))
+        if name is not None and ("/" in name or name in (".", "..")):
+            raise checks.bad(key, name, "a file name (no '/')")
+    if any(k.startswith("_") for k in u):
+        raise ValueError("keys starting with '_' are the agent's own")
 
 
 def main(argv: list[str]) -> int:

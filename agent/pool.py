@@ -139,6 +139,7 @@ class Allocation:
 class PartitionPool:
     def __init__(self, nodes: list[dict], agent_node: int | None = None) -> None:
         self.nodes = [NodePool(n) for n in nodes]
+        self._fits: dict[tuple, str | None] = {}  # never_fits of plain requests
         self.by_name = {n.name: n for n in self.nodes}
         self.by_host_id = {n.host_id: n for n in self.nodes}
         self.agent_node = agent_node  # index into nodes of the agent's node (LOCAL), or None
@@ -246,6 +247,18 @@ class PartitionPool:
 
     # -- admission ------------------------------------------------------------------------------
     def never_fits(self, request: dict) -> str | None:
+        if "policy" in request or "resources" in request:
+            return self._never_fits(request)
+        key = (request.get("cpus", 1), request.get("gpus", 0), request.get("ranks", 1))
+        try:  # a partition's nodes and their capacity do not change: answers are kept
+            return self._fits[key]
+        except KeyError:
+            if len(self._fits) >= 1024:
+                self._fits.clear()
+            found = self._fits[key] = self._never_fits(request)
+            return found
+
+    def _never_fits(self, request: dict) -> str | None:
         pol = request.get("policy") or {}
         per_rank = {"cpus": request.get("cpus", 1), "gpus": request.get("gpus", 0)}
         extra = request.get("resources") or {}

@@ -33,6 +33,7 @@ def test_a_unit_that_writes_nothing_leaves_nothing(session):
         found = re.search(r"sandboxes made (\d+), reused (\d+)", f.read())
     made, reused = int(found[1]), int(found[2])
     assert made + reused == 300 and reused >= 30, (made, reused)  # empty ones served again
+    assert not [n for n in os.listdir(pilot.sandbox) if n.startswith(".fresh")]
 
 
 def test_what_a_unit_writes_stays_in_its_own_sandbox(session):

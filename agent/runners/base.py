@@ -88,6 +88,8 @@ class Stager(Protocol):
 
     def recycle(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
 
+    def tick(self, now: float) -> None: ...  # about once a second, from the agent's loop
+
     def summary(self) -> str: ...  # for the agent's log: how sandboxes were made
 
     def close(self) -> None: ...

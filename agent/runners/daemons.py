@@ -46,6 +46,9 @@ class NoStager:
     def recycle(self, sandbox: str) -> None:
         pass
 
+    def tick(self, now: float) -> None:
+        pass
+
     def summary(self) -> str:
         return "made by the node daemons"
 

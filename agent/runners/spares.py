@@ -14,13 +14,15 @@ unit left empty stays where it is as a spare, and a later unit's sandbox is such
                  whatever was put there, and is no longer a spare.
     idle         `trim` removes the spares (only empty directories go): a unit that wrote
                  nothing leaves no directory once the partition is idle or stops.
+                 `add` costs no system call: the checks are paid only by a spare reused.
 What this cannot see: a process that holds an open descriptor of the directory (not its working
 directory) and writes through it with openat().
-All calls come from the stager's thread (agent/runners/sandboxes.py).
+All calls come from the agent's main thread (agent/runners/sandboxes.py).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections import deque
@@ -55,12 +57,13 @@ class SparePool:
     def add(self, sandbox: str) -> None:
         """The sandbox of a unit that ended, found empty: a spare (or removed)."""
         if len(self.quarantine) + len(self.ready) >= MOST:
-            _remove_empty(sandbox)
+            remove_empty(sandbox)
             return
         self.quarantine.append((time.monotonic(), sandbox))
 
     def take(self, sandbox: str) -> bool:
-        """Rename a safe spare to `sandbox`; False when there is none."""
+        """Rename a safe spare to `sandbox`; False when there is none.  FileExistsError when
+        `sandbox` is there already, not empty (the spare is kept)."""
         if not self.ready:
             self._release()
         while self.ready:
@@ -68,13 +71,15 @@ class SparePool:
             try:
                 st = os.stat(spare)
                 if st.st_nlink != 2 or (self.mode is not None and st.st_mode & 0o7777 != self.mode):
-                    _remove_empty(spare)
+                    remove_empty(spare)
                 elif not os.listdir(spare):
                     os.rename(spare, sandbox)
                     return True
                 # else: something was put there after its unit ended; it stays as it is
-            except OSError:
-                pass
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    self.ready.appendleft(spare)
+                    raise FileExistsError(sandbox) from None
         return False
 
     def _release(self) -> None:
@@ -86,7 +91,7 @@ class SparePool:
         while self.quarantine and self.quarantine[0][0] < now:
             _, spare = self.quarantine.popleft()
             if spare in held or any(h.startswith(spare + os.sep) for h in held):
-                _remove_empty(spare)  # something works in it: never anyone else's
+                remove_empty(spare)  # something works in it: never anyone else's
             else:
                 self.ready.append(spare)
 
@@ -94,7 +99,7 @@ class SparePool:
         """Remove every spare (empty directories only); how many there were."""
         spares = [s for _, s in self.quarantine] + list(self.ready)
         for spare in spares:
-            _remove_empty(spare)
+            remove_empty(spare)
         self.quarantine.clear()
         self.ready.clear()
         return len(spares)
@@ -102,7 +107,7 @@ class SparePool:
     close = trim
 
 
-def _remove_empty(path: str) -> bool:
+def remove_empty(path: str) -> bool:
     try:
         os.rmdir(path)  # only when empty: what anything put there stays
         return True
