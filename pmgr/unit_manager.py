@@ -372,6 +372,7 @@ class UnitManager:
         if not room:
             return
         batches: dict = {}
+        short = any(part.outstanding < part.window // 2 for part in room)  # running short
         skipped: list[Unit] = []
         fits_cache: dict = {}
         pending = self.pending
@@ -434,7 +435,8 @@ class UnitManager:
             return
         # sent once the store has each unit with the partition it goes to (persist, then send:
         # a client that dies in between leaves units its successor finds, asks, and re-routes)
-        self.session.writer.then(lambda: self._send_persisted(batches))
+        # (a partition with half its window or more in hand can wait for the writer's linger)
+        self.session.writer.then(lambda: self._send_persisted(batches), urgent=short)
 
     # -- data staging (pmgr/transfers.py) ----------------------------------------------------
     def _stage_in(self, unit: Unit, target) -> None:

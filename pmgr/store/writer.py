@@ -7,6 +7,12 @@ description is encoded once per object) and writes the batch in one transaction.
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
 `flush()` waits (bounded) until everything queued so far is written.
 
+A batch of state changes alone waits up to LINGER seconds for more (a unit's QUEUED, EXECUTING
+and DONE then often share one batch, and its record is written once instead of three times:
+two upserts fewer per unit, measured 14 us each); a batch with an urgent callback waiting
+(`then`: units to send to a partition that is running short of them) or a flush waiting is
+written at once.
+
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
 been written (or refused for good: see `unpersisted`): the client sends a unit to its pilot
 only from such a callback, so a unit is in the store, with the partition it goes to, before it
@@ -32,22 +38,30 @@ from pmgr.store.base import Batch, StateStore
 log = logging.getLogger("pmgr.store")
 _STOP = object()
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
+LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
 class _Then:
     """A callback waiting in the queue for the records queued before it."""
 
-    __slots__ = ("callback",)
+    __slots__ = ("callback", "urgent")
 
-    def __init__(self, callback) -> None:
+    def __init__(self, callback, urgent: bool) -> None:
         self.callback = callback
+        self.urgent = urgent
 
 
 class BatchWriter:
     def __init__(
-        self, store: StateStore, max_batch: int = 20000, max_buffer: int = 1_000_000
+        self,
+        store: StateStore,
+        max_batch: int = 20000,
+        max_buffer: int = 1_000_000,
+        linger: float = LINGER,
     ) -> None:
         self.store = store
+        self.linger = linger
+        self.flushing = 0  # flush() callers waiting: no lingering
         self.max_batch = max_batch
         self.max_buffer = max_buffer
         self.pending: list = []  # records a failed write left behind, oldest first
@@ -82,9 +96,10 @@ class BatchWriter:
         self.q.put((time.monotonic(), row if obj is None else (*row, obj)))
         self._enqueued += 1
 
-    def then(self, callback) -> None:
-        """Run `callback()` (writer thread) once everything queued so far is written."""
-        self.q.put((time.monotonic(), _Then(callback)))
+    def then(self, callback, urgent: bool = True) -> None:
+        """Run `callback()` (writer thread) once everything queued so far is written; not
+        `urgent`: it may wait for the batch's linger (what it sends is not awaited yet)."""
+        self.q.put((time.monotonic(), _Then(callback, urgent)))
         self._enqueued += 1
 
     def _run(self) -> None:
@@ -97,17 +112,26 @@ class BatchWriter:
                 item = None
             items = self.pending
             self.pending = []
+            urgent = False  # an urgent callback waits: no lingering
+            linger_until = time.monotonic() + self.linger
             while item is not None:
                 if item is _STOP:
                     stop = True
                 else:
                     items.append(item)
+                    urgent = urgent or (isinstance(item[1], _Then) and item[1].urgent)
                 if len(items) >= self.max_batch:
                     break
                 try:
                     item = self.q.get_nowait()
                 except queue.Empty:
-                    item = None
+                    left = linger_until - time.monotonic()
+                    if urgent or stop or left <= 0 or self.flushing:
+                        break
+                    try:  # state changes only: more of the same objects' may come
+                        item = self.q.get(timeout=left)
+                    except queue.Empty:
+                        break
             if items and not self._write(items):
                 self._keep(items)
                 backoff = min(backoff * 2, RETRY_MAX)
@@ -205,7 +229,11 @@ class BatchWriter:
     def flush(self, timeout: float = 30.0) -> bool:
         target = self._enqueued
         with self._cv:
-            return self._cv.wait_for(lambda: self._done >= target, timeout)
+            self.flushing += 1
+            try:
+                return self._cv.wait_for(lambda: self._done >= target, timeout)
+            finally:
+                self.flushing -= 1
 
     def close(self, timeout: float = 30.0) -> set[str]:
         """Write what is left (bounded); returns the uids whose records could not be written."""
