@@ -60,6 +60,7 @@ from pilot.states import (
 FLUSH_EVERY = 0.02
 KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
+SERVE_EVERY = 8  # units of an arriving batch between looks at the running ones
 KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
 KEPT_VALUE = 65536  # a larger function return value is remembered for `sync` in a file
 log = logging.getLogger("agent")
@@ -97,6 +98,7 @@ class Agent:
         if keys is not None:  # the bootstrap's agent channel listens beyond loopback
             keys.client(self.sock)
         self.sock.connect(cfg["endpoint"])
+        self.poller = None  # (run's)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
@@ -177,7 +179,9 @@ class Agent:
 
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
-        for u in checks.items("units", units):
+        for i, u in enumerate(checks.items("units", units)):
+            if i % SERVE_EVERY == SERVE_EVERY - 1:
+                self.serve_running()  # a large batch must not leave cores idle meanwhile
             uid = u.get("uid") if isinstance(u, dict) else None
             if not isinstance(uid, str) or not checks.UID.match(uid):
                 log.error("%s: a unit without a valid uid dropped: %.80r", self.uid, u)
@@ -227,6 +231,19 @@ class Agent:
         if self.stopping:
             self.release_late()
         self.start_ready()
+
+    def serve_running(self) -> None:
+        """What running units said (output, a function's reply) and which ended, without
+        waiting; their cores go to queued units."""
+        if self.poller is None:
+            return
+        for key, _ in self.poller.poll(0):
+            if key is not self.sock and key is not self.wake_r and key != self.wake_r.fileno():
+                try:
+                    self.execu.on_readable(key)
+                except ProtocolError as exc:
+                    log.error("%s: %s", self.uid, exc)
+        self.on_exits()
 
     def start_ready(self) -> None:
         if self.stopping or self.nodes_lost:
@@ -400,7 +417,7 @@ class Agent:
 
     def run(self) -> int:
         self.sock.send_multipart(msg(b"ready", {"pid": os.getpid()}))
-        poller = zmq.Poller()
+        self.poller = poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
         wake = self.wake_r.fileno()

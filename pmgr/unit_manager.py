@@ -3,8 +3,10 @@
 Routing (client side): a unit with `partition=` goes to that partition once it is ACTIVE; any
 other unit goes to the ACTIVE partition of this manager's pilots with the fewest outstanding
 units per core among those whose largest node can hold it.  A partition holds at most its
-window (4 x cores + 64) of units not yet final: enough to keep its agent busy, few enough that
-a partition started later gets work and a stopped one has little to hand back.  Units wait at
+window of units not yet final (Partition.window: 4 x cores + 256, plus what it ends in
+WINDOW_AHEAD seconds at its recent rate): enough to keep its agent busy while its reports and the
+next units are on their way, few enough that a partition started later gets work and a stopped
+one has little to hand back.  Units wait at
 the client (state SCHEDULING) otherwise; each routing round sends one batch per partition.
 
 Nothing is lost: every unit ends in exactly one final state.
@@ -575,6 +577,7 @@ class UnitManager:
             part = unit.pilot.parts.get(unit.part)
             if part is not None:
                 part.outstanding -= 1
+                part.ended += 1
 
     def on_units_back(self, part_uid: str, units: list, fired: list) -> None:
         """Units a partition could not or did not run: route them again."""

@@ -36,10 +36,11 @@ FRAME_MAX = 4 * VALUE_MAX // 3 + 4 * 2 * OUTPUT_MAX + 65536
 
 
 class Worker:
-    __slots__ = ("pid", "sock", "buf", "run")
+    __slots__ = ("pid", "sock", "buf", "run", "cpus")
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock, self.buf, self.run = pid, sock, bytearray(), None
+        self.cpus: list | None = None  # the cores its last call was bound to (None: all)
 
 
 class FunctionWorkers:
@@ -103,7 +104,9 @@ class FunctionWorkers:
     def call(self, run: Run, env: dict, own: list, cpus: list | None) -> None:
         """Hand `run`'s call to an idle worker (started if none is idle); OSError if none can
         take it."""
-        w = next((w for w in self.workers.values() if w.run is None), None)
+        idle = [w for w in self.workers.values() if w.run is None]
+        # one bound to these cores already, if any: a worker that moves migrates (measured)
+        w = next((w for w in idle if w.cpus == cpus), idle[0] if idle else None)
         if w is None:
             if len(self.workers) >= self.most:
                 raise OSError(f"all {self.most} function workers are busy")
@@ -114,19 +117,31 @@ class FunctionWorkers:
         if cpus:
             msg["cpus"] = cpus
         data = json.dumps(msg).encode()
-        w.sock.setblocking(True)  # an idle worker reads it all; bounded so a hang is seen
-        w.sock.settimeout(30.0)
+        frame = _HEAD.pack(len(data)) + data
         try:
-            w.sock.sendall(_HEAD.pack(len(data)) + data)
+            sent = w.sock.send(frame)  # an idle worker's socket takes a call at once, mostly
+        except BlockingIOError:
+            sent = 0
         except OSError as exc:
-            processes.signal_group(w.pid, signal.SIGKILL)
-            self._drop(w)
-            raise OSError(f"function worker {w.pid} did not take the call: {exc}") from None
-        finally:
-            if w.sock.fileno() >= 0:
-                w.sock.setblocking(False)
+            self._refused(w, exc)
+        if sent < len(frame):  # the rest, bounded so a hang is seen
+            w.sock.setblocking(True)
+            w.sock.settimeout(30.0)
+            try:
+                w.sock.sendall(frame[sent:])
+            except OSError as exc:
+                self._refused(w, exc)
+            finally:
+                if w.sock.fileno() >= 0:
+                    w.sock.setblocking(False)
+        w.cpus = cpus or None
         w.run = run
         run.pids.append(w.pid)
+
+    def _refused(self, w: Worker, exc: OSError) -> None:
+        processes.signal_group(w.pid, signal.SIGKILL)
+        self._drop(w)
+        raise OSError(f"function worker {w.pid} did not take the call: {exc}") from None
 
     def on_readable(self, fd: int) -> bool:
         """Read what a worker sent; False when `fd` is not a worker's."""
