@@ -26,6 +26,7 @@ class Description:
     VALIDATE_DEFAULT: tuple = ()  # fields whose validator runs for the default too
     _MUTABLE: tuple = ()
     _DEFAULTS: dict = {}
+    _TEMPLATE: dict = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -34,6 +35,8 @@ class Description:
         # mutable defaults (list, dict) still come from __getattr__, a fresh one per object
         cls._MUTABLE = tuple(n for n, (d, _) in cls.FIELDS.items() if isinstance(d, (list, dict)))
         cls._DEFAULTS = {n: d for n, (d, _) in cls.FIELDS.items() if n not in cls._MUTABLE}
+        # to_dict's template, in field order (mutable ones filled per call)
+        cls._TEMPLATE = {n: None if n in cls._MUTABLE else d for n, (d, _) in cls.FIELDS.items()}
         for name, default in cls._DEFAULTS.items():
             if name not in cls.__dict__ and not hasattr(Description, name):
                 setattr(cls, name, default)
@@ -132,14 +135,14 @@ class Description:
         """Cross-field checks; subclasses override."""
 
     def to_dict(self) -> dict:
-        out = self._DEFAULTS.copy()  # (immutable values: safe to share)
-        for name in self._MUTABLE:
-            out[name] = type(self.FIELDS[name][0])()
+        out = self._TEMPLATE.copy()  # in field order; immutable values are safe to share
         fields = self.FIELDS
+        for name in self._MUTABLE:
+            out[name] = type(fields[name][0])()
         for name, value in self.__dict__.items():
             if name in fields:
                 out[name] = _plain(value)
-        return {name: out[name] for name in fields}  # in field order
+        return out
 
     def as_dict(self) -> dict:  # RP's name
         return self.to_dict()

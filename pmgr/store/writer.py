@@ -157,30 +157,30 @@ class BatchWriter:
     def _write(self, items: list) -> bool:
         batch = Batch()
         objs = {}
-        uids = set()
         thens = []
+        history = batch.history
         for _, rec in items:
-            if isinstance(rec, _Then):
-                thens.append(rec.callback)
-            elif isinstance(rec, tuple) and len(rec) == 2:
-                batch.docs[rec[0]][rec[1]["uid"]] = rec[1]
-                uids.add(rec[1]["uid"])
-            elif isinstance(rec, tuple):
-                if len(rec) > 7:  # a state change and its object
+            if type(rec) is tuple:
+                n = len(rec)
+                if n == 8:  # a state change and its object
                     objs[id(rec[7])] = rec[7]
-                    rec = rec[:7]
-                batch.history.append(rec)
-                uids.add(rec[2])
+                    history.append(rec[:7])
+                elif n == 2:
+                    batch.docs[rec[0]][rec[1]["uid"]] = rec[1]
+                else:
+                    history.append(rec)
+            elif type(rec) is _Then:
+                thens.append(rec.callback)
             else:
                 objs[id(rec)] = rec
+        unbuilt = set()
         for obj in objs.values():
             try:
                 batch.docs[obj.KIND][obj.uid] = obj.as_doc(not obj.stored)
             except Exception as exc:  # a bug in one object must not stop the writer
+                unbuilt.add(obj.uid)
                 self.unpersisted.add(obj.uid)
                 self.refusals.report(f"record of {obj.uid} could not be built: {exc!r}")
-                continue
-            uids.add(obj.uid)
         try:
             if len(batch):  # (callbacks alone need no write)
                 self.store.write_batch(batch)
@@ -211,7 +211,10 @@ class BatchWriter:
             self.retrying = False
         for obj in objs.values():
             obj.stored = True
-        self.unpersisted.difference_update(uids)
+        if self.unpersisted:  # written now, after all (a retry, a write one by one)
+            uids = {_uid(rec) for _, rec in items if type(rec) is tuple}
+            uids.update(o.uid for o in objs.values() if o.uid not in unbuilt)
+            self.unpersisted.difference_update(uids)
         self.written += len(items)
         self.batches += 1
         self.lag = time.monotonic() - items[0][0]
