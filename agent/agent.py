@@ -43,7 +43,7 @@ import zmq
 from agent import command, runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
-from pilot import checks, functions, security, staging
+from pilot import checks, functions, processes, security, staging
 from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
     CANCELED,
@@ -181,7 +181,10 @@ class Agent:
     def on_units(self, units: list) -> None:
         for i, u in enumerate(checks.items("units", units)):
             if i % SERVE_EVERY == SERVE_EVERY - 1:
-                self.serve_running()  # a large batch must not leave cores idle meanwhile
+                try:  # a large batch must not leave cores idle meanwhile
+                    self.serve_running()
+                except Exception:  # (nothing of the running units may cost this batch)
+                    log.exception("%s: serving running units failed", self.uid)
             uid = u.get("uid") if isinstance(u, dict) else None
             if not isinstance(uid, str) or not checks.UID.match(uid):
                 log.error("%s: a unit without a valid uid dropped: %.80r", self.uid, u)
@@ -298,11 +301,8 @@ class Agent:
                 info = {"exit_code": code, "reason": r.cancel_reason, **kept}
                 self.update(uid, CANCELED, info)
             else:
-                why = (
-                    f"exit code {code}"
-                    if code > 0
-                    else f"killed by signal {signal.Signals(-code).name}"
-                )
+                sig = processes.signal_name(-code)
+                why = f"exit code {code}" if code > 0 else f"killed by signal {sig}"
                 if code == 127 and r.unit.get("_not_found"):
                     why += f": executable={r.unit['executable']!r} not found (see its stderr)"
                 self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept})

@@ -21,14 +21,13 @@ Stops are applied before starts, so a command can reuse what it stops.
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from partition.sizing import Allocation, AllocationError, Pool
-from pilot import ids
+from pilot import ids, processes
 from pilot.descriptions import ComputePartitionDescription
 from pilot.protocol import pack
 from pilot.resource_config import agent_configs, check_agent_config
@@ -60,7 +59,7 @@ class AgentExit:
     @classmethod
     def of_code(cls, code: int) -> AgentExit:
         if code < 0:
-            return cls(code, f"exited with code {code} (killed by {signal.Signals(-code).name})")
+            return cls(code, f"exited with code {code} (killed by {processes.signal_name(-code)})")
         return cls(code, f"exited with code {code}")
 
 

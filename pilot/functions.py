@@ -18,6 +18,8 @@ from __future__ import annotations
 import base64
 import pickle
 import re
+import threading
+import types
 from typing import Any
 
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
@@ -38,7 +40,8 @@ def is_dotted(text: str) -> bool:
 
 FN_CACHE = 128  # function pickles kept
 FN_CACHE_BYTES = 100_000  # larger ones are not kept
-_pickled: dict = {}  # function object -> base64 of its pickle
+_pickled: dict = {}  # function -> (the globals and closure values it read, base64 pickle)
+_lock = threading.Lock()
 
 
 def pack(f: Any, args: tuple, kwargs: dict) -> dict:
@@ -56,19 +59,41 @@ def pack(f: Any, args: tuple, kwargs: dict) -> dict:
     return packed
 
 
+def _reads(f: types.FunctionType) -> tuple:
+    """The objects a function's pickle holds by value besides its code: the module globals
+    its code names and its closure's values (a rebound one makes a new pickle)."""
+    g = f.__globals__
+    names = tuple(g[n] for n in f.__code__.co_names if n in g)
+    cells = tuple(c.cell_contents for c in f.__closure__ or () if _filled(c))
+    return names + cells
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+        return True
+    except ValueError:  # (empty)
+        return False
+
+
 def _pickle_function(f: Any) -> str:
-    try:
-        return _pickled[f]
-    except (KeyError, TypeError):  # (TypeError: not hashable)
-        pass
+    if type(f) is not types.FunctionType:  # methods carry their object: pickled each time
+        return _b64(f, "the function", f)
+    reads = _reads(f)
+    with _lock:
+        kept = _pickled.get(f)
+    if (
+        kept is not None
+        and len(kept[0]) == len(reads)
+        and all(a is b for a, b in zip(kept[0], reads))
+    ):
+        return kept[1]
     text = _b64(f, "the function", f)
-    try:
-        if len(text) <= FN_CACHE_BYTES:
-            if len(_pickled) >= FN_CACHE:
+    if len(text) <= FN_CACHE_BYTES:
+        with _lock:
+            if len(_pickled) >= FN_CACHE and f not in _pickled:
                 _pickled.pop(next(iter(_pickled)))  # the oldest
-            _pickled[f] = text
-    except TypeError:
-        pass
+            _pickled[f] = (reads, text)  # (holding `reads`: their ids are not reused)
     return text
 
 

@@ -15,6 +15,7 @@ was still there.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 BOOTSTRAP = "partition.bootstrap"
@@ -45,3 +46,11 @@ def signal_process(pid: int, sig: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def signal_name(n: int) -> str:
+    """SIGTERM, ... or "40" (real-time signals have no name in `signal.Signals`)."""
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return str(n)

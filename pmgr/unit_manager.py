@@ -364,17 +364,18 @@ class UnitManager:
             self.pending.remove(unit)
             pilot = self._pilot_for(unit)
             unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}", fired)
-        room = {
-            part: part.window - part.outstanding
+        windows = {
+            part: part.window  # (read once: it follows the partition's rate)
             for p in self.pilots
             if p.state == S.ACTIVE and p.linked  # (an attached pilot: once its hello came)
             for part in p.parts.values()
-            if part.state == S.ACTIVE and part.accepting and part.window > part.outstanding
+            if part.state == S.ACTIVE and part.accepting
         }
+        room = {part: w - part.outstanding for part, w in windows.items() if w > part.outstanding}
         if not room:
             return
         batches: dict = {}
-        short = any(part.outstanding < part.window // 2 for part in room)  # running short
+        short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
         skipped: list[Unit] = []
         fits_cache: dict = {}
         pending = self.pending

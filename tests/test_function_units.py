@@ -239,3 +239,31 @@ class Unhashable:
 
     def __call__(self):
         return 7
+
+
+def test_a_kept_pickle_follows_rebound_globals_and_bound_methods():
+    from pilot import functions
+
+    script = {"__name__": "__main__", "FACTOR": 2}  # as if defined in a script: by value
+    exec("def scaled(x):\n    return x * FACTOR\n", script)
+    scaled = script["scaled"]
+
+    class Box:
+        def __init__(self):
+            self.base = 1
+
+        def plus(self, x):
+            return self.base + x
+
+    def call(packed):
+        f, args, kwargs = functions.unpack_call(packed)
+        return f(*args, **kwargs)
+
+    assert call(functions.pack(scaled, (10,), {})) == 20
+    assert call(functions.pack(scaled, (10,), {})) == 20  # (the kept pickle)
+    script["FACTOR"] = 3
+    assert call(functions.pack(scaled, (10,), {})) == 30  # rebound: pickled again
+    box = Box()
+    assert call(functions.pack(box.plus, (1,), {})) == 2
+    box.base = 100
+    assert call(functions.pack(box.plus, (1,), {})) == 101  # a method: pickled each time

@@ -179,3 +179,35 @@ def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path):
         holder.wait(timeout=10)
     pool.add(str(got[0]))
     assert pool.trim() == 1 and not got[0].exists()
+
+
+def test_a_spare_that_a_unit_names_as_its_sandbox_is_never_moved_under_it(session):
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    quiet = umgr.submit_units([CUD(executable="/bin/true") for _ in range(6)])
+    umgr.wait_units(timeout=30)
+    time.sleep(0.1)
+    umgr.submit_units([CUD(executable="/bin/true")])  # its take releases the spares
+    umgr.wait_units(timeout=30)
+    spare = next(u for u in quiet if os.path.isdir(u.sandbox))  # an empty one, still there
+    named = umgr.submit_units(
+        CUD(executable="/bin/sh", sandbox=spare.uid, arguments=["-c", "sleep 1; echo b > b.txt"])
+    )
+    time.sleep(0.3)
+    later = umgr.submit_units(CUD(executable="/bin/sh", arguments=["-c", "sleep 1.5"]))
+    assert umgr.wait_units(timeout=30)[-2:] == [rp.DONE, rp.DONE]
+    assert os.listdir(later.sandbox) == []  # not the named unit's directory
+    assert open(os.path.join(named.sandbox, "b.txt")).read() == "b\n"
+    time.sleep(2.5)  # idle: the spares go, never the named unit's directory
+    assert os.listdir(named.sandbox) == ["b.txt"]
+
+
+def test_a_unit_killed_by_a_real_time_signal_fails_naming_it(session):
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    units = umgr.submit_units(
+        [CUD(executable="/bin/true") for _ in range(40)]
+        + [CUD(executable="/bin/sh", arguments=["-c", "kill -40 $$"])]
+        + [CUD(executable="/bin/true") for _ in range(40)]
+    )
+    states = umgr.wait_units(timeout=60)
+    assert states.count(rp.DONE) == 80 and states[40] == rp.FAILED
+    assert units[40].reason == "killed by signal 40"

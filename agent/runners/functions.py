@@ -221,7 +221,7 @@ class FunctionWorkers:
         self._drop(w)
         run = w.run
         if run is not None:
-            how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+            how = f"exit code {code}" if code >= 0 else f"signal {processes.signal_name(-code)}"
             run.codes[pid] = code
             if run.cancel_reason is None and run.fail_reason is None:
                 run.fail_reason = f"its function worker (pid {pid}) died: {how}"

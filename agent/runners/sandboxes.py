@@ -8,10 +8,11 @@ ahead in PILOT_SANDBOX/.fresh.<agent pid>/.  A new directory costs a new inode, 
 kernel time on the disks measured here, a rename about 20 us; a hand-off to a thread per unit
 cost more than the rename (three context switches a unit, measured).  Only units with
 pilot-side input staging or a named (shared) sandbox are staged by the worker thread, ahead of
-use, in the order they came.  Spares left after IDLE seconds without a take are removed, so a
-unit that leaves nothing in its sandbox leaves no directory behind; one that wrote anything
-keeps its directory and files as they are.  Output files are not made here:
-agent/runners/streams.py makes them when the unit writes.
+use, in the order they came; a unit directory that any unit names as its sandbox is never a
+spare from then on (it would be moved or removed under that unit).  Spares left after IDLE
+seconds without a take are removed, so a unit that leaves nothing in its sandbox leaves no
+directory behind; one that wrote anything keeps its directory and files as they are.  Output
+files are not made here: agent/runners/streams.py makes them when the unit writes.
 
 Protocol (all but the worker run on the agent's main thread):
     submit(unit)   a unit arrived: one to stage is queued (at most DEPTH staged ahead of use)
@@ -74,6 +75,7 @@ class SandboxStager:
         self.ahead = 0  # handed to the worker and not taken or dropped yet
         self.made = self.reused = 0
         self.spares = SparePool(root)  # main thread only
+        self.named: set[str] = set()  # unit directories a unit named as its sandbox
         self.fresh_dir = os.path.join(root, f".fresh.{os.getpid()}")
         self.fresh: deque[str] = deque()  # worker appends, main thread pops
         self.fresh_count = 0  # (worker) names given so far
@@ -86,8 +88,21 @@ class SandboxStager:
     # -- main thread ----------------------------------------------------------------------------
     def submit(self, unit: dict) -> None:
         if _staged(unit):
+            if unit.get("sandbox"):
+                self._named(sandbox_of(self.root, unit))
             self.waiting.append(unit)
             self._feed()
+
+    def _named(self, path: str) -> None:
+        """A unit names `path` as its sandbox: the unit directory it is (or lies in) is never
+        a spare from now on (it would be moved or removed under that unit)."""
+        rel = os.path.relpath(path, self.root)
+        if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+            return  # the pilot sandbox itself, or outside it: no spare is ever that
+        top = os.path.join(self.root, rel.split(os.sep)[0])
+        if top not in self.named:
+            self.named.add(top)
+            self.spares.forget(top)
 
     def take(self, unit: dict) -> str:
         self.last_take = time.monotonic()
@@ -169,7 +184,8 @@ class SandboxStager:
         self._feed()
 
     def recycle(self, sandbox: str) -> None:
-        self.spares.add(sandbox)
+        if sandbox not in self.named:
+            self.spares.add(sandbox)
 
     def tick(self, now: float) -> None:
         if now - self.last_take > IDLE:
@@ -201,8 +217,7 @@ class SandboxStager:
 
     def _fill(self) -> None:
         try:
-            if self.fresh_count == 0:
-                os.makedirs(self.fresh_dir, mode=0o700, exist_ok=True)
+            os.makedirs(self.fresh_dir, mode=0o700, exist_ok=True)
             while len(self.fresh) < FRESH_HIGH:
                 path = os.path.join(self.fresh_dir, str(self.fresh_count))
                 self.fresh_count += 1

@@ -32,11 +32,13 @@ MOST = 4096  # spares kept at once; more are removed
 
 
 def working_dirs_under(folder: str) -> set[str]:
-    """The working directories of this host's processes that lie in `folder`."""
+    """The working directories of this host's processes that lie in `folder` (canonical
+    paths; this process's own is left out: the agent works in the last unit it started)."""
     prefix = folder + os.sep
     out = set()
+    me = str(os.getpid())
     for name in os.listdir("/proc"):
-        if name.isdigit():
+        if name.isdigit() and name != me:
             try:
                 cwd = os.readlink(f"/proc/{name}/cwd")
             except OSError:
@@ -49,6 +51,7 @@ def working_dirs_under(folder: str) -> set[str]:
 class SparePool:
     def __init__(self, root: str) -> None:
         self.root = root
+        self.real = os.path.realpath(root)  # (/proc shows canonical paths)
         self.quarantine: deque[tuple[float, str]] = deque()
         self.ready: deque[str] = deque()
         self.last_scan = 0.0
@@ -87,13 +90,20 @@ class SparePool:
         if not self.quarantine or now - self.last_scan < SCAN_EVERY:
             return
         self.last_scan = now
-        held = working_dirs_under(self.root)
+        held = working_dirs_under(self.real)
+        cut = len(self.root)
         while self.quarantine and self.quarantine[0][0] < now:
             _, spare = self.quarantine.popleft()
-            if spare in held or any(h.startswith(spare + os.sep) for h in held):
+            real = self.real + spare[cut:]
+            if real in held or any(h.startswith(real + os.sep) for h in held):
                 remove_empty(spare)  # something works in it: never anyone else's
             else:
                 self.ready.append(spare)
+
+    def forget(self, spare: str) -> None:
+        """`spare` is not one any more (a unit names it as its sandbox): left as it is."""
+        self.quarantine = deque((t, s) for t, s in self.quarantine if s != spare)
+        self.ready = deque(s for s in self.ready if s != spare)
 
     def trim(self) -> int:
         """Remove every spare (empty directories only); how many there were."""
