@@ -130,6 +130,9 @@ class SandboxStager:
         return result
 
     def _quick(self, sandbox: str) -> str:
+        if sandbox in self.named:  # a unit named it (as this one's uid): never renamed onto
+            self._make(sandbox)
+            return sandbox
         try:
             if self.spares.take(sandbox):
                 self.reused += 1
