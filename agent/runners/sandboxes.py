@@ -25,8 +25,8 @@ Protocol (all but the worker run on the agent's main thread):
     recycle(path)  an empty sandbox of a unit that ended: a spare, if it is still empty
     tick(now)      (about once a second) the spares go when nothing was taken for IDLE s
 Staged units are staged in the order submitted; the agent takes them in the same (FIFO) order.
-The worker keeps FRESH_LOW..FRESH_HIGH fresh directories, refilled when asked (one wake-up per
-FRESH_HIGH - FRESH_LOW takes at most).
+The worker keeps FRESH_LOW..FRESH_HIGH fresh directories once a take found none, refilled when
+asked (one wake-up per FRESH_HIGH - FRESH_LOW takes at most).
 Interface: Stager (agent/runners/base.py).
 """
 
@@ -82,8 +82,8 @@ class SandboxStager:
         self.refilling = False
         self.last_take = time.monotonic()
         self.thread = threading.Thread(target=self._work, name="agent-stager", daemon=True)
-        self.thread.start()
-        self._refill()
+        self.thread.start()  # (fresh directories only once a take found none: a partition
+        # that runs a few units costs no inodes it does not use, at start or at its end)
 
     # -- main thread ----------------------------------------------------------------------------
     def submit(self, unit: dict) -> None:
