@@ -365,9 +365,9 @@ class Agent:
         if self.stopping:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
-        for u in self.sched.queue:  # handed back: another partition may make it right now
+        for u in self.sched.queue:
             if not u.get("function"):
-                self.stager.drop(u, remove=not hand_back)
+                self.stager.drop(u)
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()

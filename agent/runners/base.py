@@ -84,7 +84,7 @@ class Stager(Protocol):
 
     def take(self, unit: dict) -> str: ...  # its sandbox; OSError if it could not be made
 
-    def drop(self, unit: dict, remove: bool = True) -> None: ...  # it will not run here
+    def drop(self, unit: dict) -> None: ...  # it will not run here
 
     def recycle(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
 

@@ -40,7 +40,7 @@ class NoStager:
             command.stage_in(self.root, sandbox, unit)
         return sandbox
 
-    def drop(self, unit: dict, remove: bool = True) -> None:
+    def drop(self, unit: dict) -> None:
         pass
 
     def recycle(self, sandbox: str) -> None:

@@ -11,8 +11,8 @@ A unit of R ranks is R processes (one per rank, each bound to its own cores, all
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
 is recycled (`Run.left_empty`) when it is its own, nothing was staged into or out of it, it wrote
 no output and no process of its process groups is left (the stager checks that the directory
-is empty before it serves again).  A unit with
-output staging gets its output files even when empty (its directives may name them).
+is empty before it serves again).  A unit with output staging gets its output files even when
+empty (its directives may name them).
 Interface: UnitRunner (agent/runners/base.py).
 """
 

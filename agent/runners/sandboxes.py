@@ -19,9 +19,8 @@ Protocol (all but the worker run on the agent's main thread):
     take(unit)     its sandbox path, waiting (bounded) if the worker has not got to it yet;
                    raises OSError when its sandbox could not be made (StagingError: input
                    staging failed)
-    drop(unit, remove)  the unit will not run here (canceled: its empty sandbox is recycled;
-                   handed back, remove=False: left, the partition it goes to may be making the
-                   same directory now)
+    drop(unit)     the unit will not run here (canceled, or handed back): what the worker
+                   made and staged for it stays (nothing was made for a unit that is not staged)
     recycle(path)  an empty sandbox of a unit that ended: a spare, if it is still empty
     tick(now)      (about once a second) the spares go when nothing was taken for IDLE s
 Staged units are staged in the order submitted; the agent takes them in the same (FIFO) order.
@@ -173,7 +172,7 @@ class SandboxStager:
             self.ahead += 1
             self.todo.put(unit)
 
-    def drop(self, unit: dict, remove: bool = True) -> None:
+    def drop(self, unit: dict) -> None:
         if not _staged(unit):
             return  # nothing was made for it yet
         if not unit.get("_staging"):
@@ -200,7 +199,7 @@ class SandboxStager:
     def close(self) -> None:
         self.todo.put(None)
         self.thread.join(5.0)
-        self.spares.close()
+        self.spares.trim()
         if not self.thread.is_alive():
             while self.fresh:
                 remove_empty(self.fresh.popleft())

@@ -114,8 +114,6 @@ class SparePool:
         self.ready.clear()
         return len(spares)
 
-    close = trim
-
 
 def remove_empty(path: str) -> bool:
     try:
