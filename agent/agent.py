@@ -118,9 +118,14 @@ class Agent:
             self.first_pending = time.monotonic()
         rec = ("unit", uid, state, time.time(), info or {})
         self.updates.append(rec)
-        self.known.setdefault(uid, []).append(self._kept(rec))  # for `sync`: what it said
-        if len(self.known) > KNOWN_MAX:
-            self.known.pop(next(iter(self.known)))
+        kept = self._kept(rec) if info and "value" in info else rec
+        said = self.known.get(uid)  # for `sync`: what it said
+        if said is not None:
+            said.append(kept)
+        else:
+            self.known[uid] = [kept]
+            if len(self.known) > KNOWN_MAX:
+                self.known.pop(next(iter(self.known)))
 
     def _kept(self, rec: tuple) -> tuple:
         """The record as remembered for `sync`: a large function value waits in a file."""

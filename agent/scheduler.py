@@ -63,7 +63,10 @@ class Scheduler:
 
 
 def _shape(unit: dict):
-    pol = unit.get("policy") or {}
+    pol = unit.get("policy")
+    if not pol and not unit.get("resources"):  # (most units)
+        return (unit.get("cpus", 1), unit.get("gpus", 0), unit.get("ranks", 1))
+    pol = pol or {}
     return (
         unit.get("cpus", 1),
         unit.get("gpus", 0),

@@ -39,6 +39,16 @@ def type_key(t: str) -> str:
     return (t[:-1] if t.endswith("s") else t).upper()
 
 
+_IDS_VAR: dict = {}  # pool type -> PILOT_<TYPE>_IDS (a node's types are few and fixed)
+
+
+def _ids_var(t: str) -> str:
+    name = _IDS_VAR.get(t)
+    if name is None:
+        name = _IDS_VAR[t] = f"PILOT_{type_key(t)}_IDS"
+    return name
+
+
 def _ids(grant_part) -> str:
     seen = []
     for i, _ in grant_part:
@@ -70,8 +80,10 @@ def _fill(value: str, mapping: dict) -> str:
 def check_environment(environment: dict, types) -> str | None:
     """The reason the unit's environment placeholders cannot be filled, or None.  Only
     %(<type>_ids)s is a placeholder: every other % is the value's own (as RP passes it)."""
+    if not environment:
+        return None
     known = {f"{type_key(t).lower()}_ids" for t in types}
-    for k, v in (environment or {}).items():
+    for k, v in environment.items():
         if "%(" not in v:
             continue
         for name in _PLACEHOLDER.findall(v):
@@ -97,7 +109,7 @@ def rank_env(
         mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
         env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
     for t, v in ids.items():
-        env[f"PILOT_{type_key(t)}_IDS"] = v
+        env[_ids_var(t)] = v
     env["PILOT_UNIT_ID"] = env["RP_UNIT_ID"] = unit["uid"]
     env["PILOT_UNIT_SANDBOX"] = env["RP_UNIT_SANDBOX"] = sandbox
     env["RP_UNIT_NAME"] = unit.get("name") or unit["uid"]
@@ -131,10 +143,10 @@ class Spawner:
         env = self.base_env.copy()
         env.update(delta)
         if var is not None:
-            env[var] = self._visible(var, env[var])
+            env[var] = self.visible(var, env[var])
         return env
 
-    def _visible(self, var: str, gpu_ids: str) -> str:
+    def visible(self, var: str, gpu_ids: str) -> str:
         """GPU ids as the unit must see them: through the inherited mask when there is one."""
         inherited = self.base_env.get(var)
         if not inherited or not gpu_ids:

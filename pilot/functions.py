@@ -126,11 +126,14 @@ def unpack_call(packed: dict) -> tuple:
     return f, args, kwargs
 
 
+_PACKED_KEYS = (frozenset(("name", "pickle")), frozenset(("name", "pickle", "args")))
+
+
 def is_packed(value: Any) -> bool:
     return (
         isinstance(value, dict)
-        and set(value) in ({"name", "pickle"}, {"name", "pickle", "args"})
-        and all(isinstance(v, str) for v in value.values())
+        and value.keys() in _PACKED_KEYS
+        and all(type(v) is str for v in value.values())
     )
 
 

@@ -107,9 +107,27 @@ def check_transition(machine: Machine, obj, state: str) -> None:
 
 def reachable(machine: Machine, src: str, dst: str) -> bool:
     """Whether every step of `path_to(machine, src, dst)` is a legal move."""
+    return legal_path(machine, src, dst) is not None
+
+
+_LEGAL_PATHS: dict = {}  # (id(machine), src, dst) -> legal_path's answer (few: states are few)
+
+
+def legal_path(machine: Machine, src: str, dst: str) -> tuple[str, ...] | None:
+    """`path_to(machine, src, dst)` when each of its steps is a legal move, else None (looked
+    up once per pair: a client applies several state changes per unit)."""
+    key = (id(machine), src, dst)
+    try:
+        return _LEGAL_PATHS[key]
+    except KeyError:
+        pass
+    if src not in machine.states or dst not in machine.states:
+        return None  # (not kept: a hostile name must not grow the table)
     moves = _MOVES[id(machine)]
     steps = path_to(machine, src, dst)
-    return all(move in moves for move in zip([src, *steps], steps))
+    legal = all(move in moves for move in zip([src, *steps], steps))
+    _LEGAL_PATHS[key] = path = tuple(steps) if legal else None
+    return path
 
 
 def path_to(machine: Machine, src: str, dst: str) -> list[str]:

@@ -83,8 +83,15 @@ class Stateful:
         IllegalTransition (nothing changed) for a move the state machine does not allow."""
         if state == self.state:
             return False
-        for step in S.path_to(self.MACHINE, self.state, state):
-            S.check_transition(self.MACHINE, self, step)
+        steps = S.legal_path(self.MACHINE, self.state, state)
+        if steps is None:  # raises, naming the first illegal step; nothing changed
+            src = self.state
+            for step in S.path_to(self.MACHINE, src, state):
+                S.check_move(self.MACHINE, self.uid, src, step)
+                src = step
+            raise AssertionError(f"{self.uid}: {self.state} -> {state} neither legal nor not")
+        for step in steps:
+            self.state = step
             self.history.append((step, ts))
             if reason and step in S.FINAL:
                 self.reason = reason

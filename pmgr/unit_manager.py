@@ -32,6 +32,10 @@ from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULER_ROUND_ROBIN, SCHEDULERS
 from pmgr.entities import UNIT_STATE, Unit, callback
 
 SEND_CHUNK = 2000
+# submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
+# units are on their way (persisted, then sent) while the rest are made (measured: 2,000
+# function units made in one piece reached their agent after 130 ms, a third of their run)
+SUBMIT_CHUNK_MIN, SUBMIT_CHUNK_MAX = 64, 1024
 log = logging.getLogger("pmgr.units")
 
 
@@ -138,34 +142,45 @@ class UnitManager:
                     f"{[p.uid for p in self.pilots]}"
                 )
         session = self.session
-        fired: list = []
-        units = []
-        with session.lock:
-            now = time.time()
-            named: dict[str, Unit] = {}
-            for d in descs:
-                unit = Unit(session, session.next_uid("unit", 6), d, self, now)
-                self.units[unit.uid] = unit
-                if d.name:
-                    named[d.name] = unit
-                if d.tag is not None:
-                    unit.after = self.units.get(d.tag) or named[d.tag]
-                if d.pilot is not None:
-                    self.pinned += 1
-                units.append(unit)
-                session.persist_state(unit, S.NEW, now)
-                fired.append((unit, S.NEW))
-                unit.advance(S.SCHEDULING, now, None, fired)
-                reason = self._never_fits(unit)
-                if reason:
-                    unit.advance(S.FAILED, now, reason, fired)
-                else:
-                    if d.partition is None and unit.after is None and self.pilots:
-                        self._pilot_for(unit)  # round robin: bound in submit order
-                    self.pending.append(unit)
-            self.route(fired)
-        session.fire(fired)
+        units: list[Unit] = []
+        named: dict[str, Unit] = {}
+        start = 0
+        while start < len(descs):  # in chunks: the first ones run while the rest are made
+            size = min(SUBMIT_CHUNK_MAX, max(SUBMIT_CHUNK_MIN, start))
+            chunk = descs[start : start + size]
+            start += size
+            fired: list = []
+            with session.lock:
+                self._submit_chunk(chunk, named, units, fired)
+                self.route(fired)
+            session.fire(fired)
         return units[0] if single else units
+
+    def _submit_chunk(self, descs: list, named: dict, units: list, fired: list) -> None:
+        """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they
+        can never fit), appended to `units`; `named`: the call's units by name so far."""
+        session = self.session
+        now = time.time()
+        for d in descs:
+            unit = Unit(session, session.next_uid("unit", 6), d, self, now)
+            self.units[unit.uid] = unit
+            if d.name:
+                named[d.name] = unit
+            if d.tag is not None:
+                unit.after = self.units.get(d.tag) or named[d.tag]
+            if d.pilot is not None:
+                self.pinned += 1
+            units.append(unit)
+            session.persist_state(unit, S.NEW, now)
+            fired.append((unit, S.NEW))
+            unit.advance(S.SCHEDULING, now, None, fired)
+            reason = self._never_fits(unit)
+            if reason:
+                unit.advance(S.FAILED, now, reason, fired)
+            else:
+                if d.partition is None and unit.after is None and self.pilots:
+                    self._pilot_for(unit)  # round robin: bound in submit order
+                self.pending.append(unit)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
         """Cancel units (all of this manager's when uids is None); running ones are killed."""

@@ -110,9 +110,9 @@ class LocalRunner:
     def _call(self, unit: dict, run: Run) -> Run:
         node, grant = run.alloc.ranks[0]
         ids = grant_ids(node.cap, grant)
-        delta, var = rank_env(unit, self.functions.workdir, node.name, ids, 0, 1, self.has_gpus)
-        env = self.spawner.env(delta, var)
-        env = {k: env[k] for k in delta}  # what the call adds to the worker's own
+        env, var = rank_env(unit, self.functions.workdir, node.name, ids, 0, 1, self.has_gpus)
+        if var is not None:  # (what the call adds to the worker's own environment)
+            env[var] = self.spawner.visible(var, env[var])
         mask = self.spawner.mask([c for c, _ in grant.get("cpus", ())])
         own = list(unit.get("environment") or ())
         self.functions.call(run, env, own, sorted(mask) if mask else None)

@@ -52,6 +52,41 @@ def _upsert_sql(kind: str) -> str:
 
 
 _UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
+_HISTORY_INSERT = (
+    "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, seq) VALUES "
+    "(?, ?, ?, ?, ?, ?, ?)"
+)
+
+# Rows go in statements of several rows each (sizes from this set, so few statements are ever
+# prepared): sqlite3 lets other threads run while each statement steps, and a writer thread that
+# waits to get back into Python once per row crawls while the client's other threads are busy
+# (measured: 200 rows, one at a time, 43 ms while units were being made; 2 ms alone).
+_SIZES = (256, 64, 16, 4, 1)
+_MULTI: dict = {}  # (sql, rows) -> that statement for so many rows
+
+
+def _multi_sql(sql: str, n: int) -> str:
+    key = (sql, n)
+    text = _MULTI.get(key)
+    if text is None:
+        head, rest = sql.split(" VALUES ", 1)
+        one, _, tail = rest.partition(")")
+        text = _MULTI[key] = f"{head} VALUES {', '.join([one + ')'] * n)}{tail}"
+    return text
+
+
+def _execute_rows(db, sql: str, rows: list) -> None:
+    """`sql` (one row's INSERT ... VALUES (...) ...) for every row, several rows a statement."""
+    i, n = 0, len(rows)
+    for size in _SIZES:
+        if n - i < size:
+            continue
+        text = _multi_sql(sql, size)
+        while n - i >= size:
+            db.execute(text, [v for row in rows[i : i + size] for v in row])
+            i += size
+
+
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -99,13 +134,10 @@ class SqliteStore(StateStore):
                 for kind in KINDS:
                     docs = batch.docs[kind]
                     if docs:
-                        self.db.executemany(_UPSERT[kind], [_row(kind, d) for d in docs.values()])
+                        rows = [_row(kind, d) for d in docs.values()]
+                        _execute_rows(self.db, _UPSERT[kind], rows)
                 if batch.history:
-                    self.db.executemany(
-                        "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, "
-                        "seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        batch.history,
-                    )
+                    _execute_rows(self.db, _HISTORY_INSERT, batch.history)
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")

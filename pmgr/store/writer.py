@@ -9,9 +9,9 @@ age of the oldest record in a batch when it was written; `max_lag` the largest s
 
 A batch of state changes alone waits up to LINGER seconds for more (a unit's QUEUED, EXECUTING
 and DONE then often share one batch, and its record is written once instead of three times:
-two upserts fewer per unit, measured 14 us each); a batch with an urgent callback waiting
-(`then`: units to send to a partition that is running short of them) or a flush waiting is
-written at once.
+two upserts fewer per unit, measured 14 us each); a batch ends at an urgent callback (`then`:
+units to send to a partition that is running short of them), which is written at once, and so
+is a batch with a flush waiting.
 
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
 been written (or refused for good: see `unpersisted`): the client sends a unit to its pilot
@@ -112,21 +112,21 @@ class BatchWriter:
                 item = None
             items = self.pending
             self.pending = []
-            urgent = False  # an urgent callback waits: no lingering
             linger_until = time.monotonic() + self.linger
             while item is not None:
                 if item is _STOP:
                     stop = True
                 else:
                     items.append(item)
-                    urgent = urgent or (isinstance(item[1], _Then) and item[1].urgent)
+                    if type(item[1]) is _Then and item[1].urgent:
+                        break  # written now: what came after it waits for the next batch
                 if len(items) >= self.max_batch:
                     break
                 try:
                     item = self.q.get_nowait()
                 except queue.Empty:
                     left = linger_until - time.monotonic()
-                    if urgent or stop or left <= 0 or self.flushing:
+                    if stop or left <= 0 or self.flushing:
                         break
                     try:  # state changes only: more of the same objects' may come
                         item = self.q.get(timeout=left)
