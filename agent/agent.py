@@ -461,6 +461,8 @@ class Agent:
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0
                 self.stager.tick(now)
+                if os.getppid() == self.cfg.get("adopted_by"):  # its zygote died, not the
+                    self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
                 if os.getppid() != self.ppid:
                     self.stop("the pilot's bootstrap is gone", hand_back=False)
             if self.stopping and not self.execu.runs():

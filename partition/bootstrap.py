@@ -108,7 +108,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.control_endpoint = f"tcp://{self.here}:{cport}"
         self.data = DataPort(self.sandbox)  # files from and to the client
         self.procs: dict[str, AgentProcess] = {}
-        self.launcher = AgentLauncher()
+        self.launcher = AgentLauncher(self.sandbox)
         self.nodeset = (
             NodeSet(
                 self.ctx,
@@ -149,7 +149,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
 
     def own_children(self) -> set[int]:
         """The processes this bootstrap started itself (never taken for orphans)."""
-        pids = {self.launcher.zygote.pid}
+        pids = self.launcher.pids()
         if self.nodeset is not None:
             pids.update(p.pid for p in self.nodeset.launch.procs.values())
         return pids
@@ -204,6 +204,8 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                 node["endpoint"] = self.nodeset.endpoint_of(node["index"])
             cfg["endpoint"] = self.agent_endpoint_nodes
         path = os.path.join(self.sandbox, f"{uid}.agent.json")
+        if self.nodeset is None or cfg.get("agent_host") is None:  # forked by the zygote
+            cfg["adopted_by"] = os.getpid()  # its parent, should the zygote die first
         with open(path, "w") as f:
             json.dump(cfg, f)
         log_path = os.path.join(self.sandbox, f"{uid}.agent.log")
@@ -379,7 +381,8 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         poller = zmq.Poller()
         for s in (self.client, self.agents, self.control):
             poller.register(s, zmq.POLLIN)
-        poller.register(self.launcher.fd, zmq.POLLIN)
+        zygote_fd = self.launcher.fd  # (it changes when a zygote that died is replaced)
+        poller.register(zygote_fd, zmq.POLLIN)
         if self.nodeset is not None:
             poller.register(self.nodeset.sock, zmq.POLLIN)
         next_hb = time.monotonic()
@@ -391,8 +394,14 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
                     self._drain(sock, handler)
             if self.control in events:
                 self._drain(self.control, self.on_control)
-            if self.launcher.fd in events:
+            if zygote_fd is not None and zygote_fd in events:
                 self.launcher.read()
+            if self.launcher.fd != zygote_fd:
+                if zygote_fd is not None:
+                    poller.unregister(zygote_fd)
+                zygote_fd = self.launcher.fd
+                if zygote_fd is not None:
+                    poller.register(zygote_fd, zmq.POLLIN)
             if self.nodeset is not None:
                 if self.nodeset.sock in events:
                     self.nodeset.on_readable()

@@ -3,7 +3,9 @@ ground-truth log says (tests/faults.py)."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 from collections import Counter
 
@@ -126,9 +128,6 @@ def test_node_daemon_killed_mid_run(session, tmp_path, seed):
 def test_bootstrap_killed_mid_run(session, tmp_path):
     """The pilot job's first process dies (SIGKILL): the pilot and its partitions end FAILED,
     every unit ends once, with a reason, and no unit process is left running."""
-    import os
-    import signal
-
     log = str(tmp_path / "truth.log")
     pilot, umgr = active_pilot(session, parts=((1,), (1,)))
     units = umgr.submit_units([truth_unit(log, sleep=0.2) for _ in range(20)])
@@ -220,3 +219,60 @@ def test_restartable_units_run_again_when_their_agent_dies(session, tmp_path):
         pairs = set(zip(states, states[1:]))
         assert {(rp.EXECUTING, rp.SCHEDULING), (rp.QUEUED, rp.SCHEDULING)} & pairs, states
     assert all(ends[u.uid] >= 1 for u in units)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_agent_zygote_killed_mid_run(session, tmp_path):
+    """The agent zygote dies (SIGKILL) while a partition runs units: the agents it forked are
+    the bootstrap's now and go on (every unit DONE, exactly once); a reconfig afterwards stops
+    that partition (as asked) and starts one with another zygote, which becomes ACTIVE."""
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    (part,) = pilot.partitions
+    pid = agent_pid(pilot, part)
+    zygote = _ppid(pid)
+    units = umgr.submit_units([truth_unit(log, sleep=0.05) for _ in range(40)])
+    deadline = time.monotonic() + 20
+    while not any(u.state == rp.DONE for u in units):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    kill(zygote)
+    umgr.wait_units(timeout=60)
+    assert check_exactly_once(session, units, log)[rp.DONE] == 40
+    assert part.state == rp.ACTIVE and _ppid(pid) != zygote  # adopted, still running
+    (new,) = pilot.reconfig(stop=part.uid, start=[rp.ComputePartitionDescription(cores=1)])
+    assert part.wait(timeout=30) == rp.CANCELED  # the adopted agent stops as asked
+    assert part.reason == "stopped by reconfig"
+    assert new.wait(rp.ACTIVE, timeout=30) == rp.ACTIVE, new.reason
+    more = umgr.submit_units([truth_unit(log, sleep=0.0, partition=new.uid) for _ in range(3)])
+    assert umgr.wait_units([u.uid for u in more], timeout=30) == [rp.DONE] * 3
+    pilot.cancel()
+    assert pilot.wait(timeout=30) in rp.FINAL and new.wait(timeout=30) in rp.FINAL
+
+
+def test_a_zygote_that_dies_fails_the_agents_it_had_not_forked(tmp_path):
+    """An agent asked of a zygote that dies before forking it ends at once, the zygote's death
+    and its last words as the reason (before: its partition stayed STARTING)."""
+    from partition.agents.zygote import AgentLauncher
+
+    launcher = AgentLauncher(str(tmp_path))
+    zygote = launcher.zygote.pid
+    try:
+        os.kill(zygote, signal.SIGSTOP)  # it cannot fork what is asked now
+        proc = launcher.spawn(str(tmp_path / "a.json"), str(tmp_path / "a.log"))
+        kill(zygote)
+        ended = proc.wait(10)
+        assert ended is not None and ended.code is None
+        assert "could not be forked: the agent zygote exited with code -9" in ended.why
+        assert launcher.fd is None
+        again = launcher.spawn(str(tmp_path / "b.json"), str(tmp_path / "b.log"))  # a new one
+        assert launcher.zygote.pid != zygote and launcher.fd is not None
+        ended = again.wait(20)  # (no such config: that agent fails, and says so)
+        assert ended is not None and ended.code == 1, ended
+    finally:
+        launcher.close()
+        kill(zygote)

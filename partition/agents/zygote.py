@@ -5,8 +5,14 @@ the bootstrap's side.
 its pid arrives with the zygote's answer.  The bootstrap registers `launcher.fd` in its poller
 and calls `launcher.read()`; `ForkedAgent.poll()` then reports how the agent ended.  Waits are
 bounded: `ForkedAgent.wait(timeout)` reads the zygote's reports until the agent exits or the
-time is up.  If the zygote itself dies, it is started again on the next spawn.  Interface:
-AgentProcess (partition/manager.py).
+time is up.  Interface: AgentProcess (partition/manager.py).
+
+If the zygote itself dies (killed; or it could not import the agent's code: its stderr goes to
+ZYGOTE_LOG in the pilot sandbox), the bootstrap sees end-of-file on `fd`: every agent asked for
+and not yet forked ends at once, the zygote's last words its reason (its partition FAILED,
+never left STARTING); agents it had forked are the bootstrap's children now (it is a child
+subreaper), waited for directly, and go on running.  The next spawn starts another zygote
+(`fd` changes: the bootstrap registers the new one).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from pilot import processes
 log = logging.getLogger("bootstrap.launch")
 
 
+ZYGOTE_LOG = "agent_zygote.log"  # in the pilot sandbox
+
+
 class ForkedAgent:
     def __init__(self, launcher: AgentLauncher, cfg_path: str) -> None:
         self.launcher = launcher
@@ -32,8 +41,11 @@ class ForkedAgent:
         self.pid: int | None = None
         self.ended: AgentExit | None = None
         self.kill_when_started = False
+        self.adopted = False  # its zygote died: the bootstrap waits for it itself
 
     def poll(self) -> AgentExit | None:
+        if self.ended is None and self.adopted:
+            self.ended = _reaped(self.pid)
         return self.ended
 
     def kill(self) -> None:
@@ -44,37 +56,86 @@ class ForkedAgent:
 
     def wait(self, timeout: float) -> AgentExit | None:
         deadline = time.monotonic() + timeout
-        while self.ended is None and time.monotonic() < deadline:
-            self.launcher.read(min(0.05, max(0.0, deadline - time.monotonic())))
+        while self.poll() is None and time.monotonic() < deadline:
+            if self.adopted:
+                time.sleep(0.02)
+            else:
+                self.launcher.read(min(0.05, max(0.0, deadline - time.monotonic())))
         return self.ended
 
 
+def _reaped(pid: int) -> AgentExit | None:
+    """How an adopted agent ended, or None while it runs."""
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # someone else's child after all: gone once /proc says so
+        if os.path.exists(f"/proc/{pid}"):
+            return None
+        return AgentExit(None, "ended after its agent zygote died (exit code unknown)")
+    return None if got == 0 else AgentExit.of_code(os.waitstatus_to_exitcode(status))
+
+
 class AgentLauncher:
-    def __init__(self, env: dict | None = None) -> None:
+    def __init__(self, sandbox: str, env: dict | None = None) -> None:
         self.env = env
+        self.log_path = os.path.join(sandbox, ZYGOTE_LOG)
         self.zygote: subprocess.Popen | None = None
         self.by_cfg: dict[str, ForkedAgent] = {}
         self.by_pid: dict[int, ForkedAgent] = {}
+        self.adopted: dict[int, ForkedAgent] = {}  # forked by a zygote that died since
         self._buf = b""
+        self.fd: int | None = None  # the zygote's answers (None: it is gone)
         self._start()
 
     def _start(self) -> None:
-        self.zygote = subprocess.Popen(
-            processes.python_m(processes.ZYGOTE),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=self.env,
-            close_fds=True,
-        )
-        os.set_blocking(self.zygote.stdout.fileno(), False)
+        with open(self.log_path, "ab") as err:
+            self.zygote = subprocess.Popen(
+                processes.python_m(processes.ZYGOTE),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=self.env,
+                close_fds=True,
+            )
+        self.fd = self.zygote.stdout.fileno()
+        os.set_blocking(self.fd, False)
+        self._buf = b""
         log.info("agent zygote started, pid %d", self.zygote.pid)
 
-    @property
-    def fd(self) -> int:
-        return self.zygote.stdout.fileno()
+    def _gone(self) -> None:
+        """The zygote closed its end: it died.  Nothing more comes from it."""
+        try:
+            code = self.zygote.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:  # (closed its stdout yet lives on: not ours)
+            self.zygote.kill()
+            code = self.zygote.wait()
+        self.zygote.stdout.close()
+        self.fd = None
+        why = f"could not be forked: the agent zygote {AgentExit.of_code(code).why}"
+        last = _last_line(self.log_path)
+        if last:
+            why += f": {last}"
+        log.error("%s; %d agent(s) not forked", why, len(self.by_cfg))
+        for proc in self.by_cfg.values():
+            proc.ended = AgentExit(None, why)
+        self.by_cfg.clear()
+        for proc in self.by_pid.values():
+            proc.adopted = True
+            self.adopted[proc.pid] = proc
+        self.by_pid.clear()
+
+    def pids(self) -> set[int]:
+        """The processes the bootstrap must not reap as orphans: the zygote, adopted agents."""
+        for pid in [p for p, proc in self.adopted.items() if proc.ended is not None]:
+            del self.adopted[pid]
+        return {self.zygote.pid, *self.adopted}
 
     def spawn(self, cfg_path: str, log_path: str) -> ForkedAgent:
-        if self.zygote.poll() is not None:
+        if self.fd is None or self.zygote.poll() is not None:
+            if self.fd is not None:
+                self.read()  # what it said before it died; its end-of-file
+            if self.fd is not None:
+                self._gone()
             log.error("agent zygote exited with %s; starting another", self.zygote.returncode)
             self._start()
         proc = ForkedAgent(self, cfg_path)
@@ -89,6 +150,8 @@ class AgentLauncher:
 
     def read(self, timeout: float = 0.0) -> None:
         """Take whatever the zygote has said (waiting up to `timeout` for something)."""
+        if self.fd is None:
+            return
         if timeout > 0:
             select.select([self.fd], [], [], timeout)
         try:
@@ -96,6 +159,7 @@ class AgentLauncher:
         except BlockingIOError:
             return
         if not data:
+            self._gone()
             return
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")
@@ -128,3 +192,15 @@ class AgentLauncher:
             except subprocess.TimeoutExpired:
                 self.zygote.kill()
                 self.zygote.wait()
+
+
+def _last_line(path: str) -> str:
+    """The last non-empty line of a (small) log file, or ""."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    return lines[-1][:300] if lines else ""
