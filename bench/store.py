@@ -8,6 +8,11 @@
   units    N null units through the whole path on a 2-core localhost pilot (sandboxes on
            tmpfs), with persistence off (null://, the baseline, same run), the embedded sqlite
            store, and MongoDB; the write lag is the largest age of a record when written
+  rows     sqlite: one batch of 200 unit upserts + 400 history rows written one row per
+           statement (executemany, the baseline) and several rows per statement (what the store
+           does), alone and beside a busy Python thread (the client's other threads): sqlite3
+           lets go of the interpreter for every statement, and getting it back waits for the
+           busy thread's switch interval
 Target: the embedded store lowers unit throughput by no more than 10% against persistence off.
 """
 
@@ -48,6 +53,55 @@ def write_rate(url: str, n: int) -> float:
     dt = time.perf_counter() - t0
     store.close()
     return len(b) / dt
+
+
+def rows_batch(multi: bool, busy: bool, batches: int = 10) -> tuple[float, float]:
+    """(wall ms, this thread's CPU ms) per batch of 200 upserts + 400 history rows."""
+    import threading
+
+    from pmgr.store import sqlite as sq
+
+    store = sq.SqliteStore(f"sqlite:///{tempfile.mkdtemp()}/rows.db")
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(100))
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    if busy:
+        spinner.start()
+    wall = cpu = 0.0
+    try:
+        for b in range(batches):
+            uids = [f"unit.{b * 200 + i:07d}" for i in range(200)]
+            docs = [
+                [u, "bench", "pilot.0000", "pilot.0000.part.0000", "EXECUTING", None, 0]
+                + ["localhost", '{"cpus":[0]}', None, None]
+                for u in uids
+            ]
+            hist = [
+                ("bench", "units", u, s, time.time(), None, q)
+                for u in uids
+                for q, s in ((2, "QUEUED"), (3, "EXECUTING"))
+            ]
+            t0, c0 = time.perf_counter(), time.thread_time()
+            store.db.execute("BEGIN")
+            if multi:
+                sq.execute_rows(store.db, sq.UPSERT["units"], docs)
+                sq.execute_rows(store.db, sq.HISTORY_INSERT, hist)
+            else:
+                store.db.executemany(sq.UPSERT["units"], docs)
+                store.db.executemany(sq.HISTORY_INSERT, hist)
+            store.db.execute("COMMIT")
+            wall += time.perf_counter() - t0
+            cpu += time.thread_time() - c0
+    finally:
+        stop.set()
+        if busy:
+            spinner.join()
+        store.close()
+    return wall * 1e3 / batches, cpu * 1e3 / batches
 
 
 def unit_run(url: str, n: int) -> tuple[float, float]:
@@ -118,6 +172,20 @@ def main() -> int:
         print(f"| {k} | {statistics.median(w):,.0f} |" if w else f"| {k} | - |", end="")
         print(f" {rate:,.0f} | {rate / base - 1:+.0%} | {lag:.2f} |")
     print("\ntarget: sqlite within -10% of persistence off")
+    print("\nsqlite, a batch of 200 upserts + 400 history rows (median of 3)\n")
+    print("| rows per statement | beside | wall ms | CPU ms | wall vs one per statement |")
+    print("|---|---|---|---|---|")
+    for busy in (False, True):
+        got = {m: [rows_batch(m, busy) for _ in range(3)] for m in (False, True)}
+        base_wall = statistics.median(w for w, _ in got[False])
+        for m, rs in got.items():
+            w = statistics.median(x for x, _ in rs)
+            c = statistics.median(x for _, x in rs)
+            print(
+                f"| {'several' if m else 'one (executemany)'} | "
+                f"{'a busy Python thread' if busy else 'nothing'} | {w:,.1f} | {c:.1f} | "
+                f"{w / base_wall:.2f} x |"
+            )
     return 0
 
 

@@ -133,3 +133,27 @@ def test_unreachable_database_fails_fast_with_the_reason():
 def test_bad_urls_name_what_is_accepted():
     with pytest.raises(ValueError, match=r"must start with sqlite:/// or mongodb://"):
         open_store("postgres://x")
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 85, 341])
+def test_batches_of_every_size_keep_each_row_and_its_values(store, n):
+    """Rows go several to a statement (sqlite): every row of a batch of any size is stored,
+    with its own values, and a second write of the batch (a retry) changes nothing."""
+    t = time.time()
+    b = Batch()
+    for i in range(n):
+        uid = f"u{i:04d}"
+        b.docs["units"][uid] = unit_doc(uid, "DONE", exit_code=i, slots={"cpus": [i % 4]})
+        b.history.extend(
+            ("s1", "units", uid, s, t + i, None, q) for q, s in ((0, "NEW"), (1, "DONE"))
+        )
+    store.write_batch(b)
+    store.write_batch(b)
+    docs = store.find("units", session="s1")
+    assert [(d["uid"], d["exit_code"], d["slots"]) for d in docs] == [
+        (f"u{i:04d}", i, {"cpus": [i % 4]}) for i in range(n)
+    ]
+    hist = store.history(session="s1")
+    assert sorted((h["uid"], h["seq"], h["state"]) for h in hist) == sorted(
+        (f"u{i:04d}", q, s) for i in range(n) for q, s in ((0, "NEW"), (1, "DONE"))
+    )

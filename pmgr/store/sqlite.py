@@ -51,8 +51,8 @@ def _upsert_sql(kind: str) -> str:
     )
 
 
-_UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
-_HISTORY_INSERT = (
+UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
+HISTORY_INSERT = (
     "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, seq) VALUES "
     "(?, ?, ?, ?, ?, ?, ?)"
 )
@@ -75,7 +75,7 @@ def _multi_sql(sql: str, n: int) -> str:
     return text
 
 
-def _execute_rows(db, sql: str, rows: list) -> None:
+def execute_rows(db, sql: str, rows: list) -> None:
     """`sql` (one row's INSERT ... VALUES (...) ...) for every row, several rows a statement."""
     i, n = 0, len(rows)
     for size in _SIZES:
@@ -135,9 +135,9 @@ class SqliteStore(StateStore):
                     docs = batch.docs[kind]
                     if docs:
                         rows = [_row(kind, d) for d in docs.values()]
-                        _execute_rows(self.db, _UPSERT[kind], rows)
+                        execute_rows(self.db, UPSERT[kind], rows)
                 if batch.history:
-                    _execute_rows(self.db, _HISTORY_INSERT, batch.history)
+                    execute_rows(self.db, HISTORY_INSERT, batch.history)
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
