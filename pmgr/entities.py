@@ -89,7 +89,7 @@ class Stateful:
             for step in S.path_to(self.MACHINE, src, state):
                 S.check_move(self.MACHINE, self.uid, src, step)
                 src = step
-            raise AssertionError(f"{self.uid}: {self.state} -> {state} neither legal nor not")
+            raise AssertionError(f"{self.uid}: {self.state} -> {state}: no step was refused")
         for step in steps:
             self.state = step
             self.history.append((step, ts))

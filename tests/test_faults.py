@@ -260,7 +260,8 @@ def test_a_zygote_that_dies_fails_the_agents_it_had_not_forked(tmp_path):
     from partition.agents.zygote import AgentLauncher
 
     launcher = AgentLauncher(str(tmp_path))
-    zygote = launcher.zygote.pid
+    first = launcher.zygote  # (its Popen: killed below only while it has not been reaped)
+    zygote = first.pid
     try:
         os.kill(zygote, signal.SIGSTOP)  # it cannot fork what is asked now
         proc = launcher.spawn(str(tmp_path / "a.json"), str(tmp_path / "a.log"))
@@ -275,4 +276,6 @@ def test_a_zygote_that_dies_fails_the_agents_it_had_not_forked(tmp_path):
         assert ended is not None and ended.code == 1, ended
     finally:
         launcher.close()
-        kill(zygote)
+        if first.poll() is None:  # (the test failed before it was killed)
+            first.kill()
+            first.wait()
