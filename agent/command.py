@@ -15,7 +15,7 @@ rank is placed; its cores and GPUs on every node stay held until the launcher ex
 A unit needs that shell only when something would expand: pre/post exec lines, `$`, a
 backquote or a backslash in an argument, an argument written as is (above), shell syntax in the
 executable, or an executable that cannot be found (the shell then says so on the unit's stderr
-and exits 127, as under RP).  Every other unit is spawned directly with posix_spawn: the same
+and exits 127, as under RP).  Every other unit is spawned directly (agent/spawn.py): the same
 argv the shell would have built, without starting a shell (the fast path).  `shell` in the unit
 forces the choice: True always, False never (arguments are then the exact argv).
 """

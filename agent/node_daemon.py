@@ -190,8 +190,15 @@ class NodeDaemon:
                 r, w = os.pipe2(os.O_CLOEXEC)
                 fcntl.fcntl(r, fcntl.F_SETFL, os.O_NONBLOCK)
                 pipes.append((r, w))
-            env = self.spawner.env(body.get("env") or {}, body.get("gpu_var"))
-            pid = self.spawner.spawn(body["argv"], env, body["sandbox"], pipes[0][1], pipes[1][1])
+            pid = self.spawner.spawn(
+                body["argv"],
+                body["sandbox"],
+                pipes[0][1],
+                pipes[1][1],
+                body.get("env") or {},
+                body.get("gpu_var"),
+                body.get("cpus") or (),
+            )
         except (OSError, ValueError, TypeError) as exc:  # ValueError: a NUL byte
             for r, w in pipes:
                 os.close(r)
@@ -201,7 +208,6 @@ class NodeDaemon:
             return
         for _, w in pipes:
             os.close(w)
-        self.spawner.bind(pid, body.get("cpus") or ())
         r = Rank(agent, uid, rank, pid, [pipes[0][0], pipes[1][0]])
         self.ranks[pid] = r
         for fd, stream in zip(r.pipes, ("stdout", "stderr")):
@@ -254,8 +260,7 @@ class NodeDaemon:
         uid = body["uid"]
         fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
-            env = self.spawner.env({}, None)
-            pid = self.spawner.spawn(body["argv"], env, os.path.dirname(body["log"]), fd, fd)
+            pid = self.spawner.spawn(body["argv"], os.path.dirname(body["log"]), fd, fd)
         except OSError as exc:
             log.error("%s: cannot start the agent of %s: %s", self.name, uid, exc)
             self.up.send_multipart(msg(b"agent_exit", {"uid": uid, "code": 127}))

@@ -17,12 +17,15 @@ Placeholders %(<type>_ids)s in the unit's environment values are filled with the
 A placeholder that cannot be filled is found when the unit arrives and fails it with the name
 (`check_environment`).
 
-Binding: the process is bound to the unit's cores as soon as posix_spawn returns, i.e. once the
-new program has been exec'd and is still in its dynamic loader, before its main() can start
-threads or children (which inherit the binding).  (Binding the spawner itself before the spawn,
-so that the child inherits the mask, forces it to migrate onto a busy core for every unit:
-measured 25-30% lower throughput on 2 cores.)  Logical core ids (a config may declare more
-cores than the machine has) map onto the real ones round-robin.
+Binding: the process is on the unit's cores before the program's first instruction.  The
+spawn goes through agent/_spawn.c (built with the package), whose child sets its own mask
+between vfork and exec.  Where that module was not built (no C compiler), posix_spawn starts it
+and it is bound as soon as posix_spawn returns, in its dynamic loader, before its main() can
+start threads or children: correct, but the kernel must stop the running process and move it,
+which measured 80-95 us of the agent's loop per unit on 2 busy cores.  (Binding the spawner
+itself before the spawn, so that the child inherits the mask, forces it to migrate onto a busy
+core for every unit: measured 25-30% lower throughput on 2 cores.)  Logical core ids (a config
+may declare more cores than the machine has) map onto the real ones round-robin.
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+
+try:
+    from agent import _spawn
+except ImportError:  # not built: posix_spawn, then bind (see above)
+    _spawn = None
+NATIVE = _spawn is not None  # whether agent/_spawn.c was built
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 
@@ -130,21 +139,16 @@ def grant_ids(node_types, grant) -> dict:
 
 
 class Spawner:
-    """Start one process on this node: environment, posix_spawn, binding.  Used by the
-    agent's local runner and by node daemons (agent/node_daemon.py)."""
+    """Start one process on this node: environment, spawn, binding.  Used by the agent's local
+    runner and by node daemons (agent/node_daemon.py)."""
 
     def __init__(self, extra_env: dict) -> None:
         self.allowed = sorted(os.sched_getaffinity(0))
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.base_env = dict(os.environ)
         self.base_env.update(extra_env)
-
-    def env(self, delta: dict, var: str | None) -> dict:
-        env = self.base_env.copy()
-        env.update(delta)
-        if var is not None:
-            env[var] = self.visible(var, env[var])
-        return env
+        self._base_entries = {k: _entry(k, v) for k, v in self.base_env.items()}
+        self.native = NATIVE
 
     def visible(self, var: str, gpu_ids: str) -> str:
         """GPU ids as the unit must see them: through the inherited mask when there is one."""
@@ -159,7 +163,44 @@ class Spawner:
             out.append(mask[int(g)])
         return ",".join(out)
 
-    def spawn(self, argv: list[str], env: dict, cwd: str, out: int, err: int) -> int:
+    def spawn(
+        self,
+        argv: list[str],
+        cwd: str,
+        out: int,
+        err: int,
+        env: dict | None = None,
+        gpu_var: str | None = None,
+        cpu_ids=(),
+    ) -> int:
+        """Start `argv` in `cwd` (stdin /dev/null, stdout `out`, stderr `err`), in a process
+        group of its own, with this process's environment plus `env` (`gpu_var` names its
+        GPU variable, mapped through the inherited mask), bound to logical cores `cpu_ids`
+        (none: all of this process's).  OSError when it cannot start (nothing is left
+        running), ValueError for a NUL byte."""
+        if env and gpu_var is not None:
+            env = {**env, gpu_var: self.visible(gpu_var, env[gpu_var])}
+        mask = self.mask(cpu_ids)
+        if self.native:
+            entries = self._base_entries
+            if env:
+                entries = entries.copy()
+                for k, v in env.items():
+                    entries[k] = _entry(k, v)
+            return _spawn.spawn(
+                os.fsencode(argv[0]),
+                [os.fsencode(a) for a in argv],
+                list(entries.values()),
+                os.fsencode(cwd),
+                (self.devnull, out, err),
+                None if mask is None else sorted(mask),
+                _SPAWN_SIGDEF,
+                "/" not in argv[0],
+            )
+        full = self.base_env
+        if env:
+            full = full.copy()
+            full.update(env)
         actions = [
             (os.POSIX_SPAWN_DUP2, self.devnull, 0),
             (os.POSIX_SPAWN_DUP2, out, 1),
@@ -167,15 +208,24 @@ class Spawner:
         ]
         os.chdir(cwd)
         spawn = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
-        return spawn(
+        pid = spawn(
             argv[0],
             argv,
-            env,
+            full,
             file_actions=actions,
             setpgroup=0,
             setsigdef=_SPAWN_SIGDEF,
             setsigmask=(),
         )
+        if mask is not None:
+            try:
+                os.sched_setaffinity(pid, mask)
+            except ProcessLookupError:
+                pass  # it has exited already
+            except OSError:
+                os.kill(pid, signal.SIGKILL)  # (reaped by the caller's loop)
+                raise
+        return pid
 
     def mask(self, cpu_ids) -> set[int] | None:
         """The real cores for logical cores `cpu_ids` (round-robin); None when that is all of
@@ -184,11 +234,11 @@ class Spawner:
         mask = {allowed[c % len(allowed)] for c in cpu_ids} if cpu_ids else set(allowed)
         return mask if len(mask) < len(allowed) else None
 
-    def bind(self, pid: int, cpu_ids) -> None:
-        """Bind `pid` to logical cores `cpu_ids` (mapped round-robin onto the real ones)."""
-        mask = self.mask(cpu_ids)
-        if mask is not None:
-            try:
-                os.sched_setaffinity(pid, mask)
-            except ProcessLookupError:
-                pass  # it has exited already
+
+def _entry(key: str, value: str) -> bytes:
+    """One environment entry as exec takes it (b"KEY=VALUE"), encoded as os.fsencode does."""
+    if type(key) is not str or type(value) is not str:
+        raise TypeError(f"environment {key!r}: names and values are strings")
+    if "=" in key or not key:
+        raise ValueError(f"environment key {key!r}: a non-empty name without '='")
+    return os.fsencode(f"{key}={value}")

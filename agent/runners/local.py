@@ -90,13 +90,11 @@ class LocalRunner:
         try:
             for rank, (node, grant) in enumerate(alloc.ranks):
                 ids = grant_ids(node.cap, grant)
-                env = self.spawner.env(
-                    *rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
-                )
-                pid = self.spawner.spawn(argv, env, sandbox, out, err)
+                env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
+                cpus = [c for c, _ in grant.get("cpus", ())]
+                pid = self.spawner.spawn(argv, sandbox, out, err, env, var, cpus)
                 run.pids.append(pid)
                 self.running[pid] = run
-                self.spawner.bind(pid, [c for c, _ in grant.get("cpus", ())])
         except (OSError, ValueError):
             for pid in run.pids:
                 self.running.pop(pid, None)
@@ -128,12 +126,12 @@ class LocalRunner:
                 grant.setdefault(t, []).extend(got)
         ids = grant_ids(node.cap, grant)
         ranks = len(run.alloc.ranks)
-        env = self.spawner.env(*rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus))
+        env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus)
         argv = command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
-        pid = self.spawner.spawn(argv, env, sandbox, out, err)
+        cpus = sorted({c for c, _ in grant.get("cpus", ())})
+        pid = self.spawner.spawn(argv, sandbox, out, err, env, var, cpus)
         run.pids.append(pid)
         self.running[pid] = run
-        self.spawner.bind(pid, sorted({c for c, _ in grant.get("cpus", ())}))
         return run
 
     def reap(self):

@@ -1,0 +1,138 @@
+"""agent/spawn.py's Spawner, both ways it starts a process: agent/_spawn.c (bound between vfork
+and exec) and the fallback (posix_spawn, then bind).  Same contract: environment, working
+directory, descriptors, process group, signal dispositions, binding, and errors that leave
+nothing running."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from agent import spawn as spawn_mod
+from agent.spawn import Spawner
+
+GREP = shutil.which("grep") or "/bin/grep"
+
+
+@pytest.fixture(params=["native", "posix_spawn"])
+def spawner(request):
+    if request.param == "native" and not spawn_mod.NATIVE:
+        pytest.skip("agent/_spawn.c was not built (no C compiler)")
+    s = Spawner({"PILOT_TEST_BASE": "base", "PILOT_TEST_OVER": "base"})
+    s.native = request.param == "native"
+    yield s
+    os.close(s.devnull)
+
+
+def _run(spawner, argv, tmp_path, **kw) -> tuple[int, str]:
+    """Start argv, wait for it (bounded), return (exit code, what it wrote)."""
+    r, w = os.pipe()
+    try:
+        pid = spawner.spawn(argv, str(tmp_path), w, w, **kw)
+    finally:
+        os.close(w)
+    deadline = time.monotonic() + 20
+    chunks = []
+    with os.fdopen(r, "rb") as f:
+        chunks.append(f.read())
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), b"".join(chunks).decode()
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"{argv} did not end in 20 s")
+        time.sleep(0.01)
+
+
+def test_the_native_spawn_is_built_where_a_compiler_is():
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert spawn_mod.NATIVE, "pip install -e . should have built agent/_spawn.c"
+
+
+def test_environment_directory_and_descriptors(spawner, tmp_path):
+    env = {"PILOT_TEST_OVER": "unit", "PILOT_TEST_NEW": "x y=z"}
+    script = 'echo "$PILOT_TEST_BASE|$PILOT_TEST_OVER|$PILOT_TEST_NEW|$PWD"; echo err >&2; read x'
+    code, out = _run(spawner, ["/bin/sh", "-c", script + "; exit 3"], tmp_path, env=env)
+    assert code == 3  # `read` got end-of-file: stdin is /dev/null
+    assert out.splitlines() == [f"base|unit|x y=z|{tmp_path}", "err"]
+
+
+def test_a_bare_name_is_looked_up_on_path(spawner, tmp_path):
+    code, out = _run(spawner, ["sh", "-c", "echo found"], tmp_path)
+    assert (code, out) == (0, "found\n")
+
+
+def test_bound_to_its_cores_with_default_signals(spawner, tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    logical = len(allowed) + 1  # logical ids map onto the real cores round-robin
+    code, out = _run(
+        spawner,
+        [GREP, "-E", "^(Cpus_allowed_list|SigIgn|SigBlk)", "/proc/self/status"],
+        tmp_path,
+        cpu_ids=[logical],
+    )
+    assert code == 0
+    status = dict(line.split(":\t") for line in out.splitlines())
+    if len(allowed) > 1:
+        assert status["Cpus_allowed_list"] == str(allowed[logical % len(allowed)])
+    # this process ignores SIGPIPE and SIGXFSZ (Python does): the unit must not
+    ignored = int(status["SigIgn"], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+        assert not ignored & (1 << (sig - 1)), signal.Signals(sig).name
+    assert int(status["SigBlk"], 16) == 0
+
+
+def test_own_process_group(spawner, tmp_path):
+    pid = spawner.spawn(["/bin/sleep", "5"], str(tmp_path), spawner.devnull, spawner.devnull)
+    try:
+        assert os.getpgid(pid) == pid
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_gpu_variable_goes_through_the_inherited_mask(spawner, tmp_path):
+    spawner.base_env["CUDA_VISIBLE_DEVICES"] = "4,5,6"
+    env = {"CUDA_VISIBLE_DEVICES": "2"}
+    code, out = _run(
+        spawner,
+        ["/bin/sh", "-c", "echo $CUDA_VISIBLE_DEVICES"],
+        tmp_path,
+        env=env,
+        gpu_var="CUDA_VISIBLE_DEVICES",
+    )
+    assert (code, out) == (0, "6\n")
+    with pytest.raises(OSError, match="GPU 7 is not in the inherited"):
+        spawner.spawn(
+            ["/bin/true"],
+            str(tmp_path),
+            1,
+            2,
+            {"CUDA_VISIBLE_DEVICES": "7"},
+            "CUDA_VISIBLE_DEVICES",
+        )
+
+
+def test_errors_name_what_failed(spawner, tmp_path):
+    missing = str(tmp_path / "no-such-program")
+    with pytest.raises(FileNotFoundError) as e:
+        spawner.spawn([missing], str(tmp_path), 1, 2)
+    assert e.value.filename == missing
+    nodir = str(tmp_path / "no-such-dir")
+    with pytest.raises(FileNotFoundError) as e:
+        spawner.spawn(["/bin/true"], nodir, 1, 2)
+    assert e.value.filename == nodir
+    with pytest.raises(ValueError):
+        spawner.spawn(["/bin/echo", "a\0b"], str(tmp_path), 1, 2)
+    with pytest.raises(ValueError):
+        spawner.spawn(["/bin/true"], str(tmp_path), 1, 2, {"A": "x\0y"})
+    with pytest.raises(TypeError):
+        spawner.spawn(["/bin/true"], str(tmp_path), 1, 2, {"A": 1})
+    with pytest.raises(ValueError):
+        spawner.spawn(["/bin/true"], str(tmp_path), 1, 2, {"A=B": "1"})
