@@ -44,4 +44,4 @@ peers: $(STAMP)           ## the shared peer benchmark with our row: PEERS="limi
 	bash ../shared/bench/peers/run_all.sh
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info agent/*.so

@@ -7,23 +7,26 @@ agent's loop per unit on 2 busy cores, on top of the spawn.  Here the child sets
 between vfork and exec, so it is on its cores before the program's first instruction, and the
 GIL is let go while the parent waits for the exec, so the agent's other threads run meanwhile.
 
-    spawn(path, argv, env, cwd, fds, cpus, sigdef, search) -> pid
-        path    bytes: the program (searched on the PATH of `env`'s caller when `search`)
-        argv    list of bytes
-        env     list of b"KEY=VALUE"
+    spawn(path, argv, env, cwd, fds, cpus, sigdef) -> pid
+        path    bytes: the program, as execve takes it (agent/spawn.py resolves bare names on
+                the agent's PATH first, as posix_spawnp does: no /bin/sh fallback)
+        argv    list or tuple of bytes
+        env     list or tuple of b"KEY=VALUE"
         cwd     bytes: the directory it starts in
         fds     (stdin, stdout, stderr): descriptors that become 0, 1, 2
         cpus    tuple of core ids to bind it to, or None (it keeps the caller's mask)
         sigdef  tuple of signal numbers reset to their default action (besides every signal
                 the caller handles: handlers do not survive an exec anyway, and must not run
                 in a child that shares the caller's memory)
-        search  whether to search PATH when `path` has no '/' (execvp semantics)
     The child starts in a new process group of its own, with no signal blocked.
     Raises OSError (errno of the failing step, with the path or directory) when the child
     could not be started (it has been reaped then), ValueError for a NUL byte in any string.
 
-The child only makes system calls on memory prepared before vfork (no allocation, no
-Python): the same discipline as glibc's posix_spawn, which also uses a vfork-style clone.
+vfork discipline (as CPython's _posixsubprocess): everything the child reads is prepared before
+vfork into `struct child_args` and kept alive until the parent resumes (private tuples of the
+bytes objects, so no other thread can free a string meanwhile); the child runs in a function
+of its own (`child`, never inlined) so that its locals live below the suspended parent's frame,
+makes only system calls, and reports a failure through the struct before _exit(127).
 */
 
 #define PY_SSIZE_T_CLEAN
@@ -38,195 +41,233 @@ Python): the same discipline as glibc's posix_spawn, which also uses a vfork-sty
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char **
-to_array(PyObject *seq, const char *what)
+enum { STEP_NONE, STEP_BIND, STEP_CHDIR, STEP_EXEC, STEP_OTHER };
+
+struct child_args {
+    const char *path, *cwd;
+    char **argv, **envp;
+    int fds[3];
+    int bind;
+    cpu_set_t cpus;
+    sigset_t reset;
+    volatile int err, step; /* written by the child */
+};
+
+static void __attribute__((noinline, noreturn))
+child(struct child_args *a)
 {
-    PyObject *fast = PySequence_Fast(seq, what);
-    if (fast == NULL)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    struct sigaction dfl, cur;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int s = 1; s < NSIG; s++) {
+        if (s == SIGKILL || s == SIGSTOP)
+            continue;
+        if (sigismember(&a->reset, s)) {
+            sigaction(s, &dfl, NULL);
+            continue;
+        }
+        if (sigaction(s, NULL, &cur) == 0 && cur.sa_handler != SIG_IGN &&
+            cur.sa_handler != SIG_DFL)
+            sigaction(s, &dfl, NULL);
+    }
+    int fds[3] = {a->fds[0], a->fds[1], a->fds[2]};
+    if (a->bind && sched_setaffinity(0, sizeof a->cpus, &a->cpus) != 0) {
+        a->step = STEP_BIND;
+        goto fail;
+    }
+    if (setpgid(0, 0) != 0) {
+        a->step = STEP_OTHER;
+        goto fail;
+    }
+    /* a descriptor among 0-2 that is not its own target would be overwritten by an earlier
+       dup2: move it above 2 first */
+    for (int t = 0; t < 3; t++) {
+        if (fds[t] < 3 && fds[t] != t) {
+            int moved = fcntl(fds[t], F_DUPFD_CLOEXEC, 3);
+            if (moved < 0) {
+                a->step = STEP_OTHER;
+                goto fail;
+            }
+            for (int u = t + 1; u < 3; u++)
+                if (fds[u] == fds[t])
+                    fds[u] = moved;
+            fds[t] = moved;
+        }
+    }
+    for (int t = 0; t < 3; t++) {
+        int r = fds[t] == t ? fcntl(t, F_SETFD, 0) : dup2(fds[t], t);
+        if (r < 0) {
+            a->step = STEP_OTHER;
+            goto fail;
+        }
+    }
+    if (chdir(a->cwd) != 0) {
+        a->step = STEP_CHDIR;
+        goto fail;
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->path, a->argv, a->envp);
+    a->step = STEP_EXEC;
+fail:
+    a->err = errno;
+    _exit(127);
+}
+
+/* A NULL-terminated array of the strings of `held` (a tuple of bytes), or NULL with an
+   exception; the strings live as long as `held`. */
+static char **
+to_array(PyObject *held, const char *what)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(held);
     char **out = PyMem_Calloc((size_t)n + 1, sizeof(char *));
     if (out == NULL) {
-        Py_DECREF(fast);
         PyErr_NoMemory();
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *item = PyTuple_GET_ITEM(held, i);
         if (!PyBytes_Check(item)) {
             PyErr_Format(PyExc_TypeError, "%s[%zd] must be bytes", what, i);
-            goto fail;
+            PyMem_Free(out);
+            return NULL;
         }
-        if (PyBytes_AsStringAndSize(item, &out[i], NULL) < 0)
-            goto fail; /* ValueError: embedded null byte */
+        if (PyBytes_AsStringAndSize(item, &out[i], NULL) < 0) {
+            PyMem_Free(out); /* ValueError: embedded null byte */
+            return NULL;
+        }
     }
-    /* the strings belong to the bytes objects, which the caller's lists keep alive */
-    Py_DECREF(fast);
     return out;
-fail:
+}
+
+static int
+fill_set(PyObject *seq, const char *what, int (*add)(void *, long), void *into)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if ((v == -1 && PyErr_Occurred()) || add(into, v) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s: %ld is out of range", what, v);
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
     Py_DECREF(fast);
-    PyMem_Free(out);
-    return NULL;
+    return 0;
+}
+
+static int
+add_cpu(void *set, long c)
+{
+    if (c < 0 || c >= CPU_SETSIZE)
+        return -1;
+    CPU_SET((int)c, (cpu_set_t *)set);
+    return 0;
+}
+
+static int
+add_signal(void *set, long s)
+{
+    if (s <= 0 || s >= NSIG)
+        return -1;
+    return sigaddset((sigset_t *)set, (int)s);
 }
 
 static PyObject *
 spawn(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    const char *path, *cwd;
+    struct child_args a;
+    memset(&a, 0, sizeof a);
     PyObject *argv_o, *env_o, *cpus_o, *sigdef_o;
-    int fds[3], search;
-    if (!PyArg_ParseTuple(args, "yOOy(iii)OOp", &path, &argv_o, &env_o, &cwd, &fds[0],
-                          &fds[1], &fds[2], &cpus_o, &sigdef_o, &search))
+    if (!PyArg_ParseTuple(args, "yOOy(iii)OO", &a.path, &argv_o, &env_o, &a.cwd, &a.fds[0],
+                          &a.fds[1], &a.fds[2], &cpus_o, &sigdef_o))
+        return NULL;
+    CPU_ZERO(&a.cpus);
+    sigemptyset(&a.reset);
+    a.bind = cpus_o != Py_None;
+    if (a.bind && fill_set(cpus_o, "cpus", add_cpu, &a.cpus) < 0)
+        return NULL;
+    if (fill_set(sigdef_o, "sigdef", add_signal, &a.reset) < 0)
         return NULL;
 
-    cpu_set_t cpus;
-    int bind = cpus_o != Py_None;
-    CPU_ZERO(&cpus);
-    if (bind) {
-        PyObject *fast = PySequence_Fast(cpus_o, "cpus");
-        if (fast == NULL)
-            return NULL;
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
-            long c = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
-            if (c < 0 || c >= CPU_SETSIZE) {
-                Py_DECREF(fast);
-                if (!PyErr_Occurred())
-                    PyErr_Format(PyExc_ValueError, "cpus: core %ld is out of range", c);
-                return NULL;
-            }
-            CPU_SET((int)c, &cpus);
-        }
-        Py_DECREF(fast);
-    }
-    sigset_t reset;
-    sigemptyset(&reset);
-    PyObject *sfast = PySequence_Fast(sigdef_o, "sigdef");
-    if (sfast == NULL)
+    PyObject *argv_t = PySequence_Tuple(argv_o), *env_t = NULL, *result = NULL;
+    if (argv_t == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sfast); i++) {
-        long s = PyLong_AsLong(PySequence_Fast_GET_ITEM(sfast, i));
-        if (s <= 0 || s >= NSIG) {
-            Py_DECREF(sfast);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "sigdef: %ld is not a signal", s);
-            return NULL;
-        }
-        sigaddset(&reset, (int)s);
-    }
-    Py_DECREF(sfast);
-
-    char **argv = to_array(argv_o, "argv");
-    if (argv == NULL)
-        return NULL;
-    if (argv[0] == NULL) {
-        PyMem_Free(argv);
+    if (PyTuple_GET_SIZE(argv_t) == 0) {
         PyErr_SetString(PyExc_ValueError, "argv must not be empty");
-        return NULL;
+        goto out;
     }
-    char **envp = to_array(env_o, "env");
-    if (envp == NULL) {
-        PyMem_Free(argv);
-        return NULL;
-    }
+    env_t = PySequence_Tuple(env_o);
+    if (env_t == NULL)
+        goto out;
+    a.argv = to_array(argv_t, "argv");
+    if (a.argv == NULL)
+        goto out;
+    a.envp = to_array(env_t, "env");
+    if (a.envp == NULL)
+        goto out;
 
-    /* written by the child (it shares this memory until it execs or exits) */
-    volatile int child_errno = 0;
-    volatile int child_step = 0; /* 1: bind, 2: chdir, 3: exec, 4: other */
     sigset_t all, old;
     sigfillset(&all);
     pid_t pid;
     int vfork_errno = 0;
-
     Py_BEGIN_ALLOW_THREADS
     /* no handler may run in the child while it shares this process's memory and stack */
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pid = vfork();
-    if (pid == 0) {
-        struct sigaction dfl, cur;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        for (int s = 1; s < NSIG; s++) {
-            if (s == SIGKILL || s == SIGSTOP)
-                continue;
-            if (sigismember(&reset, s)) {
-                sigaction(s, &dfl, NULL);
-                continue;
-            }
-            if (sigaction(s, NULL, &cur) == 0 && cur.sa_handler != SIG_IGN &&
-                cur.sa_handler != SIG_DFL)
-                sigaction(s, &dfl, NULL);
-        }
-        if (bind && sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
-            child_step = 1;
-            goto child_fail;
-        }
-        if (setpgid(0, 0) != 0) {
-            child_step = 4;
-            goto child_fail;
-        }
-        for (int t = 0; t < 3; t++) {
-            int r = fds[t] == t ? fcntl(t, F_SETFD, 0) : dup2(fds[t], t);
-            if (r < 0) {
-                child_step = 4;
-                goto child_fail;
-            }
-        }
-        if (chdir(cwd) != 0) {
-            child_step = 2;
-            goto child_fail;
-        }
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (search)
-            execvpe(path, argv, envp);
-        else
-            execve(path, argv, envp);
-        child_step = 3;
-    child_fail:
-        child_errno = errno;
-        _exit(127);
-    }
+    if (pid == 0)
+        child(&a);
     vfork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (pid > 0 && child_errno != 0) {
+    if (pid > 0 && a.err != 0) { /* it has called _exit: reap it */
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
             ;
     }
     Py_END_ALLOW_THREADS
 
-    PyMem_Free(argv);
-    PyMem_Free(envp);
     if (pid < 0) {
         errno = vfork_errno;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        PyErr_SetFromErrno(PyExc_OSError);
     }
-    if (child_errno != 0) {
-        const char *name = child_step == 2 ? cwd : path;
-        PyObject *fn = PyUnicode_DecodeFSDefault(name);
-        if (fn == NULL)
-            return NULL;
-        if (child_step == 1) {
-            PyErr_Format(PyExc_OSError, "cannot bind to its cores: %s", strerror(child_errno));
-            Py_DECREF(fn);
-            return NULL;
-        }
-        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "isO", child_errno,
-                                              strerror(child_errno), fn);
-        Py_DECREF(fn);
+    else if (a.err != 0 && a.step == STEP_BIND) {
+        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", a.err,
+                                              "cannot bind it to its cores");
         if (exc != NULL) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
             Py_DECREF(exc);
         }
-        return NULL;
     }
-    return PyLong_FromLong((long)pid);
+    else if (a.err != 0) {
+        PyObject *fn = PyUnicode_DecodeFSDefault(a.step == STEP_CHDIR ? a.cwd : a.path);
+        if (fn != NULL) {
+            /* OSError(errno, text, filename) becomes FileNotFoundError etc. */
+            PyObject *exc = PyObject_CallFunction(PyExc_OSError, "isO", a.err,
+                                                  strerror(a.err), fn);
+            Py_DECREF(fn);
+            if (exc != NULL) {
+                PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                Py_DECREF(exc);
+            }
+        }
+    }
+    else
+        result = PyLong_FromLong((long)pid);
+out:
+    PyMem_Free(a.argv);
+    PyMem_Free(a.envp);
+    Py_XDECREF(argv_t);
+    Py_XDECREF(env_t);
+    return result;
 }
 
 static PyMethodDef methods[] = {
-    {"spawn", spawn, METH_VARARGS, "spawn(path, argv, env, cwd, fds, cpus, sigdef, search) -> pid"},
+    {"spawn", spawn, METH_VARARGS, "spawn(path, argv, env, cwd, fds, cpus, sigdef) -> pid"},
     {NULL, NULL, 0, NULL},
 };
 

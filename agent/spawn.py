@@ -1,4 +1,4 @@
-"""Starting unit processes on this node: the environment a rank sees, posix_spawn, binding,
+"""Starting unit processes on this node: the environment a rank sees, the spawn, binding,
 and the one non-blocking reap loop.  Used by the agent's local runner (agent/runners/local.py)
 and by node daemons (agent/node_daemon.py).
 
@@ -30,9 +30,13 @@ may declare more cores than the machine has) map onto the real ones round-robin.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import re
+import shutil
 import signal
+from types import MappingProxyType
 
 try:
     from agent import _spawn
@@ -110,7 +114,7 @@ def rank_env(
     """(env, gpu_var): what one rank's environment adds to the spawning process's own: the unit's
     `environment` (placeholders filled) and the PILOT_* variables.  The GPU variable holds
     plain GPU ids here (gpu_var names it, None when the unit sees no GPU variable);
-    `Spawner.env` maps them through the node's inherited mask."""
+    `Spawner.spawn` maps them through the node's inherited mask."""
     env = {}
     var = None
     user = unit.get("environment")
@@ -145,9 +149,11 @@ class Spawner:
     def __init__(self, extra_env: dict) -> None:
         self.allowed = sorted(os.sched_getaffinity(0))
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self.base_env = dict(os.environ)
-        self.base_env.update(extra_env)
-        self._base_entries = {k: _entry(k, v) for k, v in self.base_env.items()}
+        env = dict(os.environ)
+        env.update(extra_env)
+        self.base_env = MappingProxyType(env)  # (read-only: _base_entries is made from it)
+        self._base_entries = {k: _entry(k, v) for k, v in env.items()}
+        self._found: dict[str, str] = {}  # bare program name -> its path on this PATH
         self.native = NATIVE
 
     def visible(self, var: str, gpu_ids: str) -> str:
@@ -179,8 +185,9 @@ class Spawner:
         (none: all of this process's).  OSError when it cannot start (nothing is left
         running), ValueError for a NUL byte."""
         if env and gpu_var is not None:
-            env = {**env, gpu_var: self.visible(gpu_var, env[gpu_var])}
+            env = {**env, gpu_var: self.visible(gpu_var, env.get(gpu_var, ""))}
         mask = self.mask(cpu_ids)
+        path = argv[0] if "/" in argv[0] else self.which(argv[0])
         if self.native:
             entries = self._base_entries
             if env:
@@ -188,35 +195,37 @@ class Spawner:
                 for k, v in env.items():
                     entries[k] = _entry(k, v)
             return _spawn.spawn(
-                os.fsencode(argv[0]),
+                os.fsencode(path),
                 [os.fsencode(a) for a in argv],
                 list(entries.values()),
                 os.fsencode(cwd),
                 (self.devnull, out, err),
                 None if mask is None else sorted(mask),
                 _SPAWN_SIGDEF,
-                "/" not in argv[0],
             )
-        full = self.base_env
+        full = dict(self.base_env)
         if env:
-            full = full.copy()
             full.update(env)
-        actions = [
-            (os.POSIX_SPAWN_DUP2, self.devnull, 0),
-            (os.POSIX_SPAWN_DUP2, out, 1),
-            (os.POSIX_SPAWN_DUP2, err, 2),
-        ]
-        os.chdir(cwd)
-        spawn = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
-        pid = spawn(
-            argv[0],
-            argv,
-            full,
-            file_actions=actions,
-            setpgroup=0,
-            setsigdef=_SPAWN_SIGDEF,
-            setsigmask=(),
-        )
+        moved = []  # a descriptor among 0-2 not in its own place: above 2 first (the actions
+        fds = [self.devnull, out, err]  # run in order, and an earlier one would overwrite it)
+        for t, fd in enumerate(fds):
+            if fd < 3 and fd != t:
+                moved.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3))
+                fds = [moved[-1] if f == fd else f for f in fds]
+        try:
+            os.chdir(cwd)
+            pid = os.posix_spawn(
+                path,
+                argv,
+                full,
+                file_actions=[(os.POSIX_SPAWN_DUP2, fd, t) for t, fd in enumerate(fds)],
+                setpgroup=0,
+                setsigdef=_SPAWN_SIGDEF,
+                setsigmask=(),
+            )
+        finally:
+            for fd in moved:
+                os.close(fd)
         if mask is not None:
             try:
                 os.sched_setaffinity(pid, mask)
@@ -226,6 +235,18 @@ class Spawner:
                 os.kill(pid, signal.SIGKILL)  # (reaped by the caller's loop)
                 raise
         return pid
+
+    def which(self, name: str) -> str:
+        """A bare program name's path on this process's PATH, as posix_spawnp finds it (no
+        /bin/sh fallback for a file that is not a program); FileNotFoundError if none.
+        Found names are remembered, missing ones looked up again."""
+        path = self._found.get(name)
+        if path is None:
+            path = shutil.which(name, path=os.environ.get("PATH", os.defpath))
+            if path is None:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+            self._found[name] = path
+        return path
 
     def mask(self, cpu_ids) -> set[int] | None:
         """The real cores for logical cores `cpu_ids` (round-robin); None when that is all of

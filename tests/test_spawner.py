@@ -5,6 +5,7 @@ nothing running."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -98,7 +99,7 @@ def test_own_process_group(spawner, tmp_path):
 
 
 def test_gpu_variable_goes_through_the_inherited_mask(spawner, tmp_path):
-    spawner.base_env["CUDA_VISIBLE_DEVICES"] = "4,5,6"
+    spawner = Spawner({"CUDA_VISIBLE_DEVICES": "4,5,6"})
     env = {"CUDA_VISIBLE_DEVICES": "2"}
     code, out = _run(
         spawner,
@@ -136,3 +137,60 @@ def test_errors_name_what_failed(spawner, tmp_path):
         spawner.spawn(["/bin/true"], str(tmp_path), 1, 2, {"A": 1})
     with pytest.raises(ValueError):
         spawner.spawn(["/bin/true"], str(tmp_path), 1, 2, {"A=B": "1"})
+
+
+def test_a_script_without_a_program_line_is_not_run_by_a_shell(spawner, tmp_path, monkeypatch):
+    script = tmp_path / "noshebang"
+    script.write_text("echo ran\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    for name in ("noshebang", str(script)):  # found on PATH, or named by its path
+        with pytest.raises(OSError) as e:
+            spawner.spawn([name], str(tmp_path), 1, 2)
+        assert e.value.errno == errno.ENOEXEC
+    with pytest.raises(FileNotFoundError) as e:
+        spawner.spawn(["no-such-program-anywhere"], str(tmp_path), 1, 2)
+    assert e.value.filename == "no-such-program-anywhere"
+
+
+def test_descriptors_below_3_in_the_wrong_place(spawner, tmp_path):
+    """stdout given as descriptor 0 (a process started with its stdin closed): it must reach
+    the unit's stdout, not be overwritten by /dev/null first."""
+    r, w = os.pipe()
+    saved = os.dup(0)
+    try:
+        os.dup2(w, 0)
+        os.close(w)
+        pid = spawner.spawn(["/bin/sh", "-c", "echo out; echo err >&2"], str(tmp_path), 0, 0)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    os.waitpid(pid, 0)
+    assert out == "out\nerr\n"
+
+
+def test_argv_of_any_sequence_and_the_agent_stays_where_it_was(spawner, tmp_path):
+    here = os.getcwd()
+    code, out = _run(spawner, ("/bin/echo", "a", "b"), tmp_path)
+    assert (code, out) == (0, "a b\n")
+    if spawner.native:  # (the fallback chdirs the agent for posix_spawn)
+        assert os.getcwd() == here
+
+
+def test_nothing_is_left_running_after_a_failed_start(spawner, tmp_path):
+    before = _children()
+    for _ in range(3):
+        with pytest.raises(FileNotFoundError):
+            spawner.spawn(["/bin/true"], str(tmp_path / "gone"), 1, 2)
+    assert _children() == before
+
+
+def _children() -> set[int]:
+    """This process's children, zombies included."""
+    me = os.getpid()
+    kids = set()
+    with open(f"/proc/{me}/task/{me}/children") as f:
+        kids.update(int(p) for p in f.read().split())
+    return kids
