@@ -259,7 +259,10 @@ class Spawner:
 def _entry(key: str, value: str) -> bytes:
     """One environment entry as exec takes it (b"KEY=VALUE"), encoded as os.fsencode does."""
     if type(key) is not str or type(value) is not str:
-        raise TypeError(f"environment {key!r}: names and values are strings")
+        raise TypeError(
+            f"environment[{key!r}] = {value!r}: names and values must be strings, "
+            f"not {type(key).__name__} / {type(value).__name__}"
+        )
     if "=" in key or not key:
         raise ValueError(f"environment key {key!r}: a non-empty name without '='")
     return os.fsencode(f"{key}={value}")

@@ -19,7 +19,6 @@ Interface: UnitRunner (agent/runners/base.py).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 
 from agent import command
@@ -47,7 +46,6 @@ class LocalRunner:
         )
         self.mpi_launcher = cfg.get("mpi_launcher")
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
-        self._which: dict[str, str | None] = {}
         self.output: list = []  # units here write to their files only: nothing is forwarded
         self.streams = StreamSet()
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
@@ -199,11 +197,13 @@ class LocalRunner:
         return list({id(r): r for r in runs}.values())
 
     def which(self, executable: str) -> str | None:
-        """The program that runs for `executable`, or None; PATH look-ups are cached."""
+        """The program that runs for `executable`, or None; found PATH look-ups are
+        remembered (Spawner.which, the look-up the spawn itself uses)."""
         if executable.startswith("/"):
             return executable if os.access(executable, os.X_OK) else None
         if "/" in executable:
             return executable  # relative to its sandbox: the spawn (or its shell) finds it
-        if executable not in self._which:
-            self._which[executable] = shutil.which(executable)
-        return self._which[executable]
+        try:
+            return self.spawner.which(executable)
+        except FileNotFoundError:
+            return None
