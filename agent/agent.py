@@ -108,7 +108,8 @@ class Agent:
             signal.signal(sig, self._on_term)
 
     # -- state updates ------------------------------------------------------------------------
-    def update(self, uid: str, state: str, info: dict | None = None) -> None:
+    def update(self, uid: str, state: str, info: dict | None = None, at: float = 0.0) -> None:
+        """Record a unit's move to `state` (at `at`, default now) for the next batch."""
         check_move(UNIT_MACHINE, uid, self.states.get(uid, SCHEDULING), state)
         if state in FINAL:
             self.states.pop(uid, None)
@@ -116,7 +117,7 @@ class Agent:
             self.states[uid] = state
         if not self.updates:
             self.first_pending = time.monotonic()
-        rec = ("unit", uid, state, time.time(), info or {})
+        rec = ("unit", uid, state, at or time.time(), info or {})
         self.updates.append(rec)
         kept = self._kept(rec) if info and "value" in info else rec
         said = self.known.get(uid)  # for `sync`: what it said
@@ -283,35 +284,45 @@ class Agent:
             )
 
     def on_exits(self) -> None:
+        ended = []
         for r, code in self.execu.reap():
             self.sched.release(r.alloc)
-            uid = r.unit["uid"]
-            if code == 0 and r.fail_reason is None and r.unit.get("stage_out"):
-                failed = self.stage_out(r.unit)
-                if failed:
-                    r.fail_reason = f"output staging: {failed}"
-            kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
-            if r.extra:  # a function's value or exception, and what it printed
-                kept.update(r.extra)
-            if r.left_empty:  # nothing of it is there: no directory is left behind
-                self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
-            if r.fail_reason is not None:
-                info = {"exit_code": code, "reason": r.fail_reason, **kept}
-                if r.node_lost:
-                    info["lost"] = True  # a restartable unit may run again elsewhere
-                self.update(uid, FAILED, info)
-            elif code == 0:  # it completed, even when a cancel came too late to stop it
-                self.update(uid, DONE, {"exit_code": 0, **kept})
-            elif r.cancel_reason is not None:
-                info = {"exit_code": code, "reason": r.cancel_reason, **kept}
-                self.update(uid, CANCELED, info)
-            else:
-                sig = processes.signal_name(-code)
-                why = f"exit code {code}" if code > 0 else f"killed by signal {sig}"
-                if code == 127 and r.unit.get("_not_found"):
-                    why += f": executable={r.unit['executable']!r} not found (see its stderr)"
-                self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept})
-        self.start_ready()
+            ended.append((r, code))
+        ended_at = time.time()  # (before anything starts on their cores)
+        self.start_ready()  # their cores first (idle until then); their reports can wait
+        for r, code in ended:
+            self.report_end(r, code, ended_at)
+
+    def report_end(self, r, code: int, at: float) -> None:
+        """A unit whose processes have all ended: output staging, cleanup, its final state."""
+        uid = r.unit["uid"]
+        if code == 0 and r.fail_reason is None and r.unit.get("stage_out"):
+            failed = self.stage_out(r.unit)
+            if failed:
+                r.fail_reason = f"output staging: {failed}"
+        kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
+        if r.extra:  # a function's value or exception, and what it printed
+            kept.update(r.extra)
+        if r.left_empty:  # nothing of it is there: no directory is left behind
+            self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
+        if r.fail_reason is not None:
+            info = {"exit_code": code, "reason": r.fail_reason, **kept}
+            if r.not_started:
+                del info["exit_code"]
+            if r.node_lost:
+                info["lost"] = True  # a restartable unit may run again elsewhere
+            self.update(uid, FAILED, info, at)
+        elif code == 0:  # it completed, even when a cancel came too late to stop it
+            self.update(uid, DONE, {"exit_code": 0, **kept}, at)
+        elif r.cancel_reason is not None:
+            info = {"exit_code": code, "reason": r.cancel_reason, **kept}
+            self.update(uid, CANCELED, info, at)
+        else:
+            sig = processes.signal_name(-code)
+            why = f"exit code {code}" if code > 0 else f"killed by signal {sig}"
+            if code == 127 and r.unit.get("_not_found"):
+                why += f": executable={r.unit['executable']!r} not found (see its stderr)"
+            self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept}, at)
 
     def stage_out(self, unit: dict) -> str | None:
         """The unit's pilot-side output steps (COPY, LINK, MOVE), in order; the first fatal

@@ -26,6 +26,12 @@ which measured 80-95 us of the agent's loop per unit on 2 busy cores.  (Binding 
 itself before the spawn, so that the child inherits the mask, forces it to migrate onto a busy
 core for every unit: measured 25-30% lower throughput on 2 cores.)  Logical core ids (a config
 may declare more cores than the machine has) map onto the real ones round-robin.
+
+Not waiting: `spawn` returns once the child has exec'd (vfork), and a child bound to a busy core
+keeps the agent waiting for it (280-360 us a unit measured on 2 busy cores).  `start` (x86-64
+Linux) returns as soon as the child exists; what went wrong before or at its exec is known once
+it has settled, at the latest when waitpid reports its exit (code 127).  The unit runner starts
+units this way; node daemons and agents are spawned (their errors are answered at once).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ try:
 except ImportError:  # not built: posix_spawn, then bind (see above)
     _spawn = None
 NATIVE = _spawn is not None  # whether agent/_spawn.c was built
+NO_WAIT = NATIVE and hasattr(_spawn, "start")  # start() does not wait for the exec (x86-64)
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 
@@ -182,27 +189,57 @@ class Spawner:
         """Start `argv` in `cwd` (stdin /dev/null, stdout `out`, stderr `err`), in a process
         group of its own, with this process's environment plus `env` (`gpu_var` names its
         GPU variable, mapped through the inherited mask), bound to logical cores `cpu_ids`
-        (none: all of this process's).  OSError when it cannot start (nothing is left
-        running), ValueError for a NUL byte."""
+        (none: all of this process's).  Returns once it has exec'd.  OSError when it cannot
+        start (nothing is left running), ValueError for a NUL byte."""
+        path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
+        if self.native:
+            return _spawn.spawn(*self._native_args(path, argv, cwd, out, err, env, mask))
+        return self._posix_spawn(path, argv, cwd, out, err, env, mask)
+
+    def start(
+        self,
+        argv: list[str],
+        cwd: str,
+        out: int,
+        err: int,
+        env: dict | None = None,
+        gpu_var: str | None = None,
+        cpu_ids=(),
+    ):
+        """Like `spawn`, without waiting for the exec where agent/_spawn.c can (x86-64 Linux):
+        returns a handle with `pid`, `settled()` and `error()`.  A failure found before the
+        child exists (a program not on PATH, a NUL byte) raises as in `spawn`; one of the
+        child's own (exec, chdir, bind) makes it exit 127 and is `error()` once it settled,
+        which it has by the time waitpid reports its exit.  Keep the handle until then."""
+        if not (self.native and NO_WAIT):
+            return Spawned(self.spawn(argv, cwd, out, err, env, gpu_var, cpu_ids))
+        path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
+        return _spawn.start(*self._native_args(path, argv, cwd, out, err, env, mask))
+
+    def _prepare(self, argv, env, gpu_var, cpu_ids) -> tuple:
+        """(program path, env with its GPU variable mapped, real cores or None)."""
         if env and gpu_var is not None:
             env = {**env, gpu_var: self.visible(gpu_var, env.get(gpu_var, ""))}
-        mask = self.mask(cpu_ids)
         path = argv[0] if "/" in argv[0] else self.which(argv[0])
-        if self.native:
-            entries = self._base_entries
-            if env:
-                entries = entries.copy()
-                for k, v in env.items():
-                    entries[k] = _entry(k, v)
-            return _spawn.spawn(
-                os.fsencode(path),
-                [os.fsencode(a) for a in argv],
-                list(entries.values()),
-                os.fsencode(cwd),
-                (self.devnull, out, err),
-                None if mask is None else sorted(mask),
-                _SPAWN_SIGDEF,
-            )
+        return path, env, self.mask(cpu_ids)
+
+    def _native_args(self, path, argv, cwd, out, err, env, mask) -> tuple:
+        entries = self._base_entries
+        if env:
+            entries = entries.copy()
+            for k, v in env.items():
+                entries[k] = _entry(k, v)
+        return (
+            os.fsencode(path),
+            [os.fsencode(a) for a in argv],
+            list(entries.values()),
+            os.fsencode(cwd),
+            (self.devnull, out, err),
+            None if mask is None else sorted(mask),
+            _SPAWN_SIGDEF,
+        )
+
+    def _posix_spawn(self, path, argv, cwd, out, err, env, mask) -> int:
         full = dict(self.base_env)
         if env:
             full.update(env)
@@ -254,6 +291,24 @@ class Spawner:
         allowed = self.allowed
         mask = {allowed[c % len(allowed)] for c in cpu_ids} if cpu_ids else set(allowed)
         return mask if len(mask) < len(allowed) else None
+
+
+class Spawned:
+    """What `Spawner.start` returns where the spawn waited for the exec: settled, no error."""
+
+    __slots__ = ("pid",)
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def settled(self) -> bool:
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
+    def error(self) -> None:
+        return None
 
 
 def _entry(key: str, value: str) -> bytes:

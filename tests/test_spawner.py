@@ -1,7 +1,8 @@
-"""agent/spawn.py's Spawner, both ways it starts a process: agent/_spawn.c (bound between vfork
-and exec) and the fallback (posix_spawn, then bind).  Same contract: environment, working
+"""agent/spawn.py's Spawner, every way it starts a process: agent/_spawn.c's spawn (bound
+between vfork and exec), its start (the same without waiting for the exec: the unit runner's
+way), and the fallback (posix_spawn, then bind).  Same contract: environment, working
 directory, descriptors, process group, signal dispositions, binding, and errors that leave
-nothing running."""
+nothing running (start's errors arrive once the child has settled)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,36 @@ from agent.spawn import Spawner
 GREP = shutil.which("grep") or "/bin/grep"
 
 
-@pytest.fixture(params=["native", "posix_spawn"])
+class _Starting:
+    """Spawner.start held to spawn's contract: wait (bounded) until the child settled, then
+    raise its error (having reaped it) or return its pid."""
+
+    def __init__(self, spawner: Spawner) -> None:
+        self.inner = spawner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def spawn(self, *args, **kw) -> int:
+        child = self.inner.start(*args, **kw)
+        assert child.wait(20), "the child neither exec'd nor exited in 20 s"
+        failed = child.error()
+        if failed is not None:
+            _, status = os.waitpid(child.pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 127
+            raise failed
+        return child.pid
+
+
+@pytest.fixture(params=["native", "start", "posix_spawn"])
 def spawner(request):
-    if request.param == "native" and not spawn_mod.NATIVE:
+    if request.param != "posix_spawn" and not spawn_mod.NATIVE:
         pytest.skip("agent/_spawn.c was not built (no C compiler)")
+    if request.param == "start" and not spawn_mod.NO_WAIT:
+        pytest.skip("start() is built on x86-64 Linux only")
     s = Spawner({"PILOT_TEST_BASE": "base", "PILOT_TEST_OVER": "base"})
-    s.native = request.param == "native"
-    yield s
+    s.native = request.param != "posix_spawn"
+    yield _Starting(s) if request.param == "start" else s
     os.close(s.devnull)
 
 
@@ -99,7 +123,9 @@ def test_own_process_group(spawner, tmp_path):
 
 
 def test_gpu_variable_goes_through_the_inherited_mask(spawner, tmp_path):
-    spawner = Spawner({"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    own = Spawner({"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    own.native = spawner.native
+    spawner = _Starting(own) if isinstance(spawner, _Starting) else own
     env = {"CUDA_VISIBLE_DEVICES": "2"}
     code, out = _run(
         spawner,
@@ -194,3 +220,47 @@ def _children() -> set[int]:
     with open(f"/proc/{me}/task/{me}/children") as f:
         kids.update(int(p) for p in f.read().split())
     return kids
+
+
+def test_started_children_run_while_the_caller_goes_on(tmp_path):
+    """start() returns before the exec: many children at once, each settles without an error
+    and exits 0, while this process allocates and frees meanwhile (the children share its
+    memory until they exec; nothing of it may be freed under them)."""
+    if not spawn_mod.NO_WAIT:
+        pytest.skip("start() is built on x86-64 Linux only")
+    s = Spawner({})
+    try:
+        started = []
+        for i in range(200):
+            env = {"PILOT_TEST_I": str(i) * 50}
+            started.append(s.start(["/bin/true", str(i)], str(tmp_path), 1, 2, env, None, [i]))
+            _ = [bytes(100) for _ in range(50)]  # churn the allocator the children share
+        codes = {}
+        deadline = time.monotonic() + 30
+        while len(codes) < len(started) and time.monotonic() < deadline:
+            for child in started:
+                if child.pid not in codes:
+                    done, status = os.waitpid(child.pid, os.WNOHANG)
+                    if done:
+                        codes[child.pid] = os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
+        assert set(codes.values()) == {0} and len(codes) == 200
+        assert all(c.settled() and c.error() is None for c in started)
+    finally:
+        os.close(s.devnull)
+
+
+def test_a_started_child_is_in_its_own_group_when_start_returns(tmp_path):
+    """killpg(pid) must reach a child at once, even one that has not run yet (a unit canceled
+    as it starts, or the other ranks of a unit whose rank failed to start)."""
+    if not spawn_mod.NO_WAIT:
+        pytest.skip("start() is built on x86-64 Linux only")
+    s = Spawner({})
+    try:
+        for _ in range(50):
+            child = s.start(["/bin/sleep", "30"], str(tmp_path), 1, 2)
+            os.killpg(child.pid, signal.SIGKILL)  # ProcessLookupError if no such group
+            _, status = os.waitpid(child.pid, 0)
+            assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL
+    finally:
+        os.close(s.devnull)

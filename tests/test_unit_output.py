@@ -211,3 +211,18 @@ def test_a_unit_killed_by_a_real_time_signal_fails_naming_it(session):
     states = umgr.wait_units(timeout=60)
     assert states.count(rp.DONE) == 80 and states[40] == rp.FAILED
     assert units[40].reason == "killed by signal 40"
+
+
+def test_a_program_that_cannot_be_executed_fails_naming_why(session, tmp_path):
+    """Found on arrival (it is there and executable) but refused by exec: the unit never ran,
+    so it ends FAILED with the reason and no exit code, and the partition goes on."""
+    script = tmp_path / "no-program-line"
+    script.write_text("echo ran\n")
+    script.chmod(0o755)
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    bad, good = umgr.submit_units(
+        [CUD(executable=str(script), shell=False), CUD(executable="/bin/true")]
+    )
+    assert umgr.wait_units(timeout=60) == [rp.FAILED, rp.DONE]
+    assert "cannot start" in bad.reason and "Exec format error" in bad.reason, bad.reason
+    assert bad.exit_code is None

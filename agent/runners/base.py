@@ -33,6 +33,7 @@ class Run:
         "cancel_reason",
         "fail_reason",
         "node_lost",
+        "not_started",
         "streams",
         "left_empty",
         "extra",
@@ -48,6 +49,7 @@ class Run:
         self.cancel_reason = None
         self.fail_reason = None  # set when the unit ended without an exit code (node lost)
         self.node_lost = False  # it ended because a node it ran on was lost
+        self.not_started = False  # a rank could not exec: the unit never ran (no exit code)
 
     @property
     def nodes(self) -> list[str]:

@@ -4,8 +4,11 @@ Each unit runs in its own sandbox directory (the pilot sandbox / unit uid; made 
 the SandboxStager, agent/runners/sandboxes.py) with stdin from /dev/null, stdout and stderr into
 pipes the agent copies into the files STDOUT and STDERR there, made when the unit first writes
 (agent/runners/streams.py), in a process group of its own, bound to its cores (agent/spawn.py).
+The spawn does not wait for the exec (Spawner.start): a child that cannot exec exits 127, and
+its unit ends FAILED "cannot start: ..." without an exit code, as when the start fails at once.
 Exits are collected with waitpid(-1, WNOHANG) when SIGCHLD arrives; what is left in the pipes is
-copied before the unit's end is reported.
+copied before the unit's end is reported.  The agent starts queued units on the freed cores
+before it reports the ended ones.
 
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
@@ -46,6 +49,7 @@ class LocalRunner:
         )
         self.mpi_launcher = cfg.get("mpi_launcher")
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
+        self.starting: dict = {}  # pid -> its Spawner.start handle, until it is reaped
         self.output: list = []  # units here write to their files only: nothing is forwarded
         self.streams = StreamSet()
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
@@ -90,11 +94,9 @@ class LocalRunner:
                 ids = grant_ids(node.cap, grant)
                 env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
                 cpus = [c for c, _ in grant.get("cpus", ())]
-                pid = self.spawner.spawn(argv, sandbox, out, err, env, var, cpus)
-                run.pids.append(pid)
-                self.running[pid] = run
+                self._started(run, self.spawner.start(argv, sandbox, out, err, env, var, cpus))
         except (OSError, ValueError):
-            for pid in run.pids:
+            for pid in run.pids:  # (their handles stay until they are reaped)
                 self.running.pop(pid, None)
                 processes.signal_group(pid, signal.SIGKILL)
             self.streams.finish(streams)
@@ -127,10 +129,14 @@ class LocalRunner:
         env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus)
         argv = command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
         cpus = sorted({c for c, _ in grant.get("cpus", ())})
-        pid = self.spawner.spawn(argv, sandbox, out, err, env, var, cpus)
-        run.pids.append(pid)
-        self.running[pid] = run
+        self._started(run, self.spawner.start(argv, sandbox, out, err, env, var, cpus))
         return run
+
+    def _started(self, run: Run, child) -> None:
+        run.pids.append(child.pid)
+        self.running[child.pid] = run
+        if not child.settled():  # its exec may still fail: asked when it has exited
+            self.starting[child.pid] = child
 
     def reap(self):
         """Yield (Run, exit code) for every unit whose ranks have all exited (the first
@@ -141,10 +147,18 @@ class LocalRunner:
         for pid, code in exits():
             if self.functions.on_exit(pid, code):
                 continue
+            child = self.starting.pop(pid, None)
             run = self.running.pop(pid, None)
             if run is None:
                 continue
             run.codes[pid] = code
+            failed = child.error() if child is not None else None
+            if failed is not None and run.fail_reason is None:
+                run.fail_reason = f"cannot start: {failed}"  # (it never ran: no exit code)
+                run.not_started = True
+                for other in run.pids:  # its other ranks do not run on without it
+                    if other not in run.codes:
+                        processes.signal_group(other, signal.SIGKILL)
             if len(run.codes) == len(run.pids):
                 codes = [run.codes[p] for p in run.pids]
                 closed = self.streams.finish(run.streams)  # its output, before its end
