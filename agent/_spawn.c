@@ -308,7 +308,7 @@ struct started_args {
     unsigned long reset; /* bit s-1: signal s back to its default action */
     volatile int err, step; /* written by the child */
     volatile pid_t tid;     /* non-zero until the child has exec'd or exited */
-    char stack[START_STACK] __attribute__((aligned(64)));
+    char stack[START_STACK] __attribute__((aligned(16)));
 };
 
 /* a system call without libc: returns -errno on failure, touches no memory of the caller */
@@ -324,7 +324,19 @@ raw(long n, long a, long b, long c, long d)
     return ret;
 }
 
-static int
+/* nothing the compiler may add to a function (a stack-protector check reads the parent
+   thread's TLS; instrumentation calls into libc) is wanted in the child */
+#if defined(__has_attribute)
+#if __has_attribute(no_stack_protector)
+#define CHILD_ATTRS __attribute__((noinline, no_stack_protector, no_instrument_function))
+#endif
+#endif
+#ifndef CHILD_ATTRS
+#define CHILD_ATTRS \
+    __attribute__((noinline, optimize("no-stack-protector"), no_instrument_function))
+#endif
+
+static int CHILD_ATTRS
 started_child(void *p)
 {
     struct started_args *a = p;
@@ -385,7 +397,7 @@ started_child(void *p)
 fail:
     a->err = (int)-r;
     raw(SYS_exit, 127, 0, 0, 0);
-    return 127;
+    __builtin_unreachable();
 }
 
 typedef struct {
@@ -432,6 +444,10 @@ Started_wait(Started *s, PyObject *arg)
     double timeout = PyFloat_AsDouble(arg);
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;
+    if (!(timeout >= 0.0)) /* (NaN too) */
+        timeout = 0.0;
+    if (timeout > 86400.0)
+        timeout = 86400.0;
     struct timespec end, now;
     clock_gettime(CLOCK_MONOTONIC, &end);
     end.tv_sec += (time_t)timeout;
@@ -583,15 +599,15 @@ start(PyObject *Py_UNUSED(self), PyObject *args)
     a->path = path;
     a->cwd = cwd;
 
-    sigset_t all, old;
-    sigfillset(&all);
+    unsigned long all = ~0UL, old = 0;
     a->tid = 1;
-    /* no handler may run in the child before it has reset them (it shares this memory) */
-    pthread_sigmask(SIG_SETMASK, &all, &old);
+    /* no handler may run in the child before it has reset them (it shares this memory):
+       every signal blocked, glibc's own two as well (pthread_sigmask leaves those) */
+    raw(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&old, KSIGSET);
     pid_t pid = clone(started_child, a->stack + START_STACK,
                       CLONE_VM | CLONE_CHILD_CLEARTID | SIGCHLD, a, NULL, NULL, (pid_t *)&a->tid);
     int clone_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    raw(SYS_rt_sigprocmask, SIG_SETMASK, (long)&old, 0, KSIGSET);
     if (pid < 0) {
         a->tid = 0;
         errno = clone_errno;

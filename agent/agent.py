@@ -289,9 +289,11 @@ class Agent:
             self.sched.release(r.alloc)
             ended.append((r, code))
         ended_at = time.time()  # (before anything starts on their cores)
-        self.start_ready()  # their cores first (idle until then); their reports can wait
-        for r, code in ended:
-            self.report_end(r, code, ended_at)
+        try:
+            self.start_ready()  # their cores first (idle until then); their reports can wait
+        finally:  # (reaped: nothing else would ever report them)
+            for r, code in ended:
+                self.report_end(r, code, ended_at)
 
     def report_end(self, r, code: int, at: float) -> None:
         """A unit whose processes have all ended: output staging, cleanup, its final state."""

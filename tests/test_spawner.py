@@ -264,3 +264,50 @@ def test_a_started_child_is_in_its_own_group_when_start_returns(tmp_path):
             assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL
     finally:
         os.close(s.devnull)
+
+
+def test_the_runner_keeps_a_start_error_that_came_before_it_looked(tmp_path, monkeypatch):
+    """A child can fail its exec and settle before the runner asks (the agent preempted right
+    after start() returned): the unit still ends 'cannot start', its other ranks killed."""
+    from agent.runners.local import LocalRunner
+    from agent.scheduler import Scheduler
+
+    node = {"index": 0, "name": "n0", "host_id": 1, "cores": [0, 1], "gpus": [], "pool": {}}
+    cfg = {
+        "nodes": [node],
+        "session": "s",
+        "pilot": "p",
+        "uid": "part",
+        "pilot_sandbox": str(tmp_path),
+    }
+    runner = LocalRunner(cfg)
+    real_start = runner.spawner.start
+
+    def late_start(*args, **kw):  # as if the agent lost its core right after the clone
+        child = real_start(*args, **kw)
+        assert child.wait(20)
+        return child
+
+    monkeypatch.setattr(runner.spawner, "start", late_start)
+    script = tmp_path / "no-program-line"
+    script.write_text("echo ran\n")
+    script.chmod(0o755)
+    sched = Scheduler([node], agent_node=None)
+    unit = {"uid": "unit.1", "executable": str(script), "shell": False, "ranks": 2}
+    sched.queue.append(unit)
+    [(unit, alloc)] = list(sched.ready())
+    sandbox = tmp_path / "unit.1"
+    sandbox.mkdir()
+    try:
+        run = runner.spawn(unit, str(sandbox), alloc)
+        deadline = time.monotonic() + 20
+        ended = []
+        while not ended and time.monotonic() < deadline:
+            ended = list(runner.reap())
+            time.sleep(0.01)
+        assert ended and ended[0][0] is run
+        assert run.not_started and "Exec format error" in run.fail_reason, run.fail_reason
+        assert not runner.starting
+    finally:
+        runner.close()
+        os.close(runner.spawner.devnull)

@@ -135,7 +135,7 @@ class LocalRunner:
     def _started(self, run: Run, child) -> None:
         run.pids.append(child.pid)
         self.running[child.pid] = run
-        if not child.settled():  # its exec may still fail: asked when it has exited
+        if not child.settled() or child.error() is not None:  # (asked when it is reaped)
             self.starting[child.pid] = child
 
     def reap(self):
