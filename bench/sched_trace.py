@@ -1,0 +1,183 @@
+"""Where a freed core waits: the kernel's scheduler events while null units run (needs root).
+
+    sudo python bench/sched_trace.py [--n 6000] [--window 0.4]
+
+Runs N units of /bin/true (1 core each) on a 2-core local.localhost pilot, and for `window`
+seconds in the middle records the scheduler's tracepoints (tracefs: sched_switch, sched_wakeup,
+sched_wakeup_new, sched_process_exit).  For every unit that exits it finds the next process the
+agent creates for the core that unit freed, and prints:
+  exit -> next start   from the unit's exit until the agent's clone of the next unit there
+                       (the freed core is idle for most of it)
+  woken on             where the kernel woke the agent for that exit: on the core that is being
+                       freed, or on the other (busy) core, whose unit it then preempts
+  CPU share            of both cores in the window: idle, units (children of the agent), the
+                       agent, and the rest (client, bootstrap, ZeroMQ threads)
+The tracepoints add a few microseconds to every switch: compare runs of this script, not its
+numbers with bench/throughput.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pilot as rp  # noqa: E402
+from pmgr import reaper  # noqa: E402
+
+TRACING = "/sys/kernel/tracing"
+EVENTS = "sched:sched_switch sched:sched_wakeup sched:sched_wakeup_new sched:sched_process_exit"
+LINE = re.compile(r"^\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+): (\w+): (.*)$")
+
+
+def _write(name: str, value: str) -> None:
+    with open(os.path.join(TRACING, name), "w") as f:
+        f.write(value)
+
+
+def record(n: int, window: float) -> tuple[str, int]:
+    """(the trace text, the agent's pid)."""
+    if not os.path.isdir(os.path.join(TRACING, "events")):
+        os.system(f"mount -t tracefs nodev {TRACING} 2>/dev/null")
+    _write("tracing_on", "0")
+    _write("trace", "")
+    _write("buffer_size_kb", "65536")
+    _write("set_event", EVENTS)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pd = rp.ComputePilotDescription(
+                resource="local.localhost",
+                parts=[rp.ComputePartitionDescription(cores=2)],
+                cores=2,
+                runtime=30,
+            )
+            with rp.Session(dir=tmp) as session:
+                pilot = rp.PilotManager(session).submit_pilots(pd)
+                part = pilot.partitions[0]
+                part.wait(rp.ACTIVE, timeout=60)
+                umgr = rp.UnitManager(session)
+                umgr.add_pilots(pilot)
+                cud = rp.ComputeUnitDescription
+                umgr.submit_units([cud(executable="/bin/true") for _ in range(8)])  # warm-up
+                umgr.wait_units(timeout=60)
+                agent = _agent_pid(session.uid, pilot.sandbox, part.uid)
+
+                def window_on():
+                    time.sleep(0.5)
+                    _write("tracing_on", "1")
+                    time.sleep(window)
+                    _write("tracing_on", "0")
+
+                th = threading.Thread(target=window_on)
+                th.start()
+                units = umgr.submit_units([cud(executable="/bin/true") for _ in range(n)])
+                umgr.wait_units([u.uid for u in units], timeout=600)
+                th.join()
+                pilot.cancel()
+                pilot.wait(timeout=30)
+        with open(os.path.join(TRACING, "trace")) as f:
+            return f.read(), agent
+    finally:
+        _write("tracing_on", "0")
+        _write("set_event", "")
+        _write("trace", "")
+
+
+def _agent_pid(session_uid: str, sandbox: str, part_uid: str) -> int:
+    """The agent's pid, as its log says it (agents are forked by a zygote: the command line
+    does not tell)."""
+    with open(os.path.join(sandbox, f"{part_uid}.agent.log")) as f:
+        found = re.search(r": up, pid (\d+)", f.read())
+    if found is None or int(found[1]) not in set(reaper.session_processes(session_uid)):
+        raise RuntimeError(f"no agent process of {part_uid} found")
+    return int(found[1])
+
+
+def analyse(text: str, agent: int) -> dict:
+    events = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            t, cpu, kind, rest = float(m[4]) * 1e6, int(m[3]), m[5], m[6]
+            events.append((t, cpu, m[1], int(m[2]), kind, rest))
+    if not events:
+        raise RuntimeError("no events recorded (is this root, with tracefs?)")
+    children = {
+        int(re.search(r" pid=(\d+)", e[5])[1]) for e in events if e[4] == "sched_wakeup_new"
+    }
+    gaps, woken = [], Counter()
+    freed: dict[int, float] = {}  # core -> when its unit exited
+    busy: Counter = Counter()
+    on: dict[int, tuple[float, int]] = {}
+    for t, cpu, _comm, pid, kind, rest in events:
+        if kind == "sched_process_exit" and pid in children:
+            freed[cpu] = t
+        elif kind == "sched_wakeup" and f"pid={agent} " in rest and pid in children:
+            # (woken by a unit as it exits: the first wake-up it causes)
+            target = int(re.search(r"target_cpu=(\d+)", rest)[1])
+            woken["the freed core" if target == cpu else "the other core"] += 1
+        elif kind == "sched_wakeup_new" and pid == agent:
+            target = int(re.search(r"target_cpu=(\d+)", rest)[1])
+            if freed.get(target) is not None:
+                gaps.append(t - freed.pop(target))
+        elif kind == "sched_switch":
+            nxt = int(re.search(r"next_pid=(\d+)", rest)[1])
+            if cpu in on:
+                since, who = on[cpu]
+                busy[_role(who, agent, children)] += t - since
+            on[cpu] = (t, nxt)
+    span = (events[-1][0] - events[0][0]) * 2
+    return {"gaps": gaps, "woken": woken, "busy": {k: v / span for k, v in busy.items()}}
+
+
+def _role(pid: int, agent: int, children: set) -> str:
+    if pid == 0:
+        return "idle"
+    if pid == agent:
+        return "agent"
+    return "units" if pid in children else "the rest"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=6000)
+    ap.add_argument("--window", type=float, default=0.4)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (tracefs)", file=sys.stderr)
+        return 2
+    text, agent = record(args.n, args.window)
+    got = analyse(text, agent)
+    gaps = sorted(got["gaps"])
+    if not gaps:
+        print("no exit was followed by a start in the window", file=sys.stderr)
+        return 1
+    q = statistics.quantiles(gaps, n=10)
+    print(
+        f"exit -> next start on the freed core: {len(gaps)} units, median {q[4]:.0f} us, "
+        f"p10 {q[0]:.0f}, p90 {q[8]:.0f}"
+    )
+    total = sum(got["woken"].values()) or 1
+    print(
+        "agent woken for an exit on: "
+        + ", ".join(f"{k} {v * 100 / total:.0f}%" for k, v in got["woken"].most_common())
+    )
+    print(
+        "CPU share of both cores: "
+        + ", ".join(
+            f"{k} {v * 100:.1f}%" for k, v in sorted(got["busy"].items(), key=lambda kv: -kv[1])
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
