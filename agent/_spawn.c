@@ -423,8 +423,8 @@ Started_dealloc(Started *s)
         s->argv_t = s->env_t = NULL;
     }
     if (s->a != NULL) {
-        PyMem_RawFree(s->a->argv);
-        PyMem_RawFree(s->a->envp);
+        PyMem_Free(s->a->argv); /* (to_array's) */
+        PyMem_Free(s->a->envp);
         PyMem_RawFree(s->a);
     }
     Py_XDECREF(s->argv_t);
@@ -523,24 +523,6 @@ static PyTypeObject StartedType = {
     .tp_getset = Started_getset,
 };
 
-/* A NULL-terminated array of the strings of `held`, allocated without the GIL's allocator
-   (it outlives the call), or NULL with an exception. */
-static char **
-to_raw_array(PyObject *held, const char *what)
-{
-    char **tmp = to_array(held, what);
-    if (tmp == NULL)
-        return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(held);
-    char **out = PyMem_RawCalloc((size_t)n + 1, sizeof(char *));
-    if (out == NULL)
-        PyErr_NoMemory();
-    else
-        memcpy(out, tmp, (size_t)n * sizeof(char *));
-    PyMem_Free(tmp);
-    return out;
-}
-
 static PyObject *
 start(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -583,9 +565,9 @@ start(PyObject *Py_UNUSED(self), PyObject *args)
     s->env_t = PySequence_Tuple(env_o);
     if (s->env_t == NULL)
         goto fail;
-    if ((a->argv = to_raw_array(s->argv_t, "argv")) == NULL)
+    if ((a->argv = to_array(s->argv_t, "argv")) == NULL)
         goto fail;
-    if ((a->envp = to_raw_array(s->env_t, "env")) == NULL)
+    if ((a->envp = to_array(s->env_t, "env")) == NULL)
         goto fail;
     /* the child reads path and cwd after this call returns: copies that live with it */
     PyObject *held = Py_BuildValue("(OO)", PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 3));

@@ -288,6 +288,9 @@ class Agent:
         for r, code in self.execu.reap():
             self.sched.release(r.alloc)
             ended.append((r, code))
+        if not ended:
+            self.start_ready()
+            return
         ended_at = time.time()  # (before anything starts on their cores)
         try:
             self.start_ready()  # their cores first (idle until then); their reports can wait
@@ -308,9 +311,9 @@ class Agent:
         if r.left_empty:  # nothing of it is there: no directory is left behind
             self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
         if r.fail_reason is not None:
-            info = {"exit_code": code, "reason": r.fail_reason, **kept}
-            if r.not_started:
-                del info["exit_code"]
+            info = {"reason": r.fail_reason, **kept}
+            if not r.not_started:  # (a unit that never ran has no exit code)
+                info["exit_code"] = code
             if r.node_lost:
                 info["lost"] = True  # a restartable unit may run again elsewhere
             self.update(uid, FAILED, info, at)
