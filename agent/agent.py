@@ -223,7 +223,7 @@ class Agent:
                         "function units run on single-node partitions; this one spans "
                         f"{len(self.cfg['nodes'])} nodes"
                     )
-            elif reason is None and self.execu.which(u["executable"]) is None:
+            elif reason is None and self.execu.which(u["executable"], _path(u)) is None:
                 if u.get("shell") is False:
                     reason = f"executable={u['executable']!r} not found on PATH"
                 else:  # as under RP: the shell says so on its stderr and exits 127
@@ -505,6 +505,12 @@ def _enough_fds(slots: int) -> None:
     if soft != resource.RLIM_INFINITY and soft < need:
         new = need if hard == resource.RLIM_INFINITY else min(need, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+
+
+def _path(u: dict) -> str | None:
+    """The PATH the unit sets in its environment (its program is looked up there), or None."""
+    env = u.get("environment")
+    return env.get("PATH") if env else None
 
 
 def wire_error(u: dict) -> str | None:

@@ -220,7 +220,9 @@ class Spawner:
         """(program path, env with its GPU variable mapped, real cores or None)."""
         if env and gpu_var is not None:
             env = {**env, gpu_var: self.visible(gpu_var, env.get(gpu_var, ""))}
-        path = argv[0] if "/" in argv[0] else self.which(argv[0])
+        path = argv[0]
+        if "/" not in path:  # the unit's own PATH, when it sets one, as its shell would use
+            path = self.which(path, env.get("PATH") if env else None)
         return path, env, self.mask(cpu_ids)
 
     def _native_args(self, path, argv, cwd, out, err, env, mask) -> tuple:
@@ -273,16 +275,22 @@ class Spawner:
                 raise
         return pid
 
-    def which(self, name: str) -> str:
-        """A bare program name's path on this process's PATH, as posix_spawnp finds it (no
-        /bin/sh fallback for a file that is not a program); FileNotFoundError if none.
-        Found names are remembered, missing ones looked up again."""
-        path = self._found.get(name)
+    def which(self, name: str, search: str | None = None) -> str:
+        """A bare program name's path on `search` (a unit's own PATH; None: this process's
+        PATH), as posix_spawnp finds it (no /bin/sh fallback for a file that is not a
+        program); FileNotFoundError if none.  Of a unit's PATH only the absolute entries are
+        searched here (a relative one is relative to the unit's sandbox: its shell finds what
+        lies there).  Found names are remembered, missing ones looked up again."""
+        path = self._found.get((name, search))
         if path is None:
-            path = shutil.which(name, path=os.environ.get("PATH", os.defpath))
+            if search is None:
+                where = os.environ.get("PATH", os.defpath)
+            else:
+                where = os.pathsep.join(d for d in search.split(os.pathsep) if d[:1] == "/")
+            path = shutil.which(name, path=where) if where else None
             if path is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
-            self._found[name] = path
+            self._found[(name, search)] = path
         return path
 
     def mask(self, cpu_ids) -> set[int] | None:

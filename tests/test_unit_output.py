@@ -226,3 +226,31 @@ def test_a_program_that_cannot_be_executed_fails_naming_why(session, tmp_path):
     assert umgr.wait_units(timeout=60) == [rp.FAILED, rp.DONE]
     assert "cannot start" in bad.reason and "Exec format error" in bad.reason, bad.reason
     assert bad.exit_code is None
+
+
+def test_a_bare_program_name_is_looked_up_on_the_units_own_path(session, tmp_path):
+    """As a unit's shell would: a PATH in its environment decides which program runs, whether
+    the agent's PATH has one of that name (`true`) or none (`only-here`), spawned directly or
+    not; a relative entry is the shell's to search (from the sandbox)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("true", "mine"), ("only-here", "here")):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {text} \"$@\"\n")
+        (bin_dir / name).chmod(0o755)
+    path = f"{bin_dir}:{os.environ.get('PATH', os.defpath)}"
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units(
+        [
+            CUD(executable="true", arguments=["a"], environment={"PATH": path}),
+            CUD(executable="true", arguments=["b"], environment={"PATH": path}, shell=False),
+            CUD(executable="only-here", shell=False, environment={"PATH": path}),
+            CUD(executable="true"),  # the agent's own PATH
+            CUD(executable="only-here", shell=False),
+            CUD(executable="only-here", environment={"PATH": f"rel:{path}"}),
+        ]
+    )
+    states = umgr.wait_units(timeout=60)
+    assert states == [rp.DONE] * 4 + [rp.FAILED, rp.DONE], [u.reason for u in units]
+    assert [u.stdout for u in units[:4]] == ["mine a\n", "mine b\n", "here\n", ""]
+    assert "not found" in units[4].reason
+    assert units[5].stdout == "here\n"

@@ -70,7 +70,8 @@ class UnitRunner(Protocol):
 
     def runs(self) -> list[Run]: ...
 
-    def which(self, executable: str) -> str | None: ...  # None: it cannot be found
+    # None: it cannot be found; `search` is the unit's own PATH (None: the agent's)
+    def which(self, executable: str, search: str | None = None) -> str | None: ...
 
     def node_lost(self, index: int, reason: str) -> None: ...
 

@@ -183,7 +183,7 @@ class DaemonRunner:
     def runs(self) -> list[Run]:
         return list({id(r): r for r in self.running.values()}.values())
 
-    def which(self, executable: str) -> str:
+    def which(self, executable: str, search: str | None = None) -> str:
         return executable  # looked up by the daemon that starts it; failures come back
 
     def close(self) -> None:

@@ -210,14 +210,15 @@ class LocalRunner:
         runs = list(self.running.values()) + self.functions.busy()
         return list({id(r): r for r in runs}.values())
 
-    def which(self, executable: str) -> str | None:
-        """The program that runs for `executable`, or None; found PATH look-ups are
-        remembered (Spawner.which, the look-up the spawn itself uses)."""
+    def which(self, executable: str, search: str | None = None) -> str | None:
+        """The program that runs for `executable`, or None: a bare name is looked up on
+        `search` (the unit's own PATH) or else the agent's; found look-ups are remembered
+        (Spawner.which, the look-up the spawn itself uses)."""
         if executable.startswith("/"):
             return executable if os.access(executable, os.X_OK) else None
         if "/" in executable:
             return executable  # relative to its sandbox: the spawn (or its shell) finds it
         try:
-            return self.spawner.which(executable)
+            return self.spawner.which(executable, search)
         except FileNotFoundError:
             return None
