@@ -311,3 +311,41 @@ def test_the_runner_keeps_a_start_error_that_came_before_it_looked(tmp_path, mon
     finally:
         runner.close()
         os.close(runner.spawner.devnull)
+
+
+def test_ranks_of_a_unit_whose_start_failed_are_reaped_with_nothing_else_running(tmp_path):
+    """Rank 0 runs, rank 1 cannot start: the unit's start raises, rank 0 is killed, and its
+    zombie goes at the runner's next reap though no other unit runs."""
+    from agent.runners.local import LocalRunner
+    from agent.scheduler import Scheduler
+
+    node = {"index": 0, "name": "n0", "host_id": 1, "cores": [0, 1], "gpus": [], "pool": {}}
+    cfg = {"nodes": [node], "session": "s", "pilot": "p", "uid": "part"}
+    runner = LocalRunner({**cfg, "pilot_sandbox": str(tmp_path)})
+    real_start = runner.spawner.start
+    started = []
+
+    def second_fails(*args, **kw):
+        if started:
+            raise OSError("rank 1 cannot start")
+        started.append(real_start(*args, **kw))
+        return started[-1]
+
+    runner.spawner.start = second_fails
+    sched = Scheduler([node], agent_node=None)
+    unit = {"uid": "unit.1", "executable": "/bin/sleep", "arguments": ["30"], "ranks": 2}
+    sched.queue.append(unit)
+    [(unit, alloc)] = list(sched.ready())
+    try:
+        with pytest.raises(OSError, match="rank 1 cannot start"):
+            runner.spawn(unit, str(tmp_path), alloc)
+        pid = started[0].pid
+        deadline = time.monotonic() + 20
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            assert list(runner.reap()) == []  # (no unit ends: it was never started)
+            time.sleep(0.01)
+        assert not os.path.exists(f"/proc/{pid}"), "its zombie is left"
+        assert not runner.killed and not runner.starting
+    finally:
+        runner.close()
+        os.close(runner.spawner.devnull)

@@ -235,7 +235,7 @@ def test_a_bare_program_name_is_looked_up_on_the_units_own_path(session, tmp_pat
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (("true", "mine"), ("only-here", "here")):
-        (bin_dir / name).write_text(f"#!/bin/sh\necho {text} \"$@\"\n")
+        (bin_dir / name).write_text(f'#!/bin/sh\necho {text} "$@"\n')
         (bin_dir / name).chmod(0o755)
     path = f"{bin_dir}:{os.environ.get('PATH', os.defpath)}"
     pilot, umgr = active_pilot(session, parts=((1,),))

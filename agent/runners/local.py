@@ -50,6 +50,7 @@ class LocalRunner:
         self.mpi_launcher = cfg.get("mpi_launcher")
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self.starting: dict = {}  # pid -> its Spawner.start handle, until it is reaped
+        self.killed: set[int] = set()  # ranks of a unit whose start failed, until reaped
         self.output: list = []  # units here write to their files only: nothing is forwarded
         self.streams = StreamSet()
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
@@ -98,6 +99,7 @@ class LocalRunner:
         except (OSError, ValueError):
             for pid in run.pids:  # (their handles stay until they are reaped)
                 self.running.pop(pid, None)
+                self.killed.add(pid)
                 processes.signal_group(pid, signal.SIGKILL)
             self.streams.finish(streams)
             raise
@@ -142,12 +144,14 @@ class LocalRunner:
         """Yield (Run, exit code) for every unit whose ranks have all exited (the first
         non-zero code by rank; negative = signal), and every function call that ended."""
         yield from self.functions.take_done()
-        if not self.running and not self.functions.workers:
+        if not self.running and not self.functions.workers and not self.killed:
             return
         for pid, code in exits():
             if self.functions.on_exit(pid, code):
                 continue
             child = self.starting.pop(pid, None)
+            if self.killed:
+                self.killed.discard(pid)
             run = self.running.pop(pid, None)
             if run is None:
                 continue
