@@ -59,6 +59,7 @@ def type_key(t: str) -> str:
     return (t[:-1] if t.endswith("s") else t).upper()
 
 
+FOUND_MAX = 1024  # PATH look-ups remembered
 _IDS_VAR: dict = {}  # pool type -> PILOT_<TYPE>_IDS (a node's types are few and fixed)
 
 
@@ -160,7 +161,7 @@ class Spawner:
         env.update(extra_env)
         self.base_env = MappingProxyType(env)  # (read-only: _base_entries is made from it)
         self._base_entries = {k: _entry(k, v) for k, v in env.items()}
-        self._found: dict[str, str] = {}  # bare program name -> its path on this PATH
+        self.found: dict[tuple, str] = {}  # (bare name, unit PATH or None) -> its path
         self.native = NATIVE
 
     def visible(self, var: str, gpu_ids: str) -> str:
@@ -281,7 +282,7 @@ class Spawner:
         program); FileNotFoundError if none.  Of a unit's PATH only the absolute entries are
         searched here (a relative one is relative to the unit's sandbox: its shell finds what
         lies there).  Found names are remembered, missing ones looked up again."""
-        path = self._found.get((name, search))
+        path = self.found.get((name, search))
         if path is None:
             if search is None:
                 where = os.environ.get("PATH", os.defpath)
@@ -290,7 +291,9 @@ class Spawner:
             path = shutil.which(name, path=where) if where else None
             if path is None:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
-            self._found[(name, search)] = path
+            if len(self.found) >= FOUND_MAX:  # (units may each set a PATH of their own)
+                self.found.clear()
+            self.found[(name, search)] = path
         return path
 
     def mask(self, cpu_ids) -> set[int] | None:

@@ -349,3 +349,22 @@ def test_ranks_of_a_unit_whose_start_failed_are_reaped_with_nothing_else_running
     finally:
         runner.close()
         os.close(runner.spawner.devnull)
+
+
+def test_program_look_ups_follow_the_units_path_and_stay_bounded(tmp_path):
+    mine = tmp_path / "bin"
+    mine.mkdir()
+    (mine / "true").write_text("#!/bin/sh\n")
+    (mine / "true").chmod(0o755)
+    s = Spawner({})
+    try:
+        agents = s.which("true")
+        assert s.which("true", f"{mine}:/usr/bin:/bin") == str(mine / "true")
+        assert s.which("true", f"rel:{os.path.dirname(agents)}") == agents  # (rel: skipped)
+        with pytest.raises(FileNotFoundError):
+            s.which("true", "relative/only")
+        for i in range(spawn_mod.FOUND_MAX + 10):  # every unit with a PATH of its own
+            s.which("true", f"/nowhere/{i}:{mine}")
+        assert len(s.found) <= spawn_mod.FOUND_MAX
+    finally:
+        os.close(s.devnull)
