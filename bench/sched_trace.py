@@ -7,11 +7,16 @@ seconds in the middle records the scheduler's tracepoints (tracefs: sched_switch
 sched_wakeup_new, sched_process_exit).  For every unit that exits it finds the next process the
 agent creates for the core that unit freed, and prints:
   exit -> next start   from the unit's exit until the agent's clone of the next unit there
-                       (the freed core is idle for most of it)
-  woken on             where the kernel woke the agent for that exit: on the core that is being
-                       freed, or on the other (busy) core, whose unit it then preempts
+                       (the freed core is idle for most of it), split into: until the agent is
+                       woken, until it runs, and its own work until the clone
+  handled on           where the agent first ran after each exit: on the freed core, or on the
+                       other core, whose unit it then preempts while the freed core idles (a
+                       unit wakes the agent up to three times as it exits: end-of-file on each
+                       pipe, then SIGCHLD; this counts exits, not wake-ups)
   CPU share            of both cores in the window: idle, units (children of the agent), the
                        agent, and the rest (client, bootstrap, ZeroMQ threads)
+  idle beside          a core's idle time by what the other core ran meanwhile: idle beside
+                       the agent is the agent's work that no unit overlaps
 The tracepoints add a few microseconds to every switch: compare runs of this script, not its
 numbers with bench/throughput.py.
 """
@@ -107,35 +112,55 @@ def analyse(text: str, agent: int) -> dict:
         m = LINE.match(line)
         if m:
             t, cpu, kind, rest = float(m[4]) * 1e6, int(m[3]), m[5], m[6]
-            events.append((t, cpu, m[1], int(m[2]), kind, rest))
+            events.append((t, cpu, int(m[2]), kind, rest))
     if not events:
         raise RuntimeError("no events recorded (is this root, with tracefs?)")
     children = {
-        int(re.search(r" pid=(\d+)", e[5])[1]) for e in events if e[4] == "sched_wakeup_new"
+        int(re.search(r" pid=(\d+)", e[4])[1]) for e in events if e[3] == "sched_wakeup_new"
     }
-    gaps, woken = [], Counter()
-    freed: dict[int, float] = {}  # core -> when its unit exited
+    gaps, parts, handled = [], ([], [], []), Counter()
+    freed: dict[int, dict] = {}  # core -> its unit's exit, and when the agent woke / ran since
     busy: Counter = Counter()
-    on: dict[int, tuple[float, int]] = {}
-    for t, cpu, _comm, pid, kind, rest in events:
+    beside: Counter = Counter()  # a core's idle time by what the other core runs
+    on: dict[int, str] = {}  # core -> the role running there
+    last = events[0][0]
+    for t, cpu, pid, kind, rest in events:
+        for core, role in on.items():
+            busy[role] += t - last
+            if role == "idle":
+                beside[on.get(1 - core, "idle")] += t - last
+        last = t
         if kind == "sched_process_exit" and pid in children:
-            freed[cpu] = t
-        elif kind == "sched_wakeup" and f"pid={agent} " in rest and pid in children:
-            # (woken by a unit as it exits: the first wake-up it causes)
-            target = int(re.search(r"target_cpu=(\d+)", rest)[1])
-            woken["the freed core" if target == cpu else "the other core"] += 1
+            freed[cpu] = {"exit": t, "cpu": cpu}
+        elif kind == "sched_wakeup" and f"pid={agent} " in rest:
+            for f in freed.values():
+                f.setdefault("woken", t)
         elif kind == "sched_wakeup_new" and pid == agent:
             target = int(re.search(r"target_cpu=(\d+)", rest)[1])
-            if freed.get(target) is not None:
-                gaps.append(t - freed.pop(target))
+            f = freed.pop(target, None)
+            if f is not None:
+                gaps.append(t - f["exit"])
+                if "woken" in f and "ran" in f:
+                    for part, value in zip(
+                        parts, (f["woken"] - f["exit"], f["ran"] - f["woken"], t - f["ran"])
+                    ):
+                        part.append(value)
         elif kind == "sched_switch":
             nxt = int(re.search(r"next_pid=(\d+)", rest)[1])
-            if cpu in on:
-                since, who = on[cpu]
-                busy[_role(who, agent, children)] += t - since
-            on[cpu] = (t, nxt)
-    span = (events[-1][0] - events[0][0]) * 2
-    return {"gaps": gaps, "woken": woken, "busy": {k: v / span for k, v in busy.items()}}
+            on[cpu] = _role(nxt, agent, children)
+            if nxt == agent:
+                for f in freed.values():
+                    if "woken" in f and "ran" not in f:
+                        f["ran"] = t
+                        handled["the freed core" if cpu == f["cpu"] else "the other core"] += 1
+    span = sum(busy.values()) or 1
+    return {
+        "gaps": gaps,
+        "parts": parts,
+        "handled": handled,
+        "busy": {k: v / span for k, v in busy.items()},
+        "beside": {k: v / span for k, v in beside.items()},
+    }
 
 
 def _role(pid: int, agent: int, children: set) -> str:
@@ -144,6 +169,11 @@ def _role(pid: int, agent: int, children: set) -> str:
     if pid == agent:
         return "agent"
     return "units" if pid in children else "the rest"
+
+
+def _shares(shares: dict) -> str:
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v * 100:.1f}%" for k, v in ranked)
 
 
 def main() -> int:
@@ -165,17 +195,17 @@ def main() -> int:
         f"exit -> next start on the freed core: {len(gaps)} units, median {q[4]:.0f} us, "
         f"p10 {q[0]:.0f}, p90 {q[8]:.0f}"
     )
-    total = sum(got["woken"].values()) or 1
+    steps = ("exit -> agent woken", "woken -> running", "running -> the clone (its work)")
+    for name, values in zip(steps, got["parts"]):
+        if values:
+            print(f"  {name}: median {statistics.median(values):.0f} us")
+    total = sum(got["handled"].values()) or 1
     print(
-        "agent woken for an exit on: "
-        + ", ".join(f"{k} {v * 100 / total:.0f}%" for k, v in got["woken"].most_common())
+        "exits the agent handled on: "
+        + ", ".join(f"{k} {v * 100 / total:.0f}%" for k, v in got["handled"].most_common())
     )
-    print(
-        "CPU share of both cores: "
-        + ", ".join(
-            f"{k} {v * 100:.1f}%" for k, v in sorted(got["busy"].items(), key=lambda kv: -kv[1])
-        )
-    )
+    print("CPU share of both cores: " + _shares(got["busy"]))
+    print("a core idle while the other runs: " + _shares(got["beside"]))
     return 0
 
 
