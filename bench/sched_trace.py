@@ -127,8 +127,9 @@ def analyse(text: str, agent: int) -> dict:
     for t, cpu, pid, kind, rest in events:
         for core, role in on.items():
             busy[role] += t - last
-            if role == "idle":
-                beside[on.get(1 - core, "idle")] += t - last
+            if role == "idle":  # (on a bigger machine: the busiest role elsewhere)
+                others = {r for c, r in on.items() if c != core}
+                beside[next((r for r in _RANKED if r in others), "idle")] += t - last
         last = t
         if kind == "sched_process_exit" and pid in children:
             freed[cpu] = {"exit": t, "cpu": cpu}
@@ -161,6 +162,9 @@ def analyse(text: str, agent: int) -> dict:
         "busy": {k: v / span for k, v in busy.items()},
         "beside": {k: v / span for k, v in beside.items()},
     }
+
+
+_RANKED = ("agent", "units", "the rest")
 
 
 def _role(pid: int, agent: int, children: set) -> str:
