@@ -44,7 +44,7 @@ from agent import command, runners
 from agent.scheduler import Scheduler
 from agent.spawn import check_environment
 from pilot import checks, functions, processes, security, staging
-from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack
+from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack, wait_ms
 from pilot.states import (
     CANCELED,
     DONE,
@@ -451,7 +451,7 @@ class Agent:
                 timeout = min(timeout, self.timers[0][0] - now)
             if self.updates:
                 timeout = min(timeout, self.first_pending + FLUSH_EVERY - now)
-            events = poller.poll(max(0, timeout) * 1000)
+            events = poller.poll(wait_ms(timeout))
             for key, _ in events:
                 if key is self.sock:
                     continue

@@ -38,7 +38,7 @@ import zmq
 from partition import launch
 from partition.agents.hosted import HostedAgent
 from partition.launch.base import ALL_NODES
-from pilot.protocol import ProtocolError, drain, msg, pack, unpack
+from pilot.protocol import ProtocolError, drain, msg, pack, unpack, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
@@ -227,7 +227,7 @@ class NodeSet:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            if not self.sock.poll(min(left, 0.2) * 1000):
+            if not self.sock.poll(wait_ms(min(left, 0.2))):
                 continue
             for hint, kind, body in self._messages():
                 if kind == b"up" and b"up" in kinds:
@@ -279,7 +279,7 @@ class NodeSet:
 
     def read(self, timeout: float) -> None:
         """Take what the daemons sent, waiting up to `timeout` s for something."""
-        if self.sock.poll(timeout * 1000):
+        if self.sock.poll(wait_ms(timeout)):
             self.on_readable()
 
     def on_readable(self) -> None:

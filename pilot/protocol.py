@@ -62,6 +62,7 @@ attaching client reconciles with sync.
 from __future__ import annotations
 
 import json
+import math
 
 import zmq
 
@@ -103,6 +104,14 @@ def drain(sock: zmq.Socket, limit: int):
             yield sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             return
+
+
+def wait_ms(seconds: float) -> int:
+    """A poll timeout in whole milliseconds, rounded up: pyzmq truncates a float, so a wait of
+    less than 1 ms would be poll(0), and a loop waiting for a deadline would spin through its
+    last millisecond instead of sleeping (the agent spun ~2.5 turns a unit that way, before
+    every batch of state updates)."""
+    return max(0, math.ceil(seconds * 1000))
 
 
 def journal_path(pilot_sandbox: str, part_uid: str) -> str:
