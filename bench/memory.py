@@ -17,61 +17,39 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def mem_mb(pid: int, key: str) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from bench.local_pilot import status_mb, two_core_pilot  # noqa: E402
 
 
 def one_run(n: int, kind: str) -> dict:
     import pilot as rp
-    from pmgr import reaper
 
-    with tempfile.TemporaryDirectory() as tmp:
-        pd = rp.ComputePilotDescription(
-            resource="local.localhost",
-            parts=[rp.ComputePartitionDescription(cores=2)],
-            cores=2,
-            runtime=60,
-        )
-        with rp.Session(dir=tmp) as session:
-            pilot = rp.PilotManager(session).submit_pilots(pd)
-            umgr = rp.UnitManager(session)
-            umgr.add_pilots(pilot)
-            pilot.partitions[0].wait(rp.ACTIVE, timeout=60)
-            before = mem_mb(os.getpid(), "VmRSS")
-            t0 = time.perf_counter()
-            if kind == "exec":
-                descs = [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(n)]
-            else:
-                descs = [rp.ComputeUnitDescription(function=os.getpid) for _ in range(n)]
-            units = umgr.submit_units(descs)
-            del descs
-            states = umgr.wait_units([u.uid for u in units], timeout=3600)
-            session.writer.flush(timeout=300)
-            run_s = time.perf_counter() - t0
-            assert set(states) == {rp.DONE}, set(states)
-            procs = reaper.session_processes(session.uid)
-            agents = [p for p in procs if p != pilot.job.pid]
-            return {
-                "n": n,
-                "kind": kind,
-                "run_s": run_s,
-                "client_before": before,
-                "client_peak": mem_mb(os.getpid(), "VmHWM"),
-                "client_end": mem_mb(os.getpid(), "VmRSS"),
-                "bootstrap_peak": mem_mb(pilot.job.pid, "VmHWM"),
-                "agent_peak": max(mem_mb(p, "VmHWM") for p in agents),
-            }
+    with two_core_pilot(runtime=60, warm=0) as run:
+        before = status_mb(os.getpid(), "VmRSS")
+        t0 = time.perf_counter()
+        if kind == "exec":
+            descs = [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(n)]
+        else:
+            descs = [rp.ComputeUnitDescription(function=os.getpid) for _ in range(n)]
+        units = run.umgr.submit_units(descs)
+        del descs
+        states = run.umgr.wait_units([u.uid for u in units], timeout=3600)
+        run.session.writer.flush(timeout=300)
+        run_s = time.perf_counter() - t0
+        assert set(states) == {rp.DONE}, set(states)
+        return {
+            "n": n,
+            "kind": kind,
+            "run_s": run_s,
+            "client_before": before,
+            "client_peak": status_mb(os.getpid(), "VmHWM"),
+            "client_end": status_mb(os.getpid(), "VmRSS"),
+            "bootstrap_peak": status_mb(run.bootstrap, "VmHWM"),
+            "agent_peak": max(status_mb(p, "VmHWM") for p in run.agents()),
+        }
 
 
 def main() -> int:

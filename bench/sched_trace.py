@@ -28,7 +28,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -36,7 +35,7 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pilot as rp  # noqa: E402
-from pmgr import reaper  # noqa: E402
+from bench.local_pilot import two_core_pilot  # noqa: E402
 
 TRACING = "/sys/kernel/tracing"
 EVENTS = "sched:sched_switch sched:sched_wakeup sched:sched_wakeup_new sched:sched_process_exit"
@@ -57,53 +56,27 @@ def record(n: int, window: float) -> tuple[str, int]:
     _write("buffer_size_kb", "65536")
     _write("set_event", EVENTS)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            pd = rp.ComputePilotDescription(
-                resource="local.localhost",
-                parts=[rp.ComputePartitionDescription(cores=2)],
-                cores=2,
-                runtime=30,
-            )
-            with rp.Session(dir=tmp) as session:
-                pilot = rp.PilotManager(session).submit_pilots(pd)
-                part = pilot.partitions[0]
-                part.wait(rp.ACTIVE, timeout=60)
-                umgr = rp.UnitManager(session)
-                umgr.add_pilots(pilot)
-                cud = rp.ComputeUnitDescription
-                umgr.submit_units([cud(executable="/bin/true") for _ in range(8)])  # warm-up
-                umgr.wait_units(timeout=60)
-                agent = _agent_pid(session.uid, pilot.sandbox, part.uid)
+        with two_core_pilot(warm=8) as run:
+            agent = run.agents()[0]
 
-                def window_on():
-                    time.sleep(0.5)
-                    _write("tracing_on", "1")
-                    time.sleep(window)
-                    _write("tracing_on", "0")
+            def window_on():
+                time.sleep(0.5)
+                _write("tracing_on", "1")
+                time.sleep(window)
+                _write("tracing_on", "0")
 
-                th = threading.Thread(target=window_on)
-                th.start()
-                units = umgr.submit_units([cud(executable="/bin/true") for _ in range(n)])
-                umgr.wait_units([u.uid for u in units], timeout=600)
-                th.join()
-                pilot.cancel()
-                pilot.wait(timeout=30)
+            th = threading.Thread(target=window_on)
+            th.start()
+            cud = rp.ComputeUnitDescription
+            units = run.umgr.submit_units([cud(executable="/bin/true") for _ in range(n)])
+            run.umgr.wait_units([u.uid for u in units], timeout=600)
+            th.join()
         with open(os.path.join(TRACING, "trace")) as f:
             return f.read(), agent
     finally:
         _write("tracing_on", "0")
         _write("set_event", "")
         _write("trace", "")
-
-
-def _agent_pid(session_uid: str, sandbox: str, part_uid: str) -> int:
-    """The agent's pid, as its log says it (agents are forked by a zygote: the command line
-    does not tell)."""
-    with open(os.path.join(sandbox, f"{part_uid}.agent.log")) as f:
-        found = re.search(r": up, pid (\d+)", f.read())
-    if found is None or int(found[1]) not in set(reaper.session_processes(session_uid)):
-        raise RuntimeError(f"no agent process of {part_uid} found")
-    return int(found[1])
 
 
 def analyse(text: str, agent: int) -> dict:

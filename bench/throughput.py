@@ -28,9 +28,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-TRUE = "/bin/true"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.local_pilot import TRUE, status_mb, two_core_pilot  # noqa: E402
 
 
 def limit_rate(n: int, inflight: int = 2) -> float:
@@ -48,54 +48,28 @@ def limit_rate(n: int, inflight: int = 2) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def one_run(n: int, where: str) -> dict:
     """Run inside a fresh process; returns the measurements."""
     import pilot as rp
-    from pmgr import reaper
 
-    with tempfile.TemporaryDirectory(dir=where) as tmp:
-        pd = rp.ComputePilotDescription(
-            resource="local.localhost",
-            parts=[rp.ComputePartitionDescription(cores=2)],
-            cores=2,
-            runtime=30,
+    with two_core_pilot(where) as run:
+        t1 = time.perf_counter()
+        units = run.umgr.submit_units(
+            [rp.ComputeUnitDescription(executable=TRUE) for _ in range(n)]
         )
-        t0 = time.perf_counter()
-        with rp.Session(dir=tmp) as session:
-            pilot = rp.PilotManager(session).submit_pilots(pd)
-            pilot.partitions[0].wait(rp.ACTIVE, timeout=60)
-            startup = time.perf_counter() - t0
-            umgr = rp.UnitManager(session)
-            umgr.add_pilots(pilot)
-            umgr.submit_units([rp.ComputeUnitDescription(executable=TRUE)] * 4)  # warm-up
-            umgr.wait_units(timeout=60)
-            t1 = time.perf_counter()
-            units = umgr.submit_units(
-                [rp.ComputeUnitDescription(executable=TRUE) for _ in range(n)]
-            )
-            states = umgr.wait_units([u.uid for u in units], timeout=600)
-            session.writer.flush(timeout=120)
-            run_s = time.perf_counter() - t1
-            assert states == [rp.DONE] * n, "not every unit is DONE"
-            procs = reaper.session_processes(session.uid)
-            agents = [p for p in procs if p != pilot.job.pid]
-            return {
-                "rate": n / run_s,
-                "run_s": run_s,
-                "startup_s": startup,
-                "rss_client": peak_rss_mb(os.getpid()),
-                "rss_bootstrap": peak_rss_mb(pilot.job.pid),
-                "rss_agent": max(peak_rss_mb(p) for p in agents),
-                "write_lag_s": session.writer.max_lag,
-            }
+        states = run.umgr.wait_units([u.uid for u in units], timeout=600)
+        run.session.writer.flush(timeout=120)
+        run_s = time.perf_counter() - t1
+        assert states == [rp.DONE] * n, "not every unit is DONE"
+        return {
+            "rate": n / run_s,
+            "run_s": run_s,
+            "startup_s": run.startup_s,
+            "rss_client": status_mb(os.getpid(), "VmHWM"),
+            "rss_bootstrap": status_mb(run.bootstrap, "VmHWM"),
+            "rss_agent": max(status_mb(p, "VmHWM") for p in run.agents()),
+            "write_lag_s": run.session.writer.max_lag,
+        }
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
