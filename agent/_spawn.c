@@ -523,8 +523,8 @@ static PyTypeObject StartedType = {
     .tp_getset = Started_getset,
 };
 
-static PyObject *
-start(PyObject *Py_UNUSED(self), PyObject *args)
+static Started *
+build_started(PyObject *args)
 {
     const char *path, *cwd;
     int fds[3];
@@ -544,7 +544,8 @@ start(PyObject *Py_UNUSED(self), PyObject *args)
     s->a = PyMem_RawCalloc(1, sizeof *s->a);
     if (s->a == NULL) {
         Py_DECREF(s);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return NULL;
     }
     struct started_args *a = s->a; /* (tid is 0: settled, until a child exists) */
     CPU_ZERO(&a->cpus);
@@ -580,38 +581,617 @@ start(PyObject *Py_UNUSED(self), PyObject *args)
     Py_SETREF(s->argv_t, argv_more); /* (same strings; argv is still the first n) */
     a->path = path;
     a->cwd = cwd;
+    return s;
+fail:
+    Py_DECREF(s);
+    return NULL;
+}
 
+/* clone the child of a prepared handle; `flags` adds the exit signal (SIGCHLD, or 0 for a
+   launcher's child: until its exec, which sets SIGCHLD, only a wait with __WALL sees it) and
+   CLONE_PIDFD.  Every signal is blocked
+   around the clone: no handler may run in the child before it has reset them (it shares this
+   memory), glibc's own two as well (pthread_sigmask leaves those).  Returns the pid or -errno. */
+static pid_t
+clone_started(Started *s, int flags, int *pidfd)
+{
+    struct started_args *a = s->a;
     unsigned long all = ~0UL, old = 0;
     a->tid = 1;
-    /* no handler may run in the child before it has reset them (it shares this memory):
-       every signal blocked, glibc's own two as well (pthread_sigmask leaves those) */
+    a->err = 0;
+    a->step = STEP_NONE;
     raw(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)&old, KSIGSET);
-    pid_t pid = clone(started_child, a->stack + START_STACK,
-                      CLONE_VM | CLONE_CHILD_CLEARTID | SIGCHLD, a, NULL, NULL, (pid_t *)&a->tid);
+    pid_t pid = clone(started_child, a->stack + START_STACK, CLONE_VM | CLONE_CHILD_CLEARTID | flags,
+                      a, pidfd, NULL, (pid_t *)&a->tid);
     int clone_errno = errno;
     raw(SYS_rt_sigprocmask, SIG_SETMASK, (long)&old, 0, KSIGSET);
     if (pid < 0) {
         a->tid = 0;
-        errno = clone_errno;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto fail;
+        return -clone_errno;
     }
     /* its process group exists before this returns, so that killpg(pid) reaches it even
        before its own setpgid (EACCES: it has exec'd, after making the group itself) */
     setpgid(pid, pid);
     s->pid = pid;
-    return (PyObject *)s;
-fail:
-    Py_DECREF(s);
-    return NULL;
+    return pid;
 }
+
+static PyObject *
+start(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Started *s = build_started(args);
+    if (s == NULL)
+        return NULL;
+    pid_t pid = clone_started(s, SIGCHLD, NULL);
+    if (pid < 0) {
+        errno = -pid;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(s);
+        return NULL;
+    }
+    return (PyObject *)s;
+}
+
+static PyObject *
+prepare(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    return (PyObject *)build_started(args);
+}
+
+/* ---- Launcher: the next unit of a core started the moment the one before it exits ----
+
+A unit's exit wakes the agent, whose Python loop then starts the next unit on the freed core:
+about 200 us of its work, through which that core idles whenever the agent was woken on the
+other one (half the exits on 2 cores, measured with bench/sched_trace.py).  A Launcher is one
+thread, without the interpreter, that waits for the exits of the units it started and starts
+each one's successor (prepared by the agent ahead of time) at once.  Protocol (slot: the
+agent's name for a core; at most one unit runs in a slot, up to LANE_DEPTH wait behind it):
+    launch(slot, handle)            start a prepared handle (prepare()) in a free slot now,
+                                    through the thread; (pid, stdout read end, stderr read end)
+    follow(slot, 0, handle, line)   queue a successor in a slot where a unit runs: when the units
+                                    ahead of it have exited, the thread appends `line` to the
+                                    journal and starts it.  False (nothing kept) when the slot
+                                    runs nothing any more, or its queue is full
+    withdraw(slot)                  take back the successors that have not started: how many
+    take()                          what happened since, in order: ("exit", slot, pid, code,
+                                    -1, -1, at) and ("start", slot, pid, errno, out, err, at)
+                                    (pid 0: it could not start, and the next one queued gets
+                                    its turn); at: when, as time.time()
+    fd                              readable when take() has something
+    close()                         stop the thread (the units it started run on)
+Pipes: a handle for the launcher has -1 for stdout and stderr (or -2 for stderr: into
+stdout's pipe); the thread makes the pipes just before the clone and closes its write ends just
+after, so no other child ever holds them (a clone copies every descriptor until its exec), and
+the read ends (non-blocking) are the agent's.
+Its children are its own (a wait with __WNOTHREAD in the agent's thread does not see them); it
+reaps them (__WALL), woken by each one's pidfd.  If the agent dies, the kernel gives them to
+the reaper as usual. */
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#define STOP_SLOT 0xffffffffu
+#define LANE_DEPTH 8
+#define CMD_SLOT 0xfffffffeu
+
+struct lslot {
+    pid_t pid;       /* its running unit, 0: none */
+    int pidfd;
+    int out, err;    /* a launch()'s read ends, until launch() returns */
+    Started *cur;    /* (refs held by the launcher) */
+    Started *next;   /* a launch()'s handle, until the thread started it */
+    Started *q[LANE_DEPTH]; /* successors, in order */
+    PyObject *lines[LANE_DEPTH]; /* bytes: their journal lines */
+    unsigned qn;
+    int now;         /* next is to start at once (launch), not at the exit */
+    pid_t result;    /* of a launch: its pid or -errno */
+};
+
+struct lrec {
+    int start;       /* 0: exit, 1: start */
+    unsigned slot;
+    pid_t pid;
+    int value;       /* exit: code (negative: signal); start: errno */
+    int out, err;    /* start: the read ends of its stdout and stderr pipes (the same pipe
+                        when it was given one for both), the agent's from now on */
+    double at;       /* when (the epoch, as time.time()) */
+    PyObject *drop[2]; /* refs the thread let go of, released in take() */
+};
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t launched;
+    pthread_t thread;
+    int running;
+    int ep, ready, stop, cmd, journal;
+    unsigned nslots;
+    struct lslot *slots;
+    struct lrec *recs;
+    size_t nrecs, caprecs;
+} Launcher;
+
+static double
+now_epoch(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int
+push_rec(Launcher *L, struct lrec r)
+{
+    r.at = now_epoch();
+    if (L->nrecs == L->caprecs) {
+        size_t cap = L->caprecs ? L->caprecs * 2 : 64;
+        struct lrec *more = realloc(L->recs, cap * sizeof *more);
+        if (more == NULL)
+            return -1;
+        L->recs = more;
+        L->caprecs = cap;
+    }
+    L->recs[L->nrecs++] = r;
+    return 0;
+}
+
+static void
+watch(Launcher *L, unsigned slot, int pidfd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = slot};
+    epoll_ctl(L->ep, EPOLL_CTL_ADD, pidfd, &ev);
+}
+
+static int
+write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Start handle `h` (mu held): its stdout and stderr pipes are made here, just before the clone,
+   so that no other child of this process ever holds their write ends (a clone copies every
+   descriptor the process has, and keeps it until its exec).  fds[1] / fds[2] of a prepared
+   handle are -1 (a pipe of its own) or, for fds[2], -2 (stderr into stdout's pipe).  Sets
+   *out / *err to the read ends (non-blocking, close-on-exec) and returns the pid, or -errno
+   with nothing left open. */
+static pid_t
+start_piped(Started *h, int *pidfd, int *out, int *err)
+{
+    struct started_args *a = h->a;
+    int o[2] = {-1, -1}, e[2] = {-1, -1};
+    pid_t pid;
+    if (pipe2(o, O_CLOEXEC) < 0 || (a->fds[2] != -2 && pipe2(e, O_CLOEXEC) < 0)) {
+        pid = -errno;
+        goto done;
+    }
+    int keep2 = a->fds[2];
+    a->fds[1] = o[1];
+    a->fds[2] = keep2 == -2 ? o[1] : e[1];
+    pid = clone_started(h, CLONE_PIDFD, pidfd);
+    if (pid > 0) {
+        fcntl(o[0], F_SETFL, O_NONBLOCK);
+        if (e[0] >= 0)
+            fcntl(e[0], F_SETFL, O_NONBLOCK);
+        *out = o[0];
+        *err = e[0] >= 0 ? e[0] : o[0];
+        o[0] = e[0] = -1;
+    }
+done:
+    /* the child has its own copies of the write ends (its descriptors are its own) */
+    for (int *fd = o; fd < o + 2; fd++)
+        if (*fd >= 0)
+            close(*fd);
+    for (int *fd = e; fd < e + 2; fd++)
+        if (*fd >= 0)
+            close(*fd);
+    return pid;
+}
+
+/* (mu held) slot's unit has exited: reap it, start its successor (or the next one that starts) */
+static void
+on_exit_of(Launcher *L, unsigned slot)
+{
+    struct lslot *s = &L->slots[slot];
+    if (s->pid == 0)
+        return;
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, s->pid, &si, WEXITED | WNOHANG | __WALL) < 0 || si.si_pid == 0)
+        return; /* not yet */
+    epoll_ctl(L->ep, EPOLL_CTL_DEL, s->pidfd, NULL);
+    close(s->pidfd);
+    struct lrec r = {.start = 0, .slot = slot, .pid = s->pid,
+                     .value = si.si_code == CLD_EXITED ? si.si_status : -si.si_status,
+                     .out = -1, .err = -1, .drop = {(PyObject *)s->cur, NULL}};
+    s->pid = 0;
+    s->pidfd = -1;
+    s->cur = NULL;
+    if (push_rec(L, r) < 0)
+        return; /* (out of memory: nothing more can be said) */
+    while (s->qn > 0 && s->pid == 0) {
+        Started *h = s->q[0];
+        PyObject *line = s->lines[0];
+        s->qn--;
+        memmove(s->q, s->q + 1, s->qn * sizeof *s->q);
+        memmove(s->lines, s->lines + 1, s->qn * sizeof *s->lines);
+        struct lrec st = {.start = 1, .slot = slot, .out = -1, .err = -1, .drop = {line, NULL}};
+        /* journaled before it can start: a unit in the journal is never started again */
+        int err = write_all(L->journal, PyBytes_AS_STRING(line), (size_t)PyBytes_GET_SIZE(line));
+        if (err == 0) {
+            int pidfd = -1;
+            pid_t pid = start_piped(h, &pidfd, &st.out, &st.err);
+            if (pid > 0) {
+                s->pid = pid;
+                s->pidfd = pidfd;
+                s->cur = h;
+                watch(L, slot, pidfd);
+                st.pid = pid;
+            } else {
+                err = pid;
+            }
+        }
+        if (err != 0) { /* it never ran: the next one in the slot gets its turn */
+            st.value = -err;
+            st.drop[1] = (PyObject *)h;
+        }
+        if (push_rec(L, st) < 0)
+            return;
+    }
+}
+
+/* (mu held) start the units launch() asked for, in this thread: its children are its own
+   (a wait with __WNOTHREAD in another thread does not see them) */
+static void
+launch_now(Launcher *L)
+{
+    for (unsigned slot = 0; slot < L->nslots; slot++) {
+        struct lslot *s = &L->slots[slot];
+        if (!s->now)
+            continue;
+        int pidfd = -1;
+        pid_t pid = start_piped(s->next, &pidfd, &s->out, &s->err);
+        if (pid > 0) {
+            s->pid = pid;
+            s->pidfd = pidfd;
+            s->cur = s->next; /* (its ref) */
+            watch(L, slot, pidfd);
+        }
+        s->result = pid;
+        s->next = NULL;
+        s->now = 0;
+    }
+    pthread_cond_broadcast(&L->launched);
+}
+
+static void *
+launcher_main(void *p)
+{
+    Launcher *L = p;
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(L->ep, evs, 64, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return NULL;
+        }
+        pthread_mutex_lock(&L->mu);
+        size_t before = L->nrecs;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.u32 == STOP_SLOT) {
+                pthread_mutex_unlock(&L->mu);
+                return NULL;
+            }
+            if (evs[i].data.u32 == CMD_SLOT) {
+                uint64_t k;
+                (void)!read(L->cmd, &k, sizeof k);
+                launch_now(L);
+                continue;
+            }
+            if (evs[i].data.u32 < L->nslots)
+                on_exit_of(L, evs[i].data.u32);
+        }
+        int said = L->nrecs != before;
+        pthread_mutex_unlock(&L->mu);
+        if (said) {
+            uint64_t one = 1;
+            (void)!write(L->ready, &one, sizeof one);
+        }
+    }
+}
+
+static void Launcher_stop(Launcher *L);
+
+static PyObject *
+Launcher_new(PyTypeObject *type, PyObject *args, PyObject *Py_UNUSED(kw))
+{
+    int journal;
+    unsigned nslots;
+    if (!PyArg_ParseTuple(args, "iI", &journal, &nslots))
+        return NULL;
+    if (nslots == 0 || nslots >= STOP_SLOT) {
+        PyErr_SetString(PyExc_ValueError, "nslots: at least 1");
+        return NULL;
+    }
+    Launcher *L = (Launcher *)type->tp_alloc(type, 0);
+    if (L == NULL)
+        return NULL;
+    L->ep = L->ready = L->stop = L->cmd = -1;
+    L->journal = journal;
+    L->nslots = nslots;
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->launched, NULL);
+    L->slots = calloc(nslots, sizeof *L->slots);
+    if (L->slots == NULL) {
+        Py_DECREF(L);
+        return PyErr_NoMemory();
+    }
+    for (unsigned i = 0; i < nslots; i++)
+        L->slots[i].pidfd = -1;
+    L->ep = epoll_create1(EPOLL_CLOEXEC);
+    L->ready = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    L->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    L->cmd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (L->ep < 0 || L->ready < 0 || L->stop < 0 || L->cmd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(L);
+        return NULL;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = STOP_SLOT};
+    epoll_ctl(L->ep, EPOLL_CTL_ADD, L->stop, &ev);
+    struct epoll_event cev = {.events = EPOLLIN, .data.u32 = CMD_SLOT};
+    epoll_ctl(L->ep, EPOLL_CTL_ADD, L->cmd, &cev);
+    /* the thread takes no signal (they are the interpreter's), and its clones start with all
+       blocked, as clone_started wants */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&L->thread, NULL, launcher_main, L);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        pthread_setname_np(L->thread, "agent-launcher"); /* (as ps and /proc show it) */
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(L);
+        return NULL;
+    }
+    L->running = 1;
+    return (PyObject *)L;
+}
+
+static void
+Launcher_stop(Launcher *L)
+{
+    if (!L->running)
+        return;
+    uint64_t one = 1;
+    (void)!write(L->stop, &one, sizeof one);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(L->thread, NULL);
+    Py_END_ALLOW_THREADS
+    L->running = 0;
+}
+
+static void
+Launcher_dealloc(Launcher *L)
+{
+    Launcher_stop(L);
+    if (L->slots != NULL) {
+        for (unsigned i = 0; i < L->nslots; i++) {
+            if (L->slots[i].pidfd >= 0)
+                close(L->slots[i].pidfd);
+            Py_XDECREF(L->slots[i].cur);
+            Py_XDECREF(L->slots[i].next);
+            for (unsigned k = 0; k < L->slots[i].qn; k++) {
+                Py_DECREF(L->slots[i].q[k]);
+                Py_DECREF(L->slots[i].lines[k]);
+            }
+        }
+        free(L->slots);
+    }
+    for (size_t i = 0; i < L->nrecs; i++) {
+        Py_XDECREF(L->recs[i].drop[0]);
+        Py_XDECREF(L->recs[i].drop[1]);
+    }
+    free(L->recs);
+    for (int *fd = &L->ep; fd <= &L->cmd; fd++)
+        if (*fd >= 0)
+            close(*fd);
+    pthread_mutex_destroy(&L->mu);
+    pthread_cond_destroy(&L->launched);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+static int
+slot_arg(Launcher *L, unsigned slot)
+{
+    if (slot >= L->nslots) {
+        PyErr_Format(PyExc_ValueError, "slot %u: the launcher has %u", slot, L->nslots);
+        return -1;
+    }
+    if (!L->running) {
+        PyErr_SetString(PyExc_ValueError, "the launcher is closed");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+Launcher_launch(Launcher *L, PyObject *args)
+{
+    unsigned slot;
+    Started *h;
+    if (!PyArg_ParseTuple(args, "IO!", &slot, &StartedType, &h) || slot_arg(L, slot) < 0)
+        return NULL;
+    pthread_mutex_lock(&L->mu);
+    struct lslot *s = &L->slots[slot];
+    if (s->pid != 0 || s->next != NULL) {
+        pthread_mutex_unlock(&L->mu);
+        PyErr_Format(PyExc_ValueError, "slot %u is taken (pid %d)", slot, (int)s->pid);
+        return NULL;
+    }
+    Py_INCREF(h);
+    s->next = h;
+    s->now = 1;
+    uint64_t one = 1;
+    (void)!write(L->cmd, &one, sizeof one);
+    pid_t pid;
+    int out, err;
+    Py_BEGIN_ALLOW_THREADS
+    while (s->now)
+        pthread_cond_wait(&L->launched, &L->mu);
+    pid = s->result;
+    out = s->out;
+    err = s->err;
+    pthread_mutex_unlock(&L->mu);
+    Py_END_ALLOW_THREADS
+    if (pid < 0) {
+        Py_DECREF(h);
+        errno = -pid;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return Py_BuildValue("(iii)", (int)pid, out, err);
+}
+
+static PyObject *
+Launcher_follow(Launcher *L, PyObject *args)
+{
+    unsigned slot;
+    int pid;
+    Started *h;
+    PyObject *line;
+    if (!PyArg_ParseTuple(args, "IiO!S", &slot, &pid, &StartedType, &h, &line) ||
+        slot_arg(L, slot) < 0)
+        return NULL;
+    pthread_mutex_lock(&L->mu);
+    struct lslot *s = &L->slots[slot];
+    int ok = s->pid != 0 && (pid == 0 || s->pid == pid) && s->qn < LANE_DEPTH;
+    if (ok) {
+        Py_INCREF(h);
+        Py_INCREF(line);
+        s->q[s->qn] = h;
+        s->lines[s->qn++] = line;
+    }
+    pthread_mutex_unlock(&L->mu);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *
+Launcher_withdraw(Launcher *L, PyObject *args)
+{
+    unsigned slot;
+    if (!PyArg_ParseTuple(args, "I", &slot) || slot_arg(L, slot) < 0)
+        return NULL;
+    pthread_mutex_lock(&L->mu);
+    struct lslot *s = &L->slots[slot];
+    Started *q[LANE_DEPTH];
+    PyObject *lines[LANE_DEPTH];
+    unsigned n = s->qn;
+    memcpy(q, s->q, n * sizeof *q);
+    memcpy(lines, s->lines, n * sizeof *lines);
+    s->qn = 0;
+    pthread_mutex_unlock(&L->mu);
+    for (unsigned k = 0; k < n; k++) {
+        Py_DECREF(q[k]);
+        Py_DECREF(lines[k]);
+    }
+    return PyLong_FromLong((long)n);
+}
+
+static PyObject *
+Launcher_take(Launcher *L, PyObject *Py_UNUSED(ignored))
+{
+    uint64_t n;
+    (void)!read(L->ready, &n, sizeof n);
+    pthread_mutex_lock(&L->mu);
+    struct lrec *recs = L->recs;
+    size_t nrecs = L->nrecs;
+    L->recs = NULL;
+    L->nrecs = L->caprecs = 0;
+    pthread_mutex_unlock(&L->mu);
+    PyObject *out = PyList_New((Py_ssize_t)nrecs);
+    for (size_t i = 0; i < nrecs; i++) {
+        struct lrec *r = &recs[i];
+        if (out != NULL) {
+            PyObject *t = Py_BuildValue("(sIiiiid)", r->start ? "start" : "exit", r->slot,
+                                        (int)r->pid, r->value, r->out, r->err, r->at);
+            if (t == NULL)
+                Py_CLEAR(out);
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+        }
+        Py_XDECREF(r->drop[0]);
+        Py_XDECREF(r->drop[1]);
+    }
+    free(recs);
+    return out;
+}
+
+static PyObject *
+Launcher_close(Launcher *L, PyObject *Py_UNUSED(ignored))
+{
+    Launcher_stop(L);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Launcher_fd(Launcher *L, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(L->ready);
+}
+
+static PyMethodDef Launcher_methods[] = {
+    {"launch", (PyCFunction)Launcher_launch, METH_VARARGS,
+     "launch(slot, handle) -> (pid, stdout read end, stderr read end): start it now."},
+    {"follow", (PyCFunction)Launcher_follow, METH_VARARGS,
+     "follow(slot, pid, handle, line) -> bool: queue `handle` in the slot (pid 0: whatever runs)."},
+    {"withdraw", (PyCFunction)Launcher_withdraw, METH_VARARGS,
+     "withdraw(slot) -> n: take back the successors not started (the last n followed)."},
+    {"take", (PyCFunction)Launcher_take, METH_NOARGS,
+     "take() -> [(\"exit\"|\"start\", slot, pid, code|errno, out, err, at)] since the last."},
+    {"close", (PyCFunction)Launcher_close, METH_NOARGS, "Stop the thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Launcher_getset[] = {
+    {"fd", (getter)Launcher_fd, NULL, "Readable when take() has something.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "agent._spawn.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_dealloc = (destructor)Launcher_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Launcher(journal_fd, nslots): successors started by a thread as units exit.",
+    .tp_methods = Launcher_methods,
+    .tp_getset = Launcher_getset,
+    .tp_new = Launcher_new,
+};
 #endif /* HAVE_START */
+
 
 static PyMethodDef methods[] = {
     {"spawn", spawn, METH_VARARGS, "spawn(path, argv, env, cwd, fds, cpus, sigdef) -> pid"},
 #ifdef HAVE_START
     {"start", start, METH_VARARGS,
      "start(path, argv, env, cwd, fds, cpus, sigdef) -> Started, without waiting for the exec"},
+    {"prepare", prepare, METH_VARARGS,
+     "prepare(path, argv, env, cwd, fds, cpus, sigdef) -> Started, not started: for a Launcher"},
 #endif
     {NULL, NULL, 0, NULL},
 };
@@ -625,8 +1205,20 @@ PyMODINIT_FUNC
 PyInit__spawn(void)
 {
 #ifdef HAVE_START
-    if (PyType_Ready(&StartedType) < 0)
+    if (PyType_Ready(&StartedType) < 0 || PyType_Ready(&LauncherType) < 0)
         return NULL;
-#endif
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&LauncherType);
+    if (PyModule_AddIntConstant(m, "LANE_DEPTH", LANE_DEPTH) < 0 ||
+        PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
+        Py_DECREF(&LauncherType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+#else
     return PyModule_Create(&module);
+#endif
 }

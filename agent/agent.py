@@ -58,6 +58,7 @@ from pilot.states import (
 )
 
 FLUSH_EVERY = 0.02
+FOLLOW_DEPTH = 8  # successors queued per launcher slot (agent/runners/lanes.py)
 KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
 SERVE_EVERY = 8  # units of an arriving batch between looks at the running ones
@@ -87,6 +88,7 @@ class Agent:
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
         self.first_pending = 0.0
         self.timers: list = []
+        self.lanes = False  # single-core units go through launcher lanes (agent/runners/lanes.py)
         self.stopping: dict | None = None
         self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
         self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
@@ -281,22 +283,66 @@ class Agent:
                     "node": nodes[0] if len(nodes) == 1 else nodes,
                     "slots": slots[0] if len(slots) == 1 else slots,
                 },
+                run.started_at,  # (a lane's: before the thread can have reaped it)
             )
 
     def on_exits(self) -> None:
         ended = []
         for r, code in self.execu.reap():
-            self.sched.release(r.alloc)
+            if not r.handed_on:  # (else its successor holds it now)
+                self.sched.release(r.alloc)
             ended.append((r, code))
+        if self.lanes:
+            self.lanes_started()
         if not ended:
             self.start_ready()
+            self.follow_up()
             return
         ended_at = time.time()  # (before anything starts on their cores)
         try:
             self.start_ready()  # their cores first (idle until then); their reports can wait
         finally:  # (reaped: nothing else would ever report them)
             for r, code in ended:
-                self.report_end(r, code, ended_at)
+                self.report_end(r, code, r.ended_at or ended_at)
+        self.follow_up()
+
+    def lanes_started(self) -> None:
+        for r in self.execu.take_started():
+            uid = r.unit["uid"]
+            if r.start_errno:
+                self.update(uid, FAILED, {"reason": f"cannot start: {os.strerror(r.start_errno)}"})
+                continue
+            node, grant = r.alloc.ranks[0]
+            slots = {t: [i for i, _ in got] for t, got in grant.items()}
+            self.update(uid, EXECUTING, {"node": node.name, "slots": slots}, r.started_at)
+
+    def follow_up(self) -> None:
+        """Queue the next units behind units running in a launcher slot, when they ask for
+        what those hold: the launcher starts each the moment the one before it exits."""
+        q = self.sched.queue
+        if not self.lanes or not q or self.stopping or self.nodes_lost:
+            return
+        wanting = self.execu.lanes_wanting(FOLLOW_DEPTH)
+        for level in range(FOLLOW_DEPTH):
+            for slot, run, missing in wanting:
+                if missing <= level:
+                    continue
+                if not q:
+                    return
+                unit = q[0]
+                if not _same_plain(unit, run.unit):
+                    return  # (the queue's order holds: nothing overtakes its head here)
+                q.popleft()
+                try:
+                    sandbox = self.stager.take(unit)
+                    if self.execu.follow(slot, unit, sandbox):
+                        continue
+                except (OSError, ValueError) as exc:
+                    self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
+                    continue
+                unit["_sandbox"] = sandbox  # taken: the next take of it is this one
+                q.appendleft(unit)
+                return
 
     def report_end(self, r, code: int, at: float) -> None:
         """A unit whose processes have all ended: output staging, cleanup, its final state."""
@@ -361,11 +407,13 @@ class Agent:
         known.update(r.unit["uid"] for r in self.execu.runs())
         for uid in uids - known:
             self.canceled_early[uid] = reason
+        if self.lanes:  # successors not started yet go back to the queue first
+            self.sched.queue.extendleft(reversed(self.execu.withdraw(uids)))
         keep = []
         for u in self.sched.queue:
             if u["uid"] in uids:
                 if not u.get("function"):
-                    self.stager.drop(u)
+                    self._unstage(u)
                 self.update(u["uid"], CANCELED, {"reason": reason})
             else:
                 keep.append(u)
@@ -386,14 +434,24 @@ class Agent:
         if self.stopping:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
+        if self.lanes:
+            self.sched.queue.extendleft(reversed(self.execu.withdraw()))
         for u in self.sched.queue:
             if not u.get("function"):
-                self.stager.drop(u)
+                self._unstage(u)
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()
         for r in self.execu.runs():
             self._terminate(r, reason)
+
+    def _unstage(self, u: dict) -> None:
+        """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
+        launcher lane is removed: its next partition makes its own at the same path)."""
+        taken = u.pop("_sandbox", None)
+        if taken is not None:
+            self.stager.untake(taken)
+        self.stager.drop(u)
 
     def release_late(self) -> None:
         """Queued units of a stopping agent: handed back to be routed again, or CANCELED."""
@@ -443,6 +501,8 @@ class Agent:
         poller.register(self.wake_r, zmq.POLLIN)
         wake = self.wake_r.fileno()
         self.execu.watch(poller)  # node daemons' sockets, or units' output pipes
+        if hasattr(self.execu, "use_lanes") and os.environ.get("PILOT_AGENT_LANES") != "0":
+            self.lanes = self.execu.use_lanes(self.journal)
         next_ppid_check = time.monotonic() + 1.0
         while True:
             now = time.monotonic()
@@ -484,6 +544,8 @@ class Agent:
             if self.stopping and not self.execu.runs():
                 self.stager.close()
                 log.info("%s: sandboxes %s", self.uid, self.stager.summary())
+                if self.lanes:
+                    log.info("%s: %s", self.uid, self.execu.lanes.summary())
                 self.execu.close()
                 # the last words are bounded: with the bootstrap gone, a DEALER send waits
                 # for a peer forever
@@ -495,6 +557,18 @@ class Agent:
                     log.error("%s: nobody took its last updates and bye", self.uid)
                 return 0
             self.flush()
+
+
+def _same_plain(unit: dict, running: dict) -> bool:
+    """Whether `unit` can take over what `running` holds: one rank, the same request, no
+    placement of its own, a sandbox of its own with nothing to stage, not a function."""
+    for u in (unit, running):
+        if u.get("function") or u.get("mpi") or u.get("policy") or u.get("resources"):
+            return False
+    if unit.get("stage_in") or unit.get("sandbox"):
+        return False
+    key = ("cpus", "gpus", "ranks")
+    return all(unit.get(k) == running.get(k) for k in key) and unit.get("ranks", 1) == 1
 
 
 def _enough_fds(slots: int) -> None:

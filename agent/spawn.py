@@ -78,12 +78,16 @@ def _ids(grant_part) -> str:
     return ",".join(map(str, seen))
 
 
-def exits():
+WNOTHREAD = 0x20000000  # (Linux __WNOTHREAD: only the calling thread's own children)
+
+
+def exits(options: int = 0):
     """(pid, exit code) of every child that has ended, without blocking (negative code =
-    signal).  The one waitpid loop of the agent, its zygote and node daemons."""
+    signal).  The one waitpid loop of the agent, its zygote and node daemons.  `options`:
+    WNOTHREAD where a launcher thread reaps its own (agent/runners/lanes.py)."""
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG | options)
         except ChildProcessError:
             return
         if pid == 0:
@@ -216,6 +220,14 @@ class Spawner:
             return Spawned(self.spawn(argv, cwd, out, err, env, gpu_var, cpu_ids))
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
         return _spawn.start(*self._native_args(path, argv, cwd, out, err, env, mask))
+
+    def prepare(self, argv: list[str], cwd: str, env: dict, gpu_var, cpu_ids, one_pipe: bool):
+        """What `start` takes, encoded, not started: a handle for agent/_spawn.c's Launcher,
+        whose thread makes its stdout and stderr pipes when it starts it (`one_pipe`: stderr
+        into stdout's).  Raises as `start` does for what is wrong before a child exists."""
+        path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
+        err = -2 if one_pipe else -1
+        return _spawn.prepare(*self._native_args(path, argv, cwd, -1, err, env, mask))
 
     def _prepare(self, argv, env, gpu_var, cpu_ids) -> tuple:
         """(program path, env with its GPU variable mapped, real cores or None)."""

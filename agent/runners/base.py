@@ -37,6 +37,13 @@ class Run:
         "streams",
         "left_empty",
         "extra",
+        "slot",
+        "handed_on",
+        "start_errno",
+        "sandbox",
+        "names",
+        "started_at",
+        "ended_at",
     )
 
     def __init__(self, unit, alloc):
@@ -50,6 +57,11 @@ class Run:
         self.fail_reason = None  # set when the unit ended without an exit code (node lost)
         self.node_lost = False  # it ended because a node it ran on was lost
         self.not_started = False  # a rank could not exec: the unit never ran (no exit code)
+        self.slot = None  # the launcher slot it runs in (agent/runners/lanes.py), or None
+        self.handed_on = False  # its allocation went on to its successor (it is not released)
+        self.start_errno = 0  # a successor the launcher could not start: why
+        self.sandbox = self.names = None  # (launcher lanes: where its pipes' files go)
+        self.started_at = self.ended_at = 0.0  # when a launcher thread started / reaped it
 
     @property
     def nodes(self) -> list[str]:
@@ -90,6 +102,8 @@ class Stager(Protocol):
     def drop(self, unit: dict) -> None: ...  # it will not run here
 
     def recycle(self, sandbox: str) -> None: ...  # an empty sandbox of a unit that ended
+
+    def untake(self, sandbox: str) -> None: ...  # taken for a unit that will not run here
 
     def tick(self, now: float) -> None: ...  # about once a second, from the agent's loop
 

@@ -43,6 +43,9 @@ class NoStager:
     def drop(self, unit: dict) -> None:
         pass
 
+    def untake(self, sandbox: str) -> None:
+        pass  # (nothing is taken ahead here)
+
     def recycle(self, sandbox: str) -> None:
         pass
 

@@ -6,9 +6,11 @@ pipes the agent copies into the files STDOUT and STDERR there, made when the uni
 (agent/runners/streams.py), in a process group of its own, bound to its cores (agent/spawn.py).
 The spawn does not wait for the exec (Spawner.start): a child that cannot exec exits 127, and
 its unit ends FAILED "cannot start: ..." without an exit code, as when the start fails at once.
-Exits are collected with waitpid(-1, WNOHANG) when SIGCHLD arrives; what is left in the pipes is
-copied before the unit's end is reported.  The agent starts queued units on the freed cores
-before it reports the ended ones.
+A unit of one rank on one core goes through a launcher lane instead (agent/runners/lanes.py):
+a thread starts it, and the units queued behind it the moment it exits.
+Exits are collected with waitpid(-1, WNOHANG) when SIGCHLD arrives (a lane's from its thread);
+what is left in the pipes is copied before the unit's end is reported.  The agent starts queued
+units on the freed cores before it reports the ended ones.
 
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
@@ -25,11 +27,14 @@ import os
 import signal
 
 from agent import command
+from agent.runners import lanes
 from agent.runners.base import Run
 from agent.runners.functions import FunctionWorkers
 from agent.runners.streams import StreamSet
-from agent.spawn import Spawner, exits, grant_ids, rank_env
+from agent.spawn import WNOTHREAD, Spawner, exits, grant_ids, rank_env
 from pilot import processes
+
+_WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
 
 
 class LocalRunner:
@@ -56,12 +61,28 @@ class LocalRunner:
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
         self.functions = FunctionWorkers(self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores)
         self.node_name = cfg["nodes"][0]["name"] if cfg["nodes"] else "localhost"
+        self.slots = 1 + max((c for n in cfg["nodes"] for c in n.get("cores") or ()), default=0)
+        self.lanes: lanes.Lanes | None = None  # (use_lanes)
+        self.lane_exits: list = []  # (pid, code) the launcher thread reaped
+        self.lane_started: list[Run] = []  # successors it started (or could not)
+
+    def use_lanes(self, journal: int) -> bool:
+        """Start single-core units through a launcher thread (agent/runners/lanes.py) from now
+        on, journaling their successors into `journal`; False where it cannot be built."""
+        if self.lanes is None and lanes.available():
+            self.lanes = lanes.Lanes(journal, self.slots, self.streams)
+            if self.streams.poller is not None:
+                self.streams.poller.register(self.lanes.fd, 1)  # zmq.POLLIN
+        return self.lanes is not None
 
     def watch(self, poller) -> None:
         self.streams.poller = poller  # output pipes are registered as units start
         self.functions.poller = poller  # and function workers' sockets as they start
 
     def on_readable(self, fd) -> None:
+        if self.lanes is not None and fd == self.lanes.fd:
+            self._lane_news()
+            return
         if not self.functions.on_readable(fd):
             self.streams.on_readable(fd)
 
@@ -71,6 +92,47 @@ class LocalRunner:
     def close(self) -> None:
         self.streams.close()
         self.functions.close()
+        if self.lanes is not None:
+            self.lanes.close()
+
+    # -- launcher lanes (agent/runners/lanes.py) ------------------------------------------------
+    def lanes_wanting(self, depth: int) -> list[tuple[int, Run, int]]:
+        return self.lanes.wanting(depth) if self.lanes is not None else []
+
+    def follow(self, slot: int, unit: dict, sandbox: str) -> bool:
+        """Queue `unit` in `slot`, with the allocation of what runs there: started by the
+        launcher thread once the units ahead of it have exited.  False when the slot has run
+        dry (nothing is kept).  OSError / ValueError as `spawn` raises them."""
+        alloc = self.lanes.run_in[slot].alloc
+        nxt = Run(unit, alloc)
+        nxt.sandbox, nxt.names = sandbox, command.output_names(unit)
+        handle = self._prepare(nxt, sandbox)
+        return self.lanes.follow(slot, nxt, handle, f"{unit['uid']}\n".encode())
+
+    def withdraw(self, uids=None) -> list[dict]:
+        """Queued successors that have not started (all of a slot holding one of `uids`; None:
+        all), taken back: their units, in order."""
+        return self.lanes.withdraw(uids) if self.lanes is not None else []
+
+    def _prepare(self, run: Run, sandbox: str):
+        """A launcher handle for `run`'s one rank: pipes are made by the thread at its start."""
+        unit = run.unit
+        node, grant = run.alloc.ranks[0]
+        ids = grant_ids(node.cap, grant)
+        env, var = rank_env(unit, sandbox, node.name, ids, 0, 1, self.has_gpus)
+        cpus = [c for c, _ in grant.get("cpus", ())]
+        one_pipe = run.names[0] == run.names[1]
+        return self.spawner.prepare(command.argv(unit), sandbox, env, var, cpus, one_pipe)
+
+    def _lane_news(self) -> None:
+        exits, started = self.lanes.news(self.running, self.starting)
+        self.lane_exits.extend(exits)
+        self.lane_started.extend(started)
+
+    def take_started(self) -> list[Run]:
+        """Successors the launcher started since (or could not: Run.start_errno)."""
+        started, self.lane_started = self.lane_started, []
+        return started
 
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
         """Start every rank of `unit` in its staged sandbox (a function unit: hand its call to
@@ -78,6 +140,10 @@ class LocalRunner:
         run = Run(unit, alloc)
         if unit.get("function"):
             return self._call(unit, run)
+        if self.lanes is not None and not unit.get("mpi"):
+            slot = self.lanes.slot_for(alloc)
+            if slot is not None:
+                return self._launch(run, sandbox, slot)
         argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
         run.streams = streams = self.streams.open(sandbox, command.output_names(unit))
@@ -105,6 +171,13 @@ class LocalRunner:
             raise
         finally:
             self.streams.spawned(streams)
+        return run
+
+    def _launch(self, run: Run, sandbox: str, slot: int) -> Run:
+        run.names = command.output_names(run.unit)
+        handle = self._prepare(run, sandbox)
+        self.lanes.launch(slot, run, handle, sandbox, run.names)
+        self._started(run, handle)  # (pid: its child's)
         return run
 
     def _call(self, unit: dict, run: Run) -> Run:
@@ -146,7 +219,8 @@ class LocalRunner:
         yield from self.functions.take_done()
         if not self.running and not self.functions.workers and not self.killed:
             return
-        for pid, code in exits():
+        lane, self.lane_exits = self.lane_exits, []
+        for pid, code in [*lane, *exits(WNOTHREAD if self.lanes is not None else 0)]:
             if self.functions.on_exit(pid, code):
                 continue
             child = self.starting.pop(pid, None)
@@ -195,8 +269,8 @@ class LocalRunner:
         for pid in run.pids:
             if pid in run.codes:
                 continue
-            try:
-                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            try:  # (__WALL: a launcher's child has no exit signal until its exec)
+                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL) is None:
                     return False
             except ChildProcessError:
                 continue

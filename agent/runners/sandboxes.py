@@ -22,6 +22,7 @@ Protocol (all but the worker run on the agent's main thread):
     drop(unit)     the unit will not run here (canceled, or handed back): what the worker
                    made and staged for it stays (nothing was made for a unit that is not staged)
     recycle(path)  an empty sandbox of a unit that ended: a spare, if it is still empty
+    untake(path)   a sandbox taken for a unit that will not run here: removed if empty
     tick(now)      (about once a second) the spares go when nothing was taken for IDLE s
 Staged units are staged in the order submitted; the agent takes them in the same (FIFO) order.
 The worker keeps FRESH_LOW..FRESH_HIGH fresh directories once a take found none, refilled when
@@ -105,6 +106,9 @@ class SandboxStager:
 
     def take(self, unit: dict) -> str:
         self.last_take = time.monotonic()
+        taken = unit.pop("_sandbox", None)
+        if taken is not None:  # taken ahead for a launcher lane that ran dry (runners/lanes.py)
+            return taken
         if not _staged(unit):
             return self._quick(sandbox_of(self.root, unit))
         if not unit.get("_staging"):  # not handed to the worker yet: stage it now
@@ -188,6 +192,12 @@ class SandboxStager:
     def recycle(self, sandbox: str) -> None:
         if sandbox not in self.named:
             self.spares.add(sandbox)
+
+    def untake(self, sandbox: str) -> None:
+        """A sandbox taken for a unit that will not run here after all (canceled, or handed
+        back to run in another partition, which makes its own at the same path): removed if
+        still empty, never a spare of this agent (it would be renamed under that unit)."""
+        remove_empty(sandbox)
 
     def tick(self, now: float) -> None:
         if now - self.last_take > IDLE:

@@ -77,6 +77,21 @@ class StreamSet:
                 self.poller.register(s.fd, 1)  # zmq.POLLIN
         return streams
 
+    def adopt(self, sandbox: str, names: tuple[str, str], read_ends: tuple[int, int]) -> Streams:
+        """Streams of pipes made elsewhere (agent/runners/lanes.py: by the launcher thread, which
+        has closed its write ends): their non-blocking read ends, the same one twice when both
+        names are one file."""
+        pair = []
+        for fd, name in dict(zip(read_ends, names)).items():
+            pair.append(Stream(fd, os.path.join(sandbox, name)))
+        streams = Streams(tuple(pair), ())
+        for s in pair:
+            self.by_fd[s.fd] = s
+            self.owner[s.fd] = streams
+            if self.poller is not None:
+                self.poller.register(s.fd, 1)  # zmq.POLLIN
+        return streams
+
     @staticmethod
     def spawned(streams: Streams) -> None:
         """The ranks have their copies of the write ends: the agent's go."""

@@ -1,0 +1,98 @@
+"""Launcher lanes (agent/runners/lanes.py): single-core units whose successors a thread starts
+the moment the unit before them exits.  What they must keep of the agent's contract: the ids a
+unit sees, the start journal (each unit once, before it runs), cancel and stop of units queued
+in a lane, a successor that cannot exec, and sandboxes that go when nothing was left in them."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+
+import pilot as rp
+from agent.runners import lanes
+from tests.conftest import active_pilot
+from tests.faults import check_exactly_once, read_truth, truth_unit
+
+pytestmark = pytest.mark.skipif(not lanes.available(), reason="agent/_spawn.c not built here")
+
+
+def _agent_log(pilot, part) -> str:
+    with open(os.path.join(pilot.sandbox, f"{part.uid}.agent.log")) as f:
+        return f.read()
+
+
+def _journal(pilot, part) -> list[str]:
+    with open(os.path.join(pilot.sandbox, f"{part.uid}.started")) as f:
+        return f.read().split()
+
+
+def test_units_in_lanes_see_their_cores_and_are_journaled_once(session):
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    script = 'echo "$PILOT_CPU_IDS"'
+    units = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/sh", arguments=["-c", script])] * 60
+    )
+    assert set(umgr.wait_units(timeout=60)) == {rp.DONE}
+    for u in units:
+        assert u.stdout.strip() == ",".join(map(str, u.slots["cpus"])), (u.uid, u.slots)
+    part = pilot.partitions[0]
+    journal = _journal(pilot, part)
+    assert sorted(journal) == sorted(u.uid for u in units)  # each once
+    pilot.cancel()
+    pilot.wait(timeout=30)
+    found = re.search(
+        r"(\d+) started in launcher lanes, (\d+) queued ahead", _agent_log(pilot, part)
+    )
+    assert found, "the agent did not say what its lanes did"
+    started, queued = map(int, found.groups())
+    assert started == 60 and queued > 0, found.group(0)
+    # nothing was written into their sandboxes but STDOUT: the directories hold just that
+    for u in units:
+        assert os.listdir(u.sandbox) == ["STDOUT"], u.sandbox
+
+
+def test_units_queued_in_a_lane_are_canceled_without_ever_starting(session, tmp_path):
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units([truth_unit(log, sleep=0.4) for _ in range(12)])
+    deadline = time.monotonic() + 20
+    while not any(u.state == rp.EXECUTING for u in units) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)  # its successors are queued in the lane by now
+    waiting = [u for u in units if u.state not in (rp.EXECUTING, *rp.FINAL)]
+    assert len(waiting) >= 8
+    umgr.cancel_units([u.uid for u in waiting])
+    umgr.wait_units(timeout=30)
+    check_exactly_once(session, units, log)
+    starts, _ = read_truth(log)
+    journal = set(_journal(pilot, pilot.partitions[0]))
+    for u in waiting:
+        if u.state == rp.CANCELED:
+            assert not starts[u.uid] and u.uid not in journal, f"{u.uid} started"
+    assert sum(u.state == rp.CANCELED for u in waiting) >= len(waiting) - 1
+    # a successor's sandbox was made ahead of it: one canceled before it ran leaves none
+    pilot.cancel()
+    pilot.wait(timeout=30)
+    for u in waiting:
+        if u.state == rp.CANCELED and not starts[u.uid]:
+            assert not os.path.exists(u.sandbox), f"{u.sandbox} was left behind"
+
+
+def test_a_successor_that_cannot_exec_fails_and_its_lane_goes_on(session, tmp_path):
+    bad = tmp_path / "not-a-program"
+    bad.write_bytes(b"\x00\x01\x02 not an executable format\n")
+    bad.chmod(0o755)
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    sleep = rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["0.3"])
+    wrong = rp.ComputeUnitDescription(executable=str(bad), shell=False)
+    true = rp.ComputeUnitDescription(executable="/bin/true")
+    units = umgr.submit_units([sleep, wrong, true, wrong, true, true])
+    umgr.wait_units(timeout=30)
+    states = [u.state for u in units]
+    assert states == [rp.DONE, rp.FAILED, rp.DONE, rp.FAILED, rp.DONE, rp.DONE], states
+    for u in (units[1], units[3]):
+        assert "cannot start" in u.reason and "Exec format error" in u.reason, u.reason
+        assert u.exit_code is None
