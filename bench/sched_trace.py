@@ -4,17 +4,19 @@
 
 Runs N units of /bin/true (1 core each) on a 2-core local.localhost pilot, and for `window`
 seconds in the middle records the scheduler's tracepoints (tracefs: sched_switch, sched_wakeup,
-sched_wakeup_new, sched_process_exit).  For every unit that exits it finds the next process the
-agent creates for the core that unit freed, and prints:
-  exit -> next start   from the unit's exit until the agent's clone of the next unit there
-                       (the freed core is idle for most of it), split into: until the agent is
-                       woken, until it runs, and its own work until the clone
-  handled on           where the agent first ran after each exit: on the freed core, or on the
-                       other core, whose unit it then preempts while the freed core idles (a
-                       unit wakes the agent up to three times as it exits: end-of-file on each
-                       pipe, then SIGCHLD; this counts exits, not wake-ups)
+sched_wakeup_new, sched_process_exit).  The starters are the agent's main thread and its
+launcher thread (agent/runners/lanes.py: it starts single-core units and their successors).
+For every unit that exits it finds the next process a starter creates for the core that unit
+freed, and prints:
+  exit -> next start   from the unit's exit until the clone of the next unit there (the freed
+                       core is idle for most of it), split into: until a starter is woken,
+                       until it runs, and its own work until the clone
+  handled on           where a starter first ran after each exit, and which: on the freed
+                       core, or on the other core, whose unit it then preempts while the freed
+                       core idles (a unit wakes the agent up to three times as it exits:
+                       end-of-file on each pipe, then SIGCHLD; this counts exits, not wake-ups)
   CPU share            of both cores in the window: idle, units (children of the agent), the
-                       agent, and the rest (client, bootstrap, ZeroMQ threads)
+                       agent, its launcher thread, and the rest (client, bootstrap, ZeroMQ)
   idle beside          a core's idle time by what the other core ran meanwhile: idle beside
                        the agent is the agent's work that no unit overlaps
 The tracepoints add a few microseconds to every switch: compare runs of this script, not its
@@ -47,8 +49,8 @@ def _write(name: str, value: str) -> None:
         f.write(value)
 
 
-def record(n: int, window: float) -> tuple[str, int]:
-    """(the trace text, the agent's pid)."""
+def record(n: int, window: float) -> tuple[str, dict[int, str]]:
+    """(the trace text, the agent's threads that start units: tid -> "agent" or "launcher")."""
     if not os.path.isdir(os.path.join(TRACING, "events")):
         os.system(f"mount -t tracefs nodev {TRACING} 2>/dev/null")
     _write("tracing_on", "0")
@@ -58,6 +60,11 @@ def record(n: int, window: float) -> tuple[str, int]:
     try:
         with two_core_pilot(warm=8) as run:
             agent = run.agents()[0]
+            starters = {agent: "agent"}
+            for tid in os.listdir(f"/proc/{agent}/task"):  # its launcher thread, if it has one
+                with open(f"/proc/{agent}/task/{tid}/comm") as f:
+                    if f.read().strip() == "agent-launcher":
+                        starters[int(tid)] = "launcher"
 
             def window_on():
                 time.sleep(0.5)
@@ -72,14 +79,14 @@ def record(n: int, window: float) -> tuple[str, int]:
             run.umgr.wait_units([u.uid for u in units], timeout=600)
             th.join()
         with open(os.path.join(TRACING, "trace")) as f:
-            return f.read(), agent
+            return f.read(), starters
     finally:
         _write("tracing_on", "0")
         _write("set_event", "")
         _write("trace", "")
 
 
-def analyse(text: str, agent: int) -> dict:
+def analyse(text: str, starters: dict[int, str]) -> dict:
     events = []
     for line in text.splitlines():
         m = LINE.match(line)
@@ -106,10 +113,10 @@ def analyse(text: str, agent: int) -> dict:
         last = t
         if kind == "sched_process_exit" and pid in children:
             freed[cpu] = {"exit": t, "cpu": cpu}
-        elif kind == "sched_wakeup" and f"pid={agent} " in rest:
+        elif kind == "sched_wakeup" and _woken(rest) in starters:
             for f in freed.values():
                 f.setdefault("woken", t)
-        elif kind == "sched_wakeup_new" and pid == agent:
+        elif kind == "sched_wakeup_new" and pid in starters:
             target = int(re.search(r"target_cpu=(\d+)", rest)[1])
             f = freed.pop(target, None)
             if f is not None:
@@ -121,12 +128,13 @@ def analyse(text: str, agent: int) -> dict:
                         part.append(value)
         elif kind == "sched_switch":
             nxt = int(re.search(r"next_pid=(\d+)", rest)[1])
-            on[cpu] = _role(nxt, agent, children)
-            if nxt == agent:
+            on[cpu] = _role(nxt, starters, children)
+            if nxt in starters:
                 for f in freed.values():
                     if "woken" in f and "ran" not in f:
                         f["ran"] = t
-                        handled["the freed core" if cpu == f["cpu"] else "the other core"] += 1
+                        where = "the freed core" if cpu == f["cpu"] else "the other core"
+                        handled[f"{where} ({starters[nxt]})"] += 1
     span = sum(busy.values()) or 1
     return {
         "gaps": gaps,
@@ -137,14 +145,19 @@ def analyse(text: str, agent: int) -> dict:
     }
 
 
-_RANKED = ("agent", "units", "the rest")
+_RANKED = ("agent", "launcher", "units", "the rest")
 
 
-def _role(pid: int, agent: int, children: set) -> str:
+def _woken(rest: str) -> int:
+    found = re.search(r" pid=(\d+)", " " + rest)
+    return int(found[1]) if found else -1
+
+
+def _role(pid: int, starters: dict[int, str], children: set) -> str:
     if pid == 0:
         return "idle"
-    if pid == agent:
-        return "agent"
+    if pid in starters:
+        return starters[pid]
     return "units" if pid in children else "the rest"
 
 
@@ -161,8 +174,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (tracefs)", file=sys.stderr)
         return 2
-    text, agent = record(args.n, args.window)
-    got = analyse(text, agent)
+    text, starters = record(args.n, args.window)
+    got = analyse(text, starters)
     gaps = sorted(got["gaps"])
     if not gaps:
         print("no exit was followed by a start in the window", file=sys.stderr)
@@ -172,13 +185,13 @@ def main() -> int:
         f"exit -> next start on the freed core: {len(gaps)} units, median {q[4]:.0f} us, "
         f"p10 {q[0]:.0f}, p90 {q[8]:.0f}"
     )
-    steps = ("exit -> agent woken", "woken -> running", "running -> the clone (its work)")
+    steps = ("exit -> starter woken", "woken -> running", "running -> the clone (its work)")
     for name, values in zip(steps, got["parts"]):
         if values:
             print(f"  {name}: median {statistics.median(values):.0f} us")
     total = sum(got["handled"].values()) or 1
     print(
-        "exits the agent handled on: "
+        "exits handled on (by the agent, or its launcher thread): "
         + ", ".join(f"{k} {v * 100 / total:.0f}%" for k, v in got["handled"].most_common())
     )
     print("CPU share of both cores: " + _shares(got["busy"]))
