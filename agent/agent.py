@@ -307,6 +307,8 @@ class Agent:
         self.follow_up()
 
     def lanes_started(self) -> None:
+        """Units a launcher thread started (or could not) since: EXECUTING at its time; one
+        that started while a cancel or stop took the others back goes the way they went."""
         for r in self.execu.take_started():
             uid = r.unit["uid"]
             if r.start_errno:
@@ -315,6 +317,11 @@ class Agent:
             node, grant = r.alloc.ranks[0]
             slots = {t: [i for i, _ in got] for t, got in grant.items()}
             self.update(uid, EXECUTING, {"node": node.name, "slots": slots}, r.started_at)
+            reason = self.canceled_early.pop(uid, None)
+            if reason is None and self.stopping:
+                reason = self.stopping["reason"]
+            if reason is not None:
+                self._terminate(r, reason)
 
     def follow_up(self) -> None:
         """Queue the next units behind units running in a launcher slot, when they ask for
@@ -403,12 +410,12 @@ class Agent:
 
     def cancel(self, uids, reason: str) -> None:
         uids = set(uids)
+        if self.lanes:  # units queued in lanes, not started yet, go back to the queue first
+            self.sched.queue.extendleft(reversed(self.execu.withdraw(uids)))
         known = {u["uid"] for u in self.sched.queue}
         known.update(r.unit["uid"] for r in self.execu.runs())
-        for uid in uids - known:
+        for uid in uids - known:  # (or started by a launcher thread just now: lanes_started)
             self.canceled_early[uid] = reason
-        if self.lanes:  # successors not started yet go back to the queue first
-            self.sched.queue.extendleft(reversed(self.execu.withdraw(uids)))
         keep = []
         for u in self.sched.queue:
             if u["uid"] in uids:

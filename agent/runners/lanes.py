@@ -131,8 +131,8 @@ class Lanes:
                 if run is not None:
                     self.exited[slot] = run
                     run.ended_at = at
-                if self.run_in.get(slot) is run:
-                    del self.run_in[slot]
+                    if self.run_in.get(slot) is run:
+                        del self.run_in[slot]
                 continue
             nxt, handle = self.queued[slot].popleft()
             prev = self.exited.pop(slot, None)
