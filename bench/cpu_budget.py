@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.local_pilot import (  # noqa: E402
     TRUE,
     cpu_s,
+    in_fresh_process,
     machine_idle_s,
     threads_cpu_s,
     two_core_pilot,
@@ -104,16 +104,10 @@ def main() -> int:
     for rep in range(args.reps):
         limit_rate(50)
         limits.append(limit_rate(args.n))
-        out = subprocess.run(
-            [sys.executable, __file__, "--one", "--n", str(args.n)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if out.returncode != 0:
-            print(out.stderr, file=sys.stderr)
+        run = in_fresh_process(__file__, ["--n", str(args.n)], timeout=900)
+        if run is None:
             return 1
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        runs.append(run)
         said = f"rep {rep + 1}: limit {limits[-1]:.0f}/s, ours {runs[-1]['rate']:.0f}/s"
         print(said, file=sys.stderr)
     med = statistics.median

@@ -4,14 +4,18 @@ about the processes of its session.
     with two_core_pilot(where) as run:      # the partition is ACTIVE, `warm` units have run
         units = run.umgr.submit_units(...)
         run.startup_s, run.agents()          # submit -> ACTIVE; the agents' pids
+    in_fresh_process(__file__, [...], timeout)   # a script's measured run, in a new process
 
 Used by bench/throughput.py, bench/memory.py, bench/sched_trace.py and bench/cpu_budget.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -74,6 +78,18 @@ def two_core_pilot(where: str | None = None, runtime: int = 30, warm: int = 4):
             finally:
                 pilot.cancel()
                 pilot.wait(timeout=30)
+
+
+def in_fresh_process(script: str, args: list[str], timeout: float) -> dict | None:
+    """Run `script --one ARGS` in a new interpreter (a measured run starts from nothing) and
+    return the JSON its last line prints; None, with its stderr shown, when it failed."""
+    out = subprocess.run(
+        [sys.executable, script, "--one", *args], capture_output=True, text=True, timeout=timeout
+    )
+    if out.returncode != 0:
+        print(out.stderr, file=sys.stderr)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def status_mb(pid: int, key: str) -> float:

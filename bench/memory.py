@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.local_pilot import status_mb, two_core_pilot  # noqa: E402
+from bench.local_pilot import in_fresh_process, status_mb, two_core_pilot  # noqa: E402
 
 
 def one_run(n: int, kind: str) -> dict:
@@ -61,16 +60,9 @@ def main() -> int:
     if args.one:
         print(json.dumps(one_run(args.n, args.kind)))
         return 0
-    out = subprocess.run(
-        [sys.executable, __file__, "--one", "--n", str(args.n), "--kind", args.kind],
-        capture_output=True,
-        text=True,
-        timeout=7200,
-    )
-    if out.returncode != 0:
-        print(out.stderr, file=sys.stderr)
+    r = in_fresh_process(__file__, ["--n", str(args.n), "--kind", args.kind], timeout=7200)
+    if r is None:
         return 1
-    r = json.loads(out.stdout.strip().splitlines()[-1])
     per_unit_kb = (r["client_peak"] - r["client_before"]) * 1024 / r["n"]
     print(f"\nN={r['n']} {r['kind']} units, 2-core local pilot, sqlite; {r['run_s']:.0f} s\n")
     print("| process | RSS before MB | peak RSS MB | RSS at end MB | peak growth per unit KB |")

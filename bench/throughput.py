@@ -23,14 +23,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.local_pilot import TRUE, status_mb, two_core_pilot  # noqa: E402
+from bench.local_pilot import TRUE, in_fresh_process, status_mb, two_core_pilot  # noqa: E402
 
 
 def limit_rate(n: int, inflight: int = 2) -> float:
@@ -94,16 +93,9 @@ def main() -> int:
         lim = limit_rate(args.n)
         limits.append(lim)
         for name, where in places.items():
-            out = subprocess.run(
-                [sys.executable, __file__, "--one", where, "--n", str(args.n)],
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            if out.returncode != 0:
-                print(out.stderr, file=sys.stderr)
+            run = in_fresh_process(__file__, [where, "--n", str(args.n)], timeout=900)
+            if run is None:
                 return 1
-            run = json.loads(out.stdout.strip().splitlines()[-1])
             run["ratio"] = run["rate"] / lim
             runs[name].append(run)
             print(

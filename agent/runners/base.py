@@ -37,7 +37,6 @@ class Run:
         "streams",
         "left_empty",
         "extra",
-        "slot",
         "handed_on",
         "start_errno",
         "sandbox",
@@ -57,7 +56,6 @@ class Run:
         self.fail_reason = None  # set when the unit ended without an exit code (node lost)
         self.node_lost = False  # it ended because a node it ran on was lost
         self.not_started = False  # a rank could not exec: the unit never ran (no exit code)
-        self.slot = None  # the launcher slot it runs in (agent/runners/lanes.py), or None
         self.handed_on = False  # its allocation went on to its successor (it is not released)
         self.start_errno = 0  # a successor the launcher could not start: why
         self.sandbox = self.names = None  # (launcher lanes: where its pipes' files go)

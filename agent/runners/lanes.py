@@ -15,7 +15,7 @@ ids.  The queue's order holds: nothing overtakes a head that cannot follow.
 
 Protocol (agent's main thread):
     launch(slot, run, ...)    start a unit in a free slot now (it is journaled by the agent);
-                              returns its pid, its output pipes adopted
+                              its pid is its handle's, its output pipes are adopted
     wanting(depth)            (slot, running Run, missing) for slots with fewer than `depth`
                               successors queued
     follow(slot, run, ...)    queue a prepared successor (its sandbox taken, env encoded);
@@ -82,14 +82,12 @@ class Lanes:
         c = next(iter(cpus))
         return c if c < self.slots and c not in self.run_in else None
 
-    def launch(self, slot: int, run: Run, handle, sandbox: str, names) -> int:
+    def launch(self, slot: int, run: Run, handle, sandbox: str, names) -> None:
         run.started_at = time.time()  # its EXECUTING: never after the end the thread reports
-        pid, out, err = self.launcher.launch(slot, handle)
-        run.slot = slot
+        _, out, err = self.launcher.launch(slot, handle)  # (the pid: handle.pid)
         run.streams = self.streams.adopt(sandbox, names, (out, err))
         self.run_in[slot] = run
         self.started += 1
-        return pid
 
     def wanting(self, depth: int) -> list[tuple[int, Run, int]]:
         depth = min(depth, LANE_DEPTH)
@@ -103,7 +101,6 @@ class Lanes:
     def follow(self, slot: int, run: Run, handle, line: bytes) -> bool:
         if not self.launcher.follow(slot, 0, handle, line):
             return False
-        run.slot = slot
         self.queued.setdefault(slot, deque()).append((run, handle))
         self.follows += 1
         return True

@@ -69,23 +69,19 @@ class StreamSet:
             for fd in ends + [s.fd for s in pair]:
                 os.close(fd)
             raise
-        streams = Streams(tuple(pair), (ends[0], ends[-1]))
-        for s in pair:
-            self.by_fd[s.fd] = s
-            self.owner[s.fd] = streams
-            if self.poller is not None:
-                self.poller.register(s.fd, 1)  # zmq.POLLIN
-        return streams
+        return self._watch(Streams(tuple(pair), (ends[0], ends[-1])))
 
     def adopt(self, sandbox: str, names: tuple[str, str], read_ends: tuple[int, int]) -> Streams:
         """Streams of pipes made elsewhere (agent/runners/lanes.py: by the launcher thread, which
         has closed its write ends): their non-blocking read ends, the same one twice when both
         names are one file."""
-        pair = []
-        for fd, name in dict(zip(read_ends, names)).items():
-            pair.append(Stream(fd, os.path.join(sandbox, name)))
-        streams = Streams(tuple(pair), ())
-        for s in pair:
+        pair = [
+            Stream(fd, os.path.join(sandbox, n)) for fd, n in dict(zip(read_ends, names)).items()
+        ]
+        return self._watch(Streams(tuple(pair), ()))
+
+    def _watch(self, streams: Streams) -> Streams:
+        for s in streams.pair:
             self.by_fd[s.fd] = s
             self.owner[s.fd] = streams
             if self.poller is not None:
