@@ -390,7 +390,7 @@ class UnitManager:
         if not room:
             return
         batches: dict = {}
-        short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
+        sent: list[Unit] = []
         skipped: list[Unit] = []
         fits_cache: dict = {}
         pending = self.pending
@@ -439,22 +439,23 @@ class UnitManager:
                 continue
             unit.part = target.uid
             unit.pilot = target.pilot
-            self.session.writer.changed(unit)
             target.outstanding += 1
             room[target] -= 1
             if room[target] <= 0:
                 del room[target]
             if unit.client_in and unit.staged_on is not target.pilot:
+                self.session.writer.changed(unit)
                 self._stage_in(unit, target)  # sent once its files are there
                 continue
             batches.setdefault(target, []).append(unit.wire())
+            sent.append(unit)
         pending.extendleft(reversed(skipped))
         if not batches:
             return
         # sent once the store has each unit with the partition it goes to (persist, then send:
-        # a client that dies in between leaves units its successor finds, asks, and re-routes)
-        # (a partition with half its window or more in hand can wait for the writer's linger)
-        self.session.writer.then(lambda: self._send_persisted(batches), urgent=short)
+        # a client that dies in between leaves units its successor finds, asks, and re-routes),
+        # ahead of the records of units still waiting here (pmgr/store/writer.py)
+        self.session.writer.send_after(sent, lambda: self._send_persisted(batches))
 
     # -- data staging (pmgr/transfers.py) ----------------------------------------------------
     def _stage_in(self, unit: Unit, target) -> None:

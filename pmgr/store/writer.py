@@ -14,9 +14,15 @@ units to send to a partition that is running short of them), which is written at
 is a batch with a flush waiting.
 
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
-been written (or refused for good: see `unpersisted`): the client sends a unit to its pilot
-only from such a callback, so a unit is in the store, with the partition it goes to, before it
-leaves the client.  A callback is never dropped: during an outage it waits for the database.
+been written (or refused for good: see `unpersisted`).  `send_after(objs, callback)` runs it
+once the docs of `objs` are written, ahead of everything else queued: the client sends units to
+their pilot only from such a callback, so a unit is in the store, with the partition it goes
+to, before it leaves the client, and a send does not wait behind the records of units that are
+going nowhere yet (measured: while 5,000 units were being submitted, sends waited 90-320 ms
+behind them and the partition's cores idled for a third of that time).  The writer serves these
+first: between batches, and a batch ends when one arrives; a batch also ends after LINGER of
+gathering or MAX_BATCH records, so none waits long.  A callback is never dropped: during an
+outage it waits for the database (its docs join the batches that are retried).
 
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
 records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
@@ -37,7 +43,9 @@ from pmgr.store.base import Batch, StateStore
 
 log = logging.getLogger("pmgr.store")
 _STOP = object()
+_WAKE = object()  # (a send_after arrived: the batch being gathered ends)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
+MAX_BATCH = 4000  # records a batch takes at most (written in about 50 ms here)
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
@@ -55,7 +63,7 @@ class BatchWriter:
     def __init__(
         self,
         store: StateStore,
-        max_batch: int = 20000,
+        max_batch: int = MAX_BATCH,
         max_buffer: int = 1_000_000,
         linger: float = LINGER,
     ) -> None:
@@ -68,6 +76,7 @@ class BatchWriter:
         self.dropped = 0
         self.retrying = False
         self.q: queue.SimpleQueue = queue.SimpleQueue()
+        self.first: queue.SimpleQueue = queue.SimpleQueue()  # send_after's (ts, objs, callback)
         self.written = 0
         self.batches = 0
         self.failed = 0
@@ -102,6 +111,14 @@ class BatchWriter:
         self.q.put((time.monotonic(), _Then(callback, urgent)))
         self._enqueued += 1
 
+    def send_after(self, objs: list, callback) -> None:
+        """Run `callback()` (writer thread) once the docs of `objs` are written, ahead of
+        whatever else is queued (their earlier history rows may follow it)."""
+        objs = list(objs)
+        self.first.put((time.monotonic(), objs, callback))
+        self._enqueued += 1 + len(objs)  # (flush counts each doc and the callback)
+        self.q.put(_WAKE)
+
     def _run(self) -> None:
         stop = False
         backoff = RETRY_MIN
@@ -116,11 +133,13 @@ class BatchWriter:
             while item is not None:
                 if item is _STOP:
                     stop = True
+                elif item is _WAKE:
+                    break  # a send waits: this batch goes as it is, after it
                 else:
                     items.append(item)
                     if type(item[1]) is _Then and item[1].urgent:
                         break  # written now: what came after it waits for the next batch
-                if len(items) >= self.max_batch:
+                if len(items) >= self.max_batch or time.monotonic() > linger_until:
                     break
                 try:
                     item = self.q.get_nowait()
@@ -132,6 +151,7 @@ class BatchWriter:
                         item = self.q.get(timeout=left)
                     except queue.Empty:
                         break
+            items = self._sends_first(items)
             if items and not self._write(items):
                 self._keep(items)
                 backoff = min(backoff * 2, RETRY_MAX)
@@ -139,6 +159,36 @@ class BatchWriter:
                     return  # closing with the database down: what is left stays unpersisted
             else:
                 backoff = RETRY_MIN
+
+    def _sends_first(self, items: list) -> list:
+        """Write the docs send_after waits for and run its callbacks; what could not be written
+        (the database is down) goes ahead of `items`: the docs, then the callbacks."""
+        waiting = []
+        while True:
+            try:
+                waiting.append(self.first.get_nowait())
+            except queue.Empty:
+                break
+        if not waiting:
+            return items
+        docs = [(ts, o) for ts, objs, _ in waiting for o in objs]
+        if self.retrying or not self._write(docs):
+            return docs + [(ts, _Then(callback, True)) for ts, _, callback in waiting] + items
+        for _, _, callback in waiting:
+            self._call(callback)
+        self._count(len(waiting))
+        return items
+
+    def _count(self, n: int) -> None:
+        with self._cv:
+            self._done += n
+            self._cv.notify_all()
+
+    def _call(self, callback) -> None:
+        try:
+            callback()
+        except Exception:  # a callback's failure must not stop the writer
+            log.exception("store writer: callback %r failed", callback)
 
     def _keep(self, items: list) -> None:
         excess = len(items) - self.max_buffer
@@ -220,13 +270,8 @@ class BatchWriter:
         self.lag = time.monotonic() - items[0][0]
         self.max_lag = max(self.max_lag, self.lag)
         for callback in thens:
-            try:
-                callback()
-            except Exception:  # a callback's failure must not stop the writer
-                log.exception("store writer: callback %r failed", callback)
-        with self._cv:
-            self._done += len(items)
-            self._cv.notify_all()
+            self._call(callback)
+        self._count(len(items))
         return True
 
     def flush(self, timeout: float = 30.0) -> bool:

@@ -1,0 +1,97 @@
+"""The store writer (pmgr/store/writer.py): a send waits for its own units' records only."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from pmgr.store.base import StateStore
+from pmgr.store.writer import BatchWriter
+
+
+class SlowStore(StateStore):
+    """Takes 0.2 ms per record written, and remembers which docs it has."""
+
+    url = "slow://"
+
+    def __init__(self) -> None:
+        self.docs: set[str] = set()
+        self.rows = 0
+
+    def write_batch(self, batch) -> None:
+        time.sleep(0.0002 * len(batch))
+        self.docs.update(batch.docs["units"])
+        self.rows += len(batch.history)
+
+    def get(self, kind, uid):
+        return None
+
+    find = history = get
+
+
+class Obj:
+    KIND = "units"
+    stored = False
+
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+
+    def as_doc(self, full=True):
+        return {"uid": self.uid}
+
+
+def test_a_send_does_not_wait_behind_a_backlog():
+    store = SlowStore()
+    w = BatchWriter(store)
+    try:
+        backlog = [Obj(f"b{i}") for i in range(5000)]  # 5,000 x 2 records: 2 s to write
+        for o in backlog:
+            w.hist(("s", "units", o.uid, "NEW", 0.0, None, 0), o)
+        sent = Obj("sent")
+        seen = {}
+        ran = threading.Event()
+
+        def send():
+            seen["had_doc"] = "sent" in store.docs
+            seen["rows_then"] = store.rows
+            ran.set()
+
+        t0 = time.monotonic()
+        w.send_after([sent], send)
+        assert ran.wait(10)
+        waited = time.monotonic() - t0
+        assert seen["had_doc"], "the send ran before its unit's doc was written"
+        assert waited < 0.5, f"the send waited {waited:.2f} s behind unrelated records"
+        assert seen["rows_then"] < 5000  # (the backlog was not written first)
+        assert w.flush(timeout=30)  # flush counts the send and its doc too
+        assert store.rows == 5000 and len(store.docs) == 5001
+    finally:
+        w.close(timeout=5)
+
+
+def test_a_send_during_an_outage_waits_for_its_docs():
+    class Down(SlowStore):
+        up = False
+
+        def write_batch(self, batch) -> None:
+            if not self.up:
+                raise ConnectionError("down")
+            super().write_batch(batch)
+
+        def transient(self, exc) -> bool:
+            return True
+
+    store = Down()
+    w = BatchWriter(store)
+    try:
+        ran = threading.Event()
+        w.changed(Obj("first"))  # the writer is retrying when the send comes
+        time.sleep(0.2)
+        w.send_after([Obj("sent")], lambda: ran.set() if "sent" in store.docs else None)
+        assert not ran.wait(0.8)  # not sent unpersisted
+        store.up = True
+        assert ran.wait(10), "the send never ran once the database was back"
+        assert w.flush(timeout=10)
+        assert store.docs == {"first", "sent"}
+    finally:
+        w.close(timeout=5)
