@@ -518,6 +518,9 @@ class Agent:
                 timeout = min(timeout, self.timers[0][0] - now)
             if self.updates:
                 timeout = min(timeout, self.first_pending + FLUSH_EVERY - now)
+            sweep_at = self.execu.due()
+            if sweep_at is not None:
+                timeout = min(timeout, sweep_at - now)
             events = poller.poll(wait_ms(timeout))
             for key, _ in events:
                 if key is self.sock:
@@ -537,6 +540,8 @@ class Agent:
                 for frames in drain(self.sock, 100):
                     self.handle(frames)
             now = time.monotonic()
+            if sweep_at is not None and now >= sweep_at:
+                self.execu.sweep(now)  # (output of lane units: read, not polled)
             while self.timers and self.timers[0][0] <= now:
                 _, _, r = heapq.heappop(self.timers)
                 if len(r.codes) < len(r.pids):

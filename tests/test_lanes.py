@@ -96,3 +96,45 @@ def test_a_successor_that_cannot_exec_fails_and_its_lane_goes_on(session, tmp_pa
     for u in (units[1], units[3]):
         assert "cannot start" in u.reason and "Exec format error" in u.reason, u.reason
         assert u.exit_code is None
+
+
+def test_quiet_pipes_are_polled_only_once_they_hold_data(tmp_path):
+    """A lane unit's pipes are read by sweeps: one that stays silent is closed at its end
+    without ever being polled; one that writes is polled from its first byte on, and its file
+    gets everything, past a full pipe."""
+    from agent.runners.streams import StreamSet
+
+    class Poller:
+        def __init__(self):
+            self.fds: set[int] = set()
+
+        def register(self, fd, _events):
+            self.fds.add(fd)
+
+        def unregister(self, fd):
+            self.fds.remove(fd)
+
+    poller = Poller()
+    streams = StreamSet(poller)
+    silent_r, silent_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    chatty_r, chatty_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    silent = streams.adopt(str(tmp_path), ("STDOUT", "STDOUT"), (silent_r, silent_r))
+    chatty = streams.adopt(str(tmp_path / "c"), ("STDOUT", "STDOUT"), (chatty_r, chatty_r))
+    os.mkdir(tmp_path / "c")
+    os.close(silent_w)  # it ended without a word
+    streams.sweep()
+    assert not poller.fds and silent.pair[0].fd < 0  # read to its end, never polled
+    assert streams.finish(silent) and not silent.made
+    sent = os.write(chatty_w, b"x" * 100_000)  # (a pipe holds 64 KB: the rest waits)
+    streams.sweep()
+    assert poller.fds == {chatty_r}  # it writes: polled from now on
+    rest = b"y" * 100_000
+    while rest:  # the agent's loop would read it as it becomes readable
+        try:
+            rest = rest[os.write(chatty_w, rest) :]
+        except BlockingIOError:
+            streams.on_readable(chatty_r)
+    os.close(chatty_w)
+    assert streams.finish(chatty) and chatty.made and not poller.fds
+    assert os.path.getsize(tmp_path / "c" / "STDOUT") == sent + 100_000
+    assert not os.path.exists(tmp_path / "STDOUT")

@@ -13,7 +13,8 @@ A runner is driven from the agent's loop only: `spawn` returns at once with the 
 negative = signal), with `left_empty` set when its sandbox may be empty and serve again;
 `output` holds forwarded output [uid, node, rank, stream, text] until the agent sends it;
 `watch(poller)` registers what the runner must hear (daemon sockets, unit output pipes: it keeps
-the set up to date), and the agent hands each of those that is ready to `on_readable`.
+the set up to date), and the agent hands each of those that is ready to `on_readable`; what it
+looks at without polling (quiet output pipes) it does in `sweep`, called by `due()`.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ class UnitRunner(Protocol):
     def watch(self, poller) -> None: ...
 
     def on_readable(self, key) -> None: ...
+
+    def due(self) -> float | None: ...  # when `sweep` wants to be called next (None: never)
+
+    def sweep(self, now: float) -> None: ...  # what is looked at without being polled
 
     def close(self) -> None: ...
 

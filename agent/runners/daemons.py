@@ -154,6 +154,12 @@ class DaemonRunner:
             codes = [run.codes[k] for k in run.pids]
             self.done.append((run, next((c for c in codes if c), 0)))
 
+    def due(self) -> float | None:
+        return None  # everything it hears comes on its sockets
+
+    def sweep(self, now: float) -> None:
+        pass
+
     def node_lost(self, index: int, reason: str) -> None:
         """Ranks on node `index` ended without an exit code: their units FAILED with reason."""
         self.lost[index] = reason

@@ -30,7 +30,7 @@ from agent import command
 from agent.runners import lanes
 from agent.runners.base import Run
 from agent.runners.functions import FunctionWorkers
-from agent.runners.streams import StreamSet
+from agent.runners.streams import SWEEP_EVERY, StreamSet
 from agent.spawn import WNOTHREAD, Spawner, exits, grant_ids, rank_env
 from pilot import processes
 
@@ -58,6 +58,7 @@ class LocalRunner:
         self.killed: set[int] = set()  # ranks of a unit whose start failed, until reaped
         self.output: list = []  # units here write to their files only: nothing is forwarded
         self.streams = StreamSet()
+        self.next_sweep = 0.0  # (monotonic) when the quiet pipes are read next
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
         self.functions = FunctionWorkers(self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores)
         self.node_name = cfg["nodes"][0]["name"] if cfg["nodes"] else "localhost"
@@ -88,6 +89,14 @@ class LocalRunner:
 
     def node_lost(self, index: int, reason: str) -> None:
         pass  # its only node is the agent's own
+
+    def due(self) -> float | None:
+        return self.next_sweep if self.streams.quiet else None
+
+    def sweep(self, now: float) -> None:
+        """Read the quiet pipes of units started by lanes (agent/runners/streams.py)."""
+        self.streams.sweep()
+        self.next_sweep = now + SWEEP_EVERY
 
     def close(self) -> None:
         self.streams.close()

@@ -14,8 +14,15 @@ Protocol, all on the agent's loop:
                            still held by something the unit left running stays polled and
                            its data keeps going to the file until end-of-file.
     streams.made           whether a file was made
+    sweep()                look at the quiet pipes (below) without waiting; every SWEEP_EVERY
     make_files(streams)    make the files that were not made (empty): a unit whose staging
                            directives name them
+Quiet pipes: the pipes of a unit started by a launcher lane (agent/runners/lanes.py) are not
+polled at first.  Most such units write nothing, and a polled pipe woke the agent at each one's
+exit (end-of-file) only to be unregistered: two registrations, two wake-ups and a read per unit
+for nothing.  `sweep()` reads them every SWEEP_EVERY seconds instead: a pipe found holding data
+is polled from then on; the unit's end reads the rest (`finish`).  A unit that fills its pipe
+(64 KB) before the first sweep waits for it once, at most SWEEP_EVERY.
 A file is written by the agent alone (no O_APPEND needed); a rank's write into the pipe is
 atomic up to PIPE_BUF bytes, as it was into an O_APPEND file.  stdout and stderr named the same
 file share one pipe.  At most LINGER_MAX ended units' pipes stay open for what they left
@@ -30,13 +37,15 @@ from collections import deque
 _FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 CHUNK = 1 << 16
 LINGER_MAX = 64
+SWEEP_EVERY = 0.02
 
 
 class Stream:
-    __slots__ = ("fd", "path", "out")
+    __slots__ = ("fd", "path", "out", "polled")
 
     def __init__(self, fd: int, path: str) -> None:
         self.fd, self.path, self.out = fd, path, -1
+        self.polled = False
 
 
 class Streams:
@@ -56,6 +65,7 @@ class StreamSet:
         self.by_fd: dict[int, Stream] = {}
         self.owner: dict[int, Streams] = {}
         self.lingering: deque[Streams] = deque()  # ended units' pipes something still holds
+        self.quiet: dict[int, Stream] = {}  # pipes read by `sweep` only
 
     def open(self, sandbox: str, names: tuple[str, str]) -> Streams:
         pair, ends = [], []
@@ -74,19 +84,31 @@ class StreamSet:
     def adopt(self, sandbox: str, names: tuple[str, str], read_ends: tuple[int, int]) -> Streams:
         """Streams of pipes made elsewhere (agent/runners/lanes.py: by the launcher thread, which
         has closed its write ends): their non-blocking read ends, the same one twice when both
-        names are one file."""
+        names are one file.  They are quiet: `sweep` reads them until one holds data."""
         pair = [
             Stream(fd, os.path.join(sandbox, n)) for fd, n in dict(zip(read_ends, names)).items()
         ]
-        return self._watch(Streams(tuple(pair), ()))
+        return self._watch(Streams(tuple(pair), ()), quiet=True)
 
-    def _watch(self, streams: Streams) -> Streams:
+    def _watch(self, streams: Streams, quiet: bool = False) -> Streams:
         for s in streams.pair:
             self.by_fd[s.fd] = s
             self.owner[s.fd] = streams
-            if self.poller is not None:
-                self.poller.register(s.fd, 1)  # zmq.POLLIN
+            if quiet:
+                self.quiet[s.fd] = s
+            else:
+                self._poll(s)
         return streams
+
+    def _poll(self, s: Stream) -> None:
+        self.quiet.pop(s.fd, None)
+        if self.poller is not None and not s.polled:
+            self.poller.register(s.fd, 1)  # zmq.POLLIN
+            s.polled = True
+
+    def sweep(self) -> None:
+        for s in list(self.quiet.values()):
+            self._copy(s)  # (data: polled from now on; end-of-file: closed)
 
     @staticmethod
     def spawned(streams: Streams) -> None:
@@ -109,6 +131,9 @@ class StreamSet:
                 self._copy(s)
             done = done and s.fd < 0
         if not done:
+            for s in streams.pair:
+                if s.fd >= 0:
+                    self._poll(s)  # what it left running may write on
             self.lingering.append(streams)
             while len(self.lingering) > LINGER_MAX:
                 for s in self.lingering.popleft().pair:
@@ -146,6 +171,8 @@ class StreamSet:
                 self._end(s)
                 return
             if s.out < 0:
+                if not s.polled:
+                    self._poll(s)  # it writes: its pipe is polled from now on
                 try:
                     s.out = os.open(s.path, _FILE, 0o666)  # the umask decides
                     self.owner[s.fd].made = True
@@ -159,11 +186,11 @@ class StreamSet:
                     break  # a full disk: the rest of this chunk is lost, as a write would be
 
     def _end(self, s: Stream) -> None:
-        if self.poller is not None:
-            try:
-                self.poller.unregister(s.fd)
-            except KeyError:
-                pass
+        if s.polled:
+            self.poller.unregister(s.fd)
+            s.polled = False
+        else:
+            self.quiet.pop(s.fd, None)
         self.by_fd.pop(s.fd, None)
         self.owner.pop(s.fd, None)
         os.close(s.fd)
