@@ -391,6 +391,7 @@ class UnitManager:
             return
         batches: dict = {}
         sent: list[Unit] = []
+        short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
         skipped: list[Unit] = []
         fits_cache: dict = {}
         pending = self.pending
@@ -455,7 +456,8 @@ class UnitManager:
         # sent once the store has each unit with the partition it goes to (persist, then send:
         # a client that dies in between leaves units its successor finds, asks, and re-routes),
         # ahead of the records of units still waiting here (pmgr/store/writer.py)
-        self.session.writer.send_after(sent, lambda: self._send_persisted(batches))
+        # (a partition with half its window or more in hand can wait for the writer's linger)
+        self.session.writer.send_after(sent, lambda: self._send_persisted(batches), short)
 
     # -- data staging (pmgr/transfers.py) ----------------------------------------------------
     def _stage_in(self, unit: Unit, target) -> None:

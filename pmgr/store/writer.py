@@ -15,14 +15,14 @@ is a batch with a flush waiting.
 
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
 been written (or refused for good: see `unpersisted`).  `send_after(objs, callback)` runs it
-once the docs of `objs` are written, ahead of everything else queued: the client sends units to
-their pilot only from such a callback, so a unit is in the store, with the partition it goes
-to, before it leaves the client, and a send does not wait behind the records of units that are
+once the docs of `objs` are written, ahead of the backlog: the client sends units to their
+pilot only from such a callback, so a unit is in the store, with the partition it goes to,
+before it leaves the client, and a send does not wait behind the records of units that are
 going nowhere yet (measured: while 5,000 units were being submitted, sends waited 90-320 ms
-behind them and the partition's cores idled for a third of that time).  The writer serves these
-first: between batches, and a batch ends when one arrives; a batch also ends after LINGER of
-gathering or MAX_BATCH records, so none waits long.  A callback is never dropped: during an
-outage it waits for the database (its docs join the batches that are retried).
+behind them and the partition's cores idled for a third of that time).  Its docs and callback
+join the batch being gathered, which an urgent one ends at once; a batch also ends after LINGER
+of gathering or MAX_BATCH records, so none waits long.  A callback is never dropped:
+during an outage it waits for the database, with its batch.
 
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
 records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
@@ -43,9 +43,10 @@ from pmgr.store.base import Batch, StateStore
 
 log = logging.getLogger("pmgr.store")
 _STOP = object()
-_WAKE = object()  # (a send_after arrived: the batch being gathered ends)
+_WAKE = object()  # (an urgent send_after arrived: the batch being gathered ends)
+_SOON = object()  # (a send_after that may wait for the batch's linger)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
-MAX_BATCH = 4000  # records a batch takes at most (written in about 50 ms here)
+MAX_BATCH = 2000  # records a batch takes at most (written in about 30 ms here)
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
@@ -111,13 +112,14 @@ class BatchWriter:
         self.q.put((time.monotonic(), _Then(callback, urgent)))
         self._enqueued += 1
 
-    def send_after(self, objs: list, callback) -> None:
+    def send_after(self, objs: list, callback, urgent: bool = True) -> None:
         """Run `callback()` (writer thread) once the docs of `objs` are written, ahead of
-        whatever else is queued (their earlier history rows may follow it)."""
+        whatever else is queued (their earlier history rows may follow it); not `urgent`: it
+        may wait for the batch's linger."""
         objs = list(objs)
         self.first.put((time.monotonic(), objs, callback))
         self._enqueued += 1 + len(objs)  # (flush counts each doc and the callback)
-        self.q.put(_WAKE)
+        self.q.put(_WAKE if urgent else _SOON)
 
     def _run(self) -> None:
         stop = False
@@ -135,7 +137,7 @@ class BatchWriter:
                     stop = True
                 elif item is _WAKE:
                     break  # a send waits: this batch goes as it is, after it
-                else:
+                elif item is not _SOON:
                     items.append(item)
                     if type(item[1]) is _Then and item[1].urgent:
                         break  # written now: what came after it waits for the next batch
@@ -151,7 +153,7 @@ class BatchWriter:
                         item = self.q.get(timeout=left)
                     except queue.Empty:
                         break
-            items = self._sends_first(items)
+            items = self._with_sends(items)
             if items and not self._write(items):
                 self._keep(items)
                 backoff = min(backoff * 2, RETRY_MAX)
@@ -160,35 +162,15 @@ class BatchWriter:
             else:
                 backoff = RETRY_MIN
 
-    def _sends_first(self, items: list) -> list:
-        """Write the docs send_after waits for and run its callbacks; what could not be written
-        (the database is down) goes ahead of `items`: the docs, then the callbacks."""
-        waiting = []
+    def _with_sends(self, items: list) -> list:
+        """`items`, then the docs send_after waits for, then its callbacks: one batch."""
         while True:
             try:
-                waiting.append(self.first.get_nowait())
+                ts, objs, callback = self.first.get_nowait()
             except queue.Empty:
-                break
-        if not waiting:
-            return items
-        docs = [(ts, o) for ts, objs, _ in waiting for o in objs]
-        if self.retrying or not self._write(docs):
-            return docs + [(ts, _Then(callback, True)) for ts, _, callback in waiting] + items
-        for _, _, callback in waiting:
-            self._call(callback)
-        self._count(len(waiting))
-        return items
-
-    def _count(self, n: int) -> None:
-        with self._cv:
-            self._done += n
-            self._cv.notify_all()
-
-    def _call(self, callback) -> None:
-        try:
-            callback()
-        except Exception:  # a callback's failure must not stop the writer
-            log.exception("store writer: callback %r failed", callback)
+                return items
+            items.extend((ts, o) for o in objs)
+            items.append((ts, _Then(callback, True)))
 
     def _keep(self, items: list) -> None:
         excess = len(items) - self.max_buffer
@@ -270,8 +252,13 @@ class BatchWriter:
         self.lag = time.monotonic() - items[0][0]
         self.max_lag = max(self.max_lag, self.lag)
         for callback in thens:
-            self._call(callback)
-        self._count(len(items))
+            try:
+                callback()
+            except Exception:  # a callback's failure must not stop the writer
+                log.exception("store writer: callback %r failed", callback)
+        with self._cv:
+            self._done += len(items)
+            self._cv.notify_all()
         return True
 
     def flush(self, timeout: float = 30.0) -> bool:
