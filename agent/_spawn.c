@@ -677,7 +677,7 @@ the reaper as usual. */
 #define CLONE_PIDFD 0x00001000
 #endif
 #define STOP_SLOT 0xffffffffu
-#define LANE_DEPTH 8
+#define LANE_DEPTH 32
 #define CMD_SLOT 0xfffffffeu
 
 struct lslot {
