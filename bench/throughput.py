@@ -7,8 +7,9 @@ Each repetition, interleaved so that a noisy minute hits every row:
          found to launch processes from Python here), measured in this process
   ours   a fresh process: Session + 2-core local.localhost pilot with one partition; N units of
          /bin/true, 1 core each, from submit until every unit is DONE and its state persisted
-         (store flushed); also pilot start (submit -> partition ACTIVE) and peak RSS of the
-         client, the bootstrap and the agent
+         (store flushed); also pilot start (submit -> partition ACTIVE), first unit (submit_units
+         called -> the first unit EXECUTING) and peak RSS of the client, the bootstrap and the
+         agent
 ours runs twice per repetition: with the session directory (and so the unit sandboxes) on tmpfs
 (/dev/shm), and on the disk under /tmp.  The limit creates no files at all.  A unit of /bin/true
 writes nothing, so it gets no output files, and its empty sandbox directory becomes a later
@@ -52,7 +53,7 @@ def one_run(n: int, where: str) -> dict:
     import pilot as rp
 
     with two_core_pilot(where) as run:
-        t1 = time.perf_counter()
+        t1, t1_epoch = time.perf_counter(), time.time()
         units = run.umgr.submit_units(
             [rp.ComputeUnitDescription(executable=TRUE) for _ in range(n)]
         )
@@ -64,6 +65,7 @@ def one_run(n: int, where: str) -> dict:
             "rate": n / run_s,
             "run_s": run_s,
             "startup_s": run.startup_s,
+            "first_s": min(dict(u.history)[rp.EXECUTING] for u in units) - t1_epoch,
             "rss_client": status_mb(os.getpid(), "VmHWM"),
             "rss_bootstrap": status_mb(run.bootstrap, "VmHWM"),
             "rss_agent": max(status_mb(p, "VmHWM") for p in run.agents()),
@@ -107,16 +109,17 @@ def main() -> int:
         f"{args.reps} reps, {os.cpu_count()} cores\n"
     )
     print(
-        "| row | units/s median [min-max] | x limit | pilot start s | peak RSS MB "
+        "| row | units/s median [min-max] | x limit | pilot start s | first unit s | peak RSS MB "
         "client / bootstrap / agent | store write lag s |"
     )
-    print("|---|---|---|---|---|---|")
-    print(f"| limit/spawn-c2 | {fmt(limits)} | 1.00 | - | - | - |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| limit/spawn-c2 | {fmt(limits)} | 1.00 | - | - | - | - |")
     for name, rs in runs.items():
         col = lambda k, rs=rs: [r[k] for r in rs]  # noqa: E731
         print(
             f"| ours, sandboxes on {name} | {fmt(col('rate'))} | {fmt(col('ratio'), 2)} | "
-            f"{fmt(col('startup_s'), 2)} | {max(col('rss_client')):.0f} / "
+            f"{fmt(col('startup_s'), 2)} | {fmt(col('first_s'), 3)} | "
+            f"{max(col('rss_client')):.0f} / "
             f"{max(col('rss_bootstrap')):.0f} / {max(col('rss_agent')):.0f} | "
             f"{fmt(col('write_lag_s'), 2)} |"
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections import deque
 
@@ -35,7 +36,12 @@ SEND_CHUNK = 2000
 # submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
 # units are on their way (persisted, then sent) while the rest are made (measured: 2,000
 # function units made in one piece reached their agent after 130 ms, a third of their run)
-SUBMIT_CHUNK_MIN, SUBMIT_CHUNK_MAX = 64, 1024
+SUBMIT_CHUNK_MIN, SUBMIT_CHUNK_MAX = 64, 256
+# ... and a chunk sent to a partition short of units is on its way before the next is made: the
+# store writer and the channel need the interpreter for it, and a submitting thread that goes
+# on holds it for 5 ms at a time (measured: the first units left the client 70-90 ms after
+# submit_units was called, and the cores idled meanwhile)
+SEND_WAIT = 0.1
 log = logging.getLogger("pmgr.units")
 
 
@@ -152,8 +158,10 @@ class UnitManager:
             fired: list = []
             with session.lock:
                 self._submit_chunk(chunk, named, units, fired)
-                self.route(fired)
+                sent = self.route(fired)
             session.fire(fired)
+            if sent is not None and start < len(descs):
+                sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
         return units[0] if single else units
 
     def _submit_chunk(self, descs: list, named: dict, units: list, fired: list) -> None:
@@ -362,16 +370,17 @@ class UnitManager:
             and d.ranks * d.rank_cores <= size["cores"]
         )
 
-    def route(self, fired: list) -> None:
-        """Send pending units, oldest first, to partitions with room in their window."""
+    def route(self, fired: list) -> threading.Event | None:
+        """Send pending units, oldest first, to partitions with room in their window; an
+        Event set once they are sent when a partition was short of units, else None."""
         if not self.pending:
-            return
+            return None
         if self.pilots and all(p.final for p in self.pilots):
             now = time.time()
             for unit in self.pending:
                 unit.advance(S.FAILED, now, "no live pilot is left to run it", fired)
             self.pending.clear()
-            return
+            return None
         ended = []
         if self.pinned and any(p.final for p in self.pilots):  # units pinned to a pilot that ended
             ended = [u for u in self.pending if u.description.pilot and self._pilot_for(u).final]
@@ -388,7 +397,7 @@ class UnitManager:
         }
         room = {part: w - part.outstanding for part, w in windows.items() if w > part.outstanding}
         if not room:
-            return
+            return None
         batches: dict = {}
         sent: list[Unit] = []
         short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
@@ -452,12 +461,22 @@ class UnitManager:
             sent.append(unit)
         pending.extendleft(reversed(skipped))
         if not batches:
-            return
+            return None
         # sent once the store has each unit with the partition it goes to (persist, then send:
         # a client that dies in between leaves units its successor finds, asks, and re-routes),
         # ahead of the records of units still waiting here (pmgr/store/writer.py)
         # (a partition with half its window or more in hand can wait for the writer's linger)
-        self.session.writer.send_after(sent, lambda: self._send_persisted(batches), short)
+        done = threading.Event() if short else None
+
+        def send() -> None:
+            try:
+                self._send_persisted(batches)
+            finally:
+                if done is not None:
+                    done.set()
+
+        self.session.writer.send_after(sent, send, short)
+        return done
 
     # -- data staging (pmgr/transfers.py) ----------------------------------------------------
     def _stage_in(self, unit: Unit, target) -> None:

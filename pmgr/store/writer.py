@@ -46,7 +46,7 @@ _STOP = object()
 _WAKE = object()  # (an urgent send_after arrived: the batch being gathered ends)
 _SOON = object()  # (a send_after that may wait for the batch's linger)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
-MAX_BATCH = 2000  # records a batch takes at most (written in about 30 ms here)
+MAX_BATCH = 500  # records a batch takes at most (a send joining it waits for no more)
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
