@@ -8,7 +8,9 @@ without `description` keeps the stored one) and one insert per history row, igno
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -83,22 +85,39 @@ def execute_rows(db, sql: str, rows: list) -> None:
             continue
         text = _multi_sql(sql, size)
         while n - i >= size:
-            db.execute(text, [v for row in rows[i : i + size] for v in row])
+            db.execute(text, list(_flat(rows[i : i + size])))
             i += size
 
 
+_flat = itertools.chain.from_iterable
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
 _ENCODED = {kind: [i for i, c in enumerate(FIELDS[kind]) if c in STRUCTURED] for kind in KINDS}
+_FIELDS_OF = {kind: operator.itemgetter(*FIELDS[kind]) for kind in KINDS}
+_TEXT_JSON: dict[str, str] = {}  # a structured field that is a string (a node's name): as JSON
+_TEXT_JSON_MAX = 4096
 
 
 def _row(kind: str, doc: dict) -> list:
-    get = doc.get
-    row = [get(c) for c in FIELDS[kind]]
+    """The doc's column values, structured fields as JSON text (a unit's row is written about
+    four times: this is on the store writer's hot path)."""
+    try:
+        row = list(_FIELDS_OF[kind](doc))
+    except KeyError:  # (a plain doc need not have every field)
+        get = doc.get
+        row = [get(c) for c in FIELDS[kind]]
     for i in _ENCODED[kind]:  # structured fields as JSON text
-        if row[i] is not None:
-            row[i] = _dumps(row[i])
+        v = row[i]
+        if v is None:
+            continue
+        if type(v) is str:
+            text = _TEXT_JSON.get(v)
+            if text is None:
+                text = _dumps(v)
+                if len(_TEXT_JSON) < _TEXT_JSON_MAX:
+                    _TEXT_JSON[v] = text
+            row[i] = text
+        else:
+            row[i] = _dumps(v)
     return row
 
 
