@@ -370,7 +370,7 @@ class Agent:
         if r.extra:  # a function's value or exception, and what it printed
             kept.update(r.extra)
         if r.left_empty:  # nothing of it is there: no directory is left behind
-            self.stager.recycle(command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
+            self.stager.recycle(r.sandbox or command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
         if r.fail_reason is not None:
             info = {"reason": r.fail_reason, **kept}
             if not r.not_started:  # (a unit that never ran has no exit code)

@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 from types import MappingProxyType
 
 try:
@@ -240,15 +241,20 @@ class Spawner:
 
     def _native_args(self, path, argv, cwd, out, err, env, mask) -> tuple:
         entries = self._base_entries
-        if env:
+        if not env:
+            envp = list(entries.values())
+        elif entries.keys().isdisjoint(env):  # (the usual case: nothing of the base replaced)
+            envp = [*entries.values(), *(_entry(k, v) for k, v in env.items())]
+        else:
             entries = entries.copy()
             for k, v in env.items():
                 entries[k] = _entry(k, v)
+            envp = list(entries.values())
         return (
-            os.fsencode(path),
-            [os.fsencode(a) for a in argv],
-            list(entries.values()),
-            os.fsencode(cwd),
+            _fsencode(path),
+            [_fsencode(a) for a in argv],
+            envp,
+            _fsencode(cwd),
             (self.devnull, out, err),
             None if mask is None else sorted(mask),
             _SPAWN_SIGDEF,
@@ -343,4 +349,14 @@ def _entry(key: str, value: str) -> bytes:
         )
     if "=" in key or not key:
         raise ValueError(f"environment key {key!r}: a non-empty name without '='")
-    return os.fsencode(f"{key}={value}")
+    return f"{key}={value}".encode(_FS_ENCODING, _FS_ERRORS)
+
+
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+def _fsencode(text: str) -> bytes:
+    """os.fsencode of a str (paths and arguments here are str), one call cheaper."""
+    if type(text) is str:
+        return text.encode(_FS_ENCODING, _FS_ERRORS)
+    return os.fsencode(text)

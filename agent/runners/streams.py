@@ -41,11 +41,15 @@ SWEEP_EVERY = 0.02
 
 
 class Stream:
-    __slots__ = ("fd", "path", "out", "polled")
+    __slots__ = ("fd", "where", "name", "out", "polled")
 
-    def __init__(self, fd: int, path: str) -> None:
-        self.fd, self.path, self.out = fd, path, -1
+    def __init__(self, fd: int, where: str, name: str) -> None:
+        self.fd, self.where, self.name, self.out = fd, where, name, -1
         self.polled = False
+
+    @property
+    def path(self) -> str:  # (asked only when its file is made: most units make none)
+        return os.path.join(self.where, self.name)
 
 
 class Streams:
@@ -74,7 +78,7 @@ class StreamSet:
                 r, w = os.pipe2(os.O_CLOEXEC)
                 ends.append(w)
                 os.set_blocking(r, False)
-                pair.append(Stream(r, os.path.join(sandbox, name)))
+                pair.append(Stream(r, sandbox, name))
         except OSError:
             for fd in ends + [s.fd for s in pair]:
                 os.close(fd)
@@ -85,10 +89,12 @@ class StreamSet:
         """Streams of pipes made elsewhere (agent/runners/lanes.py: by the launcher thread, which
         has closed its write ends): their non-blocking read ends, the same one twice when both
         names are one file.  They are quiet: `sweep` reads them until one holds data."""
-        pair = [
-            Stream(fd, os.path.join(sandbox, n)) for fd, n in dict(zip(read_ends, names)).items()
-        ]
-        return self._watch(Streams(tuple(pair), ()), quiet=True)
+        out, err = read_ends
+        if out == err:
+            pair: tuple = (Stream(out, sandbox, names[0]),)
+        else:
+            pair = (Stream(out, sandbox, names[0]), Stream(err, sandbox, names[1]))
+        return self._watch(Streams(pair, ()), quiet=True)
 
     def _watch(self, streams: Streams, quiet: bool = False) -> Streams:
         for s in streams.pair:
