@@ -108,8 +108,12 @@ class Policy:
 
     # -- wire form ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        mine = self.__dict__
-        return {name: v.value if isinstance(v := mine[name], enum.Enum) else v for name in _ORDER}
+        out = self.__dict__.copy()  # (every field is set: dataclass __init__, or capture())
+        for name in _ENUMS:  # (an Enum's `value` is a descriptor: _value_ is its plain field)
+            v = out[name]
+            if v is not None:
+                out[name] = v._value_
+        return {name: out[name] for name in _ORDER}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Policy:
@@ -123,6 +127,7 @@ class Policy:
 
 
 _ORDER = tuple(f.name for f in fields(Policy))
+_ENUMS = ("placement", "distribution", "wait_mode")  # the fields held as Enum members
 _FIELD_NAMES = frozenset(_ORDER)
 
 GLOBAL_POLICY = Policy(
