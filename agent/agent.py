@@ -341,7 +341,9 @@ class Agent:
         if not self.lanes or not q or self.stopping or self.nodes_lost:
             return
         wanting = self.execu.lanes_wanting(self.follow_depth)
-        for level in range(self.follow_depth):
+        if not wanting:
+            return
+        for level in range(max(missing for _, _, missing in wanting)):  # (slot by slot)
             for slot, run, missing in wanting:
                 if missing <= level:
                     continue
