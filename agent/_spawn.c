@@ -664,11 +664,11 @@ stdout's pipe); the thread makes the pipes just before the clone and closes its 
 after, so no other child ever holds them (a clone copies every descriptor until its exec), and
 the read ends (non-blocking) are the agent's.
 Its children are its own (a wait with __WNOTHREAD in the agent's thread does not see them); it
-reaps them (__WALL), woken by each one's pidfd.  It holds mu only to take a successor from its
-queue and to say what it did: the journal line and the clone go without it, so follow(),
-withdraw() and take() from the agent (which hold the interpreter) never wait for a clone (they
-did: 47, 104 us a call on average); an exit is said together with the starts that follow it.  If the agent dies, the kernel gives them to
-the reaper as usual. */
+reaps them (__WALL), woken by each one's pidfd.  If the agent dies, the kernel gives them to
+the reaper as usual.  The thread holds mu only to take a successor from its queue and to say
+what it did: the journal line and the clone go without it, so follow(), withdraw() and take()
+from the agent (which hold the interpreter) never wait for a clone (they did: 47 and 104 us a
+call on average); an exit is said together with the starts that follow it. */
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
