@@ -20,8 +20,9 @@ Function units (a `function` instead of an executable) are placed the same way a
 the runner's persistent workers (agent/runners/functions.py); their final state carries the
 return value, which `known` keeps in PILOT_SANDBOX/<partition>.values/<uid> when it is large.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
-when FLUSH_SIZE updates are waiting.  Every wait is bounded: the loop wakes at least once a second
-and tears down when its parent bootstrap is gone.
+when FLUSH_SIZE updates are waiting or the partition has gone idle (nothing queued or running:
+nothing else is coming that they could wait for).  Every wait is bounded: the loop wakes at
+least once a second and tears down when its parent bootstrap is gone.
 """
 
 from __future__ import annotations
@@ -195,6 +196,10 @@ class Agent:
         ):
             self.sock.send_multipart([b"state", pack(self.updates)])
             self.updates = []
+
+    def idle(self) -> bool:
+        """Nothing is queued or running here (the last updates need not wait for others)."""
+        return not self.sched.queue and not self.execu.runs()
 
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
@@ -581,7 +586,7 @@ class Agent:
                 except zmq.Again:
                     log.error("%s: nobody took its last updates and bye", self.uid)
                 return 0
-            self.flush()
+            self.flush(force=bool(self.updates) and self.idle())
 
 
 def _same_plain(unit: dict, running: dict) -> bool:

@@ -96,3 +96,18 @@ def test_a_send_during_an_outage_waits_for_its_docs():
         assert store.docs == {"first", "sent"}
     finally:
         w.close(timeout=5)
+
+
+def test_a_flush_does_not_wait_for_the_linger():
+    store = SlowStore()
+    w = BatchWriter(store, linger=5.0)  # a batch of state changes alone would wait 5 s
+    try:
+        o = Obj("u1")
+        w.hist(("s", "units", o.uid, "NEW", 0.0, None, 0), o)
+        time.sleep(0.05)  # (the writer has it and lingers)
+        t0 = time.monotonic()
+        assert w.flush(timeout=3.0)
+        assert time.monotonic() - t0 < 1.0
+        assert "u1" in store.docs and store.rows == 1
+    finally:
+        w.close(timeout=5.0)

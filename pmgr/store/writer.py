@@ -265,6 +265,7 @@ class BatchWriter:
         target = self._enqueued
         with self._cv:
             self.flushing += 1
+            self.q.put(_WAKE)  # (a batch lingering for more goes now)
             try:
                 return self._cv.wait_for(lambda: self._done >= target, timeout)
             finally:
