@@ -136,9 +136,7 @@ def rank_env(
         env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
     for t, v in ids.items():
         env[_ids_var(t)] = v
-    env["PILOT_UNIT_ID"] = env["RP_UNIT_ID"] = unit["uid"]
-    env["PILOT_UNIT_SANDBOX"] = env["RP_UNIT_SANDBOX"] = sandbox
-    env["RP_UNIT_NAME"] = unit.get("name") or unit["uid"]
+    env.update(unit_vars(unit, sandbox))
     env["PILOT_NODE_NAME"] = node_name
     env["PILOT_RANK"] = str(rank)
     env["PILOT_RANKS"] = str(ranks)
@@ -148,6 +146,21 @@ def rank_env(
     if ids.get("gpus"):
         env["RP_GPU_ID"] = ids["gpus"]
     return env, var
+
+
+UNIT_VARS = ("PILOT_UNIT_ID", "RP_UNIT_ID", "PILOT_UNIT_SANDBOX", "RP_UNIT_SANDBOX", "RP_UNIT_NAME")
+
+
+def unit_vars(unit: dict, sandbox: str) -> dict:
+    """The variables of rank_env that name the unit itself (the rest follow its allocation)."""
+    uid = unit["uid"]
+    return {
+        "PILOT_UNIT_ID": uid,
+        "RP_UNIT_ID": uid,
+        "PILOT_UNIT_SANDBOX": sandbox,
+        "RP_UNIT_SANDBOX": sandbox,
+        "RP_UNIT_NAME": unit.get("name") or uid,
+    }
 
 
 def grant_ids(node_types, grant) -> dict:
@@ -229,6 +242,35 @@ class Spawner:
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
         err = -2 if one_pipe else -1
         return _spawn.prepare(*self._native_args(path, argv, cwd, -1, err, env, mask))
+
+    def shared_head(self, env: dict, gpu_var, own_names) -> list[bytes] | None:
+        """The encoded environment of units that add `env` (its GPU variable mapped) and
+        variables named `own_names` (each unit's own values) to this process's: what
+        `prepare_own` starts from, kept by the caller for a run of such units; None where any
+        of them replaces a variable of this process's own (`prepare` then)."""
+        base = self._base_entries.keys()
+        if not (base.isdisjoint(env) and base.isdisjoint(own_names)):
+            return None
+        if gpu_var is not None:
+            env = {**env, gpu_var: self.visible(gpu_var, env.get(gpu_var, ""))}
+        return [*self._base_entries.values(), *(_entry(k, v) for k, v in env.items())]
+
+    def prepare_own(self, argv: list[str], cwd: str, head: list, own: dict, mask, one_pipe):
+        """`prepare` for a unit whose environment is `head` (shared_head) plus `own` (names
+        given to shared_head); `mask` as `mask()` gave it."""
+        path = argv[0]
+        if "/" not in path:
+            path = self.which(path)
+        envp = head + [_entry(k, v) for k, v in own.items()]
+        return _spawn.prepare(
+            _fsencode(path),
+            [_fsencode(a) for a in argv],
+            envp,
+            _fsencode(cwd),
+            (self.devnull, -1, -2 if one_pipe else -1),
+            None if mask is None else sorted(mask),
+            _SPAWN_SIGDEF,
+        )
 
     def _prepare(self, argv, env, gpu_var, cpu_ids) -> tuple:
         """(program path, env with its GPU variable mapped, real cores or None)."""

@@ -31,13 +31,19 @@ def _journal(pilot, part) -> list[str]:
 
 def test_units_in_lanes_see_their_cores_and_are_journaled_once(session):
     pilot, umgr = active_pilot(session, parts=((2,),))
-    script = 'echo "$PILOT_CPU_IDS"'
+    names = "PILOT_CPU_IDS PILOT_UNIT_ID RP_UNIT_ID PILOT_UNIT_SANDBOX RP_UNIT_SANDBOX"
+    names += " RP_UNIT_NAME PILOT_RANK PILOT_RANKS PILOT_PARTITION_ID PATH"
+    script = "".join(f'echo "${n}"\n' for n in names.split())
     units = umgr.submit_units(
         [rp.ComputeUnitDescription(executable="/bin/sh", arguments=["-c", script])] * 60
     )
     assert set(umgr.wait_units(timeout=60)) == {rp.DONE}
-    for u in units:
-        assert u.stdout.strip() == ",".join(map(str, u.slots["cpus"])), (u.uid, u.slots)
+    for u in units:  # (successors' variables are encoded apart from their slot's shared ones)
+        cpus, uid, rp_uid, box, rp_box, name, rank, ranks, part, path = u.stdout.splitlines()
+        assert cpus == ",".join(map(str, u.slots["cpus"])), (u.uid, u.slots)
+        assert uid == rp_uid == name == u.uid and box == rp_box == u.sandbox, u.stdout
+        assert (rank, ranks, part) == ("0", "1", u.part), u.stdout
+        assert path == os.environ["PATH"], path
     part = pilot.partitions[0]
     journal = _journal(pilot, part)
     assert sorted(journal) == sorted(u.uid for u in units)  # each once

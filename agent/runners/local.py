@@ -31,7 +31,7 @@ from agent.runners import lanes
 from agent.runners.base import Run
 from agent.runners.functions import FunctionWorkers
 from agent.runners.streams import SWEEP_EVERY, StreamSet
-from agent.spawn import WNOTHREAD, Spawner, exits, grant_ids, rank_env
+from agent.spawn import UNIT_VARS, WNOTHREAD, Spawner, exits, grant_ids, rank_env, unit_vars
 from pilot import processes
 
 _WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
@@ -66,6 +66,7 @@ class LocalRunner:
         self.lanes: lanes.Lanes | None = None  # (use_lanes)
         self.lane_exits: list = []  # (pid, code) the launcher thread reaped
         self.lane_started: list[Run] = []  # successors it started (or could not)
+        self.lane_env: dict = {}  # slot -> (allocation, encoded shared environment, mask)
 
     def use_lanes(self, journal: int) -> bool:
         """Start single-core units through a launcher thread (agent/runners/lanes.py) from now
@@ -115,8 +116,33 @@ class LocalRunner:
         alloc = self.lanes.run_in[slot].alloc
         nxt = Run(unit, alloc)
         nxt.sandbox, nxt.names = sandbox, command.output_names(unit)
-        handle = self._prepare(nxt, sandbox)
+        if unit.get("environment"):
+            handle = self._prepare(nxt, sandbox)
+        else:
+            handle = self._prepare_plain(slot, nxt, sandbox)
         return self.lanes.follow(slot, nxt, handle, f"{unit['uid']}\n".encode())
+
+    def _prepare_plain(self, slot: int, run: Run, sandbox: str):
+        """`_prepare` for a successor without an environment of its own: what its variables
+        share with the others of its slot (the same allocation, node and ranks) is encoded
+        once per slot and allocation; only its own ids and sandbox are encoded for it."""
+        shared = self.lane_env.get(slot)
+        if shared is None or shared[0] is not run.alloc:
+            node, grant = run.alloc.ranks[0]
+            ids = grant_ids(node.cap, grant)
+            env, var = rank_env(run.unit, sandbox, node.name, ids, 0, 1, self.has_gpus)
+            for key in UNIT_VARS:
+                del env[key]
+            head = self.spawner.shared_head(env, var, UNIT_VARS)
+            mask = self.spawner.mask([c for c, _ in grant.get("cpus", ())])
+            shared = self.lane_env[slot] = (run.alloc, head, mask)
+        _, head, mask = shared
+        if head is None:  # (the agent's own environment has some of them: the long way)
+            return self._prepare(run, sandbox)
+        unit = run.unit
+        own = unit_vars(unit, sandbox)
+        one_pipe = run.names[0] == run.names[1]
+        return self.spawner.prepare_own(command.argv(unit), sandbox, head, own, mask, one_pipe)
 
     def withdraw(self, uids=None) -> list[dict]:
         """Queued successors that have not started (all of a slot holding one of `uids`; None:
