@@ -46,16 +46,15 @@ class Stateful:
         self.history: list[tuple[str, float]] = [(S.NEW, created or time.time())]
         self.reason: str | None = None
         self.stored = False  # written to the store once (its description with it)
-        self.callbacks: list = []
+        self.callbacks: tuple = ()  # (most have none: no list per unit for the collector)
         self.settled = True  # False from a final state until its callbacks have run
 
     def register_callback(self, cb, metric: str | None = None, cb_data=None) -> None:
         """cb(obj, state) after every state change of this object; with cb_data,
         cb(obj, state, cb_data)."""
         own = UNIT_STATE if self.KIND == "units" else PILOT_STATE  # partitions: a pilot's
-        self.callbacks.append(
-            callback(f"{type(self).__name__}.register_callback", cb, metric or own, cb_data, (own,))
-        )
+        where = f"{type(self).__name__}.register_callback"
+        self.callbacks = (*self.callbacks, callback(where, cb, metric or own, cb_data, (own,)))
 
     def manager_callbacks(self) -> list:
         """The callbacks of the manager that owns this object, run after its own."""
@@ -142,7 +141,7 @@ class Unit(Stateful):
         self.exit_code: int | None = None
         self.node: str | None = None
         self.slots: dict | None = None
-        self._output: list[tuple] = []
+        self._output: list[tuple] | None = None  # (made at the first output forwarded)
         self._output_bytes = 0
 
     @staticmethod
@@ -189,10 +188,12 @@ class Unit(Stateful):
     def output(self) -> list[tuple]:
         """Output forwarded by node daemons: [(node, rank, stream, text)] in arrival order."""
         with self.session.lock:
-            return list(self._output)
+            return list(self._output or ())
 
     def add_output(self, node: str, rank: int, stream: str, text: str) -> None:
         if self._output_bytes < self.OUTPUT_MAX:
+            if self._output is None:
+                self._output = []
             self._output.append((node, rank, stream, text))
             self._output_bytes += len(text)
 

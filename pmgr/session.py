@@ -169,7 +169,7 @@ class Session:
         self.firing.depth = getattr(self.firing, "depth", 0) + 1
         try:
             for obj, state in fired:
-                for cb in obj.callbacks + obj.manager_callbacks():
+                for cb in (*obj.callbacks, *obj.manager_callbacks()):
                     try:
                         cb(obj, state)
                     except Exception:
