@@ -252,6 +252,7 @@ class Agent:
                 self.update(u["uid"], FAILED, {"reason": reason})
                 continue
             self.update(u["uid"], QUEUED)
+            _lane_keys(u)
             self.sched.queue.append(u)
             if not u.get("function"):  # a call runs in a worker's directory
                 self.stager.submit(u)
@@ -355,7 +356,8 @@ class Agent:
                 if not q:
                     return
                 unit = q[0]
-                if not _same_plain(unit, run.unit):
+                key = unit.get("_follows")
+                if key is None or key != run.unit.get("_lane"):
                     return  # (the queue's order holds: nothing overtakes its head here)
                 q.popleft()
                 try:
@@ -589,16 +591,19 @@ class Agent:
             self.flush(force=bool(self.updates) and self.idle())
 
 
-def _same_plain(unit: dict, running: dict) -> bool:
-    """Whether `unit` can take over what `running` holds: one rank, the same request, no
-    placement of its own, a sandbox of its own with nothing to stage, not a function."""
-    for u in (unit, running):
-        if u.get("function") or u.get("mpi") or u.get("policy") or u.get("resources"):
-            return False
-    if unit.get("stage_in") or unit.get("sandbox"):
-        return False
-    key = ("cpus", "gpus", "ranks")
-    return all(unit.get(k) == running.get(k) for k in key) and unit.get("ranks", 1) == 1
+def _lane_keys(u: dict) -> None:
+    """Mark a unit as it arrives (once, not on every turn of follow_up): `_lane` is its request
+    when it is one rank with no placement of its own, not a function or MPI (what it holds may
+    pass on to a successor); `_follows` the same when it also has a sandbox of its own with
+    nothing to stage (it may take over what a unit with that `_lane` holds)."""
+    u["_lane"] = u["_follows"] = None
+    if u.get("function") or u.get("mpi") or u.get("policy") or u.get("resources"):
+        return
+    if u.get("ranks", 1) != 1:
+        return
+    u["_lane"] = key = (u.get("cpus", 1), u.get("gpus", 0))
+    if not (u.get("stage_in") or u.get("sandbox")):
+        u["_follows"] = key
 
 
 def _enough_fds(slots: int) -> None:

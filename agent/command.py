@@ -117,7 +117,10 @@ def mpi_argv(unit: dict, launcher: str, hosts: list[tuple[str, int]]) -> list[st
 def sandbox_of(root: str, unit: dict) -> str:
     """The unit's sandbox: `sandbox` (relative to the pilot sandbox `root`, or absolute) or
     ROOT/<uid>."""
-    return os.path.join(root, unit.get("sandbox") or unit["uid"])
+    named = unit.get("sandbox")
+    if named:
+        return os.path.join(root, named)
+    return f"{root}{unit['uid']}" if root.endswith(os.sep) else f"{root}{os.sep}{unit['uid']}"
 
 
 def stage_in(pilot_sandbox: str, sandbox: str, unit: dict) -> None:
