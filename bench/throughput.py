@@ -8,8 +8,9 @@ Each repetition, interleaved so that a noisy minute hits every row:
   ours   a fresh process: Session + 2-core local.localhost pilot with one partition; N units of
          /bin/true, 1 core each, from submit until every unit is DONE and its state persisted
          (store flushed); also pilot start (submit -> partition ACTIVE), first unit (submit_units
-         called -> the first unit EXECUTING) and peak RSS of the client, the bootstrap and the
-         agent
+         called -> the first unit EXECUTING), the tail (the last unit's DONE, as the agent
+         stamped it -> every DONE seen by wait_units and persisted) and peak RSS of the client,
+         the bootstrap and the agent
 ours runs twice per repetition: with the session directory (and so the unit sandboxes) on tmpfs
 (/dev/shm), and on the disk under /tmp.  The limit creates no files at all.  A unit of /bin/true
 writes nothing, so it gets no output files, and its empty sandbox directory becomes a later
@@ -59,13 +60,14 @@ def one_run(n: int, where: str) -> dict:
         )
         states = run.umgr.wait_units([u.uid for u in units], timeout=600)
         run.session.writer.flush(timeout=120)
-        run_s = time.perf_counter() - t1
+        run_s, flushed = time.perf_counter() - t1, time.time()
         assert states == [rp.DONE] * n, "not every unit is DONE"
         return {
             "rate": n / run_s,
             "run_s": run_s,
             "startup_s": run.startup_s,
             "first_s": min(dict(u.history)[rp.EXECUTING] for u in units) - t1_epoch,
+            "tail_ms": 1e3 * (flushed - max(dict(u.history)[rp.DONE] for u in units)),
             "rss_client": status_mb(os.getpid(), "VmHWM"),
             "rss_bootstrap": status_mb(run.bootstrap, "VmHWM"),
             "rss_agent": max(status_mb(p, "VmHWM") for p in run.agents()),
@@ -109,16 +111,16 @@ def main() -> int:
         f"{args.reps} reps, {os.cpu_count()} cores\n"
     )
     print(
-        "| row | units/s median [min-max] | x limit | pilot start s | first unit s | peak RSS MB "
-        "client / bootstrap / agent | store write lag s |"
+        "| row | units/s median [min-max] | x limit | pilot start s | first unit s | tail ms | "
+        "peak RSS MB client / bootstrap / agent | store write lag s |"
     )
-    print("|---|---|---|---|---|---|---|")
-    print(f"| limit/spawn-c2 | {fmt(limits)} | 1.00 | - | - | - | - |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| limit/spawn-c2 | {fmt(limits)} | 1.00 | - | - | - | - | - |")
     for name, rs in runs.items():
         col = lambda k, rs=rs: [r[k] for r in rs]  # noqa: E731
         print(
             f"| ours, sandboxes on {name} | {fmt(col('rate'))} | {fmt(col('ratio'), 2)} | "
-            f"{fmt(col('startup_s'), 2)} | {fmt(col('first_s'), 3)} | "
+            f"{fmt(col('startup_s'), 2)} | {fmt(col('first_s'), 3)} | {fmt(col('tail_ms'))} | "
             f"{max(col('rss_client')):.0f} / "
             f"{max(col('rss_bootstrap')):.0f} / {max(col('rss_agent')):.0f} | "
             f"{fmt(col('write_lag_s'), 2)} |"
