@@ -258,19 +258,10 @@ class Spawner:
     def prepare_own(self, argv: list[str], cwd: str, head: list, own: dict, mask, one_pipe):
         """`prepare` for a unit whose environment is `head` (shared_head) plus `own` (names
         given to shared_head); `mask` as `mask()` gave it."""
-        path = argv[0]
-        if "/" not in path:
-            path = self.which(path)
+        path = argv[0] if "/" in argv[0] else self.which(argv[0])
         envp = head + [_entry(k, v) for k, v in own.items()]
-        return _spawn.prepare(
-            _fsencode(path),
-            [_fsencode(a) for a in argv],
-            envp,
-            _fsencode(cwd),
-            (self.devnull, -1, -2 if one_pipe else -1),
-            None if mask is None else sorted(mask),
-            _SPAWN_SIGDEF,
-        )
+        err = -2 if one_pipe else -1
+        return _spawn.prepare(*self._encoded(path, argv, cwd, -1, err, envp, mask))
 
     def _prepare(self, argv, env, gpu_var, cpu_ids) -> tuple:
         """(program path, env with its GPU variable mapped, real cores or None)."""
@@ -292,6 +283,10 @@ class Spawner:
             for k, v in env.items():
                 entries[k] = _entry(k, v)
             envp = list(entries.values())
+        return self._encoded(path, argv, cwd, out, err, envp, mask)
+
+    def _encoded(self, path, argv, cwd, out, err, envp: list, mask) -> tuple:
+        """What agent/_spawn.c takes, with `envp` encoded already."""
         return (
             _fsencode(path),
             [_fsencode(a) for a in argv],
