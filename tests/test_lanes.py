@@ -144,3 +144,50 @@ def test_quiet_pipes_are_polled_only_once_they_hold_data(tmp_path):
     assert streams.finish(chatty) and chatty.made and not poller.fds
     assert os.path.getsize(tmp_path / "c" / "STDOUT") == sent + 100_000
     assert not os.path.exists(tmp_path / "STDOUT")
+
+
+@pytest.mark.parametrize("cores", [1, 2])  # 1: in a lane (its thread looks); 2: the agent's own
+def test_a_sandbox_is_kept_while_its_process_group_outlives_its_unit(session, cores):
+    """A unit that leaves a silent process in its process group, working elsewhere, has its
+    sandbox kept (that process may still write there); one that leaves nothing has its empty
+    sandbox removed once the partition is idle."""
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    left = umgr.submit_units(
+        rp.ComputeUnitDescription(
+            executable="/bin/sh",
+            arguments=["-c", "(cd / && exec sleep 5) >/dev/null 2>&1 &"],
+            cores=cores,
+        )
+    )
+    quiet = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true", cores=cores))
+    assert umgr.wait_units(timeout=30) == [rp.DONE, rp.DONE]
+    deadline = time.monotonic() + 10  # (the agent removes idle spares after a second)
+    while os.path.exists(quiet.sandbox) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(quiet.sandbox), "an empty sandbox was left behind"
+    assert os.path.isdir(left.sandbox), "a sandbox was recycled under a process of its unit"
+
+
+def test_the_agent_hears_its_own_childrens_exits_without_sigchld(session):
+    """Units the agent's thread starts (two cores: not in a lane) end as their process exits,
+    even when a process they left holds their output open (no end-of-file wakes the agent),
+    while SIGCHLD is left at its default: the kernel drops the one of every unit a lane's
+    thread started, where a handler woke the agent for each."""
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    script = "(sleep 3; echo late) & sleep 0.3"  # the agent's updates are sent by then
+    units = umgr.submit_units(
+        [
+            rp.ComputeUnitDescription(executable="/bin/sh", arguments=["-c", script], cores=2)
+            for _ in range(4)
+        ]
+    )
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 4
+    for u in units:
+        times = dict(u.history)
+        took = times[rp.DONE] - times[rp.EXECUTING]
+        assert took < 0.6, f"{u.uid} ended {took - 0.3:.2f} s after its process exited"
+    with open(os.path.join(pilot.sandbox, f"{pilot.partitions[0].uid}.agent.log")) as f:
+        agent = int(re.search(r": up, pid (\d+)", f.read())[1])
+    with open(f"/proc/{agent}/status") as f:
+        caught = int(re.search(r"SigCgt:\s*([0-9a-f]+)", f.read())[1], 16)
+    assert not caught & (1 << (17 - 1)), "the agent catches SIGCHLD"

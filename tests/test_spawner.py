@@ -41,16 +41,27 @@ class _Starting:
         return child.pid
 
 
-@pytest.fixture(params=["native", "start", "posix_spawn"])
+@pytest.fixture(params=["native", "start", "start-clone", "posix_spawn"])
 def spawner(request):
+    """start-clone: start() through the older clone, as on kernels without clone3 (the child
+    resets the handled signals itself)."""
     if request.param != "posix_spawn" and not spawn_mod.NATIVE:
         pytest.skip("agent/_spawn.c was not built (no C compiler)")
-    if request.param == "start" and not spawn_mod.NO_WAIT:
+    if request.param.startswith("start") and not spawn_mod.NO_WAIT:
         pytest.skip("start() is built on x86-64 Linux only")
     s = Spawner({"PILOT_TEST_BASE": "base", "PILOT_TEST_OVER": "base"})
     s.native = request.param != "posix_spawn"
-    yield _Starting(s) if request.param == "start" else s
-    os.close(s.devnull)
+    previous = None
+    if request.param == "start-clone":
+        from agent import _spawn
+
+        previous = _spawn.use_clone3(False)
+    try:
+        yield _Starting(s) if request.param.startswith("start") else s
+    finally:
+        if previous is not None:
+            _spawn.use_clone3(previous)
+        os.close(s.devnull)
 
 
 def _run(spawner, argv, tmp_path, **kw) -> tuple[int, str]:

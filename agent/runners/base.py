@@ -44,6 +44,7 @@ class Run:
         "names",
         "started_at",
         "ended_at",
+        "lingering",
     )
 
     def __init__(self, unit, alloc):
@@ -61,6 +62,7 @@ class Run:
         self.start_errno = 0  # a successor the launcher could not start: why
         self.sandbox = self.names = None  # (launcher lanes: where its pipes' files go)
         self.started_at = self.ended_at = 0.0  # when a launcher thread started / reaped it
+        self.lingering = None  # (a launcher's) whether its process group outlived it
 
     @property
     def nodes(self) -> list[str]:

@@ -50,6 +50,7 @@ class FunctionWorkers:
         self.log_path = os.path.join(root, f"{partition}.functions.log")
         self.most = max(1, most)
         self.poller = None
+        self.watch_child = lambda pid: None  # (the runner's: its exit wakes the agent)
         self.workers: dict[int, Worker] = {}  # pid -> worker
         self.by_fd: dict[int, Worker] = {}
         self.done: list[tuple[Run, int]] = []
@@ -86,6 +87,7 @@ class FunctionWorkers:
             theirs.close()
             if not ok:
                 mine.close()
+        self.watch_child(pid)
         mine.setblocking(False)
         w = Worker(pid, mine)
         self.workers[pid] = w

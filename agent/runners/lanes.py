@@ -25,7 +25,8 @@ Protocol (agent's main thread):
     news()                    what the thread did: exits [(pid, code)] in order, and the Runs it
                               started (or could not: Run.start_errno), their pipes adopted;
                               Run.started_at / ended_at say when (the thread's clock: a
-                              successor's start comes after its predecessor's end)
+                              successor's start comes after its predecessor's end), and
+                              Run.lingering whether its process group outlived it
 PILOT_AGENT_LANES=0 in the agent's environment turns lanes off (every unit is started by the
 agent's loop, as on machines where agent/_spawn.c has no Launcher): for comparisons.
 Exactly once: the thread journals a successor before its clone, as the agent does for what it
@@ -53,8 +54,8 @@ def available() -> bool:
 
 
 class Lanes:
-    def __init__(self, journal: int, slots: int, streams: StreamSet) -> None:
-        self.launcher = Launcher(journal, slots)
+    def __init__(self, journal: int, slots: int, streams: StreamSet, quiet: bool) -> None:
+        self.launcher = Launcher(journal, slots, quiet)  # quiet: see LocalRunner.use_lanes
         self.slots = slots
         self.streams = streams
         self.run_in: dict[int, Run] = {}  # slot -> the unit running there
@@ -128,6 +129,7 @@ class Lanes:
                 if run is not None:
                     self.exited[slot] = run
                     run.ended_at = at
+                    run.lingering = out == 1  # (its process group, as the thread reaped it)
                     if self.run_in.get(slot) is run:
                         del self.run_in[slot]
                 continue

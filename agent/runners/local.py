@@ -8,9 +8,10 @@ The spawn does not wait for the exec (Spawner.start): a child that cannot exec e
 its unit ends FAILED "cannot start: ..." without an exit code, as when the start fails at once.
 A unit of one rank on one core goes through a launcher lane instead (agent/runners/lanes.py):
 a thread starts it, and the units queued behind it the moment it exits.
-Exits are collected with waitpid(-1, WNOHANG) when SIGCHLD arrives (a lane's from its thread);
-what is left in the pipes is copied before the unit's end is reported.  The agent starts queued
-units on the freed cores before it reports the ended ones.
+Exits are collected with waitpid(-1, WNOHANG) when the pidfd of a process the agent started
+becomes readable (`watch_child`; where the kernel has no pidfds, when SIGCHLD arrives: `sigchld`),
+a lane's from its thread; what is left in the pipes is copied before the unit's end is
+reported.  The agent starts queued units on the freed cores before it reports the ended ones.
 
 A unit of R ranks is R processes (one per rank, each bound to its own cores, all writing to
 the unit's pipes); it ends when all have ended, with the first non-zero exit code.  Its sandbox
@@ -35,6 +36,15 @@ from agent.spawn import UNIT_VARS, WNOTHREAD, Spawner, exits, grant_ids, rank_en
 from pilot import processes
 
 _WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
+
+
+def _pidfds_work() -> bool:
+    """Whether this kernel opens pidfds (Linux 5.3+, and no filter refuses them)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):
+        return False
 
 
 class LocalRunner:
@@ -67,12 +77,22 @@ class LocalRunner:
         self.lane_exits: list = []  # (pid, code) the launcher thread reaped
         self.lane_started: list[Run] = []  # successors it started (or could not)
         self.lane_env: dict = {}  # slot -> (allocation, encoded shared environment, mask)
+        # the agent thread's own children (units it spawned, function workers), until reaped:
+        # pid -> its pidfd (-1: none could be opened), and pidfd -> pid
+        self.children: dict[int, int] = {}
+        self.pidfds: dict[int, int] = {}
+        # whether the agent must hear SIGCHLD: only where the kernel has no pidfds (before
+        # Linux 5.3, or a filter refuses them); otherwise it leaves SIGCHLD at its default
+        self.sigchld = not _pidfds_work()
+        self.functions.watch_child = self.watch_child
 
     def use_lanes(self, journal: int) -> bool:
         """Start single-core units through a launcher thread (agent/runners/lanes.py) from now
         on, journaling their successors into `journal`; False where it cannot be built."""
         if self.lanes is None and lanes.available():
-            self.lanes = lanes.Lanes(journal, self.slots, self.streams)
+            # quiet: SIGCHLD is at its default here, so the kernel drops the one each lane
+            # unit's exit makes (agent/_spawn.c) instead of waking the agent for it
+            self.lanes = lanes.Lanes(journal, self.slots, self.streams, quiet=not self.sigchld)
             if self.streams.poller is not None:
                 self.streams.poller.register(self.lanes.fd, 1)  # zmq.POLLIN
         return self.lanes is not None
@@ -80,8 +100,36 @@ class LocalRunner:
     def watch(self, poller) -> None:
         self.streams.poller = poller  # output pipes are registered as units start
         self.functions.poller = poller  # and function workers' sockets as they start
+        for fd in self.pidfds:
+            poller.register(fd, 1)  # zmq.POLLIN
+
+    def watch_child(self, pid: int) -> None:
+        """`pid`, a child of the agent's thread, wakes the agent's loop as it exits (its pidfd
+        is polled; reap() lets go of it).  Without a pidfd (none left, or none on this kernel)
+        its exit is seen at the loop's next turn, within a second, or through SIGCHLD."""
+        fd = -1
+        if not self.sigchld:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                pass
+        self.children[pid] = fd
+        if fd >= 0:
+            self.pidfds[fd] = pid
+            if self.streams.poller is not None:
+                self.streams.poller.register(fd, 1)  # zmq.POLLIN
+
+    def _reaped(self, pid: int) -> None:
+        fd = self.children.pop(pid, -1)
+        if fd >= 0:
+            del self.pidfds[fd]
+            if self.streams.poller is not None:
+                self.streams.poller.unregister(fd)
+            os.close(fd)
 
     def on_readable(self, fd) -> None:
+        if fd in self.pidfds:
+            return  # a child exited: reap() (the agent's loop calls it next) takes it
         if self.lanes is not None and fd == self.lanes.fd:
             self._lane_news()
             return
@@ -196,7 +244,9 @@ class LocalRunner:
                 ids = grant_ids(node.cap, grant)
                 env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
                 cpus = [c for c, _ in grant.get("cpus", ())]
-                self._started(run, self.spawner.start(argv, sandbox, out, err, env, var, cpus))
+                child = self.spawner.start(argv, sandbox, out, err, env, var, cpus)
+                self.watch_child(child.pid)
+                self._started(run, child)
         except (OSError, ValueError):
             for pid in run.pids:  # (their handles stay until they are reaped)
                 self.running.pop(pid, None)
@@ -239,7 +289,9 @@ class LocalRunner:
         env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus)
         argv = command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
         cpus = sorted({c for c, _ in grant.get("cpus", ())})
-        self._started(run, self.spawner.start(argv, sandbox, out, err, env, var, cpus))
+        child = self.spawner.start(argv, sandbox, out, err, env, var, cpus)
+        self.watch_child(child.pid)
+        self._started(run, child)
         return run
 
     def _started(self, run: Run, child) -> None:
@@ -255,7 +307,12 @@ class LocalRunner:
         if not self.running and not self.functions.workers and not self.killed:
             return
         lane, self.lane_exits = self.lane_exits, []
-        for pid, code in [*lane, *exits(WNOTHREAD if self.lanes is not None else 0)]:
+        own = ()  # (a waitpid for a thread with no child of its own raises, at a cost)
+        if self.children or self.killed or self.sigchld or self.lanes is None:
+            own = list(exits(WNOTHREAD if self.lanes is not None else 0))
+            for pid, _ in own:
+                self._reaped(pid)
+        for pid, code in [*lane, *own]:
             if self.functions.on_exit(pid, code):
                 continue
             child = self.starting.pop(pid, None)
@@ -287,6 +344,8 @@ class LocalRunner:
             return False
         if unit.get("stage_out") or unit.get("cleanup"):
             return False
+        if run.lingering is not None:  # (its launcher thread looked as it reaped it)
+            return not run.lingering
         for pid in run.pids:
             try:
                 os.killpg(pid, 0)
