@@ -316,8 +316,27 @@ class ComputeUnitDescription(Description):
     def to_dict(self) -> dict:
         d = super().to_dict()
         d["policy"] = self.policy.to_dict()
-        f = self.function
         d["args"], d["kwargs"] = [], {}
+        return self._with_call(d)
+
+    def to_stored(self) -> dict:
+        """As the store keeps it: the fields not at their default (from_dict and filled()
+        give the rest), the policy whole (as merged at construction: a reader must not merge
+        it again with the context it runs in), a function's call packed."""
+        d = self.to_sparse_dict()
+        d["policy"] = self.policy.to_dict()
+        d.pop("args", None)
+        d.pop("kwargs", None)
+        return self._with_call(d)
+
+    @classmethod
+    def filled(cls, sparse: dict) -> dict:
+        d = super().filled(sparse)
+        d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_dict has them)
+        return d
+
+    def _with_call(self, d: dict) -> dict:
+        f = self.function
         if f is not None and not functions.is_packed(f):  # the call, packed once, as stored
             d["function"] = functions.pack(f, self.peek("args"), self.peek("kwargs"))
         elif f is not None and (self.peek("args") or self.peek("kwargs")):

@@ -147,6 +147,25 @@ class Description:
     def as_dict(self) -> dict:  # RP's name
         return self.to_dict()
 
+    def to_sparse_dict(self) -> dict:
+        """to_dict without the fields at their default (from_dict fills them in again; a
+        unit's description is stored this way: a few fields instead of ~35)."""
+        fields = self.FIELDS
+        out = {}
+        for name, value in self.__dict__.items():
+            if name in fields and value != fields[name][0]:
+                out[name] = _plain(value)
+        return out
+
+    @classmethod
+    def filled(cls, sparse: dict) -> dict:
+        """A to_sparse_dict() as to_dict() gives it: every field, the missing at their default."""
+        out = cls._TEMPLATE.copy()
+        for name in cls._MUTABLE:
+            out[name] = type(cls.FIELDS[name][0])()
+        out.update(sparse)
+        return out
+
     @classmethod
     def from_dict(cls, data: dict):
         return cls(**data)

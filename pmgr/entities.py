@@ -115,7 +115,7 @@ class Unit(Stateful):
     def __init__(self, session, uid: str, description, umgr, created: float | None = None):
         super().__init__(session, uid, created)
         self.description = description
-        self._desc = description.to_dict()  # captured at submit; later edits change nothing
+        self._desc = description.to_stored()  # captured at submit; later edits change nothing
         req = description.request(self._desc["policy"])
         self.value: str | None = None  # a function unit's packed return value (as stored)
         self.exception: str | None = None  # a function unit's exception, "Type: message"
@@ -269,7 +269,9 @@ class Unit(Stateful):
                 "node": self.node,
                 "reason": self.reason,
                 "metadata": self.metadata,
-                "description": dict(self._desc or self._description_as_stored()),
+                "description": type(self.description).filled(
+                    self._desc or self._description_as_stored()
+                ),
             }
         out["stdout"] = self.stdout
         out["stderr"] = self.stderr
@@ -278,7 +280,7 @@ class Unit(Stateful):
     def _description_as_stored(self) -> dict:
         """As it was at submit (the description object may have been changed since)."""
         doc = self.session.store.get("units", self.uid)
-        return doc["description"] if doc else self.description.to_dict()
+        return doc["description"] if doc else self.description.to_stored()
 
     def _stored_description(self, full: bool):
         if full:

@@ -33,3 +33,29 @@ def test_5000_units_no_duplicate_or_missing_history(make_session, database_url):
     assert [p["resources"]["cores"] for p in parts] == [1, 1]
     assert session.store.get("sessions", session.uid)["dir"] == session.dir
     assert [s for s, _ in units[0].history] == STATES
+
+
+def test_a_units_description_is_stored_without_its_defaults_and_read_back_whole(
+    make_session, database_url
+):
+    session = make_session(database_url=database_url)
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    desc = rp.ComputeUnitDescription(
+        executable="/bin/sh",
+        arguments=["-c", "true"],
+        cores=2,
+        environment={"A": "1"},
+        policy=rp.Policy(distribution="ROUNDROBIN", cpu_affinity=[0, 1]),
+    )
+    unit = umgr.submit_units(desc)
+    desc.arguments.append("changed after submit")  # (what was submitted is what is stored)
+    assert unit.wait(timeout=60) == rp.DONE
+    assert session.writer.flush(timeout=30)
+    stored = session.store.get("units", unit.uid)["description"]
+    assert set(stored) == {"executable", "arguments", "cores", "environment", "policy"}
+    assert stored["policy"]["cpu_affinity"] == [0, 1]  # (the policy whole, as merged)
+    assert len(stored["policy"]) == len(rp.Policy().to_dict())
+    again = rp.ComputeUnitDescription.from_dict(stored)
+    desc.arguments.pop()
+    assert again == desc  # every field, the defaults filled in
+    assert unit.as_dict()["description"] == desc.to_dict()  # RP's view: every key
