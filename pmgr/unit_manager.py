@@ -170,6 +170,7 @@ class UnitManager:
         can never fit), appended to `units`; `named`: the call's units by name so far."""
         session = self.session
         now = time.time()
+        verdicts: dict = {}  # (what _never_fits reads) -> its answer: the same for a chunk
         for d in descs:
             unit = Unit(session, session.next_uid("unit", 6), d, self, now)
             self.units[unit.uid] = unit
@@ -183,7 +184,10 @@ class UnitManager:
             session.persist_state(unit, S.NEW, now)
             fired.append((unit, S.NEW))
             unit.advance(S.SCHEDULING, now, None, fired)
-            reason = self._never_fits(unit)
+            shape = (d.pilot, d.partition, d.rank_cores, d.rank_gpus, d.ranks)
+            reason = verdicts.get(shape, False)
+            if reason is False:
+                reason = verdicts[shape] = self._never_fits(unit)
             if reason:
                 unit.advance(S.FAILED, now, reason, fired)
             else:

@@ -92,6 +92,17 @@ def test_failures_carry_reasons(session):
     assert missing.exit_code == 127 and "not found" in missing.stderr  # the shell says so
     assert too_big.state == rp.FAILED and "cores=64" in too_big.reason
     assert "can never fit" in too_big.reason
+    # in one call: each shape is judged on its own (submit judges a shape once per chunk)
+    mixed = umgr.submit_units(
+        [CUD(executable="/bin/true", cores=c, ranks=r) for c, r in ((1, 1), (9, 1), (1, 9), (1, 1))]
+    )
+    assert umgr.wait_units([u.uid for u in mixed], timeout=30) == [
+        rp.DONE,
+        rp.FAILED,
+        rp.FAILED,
+        rp.DONE,
+    ]
+    assert "cores=9" in mixed[1].reason and "ranks=9" in mixed[2].reason
     assert [s for s, _ in too_big.history] == ["NEW", "SCHEDULING", "FAILED"]
 
 
