@@ -209,6 +209,7 @@ class Agent:
 
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
+        found: dict = {}  # (program, PATH) -> where it is: looked up once per batch
         for i, u in enumerate(checks.items("units", units)):
             if i % SERVE_EVERY == SERVE_EVERY - 1:
                 try:  # a large batch must not leave cores idle meanwhile
@@ -247,7 +248,7 @@ class Agent:
                         "function units run on single-node partitions; this one spans "
                         f"{len(self.cfg['nodes'])} nodes"
                     )
-            elif reason is None and self.execu.which(u["executable"], _path(u)) is None:
+            elif reason is None and self._which(found, u["executable"], _path(u)) is None:
                 if u.get("shell") is False:
                     reason = f"executable={u['executable']!r} not found on PATH"
                 else:  # as under RP: the shell says so on its stderr and exits 127
@@ -265,6 +266,13 @@ class Agent:
         if self.stopping:
             self.release_late()
         self.start_ready()
+
+    def _which(self, found: dict, executable: str, search: str | None) -> str | None:
+        key = (executable, search)
+        where = found.get(key, found)
+        if where is found:
+            where = found[key] = self.execu.which(executable, search)
+        return where
 
     def serve_running(self) -> None:
         """What running units said (output, a function's reply) and which ended, without

@@ -10,6 +10,8 @@ import os
 import re
 import time
 
+import pytest
+
 import pilot as rp
 from tests.conftest import active_pilot
 
@@ -145,11 +147,17 @@ def test_stdout_and_stderr_in_one_file_and_empty_files_for_staging(session, tmp_
     assert (tmp_path / "quiet.out").read_text() == ""  # STDOUT was made, empty, to be staged
 
 
-def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path):
+@pytest.mark.parametrize("native", [True, False])  # agent/_spawn.c's take_dir, or Python's calls
+def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path, monkeypatch, native):
     import subprocess
 
+    from agent.runners import spares
     from agent.runners.spares import SCAN_EVERY, SparePool
 
+    if native and spares.take_dir is None:
+        pytest.skip("agent/_spawn.c was not built")
+    if not native:
+        monkeypatch.setattr(spares, "take_dir", None)
     pool = SparePool(str(tmp_path))
     pool.mode = 0o755
     dirs = {}
@@ -177,7 +185,14 @@ def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path):
     finally:
         holder.kill()
         holder.wait(timeout=10)
+    # a unit run again finds its sandbox as it left it: the spare is kept for another
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "result").write_text("kept")
     pool.add(str(got[0]))
+    time.sleep(SCAN_EVERY * 2)
+    with pytest.raises(FileExistsError):
+        pool.take(str(tmp_path / "again"))
+    assert (tmp_path / "again" / "result").read_text() == "kept" and got[0].is_dir()
     assert pool.trim() == 1 and not got[0].exists()
 
 

@@ -204,7 +204,10 @@ class SandboxStager:
             self.spares.trim()
 
     def summary(self) -> str:
-        return f"made {self.made}, reused {self.reused} left empty by earlier units"
+        return (
+            f"made {self.made}, reused {self.reused} left empty by earlier units "
+            f"({self.spares.scans} scans for processes working in them)"
+        )
 
     def close(self) -> None:
         self.todo.put(None)

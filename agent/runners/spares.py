@@ -8,7 +8,9 @@ unit left empty stays where it is as a spare, and a later unit's sandbox is such
                  after it arrived finds none inside it (a detached process the unit left behind,
                  working there, would otherwise write into a stranger's sandbox).  A spare
                  something works in is removed instead (rmdir works under a process's feet;
-                 what it writes later fails).  Scans run at most every SCAN_EVERY seconds.
+                 what it writes later fails).  Scans run at most every SCAN_EVERY seconds
+                 (one costs about 0.3 ms: scanning sooner when none is ready made 40 fewer
+                 new directories for 5,000 units, and cost as much in 38 more scans).
     at reuse     it must still be empty, with no subdirectory and the mode a new one gets (a
                  unit may have made its sandbox read-only); otherwise it is left as it is, with
                  whatever was put there, and is no longer a spare.
@@ -26,6 +28,11 @@ import errno
 import os
 import time
 from collections import deque
+
+try:
+    from agent._spawn import take_dir
+except ImportError:  # agent/_spawn.c not built: os.stat, os.listdir and os.rename
+    take_dir = None
 
 SCAN_EVERY = 0.05
 MOST = 4096  # spares kept at once; more are removed
@@ -55,6 +62,7 @@ class SparePool:
         self.quarantine: deque[tuple[float, str]] = deque()
         self.ready: deque[str] = deque()
         self.last_scan = 0.0
+        self.scans = 0
         self.mode: int | None = None  # the mode a new sandbox gets (learned from one)
 
     def add(self, sandbox: str) -> None:
@@ -71,6 +79,16 @@ class SparePool:
             self._release()
         while self.ready:
             spare = self.ready.popleft()
+            if take_dir is not None:  # (the same checks and rename, in one call)
+                got = take_dir(spare, sandbox, -1 if self.mode is None else self.mode)
+                if got == 0:
+                    return True
+                if got == 1:
+                    remove_empty(spare)
+                elif got in (-errno.EEXIST, -errno.ENOTEMPTY):
+                    self.ready.appendleft(spare)
+                    raise FileExistsError(sandbox)
+                continue  # 2: something was put there after its unit ended; < 0: gone
             try:
                 st = os.stat(spare)
                 if st.st_nlink != 2 or (self.mode is not None and st.st_mode & 0o7777 != self.mode):
@@ -90,6 +108,7 @@ class SparePool:
         if not self.quarantine or now - self.last_scan < SCAN_EVERY:
             return
         self.last_scan = now
+        self.scans += 1
         held = working_dirs_under(self.real)
         cut = len(self.root)
         while self.quarantine and self.quarantine[0][0] < now:
