@@ -806,12 +806,17 @@ use_clone3(PyObject *Py_UNUSED(self), PyObject *args)
 
 A unit's exit wakes the agent, whose Python loop then starts the next unit on the freed core:
 about 200 us of its work, through which that core idles whenever the agent was woken on the
-other one (half the exits on 2 cores, measured with bench/sched_trace.py).  A Launcher is one
-thread, without the interpreter, that waits for the exits of the units it started and starts
-each one's successor (prepared by the agent ahead of time) at once.  Protocol (slot: the
-agent's name for a core; at most one unit runs in a slot, up to LANE_DEPTH wait behind it):
+other one (half the exits on 2 cores, measured with bench/sched_trace.py).  A Launcher is a
+thread per core (Launcher(journal, slots, quiet, cpus): cpus[slot] is the slot's real core;
+None: one thread, unbound), without the interpreter, bound to its core, that waits for the exits
+of the units it started there and starts each one's successor (prepared by the agent ahead of
+time) at once: the exit of a unit frees the very core whose thread starts the next.  (A single
+thread for all cores was woken where it last ran, behind a busy thread on the other core, and
+was kept there as cache-hot while the freed core idled: 8 % fewer units a second on 2 cores.)
+Protocol (slot: the agent's name for a core; at most one unit runs in a slot, up to LANE_DEPTH
+wait behind it):
     launch(slot, handle)            start a prepared handle (prepare()) in a free slot now,
-                                    through the thread; (pid, stdout read end, stderr read end)
+                                    through the slot's thread; (pid, stdout read end, stderr read end)
     follow(slot, 0, handle, line)   queue a successor in a slot where a unit runs: when the units
                                     ahead of it have exited, the thread appends `line` to the
                                     journal and starts it.  False (nothing kept) when the slot
@@ -861,6 +866,7 @@ struct lslot {
     int now;         /* next is to start at once (launch), not at the exit */
     int starting;    /* the thread is starting its next successor (without mu) */
     pid_t result;    /* of a launch: its pid or -errno */
+    unsigned worker; /* the thread that starts its units (the one on its core) */
 };
 
 struct lrec {
@@ -874,19 +880,32 @@ struct lrec {
     PyObject *drop[2]; /* refs the thread let go of, released in take() */
 };
 
+struct lworker;
+
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
     pthread_cond_t launched;
-    pthread_t thread;
     int running;
-    int ep, ready, stop, cmd, journal;
-    unsigned nslots;
+    int ready, stop, journal;
+    unsigned nslots, nworkers;
     struct lslot *slots;
+    struct lworker *workers;
     struct lrec *recs;
     size_t nrecs, caprecs;
     unsigned long pushed; /* records ever pushed (take() empties recs meanwhile) */
 } Launcher;
+
+/* a thread of the launcher: the slots of one core (or, past MAX_WORKERS cores, of a few) */
+struct lworker {
+    Launcher *L;
+    unsigned index;
+    pthread_t thread;
+    int ep, cmd;     /* its epoll (its slots' pidfds, stop, cmd), and launch()'s wake-up */
+    int made;        /* its thread exists */
+    int bind;
+    cpu_set_t cpus;  /* where it runs: its slots' cores */
+};
 
 static double
 now_epoch(void)
@@ -918,7 +937,7 @@ static void
 watch(Launcher *L, unsigned slot, int pidfd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.u32 = slot};
-    epoll_ctl(L->ep, EPOLL_CTL_ADD, pidfd, &ev);
+    epoll_ctl(L->workers[L->slots[slot].worker].ep, EPOLL_CTL_ADD, pidfd, &ev);
 }
 
 static int
@@ -988,7 +1007,7 @@ on_exit_of(Launcher *L, unsigned slot)
     memset(&si, 0, sizeof si);
     if (waitid(P_PID, s->pid, &si, WEXITED | WNOHANG | __WALL) < 0 || si.si_pid == 0)
         return; /* not yet */
-    epoll_ctl(L->ep, EPOLL_CTL_DEL, s->pidfd, NULL);
+    epoll_ctl(L->workers[s->worker].ep, EPOLL_CTL_DEL, s->pidfd, NULL);
     close(s->pidfd);
     /* whether anything it started still runs in its process group (its sandbox is not
        recycled then): asked here, at once, where the agent's thread would raise an exception
@@ -1047,14 +1066,14 @@ on_exit_of(Launcher *L, unsigned slot)
             return; /* (out of memory: nothing more can be said) */
 }
 
-/* (mu held) start the units launch() asked for, in this thread: its children are its own
-   (a wait with __WNOTHREAD in another thread does not see them) */
+/* (mu held) start the units launch() asked for in worker w's slots, in its thread: its
+   children are the launcher's (a wait with __WNOTHREAD in another thread does not see them) */
 static void
-launch_now(Launcher *L)
+launch_now(Launcher *L, unsigned w)
 {
     for (unsigned slot = 0; slot < L->nslots; slot++) {
         struct lslot *s = &L->slots[slot];
-        if (!s->now)
+        if (!s->now || s->worker != w)
             continue;
         int pidfd = -1;
         pid_t pid = start_piped(s->next, &pidfd, &s->out, &s->err);
@@ -1074,10 +1093,11 @@ launch_now(Launcher *L)
 static void *
 launcher_main(void *p)
 {
-    Launcher *L = p;
+    struct lworker *W = p;
+    Launcher *L = W->L;
     struct epoll_event evs[64];
     for (;;) {
-        int n = epoll_wait(L->ep, evs, 64, -1);
+        int n = epoll_wait(W->ep, evs, 64, -1);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1092,8 +1112,8 @@ launcher_main(void *p)
             }
             if (evs[i].data.u32 == CMD_SLOT) {
                 uint64_t k;
-                (void)!read(L->cmd, &k, sizeof k);
-                launch_now(L);
+                (void)!read(W->cmd, &k, sizeof k);
+                launch_now(L, W->index);
                 continue;
             }
             if (evs[i].data.u32 < L->nslots)
@@ -1110,21 +1130,98 @@ launcher_main(void *p)
 
 static void Launcher_stop(Launcher *L);
 
-static PyObject *
-Launcher_new(PyTypeObject *type, PyObject *args, PyObject *Py_UNUSED(kw))
+/* the real core of each slot (cpus: a sequence of ints, or None: unknown) -> L->workers, one
+   per core (past MAX_WORKERS cores, each takes the cores i, i + MAX_WORKERS, ...) */
+#define MAX_WORKERS 64
+static int
+make_workers(Launcher *L, PyObject *cpus_o)
 {
+    long *core = NULL;
+    long distinct[MAX_WORKERS * 4];
+    unsigned nd = 0;
+    if (cpus_o != Py_None) {
+        PyObject *fast = PySequence_Fast(cpus_o, "cpus must be a sequence of core ids");
+        if (fast == NULL)
+            return -1;
+        if ((size_t)PySequence_Fast_GET_SIZE(fast) != L->nslots) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_ValueError, "cpus: one core id per slot (%u)", L->nslots);
+            return -1;
+        }
+        core = PyMem_Malloc(L->nslots * sizeof *core);
+        if (core == NULL) {
+            Py_DECREF(fast);
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (unsigned i = 0; i < L->nslots; i++) {
+            long c = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+            if ((c == -1 && PyErr_Occurred()) || c < 0 || c >= CPU_SETSIZE) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_ValueError, "cpus: %ld is not a core id", c);
+                Py_DECREF(fast);
+                PyMem_Free(core);
+                return -1;
+            }
+            core[i] = c;
+        }
+        Py_DECREF(fast);
+    }
+    /* one worker per distinct core (in order of the slots), at most MAX_WORKERS */
+    for (unsigned i = 0; core != NULL && i < L->nslots; i++) {
+        unsigned k = 0;
+        while (k < nd && distinct[k] != core[i])
+            k++;
+        if (k == nd && nd < sizeof distinct / sizeof *distinct)
+            distinct[nd++] = core[i];
+    }
+    L->nworkers = nd == 0 ? 1 : (nd < MAX_WORKERS ? nd : MAX_WORKERS);
+    L->workers = calloc(L->nworkers, sizeof *L->workers);
+    if (L->workers == NULL) {
+        PyMem_Free(core);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (unsigned w = 0; w < L->nworkers; w++) {
+        L->workers[w].L = L;
+        L->workers[w].index = w;
+        L->workers[w].ep = L->workers[w].cmd = -1;
+        CPU_ZERO(&L->workers[w].cpus);
+    }
+    for (unsigned i = 0; i < L->nslots; i++) {
+        unsigned w = 0;
+        if (core != NULL && nd > 0) {
+            unsigned k = 0;
+            while (k < nd && distinct[k] != core[i])
+                k++;
+            w = (k < nd ? k : (unsigned)core[i]) % L->nworkers;
+            L->workers[w].bind = 1;
+            CPU_SET((int)core[i], &L->workers[w].cpus);
+        }
+        L->slots[i].worker = w;
+    }
+    PyMem_Free(core);
+    return 0;
+}
+
+static PyObject *
+Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"journal", "slots", "quiet", "cpus", NULL};
     int journal, quiet = 0;
     unsigned nslots;
-    if (!PyArg_ParseTuple(args, "iI|p", &journal, &nslots, &quiet))
+    PyObject *cpus_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iI|pO", names, &journal, &nslots, &quiet,
+                                     &cpus_o))
         return NULL;
-    if (nslots == 0 || nslots >= STOP_SLOT) {
+    if (nslots == 0 || nslots >= CMD_SLOT) {
         PyErr_SetString(PyExc_ValueError, "nslots: at least 1");
         return NULL;
     }
     Launcher *L = (Launcher *)type->tp_alloc(type, 0);
     if (L == NULL)
         return NULL;
-    L->ep = L->ready = L->stop = L->cmd = -1;
+    L->ready = L->stop = -1;
     L->journal = journal;
     L->nslots = nslots;
     pthread_mutex_init(&L->mu, NULL);
@@ -1136,37 +1233,66 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *Py_UNUSED(kw))
     }
     for (unsigned i = 0; i < nslots; i++)
         L->slots[i].pidfd = -1;
-    L->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (make_workers(L, cpus_o) < 0) {
+        Py_DECREF(L);
+        return NULL;
+    }
     L->ready = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     L->stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    L->cmd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (L->ep < 0 || L->ready < 0 || L->stop < 0 || L->cmd < 0) {
+    if (L->ready < 0 || L->stop < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         Py_DECREF(L);
         return NULL;
     }
-    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = STOP_SLOT};
-    epoll_ctl(L->ep, EPOLL_CTL_ADD, L->stop, &ev);
-    struct epoll_event cev = {.events = EPOLLIN, .data.u32 = CMD_SLOT};
-    epoll_ctl(L->ep, EPOLL_CTL_ADD, L->cmd, &cev);
-    /* the thread takes no signal (they are the interpreter's; SIGCHLD when quiet: see above),
-       and its clones start with all blocked, as clone_started wants */
+    for (unsigned w = 0; w < L->nworkers; w++) {
+        struct lworker *W = &L->workers[w];
+        W->ep = epoll_create1(EPOLL_CLOEXEC);
+        W->cmd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (W->ep < 0 || W->cmd < 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            Py_DECREF(L);
+            return NULL;
+        }
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = STOP_SLOT};
+        epoll_ctl(W->ep, EPOLL_CTL_ADD, L->stop, &ev); /* (never read: every worker sees it) */
+        struct epoll_event cev = {.events = EPOLLIN, .data.u32 = CMD_SLOT};
+        epoll_ctl(W->ep, EPOLL_CTL_ADD, W->cmd, &cev);
+    }
+    /* the threads take no signal (they are the interpreter's; SIGCHLD when quiet: see above),
+       and their clones start with all blocked, as clone_started wants; each runs on its
+       slots' cores: a unit's exit wakes the one on the core it freed */
     sigset_t all, old;
     sigfillset(&all);
     if (quiet)
         sigdelset(&all, SIGCHLD);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&L->thread, NULL, launcher_main, L);
+    int rc = 0;
+    for (unsigned w = 0; w < L->nworkers && rc == 0; w++) {
+        struct lworker *W = &L->workers[w];
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (W->bind)
+            pthread_attr_setaffinity_np(&attr, sizeof W->cpus, &W->cpus);
+        rc = pthread_create(&W->thread, &attr, launcher_main, W);
+        if (rc != 0 && W->bind) { /* (a core this process may not use any more: unbound) */
+            pthread_attr_destroy(&attr);
+            pthread_attr_init(&attr);
+            rc = pthread_create(&W->thread, &attr, launcher_main, W);
+        }
+        pthread_attr_destroy(&attr);
+        if (rc == 0) {
+            W->made = 1;
+            pthread_setname_np(W->thread, "agent-launcher"); /* (as ps and /proc show it) */
+        }
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0)
-        pthread_setname_np(L->thread, "agent-launcher"); /* (as ps and /proc show it) */
+    L->running = 1; /* (Launcher_stop stops the threads made, if not all could be) */
     if (rc != 0) {
         errno = rc;
         PyErr_SetFromErrno(PyExc_OSError);
         Py_DECREF(L);
         return NULL;
     }
-    L->running = 1;
     return (PyObject *)L;
 }
 
@@ -1178,7 +1304,9 @@ Launcher_stop(Launcher *L)
     uint64_t one = 1;
     (void)!write(L->stop, &one, sizeof one);
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(L->thread, NULL);
+    for (unsigned w = 0; w < L->nworkers; w++)
+        if (L->workers[w].made)
+            pthread_join(L->workers[w].thread, NULL);
     Py_END_ALLOW_THREADS
     L->running = 0;
 }
@@ -1205,9 +1333,17 @@ Launcher_dealloc(Launcher *L)
         Py_XDECREF(L->recs[i].drop[1]);
     }
     free(L->recs);
-    for (int *fd = &L->ep; fd <= &L->cmd; fd++)
-        if (*fd >= 0)
-            close(*fd);
+    for (unsigned w = 0; L->workers != NULL && w < L->nworkers; w++) {
+        if (L->workers[w].ep >= 0)
+            close(L->workers[w].ep);
+        if (L->workers[w].cmd >= 0)
+            close(L->workers[w].cmd);
+    }
+    free(L->workers);
+    if (L->ready >= 0)
+        close(L->ready);
+    if (L->stop >= 0)
+        close(L->stop);
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->launched);
     Py_TYPE(L)->tp_free((PyObject *)L);
@@ -1245,7 +1381,7 @@ Launcher_launch(Launcher *L, PyObject *args)
     s->next = h;
     s->now = 1;
     uint64_t one = 1;
-    (void)!write(L->cmd, &one, sizeof one);
+    (void)!write(L->workers[s->worker].cmd, &one, sizeof one);
     pid_t pid;
     int out, err;
     Py_BEGIN_ALLOW_THREADS
@@ -1360,7 +1496,7 @@ static PyMethodDef Launcher_methods[] = {
      "withdraw(slot) -> n: take back the successors not started (the last n followed)."},
     {"take", (PyCFunction)Launcher_take, METH_NOARGS,
      "take() -> [(\"exit\"|\"start\", slot, pid, code|errno, out, err, at)] since the last."},
-    {"close", (PyCFunction)Launcher_close, METH_NOARGS, "Stop the thread."},
+    {"close", (PyCFunction)Launcher_close, METH_NOARGS, "Stop the threads."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,8 @@
 Runs N units of /bin/true (1 core each) on a 2-core local.localhost pilot, and for `window`
 seconds in the middle records the scheduler's tracepoints (tracefs: sched_switch, sched_wakeup,
 sched_wakeup_new, sched_process_exit).  The starters are the agent's main thread and its
-launcher thread (agent/runners/lanes.py: it starts single-core units and their successors).
+launcher threads (agent/runners/lanes.py: one per core, they start single-core units and their
+successors).
 For every unit that exits it finds the next process a starter creates for the core that unit
 freed, and prints:
   exit -> next start   from the unit's exit until the clone of the next unit there (the freed
@@ -13,10 +14,10 @@ freed, and prints:
                        until it runs, and its own work until the clone
   handled on           where a starter first ran after each exit, and which: on the freed
                        core, or on the other core, whose unit it then preempts while the freed
-                       core idles (a unit wakes the agent up to three times as it exits:
-                       end-of-file on each pipe, then SIGCHLD; this counts exits, not wake-ups)
+                       core idles (this counts exits, not wake-ups: a unit the agent
+                       started itself wakes it at end-of-file on each pipe and at its pidfd)
   CPU share            of both cores in the window: idle, units (children of the agent), the
-                       agent, its launcher thread, and the rest (client, bootstrap, ZeroMQ)
+                       agent, its launcher threads, and the rest (client, bootstrap, ZeroMQ)
   idle beside          a core's idle time by what the other core ran meanwhile: idle beside
                        the agent is the agent's work that no unit overlaps
 The tracepoints add a few microseconds to every switch: compare runs of this script, not its

@@ -191,3 +191,42 @@ def test_the_agent_hears_its_own_childrens_exits_without_sigchld(session):
     with open(f"/proc/{agent}/status") as f:
         caught = int(re.search(r"SigCgt:\s*([0-9a-f]+)", f.read())[1], 16)
     assert not caught & (1 << (17 - 1)), "the agent catches SIGCHLD"
+
+
+def test_a_launcher_thread_per_core_each_bound_to_it(tmp_path):
+    """Launcher(..., cpus): one thread per distinct core, bound there (a unit's exit wakes the
+    thread on the core it freed); no cpus: one thread, unbound; cpus must name a core per slot."""
+    from agent._spawn import Launcher
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two cores")
+
+    def launcher_threads() -> dict[int, str]:
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "agent-launcher":
+                    continue
+            with open(f"/proc/self/task/{tid}/status") as f:
+                out[int(tid)] = re.search(r"Cpus_allowed_list:\s*(\S+)", f.read())[1]
+        return out
+
+    journal = os.open(tmp_path / "journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    before = set(launcher_threads())
+    cores = [allowed[0], allowed[1], allowed[0]]  # three slots on two cores
+    per_core = Launcher(journal, 3, True, cores)
+    one = Launcher(journal, 3, True)
+    try:
+        mine = {t: c for t, c in launcher_threads().items() if t not in before}
+        bound = sorted(c for c in mine.values() if "-" not in c and "," not in c)
+        assert bound == sorted(str(c) for c in allowed[:2]), mine  # one per core, bound there
+        assert len(mine) == 3, mine  # and the other launcher's one thread, unbound
+        for bad in ([allowed[0]], [0, 1, -1], [0, 1, "x"]):
+            with pytest.raises((ValueError, TypeError)):
+                Launcher(journal, 3, True, bad)
+    finally:
+        per_core.close()
+        one.close()
+        os.close(journal)
+    assert not set(launcher_threads()) - before  # closed: their threads are gone

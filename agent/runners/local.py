@@ -92,7 +92,15 @@ class LocalRunner:
         if self.lanes is None and lanes.available():
             # quiet: SIGCHLD is at its default here, so the kernel drops the one each lane
             # unit's exit makes (agent/_spawn.c) instead of waking the agent for it
-            self.lanes = lanes.Lanes(journal, self.slots, self.streams, quiet=not self.sigchld)
+            allowed = self.spawner.allowed  # (a slot is a logical core: its real one)
+            cpus = [allowed[c % len(allowed)] for c in range(self.slots)]
+            self.lanes = lanes.Lanes(
+                journal,
+                self.slots,
+                self.streams,
+                quiet=not self.sigchld,
+                cpus=cpus if len(allowed) > 1 else None,
+            )
             if self.streams.poller is not None:
                 self.streams.poller.register(self.lanes.fd, 1)  # zmq.POLLIN
         return self.lanes is not None
