@@ -3,7 +3,7 @@
 Routing (client side): a unit with `partition=` goes to that partition once it is ACTIVE; any
 other unit goes to the ACTIVE partition of this manager's pilots with the fewest outstanding
 units per core among those whose largest node can hold it.  A partition holds at most its
-window of units not yet final (Partition.window: 4 x cores + 256, plus what it ends in
+window of units not yet final (Partition.window: 4 x cores + 768, plus what it ends in
 WINDOW_AHEAD seconds at its recent rate): enough to keep its agent busy while its reports and the
 next units are on their way, few enough that a partition started later gets work and a stopped
 one has little to hand back.  Units wait at
