@@ -351,12 +351,15 @@ class Spawner:
             self.found[(name, search)] = path
         return path
 
+    def real_core(self, cpu_id: int) -> int:
+        """The real core of logical core `cpu_id` (this process's cores, round-robin)."""
+        return self.allowed[cpu_id % len(self.allowed)]
+
     def mask(self, cpu_ids) -> set[int] | None:
-        """The real cores for logical cores `cpu_ids` (round-robin); None when that is all of
-        this process's cores (nothing to bind)."""
-        allowed = self.allowed
-        mask = {allowed[c % len(allowed)] for c in cpu_ids} if cpu_ids else set(allowed)
-        return mask if len(mask) < len(allowed) else None
+        """The real cores for logical cores `cpu_ids`; None when that is all of this process's
+        cores (nothing to bind)."""
+        mask = {self.real_core(c) for c in cpu_ids} if cpu_ids else set(self.allowed)
+        return mask if len(mask) < len(self.allowed) else None
 
 
 class Spawned:

@@ -314,10 +314,7 @@ class ComputeUnitDescription(Description):
         return out
 
     def to_dict(self) -> dict:
-        d = super().to_dict()
-        d["policy"] = self.policy.to_dict()
-        d["args"], d["kwargs"] = [], {}
-        return self._with_call(d)
+        return self.filled(self.to_stored())
 
     def to_stored(self) -> dict:
         """As the store keeps it: the fields not at their default (from_dict and filled()
@@ -327,15 +324,6 @@ class ComputeUnitDescription(Description):
         d["policy"] = self.policy.to_dict()
         d.pop("args", None)
         d.pop("kwargs", None)
-        return self._with_call(d)
-
-    @classmethod
-    def filled(cls, sparse: dict) -> dict:
-        d = super().filled(sparse)
-        d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_dict has them)
-        return d
-
-    def _with_call(self, d: dict) -> dict:
         f = self.function
         if f is not None and not functions.is_packed(f):  # the call, packed once, as stored
             d["function"] = functions.pack(f, self.peek("args"), self.peek("kwargs"))
@@ -344,6 +332,12 @@ class ComputeUnitDescription(Description):
                 f"{type(self).__name__}: function= is a packed call already; args and "
                 "kwargs are inside it"
             )
+        return d
+
+    @classmethod
+    def filled(cls, sparse: dict) -> dict:
+        d = super().filled(sparse)
+        d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_dict has them)
         return d
 
 

@@ -135,14 +135,7 @@ class Description:
         """Cross-field checks; subclasses override."""
 
     def to_dict(self) -> dict:
-        out = self._TEMPLATE.copy()  # in field order; immutable values are safe to share
-        fields = self.FIELDS
-        for name in self._MUTABLE:
-            out[name] = type(fields[name][0])()
-        for name, value in self.__dict__.items():
-            if name in fields:
-                out[name] = _plain(value)
-        return out
+        return type(self).filled(self.to_sparse_dict())
 
     def as_dict(self) -> dict:  # RP's name
         return self.to_dict()
@@ -160,7 +153,7 @@ class Description:
     @classmethod
     def filled(cls, sparse: dict) -> dict:
         """A to_sparse_dict() as to_dict() gives it: every field, the missing at their default."""
-        out = cls._TEMPLATE.copy()
+        out = cls._TEMPLATE.copy()  # in field order; immutable values are safe to share
         for name in cls._MUTABLE:
             out[name] = type(cls.FIELDS[name][0])()
         out.update(sparse)

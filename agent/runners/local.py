@@ -92,14 +92,13 @@ class LocalRunner:
         if self.lanes is None and lanes.available():
             # quiet: SIGCHLD is at its default here, so the kernel drops the one each lane
             # unit's exit makes (agent/_spawn.c) instead of waking the agent for it
-            allowed = self.spawner.allowed  # (a slot is a logical core: its real one)
-            cpus = [allowed[c % len(allowed)] for c in range(self.slots)]
+            cpus = [self.spawner.real_core(c) for c in range(self.slots)]  # (a slot's own)
             self.lanes = lanes.Lanes(
                 journal,
                 self.slots,
                 self.streams,
                 quiet=not self.sigchld,
-                cpus=cpus if len(allowed) > 1 else None,
+                cpus=cpus if len(self.spawner.allowed) > 1 else None,
             )
             if self.streams.poller is not None:
                 self.streams.poller.register(self.lanes.fd, 1)  # zmq.POLLIN
@@ -316,7 +315,7 @@ class LocalRunner:
             return
         lane, self.lane_exits = self.lane_exits, []
         own = ()  # (a waitpid for a thread with no child of its own raises, at a cost)
-        if self.children or self.killed or self.sigchld or self.lanes is None:
+        if self.children or self.lanes is None:  # (every child of this thread is in children)
             own = list(exits(WNOTHREAD if self.lanes is not None else 0))
             for pid, _ in own:
                 self._reaped(pid)
