@@ -11,6 +11,8 @@ $(STAMP): setup.cfg pyproject.toml agent/_spawn.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,observe]'
+	@# the native spawner is optional (no C compiler: posix_spawn); never silently missing
+	@$(PY) -c "from agent import native; native.why_not and print('*** WARNING:', native.why_not)"
 	touch $(STAMP)
 
 demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a reconfig
@@ -22,16 +24,22 @@ demo-nodes: $(STAMP)      ## a multi-node pilot: four logical nodes, a node daem
 demo-pipeline: $(STAMP)   ## an EnTK-style pipeline of stages, a reconfig between them; docs/timeline.png
 	$(PY) examples/pipeline.py --plot docs/timeline.png
 
-test: $(STAMP)            ## lint + the whole test suite
+# the end-to-end and fault tests again without agent/_spawn.c (the pure-Python spawn path)
+PURE_TESTS = tests/test_pilot_e2e.py tests/test_faults.py tests/test_work_conserving.py \
+	tests/test_unit_output.py tests/test_function_units.py
+
+test: $(STAMP)            ## lint + the whole test suite + the pure-Python spawn path
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+	PILOT_NATIVE=0 $(PY) -m pytest -q $(PURE_TESTS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: $(STAMP)           ## throughput, reconfig, scheduler, state store, bring-up (about 8 minutes)
+bench: $(STAMP)           ## throughput, workloads, reconfig, scheduler, store, bring-up (~10 min)
 	$(PY) bench/throughput.py
+	$(PY) bench/workloads.py
 	$(PY) bench/reconfig.py
 	$(PY) bench/scheduler.py
 	$(PY) bench/store.py

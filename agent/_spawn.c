@@ -395,6 +395,8 @@ struct started_args {
     int cleared;            /* the clone reset every handled signal (CLONE_CLEAR_SIGHAND) */
     volatile int err, step; /* written by the child */
     volatile pid_t tid;     /* non-zero until the child has exec'd or exited */
+    unsigned nenv;          /* (a launcher's handle) its own entries of envp, before its slot's */
+    int room;               /* envp has room for a slot's entries (make_room) */
     char stack[START_STACK] __attribute__((aligned(16)));
 };
 
@@ -802,34 +804,48 @@ use_clone3(PyObject *Py_UNUSED(self), PyObject *args)
     return PyBool_FromLong(was);
 }
 
-/* ---- Launcher: the next unit of a core started the moment the one before it exits ----
+/* ---- Launcher: the next unit started on a freed core the moment the one before it exits ----
 
 A unit's exit wakes the agent, whose Python loop then starts the next unit on the freed core:
 about 200 us of its work, through which that core idles whenever the agent was woken on the
 other one (half the exits on 2 cores, measured with bench/sched_trace.py).  A Launcher is a
 thread per core (Launcher(journal, slots, quiet, cpus): cpus[slot] is the slot's real core;
 None: one thread, unbound), without the interpreter, bound to its core, that waits for the exits
-of the units it started there and starts each one's successor (prepared by the agent ahead of
-time) at once: the exit of a unit frees the very core whose thread starts the next.  (A single
-thread for all cores was woken where it last ran, behind a busy thread on the other core, and
-was kept there as cache-hot while the freed core idled: 8 % fewer units a second on 2 cores.)
-Protocol (slot: the agent's name for a core; at most one unit runs in a slot, up to LANE_DEPTH
-wait behind it):
-    launch(slot, handle)            start a prepared handle (prepare()) in a free slot now,
-                                    through the slot's thread; (pid, stdout read end, stderr read end)
-    follow(slot, 0, handle, line)   queue a successor in a slot where a unit runs: when the units
-                                    ahead of it have exited, the thread appends `line` to the
-                                    journal and starts it.  False (nothing kept) when the slot
-                                    runs nothing any more, or its queue is full
-    withdraw(slot)                  take back the successors that have not started: how many
-    take()                          what happened since, in order: ("exit", slot, pid, code,
-                                    group, -1, at) and ("start", slot, pid, errno, out, err, at)
-                                    (group: 1 when a process of its process group still ran
-                                    as it was reaped, else 0)
-                                    (pid 0: it could not start, and the next one queued gets
-                                    its turn); at: when, as time.time()
-    fd                              readable when take() has something
-    close()                         stop the thread (the units it started run on)
+of the units it started there and starts the next unit waiting *ahead* at once: the exit of a
+unit frees the very core whose thread starts the next.  (A single thread for all cores was woken
+where it last ran, behind a busy thread on the other core, and was kept there as cache-hot
+while the freed core idled: 8 % fewer units a second on 2 cores.)
+
+Work-conserving: the units waiting ahead are ONE queue, in the agent's order, shared by every
+slot; whichever slot frees first takes its head.  (A queue per slot made a short unit wait
+behind a long one while other cores idled: 1.5 x the greedy makespan for mixed durations.)  A
+slot's allocation has a shape, `key` (the agent's small int for it); a unit ahead has the key of
+the allocation it asks for, and a freed slot takes the head only when their keys match: it
+takes over the slot's allocation as it is.  When they do not, the slot is left free (its exit
+said alone) and the agent places the head itself.  Handles for the launcher are not bound to a
+slot: their environment ends with room for a slot's own entries (the ids of its allocation),
+which the thread fills in, with the slot's core mask, just before the clone.
+Protocol (slot: the agent's name for a core; at most one unit runs in a slot):
+    launch(slot, handle, key, env, cpus)
+                         start a prepared handle (prepare()) in a free slot now, through the
+                         slot's thread; the slot's allocation has shape `key`, its own
+                         environment entries `env` (a tuple of bytes, at most SLOT_ENV_MAX) and
+                         cores `cpus` (None: unbound), which every unit started there gets.
+                         (pid, stdout read end, stderr read end)
+    follow(key, handle, line, seq) -> bool
+                         queue a unit ahead (False: the queue is full, nothing kept): the thread
+                         of a freed slot of the same key appends `line` to the journal and
+                         starts it; `seq` names it in take()
+    withdraw()           take back every unit ahead that has not started: their seqs, in order
+    take()               what happened since, in order: ("exit", slot, pid, code, group, -1,
+                         at, 0) and ("start", slot, pid, errno, out, err, at, seq)
+                         (group: 1 when a process of its process group still ran as it was
+                         reaped, else 0; pid 0: it could not start, and the next one ahead gets
+                         its turn; at: when, as time.time())
+    fd                   readable when take() has something
+    close()              stop the threads (the units they started run on)
+A slot's exit and the starts that follow it in that slot are said together: the agent tells from
+them whether the allocation passed on.
 Pipes: a handle for the launcher has -1 for stdout and stderr (or -2 for stderr: into
 stdout's pipe); the thread makes the pipes just before the clone and closes its write ends just
 after, so no other child ever holds them (a clone copies every descriptor until its exec), and
@@ -839,10 +855,10 @@ reaps them (__WALL), woken by each one's pidfd.  If the agent dies, the kernel g
 the reaper as usual.  Launcher(journal, slots, quiet): with `quiet` the thread leaves SIGCHLD
 unblocked, for a process whose SIGCHLD is at its default (ignored): the kernel then drops each
 child's SIGCHLD as it is made, where a blocked one was delivered to the interpreter's thread
-and woke it for every unit that exited (agent/agent.py).  The thread holds mu only to take a successor from its queue and to say
-what it did: the journal line and the clone go without it, so follow(), withdraw() and take()
-from the agent (which hold the interpreter) never wait for a clone (they did: 47 and 104 us a
-call on average); an exit is said together with the starts that follow it. */
+and woke it for every unit that exited (agent/agent.py).  The thread holds mu only to take the
+head of the queue and to say what it did: the journal line and the clone go without it, so
+follow(), withdraw() and take() from the agent (which hold the interpreter) never wait for a
+clone (they did: 47 and 104 us a call on average). */
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -851,8 +867,10 @@ call on average); an exit is said together with the starts that follow it. */
 #define CLONE_PIDFD 0x00001000
 #endif
 #define STOP_SLOT 0xffffffffu
-#define LANE_DEPTH 32
 #define CMD_SLOT 0xfffffffeu
+#define AHEAD_MAX 1024  /* units queued ahead, at most */
+#define SLOT_ENV_MAX 16 /* a slot's own environment entries, at most */
+#define SAID_MAX 64     /* starts tried after one exit (each that fails lets the next try) */
 
 struct lslot {
     pid_t pid;       /* its running unit, 0: none */
@@ -860,13 +878,23 @@ struct lslot {
     int out, err;    /* a launch()'s read ends, until launch() returns */
     Started *cur;    /* (refs held by the launcher) */
     Started *next;   /* a launch()'s handle, until the thread started it */
-    Started *q[LANE_DEPTH]; /* successors, in order */
-    PyObject *lines[LANE_DEPTH]; /* bytes: their journal lines */
-    unsigned qn;
     int now;         /* next is to start at once (launch), not at the exit */
-    int starting;    /* the thread is starting its next successor (without mu) */
+    int starting;    /* the thread is starting a unit here (without mu) */
     pid_t result;    /* of a launch: its pid or -errno */
     unsigned worker; /* the thread that starts its units (the one on its core) */
+    int key;         /* the shape of its allocation (launch's) */
+    PyObject *env_t; /* its own environment entries (bytes), and pointers into them */
+    char *env[SLOT_ENV_MAX];
+    unsigned nenv;
+    int bind;        /* its units are bound to cpus */
+    cpu_set_t cpus;
+};
+
+struct lahead {      /* a unit queued ahead */
+    Started *h;
+    PyObject *line;  /* bytes: its journal line */
+    int key;
+    unsigned long long seq;
 };
 
 struct lrec {
@@ -877,6 +905,7 @@ struct lrec {
     int out, err;    /* start: the read ends of its stdout and stderr pipes (the same pipe
                         when it was given one for both), the agent's from now on */
     double at;       /* when (the epoch, as time.time()) */
+    unsigned long long seq; /* start: the follow()'s */
     PyObject *drop[2]; /* refs the thread let go of, released in take() */
 };
 
@@ -891,6 +920,8 @@ typedef struct {
     unsigned nslots, nworkers;
     struct lslot *slots;
     struct lworker *workers;
+    struct lahead *ahead; /* a ring of AHEAD_MAX: `an` from index `ah` */
+    unsigned ah, an;
     struct lrec *recs;
     size_t nrecs, caprecs;
     unsigned long pushed; /* records ever pushed (take() empties recs meanwhile) */
@@ -956,6 +987,40 @@ write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
+/* (interpreter held) give a prepared handle's envp room for a slot's entries at its end */
+static int
+make_room(Started *h)
+{
+    struct started_args *a = h->a;
+    if (a->room)
+        return 0;
+    unsigned n = 0;
+    while (a->envp[n] != NULL)
+        n++;
+    char **more = PyMem_Realloc(a->envp, (n + SLOT_ENV_MAX + 1) * sizeof *more);
+    if (more == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->envp = more;
+    a->nenv = n;
+    a->room = 1;
+    return 0;
+}
+
+/* (mu held, or the handle not shared yet) handle `h` as slot `s` starts it: the slot's
+   environment entries after its own, and the slot's cores */
+static void
+fill_slot(Started *h, struct lslot *s)
+{
+    struct started_args *a = h->a;
+    for (unsigned i = 0; i < s->nenv; i++)
+        a->envp[a->nenv + i] = s->env[i];
+    a->envp[a->nenv + s->nenv] = NULL;
+    a->bind = s->bind;
+    a->cpus = s->cpus;
+}
+
 /* Start handle `h` (mu held): its stdout and stderr pipes are made here, just before the clone,
    so that no other child of this process ever holds their write ends (a clone copies every
    descriptor the process has, and keeps it until its exec).  fds[1] / fds[2] of a prepared
@@ -975,7 +1040,7 @@ start_piped(Started *h, int *pidfd, int *out, int *err)
     int keep2 = a->fds[2];
     a->fds[1] = o[1];
     a->fds[2] = keep2 == -2 ? o[1] : e[1];
-    pid = clone_started(h, CLONE_PIDFD, pidfd);
+    pid = clone_started(h, CLONE_PIDFD, pidfd); /* (the child reads a->fds: left as they are) */
     if (pid > 0) {
         fcntl(o[0], F_SETFL, O_NONBLOCK);
         if (e[0] >= 0)
@@ -995,8 +1060,9 @@ done:
     return pid;
 }
 
-/* (mu held; let go of while a successor's journal line is written and it is cloned) slot's
-   unit has exited: reap it, start its successor (or the next one that starts) */
+/* (mu held; let go of while a unit's journal line is written and it is cloned) slot's unit
+   has exited: reap it, start the head of the queue ahead there when it asks for the slot's
+   allocation (or the next one that starts) */
 static void
 on_exit_of(Launcher *L, unsigned slot)
 {
@@ -1021,23 +1087,25 @@ on_exit_of(Launcher *L, unsigned slot)
     s->cur = NULL;
     r.at = now_epoch();
     /* the exit and the starts that follow it are pushed together: the agent tells from them
-       whether the allocation passed on to a successor (Lanes.news) */
-    struct lrec said[LANE_DEPTH + 1];
+       whether the allocation passed on to the next unit (Lanes.news) */
+    struct lrec said[SAID_MAX + 1];
     unsigned nsaid = 0;
     said[nsaid++] = r;
-    while (s->qn > 0 && s->pid == 0) {
-        Started *h = s->q[0];
-        PyObject *line = s->lines[0];
-        s->qn--;
-        memmove(s->q, s->q + 1, s->qn * sizeof *s->q);
-        memmove(s->lines, s->lines + 1, s->qn * sizeof *s->lines);
-        struct lrec st = {.start = 1, .slot = slot, .out = -1, .err = -1, .drop = {line, NULL}};
+    while (s->pid == 0 && L->an > 0 && L->ahead[L->ah].key == s->key && nsaid <= SAID_MAX) {
+        struct lahead e = L->ahead[L->ah];
+        L->ah = (L->ah + 1) % AHEAD_MAX;
+        L->an--;
+        Started *h = e.h;
+        fill_slot(h, s);
+        struct lrec st = {.start = 1, .slot = slot, .out = -1, .err = -1, .seq = e.seq,
+                          .drop = {e.line, NULL}};
         /* the journal line and the clone without mu: the agent's follow(), withdraw() and
            take() do not wait for them (h is out of the queue: no withdraw() returns it) */
         s->starting = 1;
         pthread_mutex_unlock(&L->mu);
         /* journaled before it can start: a unit in the journal is never started again */
-        int err = write_all(L->journal, PyBytes_AS_STRING(line), (size_t)PyBytes_GET_SIZE(line));
+        int err = write_all(L->journal, PyBytes_AS_STRING(e.line),
+                            (size_t)PyBytes_GET_SIZE(e.line));
         int pidfd = -1;
         pid_t pid = 0;
         if (err == 0) {
@@ -1055,7 +1123,7 @@ on_exit_of(Launcher *L, unsigned slot)
             s->pidfd = pidfd;
             s->cur = h;
             st.pid = pid;
-        } else { /* it never ran: the next one in the slot gets its turn */
+        } else { /* it never ran: the next one ahead gets its turn */
             st.value = -err;
             st.drop[1] = (PyObject *)h;
         }
@@ -1227,12 +1295,15 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->launched, NULL);
     L->slots = calloc(nslots, sizeof *L->slots);
-    if (L->slots == NULL) {
+    L->ahead = calloc(AHEAD_MAX, sizeof *L->ahead);
+    if (L->slots == NULL || L->ahead == NULL) {
         Py_DECREF(L);
         return PyErr_NoMemory();
     }
-    for (unsigned i = 0; i < nslots; i++)
+    for (unsigned i = 0; i < nslots; i++) {
         L->slots[i].pidfd = -1;
+        L->slots[i].key = -1;
+    }
     if (make_workers(L, cpus_o) < 0) {
         Py_DECREF(L);
         return NULL;
@@ -1321,13 +1392,16 @@ Launcher_dealloc(Launcher *L)
                 close(L->slots[i].pidfd);
             Py_XDECREF(L->slots[i].cur);
             Py_XDECREF(L->slots[i].next);
-            for (unsigned k = 0; k < L->slots[i].qn; k++) {
-                Py_DECREF(L->slots[i].q[k]);
-                Py_DECREF(L->slots[i].lines[k]);
-            }
+            Py_XDECREF(L->slots[i].env_t);
         }
         free(L->slots);
     }
+    for (unsigned k = 0; L->ahead != NULL && k < L->an; k++) {
+        struct lahead *e = &L->ahead[(L->ah + k) % AHEAD_MAX];
+        Py_DECREF(e->h);
+        Py_DECREF(e->line);
+    }
+    free(L->ahead);
     for (size_t i = 0; i < L->nrecs; i++) {
         Py_XDECREF(L->recs[i].drop[0]);
         Py_XDECREF(L->recs[i].drop[1]);
@@ -1363,20 +1437,69 @@ slot_arg(Launcher *L, unsigned slot)
     return 0;
 }
 
+/* a slot's own environment (a tuple of at most SLOT_ENV_MAX bytes) -> pointers into it */
+static int
+slot_env(PyObject *env_t, char **env, unsigned *nenv)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(env_t);
+    if (n > SLOT_ENV_MAX) {
+        PyErr_Format(PyExc_ValueError, "env: at most %d entries of a slot's own", SLOT_ENV_MAX);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(env_t, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "env[%zd] must be bytes", i);
+            return -1;
+        }
+        if (PyBytes_AsStringAndSize(item, &env[i], NULL) < 0)
+            return -1;
+    }
+    *nenv = (unsigned)n;
+    return 0;
+}
+
 static PyObject *
 Launcher_launch(Launcher *L, PyObject *args)
 {
     unsigned slot;
+    int key;
     Started *h;
-    if (!PyArg_ParseTuple(args, "IO!", &slot, &StartedType, &h) || slot_arg(L, slot) < 0)
+    PyObject *env_o, *cpus_o;
+    if (!PyArg_ParseTuple(args, "IO!iOO", &slot, &StartedType, &h, &key, &env_o, &cpus_o) ||
+        slot_arg(L, slot) < 0)
         return NULL;
+    PyObject *env_t = PySequence_Tuple(env_o);
+    if (env_t == NULL)
+        return NULL;
+    char *env[SLOT_ENV_MAX];
+    unsigned nenv = 0;
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    int bind = cpus_o != Py_None;
+    if (slot_env(env_t, env, &nenv) < 0 || (bind && fill_set(cpus_o, "cpus", add_cpu, &cpus) < 0) ||
+        make_room(h) < 0) {
+        Py_DECREF(env_t);
+        return NULL;
+    }
     pthread_mutex_lock(&L->mu);
     struct lslot *s = &L->slots[slot];
     if (s->pid != 0 || s->next != NULL || s->starting) {
         pthread_mutex_unlock(&L->mu);
+        Py_DECREF(env_t);
         PyErr_Format(PyExc_ValueError, "slot %u is taken (pid %d)", slot, (int)s->pid);
         return NULL;
     }
+    /* the slot is free: no unit started there can still read its old entries (each was
+       reaped, after its exec) */
+    PyObject *old = s->env_t;
+    s->env_t = env_t;
+    memcpy(s->env, env, sizeof env);
+    s->nenv = nenv;
+    s->key = key;
+    s->bind = bind;
+    s->cpus = cpus;
+    fill_slot(h, s);
     Py_INCREF(h);
     s->next = h;
     s->now = 1;
@@ -1392,6 +1515,7 @@ Launcher_launch(Launcher *L, PyObject *args)
     err = s->err;
     pthread_mutex_unlock(&L->mu);
     Py_END_ALLOW_THREADS
+    Py_XDECREF(old);
     if (pid < 0) {
         Py_DECREF(h);
         errno = -pid;
@@ -1403,46 +1527,58 @@ Launcher_launch(Launcher *L, PyObject *args)
 static PyObject *
 Launcher_follow(Launcher *L, PyObject *args)
 {
-    unsigned slot;
-    int pid;
+    int key;
     Started *h;
     PyObject *line;
-    if (!PyArg_ParseTuple(args, "IiO!S", &slot, &pid, &StartedType, &h, &line) ||
-        slot_arg(L, slot) < 0)
+    unsigned long long seq;
+    if (!PyArg_ParseTuple(args, "iO!SK", &key, &StartedType, &h, &line, &seq))
+        return NULL;
+    if (!L->running) {
+        PyErr_SetString(PyExc_ValueError, "the launcher is closed");
+        return NULL;
+    }
+    if (make_room(h) < 0)
         return NULL;
     pthread_mutex_lock(&L->mu);
-    struct lslot *s = &L->slots[slot];
-    int ok = (s->pid != 0 || s->starting) && (pid == 0 || s->pid == pid) && s->qn < LANE_DEPTH;
+    int ok = L->an < AHEAD_MAX;
     if (ok) {
         Py_INCREF(h);
         Py_INCREF(line);
-        s->q[s->qn] = h;
-        s->lines[s->qn++] = line;
+        L->ahead[(L->ah + L->an) % AHEAD_MAX] = (struct lahead){h, line, key, seq};
+        L->an++;
     }
     pthread_mutex_unlock(&L->mu);
     return PyBool_FromLong(ok);
 }
 
 static PyObject *
-Launcher_withdraw(Launcher *L, PyObject *args)
+Launcher_withdraw(Launcher *L, PyObject *Py_UNUSED(ignored))
 {
-    unsigned slot;
-    if (!PyArg_ParseTuple(args, "I", &slot) || slot_arg(L, slot) < 0)
-        return NULL;
     pthread_mutex_lock(&L->mu);
-    struct lslot *s = &L->slots[slot];
-    Started *q[LANE_DEPTH];
-    PyObject *lines[LANE_DEPTH];
-    unsigned n = s->qn;
-    memcpy(q, s->q, n * sizeof *q);
-    memcpy(lines, s->lines, n * sizeof *lines);
-    s->qn = 0;
-    pthread_mutex_unlock(&L->mu);
-    for (unsigned k = 0; k < n; k++) {
-        Py_DECREF(q[k]);
-        Py_DECREF(lines[k]);
+    unsigned n = L->an, ah = L->ah;
+    struct lahead *back = n ? malloc(n * sizeof *back) : NULL;
+    if (n && back == NULL) {
+        pthread_mutex_unlock(&L->mu);
+        return PyErr_NoMemory();
     }
-    return PyLong_FromLong((long)n);
+    for (unsigned k = 0; k < n; k++)
+        back[k] = L->ahead[(ah + k) % AHEAD_MAX];
+    L->an = 0;
+    pthread_mutex_unlock(&L->mu);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (unsigned k = 0; k < n; k++) {
+        if (out != NULL) {
+            PyObject *seq = PyLong_FromUnsignedLongLong(back[k].seq);
+            if (seq == NULL)
+                Py_CLEAR(out);
+            else
+                PyList_SET_ITEM(out, (Py_ssize_t)k, seq);
+        }
+        Py_DECREF(back[k].h);
+        Py_DECREF(back[k].line);
+    }
+    free(back);
+    return out;
 }
 
 static PyObject *
@@ -1460,8 +1596,8 @@ Launcher_take(Launcher *L, PyObject *Py_UNUSED(ignored))
     for (size_t i = 0; i < nrecs; i++) {
         struct lrec *r = &recs[i];
         if (out != NULL) {
-            PyObject *t = Py_BuildValue("(sIiiiid)", r->start ? "start" : "exit", r->slot,
-                                        (int)r->pid, r->value, r->out, r->err, r->at);
+            PyObject *t = Py_BuildValue("(sIiiiidK)", r->start ? "start" : "exit", r->slot,
+                                        (int)r->pid, r->value, r->out, r->err, r->at, r->seq);
             if (t == NULL)
                 Py_CLEAR(out);
             else
@@ -1489,13 +1625,15 @@ Launcher_fd(Launcher *L, void *Py_UNUSED(closure))
 
 static PyMethodDef Launcher_methods[] = {
     {"launch", (PyCFunction)Launcher_launch, METH_VARARGS,
-     "launch(slot, handle) -> (pid, stdout read end, stderr read end): start it now."},
+     "launch(slot, handle, key, env, cpus) -> (pid, stdout read end, stderr read end): start "
+     "it now in a free slot, whose allocation has shape `key`, entries `env` and cores `cpus`."},
     {"follow", (PyCFunction)Launcher_follow, METH_VARARGS,
-     "follow(slot, pid, handle, line) -> bool: queue `handle` in the slot (pid 0: whatever runs)."},
-    {"withdraw", (PyCFunction)Launcher_withdraw, METH_VARARGS,
-     "withdraw(slot) -> n: take back the successors not started (the last n followed)."},
+     "follow(key, handle, line, seq) -> bool: queue `handle` ahead, for a freed slot of `key`."},
+    {"withdraw", (PyCFunction)Launcher_withdraw, METH_NOARGS,
+     "withdraw() -> [seq]: take back the units ahead that have not started, in order."},
     {"take", (PyCFunction)Launcher_take, METH_NOARGS,
-     "take() -> [(\"exit\"|\"start\", slot, pid, code|errno, out, err, at)] since the last."},
+     "take() -> [(\"exit\"|\"start\", slot, pid, code|errno, out, err, at, seq)] since the "
+     "last."},
     {"close", (PyCFunction)Launcher_close, METH_NOARGS, "Stop the threads."},
     {NULL, NULL, 0, NULL},
 };
@@ -1518,6 +1656,22 @@ static PyTypeObject LauncherType = {
 #endif /* HAVE_START */
 
 
+#ifdef HAVE_START
+/* clone3_works() -> whether units start through clone3: asked of the kernel without making a
+   child (a clone3 with too small an argument is refused EINVAL where clone3 exists, ENOSYS
+   where it does not, EPERM where a filter refuses it) and as the spawns found it */
+static PyObject *
+clone3_works(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(ignored))
+{
+    if (__atomic_load_n(&clone3_usable, __ATOMIC_RELAXED)) {
+        long r = syscall(SYS_clone3, NULL, 0);
+        if (r < 0 && errno != EINVAL)
+            __atomic_store_n(&clone3_usable, 0, __ATOMIC_RELAXED);
+    }
+    return PyBool_FromLong(__atomic_load_n(&clone3_usable, __ATOMIC_RELAXED));
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"spawn", spawn, METH_VARARGS, "spawn(path, argv, env, cwd, fds, cpus, sigdef) -> pid"},
     {"take_dir", take_dir, METH_VARARGS,
@@ -1527,6 +1681,8 @@ static PyMethodDef methods[] = {
      "start(path, argv, env, cwd, fds, cpus, sigdef) -> Started, without waiting for the exec"},
     {"prepare", prepare, METH_VARARGS,
      "prepare(path, argv, env, cwd, fds, cpus, sigdef) -> Started, not started: for a Launcher"},
+    {"clone3_works", clone3_works, METH_NOARGS,
+     "clone3_works() -> bool: whether units start through clone3 (else clone)."},
     {"use_clone3", use_clone3, METH_VARARGS,
      "use_clone3(flag) -> bool: clone3 where the kernel takes it (True), or the old clone"},
 #endif
@@ -1548,7 +1704,8 @@ PyInit__spawn(void)
     if (m == NULL)
         return NULL;
     Py_INCREF(&LauncherType);
-    if (PyModule_AddIntConstant(m, "LANE_DEPTH", LANE_DEPTH) < 0 ||
+    if (PyModule_AddIntConstant(m, "AHEAD_MAX", AHEAD_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "SLOT_ENV_MAX", SLOT_ENV_MAX) < 0 ||
         PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
         Py_DECREF(&LauncherType);
         Py_DECREF(m);

@@ -12,6 +12,10 @@ Units are run by the partition's runner (agent/runners/): the agent itself on on
 for multi-node partitions (node dicts carry a daemon `endpoint`), the node daemons, whose exits
 arrive as `events` and whose output is forwarded to the client as `output` [[uid, node, rank,
 stream, text], ...]; `node_lost` {index, reason} ends the units on that node FAILED with it.
+Placement is work-conserving: the scheduler (agent/scheduler.py) starts every queued unit that
+fits, oldest first; a runner may hold units from the head of the queue ahead, to start them
+itself on the first freed slot that fits (the local runner's launcher lanes), and gives them
+back whenever an allocation is freed that it will not use, or on a cancel or a stop.
 Every unit state this agent reports is a move the unit state machine allows (pilot/states.py
 UNIT_MACHINE; units arrive SCHEDULING): an illegal one raises.
 Start journal: before a unit is started, its uid is appended to PILOT_SANDBOX/<partition>.started
@@ -63,12 +67,6 @@ from pilot.states import (
 # bootstrap and the client's channel and store threads a turn of their own (measured, 5,000 null
 # units on 2 cores: 0.05 s gives 2.7-5% more units a second than 0.02 s; 0.1 s no more)
 FLUSH_EVERY = 0.05
-# successors queued per launcher slot (agent/runners/lanes.py): enough for the lanes to run on
-# through the few milliseconds the agent loses its core to units and the client (at 8 a lane
-# ran dry for 2-4% of the units, started by the agent after its core had idled: 2.6% fewer
-# units a second), at most FOLLOW_TOTAL per partition (each holds a sandbox and 17 KB)
-FOLLOW_DEPTH = (8, 32)
-FOLLOW_TOTAL = 256
 KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
 SERVE_EVERY = 8  # units of an arriving batch between looks at the running ones
@@ -84,7 +82,6 @@ class Agent:
         self.kill_grace = float(cfg.get("kill_grace", 2.0))
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
         self.ctx = zmq.Context.instance()
-        self.execu, self.stager = runners.for_partition(cfg, self.ctx)
         slots = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
         _enough_fds(slots)
         self.journal = os.open(
@@ -92,6 +89,7 @@ class Agent:
             os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
             0o600,
         )
+        self.execu, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
         self.updates: list = []
         self.known: dict[str, list] = {}
         self.states: dict[str, str] = {}  # units here and not final -> their state
@@ -99,9 +97,6 @@ class Agent:
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
         self.first_pending = 0.0
         self.timers: list = []
-        self.lanes = False  # single-core units go through launcher lanes (agent/runners/lanes.py)
-        low, high = FOLLOW_DEPTH
-        self.follow_depth = max(low, min(high, FOLLOW_TOTAL // max(slots, 1)))
         self.stopping: dict | None = None
         self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
         self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
@@ -121,7 +116,7 @@ class Agent:
         # is left at its default (ignored; nothing is reaped by it): a handler made every unit
         # a launcher thread started wake this thread as it exited (measured: 0.6 signals a
         # unit, each an interrupted poll, a handler and a wake-up byte: 6-14 us a unit)
-        chld = getattr(self.execu, "sigchld", True)
+        chld = self.execu.sigchld
         signal.signal(signal.SIGCHLD, (lambda *_: None) if chld else signal.SIG_DFL)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -259,7 +254,6 @@ class Agent:
                 self.update(u["uid"], FAILED, {"reason": reason})
                 continue
             self.update(u["uid"], QUEUED)
-            _lane_keys(u)
             self.sched.queue.append(u)
             if not u.get("function"):  # a call runs in a worker's directory
                 self.stager.submit(u)
@@ -319,15 +313,18 @@ class Agent:
 
     def on_exits(self) -> None:
         ended = []
+        freed = False
         for r, code in self.execu.reap():
-            if not r.handed_on:  # (else its successor holds it now)
+            if not r.handed_on:  # (else the next unit in its launcher lane holds it now)
                 self.sched.release(r.alloc)
+                freed = True
             ended.append((r, code))
-        if self.lanes:
-            self.lanes_started()
+        self.runner_started()
+        if freed:  # what the runner holds ahead comes first for what was freed
+            self.take_back()
         if not ended:
             self.start_ready()
-            self.follow_up()
+            self.hold_ahead()
             return
         ended_at = time.time()  # (before anything starts on their cores)
         try:
@@ -335,12 +332,18 @@ class Agent:
         finally:  # (reaped: nothing else would ever report them)
             for r, code in ended:
                 self.report_end(r, code, r.ended_at or ended_at)
-        self.follow_up()
+        self.hold_ahead()
 
-    def lanes_started(self) -> None:
-        """Units a launcher thread started (or could not) since: EXECUTING at its time; one
-        that started while a cancel or stop took the others back goes the way they went."""
-        for r in self.execu.take_started():
+    def take_back(self) -> None:
+        """The units the runner holds ahead go back to the head of the queue, in order."""
+        back = self.execu.give_back()
+        if back:
+            self.sched.queue.extendleft(reversed(back))
+
+    def runner_started(self) -> None:
+        """Units the runner started on its own since (or could not): EXECUTING at its time;
+        one that started while a cancel or stop took the others back goes the way they went."""
+        for r in self.execu.started():
             uid = r.unit["uid"]
             if r.start_errno:
                 self.update(uid, FAILED, {"reason": f"cannot start: {os.strerror(r.start_errno)}"})
@@ -354,36 +357,12 @@ class Agent:
             if reason is not None:
                 self._terminate(r, reason)
 
-    def follow_up(self) -> None:
-        """Queue the next units behind units running in a launcher slot, when they ask for
-        what those hold: the launcher starts each the moment the one before it exits."""
-        q = self.sched.queue
-        if not self.lanes or not q or self.stopping or self.nodes_lost:
+    def hold_ahead(self) -> None:
+        """Let the runner hold units from the head of the queue ahead (launcher lanes)."""
+        if not self.sched.queue or self.stopping or self.nodes_lost:
             return
-        wanting = self.execu.lanes_wanting(self.follow_depth)
-        if not wanting:
-            return
-        for level in range(max(missing for _, _, missing in wanting)):  # (slot by slot)
-            for slot, run, missing in wanting:
-                if missing <= level:
-                    continue
-                if not q:
-                    return
-                unit = q[0]
-                key = unit.get("_follows")
-                if key is None or key != run.unit.get("_lane"):
-                    return  # (the queue's order holds: nothing overtakes its head here)
-                q.popleft()
-                try:
-                    sandbox = self.stager.take(unit)
-                    if self.execu.follow(slot, unit, sandbox):
-                        continue
-                except (OSError, ValueError) as exc:
-                    self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
-                    continue
-                unit["_sandbox"] = sandbox  # taken: the next take of it is this one
-                q.appendleft(unit)
-                return
+        for unit, reason in self.execu.hold_ahead(self.sched.queue, self.stager.take):
+            self.update(unit["uid"], FAILED, {"reason": reason})
 
     def report_end(self, r, code: int, at: float) -> None:
         """A unit whose processes have all ended: output staging, cleanup, its final state."""
@@ -444,11 +423,10 @@ class Agent:
 
     def cancel(self, uids, reason: str) -> None:
         uids = set(uids)
-        if self.lanes:  # units queued in lanes, not started yet, go back to the queue first
-            self.sched.queue.extendleft(reversed(self.execu.withdraw(uids)))
+        self.take_back()  # units held ahead, not started yet, go back to the queue first
         known = {u["uid"] for u in self.sched.queue}
         known.update(r.unit["uid"] for r in self.execu.runs())
-        for uid in uids - known:  # (or started by a launcher thread just now: lanes_started)
+        for uid in uids - known:  # (or started by the runner just now: runner_started)
             self.canceled_early[uid] = reason
         keep = []
         for u in self.sched.queue:
@@ -475,8 +453,7 @@ class Agent:
         if self.stopping:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
-        if self.lanes:
-            self.sched.queue.extendleft(reversed(self.execu.withdraw()))
+        self.take_back()
         for u in self.sched.queue:
             if not u.get("function"):
                 self._unstage(u)
@@ -536,14 +513,14 @@ class Agent:
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
 
     def run(self) -> int:
-        self.sock.send_multipart(msg(b"ready", {"pid": os.getpid()}))
+        self.sock.send_multipart(
+            msg(b"ready", {"pid": os.getpid(), "runner": self.execu.describe()})
+        )
         self.poller = poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
         wake = self.wake_r.fileno()
-        self.execu.watch(poller)  # node daemons' sockets, or units' output pipes
-        if hasattr(self.execu, "use_lanes") and os.environ.get("PILOT_AGENT_LANES") != "0":
-            self.lanes = self.execu.use_lanes(self.journal)
+        self.execu.watch(poller)  # node daemons' sockets, units' output pipes, launcher lanes
         next_ppid_check = time.monotonic() + 1.0
         while True:
             now = time.monotonic()
@@ -590,8 +567,7 @@ class Agent:
             if self.stopping and not self.execu.runs():
                 self.stager.close()
                 log.info("%s: sandboxes %s", self.uid, self.stager.summary())
-                if self.lanes:
-                    log.info("%s: %s", self.uid, self.execu.lanes.summary())
+                log.info("%s: %s", self.uid, self.execu.summary())
                 self.execu.close()
                 # the last words are bounded: with the bootstrap gone, a DEALER send waits
                 # for a peer forever
@@ -603,21 +579,6 @@ class Agent:
                     log.error("%s: nobody took its last updates and bye", self.uid)
                 return 0
             self.flush(force=bool(self.updates) and self.idle())
-
-
-def _lane_keys(u: dict) -> None:
-    """Mark a unit as it arrives (once, not on every turn of follow_up): `_lane` is its request
-    when it is one rank with no placement of its own, not a function or MPI (what it holds may
-    pass on to a successor); `_follows` the same when it also has a sandbox of its own with
-    nothing to stage (it may take over what a unit with that `_lane` holds)."""
-    u["_lane"] = u["_follows"] = None
-    if u.get("function") or u.get("mpi") or u.get("policy") or u.get("resources"):
-        return
-    if u.get("ranks", 1) != 1:
-        return
-    u["_lane"] = key = (u.get("cpus", 1), u.get("gpus", 0))
-    if not (u.get("stage_in") or u.get("sandbox")):
-        u["_follows"] = key
 
 
 def _enough_fds(slots: int) -> None:
@@ -712,7 +673,13 @@ def main(argv: list[str]) -> int:
         cfg = json.load(f)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     agent = Agent(cfg)
-    log.info("%s: up, pid %d, %d node(s)", agent.uid, os.getpid(), len(cfg["nodes"]))
+    log.info(
+        "%s: up, pid %d, %d node(s), %s",
+        agent.uid,
+        os.getpid(),
+        len(cfg["nodes"]),
+        agent.execu.describe(),
+    )
     try:
         return agent.run()
     finally:  # bounded: with the bootstrap gone, term() may wait forever for its peer

@@ -45,10 +45,9 @@ import signal
 import sys
 from types import MappingProxyType
 
-try:
-    from agent import _spawn
-except ImportError:  # not built: posix_spawn, then bind (see above)
-    _spawn = None
+from agent import native
+from agent.native import spawn as _spawn  # None: posix_spawn, then bind (see above)
+
 NATIVE = _spawn is not None  # whether agent/_spawn.c was built
 NO_WAIT = NATIVE and hasattr(_spawn, "start")  # start() does not wait for the exec (x86-64)
 
@@ -64,7 +63,7 @@ FOUND_MAX = 1024  # PATH look-ups remembered
 _IDS_VAR: dict = {}  # pool type -> PILOT_<TYPE>_IDS (a node's types are few and fixed)
 
 
-def _ids_var(t: str) -> str:
+def ids_var(t: str) -> str:
     name = _IDS_VAR.get(t)
     if name is None:
         name = _IDS_VAR[t] = f"PILOT_{type_key(t)}_IDS"
@@ -135,7 +134,7 @@ def rank_env(
         mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
         env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
     for t, v in ids.items():
-        env[_ids_var(t)] = v
+        env[ids_var(t)] = v
     env.update(unit_vars(unit, sandbox))
     env["PILOT_NODE_NAME"] = node_name
     env["PILOT_RANK"] = str(rank)
@@ -178,7 +177,7 @@ class Spawner:
         env = dict(os.environ)
         env.update(extra_env)
         self.base_env = MappingProxyType(env)  # (read-only: _base_entries is made from it)
-        self._base_entries = {k: _entry(k, v) for k, v in env.items()}
+        self._base_entries = {k: entry(k, v) for k, v in env.items()}
         self.found: dict[tuple, str] = {}  # (bare name, unit PATH or None) -> its path
         self.native = NATIVE
 
@@ -243,25 +242,29 @@ class Spawner:
         err = -2 if one_pipe else -1
         return _spawn.prepare(*self._native_args(path, argv, cwd, -1, err, env, mask))
 
-    def shared_head(self, env: dict, gpu_var, own_names) -> list[bytes] | None:
-        """The encoded environment of units that add `env` (its GPU variable mapped) and
-        variables named `own_names` (each unit's own values) to this process's: what
-        `prepare_own` starts from, kept by the caller for a run of such units; None where any
-        of them replaces a variable of this process's own (`prepare` then)."""
-        base = self._base_entries.keys()
-        if not (base.isdisjoint(env) and base.isdisjoint(own_names)):
-            return None
-        if gpu_var is not None:
-            env = {**env, gpu_var: self.visible(gpu_var, env.get(gpu_var, ""))}
-        return [*self._base_entries.values(), *(_entry(k, v) for k, v in env.items())]
+    def entries_without(self, names) -> list[bytes]:
+        """This process's environment, encoded, without the variables `names`."""
+        return [e for k, e in self._base_entries.items() if k not in names]
 
-    def prepare_own(self, argv: list[str], cwd: str, head: list, own: dict, mask, one_pipe):
-        """`prepare` for a unit whose environment is `head` (shared_head) plus `own` (names
-        given to shared_head); `mask` as `mask()` gave it."""
-        path = argv[0] if "/" in argv[0] else self.which(argv[0])
-        envp = head + [_entry(k, v) for k, v in own.items()]
+    def replaces_none(self, env: dict) -> bool:
+        """Whether `env` adds to this process's environment without replacing any of it."""
+        return self._base_entries.keys().isdisjoint(env)
+
+    def prepare_envp(self, argv: list[str], cwd: str, envp: list, search, one_pipe: bool):
+        """`prepare` for a unit whose whole environment is `envp` (encoded) and which runs where
+        its launcher slot says (no mask of its own); `search` is its own PATH, if any."""
+        path = argv[0] if "/" in argv[0] else self.which(argv[0], search)
         err = -2 if one_pipe else -1
-        return _spawn.prepare(*self._encoded(path, argv, cwd, -1, err, envp, mask))
+        return _spawn.prepare(*self._encoded(path, argv, cwd, -1, err, envp, None))
+
+    def mode(self) -> str:
+        """How units start here: clone3 / clone (agent/_spawn.c's start, x86-64 Linux), vfork
+        (agent/_spawn.c elsewhere) or posix_spawn (it was not built)."""
+        if not self.native:
+            return f"posix_spawn ({native.why_not})"
+        if not NO_WAIT:
+            return "vfork"
+        return "clone3" if _spawn.clone3_works() else "clone"
 
     def _prepare(self, argv, env, gpu_var, cpu_ids) -> tuple:
         """(program path, env with its GPU variable mapped, real cores or None)."""
@@ -277,11 +280,11 @@ class Spawner:
         if not env:
             envp = list(entries.values())
         elif entries.keys().isdisjoint(env):  # (the usual case: nothing of the base replaced)
-            envp = [*entries.values(), *(_entry(k, v) for k, v in env.items())]
+            envp = [*entries.values(), *(entry(k, v) for k, v in env.items())]
         else:
             entries = entries.copy()
             for k, v in env.items():
-                entries[k] = _entry(k, v)
+                entries[k] = entry(k, v)
             envp = list(entries.values())
         return self._encoded(path, argv, cwd, out, err, envp, mask)
 
@@ -380,7 +383,7 @@ class Spawned:
         return None
 
 
-def _entry(key: str, value: str) -> bytes:
+def entry(key: str, value: str) -> bytes:
     """One environment entry as exec takes it (b"KEY=VALUE"), encoded as os.fsencode does."""
     if type(key) is not str or type(value) is not str:
         raise TypeError(

@@ -5,6 +5,11 @@
 Each repetition, interleaved so that a noisy minute hits every row:
   limit  posix_spawn of /bin/true with 2 children in flight, reaped with os.wait (the fastest way
          found to launch processes from Python here), measured in this process
+  api    what a user measures, as issue 30 defines it: a fresh process measures the limit itself
+         (after `import pilot`), then Session (default place, on disk) + a local.localhost pilot
+         with one 2-core partition, nothing run before; rate = N / (submit_units called ->
+         wait_units returned), against the limit it measured just before.  Pilot start here is
+         submit_pilots -> the partition ACTIVE in a cold process
   ours   a fresh process: Session + 2-core local.localhost pilot with one partition; N units of
          /bin/true, 1 core each, from submit until every unit is DONE and its state persisted
          (store flushed); also pilot start (submit -> partition ACTIVE), first unit (submit_units
@@ -17,6 +22,12 @@ writes nothing, so it gets no output files, and its empty sandbox directory beco
 unit's (agent/runners/sandboxes.py, spares.py): a new inode costs 100-700 us of kernel time on
 this disk.
 The table shows medians [min-max] and ours / limit from the same repetition.
+Why `api` and `ours` differ: `ours` warms the pilot with 4 units (its launcher threads, the first
+sandboxes and spares exist before the clock starts), ends its clock when the store has every
+record (`api` when wait_units returns), and divides by a limit measured in the bench's own
+small process; `api` divides by a limit measured in the client, which has imported the whole
+client (more memory to map for every posix_spawn: measured lower, so its ratio reads higher).
+What matters to users is `api`: the first units of a cold pilot count, as they do for them.
 """
 
 from __future__ import annotations
@@ -47,6 +58,34 @@ def limit_rate(n: int, inflight: int = 2) -> float:
         running -= 1
         done += 1
     return n / (time.perf_counter() - t0)
+
+
+def api_run(n: int) -> dict:
+    """The `api` row, inside a fresh process (see the header)."""
+    import pilot as rp
+
+    limit_rate(50)
+    lim = limit_rate(n)
+    pd = rp.ComputePilotDescription(
+        resource="local.localhost", runtime=30, parts=[rp.ComputePartitionDescription(cores=2)]
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["PILOT_SESSIONS_DIR"] = tmp
+        with rp.Session() as session:
+            t0 = time.perf_counter()
+            pilot = rp.PilotManager(session).submit_pilots(pd)
+            pilot.partitions[0].wait(rp.ACTIVE, timeout=60)
+            startup = time.perf_counter() - t0
+            umgr = rp.UnitManager(session)
+            umgr.add_pilots(pilot)
+            descs = [rp.ComputeUnitDescription(executable=TRUE) for _ in range(n)]
+            t1 = time.perf_counter()
+            umgr.submit_units(descs)
+            states = umgr.wait_units(timeout=600)
+            run_s = time.perf_counter() - t1
+            assert set(states) == {rp.DONE}, "not every unit is DONE"
+            pilot.cancel()
+    return {"rate": n / run_s, "limit": lim, "ratio": n / run_s / lim, "startup_s": startup}
 
 
 def one_run(n: int, where: str) -> dict:
@@ -87,12 +126,19 @@ def main() -> int:
     ap.add_argument("--one", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.n, args.one)))
+        run = api_run(args.n) if args.one == "api" else one_run(args.n, args.one)
+        print(json.dumps(run))
         return 0
     places = {"tmpfs": "/dev/shm", "disk": tempfile.gettempdir()}
     limits: list[float] = []
     runs: dict[str, list[dict]] = {k: [] for k in places}
+    api: list[dict] = []
     for rep in range(args.reps):
+        run = in_fresh_process(__file__, ["api", "--n", str(args.n)], timeout=900)
+        if run is None:
+            return 1
+        api.append(run)
+        print(f"rep {rep + 1}: api {run['rate']:.0f}/s, {run['ratio']:.2f} x", file=sys.stderr)
         limit_rate(50)
         lim = limit_rate(args.n)
         limits.append(lim)
@@ -116,6 +162,11 @@ def main() -> int:
     )
     print("|---|---|---|---|---|---|---|---|")
     print(f"| limit/spawn-c2 | {fmt(limits)} | 1.00 | - | - | - | - | - |")
+    col = lambda k: [r[k] for r in api]  # noqa: E731
+    print(
+        f"| api (cold, limit in the client: {fmt(col('limit'))}/s) | {fmt(col('rate'))} | "
+        f"{fmt(col('ratio'), 2)} | {fmt(col('startup_s'), 2)} | - | - | - | - |"
+    )
     for name, rs in runs.items():
         col = lambda k, rs=rs: [r[k] for r in rs]  # noqa: E731
         print(
@@ -125,7 +176,10 @@ def main() -> int:
             f"{max(col('rss_bootstrap')):.0f} / {max(col('rss_agent')):.0f} | "
             f"{fmt(col('write_lag_s'), 2)} |"
         )
-    print("\ntargets: x limit >= 0.75 at N=5000 on disk; pilot start < 0.5 s; every RSS < 100 MB")
+    print(
+        "\ntargets: x limit >= 0.75 at N=5000 (api, and on disk); pilot start < 0.5 s; "
+        "every RSS < 100 MB"
+    )
     return 0
 
 

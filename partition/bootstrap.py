@@ -300,7 +300,9 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             self.flush()  # keep partition updates ahead of the unit updates that follow them
             self.to_client([b"state", frames[2]])
         elif kind == b"ready":
-            self.pm.on_ready(uid)
+            body = unpack(frames[2]) if len(frames) > 2 else {}
+            runner = body.get("runner") if isinstance(body, dict) else None
+            self.pm.on_ready(uid, checks.text("runner", runner) if runner is not None else None)
         elif kind == b"back":
             self.flush()
             self.to_client([b"back", frames[2]])

@@ -102,6 +102,7 @@ class Part:
     reason: str | None = None
     stop_deadline: float | None = None
     created: float = field(default_factory=time.time)
+    runner: str | None = None  # how its agent starts units, as it said when ready
 
 
 class PartitionManager:
@@ -130,6 +131,7 @@ class PartitionManager:
                 "reason": p.reason,
                 "description": p.desc.to_dict(),
                 "resources": p.alloc.to_dict(self.pool) if p.alloc else None,
+                "runner": p.runner,
             }
             for p in self.parts.values()
         ]
@@ -172,11 +174,12 @@ class PartitionManager:
         except OSError as exc:
             self.end(part, FAILED, f"cannot start its agent: {exc}")
 
-    def on_ready(self, uid: str) -> None:
+    def on_ready(self, uid: str, runner: str | None = None) -> None:
         part = self.parts.get(uid)
         if part is None or part.state != STARTING:
             log.warning("ready from %s in state %s: ignored", uid, part and part.state)
             return
+        part.runner = runner
         self.move(part, ACTIVE)
         self.io.emit(uid, ACTIVE, {})
         for body in part.buffered:

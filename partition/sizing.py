@@ -350,6 +350,13 @@ class Pool:
             n.free_extra = {t: list(ids) for t, ids in n.extra.items()}
 
 
+def _asked_cores(pd, cfg: ResourceConfig) -> int:
+    """The cores a pilot's partitions ask for by count, with their agents' overhead: a pilot
+    sized from its partitions on a local resource has at least these (logical cores, as an
+    explicit `cores=` beyond the machine gets: the same rule, the same warning)."""
+    return sum((p.cores or 0) + cfg.agent_overhead.cores for p in pd.parts)
+
+
 def pilot_size(pd, cfg: ResourceConfig) -> dict:
     """The pilot's size for description `pd` on resource `cfg`; ValueError when it cannot fit.
     (partition/plan.py checks the partitions against the resource first.)"""
@@ -383,7 +390,7 @@ def pilot_size(pd, cfg: ResourceConfig) -> dict:
             cfg,
         )
     else:
-        cores = pd.cores if pd.cores is not None else cpn
+        cores = pd.cores if pd.cores is not None else max(cpn, _asked_cores(pd, cfg))
         gpus = pd.gpus if pd.gpus is not None else gpn
         if cores > cpn and gpus <= gpn and cfg.batch_system == "local":
             # as RP allows for testing: logical cores, bound round-robin onto the real ones

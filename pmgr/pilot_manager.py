@@ -20,6 +20,7 @@ import logging
 import os
 import time
 
+from agent import native
 from partition.plan import check_partition, plan_pilot
 from pilot import ids, network, processes
 from pilot import states as S
@@ -460,6 +461,8 @@ class PilotManager:
                     f"submit_pilots: descriptions[{i}]={d!r} must be a ComputePilotDescription"
                 )
         plans = [plan_pilot(d) for d in descs]  # all checked before anything starts
+        if native.why_not and any(p.config.batch_system == "local" for p in plans):
+            _warn_native_once()
         pilots = [self._submit(plan.description, plan) for plan in plans]
         return pilots[0] if single else pilots
 
@@ -529,3 +532,17 @@ class PilotManager:
         session.fire(fired)
         log.info("%s submitted: %s", pilot.uid, pilot.size)
         return pilot
+
+
+_warned: list = []
+
+
+def _warn_native_once() -> None:
+    """A local pilot's agents will start units without agent/_spawn.c: say so, once."""
+    if not _warned:
+        _warned.append(True)
+        log.warning(
+            "units start through posix_spawn, bound after the start, without launcher lanes "
+            "(slower): %s",
+            native.why_not,
+        )

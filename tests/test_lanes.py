@@ -230,3 +230,52 @@ def test_a_launcher_thread_per_core_each_bound_to_it(tmp_path):
         one.close()
         os.close(journal)
     assert not set(launcher_threads()) - before  # closed: their threads are gone
+
+
+def test_the_queue_ahead_is_one_queue_taken_by_the_first_freed_lane_of_its_shape(tmp_path):
+    """agent/_spawn.c's Launcher: the units queued ahead are one queue; a freed slot takes its
+    head when the head asks for the slot's shape (key), appends the slot's own environment
+    entries to it and journals it first; otherwise the slot is left free, and the head waits
+    (the agent places it).  withdraw() gives back what has not started, in order."""
+    import select
+
+    from agent._spawn import Launcher
+    from agent.spawn import Spawner
+
+    journal_path = tmp_path / "journal"
+    journal = os.open(journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    spawner = Spawner({})
+    envp = spawner.entries_without({"SLOT"})
+
+    def handle(script: str):
+        argv = ["/bin/sh", "-c", script]
+        return spawner.prepare_envp(argv, str(tmp_path), envp, None, True)
+
+    launcher = Launcher(journal, 2, True)
+    records, fds = [], []
+    try:
+        fds += launcher.launch(0, handle("sleep 0.6"), 0, (b"SLOT=zero",), None)[1:]
+        fds += launcher.launch(1, handle("sleep 0.05"), 1, (b"SLOT=one",), None)[1:]
+        assert launcher.follow(0, handle('echo "$SLOT" > a'), b"a\n", 11)  # shape 0
+        assert launcher.follow(1, handle('echo "$SLOT" > c'), b"c\n", 12)  # shape 1, behind
+        deadline = time.monotonic() + 10
+        while sum(r[0] == "exit" for r in records) < 3 and time.monotonic() < deadline:
+            select.select([launcher.fd], [], [], 0.2)
+            for r in launcher.take():
+                records.append(r)
+                if r[0] == "start" and r[2]:
+                    fds += r[4:6]
+        kinds = [(r[0], r[1], r[7]) for r in records]
+        # slot 1 freed first: the head asks for shape 0, so slot 1 stays free; slot 0 then
+        # takes the head; when that ends, the next (shape 1) is not slot 0's either
+        assert kinds == [("exit", 1, 0), ("exit", 0, 0), ("start", 0, 11), ("exit", 0, 0)], kinds
+        assert launcher.withdraw() == [12]
+        assert launcher.withdraw() == []
+        assert (tmp_path / "a").read_text() == "zero\n"  # the slot's own entries, appended
+        assert not (tmp_path / "c").exists()
+        assert journal_path.read_text() == "a\n"  # journaled before it started; c never
+    finally:
+        launcher.close()
+        os.close(journal)
+        for fd in set(fds):
+            os.close(fd)

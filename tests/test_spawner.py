@@ -87,6 +87,8 @@ def _run(spawner, argv, tmp_path, **kw) -> tuple[int, str]:
 
 
 def test_the_native_spawn_is_built_where_a_compiler_is():
+    if os.environ.get("PILOT_NATIVE") == "0":
+        pytest.skip("PILOT_NATIVE=0: the pure-Python spawn is under test")
     if shutil.which("cc") or shutil.which("gcc"):
         assert spawn_mod.NATIVE, "pip install -e . should have built agent/_spawn.c"
 

@@ -14,8 +14,9 @@ from agent.runners.local import LocalRunner
 from agent.runners.sandboxes import SandboxStager
 
 
-def for_partition(cfg: dict, ctx) -> tuple[UnitRunner, Stager]:
-    """The runner and stager for the partition an agent config `cfg` describes."""
+def for_partition(cfg: dict, ctx, journal: int) -> tuple[UnitRunner, Stager]:
+    """The runner and stager for the partition an agent config `cfg` describes; `journal` is
+    the start journal (what a runner starts on its own it journals there first)."""
     if cfg["nodes"] and all("endpoint" in n for n in cfg["nodes"]):
         return DaemonRunner(cfg, ctx), NoStager(cfg["pilot_sandbox"])
-    return LocalRunner(cfg), SandboxStager(cfg["pilot_sandbox"])
+    return LocalRunner(cfg, journal), SandboxStager(cfg["pilot_sandbox"])

@@ -19,7 +19,8 @@ looks at without polling (quiet output pipes) it does in `sweep`, called by `due
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 
@@ -45,6 +46,7 @@ class Run:
         "started_at",
         "ended_at",
         "lingering",
+        "handle",
     )
 
     def __init__(self, unit, alloc):
@@ -63,6 +65,7 @@ class Run:
         self.sandbox = self.names = None  # (launcher lanes: where its pipes' files go)
         self.started_at = self.ended_at = 0.0  # when a launcher thread started / reaped it
         self.lingering = None  # (a launcher's) whether its process group outlived it
+        self.handle = None  # (launcher lanes) its prepared start handle, until it starts
 
     @property
     def nodes(self) -> list[str]:
@@ -72,8 +75,25 @@ class Run:
 class UnitRunner(Protocol):
     output: list  # [uid, node, rank, stream, text] waiting to be sent to the client
     running: dict  # rank -> its unit's Run, while it runs
+    sigchld: bool  # whether the agent must hear SIGCHLD (else it leaves it at its default)
+
+    def describe(self) -> str: ...  # how units start (the agent's log, `pilot top`)
+
+    def summary(self) -> str: ...  # what it did, for the agent's last log lines
 
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run: ...  # OSError: nothing left running
+
+    # Units held ahead: the runner may take units from the head of the agent's queue, in order,
+    # to start them itself the moment a slot that fits frees (the local runner's launcher
+    # lanes); it journals each before it starts it.  Returns (unit, reason) for those that
+    # cannot start.  `take(unit)` gives a unit's sandbox.
+    def hold_ahead(self, queue: deque, take: Callable[[dict], str]) -> list[tuple[dict, str]]: ...
+
+    # every unit held ahead and not started, in order (a freed allocation, cancel, stop)
+    def give_back(self) -> list[dict]: ...
+
+    # units it started on its own since (EXECUTING; Run.start_errno: it could not)
+    def started(self) -> list[Run]: ...
 
     def reap(self) -> Iterator[tuple[Run, int]]: ...
 

@@ -85,6 +85,23 @@ class DaemonRunner:
         self.output: list[list] = []  # [uid, node, rank, stream, text] for the client
         self.lost: dict[int, str] = {}
 
+    sigchld = False  # (its units are the daemons' children)
+
+    def describe(self) -> str:
+        return f"units started by the node daemons of {len(self.socks)} nodes"
+
+    def summary(self) -> str:
+        return "units started by the node daemons"
+
+    def hold_ahead(self, queue, take) -> list:
+        return []  # (every unit is placed by the agent and sent at once)
+
+    def give_back(self) -> list[dict]:
+        return []
+
+    def started(self) -> list[Run]:
+        return []
+
     def watch(self, poller) -> None:
         for sock in self.socks.values():
             poller.register(sock, zmq.POLLIN)

@@ -1,55 +1,62 @@
-"""Launcher lanes: single-core units started by a thread, each one's successors queued ahead.
+"""Launcher lanes: single-core units started by a thread per core, the next ones queued ahead.
 
 Why: when a unit exits, the agent's loop has to wake up, reap it and start the next unit on the
 core it freed; half the time the kernel wakes the agent on the other core, and the freed core
 idles through that work (bench/sched_trace.py).  agent/_spawn.c's Launcher is a thread per core,
 without the interpreter, bound to that core: it waits for the exit of each unit it started there
-(its pidfd), reaps it, appends the uid of the next unit queued in that slot to the start
-journal, makes its pipes and starts it, and then tells the agent (an eventfd).  The agent only
-keeps each slot's queue filled.  (One thread for all cores was woken where it last ran, often
-behind a busy thread on the other core while the freed one idled: a thread per core gave 8 %
-more units a second, 6 alternating pairs of 5,000 units on 2 cores.)
+(its pidfd), reaps it, takes the head of the queue ahead, appends its uid to the start journal,
+makes its pipes and starts it, and then tells the agent (an eventfd).  The agent only keeps the
+queue ahead filled.
+
+Work-conserving: the queue ahead is ONE queue, in the agent's order, which every lane takes
+from; the first core to free takes its head.  (It was a queue per core: a short unit waited
+behind a long one while other cores idled, 1.5 x the greedy makespan for mixed durations.)
 
 A slot is a logical core.  A unit goes into a lane when it is one rank holding one logical core
-(whole or a share) that no other lane unit runs on; its successors (Agent.follow_up) are queued
-units asking for exactly the same and nothing else (no placement policy, resources, staging,
-named sandbox, function or MPI): they take over its allocation as it is, so they see the same
-ids.  The queue's order holds: nothing overtakes a head that cannot follow.
+(whole, with or without a GPU or a share of one) and no placement of its own (no policy,
+resources, placeholders in its environment, function or MPI).  A lane's allocation has a shape,
+its key (cores, GPUs); a unit queued ahead asks for one shape, and takes over the allocation of
+the first freed slot of that shape as it is.  Its start handle is not bound to a slot: the
+variables that name what it holds (PILOT_CPU_IDS, the GPU variable, ...) are the slot's, added
+by the thread as it starts it, with the slot's core mask (`slot_entries`).  The queue's order
+holds: the agent queues a unit ahead only from the head of its own queue, and a freed slot
+takes the head only when it asks for that slot's shape; otherwise the slot is left free and the
+agent places the head itself (LocalRunner.give_back).
 
-Protocol (agent's main thread):
-    launch(slot, run, ...)    start a unit in a free slot now (it is journaled by the agent);
-                              its pid is its handle's, its output pipes are adopted
-    wanting(depth)            (slot, running Run, missing) for slots with fewer than `depth`
-                              successors queued
-    follow(slot, run, ...)    queue a prepared successor (its sandbox taken, env encoded);
-                              False when the slot has run dry (nothing is kept)
-    withdraw(uids)            take back queued successors that have not started (all of a slot
-                              holding one of `uids`; None: all), in order: their units
-    news()                    what the thread did: exits [(pid, code)] in order, and the Runs it
-                              started (or could not: Run.start_errno), their pipes adopted;
-                              Run.started_at / ended_at say when (the thread's clock: a
-                              successor's start comes after its predecessor's end), and
-                              Run.lingering whether its process group outlived it
+Protocol (agent's main thread, through LocalRunner):
+    launch(slot, run, handle, key, env, cpus)
+                          start a unit in a free slot now (it is journaled by the agent); its
+                          pid is its handle's, its output pipes are adopted
+    follow(key, run)      queue a prepared unit ahead (Run.handle; its sandbox taken): False
+                          when the queue is full (nothing is kept)
+    withdraw()            take back every unit ahead that has not started: their Runs, in order
+    news(running, starting)
+                          what the threads did: exits [(pid, code)] in order, and the Runs they
+                          started (or could not: Run.start_errno), their pipes adopted;
+                          Run.started_at / ended_at say when (the thread's clock: a unit's start
+                          comes after the end of the one before it in its slot), Run.lingering
+                          whether its process group outlived it, Run.handed_on whether its
+                          allocation went on to the next unit
 PILOT_AGENT_LANES=0 in the agent's environment turns lanes off (every unit is started by the
 agent's loop, as on machines where agent/_spawn.c has no Launcher): for comparisons.
-Exactly once: the thread journals a successor before its clone, as the agent does for what it
-starts; a successor not yet journaled when the agent dies never ran (handed back).  The units a
-lane started are the thread's own children: the agent's waitpid(-1) passes __WNOTHREAD.
+Exactly once: the thread journals a unit before its clone, as the agent does for what it starts;
+a unit not yet journaled when the agent dies never ran (handed back).  The units a lane started
+are the thread's own children: the agent's waitpid(-1) passes __WNOTHREAD.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from itertools import count
 
+from agent import native
 from agent.runners.base import Run
 from agent.runners.streams import StreamSet
 
-try:
-    from agent._spawn import LANE_DEPTH, Launcher
-except ImportError:  # agent/_spawn.c not built, or not x86-64 Linux: no lanes
-    Launcher = None
-    LANE_DEPTH = 0
+# agent/_spawn.c's, or None where it was not built or has no Launcher (not x86-64 Linux)
+Launcher = getattr(native.spawn, "Launcher", None)
+AHEAD_MAX = getattr(native.spawn, "AHEAD_MAX", 0)
+SLOT_ENV_MAX = getattr(native.spawn, "SLOT_ENV_MAX", 0)
 
 
 def available() -> bool:
@@ -63,8 +70,10 @@ class Lanes:
         self.slots = slots
         self.streams = streams
         self.run_in: dict[int, Run] = {}  # slot -> the unit running there
-        self.queued: dict[int, deque] = {}  # slot -> its successors (Run, handle), in order
+        self.key_of: dict[int, int] = {}  # slot -> the shape of its allocation (its launch's)
+        self.ahead: dict[int, Run] = {}  # seq -> a unit queued ahead, in order
         self.exited: dict[int, Run] = {}  # slot -> the unit whose exit came last
+        self.seq = count(1)
         self.started = self.follows = 0  # (counts, for the log)
 
     def summary(self) -> str:
@@ -87,46 +96,35 @@ class Lanes:
         c = next(iter(cpus))
         return c if c < self.slots and c not in self.run_in else None
 
-    def launch(self, slot: int, run: Run, handle, sandbox: str, names) -> None:
+    def keys_running(self) -> set[int]:
+        """The shapes of the allocations that lanes hold now (a unit ahead waits for one)."""
+        return {self.key_of[s] for s in self.run_in}
+
+    def launch(self, slot: int, run: Run, key: int, env: tuple, cpus) -> None:
         run.started_at = time.time()  # its EXECUTING: never after the end the thread reports
-        _, out, err = self.launcher.launch(slot, handle)  # (the pid: handle.pid)
-        run.streams = self.streams.adopt(sandbox, names, (out, err))
+        _, out, err = self.launcher.launch(slot, run.handle, key, env, cpus)  # (pid: handle's)
+        run.streams = self.streams.adopt(run.sandbox, run.names, (out, err))
         self.run_in[slot] = run
+        self.key_of[slot] = key
         self.started += 1
 
-    def wanting(self, depth: int) -> list[tuple[int, Run, int]]:
-        depth = min(depth, LANE_DEPTH)
-        out = []
-        for slot, r in self.run_in.items():
-            have = len(self.queued.get(slot, ()))
-            if have < depth:
-                out.append((slot, r, depth - have))
-        return out
-
-    def follow(self, slot: int, run: Run, handle, line: bytes) -> bool:
-        if not self.launcher.follow(slot, 0, handle, line):
+    def follow(self, key: int, run: Run) -> bool:
+        seq = next(self.seq)
+        if not self.launcher.follow(key, run.handle, f"{run.unit['uid']}\n".encode(), seq):
             return False
-        self.queued.setdefault(slot, deque()).append((run, handle))
+        self.ahead[seq] = run
         self.follows += 1
         return True
 
-    def withdraw(self, uids=None) -> list[dict]:
-        back = []
-        for slot, chain in self.queued.items():
-            if not chain or (uids is not None and not any(r.unit["uid"] in uids for r, _ in chain)):
-                continue
-            n = self.launcher.withdraw(slot)
-            for r, _ in [chain.pop() for _ in range(n)][::-1]:
-                r.unit["_sandbox"] = r.sandbox  # taken already (SandboxStager.take gives it)
-                back.append(r.unit)
-        return back
+    def withdraw(self) -> list[Run]:
+        return [self.ahead.pop(seq) for seq in self.launcher.withdraw()]
 
     def news(self, running: dict, starting: dict) -> tuple[list, list]:
         """(exits, started), in the order they happened; each unit started is entered into
         `running` (pid -> Run) at once, and into `starting` (pid -> handle) until it is known
         to have exec'd, as LocalRunner keeps them (its exit may be in the same news)."""
         exits, started = [], []
-        for kind, slot, pid, value, out, err, at in self.launcher.take():
+        for kind, slot, pid, value, out, err, at, seq in self.launcher.take():
             if kind == "exit":
                 exits.append((pid, value))
                 run = running.get(pid)
@@ -137,7 +135,7 @@ class Lanes:
                     if self.run_in.get(slot) is run:
                         del self.run_in[slot]
                 continue
-            nxt, handle = self.queued[slot].popleft()
+            nxt = self.ahead.pop(seq)
             prev = self.exited.pop(slot, None)
             if pid == 0:  # it never ran: the allocation waits for the next one in the slot
                 nxt.start_errno = value
@@ -146,12 +144,15 @@ class Lanes:
             else:
                 if prev is not None:
                     prev.handed_on = True  # its allocation is this one's now
+                    nxt.alloc = prev.alloc
                 nxt.streams = self.streams.adopt(nxt.sandbox, nxt.names, (out, err))
                 nxt.pids.append(pid)
                 nxt.started_at = at
                 running[pid] = nxt
+                handle = nxt.handle
                 if not handle.settled() or handle.error() is not None:
                     starting[pid] = handle
+                nxt.handle = None
                 self.run_in[slot] = nxt
                 self.started += 1
             started.append(nxt)

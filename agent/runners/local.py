@@ -7,7 +7,9 @@ pipes the agent copies into the files STDOUT and STDERR there, made when the uni
 The spawn does not wait for the exec (Spawner.start): a child that cannot exec exits 127, and
 its unit ends FAILED "cannot start: ..." without an exit code, as when the start fails at once.
 A unit of one rank on one core goes through a launcher lane instead (agent/runners/lanes.py):
-a thread starts it, and the units queued behind it the moment it exits.
+a thread per core starts it, and the next unit queued ahead the moment a core frees.  The runner
+decides what waits ahead (`hold_ahead`, from the head of the agent's queue) and gives it back
+when a freed allocation may be the head's (`give_back`).
 Exits are collected with waitpid(-1, WNOHANG) when the pidfd of a process the agent started
 becomes readable (`watch_child`; where the kernel has no pidfds, when SIGCHLD arrives: `sigchld`),
 a lane's from its thread; what is left in the pipes is copied before the unit's end is
@@ -32,8 +34,26 @@ from agent.runners import lanes
 from agent.runners.base import Run
 from agent.runners.functions import FunctionWorkers
 from agent.runners.streams import SWEEP_EVERY, StreamSet
-from agent.spawn import UNIT_VARS, WNOTHREAD, Spawner, exits, grant_ids, rank_env, unit_vars
+from agent.spawn import (
+    UNIT_VARS,
+    WNOTHREAD,
+    Spawner,
+    entry,
+    exits,
+    grant_ids,
+    ids_var,
+    rank_env,
+    unit_vars,
+)
 from pilot import processes
+
+# units queued ahead in the launcher lanes: per lane (enough to run on through the few
+# milliseconds the agent loses its core to units and the client: at 8 a lane ran dry for 2-4 %
+# of the units, started by the agent after its core had idled), at most AHEAD_TOTAL (each holds
+# a sandbox and 17 KB)
+AHEAD_PER_LANE = 32
+AHEAD_TOTAL = 256
+_CONSTANT = ("PILOT_RANK", "PILOT_RANKS")  # the same for every lane unit
 
 _WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
 
@@ -50,7 +70,7 @@ def _pidfds_work() -> bool:
 class LocalRunner:
     """Units on this node, spawned by the agent itself."""
 
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, cfg: dict, journal: int = -1) -> None:
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.spawner = Spawner(
             {
@@ -72,11 +92,18 @@ class LocalRunner:
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
         self.functions = FunctionWorkers(self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores)
         self.node_name = cfg["nodes"][0]["name"] if cfg["nodes"] else "localhost"
+        self.node_types = ["cpus"]  # (as agent/pool.py's NodePool has them)
+        for node in cfg["nodes"]:
+            self.node_types += [t for t in node.get("pool") or () if t not in self.node_types]
+        if "gpus" not in self.node_types:
+            self.node_types.append("gpus")
         self.slots = 1 + max((c for n in cfg["nodes"] for c in n.get("cores") or ()), default=0)
         self.lanes: lanes.Lanes | None = None  # (use_lanes)
         self.lane_exits: list = []  # (pid, code) the launcher thread reaped
-        self.lane_started: list[Run] = []  # successors it started (or could not)
-        self.lane_env: dict = {}  # slot -> (allocation, encoded shared environment, mask)
+        self.lane_started: list[Run] = []  # units queued ahead it started (or could not)
+        self.shapes: dict[tuple, tuple] = {}  # lane shape -> (key, reserved names, env head)
+        self.given_back: dict[str, Run] = {}  # uid -> its prepared Run, until the next hold
+        self.ahead_most = min(AHEAD_TOTAL, AHEAD_PER_LANE * self.slots)
         # the agent thread's own children (units it spawned, function workers), until reaped:
         # pid -> its pidfd (-1: none could be opened), and pidfd -> pid
         self.children: dict[int, int] = {}
@@ -85,11 +112,23 @@ class LocalRunner:
         # Linux 5.3, or a filter refuses them); otherwise it leaves SIGCHLD at its default
         self.sigchld = not _pidfds_work()
         self.functions.watch_child = self.watch_child
+        if journal >= 0 and os.environ.get("PILOT_AGENT_LANES") != "0":
+            self.use_lanes(journal)
+
+    def describe(self) -> str:
+        """How units start here, for the agent's log and `pilot top`."""
+        lane = "on" if self.lanes is not None else "off"
+        return f"spawn {self.spawner.mode()}, launcher lanes {lane}"
+
+    def summary(self) -> str:
+        return self.lanes.summary() if self.lanes is not None else "no launcher lanes"
 
     def use_lanes(self, journal: int) -> bool:
-        """Start single-core units through a launcher thread (agent/runners/lanes.py) from now
-        on, journaling their successors into `journal`; False where it cannot be built."""
-        if self.lanes is None and lanes.available():
+        """Start single-core units through a launcher thread per core (agent/runners/lanes.py)
+        from now on, journaling what it starts into `journal`; False where it cannot be built."""
+        # a lane's own variables: its node, its ids of each type, the GPU variable and RP's
+        fits = len(self.node_types) + 3 <= lanes.SLOT_ENV_MAX
+        if self.lanes is None and lanes.available() and fits:
             # quiet: SIGCHLD is at its default here, so the kernel drops the one each lane
             # unit's exit makes (agent/_spawn.c) instead of waking the agent for it
             cpus = [self.spawner.real_core(c) for c in range(self.slots)]  # (a slot's own)
@@ -109,6 +148,8 @@ class LocalRunner:
         self.functions.poller = poller  # and function workers' sockets as they start
         for fd in self.pidfds:
             poller.register(fd, 1)  # zmq.POLLIN
+        if self.lanes is not None:
+            poller.register(self.lanes.fd, 1)
 
     def watch_child(self, pid: int) -> None:
         """`pid`, a child of the agent's thread, wakes the agent's loop as it exits (its pidfd
@@ -161,68 +202,107 @@ class LocalRunner:
             self.lanes.close()
 
     # -- launcher lanes (agent/runners/lanes.py) ------------------------------------------------
-    def lanes_wanting(self, depth: int) -> list[tuple[int, Run, int]]:
-        return self.lanes.wanting(depth) if self.lanes is not None else []
+    def hold_ahead(self, queue, take) -> list[tuple[dict, str]]:
+        """Move units from the head of the agent's `queue` into the launcher's queue ahead, in
+        order, while there is room and the head asks for an allocation that a lane holds now
+        (the first lane of that shape to free starts it).  `take(unit)` gives its sandbox.
+        Returns (unit, reason) for those that cannot start (the agent fails them)."""
+        failed: list[tuple[dict, str]] = []
+        ln = self.lanes
+        if ln is not None and queue and ln.run_in:
+            room = self.ahead_most - len(ln.ahead)
+            running = ln.keys_running() if room > 0 else ()
+            while room > 0 and queue:
+                unit = queue[0]
+                shape = lane_shape(unit, ahead=True)
+                if shape is None or self._shape(shape)[0] not in running:
+                    break  # (the queue's order holds: nothing overtakes its head here)
+                queue.popleft()
+                try:
+                    run = self._lane_run(unit, take(unit), shape)
+                except (OSError, ValueError) as exc:
+                    failed.append((unit, f"cannot start: {exc}"))
+                    continue
+                if not ln.follow(self._shape(shape)[0], run):
+                    unit["_sandbox"] = run.sandbox  # taken: the next take of it is this one
+                    self.given_back[unit["uid"]] = run
+                    queue.appendleft(unit)
+                    break
+                room -= 1
+        self.given_back.clear()  # (what was not held again is prepared anew when it is)
+        return failed
 
-    def follow(self, slot: int, unit: dict, sandbox: str) -> bool:
-        """Queue `unit` in `slot`, with the allocation of what runs there: started by the
-        launcher thread once the units ahead of it have exited.  False when the slot has run
-        dry (nothing is kept).  OSError / ValueError as `spawn` raises them."""
-        alloc = self.lanes.run_in[slot].alloc
-        nxt = Run(unit, alloc)
-        nxt.sandbox, nxt.names = sandbox, command.output_names(unit)
-        if unit.get("environment"):
-            handle = self._prepare(nxt, sandbox)
-        else:
-            handle = self._prepare_plain(slot, nxt, sandbox)
-        return self.lanes.follow(slot, nxt, handle, f"{unit['uid']}\n".encode())
+    def give_back(self) -> list[dict]:
+        """Every unit queued ahead that has not started, taken back (their sandboxes stay
+        taken), in order: a freed allocation, a cancel or a stop may be theirs."""
+        if self.lanes is None:
+            return []
+        back = []
+        for run in self.lanes.withdraw():
+            run.unit["_sandbox"] = run.sandbox  # (SandboxStager.take gives it back)
+            self.given_back[run.unit["uid"]] = run  # its handle serves again
+            back.append(run.unit)
+        return back
 
-    def _prepare_plain(self, slot: int, run: Run, sandbox: str):
-        """`_prepare` for a successor without an environment of its own: what its variables
-        share with the others of its slot (the same allocation, node and ranks) is encoded
-        once per slot and allocation; only its own ids and sandbox are encoded for it."""
-        shared = self.lane_env.get(slot)
-        if shared is None or shared[0] is not run.alloc:
-            node, grant = run.alloc.ranks[0]
-            ids = grant_ids(node.cap, grant)
-            env, var = rank_env(run.unit, sandbox, node.name, ids, 0, 1, self.has_gpus)
-            for key in UNIT_VARS:
-                del env[key]
-            head = self.spawner.shared_head(env, var, UNIT_VARS)
-            mask = self.spawner.mask([c for c, _ in grant.get("cpus", ())])
-            shared = self.lane_env[slot] = (run.alloc, head, mask)
-        _, head, mask = shared
-        if head is None:  # (the agent's own environment has some of them: the long way)
-            return self._prepare(run, sandbox)
-        unit = run.unit
-        own = unit_vars(unit, sandbox)
+    def started(self) -> list[Run]:
+        """Units the lanes started on their own since (or could not: Run.start_errno)."""
+        started, self.lane_started = self.lane_started, []
+        return started
+
+    def _shape(self, shape: tuple) -> tuple:
+        """(key, reserved names, env head) of a lane shape: what every unit of that shape
+        shares (the names its slot fills in, the agent's environment without them)."""
+        got = self.shapes.get(shape)
+        if got is None:
+            slot_names = ["PILOT_NODE_NAME", *(ids_var(t) for t in self.node_types)]
+            if self.has_gpus or shape[1]:
+                slot_names.append("CUDA_VISIBLE_DEVICES")
+            if shape[1]:
+                slot_names.append("RP_GPU_ID")
+            reserved = frozenset((*slot_names, *UNIT_VARS, *_CONSTANT))
+            const = {"PILOT_RANK": "0", "PILOT_RANKS": "1"}
+            head = self.spawner.entries_without(reserved) + [entry(k, v) for k, v in const.items()]
+            got = self.shapes[shape] = (len(self.shapes), reserved, head)
+        return got
+
+    def _lane_run(self, unit: dict, sandbox: str, shape: tuple) -> Run:
+        """A Run for `unit` in a lane, its start handle prepared (not bound to a slot)."""
+        run = self.given_back.pop(unit["uid"], None)
+        if run is not None and run.sandbox == sandbox:
+            return run
+        run = Run(unit, None)
+        run.sandbox, run.names = sandbox, command.output_names(unit)
+        _, reserved, head = self._shape(shape)
+        user = unit.get("environment")
+        envp = head
+        if user:
+            user = {k: v for k, v in user.items() if k not in reserved}
+            if not self.spawner.replaces_none(user):
+                envp = self.spawner.entries_without(reserved | user.keys())
+                envp += head[-len(_CONSTANT) :]
+            envp = envp + [entry(k, v) for k, v in user.items()]
+        own = [entry(k, v) for k, v in unit_vars(unit, sandbox).items()]
+        path = user.get("PATH") if user else None
         one_pipe = run.names[0] == run.names[1]
-        return self.spawner.prepare_own(command.argv(unit), sandbox, head, own, mask, one_pipe)
+        argv = command.argv(unit)
+        run.handle = self.spawner.prepare_envp(argv, sandbox, envp + own, path, one_pipe)
+        return run
 
-    def withdraw(self, uids=None) -> list[dict]:
-        """Queued successors that have not started (all of a slot holding one of `uids`; None:
-        all), taken back: their units, in order."""
-        return self.lanes.withdraw(uids) if self.lanes is not None else []
-
-    def _prepare(self, run: Run, sandbox: str):
-        """A launcher handle for `run`'s one rank: pipes are made by the thread at its start."""
-        unit = run.unit
-        node, grant = run.alloc.ranks[0]
+    def _slot_entries(self, alloc, shape: tuple) -> tuple:
+        """The environment entries of a lane's allocation (its ids), as its units see them."""
+        node, grant = alloc.ranks[0]
         ids = grant_ids(node.cap, grant)
-        env, var = rank_env(unit, sandbox, node.name, ids, 0, 1, self.has_gpus)
-        cpus = [c for c, _ in grant.get("cpus", ())]
-        one_pipe = run.names[0] == run.names[1]
-        return self.spawner.prepare(command.argv(unit), sandbox, env, var, cpus, one_pipe)
+        env = {"PILOT_NODE_NAME": node.name, **{ids_var(t): v for t, v in ids.items()}}
+        if self.has_gpus or shape[1]:
+            env["CUDA_VISIBLE_DEVICES"] = self.spawner.visible("CUDA_VISIBLE_DEVICES", ids["gpus"])
+        if shape[1]:
+            env["RP_GPU_ID"] = ids["gpus"]
+        return tuple(entry(k, v) for k, v in env.items())
 
     def _lane_news(self) -> None:
         exits, started = self.lanes.news(self.running, self.starting)
         self.lane_exits.extend(exits)
         self.lane_started.extend(started)
-
-    def take_started(self) -> list[Run]:
-        """Successors the launcher started since (or could not: Run.start_errno)."""
-        started, self.lane_started = self.lane_started, []
-        return started
 
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
         """Start every rank of `unit` in its staged sandbox (a function unit: hand its call to
@@ -230,10 +310,11 @@ class LocalRunner:
         run = Run(unit, alloc)
         if unit.get("function"):
             return self._call(unit, run)
-        if self.lanes is not None and not unit.get("mpi"):
-            slot = self.lanes.slot_for(alloc)
+        if self.lanes is not None:
+            shape = lane_shape(unit)
+            slot = self.lanes.slot_for(alloc) if shape is not None else None
             if slot is not None:
-                return self._launch(run, sandbox, slot)
+                return self._launch(unit, sandbox, alloc, shape, slot)
         argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
         ranks = len(alloc.ranks)
         run.streams = streams = self.streams.open(sandbox, command.output_names(unit))
@@ -265,11 +346,14 @@ class LocalRunner:
             self.streams.spawned(streams)
         return run
 
-    def _launch(self, run: Run, sandbox: str, slot: int) -> Run:
-        run.names = command.output_names(run.unit)
-        handle = self._prepare(run, sandbox)
-        self.lanes.launch(slot, run, handle, sandbox, run.names)
-        self._started(run, handle)  # (pid: its child's)
+    def _launch(self, unit: dict, sandbox: str, alloc, shape: tuple, slot: int) -> Run:
+        run = self._lane_run(unit, sandbox, shape)
+        run.alloc = alloc
+        key = self._shape(shape)[0]
+        mask = self.spawner.mask([slot])
+        self.lanes.launch(slot, run, key, self._slot_entries(alloc, shape), mask)
+        self._started(run, run.handle)  # (pid: its child's)
+        run.handle = None
         return run
 
     def _call(self, unit: dict, run: Run) -> Run:
@@ -401,3 +485,19 @@ class LocalRunner:
             return self.spawner.which(executable, search)
         except FileNotFoundError:
             return None
+
+
+def lane_shape(unit: dict, ahead: bool = False) -> tuple | None:
+    """(cores, GPUs) a unit asks for when it may run in a launcher lane: one rank on one core,
+    no placement of its own, nothing in its environment that names its slot; None when not.
+    `ahead`: also queued ahead (a sandbox of its own, with nothing to stage)."""
+    if unit.get("function") or unit.get("mpi") or unit.get("policy") or unit.get("resources"):
+        return None
+    if unit.get("ranks", 1) != 1 or unit.get("cpus", 1) != 1:
+        return None
+    env = unit.get("environment")
+    if env and any("%(" in v for v in env.values()):
+        return None  # (placeholders for its ids)
+    if ahead and (unit.get("stage_in") or unit.get("sandbox")):
+        return None
+    return (1, unit.get("gpus", 0))

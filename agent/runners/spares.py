@@ -29,10 +29,10 @@ import os
 import time
 from collections import deque
 
-try:
-    from agent._spawn import take_dir
-except ImportError:  # agent/_spawn.c not built: os.stat, os.listdir and os.rename
-    take_dir = None
+from agent import native
+
+# agent/_spawn.c's, or None (not built): os.stat, os.listdir and os.rename
+take_dir = getattr(native.spawn, "take_dir", None)
 
 SCAN_EVERY = 0.05
 MOST = 4096  # spares kept at once; more are removed

@@ -373,7 +373,8 @@ class Snapshot:
     runtime: float | None  # s, as described
     active_since: float | None  # epoch s
     ended_at: float | None
-    parts: list[dict]  # uid, state, reason, cores, gpus, busy (cores, gpus), units {state: n}
+    # uid, state, reason, cores, gpus, busy (cores, gpus), units {state: n}, runner
+    parts: list[dict]
     unrouted: dict  # units of the pilot at no partition: {state: n}
     totals: dict  # all of the pilot's units: {state: n}
     events: list[tuple[float, str, str]]  # (ts, text, style)
@@ -472,6 +473,7 @@ class Source:
                     "gpus": r.get("gpus", 0),
                     "busy": busy.get(uid, (0, 0)),
                     "units": {s: n for (part, s), n in counts.items() if part == uid},
+                    "runner": p.get("runner"),  # (the live listing's: how its agent starts units)
                 }
             )
         unrouted: dict = {}
@@ -617,6 +619,8 @@ def render(snap: Snapshot, now: float | None = None, height: int = 40, footer: s
     for p in snap.parts:
         if p["reason"]:
             units.append(f"{p['uid']} {p['state']}: {p['reason']}\n", STYLE.get(p["state"], ""))
+        elif p.get("runner") and p["state"] == S.ACTIVE:
+            units.append(f"{p['uid']}: {p['runner']}\n", "dim")
     total = sum(snap.totals.values())
     units.append(f"units {total}: ")
     units.append(

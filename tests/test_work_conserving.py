@@ -1,0 +1,142 @@
+"""Work-conserving placement (DESIGN.md): a unit that fits free slots never waits behind another
+unit's slot, whatever the speed tricks (launcher lanes queue units ahead of time).  Checked on
+the times the agent recorded: while a unit waited (QUEUED -> EXECUTING), no core of its
+partition may idle longer than a reaction time.  `/bin/sleep` units use no CPU, so a loaded
+machine does not move the numbers; the tolerance is the agent's reaction to an exit."""
+
+from __future__ import annotations
+
+import logging
+
+import pilot as rp
+from partition.plan import plan_pilot
+from tests.conftest import active_pilot
+
+TOLERANCE = 0.3  # s a core may idle while a unit waits (the agent's turn, on a busy machine)
+
+
+def sleep(seconds: float, **kw) -> rp.ComputeUnitDescription:
+    return rp.ComputeUnitDescription(executable="/bin/sleep", arguments=[str(seconds)], **kw)
+
+
+def idle_while_waiting(units, cores: int) -> tuple[float, str]:
+    """The longest stretch during which fewer than `cores` single-core units ran while a unit
+    that went on to run was QUEUED, and that unit's uid."""
+    busy, waits = [], []
+    for u in units:
+        h = dict(u.history)
+        if rp.EXECUTING in h:
+            busy.append((h[rp.EXECUTING], h.get(u.state, float("inf"))))
+            waits.append((h[rp.QUEUED], h[rp.EXECUTING], u.uid))
+    edges = sorted({t for run in busy for t in run} | {t for w in waits for t in w[:2]})
+    worst, who, run, since = 0.0, "", 0.0, None
+    for a, b in zip(edges, edges[1:]):
+        mid = (a + b) / 2
+        waiting = [uid for q, s, uid in waits if q <= mid < s]
+        if waiting and sum(s <= mid < e for s, e in busy) < cores:
+            run = run + (b - a) if since == a else b - a  # (adjacent stretches add up)
+            since = b
+            if run > worst:
+                worst, who = run, waiting[0]
+        else:
+            since = None
+    return worst, who
+
+
+def test_a_short_unit_never_waits_behind_a_long_one_while_a_core_idles(session):
+    pilot, umgr = active_pilot(session, parts=((2,),), runtime=5)
+    units = umgr.submit_units([sleep(1.5)] + [sleep(0.25) for _ in range(8)])
+    assert set(umgr.wait_units(timeout=60)) == {rp.DONE}
+    worst, who = idle_while_waiting(units, cores=2)
+    assert worst < TOLERANCE, f"a core idled {worst:.2f} s while {who} waited"
+    ends = [dict(u.history)[rp.DONE] for u in units]
+    submitted = min(dict(u.history)[rp.QUEUED] for u in units)
+    # greedy in submit order: the long one on a core, the eight short ones on the other,
+    # the last two after the long one ends: 1.75 s (per-core queues took 2.5 s)
+    assert max(ends) - submitted < 1.75 + 2 * TOLERANCE, max(ends) - submitted
+
+
+def test_canceled_units_free_their_cores_at_once(session):
+    """RADICAL-Pilot's task_cancelation pattern, shrunk: 16 units of 0.8 s on 4 cores; after
+    the first four end, six waiting ones are canceled: the six left run in two rounds."""
+    pilot, umgr = active_pilot(session, parts=((4,),), cores=4, runtime=5)
+    units = umgr.submit_units([sleep(0.8) for _ in range(16)])
+    first = units[:4]
+    umgr.wait_units([u.uid for u in first], timeout=30)
+    waiting = [u for u in units if u.state not in (rp.EXECUTING, *rp.FINAL)]
+    umgr.cancel_units([u.uid for u in waiting[:6]])
+    umgr.wait_units(timeout=60)
+    canceled = [u for u in units if u.state == rp.CANCELED]
+    done = [u for u in units if u.state == rp.DONE]
+    assert len(canceled) >= 5 and len(done) + len(canceled) == 16, [u.state for u in units]
+    worst, who = idle_while_waiting(units, cores=4)
+    assert worst < TOLERANCE, f"a core idled {worst:.2f} s while {who} waited"
+
+
+def test_mixed_shapes_see_the_ids_of_the_slot_they_took_over(session):
+    """Units with and without a GPU, alternating, on a partition with fewer GPUs than cores:
+    a unit queued ahead starts only in a lane of its own shape, and sees that lane's ids."""
+    script = 'echo "$PILOT_CPU_IDS|$PILOT_GPU_IDS|$CUDA_VISIBLE_DEVICES|$PILOT_NODE_NAME"'
+    desc = [
+        rp.ComputeUnitDescription(
+            executable="/bin/sh", arguments=["-c", f"sleep 0.{i % 3}; {script}"], gpus=i % 2
+        )
+        for i in range(40)
+    ]
+    part = rp.ComputePartitionDescription(cores=3, gpus=1)
+    pilot, umgr = active_pilot(session, parts=(part,), resource="local.simulated", runtime=5)
+    units = umgr.submit_units(desc)
+    assert set(umgr.wait_units(timeout=60)) == {rp.DONE}
+    for u in units:
+        cpus, gpu_ids, visible, node = u.stdout.strip().split("|")
+        assert cpus == ",".join(map(str, u.slots["cpus"])), (u.uid, u.slots, u.stdout)
+        gpus = ",".join(map(str, u.slots.get("gpus", ())))
+        assert gpu_ids == visible == gpus, (u.uid, u.slots, u.stdout)
+        assert node == u.node, (u.uid, u.node, u.stdout)
+
+
+def test_a_partition_beyond_the_machine_is_as_a_pilot_beyond_it(caplog):
+    """One rule for logical cores on a local resource: a partition larger than the machine is
+    accepted with the same warning as a pilot larger than it (cores=)."""
+    import os
+
+    more = len(os.sched_getaffinity(0)) + 2
+    with caplog.at_level(logging.WARNING):
+        by_part = plan_pilot(
+            rp.ComputePilotDescription(
+                resource="local.localhost", parts=[rp.ComputePartitionDescription(cores=more)]
+            )
+        ).size
+        by_pilot = plan_pilot(
+            rp.ComputePilotDescription(
+                resource="local.localhost",
+                cores=more,
+                parts=[rp.ComputePartitionDescription(cores=more)],
+            )
+        ).size
+    assert by_part["cores"] == by_pilot["cores"] == more
+    warned = [r.getMessage() for r in caplog.records if "logical" in r.getMessage()]
+    assert len(warned) == 2, warned
+
+
+def test_the_agent_says_how_it_starts_units(make_session, monkeypatch):
+    """The agent's log names its spawn path (clone3 / clone / vfork / posix_spawn) and whether
+    launcher lanes are on; PILOT_NATIVE=0 turns agent/_spawn.c off and the log says so."""
+    import os
+
+    for native in ("1", "0"):
+        monkeypatch.setenv("PILOT_NATIVE", native)
+        session = make_session()
+        pilot, umgr = active_pilot(session, parts=((1,),))
+        umgr.submit_units([sleep(0.01) for _ in range(3)])
+        assert set(umgr.wait_units(timeout=30)) == {rp.DONE}
+        part = pilot.partitions[0]
+        with open(os.path.join(pilot.sandbox, f"{part.uid}.agent.log")) as f:
+            up = next(line for line in f if ": up, pid" in line)
+        if native == "0":
+            assert "spawn posix_spawn (turned off by PILOT_NATIVE=0)" in up, up
+            assert "launcher lanes off" in up, up
+        else:
+            assert any(f"spawn {m}," in up for m in ("clone3", "clone", "vfork", "posix_spawn"))
+        pilot.cancel()
+        pilot.wait(timeout=30)
