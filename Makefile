@@ -12,7 +12,7 @@ $(STAMP): setup.cfg pyproject.toml agent/_spawn.c
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,observe]'
 	@# the native spawner is optional (no C compiler: posix_spawn); never silently missing
-	@$(PY) -c "from agent import native; native.why_not and print('*** WARNING:', native.why_not)"
+	@$(PY) -c "from pilot.agent import native; native.why_not and print('*** WARNING:', native.why_not)"
 	touch $(STAMP)
 
 demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a reconfig

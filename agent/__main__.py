@@ -1,5 +1,5 @@
 import sys
 
-from agent.agent import main
+from pilot.agent.agent import main
 
 sys.exit(main(sys.argv[1:]))

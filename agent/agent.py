@@ -46,10 +46,10 @@ import time
 
 import zmq
 
-from agent import command, runners
-from agent.scheduler import Scheduler
-from agent.spawn import check_environment
 from pilot import checks, functions, processes, security, staging
+from pilot.agent import runners, unit_command
+from pilot.agent.scheduler import Scheduler
+from pilot.agent.spawn import check_environment
 from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack, wait_ms
 from pilot.states import (
     CANCELED,
@@ -375,7 +375,8 @@ class Agent:
         if r.extra:  # a function's value or exception, and what it printed
             kept.update(r.extra)
         if r.left_empty:  # nothing of it is there: no directory is left behind
-            self.stager.recycle(r.sandbox or command.sandbox_of(self.cfg["pilot_sandbox"], r.unit))
+            root = self.cfg["pilot_sandbox"]
+            self.stager.recycle(r.sandbox or unit_command.sandbox_of(root, r.unit))
         if r.fail_reason is not None:
             info = {"reason": r.fail_reason, **kept}
             if not r.not_started:  # (a unit that never ran has no exit code)
@@ -398,7 +399,7 @@ class Agent:
     def stage_out(self, unit: dict) -> str | None:
         """The unit's pilot-side output steps (COPY, LINK, MOVE), in order; the first fatal
         failure's text, or None."""
-        sandbox = command.sandbox_of(self.cfg["pilot_sandbox"], unit)
+        sandbox = unit_command.sandbox_of(self.cfg["pilot_sandbox"], unit)
         for d in unit["stage_out"]:
             why = staging.act(d, self.cfg["pilot_sandbox"], sandbox)
             if why and why.startswith("skipped: "):
@@ -410,9 +411,9 @@ class Agent:
     def clean_up(self, unit: dict) -> dict:
         """A `cleanup` unit's sandbox is removed once it ended; the first KEPT_OUTPUT bytes of
         its stdout and stderr travel with its final state instead."""
-        sandbox = command.sandbox_of(self.cfg["pilot_sandbox"], unit)
+        sandbox = unit_command.sandbox_of(self.cfg["pilot_sandbox"], unit)
         kept = {}
-        for key, name in zip(("stdout", "stderr"), command.output_names(unit)):
+        for key, name in zip(("stdout", "stderr"), unit_command.output_names(unit)):
             try:
                 with open(os.path.join(sandbox, name), "rb") as f:
                     kept[key] = f.read(KEPT_OUTPUT).decode(errors="replace")
@@ -667,7 +668,7 @@ def _check_rare_fields(u: dict, long: int) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m agent CONFIG.json", file=sys.stderr)
+        print("usage: python -m pilot.agent CONFIG.json", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         cfg = json.load(f)

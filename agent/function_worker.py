@@ -1,5 +1,6 @@
 """A function worker: one persistent Python process of a partition that runs function units, one
-call at a time (started by agent/runners/functions.py: `python -m agent.function_worker 3`).
+call at a time (started by agent/runners/functions.py: `python -m pilot.agent.function_worker
+3`).
 
 Protocol, over the stream socket it inherits as fd 3 (one end of a socketpair whose other end
 only its agent holds: no address exists that anyone else could reach, so there is nothing to
@@ -15,6 +16,9 @@ authenticate).  Every message is a 4-byte big-endian length and that many bytes 
 The socket is moved off fd 3 at start (to a close-on-exec descriptor above 63), so a call that
 writes to fd 3 or starts programs reaches nothing of the worker's.  A child the call forks ends
 when the call returns in it: only the worker itself answers.
+The worker finds modules where the client does: the client's own directories (its script's,
+its PYTHONPATH's: pilot/functions.py `client_path`) come after its own first entry, from
+PILOT_FUNCTION_PATH, which it removes from its environment.
 A call runs with `env` in os.environ (the unit's ids, PILOT_* and RP_* names; the unit's own
 variables, `own`, are set back afterwards), bound to `cpus`, and with sys.stdout / sys.stderr
 captured (OUTPUT_MAX characters each are kept and sent back).  Only writes through sys.stdout /
@@ -36,6 +40,7 @@ import traceback
 
 OUTPUT_MAX = 65536
 _HEAD = struct.Struct(">I")
+PATH_VAR = "PILOT_FUNCTION_PATH"  # (pilot/functions.py's client_path, set by its runner)
 
 
 def _read_exact(f, n: int) -> bytes | None:
@@ -118,6 +123,10 @@ def main(argv: list[str]) -> int:
     import fcntl
 
     inherited = int(argv[0]) if argv else 3
+    # the client's own module directories (its script's, PYTHONPATH's): a function of a
+    # module there is found as in the client; the calls do not see the variable
+    own = os.environ.pop(PATH_VAR, "")
+    sys.path[1:1] = [p for p in own.split(os.pathsep) if p and p not in sys.path]
     fd = fcntl.fcntl(inherited, fcntl.F_DUPFD_CLOEXEC, 64)  # out of the way of user code
     os.close(inherited)
     rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)

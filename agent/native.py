@@ -19,7 +19,7 @@ if os.environ.get("PILOT_NATIVE") == "0":
     why_not = "turned off by PILOT_NATIVE=0"
 else:
     try:
-        from agent import _spawn as spawn
+        from pilot.agent import _spawn as spawn
     except ImportError as exc:  # not built (no C compiler at install), or another platform's
         spawn = None
         why_not = f"agent/_spawn.c was not built ({exc}); a C compiler and a reinstall build it"

@@ -1,6 +1,6 @@
 """The node daemon: one per node of a multi-node pilot; runs the units agents send it.
 
-    python -m agent.node_daemon --bootstrap tcp://HOST:PORT --pilot UID --session SID
+    python -m pilot.agent.node_daemon --bootstrap tcp://HOST:PORT --pilot UID --session SID
                                 [--hint I] [--name NAME] [--timeout S] [--table-timeout S]
                                 [--watch-parent]
                                 [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
@@ -59,8 +59,8 @@ import zlib
 
 import zmq
 
-from agent.spawn import Spawner, exits
 from pilot import checks, network, processes, security
+from pilot.agent.spawn import Spawner, exits
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
 
 FORWARD_MAX = 64 * 1024
@@ -429,7 +429,7 @@ class NodeDaemon:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m agent.node_daemon")
+    p = argparse.ArgumentParser(prog="python -m pilot.agent.node_daemon")
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--pilot", required=True)
     p.add_argument("--session", required=True)

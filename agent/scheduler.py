@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from agent.pool import PartitionPool
+from pilot.agent.pool import PartitionPool
 
 MAX_OVERTAKES = 64
 SCAN = 256

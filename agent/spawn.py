@@ -45,8 +45,8 @@ import signal
 import sys
 from types import MappingProxyType
 
-from agent import native
-from agent.native import spawn as _spawn  # None: posix_spawn, then bind (see above)
+from pilot.agent import native
+from pilot.agent.native import spawn as _spawn  # None: posix_spawn, then bind (see above)
 
 NATIVE = _spawn is not None  # whether agent/_spawn.c was built
 NO_WAIT = NATIVE and hasattr(_spawn, "start")  # start() does not wait for the exec (x86-64)

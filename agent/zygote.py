@@ -1,8 +1,8 @@
 """The agent zygote: a process that has imported the agent's code and forks agents on request.
 
-Starting an agent as a fresh `python -m agent` costs ~200 ms (interpreter and imports); forking
-it from a process that has already imported everything costs a few ms, which is what keeps a
-reconfig under 100 ms.  The zygote is single-threaded and creates no ZeroMQ context, so forking
+Starting an agent as a fresh `python -m pilot.agent` costs ~200 ms (interpreter and imports);
+forking it from a process that has already imported everything costs a few ms, which is what
+keeps a reconfig under 100 ms.  The zygote is single-threaded and creates no ZeroMQ context, so forking
 it is safe; each forked agent creates its own context.
 
 Protocol (JSON lines; bootstrap <-> zygote over the zygote's stdin / stdout):
@@ -22,8 +22,8 @@ import selectors
 import signal
 import sys
 
-import agent.agent as agent_main
-from agent.spawn import exits
+import pilot.agent.agent as agent_main
+from pilot.agent.spawn import exits
 
 
 def _child(cfg_path: str, log_path: str) -> None:

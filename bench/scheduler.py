@@ -21,7 +21,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agent.pool import PartitionPool  # noqa: E402
+from pilot.agent.pool import PartitionPool  # noqa: E402
 
 SHAPES = [(1, 0, 1), (4, 0, 1), (8, 1, 1), (16, 2, 1), (1, 0.5, 1), (32, 0, 2)]
 

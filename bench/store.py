@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import pilot as rp  # noqa: E402
-from pmgr.store import open_store  # noqa: E402
-from pmgr.store.base import Batch  # noqa: E402
+from pilot.pmgr.store import open_store  # noqa: E402
+from pilot.pmgr.store.base import Batch  # noqa: E402
 
 
 def write_rate(url: str, n: int) -> float:
@@ -59,7 +59,7 @@ def rows_batch(multi: bool, busy: bool, batches: int = 10) -> tuple[float, float
     """(wall ms, this thread's CPU ms) per batch of 200 upserts + 400 history rows."""
     import threading
 
-    from pmgr.store import sqlite as sq
+    from pilot.pmgr.store import sqlite as sq
 
     store = sq.SqliteStore(f"sqlite:///{tempfile.mkdtemp()}/rows.db")
     stop = threading.Event()

@@ -19,7 +19,7 @@ Each repetition, interleaved so that a noisy minute hits every row:
 ours runs twice per repetition: with the session directory (and so the unit sandboxes) on tmpfs
 (/dev/shm), and on the disk under /tmp.  The limit creates no files at all.  A unit of /bin/true
 writes nothing, so it gets no output files, and its empty sandbox directory becomes a later
-unit's (agent/runners/sandboxes.py, spares.py): a new inode costs 100-700 us of kernel time on
+unit's (agent/runners/stager.py, spares.py): a new inode costs 100-700 us of kernel time on
 this disk.
 The table shows medians [min-max] and ours / limit from the same repetition.
 Why `api` and `ours` differ: `ours` warms the pilot with 4 units (its launcher threads, the first

@@ -125,8 +125,8 @@ def report(stage: Stage) -> None:
 def plot_stages(session_uid: str, url: str, stages: list, names: dict, path: str) -> None:
     """The session's timeline (pmgr/observe/plot.py), each stage shaded and named, each
     partition's name after its uid in the legends."""
-    from pmgr.observe import plot, timeline
-    from pmgr.store import open_store
+    from pilot.pmgr.observe import plot, timeline
+    from pilot.pmgr.store import open_store
 
     store = open_store(url)
     try:

@@ -1,4 +1,4 @@
 """The bootstrap layer: the pilot job's first process (bootstrap.py) splits the pilot into
 partitions, each running its own agent.  Planning and sizing at submit (plan.py, sizing.py),
-the partition manager that enacts reconfig (manager.py, commands.py), node bring-up and
+the partition manager that enacts reconfig (manager.py, control.py), node bring-up and
 liveness (node_set.py) through launch methods (launch/), agent processes (agents/)."""

@@ -1,6 +1,6 @@
 """The pilot job's first process: bring-up, the partition manager, message routing, teardown.
 
-    python -m partition.bootstrap PILOT_SANDBOX/bootstrap.json
+    python -m pilot.partition.bootstrap PILOT_SANDBOX/bootstrap.json
 
 Bring-up (step names appear in the log):
     boot.connect     DEALER to the client's pilot link; ROUTER for agents (127.0.0.1, and the
@@ -44,14 +44,14 @@ import time
 
 import zmq
 
-from partition import commands, orphans
-from partition.agents.zygote import AgentLauncher
-from partition.data_port import DataPort
-from partition.manager import AgentExit, AgentProcess, PartitionManager
-from partition.node_set import BringUpError, NodeSet
-from partition.sizing import Pool
 from pilot import checks, network, processes, resource_config, security
 from pilot.descriptions import ComputePartitionDescription
+from pilot.partition import control, orphans
+from pilot.partition.agents.forked import AgentForker
+from pilot.partition.data_port import DataPort
+from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
+from pilot.partition.node_set import BringUpError, NodeSet
+from pilot.partition.sizing import Pool
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, journal_path, msg, pack, unpack
 from pilot.states import (
     ACTIVE,
@@ -108,7 +108,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.control_endpoint = f"tcp://{self.here}:{cport}"
         self.data = DataPort(self.sandbox)  # files from and to the client
         self.procs: dict[str, AgentProcess] = {}
-        self.launcher = AgentLauncher(self.sandbox)
+        self.launcher = AgentForker(self.sandbox)
         self.nodeset = (
             NodeSet(
                 self.ctx,
@@ -144,6 +144,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             "pilot_sandbox": self.sandbox,
             "curve": self.cfg.get("curve"),
             "mpi_launcher": self.rcfg.mpi_launcher,
+            "python_path": self.cfg.get("python_path") or [],  # (function workers')
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
 
@@ -272,8 +273,8 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         return hdr
 
     def command(self, body: dict) -> dict:
-        """Run one command (from the client or the CLI): partition/commands.py."""
-        return commands.run(self, body)
+        """Run one command (from the client or the CLI): partition/control.py."""
+        return control.run(self, body)
 
     def hello(self, attach: bool = False) -> None:
         """Tell the client the pilot is up (or, after an attach, that it is its client now)."""

@@ -22,8 +22,8 @@ import os
 import tarfile
 import time
 
-from agent.command import sandbox_of
 from pilot import checks, staging
+from pilot.agent.unit_command import sandbox_of
 
 CHUNK = 1 << 20  # bytes per message
 IDLE = 600.0  # seconds after which a transfer nobody continues is dropped

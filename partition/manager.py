@@ -3,7 +3,7 @@
 It lives in the bootstrap process and owns the pilot's resource pool.  The bootstrap hands it
 commands and agent events; it answers through a small I/O interface (`PartitionIO`): send a
 message to an agent, start an agent process (an `AgentProcess`: forked by the agent zygote,
-partition/agents/zygote.py, or started by a node daemon, partition/agents/hosted.py), emit a
+partition/agents/forked.py, or started by a node daemon, partition/agents/hosted.py), emit a
 partition state update.  Every state change goes through the partition state machine
 (pilot/states.py PARTITION_MACHINE): an illegal one raises.
 
@@ -26,9 +26,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from partition.sizing import Allocation, AllocationError, Pool
 from pilot import ids, processes
 from pilot.descriptions import ComputePartitionDescription
+from pilot.partition.sizing import Allocation, AllocationError, Pool
 from pilot.protocol import pack
 from pilot.resource_config import agent_configs, check_agent_config
 from pilot.states import (

@@ -35,9 +35,9 @@ import zlib
 
 import zmq
 
-from partition import launch
-from partition.agents.hosted import HostedAgent
-from partition.launch.base import ALL_NODES
+from pilot.partition import launch
+from pilot.partition.agents.hosted import HostedAgent
+from pilot.partition.launch.base import ALL_NODES
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")

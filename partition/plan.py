@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partition.sizing import pilot_size
 from pilot import network as net
 from pilot import resource_config
 from pilot.descriptions import FILL, ComputePartitionDescription, ComputePilotDescription
+from pilot.partition.sizing import pilot_size
 from pilot.resource_config import ResourceConfig
 
 

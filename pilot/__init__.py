@@ -22,12 +22,12 @@ _WHERE = {
     "UnitTemplate": "pilot.groups",
     "GLOBAL_POLICY": "pilot.policy",
     "Policy": "pilot.policy",
-    "Partition": "pmgr.entities",
-    "Unit": "pmgr.entities",
-    "Pilot": "pmgr.pilot_manager",
-    "PilotManager": "pmgr.pilot_manager",
-    "Session": "pmgr.session",
-    "UnitManager": "pmgr.unit_manager",
+    "Partition": "pilot.pmgr.entities",
+    "Unit": "pilot.pmgr.entities",
+    "Pilot": "pilot.pmgr.pilot_manager",
+    "PilotManager": "pilot.pmgr.pilot_manager",
+    "Session": "pilot.pmgr.session",
+    "UnitManager": "pilot.pmgr.unit_manager",
 }
 _STATES = (
     "ACTIVE CANCELED DONE EXECUTING FAILED FINAL LAUNCHING NEW PENDING QUEUED SCHEDULING "
@@ -45,7 +45,7 @@ _RP = (
     "CREATE_PARENTS SKIP_FAILED NON_FATAL RECURSIVE"
 ).split()
 _WHERE.update(dict.fromkeys(_RP, "pilot.rp_names"))
-_WHERE.update({"UNIT_STATE": "pmgr.entities", "PILOT_STATE": "pmgr.entities"})
+_WHERE.update({"UNIT_STATE": "pilot.pmgr.entities", "PILOT_STATE": "pilot.pmgr.entities"})
 __version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
 
 

@@ -44,7 +44,9 @@ REPLY_TIMEOUT = 10.0
 
 
 def sessions_dir() -> str:
-    from pmgr.session import sessions_dir  # the client is loaded only by commands that need it
+    from pilot.pmgr.session import (
+        sessions_dir,  # the client is loaded only by commands that need it
+    )
 
     return sessions_dir()
 
@@ -191,7 +193,7 @@ def _print_partitions(result: dict) -> None:
 
 
 def open_session_store(session: str, url: str | None):
-    from pmgr.store import open_store
+    from pilot.pmgr.store import open_store
 
     url = url or os.environ.get("PILOT_DATABASE_URL")
     if url is None:
@@ -210,7 +212,7 @@ def open_session_store(session: str, url: str | None):
 
 def report(args) -> int:
     if args.cmd == "plot":
-        from pmgr.observe import plot
+        from pilot.pmgr.observe import plot
 
         plot.output_format(args.output)  # a bad name fails before the store is read
     store = open_session_store(args.session, args.database_url)
@@ -254,11 +256,11 @@ def report(args) -> int:
 
 def observe(args, store) -> int:
     """`pilot plot` and `pilot export --format chrome-trace` (pmgr/observe/)."""
-    from pmgr.observe import timeline
+    from pilot.pmgr.observe import timeline
 
     tl = timeline.load(store, args.session)
     if args.cmd == "plot":
-        from pmgr.observe import plot
+        from pilot.pmgr.observe import plot
 
         drawn = plot.plot(tl, args.output)
         print(
@@ -266,7 +268,7 @@ def observe(args, store) -> int:
             f"{drawn['reconfigs']} reconfig(s)"
         )
         return 0
-    from pmgr.observe import trace
+    from pilot.pmgr.observe import trace
 
     if args.output:
         with open(args.output, "w") as out:
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd in ("status", "export", "plot"):
             return report(args)
         if args.cmd == "top":
-            from pmgr.observe import top
+            from pilot.pmgr.observe import top
 
             return top.run(args.target, args.once, args.interval, args.database_url)
         if args.cmd == "network-config":

@@ -16,8 +16,10 @@ cloudpickle); `unpack_value` turns it into the object again on the client.
 from __future__ import annotations
 
 import base64
+import os
 import pickle
 import re
+import sys
 import threading
 import types
 from typing import Any
@@ -25,6 +27,26 @@ from typing import Any
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
 PACKED_MAX = 64 << 20  # bytes of a packed call (arguments included)
 VALUE_MAX = 16 << 20  # bytes of a packed return value
+
+
+def client_path() -> list[str]:
+    """This process's own module directories (its script's, its PYTHONPATH's: not the
+    standard library or site-packages): a pilot's function workers look there too, so a
+    function of the user's own module is found (a shared file system, or a local pilot)."""
+    import site
+    import sysconfig
+
+    installed = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    installed.update(getattr(site, "getsitepackages", list)())
+    installed = {os.path.realpath(p) for p in installed if p}
+    out = []
+    for p in sys.path:
+        p = os.path.realpath(p or os.getcwd())
+        if os.path.isdir(p) and p not in out and not any(
+            p == i or p.startswith(i + os.sep) for i in installed
+        ):
+            out.append(p)
+    return out
 
 
 def name_of(f: Any) -> str:

@@ -1,11 +1,13 @@
 """The processes a pilot is made of, named once, and the one way to signal them.
 
-Every process the system starts with `python -m` is named here:
-    BOOTSTRAP     partition.bootstrap   the pilot job's first process (partition/bootstrap.py)
-    AGENT         agent                 one partition's agent (agent/agent.py)
-    ZYGOTE        agent.zygote          forks agents that have their code imported already
-    NODE_DAEMON   agent.node_daemon     one per node of a multi-node pilot
-    CLI           pilot                 the `pilot` command line
+Every process the system starts with `python -m` is named here (the folders are subpackages of
+`pilot` as installed: agent/ is pilot.agent):
+    BOOTSTRAP        pilot.partition.bootstrap   the pilot job's first process
+    AGENT            pilot.agent                 one partition's agent (agent/agent.py)
+    ZYGOTE           pilot.agent.zygote          forks agents that have their code imported
+    NODE_DAEMON      pilot.agent.node_daemon     one per node of a multi-node pilot
+    FUNCTION_WORKER  pilot.agent.function_worker a partition's Python worker for function units
+    CLI              pilot                       the `pilot` command line
 
 `signal_group` / `signal_process` send a signal to a process group / process that may have
 ended already: a gone target is not an error (its parent reaps it), and they say whether it
@@ -18,10 +20,11 @@ import os
 import signal
 import sys
 
-BOOTSTRAP = "partition.bootstrap"
-AGENT = "agent"
-ZYGOTE = "agent.zygote"
-NODE_DAEMON = "agent.node_daemon"
+BOOTSTRAP = "pilot.partition.bootstrap"
+AGENT = "pilot.agent"
+ZYGOTE = "pilot.agent.zygote"
+NODE_DAEMON = "pilot.agent.node_daemon"
+FUNCTION_WORKER = "pilot.agent.function_worker"
 CLI = "pilot"
 
 

@@ -21,7 +21,7 @@ Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identit
     bye     {state, reason}                          the pilot's final state; bootstrap exits
   client -> bootstrap
     units   [PART_UID, BODY]  (3 frames: units, part uid, JSON list of unit dicts)
-    cmd     {cid, op, args}   ops, their args and results: partition/commands.py
+    cmd     {cid, op, args}   ops, their args and results: partition/control.py
                               (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
                               sync; attach on the control socket: a new client process
                               takes over the pilot link)

@@ -284,9 +284,9 @@ def _yaml(text: str):
 
 def _configs_dir() -> Path:
     """The shipped configs (a plain path: importlib.resources costs ~10 ms at pilot submit)."""
-    import configs
+    import pilot.configs
 
-    return Path(configs.__file__).parent
+    return Path(pilot.configs.__file__).parent
 
 
 @lru_cache(maxsize=1)

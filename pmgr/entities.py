@@ -16,9 +16,9 @@ import math
 import os
 import time
 
-from agent.command import output_names
 from pilot import functions, staging
 from pilot import states as S
+from pilot.agent.unit_command import output_names
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
 
@@ -163,7 +163,7 @@ class Unit(Stateful):
         if d.shell is not None:
             wire["shell"] = d.shell
         if "MPI" in (d.cpu_process_type, d.gpu_process_type):
-            wire["mpi"] = True  # one launcher over its ranks (agent/command.py)
+            wire["mpi"] = True  # one launcher over its ranks (agent/unit_command.py)
         # staging: pilot-side steps go with the unit to its agent, client-side ones are done
         # here (pmgr/transfers.py) before it is sent / before it is DONE
         for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):

@@ -20,18 +20,17 @@ import logging
 import os
 import time
 
-from agent import native
-from partition.plan import check_partition, plan_pilot
-from pilot import ids, network, processes
+from pilot import functions, ids, network, processes
 from pilot import states as S
+from pilot.agent import native
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
+from pilot.partition.plan import check_partition, plan_pilot
+from pilot.pmgr.batch import submitter
+from pilot.pmgr.entities import PILOT_STATE, Partition, Stateful, callback
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
-from pmgr.batch import submitter
-from pmgr.entities import PILOT_STATE, Partition, Stateful, callback
 
 log = logging.getLogger("pmgr.pilots")
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Pilot(Stateful):
@@ -494,6 +493,7 @@ class PilotManager:
             # a pilot outlives a client that died, for client_timeout s: long enough for a new
             # client process to attach to the session (Session(uid=...)) and take it over
             "watch_parent": False,
+            "python_path": functions.client_path(),  # where function workers find modules
             "partitions": [
                 {"uid": p.uid, "description": p.description.to_dict()} for p in pilot.parts.values()
             ],
@@ -502,11 +502,9 @@ class PilotManager:
         cfg_path = os.path.join(pilot.sandbox, "bootstrap.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
-        env = dict(
-            os.environ,
-            PILOT_SESSION_ID=session.uid,
-            PYTHONPATH=os.pathsep.join(filter(None, [PROJECT_ROOT, os.environ.get("PYTHONPATH")])),
-        )
+        # (the pilot's processes find this project as its installation does: nothing is
+        # added to PYTHONPATH, which units would inherit)
+        env = dict(os.environ, PILOT_SESSION_ID=session.uid)
         argv = processes.python_m(processes.BOOTSTRAP, cfg_path, python=pilot.resource.python)
         try:
             job = submitter(pilot.resource.batch_system)(

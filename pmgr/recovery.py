@@ -29,9 +29,9 @@ from pilot.descriptions import (
     ComputePilotDescription,
     ComputeUnitDescription,
 )
+from pilot.pmgr.entities import Partition, Unit
+from pilot.pmgr.pilot_manager import Pilot
 from pilot.protocol import pack, unpack
-from pmgr.entities import Partition, Unit
-from pmgr.pilot_manager import Pilot
 
 log = logging.getLogger("pmgr.recovery")
 ATTACH_TIMEOUT = 10.0

@@ -26,14 +26,14 @@ import uuid
 
 from pilot import ids, network, security
 from pilot import states as S
+from pilot.pmgr import pilot_files, reaper
+from pilot.pmgr.channel import Channel
+from pilot.pmgr.pilot_manager import Pilot
+from pilot.pmgr.recovery import Recovery
+from pilot.pmgr.store import open_store
+from pilot.pmgr.store.writer import BatchWriter
+from pilot.pmgr.transfers import Transfers
 from pilot.protocol import ProtocolError, unpack
-from pmgr import reaper, sandboxes
-from pmgr.channel import Channel
-from pmgr.pilot_manager import Pilot
-from pmgr.recovery import Recovery
-from pmgr.store import open_store
-from pmgr.store.writer import BatchWriter
-from pmgr.transfers import Transfers
 
 log = logging.getLogger("pmgr.session")
 
@@ -314,6 +314,6 @@ class Session:
         self.store.close()
         for p in self.pilots.values():
             if download:
-                sandboxes.download(p, self.dir)
+                pilot_files.download(p, self.dir)
             if cleanup or p.description.cleanup:
-                sandboxes.remove(p, self.dir)
+                pilot_files.remove(p, self.dir)

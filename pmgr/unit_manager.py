@@ -28,9 +28,9 @@ from collections import deque
 
 from pilot import states as S
 from pilot.descriptions import ComputeUnitDescription
+from pilot.pmgr.entities import UNIT_STATE, Unit, callback
 from pilot.protocol import pack
 from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULER_ROUND_ROBIN, SCHEDULERS
-from pmgr.entities import UNIT_STATE, Unit, callback
 
 SEND_CHUNK = 2000
 # submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
@@ -256,7 +256,7 @@ class UnitManager:
                 left = left[i:]
             return not left
 
-        from pmgr.progress import unit_progress  # here: only wait_units knows of the bar
+        from pilot.pmgr.progress import unit_progress  # here: only wait_units knows of the bar
 
         with unit_progress(units, wanted, progress):  # a bar on stderr, when asked for
             self.session.wait_for(

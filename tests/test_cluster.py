@@ -20,7 +20,7 @@ import time
 import pytest
 import yaml
 
-from pmgr import reaper
+from pilot.pmgr import reaper
 from tests import netns
 from tests.test_slurm import _why_not as slurm_unavailable
 
@@ -111,8 +111,9 @@ def code_for_others(top: str) -> str:
     if os.path.isdir(code):
         return code
     site = os.path.dirname(os.path.dirname(zmq.__file__))
-    for name in ("pilot", "pmgr", "agent", "partition", "configs"):
-        shutil.copytree(os.path.join(ROOT, name), os.path.join(code, name))
+    shutil.copytree(os.path.join(ROOT, "pilot"), os.path.join(code, "pilot"))
+    for name in ("pmgr", "agent", "partition", "configs"):  # (as installed: pilot.agent, ...)
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(code, "pilot", name))
     for name in ("zmq", "pyzmq.libs", "yaml", "_yaml", "transitions"):
         if os.path.exists(os.path.join(site, name)):
             shutil.copytree(os.path.join(site, name), os.path.join(code, name))

@@ -257,9 +257,9 @@ def test_agent_zygote_killed_mid_run(session, tmp_path):
 def test_a_zygote_that_dies_fails_the_agents_it_had_not_forked(tmp_path):
     """An agent asked of a zygote that dies before forking it ends at once, the zygote's death
     and its last words as the reason (before: its partition stayed STARTING)."""
-    from partition.agents.zygote import AgentLauncher
+    from pilot.partition.agents.forked import AgentForker
 
-    launcher = AgentLauncher(str(tmp_path))
+    launcher = AgentForker(str(tmp_path))
     first = launcher.zygote  # (its Popen: killed below only while it has not been reaped)
     zygote = first.pid
     try:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import pilot as rp
-from partition.commands import OPS
+from pilot.partition.control import OPS
 from pilot.protocol import ProtocolError, pack, unpack
 from tests.conftest import active_pilot
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import pilot as rp
-from agent.runners import lanes
+from pilot.agent.runners import lanes
 from tests.conftest import active_pilot
 from tests.faults import check_exactly_once, read_truth, truth_unit
 
@@ -108,7 +108,7 @@ def test_quiet_pipes_are_polled_only_once_they_hold_data(tmp_path):
     """A lane unit's pipes are read by sweeps: one that stays silent is closed at its end
     without ever being polled; one that writes is polled from its first byte on, and its file
     gets everything, past a full pipe."""
-    from agent.runners.streams import StreamSet
+    from pilot.agent.runners.streams import StreamSet
 
     class Poller:
         def __init__(self):
@@ -196,7 +196,7 @@ def test_the_agent_hears_its_own_childrens_exits_without_sigchld(session):
 def test_a_launcher_thread_per_core_each_bound_to_it(tmp_path):
     """Launcher(..., cpus): one thread per distinct core, bound there (a unit's exit wakes the
     thread on the core it freed); no cpus: one thread, unbound; cpus must name a core per slot."""
-    from agent._spawn import Launcher
+    from pilot.agent._spawn import Launcher
 
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
@@ -239,8 +239,8 @@ def test_the_queue_ahead_is_one_queue_taken_by_the_first_freed_lane_of_its_shape
     (the agent places it).  withdraw() gives back what has not started, in order."""
     import select
 
-    from agent._spawn import Launcher
-    from agent.spawn import Spawner
+    from pilot.agent._spawn import Launcher
+    from pilot.agent.spawn import Spawner
 
     journal_path = tmp_path / "journal"
     journal = os.open(journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from pmgr import reaper
+from pilot.pmgr import reaper
 from tests import netns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

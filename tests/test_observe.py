@@ -15,10 +15,10 @@ from collections import Counter
 import pytest
 
 import pilot as rp
-from pmgr import reaper
-from pmgr.observe import extras, plot, series, timeline
-from pmgr.store.base import Batch
-from pmgr.store.sqlite import SqliteStore
+from pilot.pmgr import reaper
+from pilot.pmgr.observe import extras, plot, series, timeline
+from pilot.pmgr.store.base import Batch
+from pilot.pmgr.store.sqlite import SqliteStore
 from tests.conftest import ROOT, active_pilot
 
 CPD = rp.ComputePartitionDescription

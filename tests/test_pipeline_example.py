@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from pmgr import reaper
-from pmgr.store import open_store
+from pilot.pmgr import reaper
+from pilot.pmgr.store import open_store
 from tests.conftest import ROOT
 
 DEADLINE = 120  # s; the example takes about 15 s

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.pool import PartitionPool
-from agent.scheduler import MAX_OVERTAKES, Scheduler
+from pilot.agent.pool import PartitionPool
+from pilot.agent.scheduler import MAX_OVERTAKES, Scheduler
 
 
 def node(i, cores=4, gpus=2, pool=None, name=None):

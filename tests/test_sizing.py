@@ -3,9 +3,9 @@
 import pytest
 
 import pilot as rp
-from partition.plan import plan_pilot
-from partition.sizing import AllocationError, Pool
 from pilot import resource_config
+from pilot.partition.plan import plan_pilot
+from pilot.partition.sizing import AllocationError, Pool
 
 CPD = rp.ComputePartitionDescription
 

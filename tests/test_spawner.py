@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from agent import spawn as spawn_mod
-from agent.spawn import Spawner
+from pilot.agent import spawn as spawn_mod
+from pilot.agent.spawn import Spawner
 
 GREP = shutil.which("grep") or "/bin/grep"
 
@@ -53,7 +53,7 @@ def spawner(request):
     s.native = request.param != "posix_spawn"
     previous = None
     if request.param == "start-clone":
-        from agent import _spawn
+        from pilot.agent import _spawn
 
         previous = _spawn.use_clone3(False)
     try:
@@ -282,8 +282,8 @@ def test_a_started_child_is_in_its_own_group_when_start_returns(tmp_path):
 def test_the_runner_keeps_a_start_error_that_came_before_it_looked(tmp_path, monkeypatch):
     """A child can fail its exec and settle before the runner asks (the agent preempted right
     after start() returned): the unit still ends 'cannot start', its other ranks killed."""
-    from agent.runners.local import LocalRunner
-    from agent.scheduler import Scheduler
+    from pilot.agent.runners.local import LocalRunner
+    from pilot.agent.scheduler import Scheduler
 
     node = {"index": 0, "name": "n0", "host_id": 1, "cores": [0, 1], "gpus": [], "pool": {}}
     cfg = {
@@ -329,8 +329,8 @@ def test_the_runner_keeps_a_start_error_that_came_before_it_looked(tmp_path, mon
 def test_ranks_of_a_unit_whose_start_failed_are_reaped_with_nothing_else_running(tmp_path):
     """Rank 0 runs, rank 1 cannot start: the unit's start raises, rank 0 is killed, and its
     zombie goes at the runner's next reap though no other unit runs."""
-    from agent.runners.local import LocalRunner
-    from agent.scheduler import Scheduler
+    from pilot.agent.runners.local import LocalRunner
+    from pilot.agent.scheduler import Scheduler
 
     node = {"index": 0, "name": "n0", "host_id": 1, "cores": [0, 1], "gpus": [], "pool": {}}
     cfg = {"nodes": [node], "session": "s", "pilot": "p", "uid": "part"}

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from pmgr.store import open_store
-from pmgr.store.base import Batch
+from pilot.pmgr.store import open_store
+from pilot.pmgr.store.base import Batch
 
 
 @pytest.fixture

@@ -57,8 +57,8 @@ def test_database_lost_and_back_mid_run(make_session, tmp_path, mongo_server):
 
 def test_records_lost_for_good_are_named(tmp_path):
     """With the database down at the end, close() says which objects were not persisted."""
-    from pmgr.store.base import StateStore
-    from pmgr.store.writer import BatchWriter
+    from pilot.pmgr.store.base import StateStore
+    from pilot.pmgr.store.writer import BatchWriter
 
     class Down(StateStore):
         url = "down://"
@@ -88,8 +88,8 @@ def test_records_lost_for_good_are_named(tmp_path):
 
 
 def test_a_bad_record_does_not_take_its_batch_down(tmp_path):
-    from pmgr.store import open_store
-    from pmgr.store.writer import BatchWriter
+    from pilot.pmgr.store import open_store
+    from pilot.pmgr.store.writer import BatchWriter
 
     class Obj:
         KIND = "units"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from pmgr.store.base import StateStore
-from pmgr.store.writer import BatchWriter
+from pilot.pmgr.store.base import StateStore
+from pilot.pmgr.store.writer import BatchWriter
 
 
 class SlowStore(StateStore):

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 import pilot as rp
-from pmgr import reaper
+from pilot.pmgr import reaper
 from tests.conftest import ROOT, active_pilot
 
 pexpect = pytest.importorskip("pexpect")
@@ -265,7 +265,7 @@ def test_progress_is_silent_without_a_terminal(make_session, capfd, monkeypatch)
 
 
 def test_progress_is_asked_for_explicitly_or_by_environment(monkeypatch):
-    from pmgr import progress
+    from pilot.pmgr import progress
 
     monkeypatch.delenv("PILOT_PROGRESS", raising=False)
     assert not progress.asked(None) and progress.asked(True)
@@ -292,8 +292,8 @@ def test_top_says_when_nothing_runs(make_session, sessions_dir):
     pilot, umgr = active_pilot(session, parts=((1,), (1,)))
     umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/false")])
     umgr.wait_units(timeout=60)
-    from pmgr.observe import top
-    from pmgr.store import open_store
+    from pilot.pmgr.observe import top
+    from pilot.pmgr.store import open_store
 
     # the generic reader (MongoDB's path) and the sqlite one see the same
     path = os.path.join(session.dir, "state.db")

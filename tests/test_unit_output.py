@@ -1,6 +1,6 @@
 """A unit's output and sandbox on a local pilot: output goes through pipes into files made only
 when the unit writes (agent/runners/streams.py); a sandbox the unit left empty leaves no
-directory behind and may serve a later unit once it is safe (agent/runners/sandboxes.py,
+directory behind and may serve a later unit once it is safe (agent/runners/stager.py,
 spares.py); whatever a unit leaves stays where it left it, and never shows up in another unit's
 sandbox."""
 
@@ -151,8 +151,8 @@ def test_stdout_and_stderr_in_one_file_and_empty_files_for_staging(session, tmp_
 def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path, monkeypatch, native):
     import subprocess
 
-    from agent.runners import spares
-    from agent.runners.spares import SCAN_EVERY, SparePool
+    from pilot.agent.runners import spares
+    from pilot.agent.runners.spares import SCAN_EVERY, SparePool
 
     if native and spares.take_dir is None:
         pytest.skip("agent/_spawn.c was not built")

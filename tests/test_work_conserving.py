@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 import pilot as rp
-from partition.plan import plan_pilot
+from pilot.partition.plan import plan_pilot
 from tests.conftest import active_pilot
 
 TOLERANCE = 0.3  # s a core may idle while a unit waits (the agent's turn, on a busy machine)

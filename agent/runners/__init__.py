@@ -8,10 +8,10 @@ are in agent/runners/base.py).
 
 from __future__ import annotations
 
-from agent.runners.base import Stager, UnitRunner
-from agent.runners.daemons import DaemonRunner, NoStager
-from agent.runners.local import LocalRunner
-from agent.runners.sandboxes import SandboxStager
+from pilot.agent.runners.base import Stager, UnitRunner
+from pilot.agent.runners.daemons import DaemonRunner, NoStager
+from pilot.agent.runners.local import LocalRunner
+from pilot.agent.runners.stager import SandboxStager
 
 
 def for_partition(cfg: dict, ctx, journal: int) -> tuple[UnitRunner, Stager]:

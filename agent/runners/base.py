@@ -5,7 +5,7 @@
                  local.py    the agent spawns them itself (single-node partitions)
                  daemons.py  the node daemons of the partition's nodes do (multi-node)
     Stager       prepares a unit's sandbox before it starts.
-                 sandboxes.py  a thread makes the sandbox ahead of use, reuses empty ones
+                 stager.py     a thread makes the sandbox ahead of use, reuses empty ones
                  daemons.py    nothing here: node daemons make sandboxes on their node
 
 A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;

@@ -16,11 +16,11 @@ import signal
 
 import zmq
 
-from agent import command
-from agent.command import sandbox_of
-from agent.runners.base import Run
-from agent.spawn import grant_ids, rank_env
 from pilot import security
+from pilot.agent import unit_command
+from pilot.agent.runners.base import Run
+from pilot.agent.spawn import grant_ids, rank_env
+from pilot.agent.unit_command import sandbox_of
 from pilot.protocol import ProtocolError, drain, pack, unpack
 
 
@@ -37,7 +37,7 @@ class NoStager:
         sandbox = sandbox_of(self.root, unit)
         if unit.get("stage_in"):  # pilot-side input steps, on the shared file system
             os.makedirs(sandbox, exist_ok=True)
-            command.stage_in(self.root, sandbox, unit)
+            unit_command.stage_in(self.root, sandbox, unit)
         return sandbox
 
     def drop(self, unit: dict) -> None:
@@ -108,7 +108,7 @@ class DaemonRunner:
 
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
         run = Run(unit, alloc)
-        argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
+        argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
         ranks = len(alloc.ranks)
         lost = [self.lost[n.index] for n, _ in alloc.ranks if n.index in self.lost]
         if lost:
@@ -120,7 +120,7 @@ class DaemonRunner:
             per_node: dict = {}
             for node, _ in alloc.ranks:
                 per_node[node.name] = per_node.get(node.name, 0) + 1
-            argv = command.mpi_argv(unit, self.mpi_launcher, list(per_node.items()))
+            argv = unit_command.mpi_argv(unit, self.mpi_launcher, list(per_node.items()))
             placed = placed[:1]
         for rank, (node, grant) in placed:
             ids = grant_ids(node.cap, grant)
@@ -134,7 +134,7 @@ class DaemonRunner:
                 "env": env,
                 "gpu_var": var,
                 "sandbox": sandbox,
-                "files": command.output_names(unit),
+                "files": unit_command.output_names(unit),
                 "cpus": [c for c, _ in grant.get("cpus", ())],
             }
             try:

@@ -24,9 +24,9 @@ import struct
 import sys
 import time
 
-from agent.function_worker import OUTPUT_MAX
-from agent.runners.base import Run
 from pilot import processes
+from pilot.agent.function_worker import OUTPUT_MAX, PATH_VAR
+from pilot.agent.runners.base import Run
 from pilot.functions import VALUE_MAX
 
 _HEAD = struct.Struct(">I")
@@ -44,8 +44,11 @@ class Worker:
 
 
 class FunctionWorkers:
-    def __init__(self, spawner, root: str, partition: str, most: int) -> None:
+    def __init__(self, spawner, root: str, partition: str, most: int, path=()) -> None:
         self.spawner = spawner
+        self.env = dict(spawner.base_env)  # theirs: the client's own module directories too
+        if path:
+            self.env[PATH_VAR] = os.pathsep.join(path)
         self.workdir = os.path.join(root, f"{partition}.functions")
         self.log_path = os.path.join(root, f"{partition}.functions.log")
         self.most = max(1, most)
@@ -70,12 +73,12 @@ class FunctionWorkers:
                 (os.POSIX_SPAWN_DUP2, log, 2),
                 (os.POSIX_SPAWN_DUP2, fd, 3),
             ]
-            argv = [sys.executable, "-m", "agent.function_worker", "3"]
+            argv = [sys.executable, "-m", processes.FUNCTION_WORKER, "3"]
             os.chdir(self.workdir)
             pid = os.posix_spawn(
                 sys.executable,
                 argv,
-                self.spawner.base_env,
+                self.env,
                 file_actions=actions,
                 setpgroup=0,
                 setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD),

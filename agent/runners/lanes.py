@@ -49,9 +49,9 @@ from __future__ import annotations
 import time
 from itertools import count
 
-from agent import native
-from agent.runners.base import Run
-from agent.runners.streams import StreamSet
+from pilot.agent import native
+from pilot.agent.runners.base import Run
+from pilot.agent.runners.streams import StreamSet
 
 # agent/_spawn.c's, or None where it was not built or has no Launcher (not x86-64 Linux)
 Launcher = getattr(native.spawn, "Launcher", None)

@@ -1,7 +1,7 @@
 """The local runner: units of a single-node partition, spawned by the agent itself.
 
 Each unit runs in its own sandbox directory (the pilot sandbox / unit uid; made ahead of time by
-the SandboxStager, agent/runners/sandboxes.py) with stdin from /dev/null, stdout and stderr into
+the SandboxStager, agent/runners/stager.py) with stdin from /dev/null, stdout and stderr into
 pipes the agent copies into the files STDOUT and STDERR there, made when the unit first writes
 (agent/runners/streams.py), in a process group of its own, bound to its cores (agent/spawn.py).
 The spawn does not wait for the exec (Spawner.start): a child that cannot exec exits 127, and
@@ -29,12 +29,13 @@ from __future__ import annotations
 import os
 import signal
 
-from agent import command
-from agent.runners import lanes
-from agent.runners.base import Run
-from agent.runners.functions import FunctionWorkers
-from agent.runners.streams import SWEEP_EVERY, StreamSet
-from agent.spawn import (
+from pilot import processes
+from pilot.agent import unit_command
+from pilot.agent.runners import lanes
+from pilot.agent.runners.base import Run
+from pilot.agent.runners.functions import FunctionWorkers
+from pilot.agent.runners.streams import SWEEP_EVERY, StreamSet
+from pilot.agent.spawn import (
     UNIT_VARS,
     WNOTHREAD,
     Spawner,
@@ -45,7 +46,6 @@ from agent.spawn import (
     rank_env,
     unit_vars,
 )
-from pilot import processes
 
 # units queued ahead in the launcher lanes: per lane (enough to run on through the few
 # milliseconds the agent loses its core to units and the client: at 8 a lane ran dry for 2-4 %
@@ -90,7 +90,9 @@ class LocalRunner:
         self.streams = StreamSet()
         self.next_sweep = 0.0  # (monotonic) when the quiet pipes are read next
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
-        self.functions = FunctionWorkers(self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores)
+        self.functions = FunctionWorkers(
+            self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores, cfg.get("python_path") or ()
+        )
         self.node_name = cfg["nodes"][0]["name"] if cfg["nodes"] else "localhost"
         self.node_types = ["cpus"]  # (as agent/pool.py's NodePool has them)
         for node in cfg["nodes"]:
@@ -271,7 +273,7 @@ class LocalRunner:
         if run is not None and run.sandbox == sandbox:
             return run
         run = Run(unit, None)
-        run.sandbox, run.names = sandbox, command.output_names(unit)
+        run.sandbox, run.names = sandbox, unit_command.output_names(unit)
         _, reserved, head = self._shape(shape)
         user = unit.get("environment")
         envp = head
@@ -284,7 +286,7 @@ class LocalRunner:
         own = [entry(k, v) for k, v in unit_vars(unit, sandbox).items()]
         path = user.get("PATH") if user else None
         one_pipe = run.names[0] == run.names[1]
-        argv = command.argv(unit)
+        argv = unit_command.argv(unit)
         run.handle = self.spawner.prepare_envp(argv, sandbox, envp + own, path, one_pipe)
         return run
 
@@ -315,9 +317,9 @@ class LocalRunner:
             slot = self.lanes.slot_for(alloc) if shape is not None else None
             if slot is not None:
                 return self._launch(unit, sandbox, alloc, shape, slot)
-        argv = command.argv(unit)  # directly, or through /bin/sh (agent/command.py)
+        argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
         ranks = len(alloc.ranks)
-        run.streams = streams = self.streams.open(sandbox, command.output_names(unit))
+        run.streams = streams = self.streams.open(sandbox, unit_command.output_names(unit))
         out, err = streams.write_ends
         if unit.get("mpi"):  # one launcher process over all its ranks
             try:
@@ -378,7 +380,7 @@ class LocalRunner:
         ids = grant_ids(node.cap, grant)
         ranks = len(run.alloc.ranks)
         env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus)
-        argv = command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
+        argv = unit_command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
         cpus = sorted({c for c, _ in grant.get("cpus", ())})
         child = self.spawner.start(argv, sandbox, out, err, env, var, cpus)
         self.watch_child(child.pid)

@@ -19,7 +19,7 @@ unit left empty stays where it is as a spare, and a later unit's sandbox is such
                  `add` costs no system call: the checks are paid only by a spare reused.
 What this cannot see: a process that holds an open descriptor of the directory (not its working
 directory) and writes through it with openat().
-All calls come from the agent's main thread (agent/runners/sandboxes.py).
+All calls come from the agent's main thread (agent/runners/stager.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import os
 import time
 from collections import deque
 
-from agent import native
+from pilot.agent import native
 
 # agent/_spawn.c's, or None (not built): os.stat, os.listdir and os.rename
 take_dir = getattr(native.spawn, "take_dir", None)

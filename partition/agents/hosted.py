@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from partition.manager import AgentExit
+from pilot.partition.manager import AgentExit
 from pilot.protocol import msg
 
 

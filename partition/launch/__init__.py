@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 
-from partition.launch.base import NodeLaunch, daemon_argv
-from partition.launch.fork import ForkLaunch
-from partition.launch.netns import NetnsLaunch
-from partition.launch.srun import SrunLaunch
+from pilot.partition.launch.base import NodeLaunch, daemon_argv
+from pilot.partition.launch.fork import ForkLaunch
+from pilot.partition.launch.netns import NetnsLaunch
+from pilot.partition.launch.srun import SrunLaunch
 
 METHODS = {"fork": ForkLaunch, "netns": NetnsLaunch, "srun": SrunLaunch}
 

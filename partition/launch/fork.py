@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from partition.launch.base import exit_codes, stop_processes
+from pilot.partition.launch.base import exit_codes, stop_processes
 
 
 class ForkLaunch:

@@ -8,7 +8,7 @@ started in.  The NodeLaunch interface is in partition/launch/base.py.
 
 from __future__ import annotations
 
-from partition.launch.fork import ForkLaunch
+from pilot.partition.launch.fork import ForkLaunch
 
 
 class NetnsLaunch(ForkLaunch):

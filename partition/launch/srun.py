@@ -1,7 +1,7 @@
 """The `srun` launch method: one SLURM job step, one node daemon task per node.
 
     srun --nodes=N --ntasks=N --ntasks-per-node=1 --kill-on-bad-exit=0 --cpu-bind=none
-         --output=LOG_DIR/node.%t.log  python -m agent.node_daemon ...
+         --output=LOG_DIR/node.%t.log  python -m pilot.agent.node_daemon ...
 
 SLURM numbers the tasks: a daemon takes SLURM_NODEID as its hint.  `--cpu-bind=none` leaves
 the daemon free to bind units itself.  The step is one process for all nodes: its end is
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from partition.launch.base import ALL_NODES, exit_codes, stop_processes
+from pilot.partition.launch.base import ALL_NODES, exit_codes, stop_processes
 
 
 def expand_hostlist(spec: str) -> list[str]:

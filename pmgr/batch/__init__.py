@@ -44,7 +44,7 @@ class Submitter(Protocol):
 
 
 def submitter(batch_system: str) -> Submitter:
-    from pmgr.batch import local, slurm  # slurm imports PSI/J only when it submits
+    from pilot.pmgr.batch import local, slurm  # slurm imports PSI/J only when it submits
 
     systems = {"local": local.submit, "slurm": slurm.submit}
     if batch_system not in systems:

@@ -17,9 +17,9 @@ here only, on the Agg canvas (no display needed).
 
 from __future__ import annotations
 
+from pilot.pmgr.observe import series
+from pilot.pmgr.observe.extras import require
 from pilot.states import FINAL
-from pmgr.observe import series
-from pmgr.observe.extras import require
 
 FORMATS = ("png", "svg", "pdf")
 FIGSIZE = (12.0, 9.0)  # inches, at DPI: 1200 x 900 pixels

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pilot.pmgr.observe.extras import require
 from pilot.states import ACTIVE, UNIT_STATES
-from pmgr.observe.extras import require
 
 
 @dataclass

@@ -6,7 +6,7 @@ by a `control.json` in the pilot's sandbox whose bootstrap is alive (pilot/cli.p
 runs it says so, with how the last pilot ended, and exits non-zero.
 
 What it reads, every refresh (`--interval`, 1 s):
-  - the pilot's control socket (the `partitions` command, partition/commands.py, with the
+  - the pilot's control socket (the `partitions` command, partition/control.py, with the
     session's CURVE keys): the bootstrap's own view of its partitions (state, resources) and
     of its size and free cores.  Live whichever process runs the client, and even without one.
   - the session's state store, read-only (sqlite: SQL aggregates and the history's new rows
@@ -41,10 +41,10 @@ import zmq
 
 from pilot import security
 from pilot import states as S
+from pilot.pmgr.observe.extras import require
+from pilot.pmgr.observe.timeline import STOPPED_BY_RECONFIG, held
+from pilot.pmgr.session import sessions_dir
 from pilot.protocol import pack, unpack
-from pmgr.observe.extras import require
-from pmgr.observe.timeline import STOPPED_BY_RECONFIG, held
-from pmgr.session import sessions_dir
 
 CONTROL_TIMEOUT = 2.0  # s a refresh waits for the pilot's answer
 GONE_GRACE = 5.0  # s the client gets to store a pilot's end once its bootstrap is gone
@@ -211,7 +211,7 @@ def open_reader(session: str, url: str | None):
         return SqliteReader(path)
     if url.startswith("sqlite:///"):
         return SqliteReader(url[len("sqlite:///") :])
-    from pmgr.store import open_store
+    from pilot.pmgr.store import open_store
 
     return StoreReader(open_store(url))
 

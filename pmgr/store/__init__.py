@@ -7,7 +7,7 @@ null://                  pmgr/store/null.py     persists nothing (benchmarks)
 
 from __future__ import annotations
 
-from pmgr.store.base import StateStore
+from pilot.pmgr.store.base import StateStore
 
 __all__ = ["StateStore", "open_store"]
 
@@ -15,15 +15,15 @@ __all__ = ["StateStore", "open_store"]
 def open_store(url: str) -> StateStore:
     """A store for `url`: sqlite:///PATH (embedded) or mongodb://... ."""
     if url.startswith("sqlite:///"):
-        from pmgr.store.sqlite import SqliteStore
+        from pilot.pmgr.store.sqlite import SqliteStore
 
         return SqliteStore(url)
     if url.startswith(("mongodb://", "mongodb+srv://")):
-        from pmgr.store.mongo import MongoStore  # pymongo is imported only for MongoDB
+        from pilot.pmgr.store.mongo import MongoStore  # pymongo is imported only for MongoDB
 
         return MongoStore(url)
     if url == "null://":
-        from pmgr.store.null import NullStore
+        from pilot.pmgr.store.null import NullStore
 
         return NullStore(url)
     raise ValueError(

@@ -19,7 +19,7 @@ from bson.errors import InvalidDocument
 from pymongo import ASCENDING, UpdateOne, WriteConcern
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
-from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, Batch, StateStore, check_kind
+from pilot.pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, Batch, StateStore, check_kind
 
 CONNECT_TIMEOUT = 3.0
 DEFAULT_DB = "pilot"

@@ -3,7 +3,7 @@ costs (`null://`)."""
 
 from __future__ import annotations
 
-from pmgr.store.base import Batch, StateStore, check_kind
+from pilot.pmgr.store.base import Batch, StateStore, check_kind
 
 
 class NullStore(StateStore):

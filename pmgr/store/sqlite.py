@@ -15,7 +15,16 @@ import os
 import sqlite3
 import threading
 
-from pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, STRUCTURED, Batch, StateStore, check_kind
+from pilot.pmgr.store.base import (
+    FIELDS,
+    HISTORY,
+    KEPT,
+    KINDS,
+    STRUCTURED,
+    Batch,
+    StateStore,
+    check_kind,
+)
 
 # Indexes cost every write (a unit's state changes 5 times): only the ones reads need.  A store
 # file usually holds one session, so no index leads with `session` (measured: those two doubled

@@ -39,7 +39,7 @@ import threading
 import time
 
 from pilot import checks
-from pmgr.store.base import Batch, StateStore
+from pilot.pmgr.store.base import Batch, StateStore
 
 log = logging.getLogger("pmgr.store")
 _STOP = object()

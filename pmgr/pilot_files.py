@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 
-log = logging.getLogger("pmgr.sandboxes")
+log = logging.getLogger("pmgr.pilot_files")
 KEPT = ("*.log", "*.out", "*.json", "nodes/*.log")
 
 

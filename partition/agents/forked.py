@@ -1,7 +1,7 @@
 """Agents forked by the agent zygote (agent/zygote.py, whose header has the protocol), from
 the bootstrap's side.
 
-`AgentLauncher.spawn()` sends the zygote one request line and returns a `ForkedAgent` at once;
+`AgentForker.spawn()` sends the zygote one request line and returns a `ForkedAgent` at once;
 its pid arrives with the zygote's answer.  The bootstrap registers `launcher.fd` in its poller
 and calls `launcher.read()`; `ForkedAgent.poll()` then reports how the agent ended.  Waits are
 bounded: `ForkedAgent.wait(timeout)` reads the zygote's reports until the agent exits or the
@@ -25,8 +25,8 @@ import signal
 import subprocess
 import time
 
-from partition.manager import AgentExit
 from pilot import processes
+from pilot.partition.manager import AgentExit
 
 log = logging.getLogger("bootstrap.launch")
 
@@ -35,7 +35,7 @@ ZYGOTE_LOG = "agent_zygote.log"  # in the pilot sandbox
 
 
 class ForkedAgent:
-    def __init__(self, launcher: AgentLauncher, cfg_path: str) -> None:
+    def __init__(self, launcher: AgentForker, cfg_path: str) -> None:
         self.launcher = launcher
         self.cfg_path = cfg_path
         self.pid: int | None = None
@@ -75,7 +75,7 @@ def _reaped(pid: int) -> AgentExit | None:
     return None if got == 0 else AgentExit.of_code(os.waitstatus_to_exitcode(status))
 
 
-class AgentLauncher:
+class AgentForker:
     def __init__(self, sandbox: str, env: dict | None = None) -> None:
         self.env = env
         self.log_path = os.path.join(sandbox, ZYGOTE_LOG)

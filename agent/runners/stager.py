@@ -40,8 +40,8 @@ import threading
 import time
 from collections import deque
 
-from agent.command import sandbox_of, stage_in
-from agent.runners.spares import SparePool, remove_empty
+from pilot.agent.runners.spares import SparePool, remove_empty
+from pilot.agent.unit_command import sandbox_of, stage_in
 from pilot.staging import StagingError
 
 DEPTH = 64
