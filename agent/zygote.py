@@ -2,8 +2,8 @@
 
 Starting an agent as a fresh `python -m pilot.agent` costs ~200 ms (interpreter and imports);
 forking it from a process that has already imported everything costs a few ms, which is what
-keeps a reconfig under 100 ms.  The zygote is single-threaded and creates no ZeroMQ context, so forking
-it is safe; each forked agent creates its own context.
+keeps a reconfig under 100 ms.  The zygote is single-threaded and creates no ZeroMQ context, so
+forking it is safe; each forked agent creates its own context.
 
 Protocol (JSON lines; bootstrap <-> zygote over the zygote's stdin / stdout):
     bootstrap -> zygote   {"cfg": PATH, "log": PATH}      fork an agent for that config

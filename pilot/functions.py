@@ -42,8 +42,10 @@ def client_path() -> list[str]:
     out = []
     for p in sys.path:
         p = os.path.realpath(p or os.getcwd())
-        if os.path.isdir(p) and p not in out and not any(
-            p == i or p.startswith(i + os.sep) for i in installed
+        if (
+            os.path.isdir(p)
+            and p not in out
+            and not any(p == i or p.startswith(i + os.sep) for i in installed)
         ):
             out.append(p)
     return out
