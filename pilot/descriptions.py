@@ -25,7 +25,7 @@ from pilot.fields import (
     text,
 )
 from pilot.ids import ALL  # all partitions (reconfig stop=) / all GPUs (gpus=)
-from pilot.policy import GLOBAL_POLICY, Policy, capture
+from pilot.policy import AGENT_DEFAULTS, Policy, capture
 from pilot.resource_config import parse_pool
 from pilot.rp_names import MPI, POSIX, OpenMP  # RP's process and thread types
 
@@ -35,7 +35,6 @@ FILL = "FILL"  # a partition takes every resource not held by a live partition
 # ---- units ---------------------------------------------------------------------------------------
 
 
-_GLOBAL = GLOBAL_POLICY.to_dict()  # what the agent assumes for a key it is not sent
 
 
 def policy_field(owner, field, value):
@@ -308,7 +307,9 @@ class ComputeUnitDescription(Description):
         if self.ranks != 1:
             out["ranks"] = self.ranks
         pol_dict = policy if policy is not None else pol.to_dict()
-        placing = {k: v for k, v in pol_dict.items() if v is not None and _GLOBAL.get(k) != v}
+        placing = {
+            k: v for k, v in pol_dict.items() if v is not None and AGENT_DEFAULTS.get(k) != v
+        }
         if placing:
             out["policy"] = placing
         return out

@@ -130,15 +130,18 @@ _ORDER = tuple(f.name for f in fields(Policy))
 _ENUMS = ("placement", "distribution", "wait_mode")  # the fields held as Enum members
 _FIELD_NAMES = frozenset(_ORDER)
 
-GLOBAL_POLICY = Policy(
-    placement=Policy.Placement.ANYWHERE,
-    distribution=Policy.Distribution.ROUNDROBIN,
-    wait_mode=Policy.WaitMode.IDLE,
-    refcounted=True,
-    gpu_env_str="CUDA_VISIBLE_DEVICES",
-)
-
-_GLOBAL_FIELDS = dict(GLOBAL_POLICY.__dict__)  # all scalars: safe to share
+# what an agent assumes for a field a unit does not send (a constant: agents never see the
+# client's GLOBAL_POLICY, so a unit sends every field that differs from these)
+AGENT_DEFAULTS = {
+    "placement": "ANYWHERE",
+    "distribution": "ROUNDROBIN",
+    "wait_mode": "IDLE",
+    "refcounted": True,
+    "gpu_env_str": "CUDA_VISIBLE_DEVICES",
+}
+# the lowest level of the merge; the user may change it (rp.GLOBAL_POLICY.gpu_env_str = ...):
+# units built after a change get it, units built before keep theirs
+GLOBAL_POLICY = Policy.from_dict(AGENT_DEFAULTS)
 _local = threading.local()
 
 
@@ -174,8 +177,12 @@ def context_policy() -> Policy | None:
 def capture(explicit: Policy | None, context: Policy | None = None) -> Policy:
     """The complete policy for something built now: explicit > context stack > global."""
     ctx = context_policy() if context is None else context
-    if explicit is None and ctx is None:  # the common case, on every unit: a plain copy
+    if explicit is None and ctx is None:  # the common case, on every unit: a copy, read now
         out = object.__new__(Policy)
-        out.__dict__.update(_GLOBAL_FIELDS)
+        fields_now = GLOBAL_POLICY.__dict__
+        out.__dict__.update(fields_now)
+        for name in ("cpu_affinity", "gpu_affinity"):  # (lists: the unit's own copy)
+            if fields_now[name] is not None:
+                out.__dict__[name] = list(fields_now[name])
         return out
     return merge(explicit, merge(ctx, GLOBAL_POLICY))

@@ -164,3 +164,23 @@ def test_groups_submit_together(simulated):
     # BLOCK fills the node already in use (n2, where the pinned ones went) before the next
     assert [u.node for u in units] == ["n2", "n2", "n2", "n2"]
     assert units[2].description.policy.distribution is P.Distribution.BLOCK
+
+
+def test_a_change_to_the_global_policy_reaches_units_built_after_it(simulated):
+    """rp.GLOBAL_POLICY is the lowest level of the merge, read when a unit is built (it was
+    copied once at import: units without a policy kept CUDA_VISIBLE_DEVICES)."""
+    pilot, umgr = simulated
+    script = 'echo "${CUDA_VISIBLE_DEVICES-unset}|${HIP_VISIBLE_DEVICES-unset}|$PILOT_GPU_IDS"'
+    gpu = dict(executable="/bin/sh", arguments=["-c", script], gpus=1)
+    before = CUD(**gpu)
+    try:
+        rp.GLOBAL_POLICY.gpu_env_str = "HIP_VISIBLE_DEVICES"
+        after, with_policy = CUD(**gpu), CUD(**gpu, policy=P(distribution=P.Distribution.BLOCK))
+    finally:
+        rp.GLOBAL_POLICY.gpu_env_str = "CUDA_VISIBLE_DEVICES"
+    later = CUD(**gpu)  # built after it was set back
+    units = umgr.submit_units([before, after, with_policy, later])
+    assert set(umgr.wait_units(timeout=60)) == {rp.DONE}
+    seen = [u.stdout.strip().split("|") for u in units]
+    for (cuda, hip, ids), hip_wanted in zip(seen, (False, True, True, False)):
+        assert ids and (hip, cuda) == ((ids, "unset") if hip_wanted else ("unset", ids)), seen
