@@ -35,8 +35,6 @@ FILL = "FILL"  # a partition takes every resource not held by a live partition
 # ---- units ---------------------------------------------------------------------------------------
 
 
-
-
 def policy_field(owner, field, value):
     if value is not None and not isinstance(value, Policy):
         if isinstance(value, dict):

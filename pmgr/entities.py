@@ -77,7 +77,7 @@ class Stateful:
         )
         return self.state
 
-    def advance(self, state: str, ts: float, reason: str | None, fired: list) -> bool:
+    def advance(self, state: str, ts: float, reason: str | None) -> bool:
         """Move to `state` (filling in states skipped on the way); False if already there.
         IllegalTransition (nothing changed) for a move the state machine does not allow."""
         if state == self.state:
@@ -97,7 +97,7 @@ class Stateful:
             if step in S.FINAL:
                 self.settled = False  # Session.fire settles it
             self.session.persist_state(self, step, ts)
-            fired.append((self, step))
+            self.session.changed(self, step)
         return True
 
     @property

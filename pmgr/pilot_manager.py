@@ -10,7 +10,8 @@ states arrive from the bootstrap; partitions the client did not create (started 
 appear in `pilot.partitions` when first heard of.
 Messages from the bootstrap reach the Pilot's public `on_*` handlers through the session's
 table (pmgr/session.py HANDLERS); callbacks registered on the PilotManager see every state
-change of its pilots.
+change of its pilots.  What concerns units goes on to the UnitManager that routes units to the
+pilot, through the small interface `UnitRouter` (everything a Pilot calls on it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
+from typing import Protocol
 
 from pilot import functions, ids, network, processes
 from pilot import states as S
@@ -31,6 +34,31 @@ from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
 
 log = logging.getLogger("pmgr.pilots")
+
+
+class UnitRouter(Protocol):
+    """What a Pilot needs of the UnitManager that routes units to it (`add_pilots`): the pilot's
+    news about units and partitions, each called on the channel thread holding the session
+    lock, inside `session.locked()` (on_output without it)."""
+
+    def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None: ...
+
+    def on_output(self, chunks: list) -> None: ...  # [uid, node, rank, stream, text]
+
+    def on_units_back(self, part_uid: str, units: list) -> None: ...  # handed back: route again
+
+    # its agent died: `started` may have run (journal), `killed` were running
+    def on_partition_lost(
+        self, part_uid: str, started: list, killed: list, reason: str
+    ) -> None: ...
+
+    def on_synced(self, part_uid: str, unknown: list) -> None: ...  # its agent never had these
+
+    def on_partition_changed(self, part: Partition) -> None: ...  # ACTIVE, or final
+
+    def on_pilot_changed(self, pilot: Pilot) -> None: ...  # the pilot ended
+
+    def route(self) -> threading.Event | None: ...  # where units can go may have changed
 
 
 class Pilot(Stateful):
@@ -49,7 +77,7 @@ class Pilot(Stateful):
         super().__init__(session, uid)
         self.description = description
         self.pmgr = pmgr
-        self.umgr = None  # the UnitManager that routes units to it (add_pilots)
+        self.umgr: UnitRouter | None = None  # the UnitManager that routes units to it
         self.size = dict(size)
         self.resource = resource
         # its sandbox: in the session directory, or under the description's `sandbox` (RP's
@@ -135,8 +163,7 @@ class Pilot(Stateful):
                 )
             check_partition(f"reconfig: start[{i}]", d, self.size["gpus"], self.uid)
             descs.append(d)
-        fired: list = []
-        with self.session.lock:
+        with self.session.locked():
             if self.final:
                 raise ValueError(f"reconfig: {self.uid} is {self.state}")
             stop_uids = self._stop_uids(stop)
@@ -159,7 +186,6 @@ class Pilot(Stateful):
                     },
                 }
             )
-        self.session.fire(fired)
         return new
 
     # -- used by the other client objects ---------------------------------------------------
@@ -208,11 +234,11 @@ class Pilot(Stateful):
             self.job.kill()
 
     # -- messages from the bootstrap (session.HANDLERS; channel thread, lock held) ------------
-    def on_hello(self, body: dict, fired: list) -> None:
+    def on_hello(self, body: dict) -> None:
         self.control = body.get("control")
         self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
         self.linked = True
-        self.advance(S.ACTIVE, time.time(), None, fired)
+        self.advance(S.ACTIVE, time.time(), None)
         for cmd in self._queued_cmds:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
         self._queued_cmds.clear()
@@ -221,48 +247,48 @@ class Pilot(Stateful):
                 {"cid": None, "op": "cancel_pilot", "args": {"reason": self._cancel_requested}}
             )
 
-    def on_bye(self, body: dict, fired: list) -> None:
-        self.end(body.get("state", S.DONE), body.get("reason"), fired)
+    def on_bye(self, body: dict) -> None:
+        self.end(body.get("state", S.DONE), body.get("reason"))
 
-    def on_hb(self, body: dict, fired: list) -> None:
+    def on_hb(self, body: dict) -> None:
         pass  # liveness only: the session notes when it last heard from the pilot
 
-    def on_states(self, updates: list, fired: list) -> None:
+    def on_states(self, updates: list) -> None:
         """Batched state updates [[kind, uid, state, ts, info], ...] (kind: part | unit)."""
         umgr = self.umgr
         for kind, uid, state, ts, info in updates:
             if kind == "part":
-                self.on_partition_state(uid, state, ts, info, fired)
+                self.on_partition_state(uid, state, ts, info)
             elif umgr is not None:
-                umgr.on_unit_state(uid, state, ts, info, fired)
+                umgr.on_unit_state(uid, state, ts, info)
             else:
                 log.warning("%s: state of unit %s, but no UnitManager uses it", self.uid, uid)
         if umgr is not None:
-            umgr.route(fired)  # units ended: their partitions have room again
+            umgr.route()  # units ended: their partitions have room again
 
     def on_output(self, chunks: list) -> None:
         """Unit output forwarded by node daemons (channel thread, without the lock)."""
         if self.umgr is not None:
             self.umgr.on_output(chunks)
 
-    def on_back(self, body: dict, fired: list) -> None:
+    def on_back(self, body: dict) -> None:
         """Units a partition handed back (stopped before they ran): routed again."""
         if self.umgr is not None:
-            self.umgr.on_units_back(body["part"], body["units"], fired)
+            self.umgr.on_units_back(body["part"], body["units"])
 
-    def on_lost(self, body: dict, fired: list) -> None:
+    def on_lost(self, body: dict) -> None:
         """A partition's agent died: which of its units had started (see UnitManager)."""
         if self.umgr is not None:
             self.umgr.on_partition_lost(
-                body["part"], body["started"], body["killed"], body["reason"], fired
+                body["part"], body["started"], body["killed"], body["reason"]
             )
 
-    def on_synced(self, body: dict, fired: list) -> None:
+    def on_synced(self, body: dict) -> None:
         """After a sync: the units the partition's agent never had."""
         if self.umgr is not None:
-            self.umgr.on_synced(body["part"], body["unknown"], fired)
+            self.umgr.on_synced(body["part"], body["unknown"])
 
-    def on_reply(self, body: dict, fired: list) -> None:
+    def on_reply(self, body: dict) -> None:
         new = self._new_by_cmd.pop(body.get("cid"), [])
         if body.get("ok"):
             return
@@ -270,9 +296,9 @@ class Pilot(Stateful):
         for uid in new:  # a refused reconfig starts nothing: its partitions end here
             part = self.parts[uid]
             if not part.final:
-                part.advance(S.FAILED, time.time(), f"reconfig refused: {body.get('error')}", fired)
+                part.advance(S.FAILED, time.time(), f"reconfig refused: {body.get('error')}")
 
-    def on_partition_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
+    def on_partition_state(self, uid: str, state: str, ts: float, info: dict) -> None:
         part = self.parts.get(uid)
         if part is None:  # started from a shell
             desc = ComputePartitionDescription.from_dict(
@@ -286,11 +312,11 @@ class Pilot(Stateful):
             part.resources = info["resources"]
         if "free" in info:
             self._free = info["free"]
-        part.advance(state, ts, info.get("reason"), fired)
+        part.advance(state, ts, info.get("reason"))
         if self.umgr is not None and state in (S.ACTIVE,) + tuple(S.FINAL):
-            self.umgr.on_partition_changed(part, fired)
+            self.umgr.on_partition_changed(part)
 
-    def end(self, state: str, reason: str | None, fired: list) -> None:
+    def end(self, state: str, reason: str | None) -> None:
         if self.final:
             return
         ts = time.time()
@@ -299,33 +325,32 @@ class Pilot(Stateful):
                 pstate = S.CANCELED if state == S.CANCELED else S.FAILED
                 if state == S.DONE:
                     pstate = S.DONE
-                part.advance(pstate, ts, reason or f"pilot {state}", fired)
+                part.advance(pstate, ts, reason or f"pilot {state}")
                 if self.umgr is not None:
-                    self.umgr.on_partition_changed(part, fired)
-        self.advance(state, ts, reason, fired)
+                    self.umgr.on_partition_changed(part)
+        self.advance(state, ts, reason)
         if self.umgr is not None:
-            self.umgr.on_pilot_changed(self, fired)
+            self.umgr.on_pilot_changed(self)
 
-    def lost(self, reason: str, fired: list) -> None:
-        self.end(S.FAILED if not self._cancel_requested else S.CANCELED, reason, fired)
+    def lost(self, reason: str) -> None:
+        self.end(S.FAILED if not self._cancel_requested else S.CANCELED, reason)
 
-    def tick(self, fired: list) -> None:
+    def tick(self) -> None:
         if self.final:
             return
         code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
         now = time.monotonic()
         if code is not None:
             if self._cancel_requested and self.state != S.ACTIVE:
-                self.end(S.CANCELED, self._cancel_requested, fired)
+                self.end(S.CANCELED, self._cancel_requested)
             else:
                 self.lost(
                     f"pilot job exited with code {code} without saying bye: {self.job.describe()}",
-                    fired,
                 )
             return
         if self.state == S.ACTIVE:
             if now - self.last_heard > self.resource.client_timeout:
-                self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s", fired)
+                self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s")
             elif now >= self._next_hb and self.linked:
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
@@ -467,15 +492,14 @@ class PilotManager:
 
     def _submit(self, pd: ComputePilotDescription, plan) -> Pilot:
         session = self.session
-        fired: list = []
-        with session.lock:
+        with session.locked():
             pilot = Pilot(session, session.next_uid("pilot"), pd, self, plan.size, plan.config)
             session.pilots[pilot.uid] = pilot
             self.pilots.append(pilot)
             session.persist_state(pilot, S.NEW, pilot.history[0][1])
             for d in pd.parts:
                 pilot.new_partition(d)
-            pilot.advance(S.LAUNCHING, time.time(), None, fired)
+            pilot.advance(S.LAUNCHING, time.time(), None)
         os.makedirs(pilot.sandbox, exist_ok=True)
         if pd.sandbox:
             os.chmod(os.path.dirname(pilot.sandbox), 0o700)  # the session's part: private
@@ -518,16 +542,14 @@ class PilotManager:
                 rcfg=pilot.resource,
             )
         except (OSError, ValueError) as exc:
-            with session.lock:
-                pilot.end(S.FAILED, f"batch submission failed: {exc}", fired)
-            session.fire(fired)
+            with session.locked():
+                pilot.end(S.FAILED, f"batch submission failed: {exc}")
             return pilot
-        with session.lock:
+        with session.locked():
             pilot.job = job
-            pilot.advance(S.PENDING, time.time(), None, fired)
+            pilot.advance(S.PENDING, time.time(), None)
             for part in pilot.parts.values():
-                part.advance(S.PENDING, time.time(), None, fired)
-        session.fire(fired)
+                part.advance(S.PENDING, time.time(), None)
         log.info("%s submitted: %s", pilot.uid, pilot.size)
         return pilot
 

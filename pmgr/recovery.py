@@ -86,7 +86,6 @@ class Recovery:
         return list(self.pilots.values())
 
     def _attach(self, pilot) -> None:
-        fired: list = []
         reply = None
         if pilot.control:
             ctx = zmq.Context.instance()
@@ -110,14 +109,13 @@ class Recovery:
                 log.error("%s: attach failed: %s", pilot.uid, exc)
             finally:
                 sock.close()
-        with self.session.lock:
+        with self.session.locked():
             if reply and reply.get("ok"):
                 pilot.last_heard = time.monotonic()
                 log.info("%s: attached (%s)", pilot.uid, reply.get("result"))
             else:
                 why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
-                pilot.lost(f"lost: did not take the new client ({why})", fired)
-        self.session.fire(fired)
+                pilot.lost(f"lost: did not take the new client ({why})")
 
     def adopt_units(self, umgr) -> None:
         if self.units_adopted:
@@ -126,8 +124,7 @@ class Recovery:
         session = self.session
         docs = session.store.find("units", session=session.uid)
         ask: dict = {}
-        fired: list = []
-        with session.lock:
+        with session.locked():
             for p in self.pilots.values():
                 if p.umgr is None:
                     p.umgr = umgr
@@ -152,7 +149,6 @@ class Recovery:
                         S.FAILED,
                         time.time(),
                         f"lost with pilot {unit.pilot.uid} ({unit.pilot.state})",
-                        fired,
                     )
                 else:
                     part = unit.pilot.parts.get(unit.part)
@@ -163,8 +159,7 @@ class Recovery:
                 pilot.command(
                     {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
                 )
-            umgr.route(fired)
-        session.fire(fired)
+            umgr.route()
         log.info(
             "%s: %d units recovered, %d being reconciled with their agents",
             session.uid,

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 
 from pilot import ids, network, security
 from pilot import states as S
@@ -51,7 +52,7 @@ def sessions_dir() -> str:
 
 
 # Messages from a pilot (pilot/protocol.py), by type, and the Pilot method that handles each,
-# called as handler(pilot, body, fired) on the channel thread with the session lock held.
+# called as handler(pilot, body) on the channel thread with the session lock held.
 # `output` goes to Pilot.on_output outside the lock (output callbacks may be slow); `unsent` is
 # the channel's own: a message it could not send to the pilot (Session.on_unsent).
 HANDLERS = {
@@ -115,7 +116,7 @@ class Session:
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
         self.channel = Channel(self.on_message, self.on_tick, self.keys, self.address)
         self.transfers = Transfers(self)  # data staging over the pilot links
-        self.firing = threading.local()  # depth of Session.fire on this thread
+        self.firing = threading.local()  # this thread's `locked()` and `fire` (see locked)
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
@@ -161,6 +162,37 @@ class Session:
                 if left is not None and left <= 0:
                     raise TimeoutError(f"timeout after {timeout} s: {describe()}")
                 self.cond.wait(min(left, 1.0) if left is not None else 1.0)
+
+    # -- state changes and their callbacks --------------------------------------------------
+    # Every state change is made holding the session lock, inside `with session.locked()`:
+    # `changed(obj, state)` queues its callbacks on this thread, and the outermost `locked()`
+    # wakes the waiters and then, with the lock released (a callback may take its time, or
+    # submit more units), runs them in order on the same thread.
+    @contextmanager
+    def locked(self):
+        """The session lock; the callbacks of what changed meanwhile run after its release."""
+        tl = self.firing
+        with self.lock:
+            outer = not getattr(tl, "holding", False)
+            if outer:
+                tl.holding, tl.pending = True, []
+            try:
+                yield
+            finally:
+                if outer:
+                    tl.holding = False
+                    pending, tl.pending = tl.pending, []
+                    if pending:
+                        self.cond.notify_all()
+        if outer and pending:
+            self.fire(pending)
+
+    def changed(self, obj, state: str) -> None:
+        """`obj` moved to `state` (lock held, inside `locked()`): its callbacks run after."""
+        tl = self.firing
+        if not getattr(tl, "holding", False):
+            raise RuntimeError(f"{obj.uid} -> {state} outside session.locked()")
+        tl.pending.append((obj, state))
 
     def fire(self, fired: list) -> None:
         """Run callbacks for objects that changed (outside the lock): the object's own, then
@@ -211,40 +243,32 @@ class Session:
             except (ProtocolError, ValueError, IndexError, TypeError) as exc:
                 self.channel.bad.report(f"bad output message from {pilot_uid}: {exc}")
             return
-        fired: list = []
-        with self.lock:
+        with self.locked():
             try:
                 if kind == b"unsent":  # our own send failed: that is no word from the pilot
-                    self.on_unsent(pilot, frames[1:], fired)
+                    self.on_unsent(pilot, frames[1:])
                 else:
                     pilot.last_heard = time.monotonic()
                     handler = HANDLERS.get(kind)
                     if handler is None:
                         raise ProtocolError(f"unknown message type {kind!r}")
-                    handler(pilot, unpack(frames[1]) if len(frames) > 1 else {}, fired)
+                    handler(pilot, unpack(frames[1]) if len(frames) > 1 else {})
             except (ProtocolError, KeyError, TypeError, IndexError, ValueError) as exc:
                 self.channel.bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
-            if fired:
-                self.cond.notify_all()
-        self.fire(fired)
 
-    def on_unsent(self, pilot, frames: list[bytes], fired: list) -> None:
+    def on_unsent(self, pilot, frames: list[bytes]) -> None:
         """A message the channel could not send (the pilot is not connected): units go back to
         be routed again; a command is answered as failed."""
         if frames[0] == b"units":
-            pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])}, fired)
+            pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])})
         else:
             cid = unpack(frames[1]).get("cid")
-            pilot.on_reply({"cid": cid, "ok": False, "error": "pilot not connected"}, fired)
+            pilot.on_reply({"cid": cid, "ok": False, "error": "pilot not connected"})
 
     def on_tick(self) -> None:
-        fired: list = []
-        with self.lock:
+        with self.locked():
             for pilot in list(self.pilots.values()):
-                pilot.tick(fired)
-            if fired:
-                self.cond.notify_all()
-        self.fire(fired)
+                pilot.tick()
 
     # -- end ------------------------------------------------------------------------------------
     def close(
@@ -295,12 +319,10 @@ class Session:
         left = reaper.kill_session_processes(self.uid) if here else []
         if left:
             log.warning("killed %d leftover process(es) of %s: %s", len(left), self.uid, left)
-        fired: list = []
-        with self.lock:
+        with self.locked():
             for p in self.pilots.values():
                 if not p.final:
-                    p.lost("session closed before the pilot reported its end", fired)
-        self.fire(fired)
+                    p.lost("session closed before the pilot reported its end")
         self.transfers.close()
         self.channel.close()
         self.unpersisted = self.writer.close(timeout=10.0)

@@ -103,16 +103,14 @@ class UnitManager:
 
     def add_pilots(self, pilots) -> None:
         pilots = pilots if isinstance(pilots, (list, tuple)) else [pilots]
-        fired: list = []
-        with self.session.lock:
+        with self.session.locked():
             for p in pilots:
                 if p.umgr is not None and p.umgr is not self:
                     raise ValueError(f"add_pilots: {p.uid} is already used by {p.umgr.uid}")
                 if p.umgr is None:
                     p.umgr = self
                     self.pilots.append(p)
-            self.route(fired)
-        self.session.fire(fired)
+            self.route()
 
     def submit_units(self, descriptions):
         """Submit one ComputeUnitDescription (returns a Unit), a list, or a UnitGroup (returns
@@ -156,16 +154,14 @@ class UnitManager:
             size = min(SUBMIT_CHUNK_MAX, max(SUBMIT_CHUNK_MIN, start))
             chunk = descs[start : start + size]
             start += size
-            fired: list = []
-            with session.lock:
-                self._submit_chunk(chunk, named, units, fired)
-                sent = self.route(fired)
-            session.fire(fired)
+            with session.locked():
+                self._submit_chunk(chunk, named, units)
+                sent = self.route()
             if sent is not None and start < len(descs) and yields:
                 sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
         return units[0] if single else units
 
-    def _submit_chunk(self, descs: list, named: dict, units: list, fired: list) -> None:
+    def _submit_chunk(self, descs: list, named: dict, units: list) -> None:
         """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they
         can never fit), appended to `units`; `named`: the call's units by name so far."""
         session = self.session
@@ -182,14 +178,14 @@ class UnitManager:
                 self.pinned += 1
             units.append(unit)
             session.persist_state(unit, S.NEW, now)
-            fired.append((unit, S.NEW))
-            unit.advance(S.SCHEDULING, now, None, fired)
+            self.session.changed(unit, S.NEW)
+            unit.advance(S.SCHEDULING, now, None)
             shape = (d.pilot, d.partition, d.rank_cores, d.rank_gpus, d.ranks)
             reason = verdicts.get(shape, False)
             if reason is False:
                 reason = verdicts[shape] = self._never_fits(unit)
             if reason:
-                unit.advance(S.FAILED, now, reason, fired)
+                unit.advance(S.FAILED, now, reason)
             else:
                 if d.partition is None and unit.after is None and self.pilots:
                     self._pilot_for(unit)  # round robin: bound in submit order
@@ -197,8 +193,7 @@ class UnitManager:
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
         """Cancel units (all of this manager's when uids is None); running ones are killed."""
-        fired: list = []
-        with self.session.lock:
+        with self.session.locked():
             targets = (
                 list(self.units.values())
                 if uids is None
@@ -210,14 +205,13 @@ class UnitManager:
             for u in targets:
                 if u.part is None:
                     self.pending.remove(u)
-                    u.advance(S.CANCELED, now, reason, fired)
+                    u.advance(S.CANCELED, now, reason)
                 else:
                     by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
             for pilot, pairs in by_pilot.items():
                 pilot.command(
                     {"cid": None, "op": "cancel_units", "args": {"units": pairs, "reason": reason}}
                 )
-        self.session.fire(fired)
 
     def wait_units(
         self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None
@@ -284,16 +278,14 @@ class UnitManager:
             p if isinstance(p, str) else p.uid
             for p in (pilots if isinstance(pilots, (list, tuple)) else [pilots])
         }
-        fired: list = []
-        with self.session.lock:
+        with self.session.locked():
             for p in [p for p in self.pilots if p.uid in names]:
                 self.pilots.remove(p)
                 p.umgr = None
             for unit in self.pending:
                 if unit.bound is not None and unit.bound.uid in names:
                     unit.bound = None
-            self.route(fired)
-        self.session.fire(fired)
+            self.route()
 
     def get_units(self, uids=None) -> list[Unit]:
         with self.session.lock:
@@ -375,7 +367,7 @@ class UnitManager:
             and d.ranks * d.rank_cores <= size["cores"]
         )
 
-    def route(self, fired: list) -> threading.Event | None:
+    def route(self) -> threading.Event | None:
         """Send pending units, oldest first, to partitions with room in their window; an
         Event set once they are sent when a partition was short of units, else None."""
         if not self.pending:
@@ -383,7 +375,7 @@ class UnitManager:
         if self.pilots and all(p.final for p in self.pilots):
             now = time.time()
             for unit in self.pending:
-                unit.advance(S.FAILED, now, "no live pilot is left to run it", fired)
+                unit.advance(S.FAILED, now, "no live pilot is left to run it")
             self.pending.clear()
             return None
         ended = []
@@ -392,7 +384,7 @@ class UnitManager:
         for unit in ended:
             self.pending.remove(unit)
             pilot = self._pilot_for(unit)
-            unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}", fired)
+            unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
         windows = {
             part: part.window  # (read once: it follows the partition's rate)
             for p in self.pilots
@@ -419,7 +411,7 @@ class UnitManager:
                     target = part
                 elif part.final:
                     why = f"partition={part.uid!r} is {part.state}"
-                    unit.advance(S.FAILED, time.time(), why, fired)
+                    unit.advance(S.FAILED, time.time(), why)
                     continue
             elif unit.after is not None:  # `tag`: where that unit went
                 anchor = unit.after
@@ -429,14 +421,12 @@ class UnitManager:
                 elif (part is not None and part.final) or (part is None and anchor.final):
                     where = f"partition {part.uid}, which is {part.state}" if part else "nowhere"
                     why = f"tag={anchor.uid!r}: that unit ran in {where}"
-                    unit.advance(S.FAILED, time.time(), why, fired)
+                    unit.advance(S.FAILED, time.time(), why)
                     continue
             else:
                 pilot = self._pilot_for(unit)
                 if pilot is not None and pilot.final:  # pinned to a pilot that ended
-                    unit.advance(
-                        S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}", fired
-                    )
+                    unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
                     continue
                 key = (d.rank_cores, d.rank_gpus, d.ranks, pilot)
                 cands = fits_cache.get(key)
@@ -486,15 +476,14 @@ class UnitManager:
     # -- data staging (pmgr/transfers.py) ----------------------------------------------------
     def _stage_in(self, unit: Unit, target) -> None:
         def then(error: str | None) -> None:  # (transfer thread)
-            fired: list = []
-            with self.session.lock:
+            with self.session.locked():
                 if unit.part != target.uid:
                     pass  # its partition was lost meanwhile: it was routed again from there
                 elif unit.final:  # canceled while its files moved
                     target.outstanding -= 1
                 elif error:
                     target.outstanding -= 1
-                    unit.advance(S.FAILED, time.time(), f"input staging: {error}", fired)
+                    unit.advance(S.FAILED, time.time(), f"input staging: {error}")
                 elif target.final or not target.accepting:
                     target.outstanding -= 1
                     unit.staged_on = target.pilot
@@ -504,30 +493,23 @@ class UnitManager:
                     unit.staged_on = target.pilot
                     batch = {target: [unit.wire()]}
                     self.session.writer.then(lambda: self._send_persisted(batch))
-                self.route(fired)
-                if fired:
-                    self.session.cond.notify_all()
-            self.session.fire(fired)
+                self.route()
 
         self.session.transfers.stage(unit, target.pilot, unit.client_in, then)
 
     def _stage_out(self, unit: Unit, ts: float, reason: str | None) -> None:
         def then(error: str | None) -> None:  # (transfer thread)
-            fired: list = []
-            with self.session.lock:
+            with self.session.locked():
                 unit.client_out = []  # done: the DONE below is let through
                 if not unit.final:
                     if error:
-                        unit.advance(S.FAILED, time.time(), f"output staging: {error}", fired)
+                        unit.advance(S.FAILED, time.time(), f"output staging: {error}")
                     else:
-                        unit.advance(S.DONE, time.time(), reason, fired)
+                        unit.advance(S.DONE, time.time(), reason)
                     part = unit.pilot.parts.get(unit.part) if unit.part else None
                     if part is not None:
                         part.outstanding -= 1
-                self.route(fired)
-                if fired:
-                    self.session.cond.notify_all()
-            self.session.fire(fired)
+                self.route()
 
         self.session.transfers.stage(unit, unit.pilot, unit.client_out, then)
 
@@ -547,20 +529,16 @@ class UnitManager:
     def _not_persisted(self, part, uids: list[str]) -> None:
         if not uids:
             return
-        fired: list = []
-        with self.session.lock:
+        with self.session.locked():
             for uid in uids:
                 unit = self.units[uid]
                 if not unit.final:
                     part.outstanding -= 1
-                    unit.advance(
-                        S.FAILED, time.time(), "not sent: the store refused its record", fired
-                    )
+                    unit.advance(S.FAILED, time.time(), "not sent: the store refused its record")
             self.session.cond.notify_all()
-        self.session.fire(fired)
 
     # -- events (lock held, channel thread) ---------------------------------------------------
-    def on_unit_state(self, uid: str, state: str, ts: float, info: dict, fired: list) -> None:
+    def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
         """One state update from an agent.  One the unit's state machine refuses changes
         nothing: said again (a sync after an attach repeats what the unit has passed) it is
         counted in `said_again`; any other is logged with the unit and both states."""
@@ -590,7 +568,7 @@ class UnitManager:
             if part is not None:
                 part.outstanding -= 1
                 part.accepting = False  # it lost a node: it ends FAILED next
-            unit.advance(S.SCHEDULING, ts, None, fired)  # its node was lost: it runs again
+            unit.advance(S.SCHEDULING, ts, None)  # its node was lost: it runs again
             unit.part = None
             self.pending.appendleft(unit)
             return
@@ -615,14 +593,14 @@ class UnitManager:
         if "node" in info:
             unit.node = info["node"]
             unit.slots = info.get("slots")
-        unit.advance(state, ts, info.get("reason"), fired)
+        unit.advance(state, ts, info.get("reason"))
         if unit.final and unit.part is not None:
             part = unit.pilot.parts.get(unit.part)
             if part is not None:
                 part.outstanding -= 1
                 part.ended += 1
 
-    def on_units_back(self, part_uid: str, units: list, fired: list) -> None:
+    def on_units_back(self, part_uid: str, units: list) -> None:
         """Units a partition could not or did not run: route them again."""
         now = time.time()
         back = []
@@ -637,20 +615,16 @@ class UnitManager:
             if part is not None:
                 part.outstanding -= 1
             if unit.description.partition == part_uid:  # pinned there: nowhere else to go
-                unit.advance(
-                    S.FAILED, now, f"its partition {part_uid} was stopped before it ran", fired
-                )
+                unit.advance(S.FAILED, now, f"its partition {part_uid} was stopped before it ran")
                 continue
             if unit.state == S.QUEUED:
-                unit.advance(S.SCHEDULING, now, None, fired)
+                unit.advance(S.SCHEDULING, now, None)
             unit.part = None
             back.append(unit)
         self.pending.extendleft(reversed(back))
-        self.route(fired)
+        self.route()
 
-    def on_partition_lost(
-        self, part_uid: str, started: list, killed: list, reason: str, fired: list
-    ) -> None:
+    def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
         """The agent of `part_uid` died.  Its units that had started (its start journal) may
         have run: they end FAILED, never run twice (unless restartable: then they run again
         elsewhere); the others never ran and are routed again (to another partition; one
@@ -676,10 +650,10 @@ class UnitManager:
             else:
                 why = None
             if why is not None and not self._may_restart(unit, why):
-                unit.advance(S.FAILED, now, why, fired)
+                unit.advance(S.FAILED, now, why)
                 continue
             if unit.state != S.SCHEDULING:
-                unit.advance(S.SCHEDULING, now, None, fired)
+                unit.advance(S.SCHEDULING, now, None)
             unit.part = None
             back.append(unit)
         if back:
@@ -690,9 +664,9 @@ class UnitManager:
                 len(back),
             )
         self.pending.extendleft(reversed(back))
-        self.route(fired)
+        self.route()
 
-    def on_partition_changed(self, part, fired: list) -> None:
+    def on_partition_changed(self, part) -> None:
         if part.final:
             now = time.time()
             for unit in self.units.values():
@@ -703,26 +677,23 @@ class UnitManager:
                     f"lost with partition {part.uid} ({part.state}: {part.reason}); "
                     "its outcome is unknown",
                     now,
-                    fired,
                     front=True,
                 )
             part.outstanding = 0
-        self.route(fired)
+        self.route()
 
-    def _never_reached(
-        self, unit: Unit, why: str, now: float, fired: list, front: bool = False
-    ) -> None:
+    def _never_reached(self, unit: Unit, why: str, now: float, front: bool = False) -> None:
         """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
         never reached it and is routed again; any other is FAILED with `why`."""
         if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
             unit.part = None
             (self.pending.appendleft if front else self.pending.append)(unit)
         elif self._may_restart(unit, why):
-            unit.advance(S.SCHEDULING, now, None, fired)
+            unit.advance(S.SCHEDULING, now, None)
             unit.part = None
             (self.pending.appendleft if front else self.pending.append)(unit)
         else:
-            unit.advance(S.FAILED, now, why, fired)
+            unit.advance(S.FAILED, now, why)
 
     def _may_restart(self, unit: Unit, why: str) -> bool:
         """A restartable unit (not pinned to the partition it lost) runs again elsewhere."""
@@ -732,10 +703,10 @@ class UnitManager:
         log.warning("%s restarts: %s", unit.uid, why)
         return True
 
-    def on_pilot_changed(self, pilot, fired: list) -> None:
-        self.route(fired)
+    def on_pilot_changed(self, pilot) -> None:
+        self.route()
 
-    def on_synced(self, part_uid: str, unknown: list, fired: list) -> None:
+    def on_synced(self, part_uid: str, unknown: list) -> None:
         """After an attach, the agent of `part_uid` does not know these units: one that was
         only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
         now = time.time()
@@ -750,6 +721,5 @@ class UnitManager:
                 unit,
                 f"lost: partition {part_uid} does not know it (found when a client attached)",
                 now,
-                fired,
             )
-        self.route(fired)
+        self.route()

@@ -81,9 +81,8 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
 
     umgr = rp.UnitManager(session)  # no pilot: the unit stays SCHEDULING at the client
     unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
-    fired: list = []
-    with session.lock:
-        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {}, fired)
+    with session.locked():
+        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {})
         assert unit.state == rp.SCHEDULING  # not sent anywhere: an update for it is stale
     assert umgr.said_again == 1
 
@@ -92,12 +91,12 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
         parts: dict = {}
 
     unit.part, unit.pilot = "pilot.0000.part.0000", Sent()
-    with caplog.at_level(logging.WARNING, logger="pmgr.units"), session.lock:
-        umgr.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {}, fired)  # QUEUED filled in
-        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {}, fired)  # said again
+    with caplog.at_level(logging.WARNING, logger="pmgr.units"), session.locked():
+        umgr.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {})  # QUEUED filled in
+        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {})  # said again
         assert unit.state == rp.EXECUTING
-        umgr.on_unit_state(unit.uid, rp.FAILED, time.time(), {"reason": "boom"}, fired)
-        umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0}, fired)
+        umgr.on_unit_state(unit.uid, rp.FAILED, time.time(), {"reason": "boom"})
+        umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0})
         assert unit.state == rp.FAILED and unit.exit_code is None and unit.reason == "boom"
     assert umgr.said_again == 2
     refused = [r.getMessage() for r in caplog.records]
