@@ -16,6 +16,7 @@ changed and tear down.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import selectors
@@ -23,7 +24,11 @@ import signal
 import sys
 
 import pilot.agent.agent as agent_main
+from pilot import plugins
 from pilot.agent.spawn import exits
+
+for _where in plugins.RUNNERS.values():  # what every agent loads, loaded once here
+    importlib.import_module(_where.partition(":")[0])
 
 
 def _child(cfg_path: str, log_path: str) -> None:

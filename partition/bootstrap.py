@@ -143,7 +143,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             "endpoint": self.agent_endpoint,
             "pilot_sandbox": self.sandbox,
             "curve": self.cfg.get("curve"),
-            "mpi_launcher": self.rcfg.mpi_launcher,
+            "mpi_command": self.rcfg.mpi_command,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)

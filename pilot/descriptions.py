@@ -154,7 +154,7 @@ class ComputeUnitDescription(Description):
     resources    other resource types for the unit, e.g. {"fpgas": 1}
     ranks        processes to start (default 1; RP's cpu_processes), each with its own cores
     cpu_process_type, gpu_process_type   rp.POSIX (each rank a process the pilot starts) or
-                 rp.MPI (one mpi_launcher process, e.g. srun or mpirun, over all ranks)
+                 rp.MPI (one mpi_command process, e.g. srun or mpirun, over all ranks)
     cpu_thread_type   rp.OpenMP sets OMP_NUM_THREADS to the cores per rank
     policy       placement and affinity (rp.Policy); merged at construction, see pilot/policy.py
     partition    uid of the partition it must run in; None = any ACTIVE partition with room

@@ -8,44 +8,102 @@ Agent configs (how a partition's agent runs its units) are in configs/agents.yam
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 
-BATCH_SYSTEMS = ("local", "slurm")
-LAUNCH_METHODS = ("fork", "netns", "srun")
+from pilot import plugins
+
 NODE_FAILURE = ("continue", "fail")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
-_KEYS = {
-    "description",
-    "batch_system",
-    "launch_method",
-    "nodes",
-    "node_names",
-    "cores_per_node",
-    "gpus_per_node",
-    "agent_overhead",
-    "client_timeout",
-    "python",
-    "queue",
-    "account",
-    "psij_executor",
-    "queue_poll_interval",
-    "resource_pool",
-    "node_daemons",
-    "hosts",
-    "address",
-    "client_address",
-    "fanout",
-    "bringup_timeout",
-    "node_timeout",
-    "node_failure",
-    "mpi_launcher",
-}
+MPI_COMMANDS = ("mpirun", "mpiexec", "srun")
+RENAMED = {"mpi_launcher": "mpi_command"}  # old key -> its name now (the old one still works)
+BY_BATCH = "(by batch_system)"  # a default that follows from batch_system (parse fills it in)
+log = logging.getLogger("pilot.config")
 
 
-MPI_LAUNCHERS = ("mpirun", "mpiexec", "srun")
+# ---- what a value may be: each check returns the value as kept, or raises ValueError ------------
+def _bad(where: str, key: str, value, accepted: str) -> ValueError:
+    return ValueError(f"{where}: {key}={value!r} must be {accepted}")
+
+
+def _count(minimum: int = 0, auto: bool = False):
+    def check(where, key, value):
+        if auto and value == "auto":
+            return len(os.sched_getaffinity(0))
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            words = f"an integer >= {minimum}" + (' or "auto"' if auto else "")
+            raise _bad(where, key, value, words)
+        return value
+
+    return check
+
+
+def _seconds(where, key, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _bad(where, key, value, "a number of seconds > 0")
+    return float(value)
+
+
+def _one_of(choices):
+    def check(where, key, value):
+        if value not in choices:
+            raise _bad(where, key, value, f"one of {tuple(choices)}")
+        return value
+
+    return check
+
+
+def _text(accepted: str):
+    def check(where, key, value):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise _bad(where, key, value, accepted)
+        return value
+
+    return check
+
+
+def _flag(where, key, value):
+    if not isinstance(value, bool):
+        raise _bad(where, key, value, "true or false")
+    return value
+
+
+def _names(where, key, value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(h, (str, int)) for h in value):
+        raise _bad(where, key, value, "a list of names")
+    return tuple(str(h) for h in value)
+
+
+def _overhead(where, key, value):
+    value = value or {}
+    accepted = [f.name for f in fields(AgentOverhead)]
+    if not isinstance(value, dict) or set(value) - set(accepted):
+        raise _bad(where, key, value, f"a mapping with keys among {accepted}")
+    return AgentOverhead(**{k: _count()(where, f"{key}.{k}", v) for k, v in value.items()})
+
+
+def _mpi_command(where, key, value):
+    if value is not None and (
+        not isinstance(value, str)
+        or not value
+        or (os.path.basename(value) not in MPI_COMMANDS and "/" not in value)
+    ):
+        raise _bad(where, key, value, f"one of {list(MPI_COMMANDS)} or the path of one")
+    return value
+
+
+def _mapping(where, key, value):
+    if value is not None and not isinstance(value, dict):
+        raise _bad(where, key, value, "a mapping")
+    return value
+
+
+def opt(default, check, doc: str = ""):
+    """A resource config key: its default (a value as the YAML would give it) and its check."""
+    return field(default=default, metadata={"check": check, "doc": doc})
 
 
 @dataclass(frozen=True)
@@ -57,30 +115,33 @@ class AgentOverhead:
 
 @dataclass(frozen=True)
 class ResourceConfig:
-    name: str
-    batch_system: str
-    launch_method: str
-    nodes: int
-    cores_per_node: int
-    gpus_per_node: int
-    agent_overhead: AgentOverhead
-    node_names: tuple[str, ...] = ()
-    client_timeout: float = 60.0
-    description: str | None = None
-    python: str | None = None  # the interpreter on the nodes; None: the client's own
-    queue: str | None = None
-    account: str | None = None
-    extra: dict = field(default_factory=dict)
-    resource_pool: dict = field(default_factory=dict)  # per node: type -> [{id, slots}]
-    node_daemons: bool = False
-    hosts: tuple[str, ...] = ()
-    address: str = "127.0.0.1"
-    client_address: str | None = None  # where pilots reach the client (IP, interface, auto)
-    fanout: int = 8
-    bringup_timeout: float = 30.0
-    node_timeout: float = 10.0
-    node_failure: str = "continue"
-    mpi_launcher: str | None = None  # how rp.MPI units start: mpirun | mpiexec | srun | a path
+    """One resource (configs/local.yaml documents every key); the YAML keys are these fields."""
+
+    name: str = field(metadata={"check": None})  # (SITE.NAME or the file's stem; not a key)
+    description: str | None = opt(None, _text("a text"))
+    batch_system: str = opt("local", _one_of(tuple(plugins.BATCH_SYSTEMS)))
+    launch_method: str = opt("fork", _one_of(tuple(plugins.LAUNCH_METHODS)))
+    nodes: int = opt(1, _count(minimum=1))
+    node_names: tuple[str, ...] = opt((), _names)
+    cores_per_node: int = opt("auto", _count(auto=True))
+    gpus_per_node: int = opt(0, _count())
+    agent_overhead: AgentOverhead = opt(None, _overhead)
+    resource_pool: dict = opt(None, _mapping)  # per node: type -> [{id, slots}] (parse_pool)
+    client_timeout: float = opt(60, _seconds)
+    python: str | None = opt(None, _text("the path of an interpreter"))
+    queue: str | None = opt(None, _text("a queue name"))
+    account: str | None = opt(None, _text("a project or account name"))
+    psij_executor: str | None = opt(None, _text("a PSI/J executor name"))
+    queue_poll_interval: float = opt(30, _seconds)
+    node_daemons: bool = opt(BY_BATCH, _flag)  # true under SLURM
+    hosts: tuple[str, ...] = opt((), _names)
+    address: str = opt("127.0.0.1", _text("an IP address, an interface name or 'auto'"))
+    client_address: str | None = opt(None, _text("an IP address, an interface name or 'auto'"))
+    fanout: int = opt(8, _count(minimum=2))
+    bringup_timeout: float = opt(30, _seconds)
+    node_timeout: float = opt(10, _seconds)
+    node_failure: str = opt("continue", _one_of(NODE_FAILURE))
+    mpi_command: str | None = opt(BY_BATCH, _mpi_command)  # srun under SLURM, else mpirun
 
     def node_name(self, index: int) -> str:
         if self.node_names:
@@ -88,13 +149,52 @@ class ResourceConfig:
         return "localhost" if self.nodes == 1 else f"node{index}"
 
 
-def _count(name: str, key: str, value, auto: int | None = None) -> int:
-    if value == "auto" and auto is not None:
-        return auto
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        accepted = "an integer >= 0" + (' or "auto"' if auto is not None else "")
-        raise ValueError(f"resource config {name}: {key}={value!r} must be {accepted}")
-    return value
+KEYS = tuple(f.name for f in fields(ResourceConfig) if f.metadata.get("check"))
+
+
+def parse(name: str, raw: dict) -> ResourceConfig:
+    """A resource config from its YAML mapping: every key checked by its field's check, the
+    defaults that follow from other keys filled in, then the keys checked together."""
+    where = f"resource config {name}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: must be a mapping, got {type(raw).__name__}")
+    raw = dict(raw)
+    for old, new in RENAMED.items():
+        if old in raw:
+            log.warning("%s: %s is now called %s", where, old, new)
+            raw.setdefault(new, raw.pop(old))
+    unknown = set(raw) - set(KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; accepted: {sorted(KEYS)}")
+    values = {"name": name}
+    for f in fields(ResourceConfig):
+        check = f.metadata.get("check")
+        value = raw.get(f.name, f.default)
+        if check is not None and value is not BY_BATCH:
+            values[f.name] = check(where, f.name, value)
+    slurm = values["batch_system"] == "slurm"
+    values.setdefault("node_daemons", slurm)
+    values.setdefault("mpi_command", "srun" if slurm else "mpirun")
+    values["resource_pool"] = parse_pool(where, values["resource_pool"], values["gpus_per_node"])
+    cfg = ResourceConfig(**values)
+    _consistent(where, cfg)
+    return cfg
+
+
+def _consistent(where: str, c: ResourceConfig) -> None:
+    """The checks that involve more than one key."""
+    if c.node_names and len(c.node_names) != c.nodes:
+        raise ValueError(f"{where}: node_names has {len(c.node_names)} entries, nodes={c.nodes}")
+    if not c.node_daemons and c.launch_method != "fork":
+        raise ValueError(
+            f"{where}: launch_method={c.launch_method!r} starts node daemons; "
+            "set node_daemons: true (or use launch_method: fork)"
+        )
+    if c.launch_method == "netns" and len(c.hosts) < c.nodes:
+        raise ValueError(
+            f"{where}: launch_method=netns needs a host (network namespace) per node: "
+            f"nodes={c.nodes}, hosts={list(c.hosts)}"
+        )
 
 
 def parse_pool(where: str, raw, gpus: int) -> dict[str, list[dict]]:
@@ -144,136 +244,6 @@ def parse_pool(where: str, raw, gpus: int) -> dict[str, list[dict]]:
             )
         pool[t] = inst
     return pool
-
-
-def parse(name: str, raw: dict) -> ResourceConfig:
-    if not isinstance(raw, dict):
-        raise ValueError(f"resource config {name}: must be a mapping, got {type(raw).__name__}")
-    unknown = set(raw) - _KEYS
-    if unknown:
-        raise ValueError(
-            f"resource config {name}: unknown key(s) {sorted(unknown)}; accepted: {sorted(_KEYS)}"
-        )
-    batch = raw.get("batch_system", "local")
-    if batch not in BATCH_SYSTEMS:
-        raise ValueError(
-            f"resource config {name}: batch_system={batch!r} must be one of {BATCH_SYSTEMS}"
-        )
-    launch = raw.get("launch_method", "fork")
-    if launch not in LAUNCH_METHODS:
-        raise ValueError(
-            f"resource config {name}: launch_method={launch!r} must be one of {LAUNCH_METHODS}"
-        )
-    nodes = _count(name, "nodes", raw.get("nodes", 1))
-    if nodes < 1:
-        raise ValueError(f"resource config {name}: nodes={nodes} must be >= 1")
-    names = tuple(str(n) for n in raw.get("node_names") or ())
-    if names and len(names) != nodes:
-        raise ValueError(
-            f"resource config {name}: node_names has {len(names)} entries, nodes={nodes}"
-        )
-    ov = raw.get("agent_overhead") or {}
-    bad = set(ov) - {"cores", "gpus", "nodes"}
-    if bad:
-        raise ValueError(
-            f"resource config {name}: agent_overhead has unknown key(s) "
-            f"{sorted(bad)}; accepted: ['cores', 'gpus', 'nodes']"
-        )
-    overhead = AgentOverhead(**{k: _count(name, f"agent_overhead.{k}", v) for k, v in ov.items()})
-    timeout = raw.get("client_timeout", 60)
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"resource config {name}: client_timeout={timeout!r} must be > 0")
-    daemons = raw.get("node_daemons", batch == "slurm")
-    if not isinstance(daemons, bool):
-        raise ValueError(f"resource config {name}: node_daemons={daemons!r} must be true or false")
-    if not daemons and launch != "fork":
-        raise ValueError(
-            f"resource config {name}: launch_method={launch!r} starts node daemons; "
-            "set node_daemons: true (or use launch_method: fork)"
-        )
-    hosts = raw.get("hosts") or []
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
-        raise ValueError(f"resource config {name}: hosts={hosts!r} must be a list of names")
-    if launch == "netns" and len(hosts) < nodes:
-        raise ValueError(
-            f"resource config {name}: launch_method=netns needs a host (network namespace) "
-            f"per node: nodes={nodes}, hosts={hosts}"
-        )
-    fanout = raw.get("fanout", 8)
-    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 2:
-        raise ValueError(f"resource config {name}: fanout={fanout!r} must be an integer >= 2")
-    timeouts = {}
-    for key, default in (("bringup_timeout", 30.0), ("node_timeout", 10.0)):
-        v = raw.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise ValueError(f"resource config {name}: {key}={v!r} must be a number of seconds > 0")
-        timeouts[key] = float(v)
-    failure = raw.get("node_failure", "continue")
-    if failure not in NODE_FAILURE:
-        raise ValueError(
-            f"resource config {name}: node_failure={failure!r} must be one of {NODE_FAILURE}"
-        )
-    client_address = raw.get("client_address")
-    if client_address is not None and (not isinstance(client_address, str) or not client_address):
-        raise ValueError(
-            f"resource config {name}: client_address={client_address!r} must be an IP "
-            "address, a network interface name or 'auto'"
-        )
-    python = raw.get("python")
-    if python is not None and (not isinstance(python, str) or not python):
-        raise ValueError(
-            f"resource config {name}: python={python!r} must be the path of an interpreter"
-        )
-    launcher = raw.get("mpi_launcher", "srun" if batch == "slurm" else "mpirun")
-    if launcher is not None and (
-        not isinstance(launcher, str)
-        or not launcher
-        or (os.path.basename(launcher) not in MPI_LAUNCHERS and "/" not in launcher)
-    ):
-        raise ValueError(
-            f"resource config {name}: mpi_launcher={launcher!r} must be one of "
-            f"{list(MPI_LAUNCHERS)} or the path of one"
-        )
-    address = raw.get("address", "127.0.0.1")
-    if not isinstance(address, str) or not address:
-        raise ValueError(
-            f"resource config {name}: address={address!r} must be an IP address, a network "
-            "interface name or 'auto'"
-        )
-    return ResourceConfig(
-        node_daemons=daemons,
-        hosts=tuple(hosts),
-        address=address,
-        client_address=client_address,
-        mpi_launcher=launcher,
-        fanout=fanout,
-        node_failure=failure,
-        **timeouts,
-        name=name,
-        batch_system=batch,
-        launch_method=launch,
-        nodes=nodes,
-        cores_per_node=_count(
-            name,
-            "cores_per_node",
-            raw.get("cores_per_node", "auto"),
-            auto=len(os.sched_getaffinity(0)),
-        ),
-        gpus_per_node=_count(name, "gpus_per_node", raw.get("gpus_per_node", 0)),
-        agent_overhead=overhead,
-        node_names=names,
-        client_timeout=float(timeout),
-        description=raw.get("description"),
-        python=python,
-        queue=raw.get("queue"),
-        account=raw.get("account"),
-        extra={k: raw[k] for k in ("psij_executor", "queue_poll_interval") if k in raw},
-        resource_pool=parse_pool(
-            f"resource config {name}",
-            raw.get("resource_pool"),
-            _count(name, "gpus_per_node", raw.get("gpus_per_node", 0)),
-        ),
-    )
 
 
 def _yaml(text: str):

@@ -150,3 +150,22 @@ def test_resource_config_errors(session, tmp_path):
     cfg.write_text("cores_per_node: -2\n")
     with pytest.raises(ValueError, match=r"cores_per_node=-2 must be an integer >= 0"):
         pmgr.submit_pilots(pd)
+
+
+def test_every_resource_config_key_is_documented_and_checked(tmp_path):
+    """The keys are the ResourceConfig fields (one list); configs/local.yaml documents each."""
+    import re
+
+    from pilot import resource_config
+    from tests.conftest import ROOT
+
+    head = open(f"{ROOT}/configs/local.yaml").read().split("\nlocalhost:")[0]
+    documented = set(re.findall(r"^#   (\w+)", head, re.M)) | set(
+        re.findall(r"^#   \w+, (\w+)", head, re.M)
+    )
+    assert set(resource_config.KEYS) == documented
+    for key in resource_config.KEYS:  # a value of the wrong kind is refused, naming the key
+        with pytest.raises(ValueError, match=rf"{key}="):
+            resource_config.parse("t", {key: object()})
+    cfg = resource_config.parse("t", {"mpi_launcher": "mpiexec"})  # the old name still works
+    assert cfg.mpi_command == "mpiexec"

@@ -1,4 +1,4 @@
-"""rp.MPI units: one launcher process (the resource's mpi_launcher) over the unit's ranks.
+"""rp.MPI units: one launcher process (the resource's mpi_command) over the unit's ranks.
 SLURM's srun is tested in tests/test_slurm.py; here Open MPI's mpirun on a local pilot."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_mpirun_starts_the_ranks_of_an_mpi_unit(session):
 
 def test_an_mpi_unit_without_a_launcher_fails_saying_so(session, tmp_path):
     cfg = tmp_path / "nompi.yaml"
-    cfg.write_text("batch_system: local\ncores_per_node: 2\nmpi_launcher: null\n")
+    cfg.write_text("batch_system: local\ncores_per_node: 2\nmpi_command: null\n")
     pilot = rp.PilotManager(session).submit_pilots(
         rp.ComputePilotDescription(resource=str(cfg), cores=2)
     )
@@ -42,4 +42,4 @@ def test_an_mpi_unit_without_a_launcher_fails_saying_so(session, tmp_path):
     umgr.add_pilots(pilot)
     unit = umgr.submit_units(CUD(executable="/bin/true", cpu_process_type=rp.MPI))
     assert unit.wait(timeout=60) == rp.FAILED
-    assert "sets no mpi_launcher" in unit.reason
+    assert "sets no mpi_command" in unit.reason

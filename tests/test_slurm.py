@@ -94,7 +94,7 @@ def test_four_node_pilot_runs_units_on_every_node(slurm, session):
 
 
 def test_an_mpi_unit_is_one_srun_step_over_its_ranks(slurm, session):
-    """rp.MPI: the resource's mpi_launcher (srun here) starts the ranks, one per node, inside
+    """rp.MPI: the resource's mpi_command (srun here) starts the ranks, one per node, inside
     the pilot's allocation; SLURM numbers them."""
     pilot = submit(session, [rp.ComputePartitionDescription(nodes=2)])
     umgr = rp.UnitManager(session)

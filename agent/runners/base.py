@@ -73,6 +73,9 @@ class Run:
 
 
 class UnitRunner(Protocol):
+    @classmethod
+    def for_partition(cls, cfg: dict, ctx, journal: int) -> tuple[UnitRunner, Stager]: ...
+
     output: list  # [uid, node, rank, stream, text] waiting to be sent to the client
     running: dict  # rank -> its unit's Run, while it runs
     sigchld: bool  # whether the agent must hear SIGCHLD (else it leaves it at its default)

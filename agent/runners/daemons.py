@@ -60,6 +60,11 @@ class NoStager:
 
 
 class DaemonRunner:
+    @classmethod
+    def for_partition(cls, cfg: dict, ctx, journal: int):
+        """The runner and its stager for an agent config (its daemons journal their starts)."""
+        return cls(cfg, ctx), NoStager(cfg["pilot_sandbox"])
+
     def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
         self.uid = cfg["uid"]
         self.rp_env = {  # RADICAL-Pilot's names, as its units see them
@@ -68,7 +73,7 @@ class DaemonRunner:
             "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
         }
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
-        self.mpi_launcher = cfg.get("mpi_launcher")
+        self.mpi_command = cfg.get("mpi_command")
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
         keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
@@ -115,12 +120,12 @@ class DaemonRunner:
             raise OSError(lost[0])
         placed = list(enumerate(alloc.ranks))
         if unit.get("mpi"):  # one launcher process, on its first rank's node, over all ranks
-            if not self.mpi_launcher:
-                raise OSError("an rp.MPI unit, but the resource config sets no mpi_launcher")
+            if not self.mpi_command:
+                raise OSError("an rp.MPI unit, but the resource config sets no mpi_command")
             per_node: dict = {}
             for node, _ in alloc.ranks:
                 per_node[node.name] = per_node.get(node.name, 0) + 1
-            argv = unit_command.mpi_argv(unit, self.mpi_launcher, list(per_node.items()))
+            argv = unit_command.mpi_argv(unit, self.mpi_command, list(per_node.items()))
             placed = placed[:1]
         for rank, (node, grant) in placed:
             ids = grant_ids(node.cap, grant)

@@ -34,6 +34,7 @@ from pilot.agent import unit_command
 from pilot.agent.runners import lanes
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.functions import FunctionWorkers
+from pilot.agent.runners.stager import SandboxStager
 from pilot.agent.runners.streams import SWEEP_EVERY, StreamSet
 from pilot.agent.spawn import (
     UNIT_VARS,
@@ -70,6 +71,11 @@ def _pidfds_work() -> bool:
 class LocalRunner:
     """Units on this node, spawned by the agent itself."""
 
+    @classmethod
+    def for_partition(cls, cfg: dict, ctx, journal: int):
+        """The runner and its stager (agent/runners/stager.py) for an agent config."""
+        return cls(cfg, journal), SandboxStager(cfg["pilot_sandbox"])
+
     def __init__(self, cfg: dict, journal: int = -1) -> None:
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.spawner = Spawner(
@@ -82,7 +88,7 @@ class LocalRunner:
                 "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
             }
         )
-        self.mpi_launcher = cfg.get("mpi_launcher")
+        self.mpi_command = cfg.get("mpi_command")
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self.starting: dict = {}  # pid -> its Spawner.start handle, until it is reaped
         self.killed: set[int] = set()  # ranks of a unit whose start failed, until reaped
@@ -370,8 +376,8 @@ class LocalRunner:
         return run
 
     def _spawn_mpi(self, unit: dict, run: Run, sandbox: str, out: int, err: int) -> Run:
-        if not self.mpi_launcher:
-            raise OSError("an rp.MPI unit, but the resource config sets no mpi_launcher")
+        if not self.mpi_command:
+            raise OSError("an rp.MPI unit, but the resource config sets no mpi_command")
         node = run.alloc.ranks[0][0]
         grant: dict = {}
         for _, g in run.alloc.ranks:  # the launcher holds every rank's slots
@@ -380,7 +386,7 @@ class LocalRunner:
         ids = grant_ids(node.cap, grant)
         ranks = len(run.alloc.ranks)
         env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus)
-        argv = unit_command.mpi_argv(unit, self.mpi_launcher, [("localhost", ranks)])
+        argv = unit_command.mpi_argv(unit, self.mpi_command, [("localhost", ranks)])
         cpus = sorted({c for c, _ in grant.get("cpus", ())})
         child = self.spawner.start(argv, sandbox, out, err, env, var, cpus)
         self.watch_child(child.pid)

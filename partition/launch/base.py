@@ -25,6 +25,11 @@ class NodeLaunch(Protocol):
     method: str
     procs: dict[int, subprocess.Popen]  # by hint (ALL_NODES for one process for all)
 
+    @classmethod
+    def for_nodes(
+        cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]
+    ) -> NodeLaunch: ...  # the launch of daemon `argv` on `n` nodes named `names`
+
     def start(self) -> None: ...
 
     def names(self) -> list[str]: ...

@@ -16,6 +16,10 @@ from pilot.partition.launch.base import exit_codes, stop_processes
 class ForkLaunch:
     method = "fork"
 
+    @classmethod
+    def for_nodes(cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
+        return cls(n, argv, log_dir, env, names)
+
     def __init__(self, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
         self.n = n
         self.argv = argv

@@ -14,6 +14,10 @@ from pilot.partition.launch.fork import ForkLaunch
 class NetnsLaunch(ForkLaunch):
     method = "netns"
 
+    @classmethod
+    def for_nodes(cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
+        return cls(n, argv, log_dir, env, names, rcfg.hosts)
+
     def __init__(self, n, argv, log_dir, env, names, hosts) -> None:
         if len(hosts) < n:
             raise ValueError(

@@ -48,6 +48,10 @@ def expand_hostlist(spec: str) -> list[str]:
 class SrunLaunch:
     method = "srun"
 
+    @classmethod
+    def for_nodes(cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
+        return cls(n, argv, log_dir, env)  # (SLURM names its nodes)
+
     def __init__(self, n: int, argv: list[str], log_dir: str, env: dict) -> None:
         self.n = n
         self.argv = argv

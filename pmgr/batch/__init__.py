@@ -2,6 +2,7 @@
 
     local   pmgr/batch/local.py   the pilot job is a process tree on this machine
     slurm   pmgr/batch/slurm.py   through PSI/J's SLURM executor
+(named once, in pilot/plugins.py: BATCH_SYSTEMS)
 
 Each module has `submit(argv, env, sandbox, *, nodes, runtime, queue, project, rcfg)` (a
 `Submitter`) returning a `BatchJob`: the handle the client keeps to follow, cancel and explain
@@ -12,6 +13,8 @@ what only the batch system knows (still queued, failed to start, its exit code).
 from __future__ import annotations
 
 from typing import Protocol
+
+from pilot import plugins
 
 
 class BatchJob(Protocol):
@@ -44,11 +47,6 @@ class Submitter(Protocol):
 
 
 def submitter(batch_system: str) -> Submitter:
-    from pilot.pmgr.batch import local, slurm  # slurm imports PSI/J only when it submits
-
-    systems = {"local": local.submit, "slurm": slurm.submit}
-    if batch_system not in systems:
-        raise ValueError(
-            f"batch_system={batch_system!r}: no submitter; accepted: {sorted(systems)}"
-        )
-    return systems[batch_system]
+    """The submitter of `batch_system` (named in pilot/plugins.py; loaded when used: slurm
+    imports PSI/J only when it submits)."""
+    return plugins.load(plugins.BATCH_SYSTEMS, batch_system, "batch_system")

@@ -101,7 +101,7 @@ def submit(
         raise OSError(
             f"psij-python is needed for SLURM pilots (pip install psij-python): {exc}"
         ) from None
-    poll = int((rcfg.extra.get("queue_poll_interval") if rcfg else None) or 30)
+    poll = int(rcfg.queue_poll_interval) if rcfg else 30
     work = Path(sandbox) / "psij"
     work.mkdir(parents=True, exist_ok=True)
     config = SlurmExecutorConfig(
@@ -111,7 +111,7 @@ def submit(
         keep_files=True,
     )
     executor = JobExecutor.get_instance(
-        (rcfg.extra.get("psij_executor") if rcfg else None) or "slurm", config=config
+        (rcfg.psij_executor if rcfg else None) or "slurm", config=config
     )
     minutes = math.ceil((runtime + TIME_MARGIN) / 60)
     spec = JobSpec(
