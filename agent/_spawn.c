@@ -395,7 +395,7 @@ struct started_args {
     int cleared;            /* the clone reset every handled signal (CLONE_CLEAR_SIGHAND) */
     volatile int err, step; /* written by the child */
     volatile pid_t tid;     /* non-zero until the child has exec'd or exited */
-    unsigned nenv;          /* (a launcher's handle) its own entries of envp, before its slot's */
+    unsigned nenv;          /* (a lane's handle) its own entries of envp, before its slot's */
     int room;               /* envp has room for a slot's entries (make_room) */
     char stack[START_STACK] __attribute__((aligned(16)));
 };
@@ -605,7 +605,7 @@ static PyGetSetDef Started_getset[] = {
 };
 
 static PyTypeObject StartedType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "agent._spawn.Started",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pilot.agent._spawn.Started",
     .tp_basicsize = sizeof(Started),
     .tp_dealloc = (destructor)Started_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -722,7 +722,7 @@ clone3_run(struct clone3_args *cl, int (*fn)(void *), void *arg)
 static int clone3_usable = 1; /* cleared for good when the kernel (or a filter) refuses it */
 
 /* clone the child of a prepared handle; `flags` adds the exit signal (SIGCHLD, or 0 for a
-   launcher's child: until its exec, which sets SIGCHLD, only a wait with __WALL sees it) and
+   lane's child: until its exec, which sets SIGCHLD, only a wait with __WALL sees it) and
    CLONE_PIDFD.  Every signal is blocked
    around the clone: no handler may run in the child before it has reset them (it shares this
    memory), glibc's own two as well (pthread_sigmask leaves those).  Returns the pid or -errno. */
@@ -804,12 +804,12 @@ use_clone3(PyObject *Py_UNUSED(self), PyObject *args)
     return PyBool_FromLong(was);
 }
 
-/* ---- Launcher: the next unit started on a freed core the moment the one before it exits ----
+/* ---- LaneThreads: the next unit started on a freed core the moment the one before it exits ----
 
 A unit's exit wakes the agent, whose Python loop then starts the next unit on the freed core:
 about 200 us of its work, through which that core idles whenever the agent was woken on the
-other one (half the exits on 2 cores, measured with bench/sched_trace.py).  A Launcher is a
-thread per core (Launcher(journal, slots, quiet, cpus): cpus[slot] is the slot's real core;
+other one (half the exits on 2 cores, measured with bench/sched_trace.py).  A LaneThreads is a
+thread per core (LaneThreads(journal, slots, quiet, cpus): cpus[slot] is the slot's real core;
 None: one thread, unbound), without the interpreter, bound to its core, that waits for the exits
 of the units it started there and starts the next unit waiting *ahead* at once: the exit of a
 unit frees the very core whose thread starts the next.  (A single thread for all cores was woken
@@ -822,11 +822,11 @@ behind a long one while other cores idled: 1.5 x the greedy makespan for mixed d
 slot's allocation has a shape, `key` (the agent's small int for it); a unit ahead has the key of
 the allocation it asks for, and a freed slot takes the head only when their keys match: it
 takes over the slot's allocation as it is.  When they do not, the slot is left free (its exit
-said alone) and the agent places the head itself.  Handles for the launcher are not bound to a
+said alone) and the agent places the head itself.  Handles for the lanes are not bound to a
 slot: their environment ends with room for a slot's own entries (the ids of its allocation),
 which the thread fills in, with the slot's core mask, just before the clone.
 Protocol (slot: the agent's name for a core; at most one unit runs in a slot):
-    launch(slot, handle, key, env, cpus)
+    start(slot, handle, key, env, cpus)
                          start a prepared handle (prepare()) in a free slot now, through the
                          slot's thread; the slot's allocation has shape `key`, its own
                          environment entries `env` (a tuple of bytes, at most SLOT_ENV_MAX) and
@@ -846,13 +846,13 @@ Protocol (slot: the agent's name for a core; at most one unit runs in a slot):
     close()              stop the threads (the units they started run on)
 A slot's exit and the starts that follow it in that slot are said together: the agent tells from
 them whether the allocation passed on.
-Pipes: a handle for the launcher has -1 for stdout and stderr (or -2 for stderr: into
+Pipes: a handle for a lane has -1 for stdout and stderr (or -2 for stderr: into
 stdout's pipe); the thread makes the pipes just before the clone and closes its write ends just
 after, so no other child ever holds them (a clone copies every descriptor until its exec), and
 the read ends (non-blocking) are the agent's.
 Its children are its own (a wait with __WNOTHREAD in the agent's thread does not see them); it
 reaps them (__WALL), woken by each one's pidfd.  If the agent dies, the kernel gives them to
-the reaper as usual.  Launcher(journal, slots, quiet): with `quiet` the thread leaves SIGCHLD
+the reaper as usual.  LaneThreads(journal, slots, quiet): with `quiet` the thread leaves SIGCHLD
 unblocked, for a process whose SIGCHLD is at its default (ignored): the kernel then drops each
 child's SIGCHLD as it is made, where a blocked one was delivered to the interpreter's thread
 and woke it for every unit that exited (agent/agent.py).  The thread holds mu only to take the
@@ -875,14 +875,14 @@ clone (they did: 47 and 104 us a call on average). */
 struct lslot {
     pid_t pid;       /* its running unit, 0: none */
     int pidfd;
-    int out, err;    /* a launch()'s read ends, until launch() returns */
-    Started *cur;    /* (refs held by the launcher) */
-    Started *next;   /* a launch()'s handle, until the thread started it */
-    int now;         /* next is to start at once (launch), not at the exit */
+    int out, err;    /* a start()'s read ends, until start() returns */
+    Started *cur;    /* (refs held by the lane threads) */
+    Started *next;   /* a start()'s handle, until the thread started it */
+    int now;         /* next is to start at once (start()), not at the exit */
     int starting;    /* the thread is starting a unit here (without mu) */
-    pid_t result;    /* of a launch: its pid or -errno */
+    pid_t result;    /* of a start(): its pid or -errno */
     unsigned worker; /* the thread that starts its units (the one on its core) */
-    int key;         /* the shape of its allocation (launch's) */
+    int key;         /* the shape of its allocation (start()'s) */
     PyObject *env_t; /* its own environment entries (bytes), and pointers into them */
     char *env[SLOT_ENV_MAX];
     unsigned nenv;
@@ -914,7 +914,7 @@ struct lworker;
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
-    pthread_cond_t launched;
+    pthread_cond_t started;
     int running;
     int ready, stop, journal;
     unsigned nslots, nworkers;
@@ -925,14 +925,14 @@ typedef struct {
     struct lrec *recs;
     size_t nrecs, caprecs;
     unsigned long pushed; /* records ever pushed (take() empties recs meanwhile) */
-} Launcher;
+} LaneThreads;
 
-/* a thread of the launcher: the slots of one core (or, past MAX_WORKERS cores, of a few) */
+/* a lane thread: the slots of one core (or, past MAX_WORKERS cores, of a few) */
 struct lworker {
-    Launcher *L;
+    LaneThreads *L;
     unsigned index;
     pthread_t thread;
-    int ep, cmd;     /* its epoll (its slots' pidfds, stop, cmd), and launch()'s wake-up */
+    int ep, cmd;     /* its epoll (its slots' pidfds, stop, cmd), and start()'s wake-up */
     int made;        /* its thread exists */
     int bind;
     cpu_set_t cpus;  /* where it runs: its slots' cores */
@@ -947,7 +947,7 @@ now_epoch(void)
 }
 
 static int
-push_rec(Launcher *L, struct lrec r)
+push_rec(LaneThreads *L, struct lrec r)
 {
     if (r.at == 0)
         r.at = now_epoch();
@@ -965,7 +965,7 @@ push_rec(Launcher *L, struct lrec r)
 }
 
 static void
-watch(Launcher *L, unsigned slot, int pidfd)
+watch(LaneThreads *L, unsigned slot, int pidfd)
 {
     struct epoll_event ev = {.events = EPOLLIN, .data.u32 = slot};
     epoll_ctl(L->workers[L->slots[slot].worker].ep, EPOLL_CTL_ADD, pidfd, &ev);
@@ -1064,7 +1064,7 @@ done:
    has exited: reap it, start the head of the queue ahead there when it asks for the slot's
    allocation (or the next one that starts) */
 static void
-on_exit_of(Launcher *L, unsigned slot)
+on_exit_of(LaneThreads *L, unsigned slot)
 {
     struct lslot *s = &L->slots[slot];
     if (s->pid == 0)
@@ -1134,10 +1134,10 @@ on_exit_of(Launcher *L, unsigned slot)
             return; /* (out of memory: nothing more can be said) */
 }
 
-/* (mu held) start the units launch() asked for in worker w's slots, in its thread: its
-   children are the launcher's (a wait with __WNOTHREAD in another thread does not see them) */
+/* (mu held) start the units start() asked for in worker w's slots, in its thread: its
+   children are the lane threads' (a wait with __WNOTHREAD in another thread does not see them) */
 static void
-launch_now(Launcher *L, unsigned w)
+start_now(LaneThreads *L, unsigned w)
 {
     for (unsigned slot = 0; slot < L->nslots; slot++) {
         struct lslot *s = &L->slots[slot];
@@ -1155,14 +1155,14 @@ launch_now(Launcher *L, unsigned w)
         s->next = NULL;
         s->now = 0;
     }
-    pthread_cond_broadcast(&L->launched);
+    pthread_cond_broadcast(&L->started);
 }
 
 static void *
-launcher_main(void *p)
+lane_main(void *p)
 {
     struct lworker *W = p;
-    Launcher *L = W->L;
+    LaneThreads *L = W->L;
     struct epoll_event evs[64];
     for (;;) {
         int n = epoll_wait(W->ep, evs, 64, -1);
@@ -1181,7 +1181,7 @@ launcher_main(void *p)
             if (evs[i].data.u32 == CMD_SLOT) {
                 uint64_t k;
                 (void)!read(W->cmd, &k, sizeof k);
-                launch_now(L, W->index);
+                start_now(L, W->index);
                 continue;
             }
             if (evs[i].data.u32 < L->nslots)
@@ -1196,13 +1196,13 @@ launcher_main(void *p)
     }
 }
 
-static void Launcher_stop(Launcher *L);
+static void LaneThreads_stop(LaneThreads *L);
 
 /* the real core of each slot (cpus: a sequence of ints, or None: unknown) -> L->workers, one
    per core (past MAX_WORKERS cores, each takes the cores i, i + MAX_WORKERS, ...) */
 #define MAX_WORKERS 64
 static int
-make_workers(Launcher *L, PyObject *cpus_o)
+make_workers(LaneThreads *L, PyObject *cpus_o)
 {
     long *core = NULL;
     long distinct[MAX_WORKERS * 4];
@@ -1273,7 +1273,7 @@ make_workers(Launcher *L, PyObject *cpus_o)
 }
 
 static PyObject *
-Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+LaneThreads_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"journal", "slots", "quiet", "cpus", NULL};
     int journal, quiet = 0;
@@ -1286,14 +1286,14 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_ValueError, "nslots: at least 1");
         return NULL;
     }
-    Launcher *L = (Launcher *)type->tp_alloc(type, 0);
+    LaneThreads *L = (LaneThreads *)type->tp_alloc(type, 0);
     if (L == NULL)
         return NULL;
     L->ready = L->stop = -1;
     L->journal = journal;
     L->nslots = nslots;
     pthread_mutex_init(&L->mu, NULL);
-    pthread_cond_init(&L->launched, NULL);
+    pthread_cond_init(&L->started, NULL);
     L->slots = calloc(nslots, sizeof *L->slots);
     L->ahead = calloc(AHEAD_MAX, sizeof *L->ahead);
     if (L->slots == NULL || L->ahead == NULL) {
@@ -1344,20 +1344,20 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         pthread_attr_init(&attr);
         if (W->bind)
             pthread_attr_setaffinity_np(&attr, sizeof W->cpus, &W->cpus);
-        rc = pthread_create(&W->thread, &attr, launcher_main, W);
+        rc = pthread_create(&W->thread, &attr, lane_main, W);
         if (rc != 0 && W->bind) { /* (a core this process may not use any more: unbound) */
             pthread_attr_destroy(&attr);
             pthread_attr_init(&attr);
-            rc = pthread_create(&W->thread, &attr, launcher_main, W);
+            rc = pthread_create(&W->thread, &attr, lane_main, W);
         }
         pthread_attr_destroy(&attr);
         if (rc == 0) {
             W->made = 1;
-            pthread_setname_np(W->thread, "agent-launcher"); /* (as ps and /proc show it) */
+            pthread_setname_np(W->thread, "agent-lane"); /* (as ps and /proc show it) */
         }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    L->running = 1; /* (Launcher_stop stops the threads made, if not all could be) */
+    L->running = 1; /* (LaneThreads_stop stops the threads made, if not all could be) */
     if (rc != 0) {
         errno = rc;
         PyErr_SetFromErrno(PyExc_OSError);
@@ -1368,7 +1368,7 @@ Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 }
 
 static void
-Launcher_stop(Launcher *L)
+LaneThreads_stop(LaneThreads *L)
 {
     if (!L->running)
         return;
@@ -1383,9 +1383,9 @@ Launcher_stop(Launcher *L)
 }
 
 static void
-Launcher_dealloc(Launcher *L)
+LaneThreads_dealloc(LaneThreads *L)
 {
-    Launcher_stop(L);
+    LaneThreads_stop(L);
     if (L->slots != NULL) {
         for (unsigned i = 0; i < L->nslots; i++) {
             if (L->slots[i].pidfd >= 0)
@@ -1419,19 +1419,19 @@ Launcher_dealloc(Launcher *L)
     if (L->stop >= 0)
         close(L->stop);
     pthread_mutex_destroy(&L->mu);
-    pthread_cond_destroy(&L->launched);
+    pthread_cond_destroy(&L->started);
     Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
 static int
-slot_arg(Launcher *L, unsigned slot)
+slot_arg(LaneThreads *L, unsigned slot)
 {
     if (slot >= L->nslots) {
-        PyErr_Format(PyExc_ValueError, "slot %u: the launcher has %u", slot, L->nslots);
+        PyErr_Format(PyExc_ValueError, "slot %u: there are %u", slot, L->nslots);
         return -1;
     }
     if (!L->running) {
-        PyErr_SetString(PyExc_ValueError, "the launcher is closed");
+        PyErr_SetString(PyExc_ValueError, "the lane threads are closed");
         return -1;
     }
     return 0;
@@ -1460,7 +1460,7 @@ slot_env(PyObject *env_t, char **env, unsigned *nenv)
 }
 
 static PyObject *
-Launcher_launch(Launcher *L, PyObject *args)
+LaneThreads_start(LaneThreads *L, PyObject *args)
 {
     unsigned slot;
     int key;
@@ -1509,7 +1509,7 @@ Launcher_launch(Launcher *L, PyObject *args)
     int out, err;
     Py_BEGIN_ALLOW_THREADS
     while (s->now)
-        pthread_cond_wait(&L->launched, &L->mu);
+        pthread_cond_wait(&L->started, &L->mu);
     pid = s->result;
     out = s->out;
     err = s->err;
@@ -1525,7 +1525,7 @@ Launcher_launch(Launcher *L, PyObject *args)
 }
 
 static PyObject *
-Launcher_follow(Launcher *L, PyObject *args)
+LaneThreads_follow(LaneThreads *L, PyObject *args)
 {
     int key;
     Started *h;
@@ -1534,7 +1534,7 @@ Launcher_follow(Launcher *L, PyObject *args)
     if (!PyArg_ParseTuple(args, "iO!SK", &key, &StartedType, &h, &line, &seq))
         return NULL;
     if (!L->running) {
-        PyErr_SetString(PyExc_ValueError, "the launcher is closed");
+        PyErr_SetString(PyExc_ValueError, "the lane threads are closed");
         return NULL;
     }
     if (make_room(h) < 0)
@@ -1552,7 +1552,7 @@ Launcher_follow(Launcher *L, PyObject *args)
 }
 
 static PyObject *
-Launcher_withdraw(Launcher *L, PyObject *Py_UNUSED(ignored))
+LaneThreads_withdraw(LaneThreads *L, PyObject *Py_UNUSED(ignored))
 {
     pthread_mutex_lock(&L->mu);
     unsigned n = L->an, ah = L->ah;
@@ -1582,7 +1582,7 @@ Launcher_withdraw(Launcher *L, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-Launcher_take(Launcher *L, PyObject *Py_UNUSED(ignored))
+LaneThreads_take(LaneThreads *L, PyObject *Py_UNUSED(ignored))
 {
     uint64_t n;
     (void)!read(L->ready, &n, sizeof n);
@@ -1611,47 +1611,47 @@ Launcher_take(Launcher *L, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
-Launcher_close(Launcher *L, PyObject *Py_UNUSED(ignored))
+LaneThreads_close(LaneThreads *L, PyObject *Py_UNUSED(ignored))
 {
-    Launcher_stop(L);
+    LaneThreads_stop(L);
     Py_RETURN_NONE;
 }
 
 static PyObject *
-Launcher_fd(Launcher *L, void *Py_UNUSED(closure))
+LaneThreads_fd(LaneThreads *L, void *Py_UNUSED(closure))
 {
     return PyLong_FromLong(L->ready);
 }
 
-static PyMethodDef Launcher_methods[] = {
-    {"launch", (PyCFunction)Launcher_launch, METH_VARARGS,
-     "launch(slot, handle, key, env, cpus) -> (pid, stdout read end, stderr read end): start "
+static PyMethodDef LaneThreads_methods[] = {
+    {"start", (PyCFunction)LaneThreads_start, METH_VARARGS,
+     "start(slot, handle, key, env, cpus) -> (pid, stdout read end, stderr read end): start "
      "it now in a free slot, whose allocation has shape `key`, entries `env` and cores `cpus`."},
-    {"follow", (PyCFunction)Launcher_follow, METH_VARARGS,
+    {"follow", (PyCFunction)LaneThreads_follow, METH_VARARGS,
      "follow(key, handle, line, seq) -> bool: queue `handle` ahead, for a freed slot of `key`."},
-    {"withdraw", (PyCFunction)Launcher_withdraw, METH_NOARGS,
+    {"withdraw", (PyCFunction)LaneThreads_withdraw, METH_NOARGS,
      "withdraw() -> [seq]: take back the units ahead that have not started, in order."},
-    {"take", (PyCFunction)Launcher_take, METH_NOARGS,
+    {"take", (PyCFunction)LaneThreads_take, METH_NOARGS,
      "take() -> [(\"exit\"|\"start\", slot, pid, code|errno, out, err, at, seq)] since the "
      "last."},
-    {"close", (PyCFunction)Launcher_close, METH_NOARGS, "Stop the threads."},
+    {"close", (PyCFunction)LaneThreads_close, METH_NOARGS, "Stop the threads."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyGetSetDef Launcher_getset[] = {
-    {"fd", (getter)Launcher_fd, NULL, "Readable when take() has something.", NULL},
+static PyGetSetDef LaneThreads_getset[] = {
+    {"fd", (getter)LaneThreads_fd, NULL, "Readable when take() has something.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject LauncherType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "agent._spawn.Launcher",
-    .tp_basicsize = sizeof(Launcher),
-    .tp_dealloc = (destructor)Launcher_dealloc,
+static PyTypeObject LaneThreadsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pilot.agent._spawn.LaneThreads",
+    .tp_basicsize = sizeof(LaneThreads),
+    .tp_dealloc = (destructor)LaneThreads_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Launcher(journal_fd, nslots): successors started by a thread as units exit.",
-    .tp_methods = Launcher_methods,
-    .tp_getset = Launcher_getset,
-    .tp_new = Launcher_new,
+    .tp_doc = "LaneThreads(journal_fd, nslots): successors started by a thread as units exit.",
+    .tp_methods = LaneThreads_methods,
+    .tp_getset = LaneThreads_getset,
+    .tp_new = LaneThreads_new,
 };
 #endif /* HAVE_START */
 
@@ -1680,7 +1680,7 @@ static PyMethodDef methods[] = {
     {"start", start, METH_VARARGS,
      "start(path, argv, env, cwd, fds, cpus, sigdef) -> Started, without waiting for the exec"},
     {"prepare", prepare, METH_VARARGS,
-     "prepare(path, argv, env, cwd, fds, cpus, sigdef) -> Started, not started: for a Launcher"},
+     "prepare(path, argv, env, cwd, fds, cpus, sigdef) -> Started, not started: for a LaneThreads"},
     {"clone3_works", clone3_works, METH_NOARGS,
      "clone3_works() -> bool: whether units start through clone3 (else clone)."},
     {"use_clone3", use_clone3, METH_VARARGS,
@@ -1698,16 +1698,16 @@ PyMODINIT_FUNC
 PyInit__spawn(void)
 {
 #ifdef HAVE_START
-    if (PyType_Ready(&StartedType) < 0 || PyType_Ready(&LauncherType) < 0)
+    if (PyType_Ready(&StartedType) < 0 || PyType_Ready(&LaneThreadsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&LauncherType);
+    Py_INCREF(&LaneThreadsType);
     if (PyModule_AddIntConstant(m, "AHEAD_MAX", AHEAD_MAX) < 0 ||
         PyModule_AddIntConstant(m, "SLOT_ENV_MAX", SLOT_ENV_MAX) < 0 ||
-        PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) {
-        Py_DECREF(&LauncherType);
+        PyModule_AddObject(m, "LaneThreads", (PyObject *)&LaneThreadsType) < 0) {
+        Py_DECREF(&LaneThreadsType);
         Py_DECREF(m);
         return NULL;
     }

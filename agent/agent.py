@@ -6,7 +6,7 @@ uid) to the bootstrap's agent endpoint, send `ready`.  Then loop:
                fits (EXECUTING)
     cancel  -> queued units CANCELED at once; running ones get SIGTERM, SIGKILL after kill_grace
     stop    -> like cancel for everything (or hand queued units back), then `bye` and exit
-    exits   -> (a child's pidfd, a launcher's news, SIGCHLD where there are no pidfds) reap
+    exits   -> (a child's pidfd, a lane thread's news, SIGCHLD where there are no pidfds) reap
                them (DONE, or FAILED with the exit code / signal), start what now fits
 Units are run by the partition's runner (agent/runners/): the agent itself on one node, or,
 for multi-node partitions (node dicts carry a daemon `endpoint`), the node daemons, whose exits
@@ -14,7 +14,7 @@ arrive as `events` and whose output is forwarded to the client as `output` [[uid
 stream, text], ...]; `node_lost` {index, reason} ends the units on that node FAILED with it.
 Placement is work-conserving: the scheduler (agent/scheduler.py) starts every queued unit that
 fits, oldest first; a runner may hold units from the head of the queue ahead, to start them
-itself on the first freed slot that fits (the local runner's launcher lanes), and gives them
+itself on the first freed slot that fits (the local runner's lanes), and gives them
 back whenever an allocation is freed that it will not use, or on a cancel or a stop.
 Every unit state this agent reports is a move the unit state machine allows (pilot/states.py
 UNIT_MACHINE; units arrive SCHEDULING): an illegal one raises.
@@ -114,7 +114,7 @@ class Agent:
         self.wake_w.setblocking(False)
         # a child's exit wakes the loop through its pidfd (agent/runners/local.py), so SIGCHLD
         # is left at its default (ignored; nothing is reaped by it): a handler made every unit
-        # a launcher thread started wake this thread as it exited (measured: 0.6 signals a
+        # a lane thread started wake this thread as it exited (measured: 0.6 signals a
         # unit, each an interrupted poll, a handler and a wake-up byte: 6-14 us a unit)
         chld = self.execu.sigchld
         signal.signal(signal.SIGCHLD, (lambda *_: None) if chld else signal.SIG_DFL)
@@ -315,7 +315,7 @@ class Agent:
         ended = []
         freed = False
         for r, code in self.execu.reap():
-            if not r.handed_on:  # (else the next unit in its launcher lane holds it now)
+            if not r.handed_on:  # (else the next unit in its lane holds it now)
                 self.sched.release(r.alloc)
                 freed = True
             ended.append((r, code))
@@ -358,7 +358,7 @@ class Agent:
                 self._terminate(r, reason)
 
     def hold_ahead(self) -> None:
-        """Let the runner hold units from the head of the queue ahead (launcher lanes)."""
+        """Let the runner hold units from the head of the queue ahead (lanes)."""
         if not self.sched.queue or self.stopping or self.nodes_lost:
             return
         for unit, reason in self.execu.hold_ahead(self.sched.queue, self.stager.take):
@@ -466,7 +466,7 @@ class Agent:
 
     def _unstage(self, u: dict) -> None:
         """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
-        launcher lane is removed: its next partition makes its own at the same path)."""
+        lane is removed: its next partition makes its own at the same path)."""
         taken = u.pop("_sandbox", None)
         if taken is not None:
             self.stager.untake(taken)
@@ -521,7 +521,7 @@ class Agent:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
         wake = self.wake_r.fileno()
-        self.execu.watch(poller)  # node daemons' sockets, units' output pipes, launcher lanes
+        self.execu.watch(poller)  # node daemons' sockets, units' output pipes, lanes
         next_ppid_check = time.monotonic() + 1.0
         while True:
             now = time.monotonic()

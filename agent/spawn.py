@@ -84,7 +84,7 @@ WNOTHREAD = 0x20000000  # (Linux __WNOTHREAD: only the calling thread's own chil
 def exits(options: int = 0):
     """(pid, exit code) of every child that has ended, without blocking (negative code =
     signal).  The one waitpid loop of the agent, its zygote and node daemons.  `options`:
-    WNOTHREAD where a launcher thread reaps its own (agent/runners/lanes.py)."""
+    WNOTHREAD where a lane thread reaps its own (agent/runners/lanes.py)."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG | options)
@@ -235,7 +235,7 @@ class Spawner:
         return _spawn.start(*self._native_args(path, argv, cwd, out, err, env, mask))
 
     def prepare(self, argv: list[str], cwd: str, env: dict, gpu_var, cpu_ids, one_pipe: bool):
-        """What `start` takes, encoded, not started: a handle for agent/_spawn.c's Launcher,
+        """What `start` takes, encoded, not started: a handle for agent/_spawn.c's LaneThreads,
         whose thread makes its stdout and stderr pipes when it starts it (`one_pipe`: stderr
         into stdout's).  Raises as `start` does for what is wrong before a child exists."""
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
@@ -252,7 +252,7 @@ class Spawner:
 
     def prepare_envp(self, argv: list[str], cwd: str, envp: list, search, one_pipe: bool):
         """`prepare` for a unit whose whole environment is `envp` (encoded) and which runs where
-        its launcher slot says (no mask of its own); `search` is its own PATH, if any."""
+        its lane says (no mask of its own); `search` is its own PATH, if any."""
         path = argv[0] if "/" in argv[0] else self.which(argv[0], search)
         err = -2 if one_pipe else -1
         return _spawn.prepare(*self._encoded(path, argv, cwd, -1, err, envp, None))

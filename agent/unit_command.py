@@ -10,7 +10,7 @@ go before it and `post_exec` lines after it, and the unit's exit code is the com
 
 An rp.MPI unit (cpu_process_type or gpu_process_type MPI) is one launcher process over its
 ranks (`mpi_argv`: the resource's mpi_command, mpirun or srun), started where its first
-rank is placed; its cores and GPUs on every node stay held until the launcher exits.
+rank is placed; its cores and GPUs on every node stay held until that MPI starter exits.
 
 A unit needs that shell only when something would expand: pre/post exec lines, `$`, a
 backquote or a backslash in an argument, an argument written as is (above), shell syntax in the

@@ -12,8 +12,8 @@ the machine (other processes, interrupts).
 The budget line: at 0.75 x the limit, a unit may take 2 / (0.75 x limit) of both cores' time;
 what is left after the units' own CPU is what the agent, client, bootstrap and idle time may
 share.  The units cost the same under the limit as under the pilot (the same /bin/true).
-Thread names: the agent's main thread is its pid, its launcher threads (one per core, summed
-in one row) are agent-launcher (agent/runners/lanes.py), ZeroMQ names its own (ZMQbg/...), its
+Thread names: the agent's main thread is its pid, its lane threads (one per core, summed
+in one row) are agent-lane (agent/runners/lanes.py), ZeroMQ names its own (ZMQbg/...), its
 other Python thread is "python" (the sandbox stager); the client's are named by Python's
 threading module.
 """

@@ -5,7 +5,7 @@
 Runs N units of /bin/true (1 core each) on a 2-core local.localhost pilot, and for `window`
 seconds in the middle records the scheduler's tracepoints (tracefs: sched_switch, sched_wakeup,
 sched_wakeup_new, sched_process_exit).  The starters are the agent's main thread and its
-launcher threads (agent/runners/lanes.py: one per core, they start single-core units and their
+lane threads (agent/runners/lanes.py: one per core, they start single-core units and their
 successors).
 For every unit that exits it finds the next process a starter creates for the core that unit
 freed, and prints:
@@ -17,7 +17,7 @@ freed, and prints:
                        core idles (this counts exits, not wake-ups: a unit the agent
                        started itself wakes it at end-of-file on each pipe and at its pidfd)
   CPU share            of both cores in the window: idle, units (children of the agent), the
-                       agent, its launcher threads, and the rest (client, bootstrap, ZeroMQ)
+                       agent, its lane threads, and the rest (client, bootstrap, ZeroMQ)
   idle beside          a core's idle time by what the other core ran meanwhile: idle beside
                        the agent is the agent's work that no unit overlaps
 The tracepoints add a few microseconds to every switch: compare runs of this script, not its
@@ -62,9 +62,9 @@ def record(n: int, window: float) -> tuple[str, dict[int, str]]:
         with two_core_pilot(warm=8) as run:
             agent = run.agents()[0]
             starters = {agent: "agent"}
-            for tid in os.listdir(f"/proc/{agent}/task"):  # its launcher thread, if it has one
+            for tid in os.listdir(f"/proc/{agent}/task"):  # its lane thread, if it has one
                 with open(f"/proc/{agent}/task/{tid}/comm") as f:
-                    if f.read().strip() == "agent-launcher":
+                    if f.read().strip() == "agent-lane":
                         starters[int(tid)] = "launcher"
 
             def window_on():
@@ -192,7 +192,7 @@ def main() -> int:
             print(f"  {name}: median {statistics.median(values):.0f} us")
     total = sum(got["handled"].values()) or 1
     print(
-        "exits handled on (by the agent, or its launcher thread): "
+        "exits handled on (by the agent, or its lane thread): "
         + ", ".join(f"{k} {v * 100 / total:.0f}%" for k, v in got["handled"].most_common())
     )
     print("CPU share of both cores: " + _shares(got["busy"]))

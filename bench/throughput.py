@@ -22,7 +22,7 @@ writes nothing, so it gets no output files, and its empty sandbox directory beco
 unit's (agent/runners/stager.py, spares.py): a new inode costs 100-700 us of kernel time on
 this disk.
 The table shows medians [min-max] and ours / limit from the same repetition.
-Why `api` and `ours` differ: `ours` warms the pilot with 4 units (its launcher threads, the first
+Why `api` and `ours` differ: `ours` warms the pilot with 4 units (its lane threads, the first
 sandboxes and spares exist before the clock starts), ends its clock when the store has every
 record (`api` when wait_units returns), and divides by a limit measured in the bench's own
 small process; `api` divides by a limit measured in the client, which has imported the whole

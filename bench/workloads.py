@@ -227,7 +227,7 @@ def main() -> int:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"{name}: done", file=sys.stderr)
     lanes = "off" if os.environ.get("PILOT_AGENT_LANES") == "0" else "on"
-    print(f"\nworkloads through a local pilot (launcher lanes {lanes}), scale {args.scale}\n")
+    print(f"\nworkloads through a local pilot (lanes {lanes}), scale {args.scale}\n")
     print(
         "| workload | units | cores/GPUs | bound s | makespan s | start s | x bound | busy | "
         "idle max s |"

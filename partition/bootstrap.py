@@ -108,7 +108,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.control_endpoint = f"tcp://{self.here}:{cport}"
         self.data = DataPort(self.sandbox)  # files from and to the client
         self.procs: dict[str, AgentProcess] = {}
-        self.launcher = AgentForker(self.sandbox)
+        self.forker = AgentForker(self.sandbox)
         self.nodeset = (
             NodeSet(
                 self.ctx,
@@ -150,7 +150,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
 
     def own_children(self) -> set[int]:
         """The processes this bootstrap started itself (never taken for orphans)."""
-        pids = self.launcher.pids()
+        pids = self.forker.pids()
         if self.nodeset is not None:
             pids.update(p.pid for p in self.nodeset.launch.procs.values())
         return pids
@@ -215,7 +215,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             argv = processes.python_m(processes.AGENT, path, python=self.rcfg.python)
             proc = self.nodeset.start_agent(host, uid, argv, log_path)
         else:
-            proc = self.launcher.spawn(path, log_path)
+            proc = self.forker.spawn(path, log_path)
         self.procs[uid] = proc
         log.info("%s: agent requested", uid)
         return proc
@@ -384,7 +384,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         poller = zmq.Poller()
         for s in (self.client, self.agents, self.control):
             poller.register(s, zmq.POLLIN)
-        zygote_fd = self.launcher.fd  # (it changes when a zygote that died is replaced)
+        zygote_fd = self.forker.fd  # (it changes when a zygote that died is replaced)
         poller.register(zygote_fd, zmq.POLLIN)
         if self.nodeset is not None:
             poller.register(self.nodeset.sock, zmq.POLLIN)
@@ -398,11 +398,11 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             if self.control in events:
                 self._drain(self.control, self.on_control)
             if zygote_fd is not None and zygote_fd in events:
-                self.launcher.read()
-            if self.launcher.fd != zygote_fd:
+                self.forker.read()
+            if self.forker.fd != zygote_fd:
                 if zygote_fd is not None:
                     poller.unregister(zygote_fd)
-                zygote_fd = self.launcher.fd
+                zygote_fd = self.forker.fd
                 if zygote_fd is not None:
                     poller.register(zygote_fd, zmq.POLLIN)
             if self.nodeset is not None:
@@ -463,7 +463,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
             if ended is None:
                 ended = AgentExit(None, "did not end within 5 s of SIGKILL at teardown")
             self.pm.on_agent_exit(uid, ended, grace=0)
-        self.launcher.close()
+        self.forker.close()
         if self.nodeset is not None:
             self.nodeset.halt(reason)
         orphans.reap(self.own_children())

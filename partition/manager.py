@@ -28,7 +28,7 @@ from typing import Protocol
 
 from pilot import ids, processes
 from pilot.descriptions import ComputePartitionDescription
-from pilot.partition.sizing import Allocation, AllocationError, Pool
+from pilot.partition.sizing import AllocationError, PartitionResources, Pool
 from pilot.protocol import pack
 from pilot.resource_config import agent_configs, check_agent_config
 from pilot.states import (
@@ -92,7 +92,7 @@ class Part:
     uid: str
     desc: ComputePartitionDescription
     state: str = PENDING  # moved by the partition manager through PARTITION_MACHINE only
-    alloc: Allocation | None = None
+    alloc: PartitionResources | None = None
     proc: AgentProcess | None = None
     buffered: list = field(default_factory=list)  # unit batches (raw JSON) waiting for ACTIVE
     final: str | None = None  # the final state asked for by a stop

@@ -79,7 +79,7 @@ class Node:
 
 
 @dataclass
-class Allocation:
+class PartitionResources:
     """What one partition holds: per node, core and GPU ids; agent_nodes hold only its agent."""
 
     slots: dict[int, tuple[list[int], list[int]]]
@@ -188,7 +188,7 @@ class Pool:
         }
 
     # -- allocation ---------------------------------------------------------------------------
-    def allocate(self, desc) -> Allocation:
+    def allocate(self, desc) -> PartitionResources:
         """Carve `desc` (a ComputePartitionDescription) out of the free resources, or raise.
         User-defined types the resource config declares are allocated like GPUs; types only
         the partition description declares become the partition's own, on its first node."""
@@ -206,7 +206,7 @@ class Pool:
         alloc.own = {t: _instances(v) for t, v in own.items()}
         return alloc
 
-    def _allocate(self, desc, counts: dict[str, int]) -> Allocation:
+    def _allocate(self, desc, counts: dict[str, int]) -> PartitionResources:
         ov = self.overhead
         nodes_total, cores_total, gpus_total = self.total
         share = desc.share
@@ -260,7 +260,7 @@ class Pool:
             )
         return free[:count]
 
-    def _whole_nodes(self, count: int, agent: int) -> Allocation:
+    def _whole_nodes(self, count: int, agent: int) -> PartitionResources:
         free = [n for n in self.nodes if n.wholly_free]
         if len(free) < count + agent:
             need = (
@@ -278,7 +278,7 @@ class Pool:
         for i in agent_nodes:
             self.nodes[i].free_cores, self.nodes[i].free_gpus = [], []
             self.nodes[i].take_extra(None)
-        return Allocation(slots, agent_nodes, extra)
+        return PartitionResources(slots, agent_nodes, extra)
 
     def _packed(
         self,
@@ -287,7 +287,7 @@ class Pool:
         agent_count: int = 0,
         agent_nodes: list[int] | None = None,
         extra: dict[str, int] | None = None,
-    ) -> Allocation:
+    ) -> PartitionResources:
         """Cores and GPUs packed onto nodes; `extra`: counts of user-defined types (None: all
         that are free on the nodes it uses)."""
         if agent_nodes is None:
@@ -323,7 +323,7 @@ class Pool:
         for i in agent_nodes:
             self.nodes[i].free_cores, self.nodes[i].free_gpus = [], []
             self.nodes[i].take_extra(None)
-        return Allocation(slots, agent_nodes, taken)
+        return PartitionResources(slots, agent_nodes, taken)
 
     def mark_down(self, index: int) -> None:
         """Node `index` is gone: what is free on it is no longer offered, and what partitions
@@ -333,7 +333,7 @@ class Pool:
         n.free_cores, n.free_gpus = [], []
         n.free_extra = {t: [] for t in n.extra}
 
-    def release(self, alloc: Allocation) -> None:
+    def release(self, alloc: PartitionResources) -> None:
         for i, (c, g) in alloc.slots.items():
             n = self.nodes[i]
             if n.down:

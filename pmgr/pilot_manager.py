@@ -562,7 +562,6 @@ def _warn_native_once() -> None:
     if not _warned:
         _warned.append(True)
         log.warning(
-            "units start through posix_spawn, bound after the start, without launcher lanes "
-            "(slower): %s",
+            "units start through posix_spawn, bound after the start, without lanes (slower): %s",
             native.why_not,
         )

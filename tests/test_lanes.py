@@ -1,4 +1,4 @@
-"""Launcher lanes (agent/runners/lanes.py): single-core units whose successors a thread starts
+"""LaneThreads lanes (agent/runners/lanes.py): single-core units whose successors a thread starts
 the moment the unit before them exits.  What they must keep of the agent's contract: the ids a
 unit sees, the start journal (each unit once, before it runs), cancel and stop of units queued
 in a lane, a successor that cannot exec, and sandboxes that go when nothing was left in them."""
@@ -49,9 +49,7 @@ def test_units_in_lanes_see_their_cores_and_are_journaled_once(session):
     assert sorted(journal) == sorted(u.uid for u in units)  # each once
     pilot.cancel()
     pilot.wait(timeout=30)
-    found = re.search(
-        r"(\d+) started in launcher lanes, (\d+) queued ahead", _agent_log(pilot, part)
-    )
+    found = re.search(r"(\d+) started in lanes, (\d+) queued ahead", _agent_log(pilot, part))
     assert found, "the agent did not say what its lanes did"
     started, queued = map(int, found.groups())
     assert started == 60 and queued > 0, found.group(0)
@@ -193,53 +191,53 @@ def test_the_agent_hears_its_own_childrens_exits_without_sigchld(session):
     assert not caught & (1 << (17 - 1)), "the agent catches SIGCHLD"
 
 
-def test_a_launcher_thread_per_core_each_bound_to_it(tmp_path):
-    """Launcher(..., cpus): one thread per distinct core, bound there (a unit's exit wakes the
+def test_a_lane_thread_per_core_each_bound_to_it(tmp_path):
+    """LaneThreads(..., cpus): one thread per distinct core, bound there (a unit's exit wakes the
     thread on the core it freed); no cpus: one thread, unbound; cpus must name a core per slot."""
-    from pilot.agent._spawn import Launcher
+    from pilot.agent._spawn import LaneThreads
 
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         pytest.skip("needs two cores")
 
-    def launcher_threads() -> dict[int, str]:
+    def lane_threads() -> dict[int, str]:
         out = {}
         for tid in os.listdir("/proc/self/task"):
             with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() != "agent-launcher":
+                if f.read().strip() != "agent-lane":
                     continue
             with open(f"/proc/self/task/{tid}/status") as f:
                 out[int(tid)] = re.search(r"Cpus_allowed_list:\s*(\S+)", f.read())[1]
         return out
 
     journal = os.open(tmp_path / "journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    before = set(launcher_threads())
+    before = set(lane_threads())
     cores = [allowed[0], allowed[1], allowed[0]]  # three slots on two cores
-    per_core = Launcher(journal, 3, True, cores)
-    one = Launcher(journal, 3, True)
+    per_core = LaneThreads(journal, 3, True, cores)
+    one = LaneThreads(journal, 3, True)
     try:
-        mine = {t: c for t, c in launcher_threads().items() if t not in before}
+        mine = {t: c for t, c in lane_threads().items() if t not in before}
         bound = sorted(c for c in mine.values() if "-" not in c and "," not in c)
         assert bound == sorted(str(c) for c in allowed[:2]), mine  # one per core, bound there
-        assert len(mine) == 3, mine  # and the other launcher's one thread, unbound
+        assert len(mine) == 3, mine  # and the other LaneThreads' one thread, unbound
         for bad in ([allowed[0]], [0, 1, -1], [0, 1, "x"]):
             with pytest.raises((ValueError, TypeError)):
-                Launcher(journal, 3, True, bad)
+                LaneThreads(journal, 3, True, bad)
     finally:
         per_core.close()
         one.close()
         os.close(journal)
-    assert not set(launcher_threads()) - before  # closed: their threads are gone
+    assert not set(lane_threads()) - before  # closed: their threads are gone
 
 
 def test_the_queue_ahead_is_one_queue_taken_by_the_first_freed_lane_of_its_shape(tmp_path):
-    """agent/_spawn.c's Launcher: the units queued ahead are one queue; a freed slot takes its
+    """agent/_spawn.c's LaneThreads: the units queued ahead are one queue; a freed slot takes its
     head when the head asks for the slot's shape (key), appends the slot's own environment
     entries to it and journals it first; otherwise the slot is left free, and the head waits
     (the agent places it).  withdraw() gives back what has not started, in order."""
     import select
 
-    from pilot.agent._spawn import Launcher
+    from pilot.agent._spawn import LaneThreads
     from pilot.agent.spawn import Spawner
 
     journal_path = tmp_path / "journal"
@@ -251,17 +249,17 @@ def test_the_queue_ahead_is_one_queue_taken_by_the_first_freed_lane_of_its_shape
         argv = ["/bin/sh", "-c", script]
         return spawner.prepare_envp(argv, str(tmp_path), envp, None, True)
 
-    launcher = Launcher(journal, 2, True)
+    threads = LaneThreads(journal, 2, True)
     records, fds = [], []
     try:
-        fds += launcher.launch(0, handle("sleep 0.6"), 0, (b"SLOT=zero",), None)[1:]
-        fds += launcher.launch(1, handle("sleep 0.05"), 1, (b"SLOT=one",), None)[1:]
-        assert launcher.follow(0, handle('echo "$SLOT" > a'), b"a\n", 11)  # shape 0
-        assert launcher.follow(1, handle('echo "$SLOT" > c'), b"c\n", 12)  # shape 1, behind
+        fds += threads.start(0, handle("sleep 0.6"), 0, (b"SLOT=zero",), None)[1:]
+        fds += threads.start(1, handle("sleep 0.05"), 1, (b"SLOT=one",), None)[1:]
+        assert threads.follow(0, handle('echo "$SLOT" > a'), b"a\n", 11)  # shape 0
+        assert threads.follow(1, handle('echo "$SLOT" > c'), b"c\n", 12)  # shape 1, behind
         deadline = time.monotonic() + 10
         while sum(r[0] == "exit" for r in records) < 3 and time.monotonic() < deadline:
-            select.select([launcher.fd], [], [], 0.2)
-            for r in launcher.take():
+            select.select([threads.fd], [], [], 0.2)
+            for r in threads.take():
                 records.append(r)
                 if r[0] == "start" and r[2]:
                     fds += r[4:6]
@@ -269,13 +267,13 @@ def test_the_queue_ahead_is_one_queue_taken_by_the_first_freed_lane_of_its_shape
         # slot 1 freed first: the head asks for shape 0, so slot 1 stays free; slot 0 then
         # takes the head; when that ends, the next (shape 1) is not slot 0's either
         assert kinds == [("exit", 1, 0), ("exit", 0, 0), ("start", 0, 11), ("exit", 0, 0)], kinds
-        assert launcher.withdraw() == [12]
-        assert launcher.withdraw() == []
+        assert threads.withdraw() == [12]
+        assert threads.withdraw() == []
         assert (tmp_path / "a").read_text() == "zero\n"  # the slot's own entries, appended
         assert not (tmp_path / "c").exists()
         assert journal_path.read_text() == "a\n"  # journaled before it started; c never
     finally:
-        launcher.close()
+        threads.close()
         os.close(journal)
         for fd in set(fds):
             os.close(fd)

@@ -239,7 +239,7 @@ def test_once_prints_one_frame(watched):
         assert table[watched.parts[1]] == ["ACTIVE", "1/1", "0/0", "0", "1", "0", "1", "0"]
         assert out.stdout.count("latest events") == 1
         # how each partition's agent starts its units (agent/runners/local.py describe)
-        said = [line for line in out.stdout.splitlines() if "launcher lanes" in line]
+        said = [line for line in out.stdout.splitlines() if "lanes" in line]
         assert len(said) == 2 and all("spawn " in line for line in said), out.stdout
 
 

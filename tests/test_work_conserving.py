@@ -1,5 +1,5 @@
 """Work-conserving placement (DESIGN.md): a unit that fits free slots never waits behind another
-unit's slot, whatever the speed tricks (launcher lanes queue units ahead of time).  Checked on
+unit's slot, whatever the speed tricks (lanes queue units ahead of time).  Checked on
 the times the agent recorded: while a unit waited (QUEUED -> EXECUTING), no core of its
 partition may idle longer than a reaction time.  `/bin/sleep` units use no CPU, so a loaded
 machine does not move the numbers; the tolerance is the agent's reaction to an exit."""
@@ -121,7 +121,7 @@ def test_a_partition_beyond_the_machine_is_as_a_pilot_beyond_it(caplog):
 
 def test_the_agent_says_how_it_starts_units(make_session, monkeypatch):
     """The agent's log names its spawn path (clone3 / clone / vfork / posix_spawn) and whether
-    launcher lanes are on; PILOT_NATIVE=0 turns agent/_spawn.c off and the log says so."""
+    lanes are on; PILOT_NATIVE=0 turns agent/_spawn.c off and the log says so."""
     import os
 
     for native in ("1", "0"):
@@ -135,7 +135,7 @@ def test_the_agent_says_how_it_starts_units(make_session, monkeypatch):
             up = next(line for line in f if ": up, pid" in line)
         if native == "0":
             assert "spawn posix_spawn (turned off by PILOT_NATIVE=0)" in up, up
-            assert "launcher lanes off" in up, up
+            assert "lanes off" in up, up
         else:
             assert any(f"spawn {m}," in up for m in ("clone3", "clone", "vfork", "posix_spawn"))
         pilot.cancel()

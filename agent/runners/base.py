@@ -61,11 +61,11 @@ class Run:
         self.node_lost = False  # it ended because a node it ran on was lost
         self.not_started = False  # a rank could not exec: the unit never ran (no exit code)
         self.handed_on = False  # its allocation went on to its successor (it is not released)
-        self.start_errno = 0  # a successor the launcher could not start: why
-        self.sandbox = self.names = None  # (launcher lanes: where its pipes' files go)
-        self.started_at = self.ended_at = 0.0  # when a launcher thread started / reaped it
-        self.lingering = None  # (a launcher's) whether its process group outlived it
-        self.handle = None  # (launcher lanes) its prepared start handle, until it starts
+        self.start_errno = 0  # a unit a lane thread could not start: why
+        self.sandbox = self.names = None  # (lanes: where its pipes' files go)
+        self.started_at = self.ended_at = 0.0  # when a lane thread started / reaped it
+        self.lingering = None  # (a lane's) whether its process group outlived it
+        self.handle = None  # (lanes) its prepared start handle, until it starts
 
     @property
     def nodes(self) -> list[str]:
@@ -87,9 +87,9 @@ class UnitRunner(Protocol):
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run: ...  # OSError: nothing left running
 
     # Units held ahead: the runner may take units from the head of the agent's queue, in order,
-    # to start them itself the moment a slot that fits frees (the local runner's launcher
-    # lanes); it journals each before it starts it.  Returns (unit, reason) for those that
-    # cannot start.  `take(unit)` gives a unit's sandbox.
+    # to start them itself the moment a slot that fits frees (the local runner's lanes); it
+    # journals each before it starts it.  Returns (unit, reason) for those that cannot start.
+    # `take(unit)` gives a unit's sandbox.
     def hold_ahead(self, queue: deque, take: Callable[[dict], str]) -> list[tuple[dict, str]]: ...
 
     # every unit held ahead and not started, in order (a freed allocation, cancel, stop)

@@ -1,8 +1,8 @@
-"""Launcher lanes: single-core units started by a thread per core, the next ones queued ahead.
+"""Lanes: single-core units started by a thread per core, the next ones queued ahead.
 
 Why: when a unit exits, the agent's loop has to wake up, reap it and start the next unit on the
 core it freed; half the time the kernel wakes the agent on the other core, and the freed core
-idles through that work (bench/sched_trace.py).  agent/_spawn.c's Launcher is a thread per core,
+idles through that work (bench/sched_trace.py).  agent/_spawn.c's LaneThreads are a thread per core,
 without the interpreter, bound to that core: it waits for the exit of each unit it started there
 (its pidfd), reaps it, takes the head of the queue ahead, appends its uid to the start journal,
 makes its pipes and starts it, and then tells the agent (an eventfd).  The agent only keeps the
@@ -24,7 +24,7 @@ takes the head only when it asks for that slot's shape; otherwise the slot is le
 agent places the head itself (LocalRunner.give_back).
 
 Protocol (agent's main thread, through LocalRunner):
-    launch(slot, run, handle, key, env, cpus)
+    start(slot, run, key, env, cpus)
                           start a unit in a free slot now (it is journaled by the agent); its
                           pid is its handle's, its output pipes are adopted
     follow(key, run)      queue a prepared unit ahead (Run.handle; its sandbox taken): False
@@ -38,7 +38,7 @@ Protocol (agent's main thread, through LocalRunner):
                           whether its process group outlived it, Run.handed_on whether its
                           allocation went on to the next unit
 PILOT_AGENT_LANES=0 in the agent's environment turns lanes off (every unit is started by the
-agent's loop, as on machines where agent/_spawn.c has no Launcher): for comparisons.
+agent's loop, as on machines where agent/_spawn.c has no LaneThreads): for comparisons.
 Exactly once: the thread journals a unit before its clone, as the agent does for what it starts;
 a unit not yet journaled when the agent dies never ran (handed back).  The units a lane started
 are the thread's own children: the agent's waitpid(-1) passes __WNOTHREAD.
@@ -53,20 +53,20 @@ from pilot.agent import native
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.streams import StreamSet
 
-# agent/_spawn.c's, or None where it was not built or has no Launcher (not x86-64 Linux)
-Launcher = getattr(native.spawn, "Launcher", None)
+# agent/_spawn.c's, or None where it was not built or has no LaneThreads (not x86-64 Linux)
+LaneThreads = getattr(native.spawn, "LaneThreads", None)
 AHEAD_MAX = getattr(native.spawn, "AHEAD_MAX", 0)
 SLOT_ENV_MAX = getattr(native.spawn, "SLOT_ENV_MAX", 0)
 
 
 def available() -> bool:
-    return Launcher is not None
+    return LaneThreads is not None
 
 
 class Lanes:
     def __init__(self, journal: int, slots: int, streams: StreamSet, quiet: bool, cpus=None):
         # quiet: see LocalRunner.use_lanes; cpus: each slot's real core (a thread per core)
-        self.launcher = Launcher(journal, slots, quiet, cpus)
+        self.threads = LaneThreads(journal, slots, quiet, cpus)
         self.slots = slots
         self.streams = streams
         self.run_in: dict[int, Run] = {}  # slot -> the unit running there
@@ -77,14 +77,14 @@ class Lanes:
         self.started = self.follows = 0  # (counts, for the log)
 
     def summary(self) -> str:
-        return f"{self.started} started in launcher lanes, {self.follows} queued ahead there"
+        return f"{self.started} started in lanes, {self.follows} queued ahead there"
 
     @property
     def fd(self) -> int:
-        return self.launcher.fd
+        return self.threads.fd
 
     def close(self) -> None:
-        self.launcher.close()
+        self.threads.close()
 
     def slot_for(self, alloc) -> int | None:
         """The slot a unit with `alloc` runs in, or None (not one rank on one free core)."""
@@ -100,9 +100,9 @@ class Lanes:
         """The shapes of the allocations that lanes hold now (a unit ahead waits for one)."""
         return {self.key_of[s] for s in self.run_in}
 
-    def launch(self, slot: int, run: Run, key: int, env: tuple, cpus) -> None:
+    def start(self, slot: int, run: Run, key: int, env: tuple, cpus) -> None:
         run.started_at = time.time()  # its EXECUTING: never after the end the thread reports
-        _, out, err = self.launcher.launch(slot, run.handle, key, env, cpus)  # (pid: handle's)
+        _, out, err = self.threads.start(slot, run.handle, key, env, cpus)  # (pid: handle's)
         run.streams = self.streams.adopt(run.sandbox, run.names, (out, err))
         self.run_in[slot] = run
         self.key_of[slot] = key
@@ -110,21 +110,21 @@ class Lanes:
 
     def follow(self, key: int, run: Run) -> bool:
         seq = next(self.seq)
-        if not self.launcher.follow(key, run.handle, f"{run.unit['uid']}\n".encode(), seq):
+        if not self.threads.follow(key, run.handle, f"{run.unit['uid']}\n".encode(), seq):
             return False
         self.ahead[seq] = run
         self.follows += 1
         return True
 
     def withdraw(self) -> list[Run]:
-        return [self.ahead.pop(seq) for seq in self.launcher.withdraw()]
+        return [self.ahead.pop(seq) for seq in self.threads.withdraw()]
 
     def news(self, running: dict, starting: dict) -> tuple[list, list]:
         """(exits, started), in the order they happened; each unit started is entered into
         `running` (pid -> Run) at once, and into `starting` (pid -> handle) until it is known
         to have exec'd, as LocalRunner keeps them (its exit may be in the same news)."""
         exits, started = [], []
-        for kind, slot, pid, value, out, err, at, seq in self.launcher.take():
+        for kind, slot, pid, value, out, err, at, seq in self.threads.take():
             if kind == "exit":
                 exits.append((pid, value))
                 run = running.get(pid)

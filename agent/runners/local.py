@@ -6,7 +6,7 @@ pipes the agent copies into the files STDOUT and STDERR there, made when the uni
 (agent/runners/streams.py), in a process group of its own, bound to its cores (agent/spawn.py).
 The spawn does not wait for the exec (Spawner.start): a child that cannot exec exits 127, and
 its unit ends FAILED "cannot start: ..." without an exit code, as when the start fails at once.
-A unit of one rank on one core goes through a launcher lane instead (agent/runners/lanes.py):
+A unit of one rank on one core goes through a lane instead (agent/runners/lanes.py):
 a thread per core starts it, and the next unit queued ahead the moment a core frees.  The runner
 decides what waits ahead (`hold_ahead`, from the head of the agent's queue) and gives it back
 when a freed allocation may be the head's (`give_back`).
@@ -48,7 +48,7 @@ from pilot.agent.spawn import (
     unit_vars,
 )
 
-# units queued ahead in the launcher lanes: per lane (enough to run on through the few
+# units queued ahead in the lanes: per lane (enough to run on through the few
 # milliseconds the agent loses its core to units and the client: at 8 a lane ran dry for 2-4 %
 # of the units, started by the agent after its core had idled), at most AHEAD_TOTAL (each holds
 # a sandbox and 17 KB)
@@ -107,7 +107,7 @@ class LocalRunner:
             self.node_types.append("gpus")
         self.slots = 1 + max((c for n in cfg["nodes"] for c in n.get("cores") or ()), default=0)
         self.lanes: lanes.Lanes | None = None  # (use_lanes)
-        self.lane_exits: list = []  # (pid, code) the launcher thread reaped
+        self.lane_exits: list = []  # (pid, code) the lane thread reaped
         self.lane_started: list[Run] = []  # units queued ahead it started (or could not)
         self.shapes: dict[tuple, tuple] = {}  # lane shape -> (key, reserved names, env head)
         self.given_back: dict[str, Run] = {}  # uid -> its prepared Run, until the next hold
@@ -126,13 +126,13 @@ class LocalRunner:
     def describe(self) -> str:
         """How units start here, for the agent's log and `pilot top`."""
         lane = "on" if self.lanes is not None else "off"
-        return f"spawn {self.spawner.mode()}, launcher lanes {lane}"
+        return f"spawn {self.spawner.mode()}, lanes {lane}"
 
     def summary(self) -> str:
-        return self.lanes.summary() if self.lanes is not None else "no launcher lanes"
+        return self.lanes.summary() if self.lanes is not None else "no lanes"
 
     def use_lanes(self, journal: int) -> bool:
-        """Start single-core units through a launcher thread per core (agent/runners/lanes.py)
+        """Start single-core units through a lane thread per core (agent/runners/lanes.py)
         from now on, journaling what it starts into `journal`; False where it cannot be built."""
         # a lane's own variables: its node, its ids of each type, the GPU variable and RP's
         fits = len(self.node_types) + 3 <= lanes.SLOT_ENV_MAX
@@ -209,9 +209,9 @@ class LocalRunner:
         if self.lanes is not None:
             self.lanes.close()
 
-    # -- launcher lanes (agent/runners/lanes.py) ------------------------------------------------
+    # -- lanes (agent/runners/lanes.py) ------------------------------------------------
     def hold_ahead(self, queue, take) -> list[tuple[dict, str]]:
-        """Move units from the head of the agent's `queue` into the launcher's queue ahead, in
+        """Move units from the head of the agent's `queue` into the lanes' queue ahead, in
         order, while there is room and the head asks for an allocation that a lane holds now
         (the first lane of that shape to free starts it).  `take(unit)` gives its sandbox.
         Returns (unit, reason) for those that cannot start (the agent fails them)."""
@@ -322,7 +322,7 @@ class LocalRunner:
             shape = lane_shape(unit)
             slot = self.lanes.slot_for(alloc) if shape is not None else None
             if slot is not None:
-                return self._launch(unit, sandbox, alloc, shape, slot)
+                return self._start_in_lane(unit, sandbox, alloc, shape, slot)
         argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
         ranks = len(alloc.ranks)
         run.streams = streams = self.streams.open(sandbox, unit_command.output_names(unit))
@@ -354,12 +354,12 @@ class LocalRunner:
             self.streams.spawned(streams)
         return run
 
-    def _launch(self, unit: dict, sandbox: str, alloc, shape: tuple, slot: int) -> Run:
+    def _start_in_lane(self, unit: dict, sandbox: str, alloc, shape: tuple, slot: int) -> Run:
         run = self._lane_run(unit, sandbox, shape)
         run.alloc = alloc
         key = self._shape(shape)[0]
         mask = self.spawner.mask([slot])
-        self.lanes.launch(slot, run, key, self._slot_entries(alloc, shape), mask)
+        self.lanes.start(slot, run, key, self._slot_entries(alloc, shape), mask)
         self._started(run, run.handle)  # (pid: its child's)
         run.handle = None
         return run
@@ -380,7 +380,7 @@ class LocalRunner:
             raise OSError("an rp.MPI unit, but the resource config sets no mpi_command")
         node = run.alloc.ranks[0][0]
         grant: dict = {}
-        for _, g in run.alloc.ranks:  # the launcher holds every rank's slots
+        for _, g in run.alloc.ranks:  # the MPI starter holds every rank's slots
             for t, got in g.items():
                 grant.setdefault(t, []).extend(got)
         ids = grant_ids(node.cap, grant)
@@ -443,7 +443,7 @@ class LocalRunner:
             return False
         if unit.get("stage_out") or unit.get("cleanup"):
             return False
-        if run.lingering is not None:  # (its launcher thread looked as it reaped it)
+        if run.lingering is not None:  # (its lane thread looked as it reaped it)
             return not run.lingering
         for pid in run.pids:
             try:
@@ -462,7 +462,7 @@ class LocalRunner:
         for pid in run.pids:
             if pid in run.codes:
                 continue
-            try:  # (__WALL: a launcher's child has no exit signal until its exec)
+            try:  # (__WALL: a lane's child has no exit signal until its exec)
                 if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL) is None:
                     return False
             except ChildProcessError:
@@ -496,7 +496,7 @@ class LocalRunner:
 
 
 def lane_shape(unit: dict, ahead: bool = False) -> tuple | None:
-    """(cores, GPUs) a unit asks for when it may run in a launcher lane: one rank on one core,
+    """(cores, GPUs) a unit asks for when it may run in a lane: one rank on one core,
     no placement of its own, nothing in its environment that names its slot; None when not.
     `ahead`: also queued ahead (a sandbox of its own, with nothing to stage)."""
     if unit.get("function") or unit.get("mpi") or unit.get("policy") or unit.get("resources"):

@@ -107,7 +107,7 @@ class SandboxStager:
     def take(self, unit: dict) -> str:
         self.last_take = time.monotonic()
         taken = unit.pop("_sandbox", None)
-        if taken is not None:  # taken ahead for a launcher lane that ran dry (runners/lanes.py)
+        if taken is not None:  # taken ahead for a lane that ran dry (runners/lanes.py)
             return taken
         if not _staged(unit):
             return self._quick(sandbox_of(self.root, unit))

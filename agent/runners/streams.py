@@ -17,7 +17,7 @@ Protocol, all on the agent's loop:
     sweep()                look at the quiet pipes (below) without waiting; every SWEEP_EVERY
     make_files(streams)    make the files that were not made (empty): a unit whose staging
                            directives name them
-Quiet pipes: the pipes of a unit started by a launcher lane (agent/runners/lanes.py) are not
+Quiet pipes: the pipes of a unit started by a lane (agent/runners/lanes.py) are not
 polled at first.  Most such units write nothing, and a polled pipe woke the agent at each one's
 exit (end-of-file) only to be unregistered: two registrations, two wake-ups and a read per unit
 for nothing.  `sweep()` reads them every SWEEP_EVERY seconds instead: a pipe found holding data
@@ -86,7 +86,7 @@ class StreamSet:
         return self._watch(Streams(tuple(pair), (ends[0], ends[-1])))
 
     def adopt(self, sandbox: str, names: tuple[str, str], read_ends: tuple[int, int]) -> Streams:
-        """Streams of pipes made elsewhere (agent/runners/lanes.py: by the launcher thread, which
+        """Streams of pipes made elsewhere (agent/runners/lanes.py: by the lane thread, which
         has closed its write ends): their non-blocking read ends, the same one twice when both
         names are one file.  They are quiet: `sweep` reads them until one holds data."""
         out, err = read_ends

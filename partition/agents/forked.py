@@ -2,8 +2,8 @@
 the bootstrap's side.
 
 `AgentForker.spawn()` sends the zygote one request line and returns a `ForkedAgent` at once;
-its pid arrives with the zygote's answer.  The bootstrap registers `launcher.fd` in its poller
-and calls `launcher.read()`; `ForkedAgent.poll()` then reports how the agent ended.  Waits are
+its pid arrives with the zygote's answer.  The bootstrap registers `forker.fd` in its poller
+and calls `forker.read()`; `ForkedAgent.poll()` then reports how the agent ended.  Waits are
 bounded: `ForkedAgent.wait(timeout)` reads the zygote's reports until the agent exits or the
 time is up.  Interface: AgentProcess (partition/manager.py).
 
@@ -35,8 +35,8 @@ ZYGOTE_LOG = "agent_zygote.log"  # in the pilot sandbox
 
 
 class ForkedAgent:
-    def __init__(self, launcher: AgentForker, cfg_path: str) -> None:
-        self.launcher = launcher
+    def __init__(self, forker: AgentForker, cfg_path: str) -> None:
+        self.forker = forker
         self.cfg_path = cfg_path
         self.pid: int | None = None
         self.ended: AgentExit | None = None
@@ -60,7 +60,7 @@ class ForkedAgent:
             if self.adopted:
                 time.sleep(0.02)
             else:
-                self.launcher.read(min(0.05, max(0.0, deadline - time.monotonic())))
+                self.forker.read(min(0.05, max(0.0, deadline - time.monotonic())))
         return self.ended
 
 
