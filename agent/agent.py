@@ -46,7 +46,7 @@ import time
 
 import zmq
 
-from pilot import checks, functions, processes, security, staging
+from pilot import checks, processes, security, staging
 from pilot.agent import runners, unit_command
 from pilot.agent.scheduler import Scheduler
 from pilot.agent.spawn import check_environment
@@ -62,6 +62,7 @@ from pilot.states import (
     UNIT_MACHINE,
     check_move,
 )
+from pilot.unit_record import UnitRecord
 
 # state updates wait at most this long to go in one message: each message costs the agent, the
 # bootstrap and the client's channel and store threads a turn of their own (measured, 5,000 null
@@ -205,23 +206,23 @@ class Agent:
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
         found: dict = {}  # (program, PATH) -> where it is: looked up once per batch
-        for i, u in enumerate(checks.items("units", units)):
+        for i, data in enumerate(checks.items("units", units)):
             if i % SERVE_EVERY == SERVE_EVERY - 1:
                 try:  # a large batch must not leave cores idle meanwhile
                     self.serve_running()
                 except Exception:  # (nothing of the running units may cost this batch)
                     log.exception("%s: serving running units failed", self.uid)
-            uid = u.get("uid") if isinstance(u, dict) else None
-            if not isinstance(uid, str) or not checks.UID.match(uid):
-                log.error("%s: a unit without a valid uid dropped: %.80r", self.uid, u)
+            u, malformed = UnitRecord.arrived(data)
+            if u is None:
+                log.error("%s: %s dropped", self.uid, malformed)
                 continue
+            uid = u["uid"]
             if uid in self.known:  # sent again: it is here already, or has run: never twice
                 log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
                 if not self.updates:
                     self.first_pending = time.monotonic()
                 self.updates.extend(self._said(r) for r in self.known[uid])
                 continue
-            malformed = wire_error(u)
             if malformed is not None:
                 self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
                 continue
@@ -243,11 +244,11 @@ class Agent:
                         "function units run on single-node partitions; this one spans "
                         f"{len(self.cfg['nodes'])} nodes"
                     )
-            elif reason is None and self._which(found, u["executable"], _path(u)) is None:
+            elif reason is None and self._which(found, u["executable"], u.path) is None:
                 if u.get("shell") is False:
                     reason = f"executable={u['executable']!r} not found on PATH"
                 else:  # as under RP: the shell says so on its stderr and exits 127
-                    u["_not_found"] = True
+                    u.not_found = True
             if reason is None:
                 reason = check_environment(u.get("environment"), self.sched.pool.types)
             if reason is not None:
@@ -392,7 +393,7 @@ class Agent:
         else:
             sig = processes.signal_name(-code)
             why = f"exit code {code}" if code > 0 else f"killed by signal {sig}"
-            if code == 127 and r.unit.get("_not_found"):
+            if code == 127 and r.unit.not_found:
                 why += f": executable={r.unit['executable']!r} not found (see its stderr)"
             self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept}, at)
 
@@ -467,7 +468,7 @@ class Agent:
     def _unstage(self, u: dict) -> None:
         """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
         lane is removed: its next partition makes its own at the same path)."""
-        taken = u.pop("_sandbox", None)
+        taken, u.taken_sandbox = u.taken_sandbox, None
         if taken is not None:
             self.stager.untake(taken)
         self.stager.drop(u)
@@ -590,80 +591,6 @@ def _enough_fds(slots: int) -> None:
     if soft != resource.RLIM_INFINITY and soft < need:
         new = need if hard == resource.RLIM_INFINITY else min(need, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-
-
-def _path(u: dict) -> str | None:
-    """The PATH the unit sets in its environment (its program is looked up there), or None."""
-    env = u.get("environment")
-    return env.get("PATH") if env else None
-
-
-def wire_error(u: dict) -> str | None:
-    """What is wrong with a unit as it arrived (the fields the agent uses), or None."""
-    try:
-        long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
-        if "function" in u:
-            f = u["function"]
-            most = functions.PACKED_MAX * 4 // 3 + 8  # (base64)
-            if not functions.is_packed(f) or functions.packed_size(f) > most:
-                raise checks.bad("function", f, "a call as pilot/functions.py packs it")
-            for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
-                if u.get(key):
-                    raise ValueError(f"{key} does not apply to a function unit")
-            if u.get("ranks", 1) != 1:
-                raise checks.bad("ranks", u.get("ranks"), "1 for a function unit")
-        else:
-            checks.text("executable", u.get("executable"), optional=False, most=long)
-        for i, a in enumerate(checks.items("arguments", u.get("arguments") or [], 100_000)):
-            checks.text(f"arguments[{i}]", a, optional=False, most=long)
-        env = checks.mapping("environment", u.get("environment") or {})
-        for k, v in env.items():
-            if not k or "=" in k:
-                raise checks.bad("environment key", k, "a non-empty name without '='")
-            checks.text(f"environment key {k[:40]!r}", k, optional=False)
-            checks.text(f"environment[{k[:40]!r}]", v, optional=False, most=long)
-        for key in ("cpus", "ranks"):
-            n = u.get(key, 1)
-            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 31:
-                raise checks.bad(key, n, "a whole number >= 1")
-        g = u.get("gpus", 0)
-        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1 << 31:
-            raise checks.bad("gpus", g, "a number >= 0")
-        if u.keys() - _COMMON_KEYS:  # (most units have none of the others)
-            _check_rare_fields(u, long)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-_COMMON_KEYS = frozenset(
-    ("uid", "executable", "function", "arguments", "environment", "cpus", "gpus", "ranks")
-)
-
-
-def _check_rare_fields(u: dict, long: int) -> None:
-    """wire_error's checks of the fields most units leave out; ValueError naming the field."""
-    checks.mapping("resources", u.get("resources") or {})
-    checks.mapping("policy", u.get("policy") or {})
-    for key in ("pre_exec", "post_exec"):
-        for i, line in enumerate(checks.items(key, u.get(key) or [], 10_000)):
-            checks.text(f"{key}[{i}]", line, optional=False, most=long)
-    for key in ("stage_in", "stage_out"):
-        if key in u:
-            staging.check_wire(key, u[key])
-    for key in ("shell", "cleanup", "mpi", "keep_output"):
-        if u.get(key) is not None and not isinstance(u[key], bool):
-            raise checks.bad(key, u[key], "true, false or absent")
-    checks.text("name", u.get("name"))
-    sandbox = checks.text("sandbox", u.get("sandbox"))
-    if sandbox is not None and ".." in sandbox.split("/"):
-        raise checks.bad("sandbox", sandbox, "a directory path without '..'")
-    for key in ("stdout", "stderr"):
-        name = checks.text(key, u.get(key))
-        if name is not None and ("/" in name or name in (".", "..")):
-            raise checks.bad(key, name, "a file name (no '/')")
-    if any(k.startswith("_") for k in u):
-        raise ValueError("keys starting with '_' are the agent's own")
 
 
 def main(argv: list[str]) -> int:

@@ -50,15 +50,15 @@ class Scheduler:
                 misfits.add(shape)
                 if oldest_waiting is None:
                     oldest_waiting = unit
-                    if unit.get("_overtaken", 0) >= MAX_OVERTAKES:
+                    if unit.overtaken >= MAX_OVERTAKES:
                         return  # it has waited long enough: let the pool drain for it
                 i += 1
                 continue
             del q[i]
             if oldest_waiting is not None:
-                oldest_waiting["_overtaken"] = oldest_waiting.get("_overtaken", 0) + 1
+                oldest_waiting.overtaken += 1
             yield unit, alloc
-            if oldest_waiting is not None and oldest_waiting["_overtaken"] >= MAX_OVERTAKES:
+            if oldest_waiting is not None and oldest_waiting.overtaken >= MAX_OVERTAKES:
                 return
 
 

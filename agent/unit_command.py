@@ -57,7 +57,7 @@ def needs_shell(unit: dict) -> bool:
     forced = unit.get("shell")
     if forced is not None:
         return forced
-    if unit.get("pre_exec") or unit.get("post_exec") or unit.get("_not_found"):
+    if unit.get("pre_exec") or unit.get("post_exec") or getattr(unit, "not_found", False):
         return True
     if not _SYNTAX.isdisjoint(unit["executable"]):
         return True

@@ -377,7 +377,7 @@ class Bootstrap:  # the PartitionIO of its partition manager (partition/manager.
         self.hello()
         log.info("boot.hello: sent")
         for p in self.cfg["partitions"]:
-            part = self.pm.add(p["uid"], ComputePartitionDescription.from_dict(p["description"]))
+            part = self.pm.add(p["uid"], ComputePartitionDescription.from_stored(p["description"]))
             self.pm.start(part)
         log.info("boot.partitions: %d started", len(self.cfg["partitions"]))
         self.pm.warn_idle()

@@ -119,7 +119,7 @@ def attach(boot, cid, args: dict) -> dict:
     boot.hello(attach=True)
     for part in boot.pm.parts.values():
         info = {"resources": part.alloc.to_dict(boot.pool)} if part.alloc else {}
-        info["description"] = part.desc.to_dict()
+        info["description"] = part.desc.to_stored()
         if part.reason:
             info["reason"] = part.reason
         boot.emit(part.uid, part.state, info)

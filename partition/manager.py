@@ -129,7 +129,7 @@ class PartitionManager:
                 "uid": p.uid,
                 "state": p.state,
                 "reason": p.reason,
-                "description": p.desc.to_dict(),
+                "description": p.desc.to_stored(),
                 "resources": p.alloc.to_dict(self.pool) if p.alloc else None,
                 "runner": p.runner,
             }
@@ -287,7 +287,7 @@ class PartitionManager:
         for i, d in enumerate(start or []):
             try:
                 if not isinstance(d, ComputePartitionDescription):
-                    d = ComputePartitionDescription.from_dict(d)
+                    d = ComputePartitionDescription.from_stored(d)
                 check_agent_config("ComputePartitionDescription", d.config)
             except ValueError as exc:
                 raise ValueError(f"start[{i}]: {exc}") from None
@@ -305,7 +305,7 @@ class PartitionManager:
         for i, desc in enumerate(descs):
             uid = uids[i] if uids and i < len(uids) else self.new_uid()
             part = self.add(uid, desc)
-            self.io.emit(uid, PENDING, {"description": desc.to_dict()})
+            self.io.emit(uid, PENDING, {"description": desc.to_stored()})
             self.start(part)
             started.append({"uid": uid, "state": part.state, "reason": part.reason})
         self.warn_idle()

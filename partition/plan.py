@@ -52,9 +52,9 @@ def with_parts(pd: ComputePilotDescription) -> ComputePilotDescription:
             "ComputePilotDescription: parts=[] and no size; give parts=[...] or the pilot's "
             "size with cores=, gpus= or nodes= (then one partition holds all of it)"
         )
-    whole = pd.to_dict()
+    whole = pd.to_stored()
     whole["parts"] = [ComputePartitionDescription(FILL)]
-    return ComputePilotDescription.from_dict(whole)
+    return ComputePilotDescription.from_stored(whole)
 
 
 def plan_pilot(pd: ComputePilotDescription) -> PilotPlan:

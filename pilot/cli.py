@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.stop and not args.start:
                 raise UsageError("reconfig: give --stop and/or --start")
             stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
-            start = [parse_size(s).to_dict() for s in args.start]
+            start = [parse_size(s).to_stored() for s in args.start]
             reply = command(control, "reconfig", {"stop": stop, "start": start}, args.id)
         else:
             reply = command(control, "partitions", {})

@@ -25,7 +25,7 @@ from pilot.fields import (
     text,
 )
 from pilot.ids import ALL  # all partitions (reconfig stop=) / all GPUs (gpus=)
-from pilot.policy import AGENT_DEFAULTS, Policy, capture
+from pilot.policy import Policy, capture
 from pilot.resource_config import parse_pool
 from pilot.rp_names import MPI, POSIX, OpenMP  # RP's process and thread types
 
@@ -291,35 +291,11 @@ class ComputeUnitDescription(Description):
             return f"{name}: a function unit is one call: ranks must be 1, not {self.ranks}"
         return None
 
-    def request(self, policy: dict | None = None) -> dict:
-        """What the agent places: per-rank counts per pool type, rank count and the policy;
-        defaults are left out (the agent reads a missing key as its default)."""
-        pol = self.policy
-        cores = len(pol.cpu_affinity) if pol.cpu_affinity is not None else self.rank_cores
-        gpus = len(pol.gpu_affinity) if pol.gpu_affinity is not None else self.rank_gpus
-        out = {"cpus": cores}
-        if gpus:
-            out["gpus"] = gpus
-        if self.peek("resources"):
-            out["resources"] = dict(self.peek("resources"))
-        if self.ranks != 1:
-            out["ranks"] = self.ranks
-        pol_dict = policy if policy is not None else pol.to_dict()
-        placing = {
-            k: v for k, v in pol_dict.items() if v is not None and AGENT_DEFAULTS.get(k) != v
-        }
-        if placing:
-            out["policy"] = placing
-        return out
-
-    def to_dict(self) -> dict:
-        return self.filled(self.to_stored())
-
     def to_stored(self) -> dict:
-        """As the store keeps it: the fields not at their default (from_dict and filled()
-        give the rest), the policy whole (as merged at construction: a reader must not merge
-        it again with the context it runs in), a function's call packed."""
-        d = self.to_sparse_dict()
+        """As the store keeps it: the fields not at their default (from_stored gives the
+        rest), the policy whole (as merged at construction: a reader must not merge it again
+        with the context it runs in), a function's call packed."""
+        d = super().to_stored()
         d["policy"] = self.policy.to_dict()
         d.pop("args", None)
         d.pop("kwargs", None)
@@ -333,10 +309,9 @@ class ComputeUnitDescription(Description):
             )
         return d
 
-    @classmethod
-    def filled(cls, sparse: dict) -> dict:
-        d = super().filled(sparse)
-        d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_dict has them)
+    def as_dict(self) -> dict:
+        d = super().as_dict()
+        d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_stored has them)
         return d
 
 
@@ -461,7 +436,7 @@ def _parts(owner, field, value):
     out = []
     for i, p in enumerate(value):
         if isinstance(p, dict):
-            p = ComputePartitionDescription.from_dict(p)
+            p = ComputePartitionDescription.from_stored(p)
         if not isinstance(p, ComputePartitionDescription):
             raise field_error(owner, f"{field}[{i}]", p, "a ComputePartitionDescription")
         out.append(p)

@@ -5,7 +5,8 @@ field, runs the field's validator (types and ranges) and then `check()` (cross-f
 nothing else happens: no file is read and nothing is sized (that is done where a pilot is
 submitted, partition/plan.py).  A bad value raises ValueError naming the description, the
 field, the value and what would be accepted.  Unknown keys are errors, never ignored.
-`to_dict()` / `from_dict()` give the wire and database form.
+One serialisation: `to_stored()` (the fields not at their default, as plain data: the wire and
+database form) and `from_stored()` back; `as_dict()` (RADICAL-Pilot's) shows every field.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Description:
         # mutable defaults (list, dict) still come from __getattr__, a fresh one per object
         cls._MUTABLE = tuple(n for n, (d, _) in cls.FIELDS.items() if isinstance(d, (list, dict)))
         cls._DEFAULTS = {n: d for n, (d, _) in cls.FIELDS.items() if n not in cls._MUTABLE}
-        # to_dict's template, in field order (mutable ones filled per call)
+        # as_dict's template, in field order (mutable ones filled per call)
         cls._TEMPLATE = {n: None if n in cls._MUTABLE else d for n, (d, _) in cls.FIELDS.items()}
         for name, default in cls._DEFAULTS.items():
             if name not in cls.__dict__ and not hasattr(Description, name):
@@ -134,15 +135,10 @@ class Description:
     def check(self) -> None:
         """Cross-field checks; subclasses override."""
 
-    def to_dict(self) -> dict:
-        return type(self).filled(self.to_sparse_dict())
-
-    def as_dict(self) -> dict:  # RP's name
-        return self.to_dict()
-
-    def to_sparse_dict(self) -> dict:
-        """to_dict without the fields at their default (from_dict fills them in again; a
-        unit's description is stored this way: a few fields instead of ~35)."""
+    def to_stored(self) -> dict:
+        """The description as plain data, as the wire and the store carry it: the fields not
+        at their default (`from_stored` gives the rest back; a unit's description is a few
+        fields instead of ~35)."""
         fields = self.FIELDS
         out = {}
         for name, value in self.__dict__.items():
@@ -151,29 +147,29 @@ class Description:
         return out
 
     @classmethod
-    def filled(cls, sparse: dict) -> dict:
-        """A to_sparse_dict() as to_dict() gives it: every field, the missing at their default."""
-        out = cls._TEMPLATE.copy()  # in field order; immutable values are safe to share
-        for name in cls._MUTABLE:
-            out[name] = type(cls.FIELDS[name][0])()
-        out.update(sparse)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict):
+    def from_stored(cls, data: dict):
+        """The description `to_stored()` gave (validated again)."""
         return cls(**data)
 
+    def as_dict(self) -> dict:
+        """Every field (RADICAL-Pilot's as_dict): the stored form with the defaults."""
+        out = self._TEMPLATE.copy()  # in field order; immutable values are safe to share
+        for name in self._MUTABLE:
+            out[name] = type(self.FIELDS[name][0])()
+        out.update(self.to_stored())
+        return out
+
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.to_dict() == self.to_dict()
+        return type(other) is type(self) and other.to_stored() == self.to_stored()
 
     def __repr__(self) -> str:
-        diff = {k: v for k, v in self.to_dict().items() if v != self.FIELDS[k][0]}
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in diff.items())})"
+        stored = self.to_stored()
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in stored.items())})"
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Description):
-        return value.to_dict()
+        return value.to_stored()
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value

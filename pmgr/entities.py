@@ -19,6 +19,7 @@ import time
 from pilot import functions, staging
 from pilot import states as S
 from pilot.agent.unit_command import output_names
+from pilot.unit_record import UnitRecord
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
 
@@ -116,16 +117,9 @@ class Unit(Stateful):
         super().__init__(session, uid, created)
         self.description = description
         self._desc = description.to_stored()  # captured at submit; later edits change nothing
-        req = description.request(self._desc["policy"])
+        self._wire = UnitRecord.for_description(uid, description, self._desc)
         self.value: str | None = None  # a function unit's packed return value (as stored)
         self.exception: str | None = None  # a function unit's exception, "Type: message"
-        if description.function is not None:  # a call for a Python worker (pilot/functions.py)
-            self._wire = {"uid": uid, "function": self._desc["function"], **req}
-            for key in ("environment", "name"):
-                if description.peek(key):
-                    self._wire[key] = description.peek(key)
-        else:
-            self._wire = self._process_wire(uid, description, req)
         self.client_in = tuple(s for s in description.peek("input_staging") if staging.at_client(s))
         self.client_out = tuple(
             s for s in description.peek("output_staging") if staging.at_client(s)
@@ -143,36 +137,6 @@ class Unit(Stateful):
         self.slots: dict | None = None
         self._output: list[tuple] | None = None  # (made at the first output forwarded)
         self._output_bytes = 0
-
-    @staticmethod
-    def _process_wire(uid: str, description, req: dict) -> dict:
-        wire = {
-            "uid": uid,
-            "executable": description.executable,
-            "arguments": description.peek("arguments"),
-            "environment": description.peek("environment"),
-            **req,
-        }
-        d = description
-        env = d.peek("environment")
-        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in env:
-            wire["environment"] = {**env, "OMP_NUM_THREADS": str(d.rank_cores)}
-        for key in ("pre_exec", "post_exec", "name", "sandbox", "stdout", "stderr", "cleanup"):
-            if d.peek(key):
-                wire[key] = d.peek(key)
-        if d.shell is not None:
-            wire["shell"] = d.shell
-        if "MPI" in (d.cpu_process_type, d.gpu_process_type):
-            wire["mpi"] = True  # one launcher over its ranks (agent/unit_command.py)
-        # staging: pilot-side steps go with the unit to its agent, client-side ones are done
-        # here (pmgr/transfers.py) before it is sent / before it is DONE
-        for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
-            steps = [s for s in d.peek(field) if not staging.at_client(s)]
-            if steps:
-                wire[key] = steps
-        if d.peek("output_staging"):  # its directives may name STDOUT / STDERR, even empty
-            wire["keep_output"] = True
-        return wire
 
     @property
     def return_value(self):
@@ -197,7 +161,7 @@ class Unit(Stateful):
             self._output.append((node, rank, stream, text))
             self._output_bytes += len(text)
 
-    def wire(self) -> dict:
+    def wire(self) -> UnitRecord:
         """What the agent gets: the unit as placed and run there."""
         return self._wire
 
@@ -269,9 +233,9 @@ class Unit(Stateful):
                 "node": self.node,
                 "reason": self.reason,
                 "metadata": self.metadata,
-                "description": type(self.description).filled(
-                    self._desc or self._description_as_stored()
-                ),
+                "description": type(self.description)
+                .from_stored(self._desc or self._description_as_stored())
+                .as_dict(),
             }
         out["stdout"] = self.stdout
         out["stderr"] = self.stderr
@@ -377,7 +341,7 @@ class Partition(Stateful):
             "session": self.session.uid,
             "pilot": self.pilot.uid,
             "state": self.state,
-            "description": self.description.to_dict() if full else None,
+            "description": self.description.to_stored() if full else None,
             "resources": self.resources,
             "reason": self.reason,
         }

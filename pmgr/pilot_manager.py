@@ -181,7 +181,7 @@ class Pilot(Stateful):
                     "op": "reconfig",
                     "args": {
                         "stop": stop_uids,
-                        "start": [d.to_dict() for d in descs],
+                        "start": [d.to_stored() for d in descs],
                         "uids": [p.uid for p in new],
                     },
                 }
@@ -301,7 +301,7 @@ class Pilot(Stateful):
     def on_partition_state(self, uid: str, state: str, ts: float, info: dict) -> None:
         part = self.parts.get(uid)
         if part is None:  # started from a shell
-            desc = ComputePartitionDescription.from_dict(
+            desc = ComputePartitionDescription.from_stored(
                 info.get("description") or {"size": "FILL"}
             )
             part = self.new_partition(desc, uid)
@@ -413,7 +413,7 @@ class Pilot(Stateful):
                 "pilot_sandbox": self.sandbox,
                 "resource_sandbox": self.resource_sandbox,
                 "client_sandbox": self.session.dir,
-                "description": self.description.to_dict(),
+                "description": self.description.to_stored(),
                 "size": dict(self.size),
                 "partitions": [p.uid for p in self.parts.values()],
                 "job": self.job.pid if self.job is not None else self.job_id,
@@ -425,7 +425,7 @@ class Pilot(Stateful):
             "uid": self.uid,
             "session": self.session.uid,
             "state": self.state,
-            "description": self.description.to_dict() if full else None,
+            "description": self.description.to_stored() if full else None,
             "size": self.size,
             "sandbox": self.sandbox,
             "reason": self.reason,
@@ -519,7 +519,8 @@ class PilotManager:
             "watch_parent": False,
             "python_path": functions.client_path(),  # where function workers find modules
             "partitions": [
-                {"uid": p.uid, "description": p.description.to_dict()} for p in pilot.parts.values()
+                {"uid": p.uid, "description": p.description.to_stored()}
+                for p in pilot.parts.values()
             ],
         }
         cfg["curve"] = session.keys.dir  # every channel of the pilot: pilot/security.py

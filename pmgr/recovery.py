@@ -59,7 +59,7 @@ class Recovery:
             return []
         session = self.session
         for doc in self.pilot_docs:
-            desc = ComputePilotDescription.from_dict(doc["description"])
+            desc = ComputePilotDescription.from_stored(doc["description"])
             config = resource_config.load(desc.resource)
             pilot = Pilot(session, doc["uid"], desc, pmgr, doc["size"], config)
             self._restore(pilot, doc)
@@ -70,7 +70,7 @@ class Recovery:
                 part = Partition(
                     session,
                     pdoc["uid"],
-                    ComputePartitionDescription.from_dict(pdoc["description"]),
+                    ComputePartitionDescription.from_stored(pdoc["description"]),
                     pilot,
                 )
                 self._restore(part, pdoc)
@@ -130,7 +130,7 @@ class Recovery:
                     p.umgr = umgr
                     umgr.pilots.append(p)
             for doc in docs:
-                desc = ComputeUnitDescription.from_dict(doc["description"])
+                desc = ComputeUnitDescription.from_stored(doc["description"])
                 unit = Unit(session, doc["uid"], desc, umgr)
                 self._restore(unit, doc)
                 unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")

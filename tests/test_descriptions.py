@@ -36,7 +36,7 @@ def test_partition_description_forms():
     assert CPD(gpus=rp.ALL).gpus == rp.ALL
     assert CPD(cores=2, config=["fork"]).config == "fork"  # the RFC's list form
     d = CPD(cores=16, gpus=4, config="fork")
-    assert CPD.from_dict(d.to_dict()) == d
+    assert CPD.from_stored(d.to_stored()) == d
 
 
 def test_assignment_is_validated():

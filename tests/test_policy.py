@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import pilot as rp
+from pilot.unit_record import UnitRecord
 
 P = rp.Policy
 CUD = rp.ComputeUnitDescription
@@ -112,4 +113,5 @@ def test_affinity_and_counts_must_agree():
         CUD(executable="x", cores=3, policy=P(cpu_affinity=[0, 1]))
     with pytest.raises(ValueError, match=r"policy.gpu_affinity names one rank's GPU\(s\); ranks=2"):
         CUD(executable="x", ranks=2, policy=P(gpu_affinity=[0]))
-    assert CUD(executable="x", policy=P(cpu_affinity=[2, 3])).request()["cpus"] == 2
+    d = CUD(executable="x", policy=P(cpu_affinity=[2, 3]))
+    assert UnitRecord.for_description("unit.0000", d, d.to_stored())["cpus"] == 2

@@ -65,7 +65,7 @@ def test_directives_take_rps_forms(tmp_path, monkeypatch):
         ("pilot:///s", "unit://t", rp.COPY),  # no client end: a copy on the pilot's side
     ]
     assert d.output_staging[0]["target"] == f"client://{here}/out.dat"
-    assert CUD(d.to_dict()) == d  # the normal form is stable
+    assert CUD(d.to_stored()) == d  # the normal form is stable
 
 
 def test_a_large_file_goes_both_ways_in_chunks(session, tmp_path):

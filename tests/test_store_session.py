@@ -55,7 +55,7 @@ def test_a_units_description_is_stored_without_its_defaults_and_read_back_whole(
     assert set(stored) == {"executable", "arguments", "cores", "environment", "policy"}
     assert stored["policy"]["cpu_affinity"] == [0, 1]  # (the policy whole, as merged)
     assert len(stored["policy"]) == len(rp.Policy().to_dict())
-    again = rp.ComputeUnitDescription.from_dict(stored)
+    again = rp.ComputeUnitDescription.from_stored(stored)
     desc.arguments.pop()
     assert again == desc  # every field, the defaults filled in
-    assert unit.as_dict()["description"] == desc.to_dict()  # RP's view: every key
+    assert unit.as_dict()["description"] == desc.as_dict()  # RP's view: every key

@@ -232,7 +232,7 @@ class LocalRunner:
                     failed.append((unit, f"cannot start: {exc}"))
                     continue
                 if not ln.follow(self._shape(shape)[0], run):
-                    unit["_sandbox"] = run.sandbox  # taken: the next take of it is this one
+                    unit.taken_sandbox = run.sandbox  # taken: the next take of it is this one
                     self.given_back[unit["uid"]] = run
                     queue.appendleft(unit)
                     break
@@ -247,7 +247,7 @@ class LocalRunner:
             return []
         back = []
         for run in self.lanes.withdraw():
-            run.unit["_sandbox"] = run.sandbox  # (SandboxStager.take gives it back)
+            run.unit.taken_sandbox = run.sandbox  # (SandboxStager.take gives it back)
             self.given_back[run.unit["uid"]] = run  # its handle serves again
             back.append(run.unit)
         return back

@@ -61,6 +61,16 @@ _ASYNC_SIGNALS = {
 }
 
 
+class _Job:
+    """A unit the worker thread stages: what it made (`result`: the sandbox path or the
+    OSError) once it has; `dropped` when the unit will not run here after all."""
+
+    __slots__ = ("unit", "result", "dropped")
+
+    def __init__(self, unit) -> None:
+        self.unit, self.result, self.dropped = unit, None, False
+
+
 def _staged(unit: dict) -> bool:
     """Whether the unit's sandbox is made by the worker thread (slow or shared)."""
     return bool(unit.get("stage_in") or unit.get("sandbox"))
@@ -72,6 +82,7 @@ class SandboxStager:
         self.cond = threading.Condition()
         self.todo: queue.SimpleQueue = queue.SimpleQueue()
         self.waiting: deque[dict] = deque()  # submitted, not handed to the worker yet
+        self.jobs: dict[str, _Job] = {}  # uid -> handed to the worker, not taken or dropped
         self.ahead = 0  # handed to the worker and not taken or dropped yet
         self.made = self.reused = 0
         self.spares = SparePool(root)  # main thread only
@@ -106,24 +117,25 @@ class SandboxStager:
 
     def take(self, unit: dict) -> str:
         self.last_take = time.monotonic()
-        taken = unit.pop("_sandbox", None)
+        taken, unit.taken_sandbox = unit.taken_sandbox, None
         if taken is not None:  # taken ahead for a lane that ran dry (runners/lanes.py)
             return taken
         if not _staged(unit):
             return self._quick(sandbox_of(self.root, unit))
-        if not unit.get("_staging"):  # not handed to the worker yet: stage it now
+        job = self.jobs.get(unit["uid"])
+        if job is None:  # not handed to the worker yet: stage it now
             if unit in self.waiting:
                 self.waiting.remove(unit)
-            unit["_staging"] = True
-            self.ahead += 1
-            self.todo.put(unit)
+            job = self._hand(unit)
         with self.cond:
-            if not self.cond.wait_for(lambda: "_io" in unit, TAKE_TIMEOUT):
-                unit["_dropped"] = True
+            if not self.cond.wait_for(lambda: job.result is not None, TAKE_TIMEOUT):
+                job.dropped = True
+                del self.jobs[unit["uid"]]
                 self.ahead -= 1
                 self._feed()
                 raise OSError(f"sandbox not ready after {TAKE_TIMEOUT:g} s")
-            result = unit.pop("_io")
+            result = job.result
+        del self.jobs[unit["uid"]]
         self.ahead -= 1
         self._feed()
         if isinstance(result, StagingError):
@@ -171,21 +183,25 @@ class SandboxStager:
 
     def _feed(self) -> None:
         while self.waiting and self.ahead < DEPTH:
-            unit = self.waiting.popleft()
-            unit["_staging"] = True
-            self.ahead += 1
-            self.todo.put(unit)
+            self._hand(self.waiting.popleft())
+
+    def _hand(self, unit) -> _Job:
+        """Give the unit to the worker thread to stage."""
+        job = self.jobs[unit["uid"]] = _Job(unit)
+        self.ahead += 1
+        self.todo.put(job)
+        return job
 
     def drop(self, unit: dict) -> None:
         if not _staged(unit):
             return  # nothing was made for it yet
-        if not unit.get("_staging"):
+        job = self.jobs.pop(unit["uid"], None)
+        if job is None:
             if unit in self.waiting:
                 self.waiting.remove(unit)
             return
         with self.cond:
-            unit["_dropped"] = True  # what the worker made and staged for it stays
-            unit.pop("_io", None)
+            job.dropped = True  # what the worker made and staged for it stays
         self.ahead -= 1
         self._feed()
 
@@ -250,12 +266,13 @@ class SandboxStager:
         # 0.9 context switches and 22 us a unit)
         signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
         while True:
-            unit = self.todo.get()
-            if unit is None:
+            job = self.todo.get()
+            if job is None:
                 return
-            if unit is _REFILL:
+            if job is _REFILL:
                 self._fill()
                 continue
+            unit = job.unit
             sandbox = sandbox_of(self.root, unit)
             try:
                 os.makedirs(sandbox, exist_ok=True)  # units may share a sandbox they name
@@ -264,6 +281,6 @@ class SandboxStager:
             except OSError as exc:
                 result = exc
             with self.cond:
-                if not unit.get("_dropped"):
-                    unit["_io"] = result
+                if not job.dropped:
+                    job.result = result
                 self.cond.notify_all()

@@ -1,0 +1,197 @@
+"""A unit as it travels from the client to its partition's agent, and as that agent keeps it.
+
+`UnitRecord` is the one record type: a dict whose items are exactly what goes on the wire (the
+`units` message is JSON), keys among FIELDS, a missing key meaning its default; the agent's own
+fields are attributes (`__slots__`), declared below and never sent.  The client builds one from
+a description (`for_description`, once per unit, at submit); the agent checks what arrived
+(`UnitRecord.arrived`: every field it uses, named in the error) before it queues the unit.
+
+FIELDS (wire key: what it is; default when absent)
+    uid          the unit's id                                                  (required)
+    executable   the program (not with `function`)
+    function     a packed call (pilot/functions.py) for a Python worker
+    arguments    [str], each one word (agent/unit_command.py has the shell rule)          []
+    environment  {name: value}, placeholders %(<type>_ids)s filled at the agent            {}
+    cpus         cores per rank                                                            1
+    gpus         GPUs per rank (a fraction 0 < x < 1 shares one)                           0
+    ranks        processes                                                                 1
+    resources    {type: count} per rank of user-defined pool types                        {}
+    policy       placement fields that differ from the agent's defaults (pilot/policy.py)  {}
+    pre_exec / post_exec   shell lines before / after the command                         []
+    stage_in / stage_out   pilot-side staging directives (pilot/staging.py)               []
+    shell        True: always through /bin/sh, False: never; absent: as needed
+    cleanup      remove its sandbox once it ended (its output travels with its end)    false
+    mpi          one MPI starter over its ranks (the resource's mpi_command)            false
+    keep_output  make STDOUT / STDERR even when empty (its staging may name them)      false
+    name         a name (RP_UNIT_NAME)
+    sandbox      its directory under the pilot sandbox (default: its uid)
+    stdout / stderr   file names in its sandbox (default STDOUT / STDERR)
+Agent's own (attributes):
+    taken_sandbox  its sandbox, made ahead for it and given back (a lane's queue ahead)
+    not_found      its program is not on PATH: its shell runs it and says so (exit 127)
+    overtaken      how many units started ahead of it while it waited (agent/scheduler.py)
+"""
+
+from __future__ import annotations
+
+from pilot import checks, functions, staging
+from pilot.policy import AGENT_DEFAULTS
+
+FIELDS = (
+    "uid executable function arguments environment cpus gpus ranks resources policy pre_exec "
+    "post_exec stage_in stage_out shell cleanup mpi keep_output name sandbox stdout stderr"
+).split()
+_COMMON = frozenset(("uid", "executable", "function", "arguments", "environment", "cpus", "gpus"))
+_KNOWN = frozenset(FIELDS)
+
+
+class UnitRecord(dict):
+    """A unit on the wire (its items) and at its agent (its attributes: see the header)."""
+
+    __slots__ = ("taken_sandbox", "not_found", "overtaken")
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.taken_sandbox: str | None = None
+        self.not_found = False
+        self.overtaken = 0
+
+    # -- the client's side ---------------------------------------------------------------------
+    @classmethod
+    def for_description(cls, uid: str, description, stored: dict) -> UnitRecord:
+        """What the agent gets for a unit of `description` (`stored`: its to_stored(), the
+        policy in it as merged at construction): defaults are left out."""
+        d = description
+        pol = d.policy
+        rec = cls(uid=uid)
+        if d.function is not None:  # a call for a Python worker (pilot/functions.py)
+            rec["function"] = stored["function"]
+        else:
+            rec["executable"] = d.executable
+            rec["arguments"] = d.peek("arguments")
+            rec["environment"] = d.peek("environment")
+        cores = len(pol.cpu_affinity) if pol.cpu_affinity is not None else d.rank_cores
+        gpus = len(pol.gpu_affinity) if pol.gpu_affinity is not None else d.rank_gpus
+        rec["cpus"] = cores
+        if gpus:
+            rec["gpus"] = gpus
+        if d.peek("resources"):
+            rec["resources"] = dict(d.peek("resources"))
+        if d.ranks != 1:
+            rec["ranks"] = d.ranks
+        placing = {
+            k: v
+            for k, v in stored["policy"].items()
+            if v is not None and AGENT_DEFAULTS.get(k) != v
+        }
+        if placing:
+            rec["policy"] = placing
+        if d.function is not None:
+            for key in ("environment", "name"):
+                if d.peek(key):
+                    rec[key] = d.peek(key)
+            return rec
+        rec._process_fields(d)
+        return rec
+
+    def _process_fields(self, d) -> None:
+        env = d.peek("environment")
+        if d.cpu_thread_type == "OpenMP" and "OMP_NUM_THREADS" not in env:
+            self["environment"] = {**env, "OMP_NUM_THREADS": str(d.rank_cores)}
+        for key in ("pre_exec", "post_exec", "name", "sandbox", "stdout", "stderr", "cleanup"):
+            if d.peek(key):
+                self[key] = d.peek(key)
+        if d.shell is not None:
+            self["shell"] = d.shell
+        if "MPI" in (d.cpu_process_type, d.gpu_process_type):
+            self["mpi"] = True  # one MPI starter over its ranks (agent/unit_command.py)
+        # staging: pilot-side steps go with the unit to its agent, client-side ones are done
+        # at the client (pmgr/transfers.py) before it is sent / before it is DONE
+        for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
+            steps = [s for s in d.peek(field) if not staging.at_client(s)]
+            if steps:
+                self[key] = steps
+        if d.peek("output_staging"):  # its directives may name STDOUT / STDERR, even empty
+            self["keep_output"] = True
+
+    # -- the agent's side ----------------------------------------------------------------------
+    @classmethod
+    def arrived(cls, data) -> tuple[UnitRecord | None, str | None]:
+        """(the record, None) for a unit that arrived well-formed, else (None or the record,
+        the reason): None when not even its uid can be read."""
+        uid = data.get("uid") if isinstance(data, dict) else None
+        if not isinstance(uid, str) or not checks.UID.match(uid):
+            return None, f"a unit without a valid uid: {data!r:.80}"
+        rec = cls(data)
+        return rec, rec.error()
+
+    def error(self) -> str | None:
+        """What is wrong with the fields the agent uses, naming the field; None if nothing."""
+        try:
+            long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
+            self._check_call_or_program(long)
+            for i, a in enumerate(checks.items("arguments", self.get("arguments") or [], 100_000)):
+                checks.text(f"arguments[{i}]", a, optional=False, most=long)
+            env = checks.mapping("environment", self.get("environment") or {})
+            for k, v in env.items():
+                if not k or "=" in k:
+                    raise checks.bad("environment key", k, "a non-empty name without '='")
+                checks.text(f"environment key {k[:40]!r}", k, optional=False)
+                checks.text(f"environment[{k[:40]!r}]", v, optional=False, most=long)
+            for key in ("cpus", "ranks"):
+                n = self.get(key, 1)
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 31:
+                    raise checks.bad(key, n, "a whole number >= 1")
+            g = self.get("gpus", 0)
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1 << 31:
+                raise checks.bad("gpus", g, "a number >= 0")
+            if self.keys() - _COMMON:  # (most units have none of the others)
+                self._check_rare_fields(long)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _check_call_or_program(self, long: int) -> None:
+        if "function" not in self:
+            checks.text("executable", self.get("executable"), optional=False, most=long)
+            return
+        f = self["function"]
+        most = functions.PACKED_MAX * 4 // 3 + 8  # (base64)
+        if not functions.is_packed(f) or functions.packed_size(f) > most:
+            raise checks.bad("function", f, "a call as pilot/functions.py packs it")
+        for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
+            if self.get(key):
+                raise ValueError(f"{key} does not apply to a function unit")
+        if self.get("ranks", 1) != 1:
+            raise checks.bad("ranks", self.get("ranks"), "1 for a function unit")
+
+    def _check_rare_fields(self, long: int) -> None:
+        """error()'s checks of the fields most units leave out; ValueError naming the field."""
+        unknown = self.keys() - _KNOWN
+        if unknown:
+            raise ValueError(f"unknown field(s) {sorted(unknown)[:5]}; accepted: {FIELDS}")
+        checks.mapping("resources", self.get("resources") or {})
+        checks.mapping("policy", self.get("policy") or {})
+        for key in ("pre_exec", "post_exec"):
+            for i, line in enumerate(checks.items(key, self.get(key) or [], 10_000)):
+                checks.text(f"{key}[{i}]", line, optional=False, most=long)
+        for key in ("stage_in", "stage_out"):
+            if key in self:
+                staging.check_wire(key, self[key])
+        for key in ("shell", "cleanup", "mpi", "keep_output"):
+            if self.get(key) is not None and not isinstance(self[key], bool):
+                raise checks.bad(key, self[key], "true, false or absent")
+        checks.text("name", self.get("name"))
+        sandbox = checks.text("sandbox", self.get("sandbox"))
+        if sandbox is not None and ".." in sandbox.split("/"):
+            raise checks.bad("sandbox", sandbox, "a directory path without '..'")
+        for key in ("stdout", "stderr"):
+            name = checks.text(key, self.get(key))
+            if name is not None and ("/" in name or name in (".", "..")):
+                raise checks.bad(key, name, "a file name (no '/')")
+
+    @property
+    def path(self) -> str | None:
+        """The PATH it sets in its environment (its program is looked up there), or None."""
+        env = self.get("environment")
+        return env.get("PATH") if env else None
