@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-nodes demo-pipeline test lint bench peers clean
 
-$(STAMP): setup.cfg pyproject.toml agent/_spawn.c
+$(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,observe]'
@@ -24,7 +24,7 @@ demo-nodes: $(STAMP)      ## a multi-node pilot: four logical nodes, a node daem
 demo-pipeline: $(STAMP)   ## an EnTK-style pipeline of stages, a reconfig between them; docs/timeline.png
 	$(PY) examples/pipeline.py --plot docs/timeline.png
 
-# the end-to-end and fault tests again without agent/_spawn.c (the pure-Python spawn path)
+# the end-to-end and fault tests again without agent/_spawn-src/ (the pure-Python spawn path)
 PURE_TESTS = tests/test_pilot_e2e.py tests/test_faults.py tests/test_work_conserving.py \
 	tests/test_unit_output.py tests/test_function_units.py
 

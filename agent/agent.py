@@ -6,6 +6,7 @@ uid) to the bootstrap's agent endpoint, send `ready`.  Then loop:
                fits (EXECUTING)
     cancel  -> queued units CANCELED at once; running ones get SIGTERM, SIGKILL after kill_grace
     stop    -> like cancel for everything (or hand queued units back), then `bye` and exit
+               (agent/stopping.py)
     exits   -> (a child's pidfd, a lane thread's news, SIGCHLD where there are no pidfds) reap
                them (DONE, or FAILED with the exit code / signal), start what now fits
 Units are run by the partition's runner (agent/runners/): the agent itself on one node, or,
@@ -26,18 +27,19 @@ the runner's persistent workers (agent/runners/functions.py); their final state 
 return value, which `known` keeps in PILOT_SANDBOX/<partition>.values/<uid> when it is large.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
 when FLUSH_SIZE updates are waiting or the partition has gone idle (nothing queued or running:
-nothing else is coming that they could wait for).  Every wait is bounded: the loop wakes at
-least once a second and tears down when its parent bootstrap is gone.
+nothing else is coming that they could wait for): agent/reports.py.  Every wait is bounded: the
+loop wakes at least once a second and tears down when its parent bootstrap is gone.
+The Agent class is in three modules: this one (bring-up, units in, started and ended, the
+loop), agent/reports.py (Reporting: what it says about its units) and agent/stopping.py
+(Stopping: cancel, stop, its last words); each part declares what it uses of the others.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import logging
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
@@ -46,37 +48,23 @@ import time
 
 import zmq
 
-from pilot import checks, processes, security, staging
-from pilot.agent import runners, unit_command
+from pilot import checks, security
+from pilot.agent import runners
+from pilot.agent.rank_env import check_environment
+from pilot.agent.reports import FLUSH_EVERY, Reporting
 from pilot.agent.scheduler import Scheduler
-from pilot.agent.spawn import check_environment
-from pilot.protocol import ProtocolError, drain, journal_path, msg, pack, unpack, wait_ms
-from pilot.states import (
-    CANCELED,
-    DONE,
-    EXECUTING,
-    FAILED,
-    FINAL,
-    QUEUED,
-    SCHEDULING,
-    UNIT_MACHINE,
-    check_move,
-)
+from pilot.agent.stopping import Stopping
+from pilot.protocol import ProtocolError, drain, journal_path, msg, unpack, wait_ms
+from pilot.states import CANCELED, EXECUTING, FAILED, QUEUED
 from pilot.unit_record import UnitRecord
 
-# state updates wait at most this long to go in one message: each message costs the agent, the
-# bootstrap and the client's channel and store threads a turn of their own (measured, 5,000 null
-# units on 2 cores: 0.05 s gives 2.7-5% more units a second than 0.02 s; 0.1 s no more)
-FLUSH_EVERY = 0.05
-KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
-FLUSH_SIZE = 1000
 SERVE_EVERY = 8  # units of an arriving batch between looks at the running ones
-KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
-KEPT_VALUE = 65536  # a larger function return value is remembered for `sync` in a file
 log = logging.getLogger("agent")
 
 
-class Agent:
+class Agent(Reporting, Stopping):
+    """One partition's agent (the module's header); Reporting and Stopping are parts of it."""
+
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.uid = cfg["uid"]
@@ -91,16 +79,10 @@ class Agent:
             0o600,
         )
         self.execu, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
-        self.updates: list = []
-        self.known: dict[str, list] = {}
-        self.states: dict[str, str] = {}  # units here and not final -> their state
+        self._init_reports()  # (agent/reports.py)
         self.bad_messages = checks.BadMessages(log)
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
-        self.first_pending = 0.0
-        self.timers: list = []
-        self.stopping: dict | None = None
-        self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
-        self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
+        self._init_stopping()  # (agent/stopping.py)
         self.ppid = os.getppid()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, self.uid.encode())
@@ -123,82 +105,6 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
 
-    # -- state updates ------------------------------------------------------------------------
-    def update(self, uid: str, state: str, info: dict | None = None, at: float = 0.0) -> None:
-        """Record a unit's move to `state` (at `at`, default now) for the next batch."""
-        check_move(UNIT_MACHINE, uid, self.states.get(uid, SCHEDULING), state)
-        if state in FINAL:
-            self.states.pop(uid, None)
-        else:
-            self.states[uid] = state
-        if not self.updates:
-            self.first_pending = time.monotonic()
-        rec = ("unit", uid, state, at or time.time(), info or {})
-        self.updates.append(rec)
-        kept = self._kept(rec) if info and "value" in info else rec
-        said = self.known.get(uid)  # for `sync`: what it said
-        if said is not None:
-            said.append(kept)
-        else:
-            self.known[uid] = [kept]
-            if len(self.known) > KNOWN_MAX:
-                self.known.pop(next(iter(self.known)))
-
-    def _kept(self, rec: tuple) -> tuple:
-        """The record as remembered for `sync`: a large function value waits in a file."""
-        info = rec[4]
-        value = info.get("value")
-        if not isinstance(value, str) or len(value) <= KEPT_VALUE:
-            return rec
-        folder = os.path.join(self.cfg["pilot_sandbox"], f"{self.uid}.values")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, rec[1])
-        with open(path, "w") as f:
-            f.write(value)
-        return (*rec[:4], {**info, "value": None, "value_file": path})
-
-    @staticmethod
-    def _said(rec: tuple) -> tuple:
-        path = rec[4].get("value_file")
-        if path is None:
-            return rec
-        info = {k: v for k, v in rec[4].items() if k != "value_file"}
-        try:
-            with open(path) as f:
-                info["value"] = f.read()
-        except OSError as exc:
-            info["value"] = None
-            log.error("%s: its return value is lost: %s", rec[1], exc)
-        return (*rec[:4], info)
-
-    def sync(self, cid: str, uids: list[str]) -> None:
-        """Say again everything known about these units (a new client attached); name the
-        ones this agent never had."""
-        unknown = []
-        for uid in uids:
-            recs = self.known.get(uid)
-            if recs:
-                if not self.updates:
-                    self.first_pending = time.monotonic()
-                self.updates.extend(self._said(r) for r in recs)
-            else:
-                unknown.append(uid)
-        self.flush(force=True)
-        self.sock.send_multipart(msg(b"synced", {"cid": cid, "part": self.uid, "unknown": unknown}))
-
-    def flush(self, force: bool = False) -> None:
-        output = self.execu.output
-        if output:  # ahead of the state updates, so a unit's output precedes its end
-            self.sock.send_multipart([b"output", pack(output)])
-            self.execu.output = []
-        if self.updates and (
-            force
-            or len(self.updates) >= FLUSH_SIZE
-            or time.monotonic() - self.first_pending >= FLUSH_EVERY
-        ):
-            self.sock.send_multipart([b"state", pack(self.updates)])
-            self.updates = []
-
     def idle(self) -> bool:
         """Nothing is queued or running here (the last updates need not wait for others)."""
         return not self.sched.queue and not self.execu.runs()
@@ -219,9 +125,7 @@ class Agent:
             uid = u["uid"]
             if uid in self.known:  # sent again: it is here already, or has run: never twice
                 log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
-                if not self.updates:
-                    self.first_pending = time.monotonic()
-                self.updates.extend(self._said(r) for r in self.known[uid])
+                self.say_again(uid)
                 continue
             if malformed is not None:
                 self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
@@ -365,131 +269,6 @@ class Agent:
         for unit, reason in self.execu.hold_ahead(self.sched.queue, self.stager.take):
             self.update(unit["uid"], FAILED, {"reason": reason})
 
-    def report_end(self, r, code: int, at: float) -> None:
-        """A unit whose processes have all ended: output staging, cleanup, its final state."""
-        uid = r.unit["uid"]
-        if code == 0 and r.fail_reason is None and r.unit.get("stage_out"):
-            failed = self.stage_out(r.unit)
-            if failed:
-                r.fail_reason = f"output staging: {failed}"
-        kept = self.clean_up(r.unit) if r.unit.get("cleanup") else {}
-        if r.extra:  # a function's value or exception, and what it printed
-            kept.update(r.extra)
-        if r.left_empty:  # nothing of it is there: no directory is left behind
-            root = self.cfg["pilot_sandbox"]
-            self.stager.recycle(r.sandbox or unit_command.sandbox_of(root, r.unit))
-        if r.fail_reason is not None:
-            info = {"reason": r.fail_reason, **kept}
-            if not r.not_started:  # (a unit that never ran has no exit code)
-                info["exit_code"] = code
-            if r.node_lost:
-                info["lost"] = True  # a restartable unit may run again elsewhere
-            self.update(uid, FAILED, info, at)
-        elif code == 0:  # it completed, even when a cancel came too late to stop it
-            self.update(uid, DONE, {"exit_code": 0, **kept}, at)
-        elif r.cancel_reason is not None:
-            info = {"exit_code": code, "reason": r.cancel_reason, **kept}
-            self.update(uid, CANCELED, info, at)
-        else:
-            sig = processes.signal_name(-code)
-            why = f"exit code {code}" if code > 0 else f"killed by signal {sig}"
-            if code == 127 and r.unit.not_found:
-                why += f": executable={r.unit['executable']!r} not found (see its stderr)"
-            self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept}, at)
-
-    def stage_out(self, unit: dict) -> str | None:
-        """The unit's pilot-side output steps (COPY, LINK, MOVE), in order; the first fatal
-        failure's text, or None."""
-        sandbox = unit_command.sandbox_of(self.cfg["pilot_sandbox"], unit)
-        for d in unit["stage_out"]:
-            why = staging.act(d, self.cfg["pilot_sandbox"], sandbox)
-            if why and why.startswith("skipped: "):
-                log.warning("%s: output staging %s", unit["uid"], why)
-            elif why:
-                return why
-        return None
-
-    def clean_up(self, unit: dict) -> dict:
-        """A `cleanup` unit's sandbox is removed once it ended; the first KEPT_OUTPUT bytes of
-        its stdout and stderr travel with its final state instead."""
-        sandbox = unit_command.sandbox_of(self.cfg["pilot_sandbox"], unit)
-        kept = {}
-        for key, name in zip(("stdout", "stderr"), unit_command.output_names(unit)):
-            try:
-                with open(os.path.join(sandbox, name), "rb") as f:
-                    kept[key] = f.read(KEPT_OUTPUT).decode(errors="replace")
-            except OSError:
-                kept[key] = ""
-        shutil.rmtree(sandbox, ignore_errors=True)
-        return kept
-
-    def cancel(self, uids, reason: str) -> None:
-        uids = set(uids)
-        self.take_back()  # units held ahead, not started yet, go back to the queue first
-        known = {u["uid"] for u in self.sched.queue}
-        known.update(r.unit["uid"] for r in self.execu.runs())
-        for uid in uids - known:  # (or started by the runner just now: runner_started)
-            self.canceled_early[uid] = reason
-        keep = []
-        for u in self.sched.queue:
-            if u["uid"] in uids:
-                if not u.get("function"):
-                    self._unstage(u)
-                self.update(u["uid"], CANCELED, {"reason": reason})
-            else:
-                keep.append(u)
-        self.sched.queue.clear()
-        self.sched.queue.extend(keep)
-        for r in self.execu.runs():
-            if r.unit["uid"] in uids and r.cancel_reason is None:
-                self._terminate(r, reason)
-
-    def _terminate(self, r, reason: str) -> None:
-        if self.execu.has_exited(r):
-            return  # it ended before the cancel: it ends as its exit code says
-        r.cancel_reason = reason
-        self.execu.kill(r, signal.SIGTERM)
-        heapq.heappush(self.timers, (time.monotonic() + self.kill_grace, id(r), r))
-
-    def stop(self, reason: str, hand_back: bool) -> None:
-        if self.stopping:
-            return
-        self.stopping = {"reason": reason, "hand_back": hand_back}
-        self.take_back()
-        for u in self.sched.queue:
-            if not u.get("function"):
-                self._unstage(u)
-        self.late.extend(self.sched.queue)
-        self.sched.queue.clear()
-        self.release_late()
-        for r in self.execu.runs():
-            self._terminate(r, reason)
-
-    def _unstage(self, u: dict) -> None:
-        """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
-        lane is removed: its next partition makes its own at the same path)."""
-        taken, u.taken_sandbox = u.taken_sandbox, None
-        if taken is not None:
-            self.stager.untake(taken)
-        self.stager.drop(u)
-
-    def release_late(self) -> None:
-        """Queued units of a stopping agent: handed back to be routed again, or CANCELED."""
-        if not self.late:
-            return
-        if self.stopping["hand_back"]:
-            for u in self.late:  # routed again by the client: no longer this agent's
-                self.states.pop(u["uid"], None)
-            self.flush(force=True)
-            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": self.late}))
-        else:
-            for u in self.late:
-                self.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})
-        self.late = []
-
-    def _on_term(self, signum, _frame) -> None:
-        self.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)
-
     # -- loop ---------------------------------------------------------------------------------
     def handle(self, frames: list[bytes]) -> None:
         kind = frames[0]
@@ -514,15 +293,21 @@ class Agent:
         except (ProtocolError, KeyError, TypeError, ValueError, AttributeError) as exc:
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
 
-    def run(self) -> int:
+    def bring_up(self) -> zmq.Poller:
+        """Say `ready`; the poller of the loop: the bootstrap's socket, the wake-up socket and
+        what the runner must hear."""
         self.sock.send_multipart(
             msg(b"ready", {"pid": os.getpid(), "runner": self.execu.describe()})
         )
         self.poller = poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
-        wake = self.wake_r.fileno()
         self.execu.watch(poller)  # node daemons' sockets, units' output pipes, lanes
+        return poller
+
+    def run(self) -> int:
+        poller = self.bring_up()
+        wake = self.wake_r.fileno()
         next_ppid_check = time.monotonic() + 1.0
         while True:
             now = time.monotonic()
@@ -555,32 +340,22 @@ class Agent:
             now = time.monotonic()
             if sweep_at is not None and now >= sweep_at:
                 self.execu.sweep(now)  # (output of lane units: read, not polled)
-            while self.timers and self.timers[0][0] <= now:
-                _, _, r = heapq.heappop(self.timers)
-                if len(r.codes) < len(r.pids):
-                    self.execu.kill(r, signal.SIGKILL)
+            if self.timers and self.timers[0][0] <= now:
+                self.kill_late(now)
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0
-                self.stager.tick(now)
-                if os.getppid() == self.cfg.get("adopted_by"):  # its zygote died, not the
-                    self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
-                if os.getppid() != self.ppid:
-                    self.stop("the pilot's bootstrap is gone", hand_back=False)
+                self.every_second(now)
             if self.stopping and not self.execu.runs():
-                self.stager.close()
-                log.info("%s: sandboxes %s", self.uid, self.stager.summary())
-                log.info("%s: %s", self.uid, self.execu.summary())
-                self.execu.close()
-                # the last words are bounded: with the bootstrap gone, a DEALER send waits
-                # for a peer forever
-                self.sock.setsockopt(zmq.SNDTIMEO, 500)
-                try:
-                    self.flush(force=True)
-                    self.sock.send_multipart(msg(b"bye", self.stopping))
-                except zmq.Again:
-                    log.error("%s: nobody took its last updates and bye", self.uid)
-                return 0
+                return self.finish()
             self.flush(force=bool(self.updates) and self.idle())
+
+    def every_second(self, now: float) -> None:
+        """The stager's tick; a stop when the bootstrap that started this agent is gone."""
+        self.stager.tick(now)
+        if os.getppid() == self.cfg.get("adopted_by"):  # its zygote died, not the
+            self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
+        if os.getppid() != self.ppid:
+            self.stop("the pilot's bootstrap is gone", hand_back=False)
 
 
 def _enough_fds(slots: int) -> None:

@@ -1,4 +1,4 @@
-"""agent/_spawn.c, the native spawner, or why it is not used (one place decides).
+"""agent/_spawn-src/, the native spawner, or why it is not used (one place decides).
 
 The install compiles it (pyproject.toml, an optional extension: a machine without a C compiler
 still installs).  Without it the agent starts units through posix_spawn and binds them right
@@ -22,4 +22,4 @@ else:
         from pilot.agent import _spawn as spawn
     except ImportError as exc:  # not built (no C compiler at install), or another platform's
         spawn = None
-        why_not = f"agent/_spawn.c was not built ({exc}); a C compiler and a reinstall build it"
+        why_not = f"agent/_spawn-src/ was not built ({exc}); a C compiler and a reinstall build it"

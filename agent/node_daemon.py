@@ -32,7 +32,7 @@ Life (same sockets):
                        when it ends (code < 0: signal)
     <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
-Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid):
+Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid; agent/node_ranks.py):
     <- exec    {uid, rank, argv, env, gpu_var, sandbox, files, cpus}   spawn one rank: own process
                group, stdin /dev/null, stdout/stderr through pipes, bound to `cpus` (logical
                core ids, round-robin onto the real ones); `env` adds to the daemon's own
@@ -42,13 +42,13 @@ Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid):
                                                                 its exit
 Output: every byte is appended to the unit sandbox's STDOUT / STDERR (shared by its ranks,
 O_APPEND) and the first FORWARD_MAX bytes per rank and stream are forwarded, tagged with unit,
-node and rank; after that a single "[... output truncated ...]" line says where the rest is.
+node and rank; after that a single "[... output truncated ...]" line says where the rest is
+(agent/node_ranks.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import logging
 import os
 import signal
@@ -60,11 +60,10 @@ import zlib
 import zmq
 
 from pilot import checks, network, processes, security
+from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
 
-FORWARD_MAX = 64 * 1024
-_OUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
 log = logging.getLogger("node")
 
 
@@ -73,16 +72,6 @@ def children(pos: int, width: int, n: int) -> list[int]:
     nodes (the bootstrap sends to positions 0..width-1)."""
     first = width * (pos + 1)
     return list(range(first, min(first + width, n)))
-
-
-class Rank:
-    __slots__ = ("agent", "uid", "rank", "pid", "pipes", "sent", "truncated", "write_failed")
-
-    def __init__(self, agent, uid, rank, pid, pipes):
-        self.agent, self.uid, self.rank, self.pid, self.pipes = agent, uid, rank, pid, pipes
-        self.sent = {"stdout": 0, "stderr": 0}
-        self.truncated = False
-        self.write_failed = False
 
 
 class NodeDaemon:
@@ -113,12 +102,9 @@ class NodeDaemon:
         self.spawner = Spawner({"PILOT_SESSION_ID": args.session, "PILOT_PILOT_ID": args.pilot})
         self.index: int | None = None
         self.table: dict | None = None
-        self.ranks: dict[int, Rank] = {}  # pid -> rank
-        self.pipes: dict[int, tuple[Rank, str]] = {}  # read fd -> (rank, stream)
-        self.files: dict[str, list] = {}  # unit uid -> [out fd, err fd, ranks using them]
-        self.events: dict[bytes, dict] = {}  # agent identity -> {out, exit}
         self.agents: dict[int, str] = {}  # pid -> partition uid of agents hosted here
         self.poller = zmq.Poller()
+        self.ranks = NodeRanks(self.spawner, self.name, self.poller)  # (agent/node_ranks.py)
         self.last_heard = time.monotonic()
         self.ppid = os.getppid()
         self.wake_r, self.wake_w = socket.socketpair()
@@ -163,99 +149,7 @@ class NodeDaemon:
             forwarded,
         )
 
-    # -- units ----------------------------------------------------------------------------------
-    def _event(self, agent: bytes, kind: str, item: list) -> None:
-        ev = self.events.get(agent)
-        if ev is None:
-            ev = self.events[agent] = {"out": [], "exit": []}
-        ev[kind].append(item)
-
-    def on_exec(self, agent: bytes, body: dict) -> None:
-        uid, rank = body["uid"], body["rank"]
-        pipes = []
-        try:
-            files = self.files.get(uid)
-            if files is None:
-                os.makedirs(body["sandbox"], exist_ok=True)
-                names = body.get("files") or ("STDOUT", "STDERR")
-                if len(names) != 2 or any(not n or "/" in n or n in (".", "..") for n in names):
-                    raise ValueError(f"files={names!r} must be two file names")
-                files = [
-                    os.open(os.path.join(body["sandbox"], name), _OUT, 0o666)  # umask decides
-                    for name in names
-                ] + [0]
-                self.files[uid] = files
-            files[2] += 1
-            for _ in range(2):
-                r, w = os.pipe2(os.O_CLOEXEC)
-                fcntl.fcntl(r, fcntl.F_SETFL, os.O_NONBLOCK)
-                pipes.append((r, w))
-            pid = self.spawner.spawn(
-                body["argv"],
-                body["sandbox"],
-                pipes[0][1],
-                pipes[1][1],
-                body.get("env") or {},
-                body.get("gpu_var"),
-                body.get("cpus") or (),
-            )
-        except (OSError, ValueError, TypeError) as exc:  # ValueError: a NUL byte
-            for r, w in pipes:
-                os.close(r)
-                os.close(w)
-            self._close_files(uid)
-            self._event(agent, "exit", [uid, rank, None, f"cannot start on {self.name}: {exc}"])
-            return
-        for _, w in pipes:
-            os.close(w)
-        r = Rank(agent, uid, rank, pid, [pipes[0][0], pipes[1][0]])
-        self.ranks[pid] = r
-        for fd, stream in zip(r.pipes, ("stdout", "stderr")):
-            self.pipes[fd] = (r, stream)
-            self.poller.register(fd, zmq.POLLIN)
-
-    def _close_files(self, uid: str) -> None:
-        files = self.files.get(uid)
-        if files is None:
-            return
-        files[2] -= 1
-        if files[2] <= 0:
-            del self.files[uid]
-            os.close(files[0])
-            os.close(files[1])
-
-    def read_pipe(self, fd: int, final: bool = False) -> None:
-        """Read what the pipe holds; on EOF (or `final`) close it."""
-        r, stream = self.pipes[fd]
-        while True:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                data = None
-            if data:
-                try:
-                    os.write(self.files[r.uid][0 if stream == "stdout" else 1], data)
-                except OSError as exc:  # a full disk must not stop the daemon
-                    if not r.write_failed:
-                        r.write_failed = True
-                        log.error("%s: %s of %s not written: %s", self.name, stream, r.uid, exc)
-                left = FORWARD_MAX - r.sent[stream]
-                if left > 0:
-                    text = data[:left].decode(errors="replace")
-                    r.sent[stream] += len(data)
-                    self._event(r.agent, "out", [r.uid, self.name, r.rank, stream, text])
-                elif not r.truncated:
-                    r.truncated = True
-                    note = f"[... output truncated: the rest is in the unit's {stream.upper()}]\n"
-                    self._event(r.agent, "out", [r.uid, self.name, r.rank, stream, note])
-                if len(data) == 65536:
-                    continue
-            if data == b"" or final:
-                self.poller.unregister(fd)
-                del self.pipes[fd]
-                os.close(fd)
-            return
-
+    # -- agents and units ---------------------------------------------------------------------
     def start_agent(self, body: dict) -> None:
         uid = body["uid"]
         fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -276,46 +170,14 @@ class NodeDaemon:
                 processes.signal_process(pid, signal.SIGKILL)
 
     def reap(self) -> None:
-        if not (self.ranks or self.agents):
+        if not (self.ranks.running or self.agents):
             return
         for pid, code in exits():
-            r = self.ranks.pop(pid, None)
-            if r is None:
-                part = self.agents.pop(pid, None)
-                if part is not None:
-                    self.up.send_multipart(msg(b"agent_exit", {"uid": part, "code": code}))
+            if self.ranks.ended(pid, code):
                 continue
-            for fd in r.pipes:
-                if fd in self.pipes:
-                    self.read_pipe(fd, final=True)
-            self._close_files(r.uid)
-            self._event(r.agent, "exit", [r.uid, r.rank, code, None])
-
-    def kill(self, uids, sig: int) -> None:
-        uids = set(uids)
-        for r in self.ranks.values():
-            if r.uid in uids:
-                processes.signal_group(r.pid, sig)
-
-    def drop(self, agent: bytes) -> None:
-        left = [r for r in self.ranks.values() if r.agent == agent]
-        for r in left:
-            processes.signal_group(r.pid, signal.SIGKILL)
-        if left:
-            log.warning(
-                "%s: %d process(es) of ended partition %s killed",
-                self.name,
-                len(left),
-                agent.decode(),
-            )
-
-    def flush(self) -> None:
-        for agent, ev in self.events.items():
-            try:
-                self.units.send_multipart([agent, b"events", pack(ev)])
-            except zmq.ZMQError as exc:  # the agent is gone
-                log.warning("events for %s dropped: %s", agent.decode(), exc)
-        self.events.clear()
+            part = self.agents.pop(pid, None)
+            if part is not None:
+                self.up.send_multipart(msg(b"agent_exit", {"uid": part, "code": code}))
 
     # -- loop -----------------------------------------------------------------------------------
     def on_message(self, frames: list[bytes], from_agent: bool) -> None:
@@ -325,9 +187,9 @@ class NodeDaemon:
         kind = frames[0]
         body = unpack(frames[1]) if len(frames) > 1 else {}
         if kind == b"exec":
-            self.on_exec(ident, body)
+            self.ranks.start(ident, body)
         elif kind == b"kill":
-            self.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
+            self.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
         elif kind == b"table":
             self.on_table(body, frames[2])
         elif kind == b"hb":
@@ -337,14 +199,13 @@ class NodeDaemon:
         elif kind == b"agent_kill" and not from_agent:
             self.kill_agent(body["uid"])
         elif kind == b"drop" and not from_agent:
-            self.drop(body["part"].encode())
+            self.ranks.drop(body["part"].encode())
         elif kind == b"halt" and not from_agent:
             self.halting = body.get("reason", "halt")
         else:
             raise ProtocolError(f"unknown message type {kind!r}")
 
-    def run(self) -> int:
-        timeout = self.args.timeout
+    def say_up(self) -> None:
         self.up.send_multipart(
             msg(
                 b"up",
@@ -359,6 +220,9 @@ class NodeDaemon:
         log.info("%s: up, pid %d, units on %s", self.name, os.getpid(), self.endpoint)
         for s in (self.up, self.units, self.wake_r):
             self.poller.register(s, zmq.POLLIN)
+
+    def run(self) -> int:
+        self.say_up()
         started = time.monotonic()
         next_hb = started + HEARTBEAT
         while True:
@@ -368,56 +232,62 @@ class NodeDaemon:
                     self.wake_r.recv(4096)
                 except BlockingIOError:
                     pass
-            for fd in [fd for fd in self.pipes if fd in events]:
-                if fd in self.pipes:
-                    self.read_pipe(fd)
+            self.ranks.read_ready(events)
             self.reap()
             for sock, from_agent in ((self.up, False), (self.units, True)):
-                if sock not in events:
-                    continue
-                for frames in drain(sock, 200):
-                    if not from_agent:
-                        self.last_heard = time.monotonic()
-                    try:
-                        self.on_message(frames, from_agent)
-                    except (
-                        ProtocolError,
-                        KeyError,
-                        IndexError,
-                        TypeError,
-                        ValueError,
-                        AttributeError,
-                        zlib.error,
-                    ) as exc:
-                        self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
-            self.flush()
+                if sock in events:
+                    self.receive(sock, from_agent)
+            self.ranks.flush(self.units)
             now = time.monotonic()
-            table_wait = self.args.table_timeout or timeout
+            table_wait = self.args.table_timeout or self.args.timeout
             if self.index is None and now - started > table_wait:
                 log.error("%s: no channel table within %g s; exiting", self.name, table_wait)
                 return 3
             if self.halting is None:
-                if self.index is not None and now - self.last_heard > timeout:
-                    self.halting = f"no word from the bootstrap for {timeout:g} s"
-                elif self.args.watch_parent and os.getppid() != self.ppid:
-                    self.halting = "the bootstrap process is gone"
+                self.halting = self.why_halt(now)
             if self.halting is not None:
                 return self.halt()
             if now >= next_hb:
                 next_hb = now + HEARTBEAT
                 self.up.send_multipart(msg(b"hb"))
 
+    def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
+        """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""
+        for frames in drain(sock, 200):
+            if not from_agent:
+                self.last_heard = time.monotonic()
+            try:
+                self.on_message(frames, from_agent)
+            except (
+                ProtocolError,
+                KeyError,
+                IndexError,
+                TypeError,
+                ValueError,
+                AttributeError,
+                zlib.error,
+            ) as exc:
+                self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
+
+    def why_halt(self, now: float) -> str | None:
+        """Why the pilot is gone (nothing from the bootstrap for --timeout seconds once the
+        table came, or with --watch-parent its process gone), or None."""
+        timeout = self.args.timeout
+        if self.index is not None and now - self.last_heard > timeout:
+            return f"no word from the bootstrap for {timeout:g} s"
+        if self.args.watch_parent and os.getppid() != self.ppid:
+            return "the bootstrap process is gone"
+        return None
+
     def halt(self) -> int:
-        killed = len(self.ranks)
-        for r in list(self.ranks.values()):
-            processes.signal_group(r.pid, signal.SIGKILL)
+        killed = self.ranks.kill_all()
         for pid in self.agents:  # normally gone already: the bootstrap stops agents first
             processes.signal_process(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5.0
-        while (self.ranks or self.agents) and time.monotonic() < deadline:
+        while (self.ranks.running or self.agents) and time.monotonic() < deadline:
             self.reap()
             time.sleep(0.01)
-        self.flush()
+        self.ranks.flush(self.units)
         self.up.send_multipart(msg(b"bye", {"killed": killed, "reason": self.halting}))
         log.info("%s: halted (%s), %d unit process(es) killed", self.name, self.halting, killed)
         self.up.close()

@@ -1,31 +1,18 @@
-"""Starting unit processes on this node: the environment a rank sees, the spawn, binding,
-and the one non-blocking reap loop.  Used by the agent's local runner (agent/runners/local.py)
-and by node daemons (agent/node_daemon.py).
+"""Starting unit processes on this node: the spawn, binding, and the one non-blocking reap
+loop.  Used by the agent's local runner (agent/runners/local.py) and by node daemons
+(agent/node_daemon.py).  The environment a rank sees (every variable, and the placeholders of a
+unit's `environment`) is agent/rank_env.py's; rank_env and grant_ids are named here too, for
+the modules that import them from here.
 
-Environment a rank sees, besides the spawning process's own and the unit's `environment`:
-    PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
-    PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
-    RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
-    RP_GPU_ID          RADICAL-Pilot's names (RP_GPU_ID: its GPU ids, when it holds GPUs)
-    PILOT_<TYPE>_IDS   the ids it holds of each pool type: PILOT_CPU_IDS (logical core ids),
-                       PILOT_GPU_IDS, PILOT_FPGA_IDS for a type `fpgas`, ...
-    <gpu_env_str>      (policy; default CUDA_VISIBLE_DEVICES) its GPU ids, mapped through the
-                       spawner's own value of that variable when it has one (inherited "4,5,6"
-                       and GPU id 2 -> "6"); set on partitions with GPUs, empty for no GPUs
-Placeholders %(<type>_ids)s in the unit's environment values are filled with the same ids
-(%(cpu_ids)s, %(gpu_ids)s, %(fpga_ids)s); any other % is the value's own ("100%", "%Y").
-A placeholder that cannot be filled is found when the unit arrives and fails it with the name
-(`check_environment`).
-
-Binding: the process is on the unit's cores before the program's first instruction.  The
-spawn goes through agent/_spawn.c (built with the package), whose child sets its own mask
-between vfork and exec.  Where that module was not built (no C compiler), posix_spawn starts it
-and it is bound as soon as posix_spawn returns, in its dynamic loader, before its main() can
-start threads or children: correct, but the kernel must stop the running process and move it,
-which measured 80-95 us of the agent's loop per unit on 2 busy cores.  (Binding the spawner
-itself before the spawn, so that the child inherits the mask, forces it to migrate onto a busy
-core for every unit: measured 25-30% lower throughput on 2 cores.)  Logical core ids (a config
-may declare more cores than the machine has) map onto the real ones round-robin.
+Binding: the process is on the unit's cores before the program's first instruction.  The spawn
+goes through agent/_spawn-src/vfork_spawn.c (built with the package), whose child sets its own
+mask between vfork and exec.  Where that module was not built (no C compiler), posix_spawn
+starts it and it is bound as soon as posix_spawn returns, in its dynamic loader, before its
+main() can start threads or children: correct, but the kernel must stop the running process and
+move it, which measured 80-95 us of the agent's loop per unit on 2 busy cores.  (Binding the
+spawner itself before the spawn, so that the child inherits the mask, forces it to migrate onto
+a busy core for every unit: measured 25-30% lower throughput on 2 cores.)  Logical core ids (a
+config may declare more cores than the machine has) map onto the real ones round-robin.
 
 Not waiting: `spawn` returns once the child has exec'd (vfork), and a child bound to a busy core
 keeps the agent waiting for it (280-360 us a unit measured on 2 busy cores).  `start` (x86-64
@@ -39,49 +26,26 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import shutil
 import signal
 import sys
+from collections.abc import Iterator
 from types import MappingProxyType
 
 from pilot.agent import native
 from pilot.agent.native import spawn as _spawn  # None: posix_spawn, then bind (see above)
+from pilot.agent.rank_env import grant_ids as grant_ids  # (re-exported: runners/daemons.py)
+from pilot.agent.rank_env import rank_env as rank_env
 
-NATIVE = _spawn is not None  # whether agent/_spawn.c was built
+NATIVE = _spawn is not None  # whether agent/_spawn-src/ was built
 NO_WAIT = NATIVE and hasattr(_spawn, "start")  # start() does not wait for the exec (x86-64)
 
 _SPAWN_SIGDEF = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
-
-
-def type_key(t: str) -> str:
-    """Pool type -> the name in variables: cpus -> CPU, gpus -> GPU, fpgas -> FPGA."""
-    return (t[:-1] if t.endswith("s") else t).upper()
-
-
 FOUND_MAX = 1024  # PATH look-ups remembered
-_IDS_VAR: dict = {}  # pool type -> PILOT_<TYPE>_IDS (a node's types are few and fixed)
-
-
-def ids_var(t: str) -> str:
-    name = _IDS_VAR.get(t)
-    if name is None:
-        name = _IDS_VAR[t] = f"PILOT_{type_key(t)}_IDS"
-    return name
-
-
-def _ids(grant_part) -> str:
-    seen = []
-    for i, _ in grant_part:
-        if i not in seen:
-            seen.append(i)
-    return ",".join(map(str, seen))
-
-
 WNOTHREAD = 0x20000000  # (Linux __WNOTHREAD: only the calling thread's own children)
 
 
-def exits(options: int = 0):
+def exits(options: int = 0) -> Iterator[tuple[int, int]]:
     """(pid, exit code) of every child that has ended, without blocking (negative code =
     signal).  The one waitpid loop of the agent, its zygote and node daemons.  `options`:
     WNOTHREAD where a lane thread reaps its own (agent/runners/lanes.py)."""
@@ -93,78 +57,6 @@ def exits(options: int = 0):
         if pid == 0:
             return
         yield pid, os.waitstatus_to_exitcode(status)
-
-
-_PLACEHOLDER = re.compile(r"%\((\w+_ids)\)s")
-
-
-def _fill(value: str, mapping: dict) -> str:
-    return _PLACEHOLDER.sub(lambda m: mapping[m.group(1)], value)
-
-
-def check_environment(environment: dict, types) -> str | None:
-    """The reason the unit's environment placeholders cannot be filled, or None.  Only
-    %(<type>_ids)s is a placeholder: every other % is the value's own (as RP passes it)."""
-    if not environment:
-        return None
-    known = {f"{type_key(t).lower()}_ids" for t in types}
-    for k, v in environment.items():
-        if "%(" not in v:
-            continue
-        for name in _PLACEHOLDER.findall(v):
-            if name not in known:
-                return (
-                    f"environment[{k!r}]: placeholder %({name})s cannot be filled; "
-                    f"known: {', '.join(f'%({m})s' for m in sorted(known))}"
-                )
-    return None
-
-
-def rank_env(
-    unit: dict, sandbox: str, node_name: str, ids: dict, rank: int, ranks: int, has_gpus: bool
-) -> tuple[dict, str | None]:
-    """(env, gpu_var): what one rank's environment adds to the spawning process's own: the unit's
-    `environment` (placeholders filled) and the PILOT_* variables.  The GPU variable holds
-    plain GPU ids here (gpu_var names it, None when the unit sees no GPU variable);
-    `Spawner.spawn` maps them through the node's inherited mask."""
-    env = {}
-    var = None
-    user = unit.get("environment")
-    if user:
-        mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
-        env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
-    for t, v in ids.items():
-        env[ids_var(t)] = v
-    env.update(unit_vars(unit, sandbox))
-    env["PILOT_NODE_NAME"] = node_name
-    env["PILOT_RANK"] = str(rank)
-    env["PILOT_RANKS"] = str(ranks)
-    if has_gpus or ids.get("gpus"):
-        var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
-        env[var] = ids.get("gpus", "")
-    if ids.get("gpus"):
-        env["RP_GPU_ID"] = ids["gpus"]
-    return env, var
-
-
-UNIT_VARS = ("PILOT_UNIT_ID", "RP_UNIT_ID", "PILOT_UNIT_SANDBOX", "RP_UNIT_SANDBOX", "RP_UNIT_NAME")
-
-
-def unit_vars(unit: dict, sandbox: str) -> dict:
-    """The variables of rank_env that name the unit itself (the rest follow its allocation)."""
-    uid = unit["uid"]
-    return {
-        "PILOT_UNIT_ID": uid,
-        "RP_UNIT_ID": uid,
-        "PILOT_UNIT_SANDBOX": sandbox,
-        "RP_UNIT_SANDBOX": sandbox,
-        "RP_UNIT_NAME": unit.get("name") or uid,
-    }
-
-
-def grant_ids(node_types, grant) -> dict:
-    """{type: "id,id"} for every pool type of the node (empty string for types not granted)."""
-    return {t: _ids(grant.get(t, ())) for t in node_types}
 
 
 class Spawner:
@@ -224,9 +116,9 @@ class Spawner:
         gpu_var: str | None = None,
         cpu_ids=(),
     ):
-        """Like `spawn`, without waiting for the exec where agent/_spawn.c can (x86-64 Linux):
-        returns a handle with `pid`, `settled()` and `error()`.  A failure found before the
-        child exists (a program not on PATH, a NUL byte) raises as in `spawn`; one of the
+        """Like `spawn`, without waiting for the exec where agent/_spawn-src/start.c can (x86-64
+        Linux): returns a handle with `pid`, `settled()` and `error()`.  A failure found before
+        the child exists (a program not on PATH, a NUL byte) raises as in `spawn`; one of the
         child's own (exec, chdir, bind) makes it exit 127 and is `error()` once it settled,
         which it has by the time waitpid reports its exit.  Keep the handle until then."""
         if not (self.native and NO_WAIT):
@@ -235,9 +127,10 @@ class Spawner:
         return _spawn.start(*self._native_args(path, argv, cwd, out, err, env, mask))
 
     def prepare(self, argv: list[str], cwd: str, env: dict, gpu_var, cpu_ids, one_pipe: bool):
-        """What `start` takes, encoded, not started: a handle for agent/_spawn.c's LaneThreads,
-        whose thread makes its stdout and stderr pipes when it starts it (`one_pipe`: stderr
-        into stdout's).  Raises as `start` does for what is wrong before a child exists."""
+        """What `start` takes, encoded, not started: a handle for agent/_spawn-src/lanes.c's
+        LaneThreads, whose thread makes its stdout and stderr pipes when it starts it
+        (`one_pipe`: stderr into stdout's).  Raises as `start` does for what is wrong before a
+        child exists."""
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
         err = -2 if one_pipe else -1
         return _spawn.prepare(*self._native_args(path, argv, cwd, -1, err, env, mask))
@@ -258,8 +151,8 @@ class Spawner:
         return _spawn.prepare(*self._encoded(path, argv, cwd, -1, err, envp, None))
 
     def mode(self) -> str:
-        """How units start here: clone3 / clone (agent/_spawn.c's start, x86-64 Linux), vfork
-        (agent/_spawn.c elsewhere) or posix_spawn (it was not built)."""
+        """How units start here: clone3 / clone (agent/_spawn-src/start.c, clone.c: x86-64
+        Linux), vfork (vfork_spawn.c elsewhere) or posix_spawn (it was not built)."""
         if not self.native:
             return f"posix_spawn ({native.why_not})"
         if not NO_WAIT:
@@ -289,7 +182,7 @@ class Spawner:
         return self._encoded(path, argv, cwd, out, err, envp, mask)
 
     def _encoded(self, path, argv, cwd, out, err, envp: list, mask) -> tuple:
-        """What agent/_spawn.c takes, with `envp` encoded already."""
+        """What agent/_spawn-src/ takes (args.c), with `envp` encoded already."""
         return (
             _fsencode(path),
             [_fsencode(a) for a in argv],

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from pilot import ids, processes
 from pilot.descriptions import ComputePartitionDescription
-from pilot.partition.sizing import AllocationError, PartitionResources, Pool
+from pilot.partition.pool import AllocationError, PartitionResources, Pool
 from pilot.protocol import pack
 from pilot.resource_config import agent_configs, check_agent_config
 from pilot.states import (

@@ -91,60 +91,14 @@ class NodeSet:
         {index: descriptor} naming the nodes instead of discovery.  Raises BringUpError when
         nodes are missing and node_failure is fail."""
         t0 = time.monotonic()
-        self.launch.start()
-        log.info("boot.nodes.launch: %d daemon(s) by %s", self.n, self.launch.method)
-        deadline = t0 + self.rcfg.bringup_timeout
-        self._gather(lambda: len(self.by_hint) == self.n, deadline, {b"up"})
+        self._launch(t0 + self.rcfg.bringup_timeout)
         t_up = time.monotonic()
-        names = self.launch.names()  # by launch hint
-        if given:
-            self._index_by_name(given)
-            self.label = {i: given[i]["name"] for i in range(self.n)}
-        else:
-            reported = sorted(self.by_hint)
-            absent = [h for h in range(self.n) if h not in self.by_hint]
-            for index, hint in enumerate(reported + absent):
-                self.index_of[hint] = index
-            self.label = {
-                self.index_of[h]: names[h] if h < len(names) else f"hint {h}" for h in range(self.n)
-            }
-        hints = sorted(self.by_hint, key=self.index_of.__getitem__)
-        missing = [h for h in range(self.n) if h not in self.by_hint]
-        for hint in hints:
-            body = self.by_hint[hint]
-            found = given[self.index_of[hint]] if given else body["node"]
-            node = dict(found, is_primary=self.index_of[hint] == 0, state="up")
-            self.nodes[self.index_of[hint]] = node
-            self.table[self.index_of[hint]] = {
-                "name": node["name"],
-                "host_id": node["host_id"],
-                "endpoint": body["endpoint"],
-            }
-        if missing:
-            why = self._why_missing(missing, "did not report up")
-            self._missing(missing, why)
+        hints = self._number_nodes(given)
         log.info("boot.nodes.up: %d of %d in %.3f s", len(hints), self.n, t_up - t0)
-        blob = zlib.compress(pack(self.table), 6) if hints else b""
-        width = self.rcfg.fanout
-        roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
-        index_to_hint = {i: h for h, i in self.index_of.items()}
-        for i in roots:
-            self._send(index_to_hint[i], [b"table", pack({"index": i, "width": width}), blob])
-        ready: set[int] = set()
-
-        def on_ready(hint: int, body: dict) -> None:
-            ready.add(hint)
-
-        self._gather(
-            lambda: ready >= set(hints),
-            time.monotonic() + self.rcfg.bringup_timeout,
-            {b"ready"},
-            on_ready,
-        )
-        late = [h for h in hints if h not in ready]
-        if late:
-            self._missing(late, "did not confirm the channel table")
+        blob, roots = self._send_table(hints)
+        late = self._gather_ready(hints)
         t_ready = time.monotonic()
+        width = self.rcfg.fanout
         self.stats = {
             "nodes": self.n,
             "up": len(hints) - len(late),
@@ -163,6 +117,60 @@ class NodeSet:
             self.last[h] = now
         return self.network_config()
 
+    def _launch(self, deadline: float) -> None:
+        """boot.nodes.launch: one daemon per node; gather `up` until all or `deadline`."""
+        self.launch.start()
+        log.info("boot.nodes.launch: %d daemon(s) by %s", self.n, self.launch.method)
+        self._gather(lambda: len(self.by_hint) == self.n, deadline, {b"up"})
+
+    def _number_nodes(self, given: dict | None) -> list[int]:
+        """boot.nodes.up: node indices, descriptors and the channel table of the daemons that
+        reported; the others are missing.  Returns the hints of the nodes up, in index order."""
+        if given:
+            self._index_by_name(given)
+        else:
+            self._index_by_hint()
+        hints = sorted(self.by_hint, key=self.index_of.__getitem__)
+        missing = [h for h in range(self.n) if h not in self.by_hint]
+        for hint in hints:
+            body = self.by_hint[hint]
+            found = given[self.index_of[hint]] if given else body["node"]
+            node = dict(found, is_primary=self.index_of[hint] == 0, state="up")
+            self.nodes[self.index_of[hint]] = node
+            self.table[self.index_of[hint]] = {
+                "name": node["name"],
+                "host_id": node["host_id"],
+                "endpoint": body["endpoint"],
+            }
+        if missing:
+            why = self._why_missing(missing, "did not report up")
+            self._missing(missing, why)
+        return hints
+
+    def _send_table(self, hints: list[int]) -> tuple[bytes, list[int]]:
+        """boot.nodes.table: the compressed table to the broadcast tree's roots: (it, roots)."""
+        blob = zlib.compress(pack(self.table), 6) if hints else b""
+        width = self.rcfg.fanout
+        roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
+        index_to_hint = {i: h for h, i in self.index_of.items()}
+        for i in roots:
+            self._send(index_to_hint[i], [b"table", pack({"index": i, "width": width}), blob])
+        return blob, roots
+
+    def _gather_ready(self, hints: list[int]) -> list[int]:
+        """Gather `ready` until all or bringup_timeout; the hints that did not (missing now)."""
+        ready: set[int] = set()
+
+        def on_ready(hint: int, body: dict) -> None:
+            ready.add(hint)
+
+        deadline = time.monotonic() + self.rcfg.bringup_timeout
+        self._gather(lambda: ready >= set(hints), deadline, {b"ready"}, on_ready)
+        late = [h for h in hints if h not in ready]
+        if late:
+            self._missing(late, "did not confirm the channel table")
+        return late
+
     def _why_missing(self, hints: list[int], what: str) -> str:
         exited = self.launch.exited()
         reasons = []
@@ -173,8 +181,20 @@ class NodeSet:
             )
         return reasons[0] if len(set(reasons)) == 1 else "; ".join(reasons)
 
+    def _index_by_hint(self) -> None:
+        """Discovery: the daemons that reported take indices in hint order (hint 0, the
+        primary, first), then those that did not; labels are the launch method's names."""
+        names = self.launch.names()  # by launch hint
+        reported = sorted(self.by_hint)
+        absent = [h for h in range(self.n) if h not in self.by_hint]
+        for index, hint in enumerate(reported + absent):
+            self.index_of[hint] = index
+        self.label = {
+            self.index_of[h]: names[h] if h < len(names) else f"hint {h}" for h in range(self.n)
+        }
+
     def _index_by_name(self, given: dict) -> None:
-        """Daemons take the index of the network config entry that names their node."""
+        """Daemons take the index (and label) of the network config entry naming their node."""
         index_by_name = {node["name"]: i for i, node in given.items()}
         for hint, body in sorted(self.by_hint.items()):
             index = index_by_name.get(body["node"]["name"])
@@ -191,6 +211,7 @@ class NodeSet:
         left = [i for i in range(self.n) if i not in self.index_of.values()]
         for hint in [h for h in range(self.n) if h not in self.index_of]:
             self.index_of[hint] = left.pop(0)  # stands for an entry no daemon reported for
+        self.label = {i: given[i]["name"] for i in range(self.n)}
 
     def _missing(self, hints: list[int], what: str) -> None:
         named = ", ".join(self.label[self.index_of[h]] for h in hints)

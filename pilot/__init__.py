@@ -13,18 +13,18 @@ with rp.Session() as session:
 # Names are imported on first use (PEP 562), so processes that only need a submodule (node
 # daemons, agents, the CLI) do not pay for the whole client API at start-up.
 _WHERE = {
-    "ComputePartitionDescription": "pilot.descriptions",
+    "ComputePartitionDescription": "pilot.partition_description",
     "ALL": "pilot.descriptions",
-    "FILL": "pilot.descriptions",
-    "ComputePilotDescription": "pilot.descriptions",
-    "ComputeUnitDescription": "pilot.descriptions",
+    "FILL": "pilot.partition_description",
+    "ComputePilotDescription": "pilot.pilot_description",
+    "ComputeUnitDescription": "pilot.unit_description",
     "UnitGroup": "pilot.groups",
     "UnitTemplate": "pilot.groups",
     "GLOBAL_POLICY": "pilot.policy",
     "Policy": "pilot.policy",
     "Partition": "pilot.pmgr.entities",
     "Unit": "pilot.pmgr.entities",
-    "Pilot": "pilot.pmgr.pilot_manager",
+    "Pilot": "pilot.pmgr.pilot",
     "PilotManager": "pilot.pmgr.pilot_manager",
     "Session": "pilot.pmgr.session",
     "UnitManager": "pilot.pmgr.unit_manager",

@@ -27,12 +27,14 @@ FAILED), 2 bad usage or no such pilot.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
 import socket
 import sys
 import time
+from contextlib import closing
 
 import zmq
 
@@ -210,75 +212,142 @@ def open_session_store(session: str, url: str | None):
     return store
 
 
-def report(args) -> int:
-    if args.cmd == "plot":
-        from pilot.pmgr.observe import plot
+# -- the sub-commands: one function each, args from the parser below ----------------------------
+def run_partitions(args: argparse.Namespace) -> int:
+    """`pilot partitions PILOT [--json]`."""
+    control = find_pilot(args.pilot)
+    reply = command(control, "partitions", {})
+    if _refused(control, reply):
+        return 1
+    if args.json:
+        print(json.dumps(reply["result"], indent=1))
+    else:
+        _print_partitions(reply["result"])
+    return 0
 
-        plot.output_format(args.output)  # a bad name fails before the store is read
-    store = open_session_store(args.session, args.database_url)
-    try:
-        if args.cmd == "plot" or (args.cmd == "export" and args.format == "chrome-trace"):
-            return observe(args, store)
-        if args.cmd == "export":
-            out = open(args.output, "w") if args.output else sys.stdout
-            try:
-                for row in store.history(session=args.session):
-                    out.write(json.dumps(row) + "\n")
-            finally:
-                if args.output:
-                    out.close()
-            return 0
-        doc = store.get("sessions", args.session)
-        print(f"{args.session}  dir {doc['dir']}")
-        for p in store.find("pilots", session=args.session):
-            size = p.get("size") or {}
-            print(
-                f"{p['uid']:28} {p['state']:9} {size.get('nodes', '?')} node(s), "
-                f"{size.get('cores', '?')} cores, {size.get('gpus', '?')} GPUs"
-                + (f"  {p['reason']}" if p.get("reason") else "")
-            )
-            for part in store.find("partitions", pilot=p["uid"]):
-                r = part.get("resources") or {}
-                print(
-                    f"  {part['uid']:26} {part['state']:9} {r.get('cores', 0):>4} cores "
-                    f"{r.get('gpus', 0):>3} GPUs"
-                    + (f"  {part['reason']}" if part.get("reason") else "")
-                )
-        units = store.find("units", session=args.session)
-        counts = {}
-        for u in units:
-            counts[u["state"]] = counts.get(u["state"], 0) + 1
-        print(f"units: {len(units)}" + "".join(f", {k} {v}" for k, v in sorted(counts.items())))
+
+def run_reconfig(args: argparse.Namespace) -> int:
+    """`pilot reconfig PILOT [--stop UID|all]... [--start SIZE]... [--json] [--id ID]`."""
+    control = find_pilot(args.pilot)
+    if not args.stop and not args.start:
+        raise UsageError("reconfig: give --stop and/or --start")
+    stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
+    start = [parse_size(s).to_stored() for s in args.start]
+    reply = command(control, "reconfig", {"stop": stop, "start": start}, args.id)
+    if _refused(control, reply):
+        return 1
+    listing = settled(control, [s["uid"] for s in reply["result"]["started"]])
+    if args.json:
+        print(json.dumps({"reconfig": reply["result"], **listing}, indent=1))
+    else:
+        res = reply["result"]
+        print(f"stopped: {', '.join(res['stopped']) or '-'}")
+        for s in res["started"]:
+            print(f"started: {s['uid']} {s['state']} {s['reason'] or ''}".rstrip())
+        _print_partitions(listing)
+    failed = [
+        p["uid"]
+        for p in listing["partitions"]
+        if p["uid"] in {s["uid"] for s in reply["result"]["started"]} and p["state"] == "FAILED"
+    ]
+    if failed:
+        print(f"pilot: partition(s) {', '.join(failed)} FAILED", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _refused(control: dict, reply: dict) -> bool:
+    """The pilot refused the command (said so on stderr)."""
+    if not reply.get("ok"):
+        print(f"pilot: {control['pilot']} refused: {reply.get('error')}", file=sys.stderr)
+        return True
+    return False
+
+
+def run_resources(args: argparse.Namespace) -> int:
+    """`pilot resources`."""
+    print("\n".join(resource_config.known_resources()))
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`pilot status SESSION`: pilots, partitions and unit counts, from the store."""
+    from pilot.pmgr.observe import text
+
+    with closing(open_session_store(args.session, args.database_url)) as store:
+        text.print_status(store, args.session)
         return 0
-    finally:
-        store.close()
 
 
-def observe(args, store) -> int:
-    """`pilot plot` and `pilot export --format chrome-trace` (pmgr/observe/)."""
-    from pilot.pmgr.observe import timeline
+def run_export(args: argparse.Namespace) -> int:
+    """`pilot export SESSION`: every state change as a JSON line (pmgr/observe/text.py), or a
+    trace for Perfetto (pmgr/observe/trace.py)."""
+    with closing(open_session_store(args.session, args.database_url)) as store:
+        if args.format == "chrome-trace":
+            from pilot.pmgr.observe import timeline, trace
 
-    tl = timeline.load(store, args.session)
-    if args.cmd == "plot":
-        from pilot.pmgr.observe import plot
+            tl = timeline.load(store, args.session)
+            write = functools.partial(trace.write, tl)
+        else:
+            from pilot.pmgr.observe import text
 
-        drawn = plot.plot(tl, args.output)
+            write = functools.partial(text.write_history, store, args.session)
+        if args.output:
+            with open(args.output, "w") as out:
+                write(out)
+        else:
+            write(sys.stdout)
+        return 0
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """`pilot plot SESSION`: one figure of the session (pmgr/observe/plot.py)."""
+    from pilot.pmgr.observe import plot, timeline
+
+    plot.output_format(args.output)  # a bad name fails before the store is read
+    with closing(open_session_store(args.session, args.database_url)) as store:
+        drawn = plot.plot(timeline.load(store, args.session), args.output)
         print(
             f"{args.output}: {drawn['units']} units, {drawn['partitions']} partitions, "
             f"{drawn['reconfigs']} reconfig(s)"
         )
         return 0
-    from pilot.pmgr.observe import trace
 
+
+def run_top(args: argparse.Namespace) -> int:
+    """`pilot top [SESSION|PILOT|SESSION/PILOT]` (pmgr/observe/top.py)."""
+    from pilot.pmgr.observe import top
+
+    return top.run(args.target, args.once, args.interval, args.database_url)
+
+
+def run_network_config(args: argparse.Namespace) -> int:
+    """`pilot network-config`: this node's (or the allocation's nodes') descriptor."""
+    from pilot import network
+
+    text = network.dump(network.network_config(args.this_node), args.format)
     if args.output:
-        with open(args.output, "w") as out:
-            trace.write(tl, out)
+        with open(args.output, "w") as f:
+            f.write(text)
     else:
-        trace.write(tl, sys.stdout)
+        sys.stdout.write(text)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+SUB_COMMANDS = {
+    "partitions": run_partitions,
+    "reconfig": run_reconfig,
+    "resources": run_resources,
+    "status": run_status,
+    "export": run_export,
+    "plot": run_plot,
+    "top": run_top,
+    "network-config": run_network_config,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's grammar: a sub-parser per entry of SUB_COMMANDS."""
     ap = argparse.ArgumentParser(prog="pilot", description=__doc__.split("\n\n")[0])
     from pilot import __version__
 
@@ -326,63 +395,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only this node, also inside a SLURM allocation (default there: every node)",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        if args.cmd == "resources":
-            print("\n".join(resource_config.known_resources()))
-            return 0
-        if args.cmd in ("status", "export", "plot"):
-            return report(args)
-        if args.cmd == "top":
-            from pilot.pmgr.observe import top
-
-            return top.run(args.target, args.once, args.interval, args.database_url)
-        if args.cmd == "network-config":
-            from pilot import network
-
-            text = network.dump(network.network_config(args.this_node), args.format)
-            if args.output:
-                with open(args.output, "w") as f:
-                    f.write(text)
-            else:
-                sys.stdout.write(text)
-            return 0
-        control = find_pilot(args.pilot)
-        if args.cmd == "reconfig":
-            if not args.stop and not args.start:
-                raise UsageError("reconfig: give --stop and/or --start")
-            stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
-            start = [parse_size(s).to_stored() for s in args.start]
-            reply = command(control, "reconfig", {"stop": stop, "start": start}, args.id)
-        else:
-            reply = command(control, "partitions", {})
-        if not reply.get("ok"):
-            print(f"pilot: {control['pilot']} refused: {reply.get('error')}", file=sys.stderr)
-            return 1
-        if args.cmd == "reconfig":
-            listing = settled(control, [s["uid"] for s in reply["result"]["started"]])
-            if args.json:
-                print(json.dumps({"reconfig": reply["result"], **listing}, indent=1))
-            else:
-                res = reply["result"]
-                print(f"stopped: {', '.join(res['stopped']) or '-'}")
-                for s in res["started"]:
-                    print(f"started: {s['uid']} {s['state']} {s['reason'] or ''}".rstrip())
-                _print_partitions(listing)
-            failed = [
-                p["uid"]
-                for p in listing["partitions"]
-                if p["uid"] in {s["uid"] for s in reply["result"]["started"]}
-                and p["state"] == "FAILED"
-            ]
-            if failed:
-                print(f"pilot: partition(s) {', '.join(failed)} FAILED", file=sys.stderr)
-                return 1
-        elif args.json:
-            print(json.dumps(reply["result"], indent=1))
-        else:
-            _print_partitions(reply["result"])
-        return 0
+        return SUB_COMMANDS[args.cmd](args)
     except (UsageError, ValueError) as exc:
         print(f"pilot: {exc}", file=sys.stderr)
         return 2

@@ -1,2 +1,3 @@
-"""The client: Session, PilotManager, UnitManager, the pilot link, batch submission (batch/),
-the state store (store/) and recovery."""
+"""The client: Session, PilotManager and Pilot (pilot.py), UnitManager (routing.py,
+unit_events.py), the pilot link, batch submission (batch/), the state store (store/),
+recovery and the views of a session (observe/)."""

@@ -128,7 +128,7 @@ class Unit(Stateful):
         self.staging_out = False  # its client outputs are being transferred
         self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
         self.umgr = umgr
-        self.bound = None  # round robin: the Pilot it waits for (pmgr/unit_manager.py)
+        self.bound = None  # round robin: the Pilot it waits for (pmgr/routing.py)
         self.after: Unit | None = None  # `tag`: the earlier unit it runs beside
         self.part: str | None = None
         self.pilot = None  # the Pilot handle it was sent to

@@ -30,7 +30,7 @@ from pilot.descriptions import (
     ComputeUnitDescription,
 )
 from pilot.pmgr.entities import Partition, Unit
-from pilot.pmgr.pilot_manager import Pilot
+from pilot.pmgr.pilot import Pilot
 from pilot.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")

@@ -10,7 +10,10 @@ pilots and unit managers through one table keyed by message type (`HANDLERS`).
 The session directory is $PILOT_SESSIONS_DIR/<uid> (default ~/.pilot/sessions/<uid>): the
 sqlite file, one sandbox per pilot (logs, unit sandboxes, the control endpoint for the CLI).
 close() cancels the pilots still running, waits for them (bounded), kills by pid whatever is
-left of the session's processes, and flushes the store.  It also runs at interpreter exit.
+left of the session's processes, and flushes the store.  It also runs at interpreter exit.  Its
+steps, in order: _end_pilots, _kill_leftovers, _close_links (transfers, pilot link, store
+writer), then the store is closed and _pilot_files (download, cleanup) runs; close(terminate=
+False) only closes the links and the store.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pilot import ids, network, security
 from pilot import states as S
 from pilot.pmgr import pilot_files, reaper
 from pilot.pmgr.channel import Channel
-from pilot.pmgr.pilot_manager import Pilot
+from pilot.pmgr.pilot import Pilot
 from pilot.pmgr.recovery import Recovery
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.writer import BatchWriter
@@ -295,11 +298,24 @@ class Session:
                     "%s: close(terminate=False) leaves pilots running: no cleanup or download",
                     self.uid,
                 )
-            self.transfers.close()
-            self.channel.close()
-            self.unpersisted = self.writer.close(timeout=10.0)
+            self._close_links()
             self.store.close()
             return
+        self._end_pilots(timeout)
+        self._kill_leftovers()
+        self._close_links()
+        if self.unpersisted:
+            log.error(
+                "%s: the store could not take the records of %d object(s), e.g. %s",
+                self.uid,
+                len(self.unpersisted),
+                sorted(self.unpersisted)[:5],
+            )
+        self.store.close()
+        self._pilot_files(download, cleanup)
+
+    def _end_pilots(self, timeout: float) -> None:
+        """(close) Cancel the live pilots, wait for them within `timeout`, end their jobs."""
         live = [p for p in self.pilots.values() if not p.final]
         for p in live:
             p.request_cancel("session closed")
@@ -313,6 +329,10 @@ class Session:
             if p.job is not None and p.final:  # it said bye: let the job end on its own
                 p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
             p.kill_job()
+
+    def _kill_leftovers(self) -> None:
+        """(close) Kill by pid what is left of the session's processes on this host; a pilot
+        still not final is lost."""
         # the last resort finds processes on this host only: a batch job elsewhere ends through
         # its bootstrap and its batch system (cancel, scancel), never through our /proc
         here = any(p.resource.batch_system == "local" for p in self.pilots.values())
@@ -323,17 +343,17 @@ class Session:
             for p in self.pilots.values():
                 if not p.final:
                     p.lost("session closed before the pilot reported its end")
+
+    def _close_links(self) -> None:
+        """(close) Stop the transfers and the pilot link, write what the store writer has
+        left (bounded); `unpersisted`: the uids whose records it could not write."""
         self.transfers.close()
         self.channel.close()
         self.unpersisted = self.writer.close(timeout=10.0)
-        if self.unpersisted:
-            log.error(
-                "%s: the store could not take the records of %d object(s), e.g. %s",
-                self.uid,
-                len(self.unpersisted),
-                sorted(self.unpersisted)[:5],
-            )
-        self.store.close()
+
+    def _pilot_files(self, download: bool, cleanup: bool) -> None:
+        """(close, the pilots ended) Copy the pilots' logs here and remove their sandboxes,
+        as asked."""
         for p in self.pilots.values():
             if download:
                 pilot_files.download(p, self.dir)

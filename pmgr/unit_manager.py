@@ -1,38 +1,23 @@
 """UnitManager: submits units, routes them to partitions, follows them to a final state.
 
-Routing (client side): a unit with `partition=` goes to that partition once it is ACTIVE; any
-other unit goes to the ACTIVE partition of this manager's pilots with the fewest outstanding
-units per core among those whose largest node can hold it.  A partition holds at most its
-window of units not yet final (Partition.window: 4 x cores + 768, plus what it ends in
-WINDOW_AHEAD seconds at its recent rate): enough to keep its agent busy while its reports and the
-next units are on their way, few enough that a partition started later gets work and a stopped
-one has little to hand back.  Units wait at
-the client (state SCHEDULING) otherwise; each routing round sends one batch per partition.
-
-Nothing is lost: every unit ends in exactly one final state.
-  - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
-    at submit with the reason
-  - handed back by a stopped partition (queued, not started): routed again
-  - its partition or pilot ended while the unit was queued or running there, without a word
-    from the agent: FAILED with the partition's reason
-  - no live pilot is left to run it: FAILED
+The user's side is here: submit_units (units are made, checked and routed in chunks),
+cancel_units, wait_units, callbacks, the pilots to route to.  How units are routed to partitions
+and sent is in its base `Routing` (pmgr/routing.py); what the pilots say about units (state
+updates, units handed back, partitions lost) in its base `UnitEvents` (pmgr/unit_events.py),
+with the guarantee that every unit ends in exactly one final state.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import threading
 import time
 from collections import deque
 
 from pilot import states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.entities import UNIT_STATE, Unit, callback
-from pilot.protocol import pack
-from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULER_ROUND_ROBIN, SCHEDULERS
+from pilot.pmgr.unit_events import UnitEvents
+from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULERS
 
-SEND_CHUNK = 2000
 # submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
 # units are on their way (persisted, then sent) while the rest are made (measured: 2,000
 # function units made in one piece reached their agent after 130 ms, a third of their run)
@@ -42,16 +27,15 @@ SUBMIT_CHUNK_MIN, SUBMIT_CHUNK_MAX = 64, 256
 # on holds it for 5 ms at a time (measured: the first units left the client 70-90 ms after
 # submit_units was called, and the cores idled meanwhile)
 SEND_WAIT = 0.1
-log = logging.getLogger("pmgr.units")
 
 
-class UnitManager:
+class UnitManager(UnitEvents):
     def __init__(self, session, scheduler: str | None = None) -> None:
         """scheduler: how units are spread over this manager's pilots (RADICAL-Pilot's names):
         rp.SCHEDULER_ROUND_ROBIN (the default): each unit is bound, in submit order, to the
         next pilot in turn and waits for it; rp.SCHEDULER_BACKFILLING: a unit goes to whichever
         pilot has an ACTIVE partition with room first.  Within a pilot, units go to its
-        partitions as described above."""
+        partitions as pmgr/routing.py describes."""
         scheduler = scheduler or SCHEDULER_DEFAULT
         if scheduler not in SCHEDULERS:
             raise ValueError(
@@ -83,23 +67,6 @@ class UnitManager:
         (node daemons forward each unit's first 64 KiB per rank and stream; the files in the
         unit's sandbox have all of it)."""
         self._output_callbacks.append(cb)
-
-    def on_output(self, chunks: list) -> None:
-        """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
-        calls = []
-        with self.session.lock:
-            for uid, node, rank, stream, text in chunks:
-                unit = self.units.get(uid)
-                if unit is None:
-                    continue
-                unit.add_output(node, rank, stream, text)
-                calls.append((unit, node, rank, stream, text))
-        for cb in list(self._output_callbacks):
-            for call in calls:
-                try:
-                    cb(*call)
-                except Exception:
-                    log.exception("output callback %r failed", cb)
 
     def add_pilots(self, pilots) -> None:
         pilots = pilots if isinstance(pilots, (list, tuple)) else [pilots]
@@ -293,7 +260,6 @@ class UnitManager:
                 return list(self.units.values())
             return [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
 
-    # -- routing (lock held) ------------------------------------------------------------------
     def _unit(self, uid) -> Unit:
         if isinstance(uid, Unit):
             uid = uid.uid
@@ -301,425 +267,3 @@ class UnitManager:
         if unit is None:
             raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")
         return unit
-
-    def find_partition(self, uid: str):
-        for p in self.pilots:
-            for part in p.parts.values():
-                if part.uid == uid:
-                    return part
-        return None
-
-    def _never_fits(self, unit: Unit) -> str | None:
-        d = unit.description
-        if d.pilot is not None:
-            pinned = next(p for p in self.pilots if p.uid == d.pilot)
-            if pinned.final:
-                return f"pilot={d.pilot!r} is {pinned.state}"
-        if d.partition is not None:
-            part = self.find_partition(d.partition)
-            if part.final:
-                return f"partition={d.partition!r} is {part.state}"
-            return None  # its agent knows the partition's pool and says so at arrival
-        if not self.pilots:
-            return None
-        live = [p for p in self.pilots if not p.final]
-        cores, gpus = d.rank_cores, math.ceil(d.rank_gpus)
-        if live and all(
-            cores > p.size["cores_per_node"] or gpus > p.size["gpus_per_node"] for p in live
-        ):
-            best = max((p.size["cores_per_node"], p.size["gpus_per_node"]) for p in live)
-            return (
-                f"cores={cores}, gpus={d.rank_gpus} can never fit: the pilots' nodes have at "
-                f"most {best[0]} cores, {best[1]} GPUs"
-            )
-        if live and all(
-            d.ranks * cores > p.size["cores"] or d.ranks * d.rank_gpus > p.size["gpus"]
-            for p in live
-        ):
-            most = max((p.size["cores"], p.size["gpus"]) for p in live)
-            return (
-                f"ranks={d.ranks} x cores={cores}, gpus={d.rank_gpus} can never fit: the "
-                f"pilots hold at most {most[0]} cores, {most[1]} GPUs"
-            )
-        return None
-
-    def _pilot_for(self, unit: Unit):
-        """The pilot a unit must run on (`pilot=`, or its round-robin turn), or None (any)."""
-        d = unit.description
-        if d.pilot is not None:
-            return next(p for p in self.pilots if p.uid == d.pilot)
-        if self.scheduler != SCHEDULER_ROUND_ROBIN:
-            return None
-        if unit.bound is None or unit.bound.final:
-            live = [p for p in self.pilots if not p.final and self._could_run(p, d)]
-            if not live:
-                return None
-            unit.bound = live[self.turn % len(live)]
-            self.turn += 1
-        return unit.bound
-
-    @staticmethod
-    def _could_run(pilot, d) -> bool:
-        size = pilot.size
-        return (
-            d.rank_cores <= size["cores_per_node"]
-            and math.ceil(d.rank_gpus) <= size["gpus_per_node"]
-            and d.ranks * d.rank_cores <= size["cores"]
-        )
-
-    def route(self) -> threading.Event | None:
-        """Send pending units, oldest first, to partitions with room in their window; an
-        Event set once they are sent when a partition was short of units, else None."""
-        if not self.pending:
-            return None
-        if self.pilots and all(p.final for p in self.pilots):
-            now = time.time()
-            for unit in self.pending:
-                unit.advance(S.FAILED, now, "no live pilot is left to run it")
-            self.pending.clear()
-            return None
-        ended = []
-        if self.pinned and any(p.final for p in self.pilots):  # units pinned to a pilot that ended
-            ended = [u for u in self.pending if u.description.pilot and self._pilot_for(u).final]
-        for unit in ended:
-            self.pending.remove(unit)
-            pilot = self._pilot_for(unit)
-            unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
-        windows = {
-            part: part.window  # (read once: it follows the partition's rate)
-            for p in self.pilots
-            if p.state == S.ACTIVE and p.linked  # (an attached pilot: once its hello came)
-            for part in p.parts.values()
-            if part.state == S.ACTIVE and part.accepting
-        }
-        room = {part: w - part.outstanding for part, w in windows.items() if w > part.outstanding}
-        if not room:
-            return None
-        batches: dict = {}
-        sent: list[Unit] = []
-        short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
-        skipped: list[Unit] = []
-        fits_cache: dict = {}
-        pending = self.pending
-        while pending and room:
-            unit = pending.popleft()
-            d = unit.description
-            target = None
-            if d.partition is not None:
-                part = self.find_partition(d.partition)
-                if part in room:
-                    target = part
-                elif part.final:
-                    why = f"partition={part.uid!r} is {part.state}"
-                    unit.advance(S.FAILED, time.time(), why)
-                    continue
-            elif unit.after is not None:  # `tag`: where that unit went
-                anchor = unit.after
-                part = anchor.pilot.parts.get(anchor.part) if anchor.part else None
-                if part is not None and part in room:
-                    target = part
-                elif (part is not None and part.final) or (part is None and anchor.final):
-                    where = f"partition {part.uid}, which is {part.state}" if part else "nowhere"
-                    why = f"tag={anchor.uid!r}: that unit ran in {where}"
-                    unit.advance(S.FAILED, time.time(), why)
-                    continue
-            else:
-                pilot = self._pilot_for(unit)
-                if pilot is not None and pilot.final:  # pinned to a pilot that ended
-                    unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
-                    continue
-                key = (d.rank_cores, d.rank_gpus, d.ranks, pilot)
-                cands = fits_cache.get(key)
-                if cands is None:
-                    cands = fits_cache[key] = [
-                        p
-                        for p in room
-                        if (pilot is None or p.pilot is pilot) and p.could_hold(*key[:3])
-                    ]
-                cands = [p for p in cands if p in room]
-                if cands:
-                    target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
-            if target is None:
-                skipped.append(unit)
-                continue
-            unit.part = target.uid
-            unit.pilot = target.pilot
-            target.outstanding += 1
-            room[target] -= 1
-            if room[target] <= 0:
-                del room[target]
-            if unit.client_in and unit.staged_on is not target.pilot:
-                self.session.writer.changed(unit)
-                self._stage_in(unit, target)  # sent once its files are there
-                continue
-            batches.setdefault(target, []).append(unit.wire())
-            sent.append(unit)
-        pending.extendleft(reversed(skipped))
-        if not batches:
-            return None
-        # sent once the store has each unit with the partition it goes to (persist, then send:
-        # a client that dies in between leaves units its successor finds, asks, and re-routes),
-        # ahead of the records of units still waiting here (pmgr/store/writer.py)
-        # (a partition with half its window or more in hand can wait for the writer's linger)
-        done = threading.Event() if short else None
-
-        def send() -> None:
-            try:
-                self._send_persisted(batches)
-            finally:
-                if done is not None:
-                    done.set()
-
-        self.session.writer.send_after(sent, send, short)
-        return done
-
-    # -- data staging (pmgr/transfers.py) ----------------------------------------------------
-    def _stage_in(self, unit: Unit, target) -> None:
-        def then(error: str | None) -> None:  # (transfer thread)
-            with self.session.locked():
-                if unit.part != target.uid:
-                    pass  # its partition was lost meanwhile: it was routed again from there
-                elif unit.final:  # canceled while its files moved
-                    target.outstanding -= 1
-                elif error:
-                    target.outstanding -= 1
-                    unit.advance(S.FAILED, time.time(), f"input staging: {error}")
-                elif target.final or not target.accepting:
-                    target.outstanding -= 1
-                    unit.staged_on = target.pilot
-                    unit.part = None
-                    self.pending.appendleft(unit)  # routed again (its files are on that pilot)
-                else:
-                    unit.staged_on = target.pilot
-                    batch = {target: [unit.wire()]}
-                    self.session.writer.then(lambda: self._send_persisted(batch))
-                self.route()
-
-        self.session.transfers.stage(unit, target.pilot, unit.client_in, then)
-
-    def _stage_out(self, unit: Unit, ts: float, reason: str | None) -> None:
-        def then(error: str | None) -> None:  # (transfer thread)
-            with self.session.locked():
-                unit.client_out = []  # done: the DONE below is let through
-                if not unit.final:
-                    if error:
-                        unit.advance(S.FAILED, time.time(), f"output staging: {error}")
-                    else:
-                        unit.advance(S.DONE, time.time(), reason)
-                    part = unit.pilot.parts.get(unit.part) if unit.part else None
-                    if part is not None:
-                        part.outstanding -= 1
-                self.route()
-
-        self.session.transfers.stage(unit, unit.pilot, unit.client_out, then)
-
-    def _send_persisted(self, batches: dict) -> None:
-        """(Writer thread) Send each batch; a unit the store refused for good is not sent:
-        it ends FAILED, named in session.unpersisted."""
-        refused = self.session.writer.unpersisted
-        send = self.session.channel.send
-        for part, units in batches.items():
-            if refused:
-                kept = [u for u in units if u["uid"] not in refused]
-                self._not_persisted(part, [u["uid"] for u in units if u["uid"] in refused])
-                units = kept
-            for i in range(0, len(units), SEND_CHUNK):
-                send(part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])])
-
-    def _not_persisted(self, part, uids: list[str]) -> None:
-        if not uids:
-            return
-        with self.session.locked():
-            for uid in uids:
-                unit = self.units[uid]
-                if not unit.final:
-                    part.outstanding -= 1
-                    unit.advance(S.FAILED, time.time(), "not sent: the store refused its record")
-            self.session.cond.notify_all()
-
-    # -- events (lock held, channel thread) ---------------------------------------------------
-    def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
-        """One state update from an agent.  One the unit's state machine refuses changes
-        nothing: said again (a sync after an attach repeats what the unit has passed) it is
-        counted in `said_again`; any other is logged with the unit and both states."""
-        unit = self.units.get(uid)
-        if unit is None:
-            log.warning("state %s for unknown unit %s dropped", state, uid)
-            return
-        if state == unit.state:
-            return
-        if unit.part is None and state not in S.FINAL:
-            self.said_again += 1  # from a partition it left (routed again): stale
-            return
-        if not S.reachable(S.UNIT_MACHINE, unit.state, state):
-            if any(state == past for past, _ in unit.history):
-                self.said_again += 1
-            else:
-                log.warning(
-                    "%s: update %s -> %s refused by the unit state machine (%s)",
-                    uid,
-                    unit.state,
-                    state,
-                    info.get("reason") or f"exit code {info.get('exit_code')}",
-                )
-            return
-        if info.get("lost") and self._may_restart(unit, info.get("reason") or "node lost"):
-            part = unit.pilot.parts.get(unit.part)
-            if part is not None:
-                part.outstanding -= 1
-                part.accepting = False  # it lost a node: it ends FAILED next
-            unit.advance(S.SCHEDULING, ts, None)  # its node was lost: it runs again
-            unit.part = None
-            self.pending.appendleft(unit)
-            return
-        if state == S.DONE and unit.client_out:  # its output files come here first
-            if unit.staging_out:
-                return  # said again while they do
-            unit.staging_out = True
-            unit.exit_code = info.get("exit_code", 0)
-            if "node" in info:
-                unit.node, unit.slots = info["node"], info.get("slots")
-            self._stage_out(unit, ts, info.get("reason"))
-            return
-        if "exit_code" in info:
-            unit.exit_code = info["exit_code"]
-        for key in ("stdout", "stderr"):  # kept output of a `cleanup` unit, a function's
-            if isinstance(info.get(key), str):
-                unit.kept[key] = info[key]
-        if isinstance(info.get("value"), str):  # a function unit's return value, packed
-            unit.value = info["value"]
-        if isinstance(info.get("exception"), str):
-            unit.exception = info["exception"]
-        if "node" in info:
-            unit.node = info["node"]
-            unit.slots = info.get("slots")
-        unit.advance(state, ts, info.get("reason"))
-        if unit.final and unit.part is not None:
-            part = unit.pilot.parts.get(unit.part)
-            if part is not None:
-                part.outstanding -= 1
-                part.ended += 1
-
-    def on_units_back(self, part_uid: str, units: list) -> None:
-        """Units a partition could not or did not run: route them again."""
-        now = time.time()
-        back = []
-        stopping = self.find_partition(part_uid)
-        if stopping is not None:
-            stopping.accepting = False  # it is going away: send it nothing more
-        for d in units:
-            unit = self.units.get(d["uid"])
-            if unit is None or unit.final or unit.part != part_uid:
-                continue
-            part = unit.pilot.parts.get(part_uid)
-            if part is not None:
-                part.outstanding -= 1
-            if unit.description.partition == part_uid:  # pinned there: nowhere else to go
-                unit.advance(S.FAILED, now, f"its partition {part_uid} was stopped before it ran")
-                continue
-            if unit.state == S.QUEUED:
-                unit.advance(S.SCHEDULING, now, None)
-            unit.part = None
-            back.append(unit)
-        self.pending.extendleft(reversed(back))
-        self.route()
-
-    def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
-        """The agent of `part_uid` died.  Its units that had started (its start journal) may
-        have run: they end FAILED, never run twice (unless restartable: then they run again
-        elsewhere); the others never ran and are routed again (to another partition; one
-        pinned to this partition fails with it)."""
-        started, killed = set(started), set(killed)
-        lost = self.find_partition(part_uid)
-        if lost is not None:
-            lost.accepting = False  # its FAILED state follows: route nothing more there
-        now = time.time()
-        back = []
-        for unit in self.units.values():
-            if unit.part != part_uid or unit.final:
-                continue
-            part = unit.pilot.parts.get(part_uid)
-            if part is not None:
-                part.outstanding -= 1
-            if unit.uid in killed:
-                why = f"killed: {reason} while it ran"
-            elif unit.uid in started:
-                why = f"{reason} after starting it; its outcome is unknown"
-            elif unit.description.partition == part_uid:
-                why = f"its partition {part_uid} was lost before it started ({reason})"
-            else:
-                why = None
-            if why is not None and not self._may_restart(unit, why):
-                unit.advance(S.FAILED, now, why)
-                continue
-            if unit.state != S.SCHEDULING:
-                unit.advance(S.SCHEDULING, now, None)
-            unit.part = None
-            back.append(unit)
-        if back:
-            log.warning(
-                "%s lost (%s): %d unit(s) routed again (never started, or restartable)",
-                part_uid,
-                reason,
-                len(back),
-            )
-        self.pending.extendleft(reversed(back))
-        self.route()
-
-    def on_partition_changed(self, part) -> None:
-        if part.final:
-            now = time.time()
-            for unit in self.units.values():
-                if unit.part != part.uid or unit.final:
-                    continue
-                self._never_reached(
-                    unit,
-                    f"lost with partition {part.uid} ({part.state}: {part.reason}); "
-                    "its outcome is unknown",
-                    now,
-                    front=True,
-                )
-            part.outstanding = 0
-        self.route()
-
-    def _never_reached(self, unit: Unit, why: str, now: float, front: bool = False) -> None:
-        """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
-        never reached it and is routed again; any other is FAILED with `why`."""
-        if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
-            unit.part = None
-            (self.pending.appendleft if front else self.pending.append)(unit)
-        elif self._may_restart(unit, why):
-            unit.advance(S.SCHEDULING, now, None)
-            unit.part = None
-            (self.pending.appendleft if front else self.pending.append)(unit)
-        else:
-            unit.advance(S.FAILED, now, why)
-
-    def _may_restart(self, unit: Unit, why: str) -> bool:
-        """A restartable unit (not pinned to the partition it lost) runs again elsewhere."""
-        d = unit.description
-        if not d.restartable or d.partition == unit.part:
-            return False
-        log.warning("%s restarts: %s", unit.uid, why)
-        return True
-
-    def on_pilot_changed(self, pilot) -> None:
-        self.route()
-
-    def on_synced(self, part_uid: str, unknown: list) -> None:
-        """After an attach, the agent of `part_uid` does not know these units: one that was
-        only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
-        now = time.time()
-        for uid in unknown:
-            unit = self.units.get(uid)
-            if unit is None or unit.final or unit.part != part_uid:
-                continue
-            part = unit.pilot.parts.get(part_uid)
-            if part is not None:
-                part.outstanding -= 1
-            self._never_reached(
-                unit,
-                f"lost: partition {part_uid} does not know it (found when a client attached)",
-                now,
-            )
-        self.route()

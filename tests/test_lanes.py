@@ -16,7 +16,7 @@ from pilot.agent.runners import lanes
 from tests.conftest import active_pilot
 from tests.faults import check_exactly_once, read_truth, truth_unit
 
-pytestmark = pytest.mark.skipif(not lanes.available(), reason="agent/_spawn.c not built here")
+pytestmark = pytest.mark.skipif(not lanes.available(), reason="agent/_spawn-src/ not built here")
 
 
 def _agent_log(pilot, part) -> str:
@@ -231,10 +231,10 @@ def test_a_lane_thread_per_core_each_bound_to_it(tmp_path):
 
 
 def test_the_queue_ahead_is_one_queue_taken_by_the_first_freed_lane_of_its_shape(tmp_path):
-    """agent/_spawn.c's LaneThreads: the units queued ahead are one queue; a freed slot takes its
-    head when the head asks for the slot's shape (key), appends the slot's own environment
-    entries to it and journals it first; otherwise the slot is left free, and the head waits
-    (the agent places it).  withdraw() gives back what has not started, in order."""
+    """agent/_spawn-src/lanes.c's LaneThreads: the units queued ahead are one queue; a freed
+    slot takes its head when the head asks for the slot's shape (key), appends the slot's own
+    environment entries to it and journals it first; otherwise the slot is left free, and the
+    head waits (the agent places it).  withdraw() gives back what has not started, in order."""
     import select
 
     from pilot.agent._spawn import LaneThreads

@@ -5,7 +5,7 @@ import pytest
 import pilot as rp
 from pilot import resource_config
 from pilot.partition.plan import plan_pilot
-from pilot.partition.sizing import AllocationError, Pool
+from pilot.partition.pool import AllocationError, Pool
 
 CPD = rp.ComputePartitionDescription
 

@@ -1,4 +1,4 @@
-"""agent/spawn.py's Spawner, every way it starts a process: agent/_spawn.c's spawn (bound
+"""agent/spawn.py's Spawner, every way it starts a process: agent/_spawn-src/'s spawn (bound
 between vfork and exec), its start (the same without waiting for the exec: the unit runner's
 way), and the fallback (posix_spawn, then bind).  Same contract: environment, working
 directory, descriptors, process group, signal dispositions, binding, and errors that leave
@@ -46,7 +46,7 @@ def spawner(request):
     """start-clone: start() through the older clone, as on kernels without clone3 (the child
     resets the handled signals itself)."""
     if request.param != "posix_spawn" and not spawn_mod.NATIVE:
-        pytest.skip("agent/_spawn.c was not built (no C compiler)")
+        pytest.skip("agent/_spawn-src/ was not built (no C compiler)")
     if request.param.startswith("start") and not spawn_mod.NO_WAIT:
         pytest.skip("start() is built on x86-64 Linux only")
     s = Spawner({"PILOT_TEST_BASE": "base", "PILOT_TEST_OVER": "base"})
@@ -90,7 +90,7 @@ def test_the_native_spawn_is_built_where_a_compiler_is():
     if os.environ.get("PILOT_NATIVE") == "0":
         pytest.skip("PILOT_NATIVE=0: the pure-Python spawn is under test")
     if shutil.which("cc") or shutil.which("gcc"):
-        assert spawn_mod.NATIVE, "pip install -e . should have built agent/_spawn.c"
+        assert spawn_mod.NATIVE, "pip install -e . should have built agent/_spawn-src/"
 
 
 def test_environment_directory_and_descriptors(spawner, tmp_path):

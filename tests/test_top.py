@@ -292,13 +292,16 @@ def test_top_says_when_nothing_runs(make_session, sessions_dir):
     pilot, umgr = active_pilot(session, parts=((1,), (1,)))
     umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/false")])
     umgr.wait_units(timeout=60)
-    from pilot.pmgr.observe import top
+    from pilot.pmgr.observe import top_store
     from pilot.pmgr.store import open_store
 
     # the generic reader (MongoDB's path) and the sqlite one see the same
     path = os.path.join(session.dir, "state.db")
     session.writer.flush(timeout=30)
-    fast, generic = top.SqliteReader(path), top.StoreReader(open_store(f"sqlite:///{path}"))
+    fast, generic = (
+        top_store.SqliteReader(path),
+        top_store.StoreReader(open_store(f"sqlite:///{path}")),
+    )
     try:
         for name, args in (
             ("unit_counts", (session.uid, pilot.uid)),

@@ -147,7 +147,7 @@ def test_stdout_and_stderr_in_one_file_and_empty_files_for_staging(session, tmp_
     assert (tmp_path / "quiet.out").read_text() == ""  # STDOUT was made, empty, to be staged
 
 
-@pytest.mark.parametrize("native", [True, False])  # agent/_spawn.c's take_dir, or Python's calls
+@pytest.mark.parametrize("native", [True, False])  # agent/_spawn-src/take_dir.c, or Python's calls
 def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path, monkeypatch, native):
     import subprocess
 
@@ -155,7 +155,7 @@ def test_a_spare_sandbox_is_reused_only_when_nothing_can_reach_it(tmp_path, monk
     from pilot.agent.runners.spares import SCAN_EVERY, SparePool
 
     if native and spares.take_dir is None:
-        pytest.skip("agent/_spawn.c was not built")
+        pytest.skip("agent/_spawn-src/ was not built")
     if not native:
         monkeypatch.setattr(spares, "take_dir", None)
     pool = SparePool(str(tmp_path))

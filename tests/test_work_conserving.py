@@ -121,7 +121,7 @@ def test_a_partition_beyond_the_machine_is_as_a_pilot_beyond_it(caplog):
 
 def test_the_agent_says_how_it_starts_units(make_session, monkeypatch):
     """The agent's log names its spawn path (clone3 / clone / vfork / posix_spawn) and whether
-    lanes are on; PILOT_NATIVE=0 turns agent/_spawn.c off and the log says so."""
+    lanes are on; PILOT_NATIVE=0 turns agent/_spawn-src/ off and the log says so."""
     import os
 
     for native in ("1", "0"):

@@ -2,11 +2,11 @@
 
 Why: when a unit exits, the agent's loop has to wake up, reap it and start the next unit on the
 core it freed; half the time the kernel wakes the agent on the other core, and the freed core
-idles through that work (bench/sched_trace.py).  agent/_spawn.c's LaneThreads are a thread per core,
-without the interpreter, bound to that core: it waits for the exit of each unit it started there
-(its pidfd), reaps it, takes the head of the queue ahead, appends its uid to the start journal,
-makes its pipes and starts it, and then tells the agent (an eventfd).  The agent only keeps the
-queue ahead filled.
+idles through that work (bench/sched_trace.py).  agent/_spawn-src/lanes.c's LaneThreads are a
+thread per core, without the interpreter, bound to that core: it waits for the exit of each unit
+it started there (its pidfd), reaps it, takes the head of the queue ahead, appends its uid to
+the start journal, makes its pipes and starts it, and then tells the agent (an eventfd).  The
+agent only keeps the queue ahead filled.
 
 Work-conserving: the queue ahead is ONE queue, in the agent's order, which every lane takes
 from; the first core to free takes its head.  (It was a queue per core: a short unit waited
@@ -38,7 +38,7 @@ Protocol (agent's main thread, through LocalRunner):
                           whether its process group outlived it, Run.handed_on whether its
                           allocation went on to the next unit
 PILOT_AGENT_LANES=0 in the agent's environment turns lanes off (every unit is started by the
-agent's loop, as on machines where agent/_spawn.c has no LaneThreads): for comparisons.
+agent's loop, as on machines where agent/_spawn-src/ has no LaneThreads): for comparisons.
 Exactly once: the thread journals a unit before its clone, as the agent does for what it starts;
 a unit not yet journaled when the agent dies never ran (handed back).  The units a lane started
 are the thread's own children: the agent's waitpid(-1) passes __WNOTHREAD.
@@ -53,7 +53,8 @@ from pilot.agent import native
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.streams import StreamSet
 
-# agent/_spawn.c's, or None where it was not built or has no LaneThreads (not x86-64 Linux)
+# agent/_spawn-src/lanes.c's, or None where it was not built or has no LaneThreads
+# (not x86-64 Linux)
 LaneThreads = getattr(native.spawn, "LaneThreads", None)
 AHEAD_MAX = getattr(native.spawn, "AHEAD_MAX", 0)
 SLOT_ENV_MAX = getattr(native.spawn, "SLOT_ENV_MAX", 0)

@@ -9,7 +9,8 @@ its unit ends FAILED "cannot start: ..." without an exit code, as when the start
 A unit of one rank on one core goes through a lane instead (agent/runners/lanes.py):
 a thread per core starts it, and the next unit queued ahead the moment a core frees.  The runner
 decides what waits ahead (`hold_ahead`, from the head of the agent's queue) and gives it back
-when a freed allocation may be the head's (`give_back`).
+when a freed allocation may be the head's (`give_back`): agent/runners/lane_feed.py, whose
+LaneFeed methods are this runner's own.
 Exits are collected with waitpid(-1, WNOHANG) when the pidfd of a process the agent started
 becomes readable (`watch_child`; where the kernel has no pidfds, when SIGCHLD arrives: `sigchld`),
 a lane's from its thread; what is left in the pipes is copied before the unit's end is
@@ -28,33 +29,17 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 
 from pilot import processes
 from pilot.agent import unit_command
-from pilot.agent.runners import lanes
+from pilot.agent.rank_env import grant_ids, rank_env
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.functions import FunctionWorkers
+from pilot.agent.runners.lane_feed import LaneFeed, lane_shape
 from pilot.agent.runners.stager import SandboxStager
 from pilot.agent.runners.streams import SWEEP_EVERY, StreamSet
-from pilot.agent.spawn import (
-    UNIT_VARS,
-    WNOTHREAD,
-    Spawner,
-    entry,
-    exits,
-    grant_ids,
-    ids_var,
-    rank_env,
-    unit_vars,
-)
-
-# units queued ahead in the lanes: per lane (enough to run on through the few
-# milliseconds the agent loses its core to units and the client: at 8 a lane ran dry for 2-4 %
-# of the units, started by the agent after its core had idled), at most AHEAD_TOTAL (each holds
-# a sandbox and 17 KB)
-AHEAD_PER_LANE = 32
-AHEAD_TOTAL = 256
-_CONSTANT = ("PILOT_RANK", "PILOT_RANKS")  # the same for every lane unit
+from pilot.agent.spawn import WNOTHREAD, Spawner, exits
 
 _WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
 
@@ -68,11 +53,11 @@ def _pidfds_work() -> bool:
         return False
 
 
-class LocalRunner:
-    """Units on this node, spawned by the agent itself."""
+class LocalRunner(LaneFeed):
+    """Units on this node, spawned by the agent itself (the lanes' methods: LaneFeed)."""
 
     @classmethod
-    def for_partition(cls, cfg: dict, ctx, journal: int):
+    def for_partition(cls, cfg: dict, ctx, journal: int) -> tuple[LocalRunner, SandboxStager]:
         """The runner and its stager (agent/runners/stager.py) for an agent config."""
         return cls(cfg, journal), SandboxStager(cfg["pilot_sandbox"])
 
@@ -106,12 +91,7 @@ class LocalRunner:
         if "gpus" not in self.node_types:
             self.node_types.append("gpus")
         self.slots = 1 + max((c for n in cfg["nodes"] for c in n.get("cores") or ()), default=0)
-        self.lanes: lanes.Lanes | None = None  # (use_lanes)
-        self.lane_exits: list = []  # (pid, code) the lane thread reaped
-        self.lane_started: list[Run] = []  # units queued ahead it started (or could not)
-        self.shapes: dict[tuple, tuple] = {}  # lane shape -> (key, reserved names, env head)
-        self.given_back: dict[str, Run] = {}  # uid -> its prepared Run, until the next hold
-        self.ahead_most = min(AHEAD_TOTAL, AHEAD_PER_LANE * self.slots)
+        self._init_lanes()  # (agent/runners/lane_feed.py)
         # the agent thread's own children (units it spawned, function workers), until reaped:
         # pid -> its pidfd (-1: none could be opened), and pidfd -> pid
         self.children: dict[int, int] = {}
@@ -130,26 +110,6 @@ class LocalRunner:
 
     def summary(self) -> str:
         return self.lanes.summary() if self.lanes is not None else "no lanes"
-
-    def use_lanes(self, journal: int) -> bool:
-        """Start single-core units through a lane thread per core (agent/runners/lanes.py)
-        from now on, journaling what it starts into `journal`; False where it cannot be built."""
-        # a lane's own variables: its node, its ids of each type, the GPU variable and RP's
-        fits = len(self.node_types) + 3 <= lanes.SLOT_ENV_MAX
-        if self.lanes is None and lanes.available() and fits:
-            # quiet: SIGCHLD is at its default here, so the kernel drops the one each lane
-            # unit's exit makes (agent/_spawn.c) instead of waking the agent for it
-            cpus = [self.spawner.real_core(c) for c in range(self.slots)]  # (a slot's own)
-            self.lanes = lanes.Lanes(
-                journal,
-                self.slots,
-                self.streams,
-                quiet=not self.sigchld,
-                cpus=cpus if len(self.spawner.allowed) > 1 else None,
-            )
-            if self.streams.poller is not None:
-                self.streams.poller.register(self.lanes.fd, 1)  # zmq.POLLIN
-        return self.lanes is not None
 
     def watch(self, poller) -> None:
         self.streams.poller = poller  # output pipes are registered as units start
@@ -209,109 +169,6 @@ class LocalRunner:
         if self.lanes is not None:
             self.lanes.close()
 
-    # -- lanes (agent/runners/lanes.py) ------------------------------------------------
-    def hold_ahead(self, queue, take) -> list[tuple[dict, str]]:
-        """Move units from the head of the agent's `queue` into the lanes' queue ahead, in
-        order, while there is room and the head asks for an allocation that a lane holds now
-        (the first lane of that shape to free starts it).  `take(unit)` gives its sandbox.
-        Returns (unit, reason) for those that cannot start (the agent fails them)."""
-        failed: list[tuple[dict, str]] = []
-        ln = self.lanes
-        if ln is not None and queue and ln.run_in:
-            room = self.ahead_most - len(ln.ahead)
-            running = ln.keys_running() if room > 0 else ()
-            while room > 0 and queue:
-                unit = queue[0]
-                shape = lane_shape(unit, ahead=True)
-                if shape is None or self._shape(shape)[0] not in running:
-                    break  # (the queue's order holds: nothing overtakes its head here)
-                queue.popleft()
-                try:
-                    run = self._lane_run(unit, take(unit), shape)
-                except (OSError, ValueError) as exc:
-                    failed.append((unit, f"cannot start: {exc}"))
-                    continue
-                if not ln.follow(self._shape(shape)[0], run):
-                    unit.taken_sandbox = run.sandbox  # taken: the next take of it is this one
-                    self.given_back[unit["uid"]] = run
-                    queue.appendleft(unit)
-                    break
-                room -= 1
-        self.given_back.clear()  # (what was not held again is prepared anew when it is)
-        return failed
-
-    def give_back(self) -> list[dict]:
-        """Every unit queued ahead that has not started, taken back (their sandboxes stay
-        taken), in order: a freed allocation, a cancel or a stop may be theirs."""
-        if self.lanes is None:
-            return []
-        back = []
-        for run in self.lanes.withdraw():
-            run.unit.taken_sandbox = run.sandbox  # (SandboxStager.take gives it back)
-            self.given_back[run.unit["uid"]] = run  # its handle serves again
-            back.append(run.unit)
-        return back
-
-    def started(self) -> list[Run]:
-        """Units the lanes started on their own since (or could not: Run.start_errno)."""
-        started, self.lane_started = self.lane_started, []
-        return started
-
-    def _shape(self, shape: tuple) -> tuple:
-        """(key, reserved names, env head) of a lane shape: what every unit of that shape
-        shares (the names its slot fills in, the agent's environment without them)."""
-        got = self.shapes.get(shape)
-        if got is None:
-            slot_names = ["PILOT_NODE_NAME", *(ids_var(t) for t in self.node_types)]
-            if self.has_gpus or shape[1]:
-                slot_names.append("CUDA_VISIBLE_DEVICES")
-            if shape[1]:
-                slot_names.append("RP_GPU_ID")
-            reserved = frozenset((*slot_names, *UNIT_VARS, *_CONSTANT))
-            const = {"PILOT_RANK": "0", "PILOT_RANKS": "1"}
-            head = self.spawner.entries_without(reserved) + [entry(k, v) for k, v in const.items()]
-            got = self.shapes[shape] = (len(self.shapes), reserved, head)
-        return got
-
-    def _lane_run(self, unit: dict, sandbox: str, shape: tuple) -> Run:
-        """A Run for `unit` in a lane, its start handle prepared (not bound to a slot)."""
-        run = self.given_back.pop(unit["uid"], None)
-        if run is not None and run.sandbox == sandbox:
-            return run
-        run = Run(unit, None)
-        run.sandbox, run.names = sandbox, unit_command.output_names(unit)
-        _, reserved, head = self._shape(shape)
-        user = unit.get("environment")
-        envp = head
-        if user:
-            user = {k: v for k, v in user.items() if k not in reserved}
-            if not self.spawner.replaces_none(user):
-                envp = self.spawner.entries_without(reserved | user.keys())
-                envp += head[-len(_CONSTANT) :]
-            envp = envp + [entry(k, v) for k, v in user.items()]
-        own = [entry(k, v) for k, v in unit_vars(unit, sandbox).items()]
-        path = user.get("PATH") if user else None
-        one_pipe = run.names[0] == run.names[1]
-        argv = unit_command.argv(unit)
-        run.handle = self.spawner.prepare_envp(argv, sandbox, envp + own, path, one_pipe)
-        return run
-
-    def _slot_entries(self, alloc, shape: tuple) -> tuple:
-        """The environment entries of a lane's allocation (its ids), as its units see them."""
-        node, grant = alloc.ranks[0]
-        ids = grant_ids(node.cap, grant)
-        env = {"PILOT_NODE_NAME": node.name, **{ids_var(t): v for t, v in ids.items()}}
-        if self.has_gpus or shape[1]:
-            env["CUDA_VISIBLE_DEVICES"] = self.spawner.visible("CUDA_VISIBLE_DEVICES", ids["gpus"])
-        if shape[1]:
-            env["RP_GPU_ID"] = ids["gpus"]
-        return tuple(entry(k, v) for k, v in env.items())
-
-    def _lane_news(self) -> None:
-        exits, started = self.lanes.news(self.running, self.starting)
-        self.lane_exits.extend(exits)
-        self.lane_started.extend(started)
-
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
         """Start every rank of `unit` in its staged sandbox (a function unit: hand its call to
         a worker).  Raises OSError (e.g. executable not found) with nothing left running."""
@@ -354,16 +211,6 @@ class LocalRunner:
             self.streams.spawned(streams)
         return run
 
-    def _start_in_lane(self, unit: dict, sandbox: str, alloc, shape: tuple, slot: int) -> Run:
-        run = self._lane_run(unit, sandbox, shape)
-        run.alloc = alloc
-        key = self._shape(shape)[0]
-        mask = self.spawner.mask([slot])
-        self.lanes.start(slot, run, key, self._slot_entries(alloc, shape), mask)
-        self._started(run, run.handle)  # (pid: its child's)
-        run.handle = None
-        return run
-
     def _call(self, unit: dict, run: Run) -> Run:
         node, grant = run.alloc.ranks[0]
         ids = grant_ids(node.cap, grant)
@@ -399,7 +246,7 @@ class LocalRunner:
         if not child.settled() or child.error() is not None:  # (asked when it is reaped)
             self.starting[child.pid] = child
 
-    def reap(self):
+    def reap(self) -> Iterator[tuple[Run, int]]:
         """Yield (Run, exit code) for every unit whose ranks have all exited (the first
         non-zero code by rank; negative = signal), and every function call that ended."""
         yield from self.functions.take_done()
@@ -493,19 +340,3 @@ class LocalRunner:
             return self.spawner.which(executable, search)
         except FileNotFoundError:
             return None
-
-
-def lane_shape(unit: dict, ahead: bool = False) -> tuple | None:
-    """(cores, GPUs) a unit asks for when it may run in a lane: one rank on one core,
-    no placement of its own, nothing in its environment that names its slot; None when not.
-    `ahead`: also queued ahead (a sandbox of its own, with nothing to stage)."""
-    if unit.get("function") or unit.get("mpi") or unit.get("policy") or unit.get("resources"):
-        return None
-    if unit.get("ranks", 1) != 1 or unit.get("cpus", 1) != 1:
-        return None
-    env = unit.get("environment")
-    if env and any("%(" in v for v in env.values()):
-        return None  # (placeholders for its ids)
-    if ahead and (unit.get("stage_in") or unit.get("sandbox")):
-        return None
-    return (1, unit.get("gpus", 0))

@@ -31,7 +31,7 @@ from collections import deque
 
 from pilot.agent import native
 
-# agent/_spawn.c's, or None (not built): os.stat, os.listdir and os.rename
+# agent/_spawn-src/take_dir.c's, or None (not built): os.stat, os.listdir and os.rename
 take_dir = getattr(native.spawn, "take_dir", None)
 
 SCAN_EVERY = 0.05

@@ -4,6 +4,9 @@ timeline.py   a session's pilots, partitions, units and reconfigs as plain recor
 series.py     step series aggregated from them (busy cores / GPUs, units per state)
 plot.py       `pilot plot`: one matplotlib figure of those series
 trace.py      `pilot export --format chrome-trace`: Trace Event Format JSON
-top.py        `pilot top`: a live view of a running pilot
+text.py       `pilot status` and `pilot export --format jsonl`
+top.py        `pilot top`: a live view of a running pilot (its terminal loop), over
+              top_target.py (which pilot), top_store.py (reading the store),
+              top_snapshot.py (one look at the pilot), top_frame.py (drawing a frame)
 extras.py     optional dependencies (`pip install 'pilot-partitions[observe]'`)
 """

@@ -6,7 +6,7 @@
                         earlier) and its last state change; `rel(ts)` is seconds after start
         pilots          [Entity]: uid, history [(state, ts)], reason, cores, gpus (its size)
         partitions      [Entity]: the same, with `pilot`; cores/gpus are what it was given
-        units           [UnitRecord]: uid, pilot, partition, node, slots, state, reason,
+        units           [UnitRow]: uid, pilot, partition, node, slots, state, reason,
                         exit_code, history, cores/gpus (what it holds while it runs)
         reconfigs       [Reconfig]: pilot, ts, stopped [uid], started [uid]
 
@@ -62,7 +62,7 @@ class Entity:
 
 
 @dataclass
-class UnitRecord:
+class UnitRow:
     uid: str
     state: str
     history: list[tuple[str, float]]
@@ -106,7 +106,7 @@ class Timeline:
     end: float
     pilots: list[Entity]
     partitions: list[Entity]
-    units: list[UnitRecord]
+    units: list[UnitRow]
     reconfigs: list[Reconfig]
 
     def rel(self, ts: float) -> float:
@@ -159,10 +159,10 @@ def _entity(doc: dict, hist: dict, size: dict) -> Entity:
     )
 
 
-def _unit(doc: dict, history: list) -> UnitRecord:
+def _unit(doc: dict, history: list) -> UnitRow:
     desc = doc.get("description") or {}
     cores, gpus = held(doc.get("slots"), desc)
-    return UnitRecord(
+    return UnitRow(
         uid=doc["uid"],
         state=doc.get("state"),
         history=history,

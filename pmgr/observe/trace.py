@@ -28,18 +28,36 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Callable
+from typing import TextIO
 
+from pilot.pmgr.observe.timeline import Entity, Timeline, UnitRow
 from pilot.states import FINAL
 
 PILOTS_PID = 1  # (not 0: a trace's pid 0 may be taken for the kernel's idle task)
+Micros = Callable[[float], float]  # epoch s -> us since the session started
 
 
-def trace(tl) -> dict:
+def trace(tl: Timeline) -> dict:
     """The Trace Event Format document of Timeline `tl`."""
 
     def us(ts: float) -> float:
         return round(max(0.0, ts - tl.start) * 1e6, 3)
 
+    events = _pilot_events(tl, us)
+    pids = {p.uid: i for i, p in enumerate(tl.partitions, start=PILOTS_PID + 1)}
+    for p in tl.partitions:
+        events += _partition_events(p, pids[p.uid], tl.end, us)
+    events += _unit_events(tl, pids, us)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"session": tl.session, "start": tl.start},
+    }
+
+
+def _pilot_events(tl: Timeline, us: Micros) -> list[dict]:
+    """pid 1: a thread per pilot with its states, and every reconfig across the trace."""
     events: list[dict] = [_name("process_name", PILOTS_PID, 0, "pilots")]
     for i, pilot in enumerate(tl.pilots, start=1):
         events.append(_name("thread_name", PILOTS_PID, i, pilot.uid))
@@ -57,35 +75,44 @@ def trace(tl) -> dict:
                 "args": {"pilot": r.pilot, "stopped": r.stopped, "started": r.started},
             }
         )
-    pids = {p.uid: i for i, p in enumerate(tl.partitions, start=PILOTS_PID + 1)}
-    unplaced = PILOTS_PID + len(pids) + 1
-    for p in tl.partitions:
-        pid = pids[p.uid]
-        events.append(_name("process_name", pid, 0, p.uid))
+    return events
+
+
+def _partition_events(p: Entity, pid: int, end: float, us: Micros) -> list[dict]:
+    """Partition `p`'s process: its name and place, its states on tid 0, each change marked."""
+    events = [_name("process_name", pid, 0, p.uid)]
+    events.append(
+        {
+            "ph": "M",
+            "name": "process_sort_index",
+            "pid": pid,
+            "tid": 0,
+            "args": {"sort_index": pid},
+        }
+    )
+    events.append(_name("thread_name", pid, 0, "partition states"))
+    events += _phases(p.history, end, us, pid, 0, "partition")
+    for state, ts in p.history:
         events.append(
             {
-                "ph": "M",
-                "name": "process_sort_index",
+                "ph": "i",
+                "s": "p",
+                "name": state,
+                "cat": "partition",
+                "ts": us(ts),
                 "pid": pid,
                 "tid": 0,
-                "args": {"sort_index": pid},
+                "args": {"partition": p.uid, "reason": p.reason},
             }
         )
-        events.append(_name("thread_name", pid, 0, "partition states"))
-        events += _phases(p.history, tl.end, us, pid, 0, "partition")
-        for state, ts in p.history:
-            events.append(
-                {
-                    "ph": "i",
-                    "s": "p",
-                    "name": state,
-                    "cat": "partition",
-                    "ts": us(ts),
-                    "pid": pid,
-                    "tid": 0,
-                    "args": {"partition": p.uid, "reason": p.reason},
-                }
-            )
+    return events
+
+
+def _unit_events(tl: Timeline, pids: dict[str, int], us: Micros) -> list[dict]:
+    """Every unit with a history, in order of its first change, on a lane of its node in its
+    partition's process (units at no partition: the "not placed" process after them)."""
+    events = []
+    unplaced = PILOTS_PID + len(pids) + 1
     lanes = Lanes()
     for u in sorted((u for u in tl.units if u.history), key=lambda u: u.history[0][1]):
         pid = pids.get(u.partition, unplaced)
@@ -93,37 +120,36 @@ def trace(tl) -> dict:
         tid, named = lanes.take(pid, _node_name(u.node), first, max(first, last))
         if named:
             events.append(_name("thread_name", pid, tid, named))
-        events.append(
-            {
-                "ph": "X",
-                "name": u.uid,
-                "cat": "unit",
-                "ts": us(first),
-                "dur": round(max(0.0, last - first) * 1e6, 3),
-                "pid": pid,
-                "tid": tid,
-                "args": {
-                    "state": u.state,
-                    "states": [[s, us(ts)] for s, ts in u.history],
-                    "partition": u.partition,
-                    "node": u.node,
-                    "slots": u.slots,
-                    "exit_code": u.exit_code,
-                    "reason": u.reason,
-                },
-            }
-        )
+        events.append(_unit_slice(u, first, last, pid, tid, us))
         events += _phases(u.history, last, us, pid, tid, "unit.state")
     if lanes.used(unplaced):
         events.append(_name("process_name", unplaced, 0, "not placed"))
+    return events
+
+
+def _unit_slice(u: UnitRow, first: float, last: float, pid: int, tid: int, us: Micros) -> dict:
+    """Unit `u`'s one complete slice, from `first` to `last`, with what is known of it."""
     return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"session": tl.session, "start": tl.start},
+        "ph": "X",
+        "name": u.uid,
+        "cat": "unit",
+        "ts": us(first),
+        "dur": round(max(0.0, last - first) * 1e6, 3),
+        "pid": pid,
+        "tid": tid,
+        "args": {
+            "state": u.state,
+            "states": [[s, us(ts)] for s, ts in u.history],
+            "partition": u.partition,
+            "node": u.node,
+            "slots": u.slots,
+            "exit_code": u.exit_code,
+            "reason": u.reason,
+        },
     }
 
 
-def write(tl, out) -> None:
+def write(tl: Timeline, out: TextIO) -> None:
     json.dump(trace(tl), out, separators=(",", ":"), allow_nan=False)  # strict JSON
     out.write("\n")
 
@@ -132,7 +158,7 @@ def _name(kind: str, pid: int, tid: int, name: str) -> dict:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def _phases(history, end: float, us, pid: int, tid: int, cat: str) -> list[dict]:
+def _phases(history, end: float, us: Micros, pid: int, tid: int, cat: str) -> list[dict]:
     """One slice per non-final state: from its change until the next (or `end`)."""
     out = []
     for i, (state, ts) in enumerate(history):

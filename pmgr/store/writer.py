@@ -187,6 +187,40 @@ class BatchWriter:
         self.pending = items
 
     def _write(self, items: list) -> bool:
+        """Write one batch and run its callbacks; False when the database failed for now (the
+        caller keeps `items` to retry), True when written or refused for good."""
+        batch, objs, thens, unbuilt = self._batch(items)
+        try:
+            if len(batch):  # (callbacks alone need no write)
+                self.store.write_batch(batch)
+        except Exception as exc:  # a database error must not stop the client: retry later
+            return self._not_written(items, exc)
+        if self.retrying:
+            log.warning("store is back: %d records written after the outage", len(items))
+            self.retrying = False
+        for obj in objs.values():
+            obj.stored = True
+        if self.unpersisted:  # written now, after all (a retry, a write one by one)
+            uids = {_uid(rec) for _, rec in items if type(rec) is tuple}
+            uids.update(o.uid for o in objs.values() if o.uid not in unbuilt)
+            self.unpersisted.difference_update(uids)
+        self.written += len(items)
+        self.batches += 1
+        self.lag = time.monotonic() - items[0][0]
+        self.max_lag = max(self.max_lag, self.lag)
+        for callback in thens:
+            try:
+                callback()
+            except Exception:  # a callback's failure must not stop the writer
+                log.exception("store writer: callback %r failed", callback)
+        with self._cv:
+            self._done += len(items)
+            self._cv.notify_all()
+        return True
+
+    def _batch(self, items: list) -> tuple[Batch, dict, list, set]:
+        """(_write) The Batch of `items`: history rows, plain docs, one doc per changed object
+        (by id); their objects, the callbacks to run after, the uids whose doc failed."""
         batch = Batch()
         objs = {}
         thens = []
@@ -213,53 +247,33 @@ class BatchWriter:
                 unbuilt.add(obj.uid)
                 self.unpersisted.add(obj.uid)
                 self.refusals.report(f"record of {obj.uid} could not be built: {exc!r}")
-        try:
-            if len(batch):  # (callbacks alone need no write)
-                self.store.write_batch(batch)
-        except Exception as exc:  # a database error must not stop the client: retry later
-            if not self.store.transient(exc) and len(items) > 1:
-                # something in the batch itself is wrong: write one record at a time, so
-                # only the bad ones are lost (and named), not the batch they came with
-                log.error("store refused a batch (%s); writing its records one by one", exc)
-                for item in items:
-                    self._write([item])
-                return True
-            if not self.store.transient(exc):
-                self.unpersisted.add(_uid(items[0][1]))
-                self.refusals.report(f"store refused the record of {_uid(items[0][1])}: {exc}")
-                with self._cv:
-                    self._done += 1
-                    self._cv.notify_all()
-                return True
-            self.failed += 1
-            if not self.retrying:
-                log.error(
-                    "store write of %d records failed, keeping them to retry: %s", len(items), exc
-                )
-            self.retrying = True
-            return False
-        if self.retrying:
-            log.warning("store is back: %d records written after the outage", len(items))
-            self.retrying = False
-        for obj in objs.values():
-            obj.stored = True
-        if self.unpersisted:  # written now, after all (a retry, a write one by one)
-            uids = {_uid(rec) for _, rec in items if type(rec) is tuple}
-            uids.update(o.uid for o in objs.values() if o.uid not in unbuilt)
-            self.unpersisted.difference_update(uids)
-        self.written += len(items)
-        self.batches += 1
-        self.lag = time.monotonic() - items[0][0]
-        self.max_lag = max(self.max_lag, self.lag)
-        for callback in thens:
-            try:
-                callback()
-            except Exception:  # a callback's failure must not stop the writer
-                log.exception("store writer: callback %r failed", callback)
-        with self._cv:
-            self._done += len(items)
-            self._cv.notify_all()
-        return True
+        return batch, objs, thens, unbuilt
+
+    def _not_written(self, items: list, exc: Exception) -> bool:
+        """(_write) The store refused `items`: a transient failure keeps them to retry (False);
+        a batch it refuses for good is written one record at a time, and a single record it
+        refuses for good is dropped, its uid in `unpersisted` (True)."""
+        if not self.store.transient(exc) and len(items) > 1:
+            # something in the batch itself is wrong: write one record at a time, so
+            # only the bad ones are lost (and named), not the batch they came with
+            log.error("store refused a batch (%s); writing its records one by one", exc)
+            for item in items:
+                self._write([item])
+            return True
+        if not self.store.transient(exc):
+            self.unpersisted.add(_uid(items[0][1]))
+            self.refusals.report(f"store refused the record of {_uid(items[0][1])}: {exc}")
+            with self._cv:
+                self._done += 1
+                self._cv.notify_all()
+            return True
+        self.failed += 1
+        if not self.retrying:
+            log.error(
+                "store write of %d records failed, keeping them to retry: %s", len(items), exc
+            )
+        self.retrying = True
+        return False
 
     def flush(self, timeout: float = 30.0) -> bool:
         target = self._enqueued

@@ -1,0 +1,120 @@
+"""The environment a rank sees: the variables that name its unit, node and allocation, and the
+placeholders of the unit's own `environment`.  Used by the local runner (agent/runners/local.py,
+agent/runners/lane_feed.py), the daemon runner (agent/runners/daemons.py) and the agent, which
+checks the placeholders as a unit arrives (agent/agent.py); the spawn itself is agent/spawn.py's.
+
+Environment a rank sees, besides the spawning process's own and the unit's `environment`:
+    PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
+    PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
+    RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
+    RP_GPU_ID          RADICAL-Pilot's names (RP_GPU_ID: its GPU ids, when it holds GPUs)
+    PILOT_<TYPE>_IDS   the ids it holds of each pool type: PILOT_CPU_IDS (logical core ids),
+                       PILOT_GPU_IDS, PILOT_FPGA_IDS for a type `fpgas`, ...
+    <gpu_env_str>      (policy; default CUDA_VISIBLE_DEVICES) its GPU ids, mapped through the
+                       spawner's own value of that variable when it has one (inherited "4,5,6"
+                       and GPU id 2 -> "6"); set on partitions with GPUs, empty for no GPUs
+Placeholders %(<type>_ids)s in the unit's environment values are filled with the same ids
+(%(cpu_ids)s, %(gpu_ids)s, %(fpga_ids)s); any other % is the value's own ("100%", "%Y").
+A placeholder that cannot be filled is found when the unit arrives and fails it with the name
+(`check_environment`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+
+def type_key(t: str) -> str:
+    """Pool type -> the name in variables: cpus -> CPU, gpus -> GPU, fpgas -> FPGA."""
+    return (t[:-1] if t.endswith("s") else t).upper()
+
+
+_IDS_VAR: dict = {}  # pool type -> PILOT_<TYPE>_IDS (a node's types are few and fixed)
+
+
+def ids_var(t: str) -> str:
+    name = _IDS_VAR.get(t)
+    if name is None:
+        name = _IDS_VAR[t] = f"PILOT_{type_key(t)}_IDS"
+    return name
+
+
+def _ids(grant_part) -> str:
+    seen = []
+    for i, _ in grant_part:
+        if i not in seen:
+            seen.append(i)
+    return ",".join(map(str, seen))
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+_ids)\)s")
+
+
+def _fill(value: str, mapping: dict) -> str:
+    return _PLACEHOLDER.sub(lambda m: mapping[m.group(1)], value)
+
+
+def check_environment(environment: dict | None, types: Iterable[str]) -> str | None:
+    """The reason the unit's environment placeholders cannot be filled, or None.  Only
+    %(<type>_ids)s is a placeholder: every other % is the value's own (as RP passes it)."""
+    if not environment:
+        return None
+    known = {f"{type_key(t).lower()}_ids" for t in types}
+    for k, v in environment.items():
+        if "%(" not in v:
+            continue
+        for name in _PLACEHOLDER.findall(v):
+            if name not in known:
+                return (
+                    f"environment[{k!r}]: placeholder %({name})s cannot be filled; "
+                    f"known: {', '.join(f'%({m})s' for m in sorted(known))}"
+                )
+    return None
+
+
+def rank_env(
+    unit: dict, sandbox: str, node_name: str, ids: dict, rank: int, ranks: int, has_gpus: bool
+) -> tuple[dict, str | None]:
+    """(env, gpu_var): what one rank's environment adds to the spawning process's own: the unit's
+    `environment` (placeholders filled) and the PILOT_* variables.  The GPU variable holds
+    plain GPU ids here (gpu_var names it, None when the unit sees no GPU variable);
+    `Spawner.spawn` maps them through the node's inherited mask."""
+    env = {}
+    var = None
+    user = unit.get("environment")
+    if user:
+        mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
+        env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
+    for t, v in ids.items():
+        env[ids_var(t)] = v
+    env.update(unit_vars(unit, sandbox))
+    env["PILOT_NODE_NAME"] = node_name
+    env["PILOT_RANK"] = str(rank)
+    env["PILOT_RANKS"] = str(ranks)
+    if has_gpus or ids.get("gpus"):
+        var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
+        env[var] = ids.get("gpus", "")
+    if ids.get("gpus"):
+        env["RP_GPU_ID"] = ids["gpus"]
+    return env, var
+
+
+UNIT_VARS = ("PILOT_UNIT_ID", "RP_UNIT_ID", "PILOT_UNIT_SANDBOX", "RP_UNIT_SANDBOX", "RP_UNIT_NAME")
+
+
+def unit_vars(unit: dict, sandbox: str) -> dict:
+    """The variables of rank_env that name the unit itself (the rest follow its allocation)."""
+    uid = unit["uid"]
+    return {
+        "PILOT_UNIT_ID": uid,
+        "RP_UNIT_ID": uid,
+        "PILOT_UNIT_SANDBOX": sandbox,
+        "RP_UNIT_SANDBOX": sandbox,
+        "RP_UNIT_NAME": unit.get("name") or uid,
+    }
+
+
+def grant_ids(node_types: Iterable[str], grant: dict) -> dict:
+    """{type: "id,id"} for every pool type of the node (empty string for types not granted)."""
+    return {t: _ids(grant.get(t, ())) for t in node_types}

@@ -1,0 +1,150 @@
+"""How an agent ends units before they end on their own: cancel and stop, and its last words.
+
+Agent (agent/agent.py) is a Stopping: the methods here are its own, kept in a module of their
+own, and use the agent's attributes declared in the class body.  Messages (pilot/protocol.py,
+agent link):
+    <- cancel {uids, reason}   units held ahead by the runner go back to the queue first; queued
+                               ones are CANCELED at once (what was made for their sandboxes
+                               goes); running ones get SIGTERM, and SIGKILL after kill_grace
+                               seconds (`timers`, `kill_late`) unless they ended first (then
+                               they end as their exit code says); a uid not here yet is
+                               remembered (`canceled_early`) and CANCELED as it arrives, or as
+                               the runner reports that it started it
+    <- stop {reason, units}    as a cancel of everything; queued units, and any that arrive
+                               later (`late`), are handed back (units: "back") or CANCELED
+    -> back {part, units}      the units handed back, after the state updates before them
+    -> bye  {reason, hand_back}   once nothing runs (`finish`): the last updates, then this;
+                               both bounded (500 ms), as the bootstrap may be gone
+SIGTERM and SIGINT stop the agent as a stop without hand-back does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+import zmq
+
+from pilot.agent.runners.base import Run, Stager, UnitRunner
+from pilot.agent.scheduler import Scheduler
+from pilot.protocol import msg
+from pilot.states import CANCELED
+
+log = logging.getLogger("agent")
+
+
+class Stopping:
+    """Cancel and stop (a part of Agent, agent/agent.py)."""
+
+    # the agent's
+    uid: str
+    sock: zmq.Socket
+    sched: Scheduler
+    execu: UnitRunner
+    stager: Stager
+    kill_grace: float  # seconds between a cancel's SIGTERM and its SIGKILL
+    states: dict[str, str]  # (agent/reports.py) units here and not final -> their state
+    update: Callable[..., None]  # (agent/reports.py)
+    flush: Callable[..., None]  # (agent/reports.py)
+    take_back: Callable[[], None]  # units held ahead by the runner back to the queue
+
+    def _init_stopping(self) -> None:
+        """Nothing canceled, no stop."""
+        self.timers: list = []  # (when, id, Run): SIGKILL then, unless it ended
+        self.stopping: dict | None = None
+        self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
+        self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
+
+    def cancel(self, uids: Iterable[str], reason: str) -> None:
+        uids = set(uids)
+        self.take_back()  # units held ahead, not started yet, go back to the queue first
+        known = {u["uid"] for u in self.sched.queue}
+        known.update(r.unit["uid"] for r in self.execu.runs())
+        for uid in uids - known:  # (or started by the runner just now: runner_started)
+            self.canceled_early[uid] = reason
+        keep = []
+        for u in self.sched.queue:
+            if u["uid"] in uids:
+                if not u.get("function"):
+                    self._unstage(u)
+                self.update(u["uid"], CANCELED, {"reason": reason})
+            else:
+                keep.append(u)
+        self.sched.queue.clear()
+        self.sched.queue.extend(keep)
+        for r in self.execu.runs():
+            if r.unit["uid"] in uids and r.cancel_reason is None:
+                self._terminate(r, reason)
+
+    def _terminate(self, r: Run, reason: str) -> None:
+        if self.execu.has_exited(r):
+            return  # it ended before the cancel: it ends as its exit code says
+        r.cancel_reason = reason
+        self.execu.kill(r, signal.SIGTERM)
+        heapq.heappush(self.timers, (time.monotonic() + self.kill_grace, id(r), r))
+
+    def kill_late(self, now: float) -> None:
+        """SIGKILL for the canceled units still running kill_grace after their SIGTERM."""
+        while self.timers and self.timers[0][0] <= now:
+            _, _, r = heapq.heappop(self.timers)
+            if len(r.codes) < len(r.pids):
+                self.execu.kill(r, signal.SIGKILL)
+
+    def stop(self, reason: str, hand_back: bool) -> None:
+        if self.stopping:
+            return
+        self.stopping = {"reason": reason, "hand_back": hand_back}
+        self.take_back()
+        for u in self.sched.queue:
+            if not u.get("function"):
+                self._unstage(u)
+        self.late.extend(self.sched.queue)
+        self.sched.queue.clear()
+        self.release_late()
+        for r in self.execu.runs():
+            self._terminate(r, reason)
+
+    def _unstage(self, u: dict) -> None:
+        """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
+        lane is removed: its next partition makes its own at the same path)."""
+        taken, u.taken_sandbox = u.taken_sandbox, None
+        if taken is not None:
+            self.stager.untake(taken)
+        self.stager.drop(u)
+
+    def release_late(self) -> None:
+        """Queued units of a stopping agent: handed back to be routed again, or CANCELED."""
+        if not self.late:
+            return
+        if self.stopping["hand_back"]:
+            for u in self.late:  # routed again by the client: no longer this agent's
+                self.states.pop(u["uid"], None)
+            self.flush(force=True)
+            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": self.late}))
+        else:
+            for u in self.late:
+                self.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})
+        self.late = []
+
+    def _on_term(self, signum, _frame) -> None:
+        self.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)
+
+    def finish(self) -> int:
+        """A stopped agent with nothing running: close the runner and stager, say the last
+        updates and `bye`; the exit code (0)."""
+        self.stager.close()
+        log.info("%s: sandboxes %s", self.uid, self.stager.summary())
+        log.info("%s: %s", self.uid, self.execu.summary())
+        self.execu.close()
+        # the last words are bounded: with the bootstrap gone, a DEALER send waits
+        # for a peer forever
+        self.sock.setsockopt(zmq.SNDTIMEO, 500)
+        try:
+            self.flush(force=True)
+            self.sock.send_multipart(msg(b"bye", self.stopping))
+        except zmq.Again:
+            log.error("%s: nobody took its last updates and bye", self.uid)
+        return 0

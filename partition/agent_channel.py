@@ -1,0 +1,167 @@
+"""The bootstrap's agent channel: the agents' socket, their processes, and an agent's death.
+
+Part of the Bootstrap (partition/bootstrap.py), which is an AgentChannel and, with these methods,
+the PartitionIO of its partition manager (partition/manager.py); the message bodies are in
+pilot/protocol.py's table ("Agent link").
+
+Channel: a ROUTER (CURVE server, ROUTER_MANDATORY) bound on 127.0.0.1 and, on resources with node
+daemons, on the node address too, for agents on other nodes (OS-chosen ports); each agent's
+DEALER has its partition's uid for identity.
+    agent -> bootstrap
+        ready             to the partition manager (ACTIVE; its buffered units forwarded)
+        state, back,      to the client unchanged, after the partition updates waiting
+          synced          (flush: partition updates stay ahead of the unit updates that follow)
+        output            to the client unchanged
+        bye               to the partition manager (the partition ends in the state it names)
+    bootstrap -> agent    units, cancel, sync, node_lost, stop: `send_agent`; an agent that is
+                          gone (EHOSTUNREACH) is logged, never waited for
+Agent processes (`spawn_agent`, for the partition manager): forked by the agent zygote here
+(partition/agents/forked.py), or, for a partition with an agent node on a multi-node pilot,
+started by that node's daemon (partition/agents/hosted.py); config PILOT_SANDBOX/<uid>.agent.json,
+log <uid>.agent.log.  `check_agents`, every turn of the loop, hands an exit to the partition
+manager.  An agent that ended without stopping its units (`agent_lost`): the unit processes it
+left are killed (partition/orphans.py), its start journal is read, and the client is told
+`lost` {part, started, killed, reason}: the started units end FAILED, the others route again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import zmq
+
+from pilot import checks, network, processes
+from pilot.partition import orphans
+from pilot.partition.manager import AgentProcess
+from pilot.protocol import ProtocolError, journal_path, msg, unpack
+
+if TYPE_CHECKING:
+    from pilot.partition.agents.forked import AgentForker
+    from pilot.partition.manager import PartitionManager
+    from pilot.partition.node_set import NodeSet
+    from pilot.resource_config import ResourceConfig
+    from pilot.security import Keys
+
+log = logging.getLogger("bootstrap")
+
+
+class AgentChannel:
+    """The agents' channel and processes, as methods of the Bootstrap (a mixin)."""
+
+    # the Bootstrap's, which these methods use
+    cfg: dict
+    uid: str
+    sandbox: str
+    rcfg: ResourceConfig
+    ctx: zmq.Context
+    keys: Keys
+    pm: PartitionManager
+    procs: dict[str, AgentProcess]
+    forker: AgentForker
+    nodeset: NodeSet | None
+    to_client: Callable[[list[bytes]], None]  # (client_link.py)
+    flush: Callable[[], None]
+
+    def _open_agent_channel(self) -> None:
+        """boot.connect, the agents' side: the ROUTER, bound."""
+        self.agents = self.ctx.socket(zmq.ROUTER)
+        self.agents.setsockopt(zmq.LINGER, 0)
+        self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.keys.serve(self.agents)
+        port = self.agents.bind_to_random_port("tcp://127.0.0.1")
+        self.agent_endpoint = f"tcp://127.0.0.1:{port}"
+        self.agent_endpoint_nodes = self.agent_endpoint
+        self.nodes_address = None
+        if self.rcfg.node_daemons:  # agents on other nodes reach it on the node address
+            addr = self.nodes_address = network.listen_address(
+                self.rcfg.address, self.cfg["client"]
+            )
+            if addr != "127.0.0.1":
+                nport = self.agents.bind_to_random_port(f"tcp://{addr}")
+                self.agent_endpoint_nodes = f"tcp://{addr}:{nport}"
+
+    def own_children(self) -> set[int]:
+        """The processes this bootstrap started itself (never taken for orphans)."""
+        pids = self.forker.pids()
+        if self.nodeset is not None:
+            pids.update(p.pid for p in self.nodeset.launch.procs.values())
+        return pids
+
+    def agent_lost(self, uid: str, why: str) -> None:
+        """The agent of `uid` ended without stopping its units: end what it left running,
+        and tell the client which of its units had started (its start journal)."""
+        killed = orphans.end_orphans(
+            {"PILOT_PILOT_ID": self.uid, "PILOT_PARTITION_ID": uid}, self.own_children()
+        )
+        try:
+            with open(journal_path(self.sandbox, uid)) as f:
+                started = [line.strip() for line in f if line.strip()]
+        except FileNotFoundError:
+            started = []
+        log.warning(
+            "%s: %s; %d unit(s) had started, %d killed", uid, why, len(started), len(killed)
+        )
+        self.flush()
+        self.to_client(
+            msg(b"lost", {"part": uid, "started": started, "killed": killed, "reason": why})
+        )
+
+    def send_agent(self, uid: str, frames: list[bytes]) -> None:
+        try:
+            self.agents.send_multipart([uid.encode()] + frames)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
+            log.error("%s: cannot reach agent: %s", uid, exc)
+
+    def spawn_agent(self, uid: str, cfg: dict) -> AgentProcess:
+        if self.nodeset is not None:  # units go to the daemons of the partition's nodes
+            for node in cfg["nodes"]:
+                node["endpoint"] = self.nodeset.endpoint_of(node["index"])
+            cfg["endpoint"] = self.agent_endpoint_nodes
+        path = os.path.join(self.sandbox, f"{uid}.agent.json")
+        if self.nodeset is None or cfg.get("agent_host") is None:  # forked by the zygote
+            cfg["adopted_by"] = os.getpid()  # its parent, should the zygote die first
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        log_path = os.path.join(self.sandbox, f"{uid}.agent.log")
+        host = cfg.get("agent_host")
+        if self.nodeset is not None and host is not None:  # on its own node, by that daemon
+            argv = processes.python_m(processes.AGENT, path, python=self.rcfg.python)
+            proc = self.nodeset.start_agent(host, uid, argv, log_path)
+        else:
+            proc = self.forker.spawn(path, log_path)
+        self.procs[uid] = proc
+        log.info("%s: agent requested", uid)
+        return proc
+
+    def on_agent(self, frames: list[bytes]) -> None:
+        uid, kind = frames[0].decode(), frames[1]
+        if kind == b"state":
+            self.flush()  # keep partition updates ahead of the unit updates that follow them
+            self.to_client([b"state", frames[2]])
+        elif kind == b"ready":
+            body = unpack(frames[2]) if len(frames) > 2 else {}
+            runner = body.get("runner") if isinstance(body, dict) else None
+            self.pm.on_ready(uid, checks.text("runner", runner) if runner is not None else None)
+        elif kind == b"back":
+            self.flush()
+            self.to_client([b"back", frames[2]])
+        elif kind == b"synced":
+            self.flush()
+            self.to_client([b"synced", frames[2]])
+        elif kind == b"output":
+            self.to_client([b"output", frames[2]])
+        elif kind == b"bye":
+            self.pm.on_bye(uid, unpack(frames[2]))
+        else:
+            raise ProtocolError(f"unknown message type {kind!r} from {uid}")
+
+    def check_agents(self) -> None:
+        for uid, proc in list(self.procs.items()):
+            ended = proc.poll()
+            if ended is not None:
+                del self.procs[uid]
+                self.pm.on_agent_exit(uid, ended)

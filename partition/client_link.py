@@ -1,0 +1,161 @@
+"""The bootstrap's ways in from outside: the pilot link to its client, and the control endpoint.
+
+Part of the Bootstrap (partition/bootstrap.py), which is a ClientLink; the message bodies are in
+pilot/protocol.py's table ("Pilot link"), the commands in partition/control.py.
+
+Pilot link: a DEALER (identity = the pilot uid, a CURVE client) connected to the client's ROUTER
+at cfg["client"]; the `attach` command points it at a new client process.
+    client -> bootstrap (every message counts as word from the client: last_heard)
+        units PART BATCH   to the partition's agent as raw frames (buffered while it is
+                           STARTING); a partition that is gone: handed back at once (`back`)
+        cmd               run (partition/control.py), answered `reply`
+        put / get         data staging (partition/data_port.py), answered `put_ack` / `got`
+        hb                nothing else
+    bootstrap -> client
+        hello             once up (boot.hello), and again to a client that attaches
+        state             partition updates queued by `emit`, sent as one batch by `flush`:
+                          ahead of a reply, `back`, `lost` or an agent's batch, and at the end
+                          of every turn of the loop
+        hb, bye           every HEARTBEAT s; the pilot's final state last (down.bye)
+    Sends never block: with no client listening, messages queue to the high-water mark, then
+    are dropped and counted (`dropped`); an attaching client reconciles through `sync`.  No word
+    from the client for client_timeout s: the pilot tears down CANCELED (bootstrap.py's loop).
+Control endpoint: a ROUTER (CURVE server: the CLI and attaching clients hold the session's keys)
+on the address this node reaches the client from; its endpoint is in PILOT_SANDBOX/control.json.
+A request is a command, answered on the same socket; one that does not decode is answered
+{ok: false, error}.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+import zmq
+
+from pilot import checks, network
+from pilot.partition import control
+from pilot.protocol import ProtocolError, msg, pack, unpack
+
+if TYPE_CHECKING:
+    from pilot.partition.data_port import DataPort
+    from pilot.partition.manager import PartitionManager
+    from pilot.security import Keys
+
+log = logging.getLogger("bootstrap")
+
+
+class ClientLink:
+    """The pilot link and the control endpoint, as methods of the Bootstrap (a mixin)."""
+
+    # the Bootstrap's, which these methods use
+    cfg: dict
+    uid: str
+    ctx: zmq.Context
+    keys: Keys
+    pm: PartitionManager
+    data: DataPort
+    network: dict | None
+    last_heard: float
+    out: list
+
+    def _open_client_link(self) -> None:
+        """boot.connect, the client's side: the DEALER to the client, connected."""
+        self.client = self.ctx.socket(zmq.DEALER)
+        self.client.setsockopt(zmq.IDENTITY, self.uid.encode())
+        self.client.setsockopt(zmq.LINGER, 3000)
+        self.client.setsockopt(zmq.SNDHWM, 100_000)
+        self.keys.client(self.client)
+        self.client.connect(self.cfg["client"])
+        # the address this node reaches the client from: the client (and a CLI next to it)
+        # reaches the control socket there, whichever node of the allocation this runs on
+        self.here = network.source_address(self.cfg["client"])
+        self.dropped = 0
+
+    def _open_control(self) -> None:
+        """boot.connect, the control endpoint: bound on an OS-chosen port."""
+        self.control = self.ctx.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        self.keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
+        cport = self.control.bind_to_random_port(f"tcp://{self.here}")
+        self.control_endpoint = f"tcp://{self.here}:{cport}"
+
+    def to_client(self, frames: list[bytes]) -> None:
+        """Send without ever blocking: with no client listening (it died, a new one has not
+        attached yet) messages queue up to the high-water mark, then are dropped and counted;
+        an attaching client reconciles through `sync`, so nothing is decided on them."""
+        try:
+            self.client.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.Again:
+            self.dropped += 1
+
+    def flush(self) -> None:
+        if self.out:
+            self.to_client([b"state", pack(self.out)])
+            self.out = []
+
+    def on_client(self, frames: list[bytes]) -> None:
+        self.last_heard = time.monotonic()
+        kind = frames[0]
+        if kind == b"units" and len(frames) == 3:
+            uid = checks.uid("units partition", frames[1].decode())
+            if not self.pm.take_buffered_or_bounce(uid, frames[2]):
+                self.flush()
+                self.to_client(msg(b"back", {"part": uid, "units": unpack(frames[2])}))
+        elif kind == b"cmd":
+            body = unpack(frames[1])
+            if not isinstance(body, dict):
+                raise ProtocolError("a command must be a JSON object")
+            self.flush()
+            self.to_client([b"reply", pack(self.command(body))])
+        elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py)
+            self.to_client(msg(b"put_ack", self.data.put(self._header(frames[1]), frames[2])))
+        elif kind == b"get" and len(frames) == 2:
+            reply, chunk = self.data.get(self._header(frames[1]))
+            self.to_client([b"got", pack(reply), chunk])
+        elif kind != b"hb":
+            raise ProtocolError(f"unknown message type {kind!r}")
+
+    @staticmethod
+    def _header(frame: bytes) -> dict:
+        hdr = unpack(frame)
+        if not isinstance(hdr, dict):
+            raise ProtocolError("a transfer header must be a JSON object")
+        return hdr
+
+    def command(self, body: dict) -> dict:
+        """Run one command (from the client or the CLI): partition/control.py."""
+        return control.run(self, body)
+
+    def hello(self, attach: bool = False) -> None:
+        """Tell the client the pilot is up (or, after an attach, that it is its client now)."""
+        self.to_client(
+            msg(
+                b"hello",
+                {
+                    "pilot": self.uid,
+                    "pid": os.getpid(),
+                    "control": self.control_endpoint,
+                    "size": self.cfg["size"],
+                    "attach": attach,
+                    "nodes": {
+                        str(i): {"name": n["name"], "state": n["state"]}
+                        for i, n in (self.network or {}).items()
+                    },
+                },
+            )
+        )
+
+    def on_control(self, frames: list[bytes]) -> None:
+        ident, body = frames[0], frames[-1]
+        try:
+            request = unpack(body)
+            if not isinstance(request, dict):
+                raise ProtocolError("a command must be a JSON object")
+            reply = self.command(request)
+        except ProtocolError as exc:
+            reply = {"ok": False, "error": str(exc)}
+        self.flush()
+        self.control.send_multipart([ident, b"", pack(reply)])

@@ -1,0 +1,255 @@
+"""One look at a running pilot for `pilot top`: a Snapshot, merged from what the pilot's
+bootstrap says over its control socket and what the session's store holds (top_store.py).
+
+The control socket (partition/control.py), asked once per refresh by Source.ask, a REQ
+socket with the session's CURVE keys:
+    top -> bootstrap   {cid: "top.<pid>", op: "partitions", args: {}}
+    bootstrap -> top   {cid, ok: true, result: {pilot, size, free, partitions: [...]}}
+                       | {cid, ok: false, error}
+No answer within CONTROL_TIMEOUT: the refresh goes on with the store alone (the header says
+why).  Once the bootstrap's control file is gone or stale it is not asked again; if its client
+has not stored the pilot's end GONE_GRACE later, the pilot is shown as lost.
+The bootstrap's word wins for the pilot's size, free cores and partitions (live whichever
+process runs the client, and even without one); the store's for the pilot's state (though a
+pilot that answers has not ended yet), its units (per partition and state, the cores EXECUTING
+units hold: pmgr/observe/timeline.py) and the latest events (pilot and partition state
+changes, reconfigs, FAILED units with their reason).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from pilot import security
+from pilot import states as S
+from pilot.descriptions import ComputePilotDescription
+from pilot.pmgr.observe.timeline import STOPPED_BY_RECONFIG, held
+from pilot.pmgr.observe.top_store import open_reader
+from pilot.pmgr.observe.top_target import Target, read_control
+from pilot.protocol import pack, unpack
+
+CONTROL_TIMEOUT = 2.0  # s a refresh waits for the pilot's answer
+GONE_GRACE = 5.0  # s the client gets to store a pilot's end once its bootstrap is gone
+STYLE = {  # the colour of a state, in the frame and in the events' lines
+    S.ACTIVE: "green",
+    S.EXECUTING: "green",
+    S.DONE: "blue",
+    S.FAILED: "bold red",
+    S.CANCELED: "yellow",
+    S.PENDING: "cyan",
+    S.STARTING: "cyan",
+    S.QUEUED: "cyan",
+}
+
+
+@dataclass
+class Snapshot:
+    session: str
+    pilot: str
+    state: str
+    reason: str | None
+    size: dict
+    free: dict | None
+    runtime: float | None  # s, as described
+    active_since: float | None  # epoch s
+    ended_at: float | None
+    # uid, state, reason, cores, gpus, busy (cores, gpus), units {state: n}, runner
+    parts: list[dict]
+    unrouted: dict  # units of the pilot at no partition: {state: n}
+    totals: dict  # all of the pilot's units: {state: n}
+    events: list[tuple[float, str, str]]  # (ts, text, style)
+    live: bool  # the control socket answered
+    lost: bool = False  # its bootstrap is gone, and the store was not told how it ended
+    note: str = ""  # why it did not
+    others: list[str] = field(default_factory=list)
+
+    @property
+    def ended(self) -> bool:
+        return self.state in S.FINAL or self.lost
+
+
+class Source:
+    """Polls one pilot: its control socket and its session's store (module docstring)."""
+
+    def __init__(self, target: Target, database_url: str | None = None) -> None:
+        self.target = target
+        self.reader = open_reader(target.session, database_url)
+        self.keys = None
+        if target.control is not None:
+            try:
+                self.keys = security.load(target.control["keys"])
+            except OSError as exc:
+                raise ValueError(
+                    f"cannot read the session's keys ({exc}): only the user who runs "
+                    f"{target.pilot} may watch it"
+                ) from None
+        self.gone: float | None = None if target.control else time.monotonic()  # since when
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def ask(self) -> tuple[dict | None, str]:
+        """The bootstrap's `partitions` answer, or None and why not."""
+        if self.gone is None and read_control(self.target.control["path"]) is None:
+            self.gone = time.monotonic()
+        if self.gone is not None:
+            return None, "its bootstrap is gone"
+        sock = zmq.Context.instance().socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(CONTROL_TIMEOUT * 1000))
+        try:
+            self.keys.client(sock)
+            sock.connect(self.target.control["endpoint"])
+            sock.send(pack({"cid": f"top.{os.getpid()}", "op": "partitions", "args": {}}))
+            reply = unpack(sock.recv())
+        except zmq.Again:
+            return None, f"no answer within {CONTROL_TIMEOUT:g} s"
+        except zmq.ZMQError as exc:
+            return None, str(exc)
+        finally:
+            sock.close()
+        if not reply.get("ok"):
+            return None, f"refused: {reply.get('error')}"
+        return reply["result"], ""
+
+    def poll(self) -> Snapshot:
+        """One look at the pilot: its bootstrap's answer and its store's, merged."""
+        t = self.target
+        listing, note = self.ask()
+        doc = next((p for p in self.reader.pilots(t.session) if p["uid"] == t.pilot), None) or {}
+        times = self.reader.state_times(t.pilot)
+        state = doc.get("state") or (S.ACTIVE if listing else "?")
+        if listing and state in S.FINAL:
+            state = S.ACTIVE  # still answering: the store's word is not the last one yet
+        lost = (  # gone, and its client did not write the end within the grace: it is gone too
+            self.gone is not None
+            and state not in S.FINAL
+            and time.monotonic() - self.gone > GONE_GRACE
+        )
+        stored_desc = doc.get("description")
+        runtime = ComputePilotDescription.from_stored(stored_desc).runtime if stored_desc else None
+        active = next((ts for s, ts in times if s == S.ACTIVE), None)
+        ended = times[-1][1] if times and times[-1][0] in S.FINAL else None
+        stored = {p["uid"]: p for p in self.reader.partitions(t.pilot)}
+        parts = _merged_partitions(listing, stored)
+        counts = self.reader.unit_counts(t.session, t.pilot)
+        busy = _busy_per_partition(self.reader.executing(t.session, t.pilot))
+        rows = [
+            _partition_row(uid, parts[uid], stored, busy, counts)
+            for uid in sorted(parts, key=_natural)
+        ]
+        totals, unrouted = _unit_totals(counts, parts)
+        n_initial = len((doc.get("description") or {}).get("parts") or ())
+        return Snapshot(
+            session=t.session,
+            pilot=t.pilot,
+            state=state,
+            reason=doc.get("reason"),
+            size=(listing or {}).get("size") or doc.get("size") or {},
+            free=(listing or {}).get("free"),
+            runtime=runtime * 60 if isinstance(runtime, (int, float)) else None,
+            active_since=active,
+            ended_at=ended,
+            parts=rows,
+            unrouted=unrouted,
+            totals=totals,
+            events=describe_events(self.reader.events(t.session), t.pilot, stored, n_initial),
+            live=listing is not None,
+            lost=lost,
+            note=note,
+            others=t.others,
+        )
+
+
+def _merged_partitions(listing: dict | None, stored: dict) -> dict:
+    """The pilot's partitions by uid: the live listing's (else the store's), then those the
+    listing lacks as the store has them."""
+    parts = {}
+    for p in (listing or {}).get("partitions", []) or stored.values():
+        parts[p["uid"]] = p
+    for uid, p in stored.items():
+        parts.setdefault(uid, p)
+    return parts
+
+
+def _busy_per_partition(executing: list[dict]) -> dict:
+    """{partition: (cores, GPUs)} that the EXECUTING units hold."""
+    busy: dict = {}
+    for u in executing:
+        cores, gpus = held(u.get("slots"), u.get("description") or {})
+        c, g = busy.get(u.get("partition"), (0, 0))
+        busy[u.get("partition")] = (c + cores, g + gpus)
+    return busy
+
+
+def _partition_row(uid: str, p: dict, stored: dict, busy: dict, counts: dict) -> dict:
+    """One of Snapshot.parts: partition `uid` as listed (`p`) with its units' counts."""
+    r = p.get("resources") or (stored.get(uid) or {}).get("resources") or {}
+    return {
+        "uid": uid,
+        "state": p.get("state"),
+        "reason": p.get("reason"),
+        "cores": r.get("cores", 0),
+        "gpus": r.get("gpus", 0),
+        "busy": busy.get(uid, (0, 0)),
+        "units": {s: n for (part, s), n in counts.items() if part == uid},
+        "runner": p.get("runner"),  # (the live listing's: how its agent starts units)
+    }
+
+
+def _unit_totals(counts: dict, parts: dict) -> tuple[dict, dict]:
+    """({state: n} of all the pilot's units, {state: n} of those at no partition in `parts`)."""
+    unrouted: dict = {}
+    totals: dict = {}
+    for (part, s), n in counts.items():
+        totals[s] = totals.get(s, 0) + n
+        if part not in parts:
+            unrouted[s] = unrouted.get(s, 0) + n
+    return totals, unrouted
+
+
+def _natural(uid: str) -> list:
+    return [int(x) if x.isdigit() else x for x in uid.replace(".", " . ").split()]
+
+
+def describe_events(rows: list[dict], pilot: str, parts: dict, n_initial: int) -> list[tuple]:
+    """(ts, text, style) per event of `pilot`: its state changes, its partitions' (a start
+    after the initial ones and a stop with the reconfig reason are shown as reconfigs), and
+    its FAILED units with the reason."""
+    out = []
+    prefix = f"{pilot}.part."
+    for r in rows:
+        state, uid, reason = r["state"], r["uid"], r.get("reason")
+        if r["kind"] == "pilots":
+            if uid != pilot or state == S.NEW:
+                continue
+            text = f"{uid} {state}" + (f": {reason}" if reason else "")
+        elif r["kind"] == "partitions":
+            if not uid.startswith(prefix):
+                continue
+            index = uid[len(prefix) :]
+            if state == S.NEW:
+                if not index.isdigit() or int(index) < n_initial:
+                    continue
+                text = f"reconfig: started {uid}" + _size(parts.get(uid))
+            elif state == S.CANCELED and reason == STOPPED_BY_RECONFIG:
+                text = f"reconfig: stopped {uid}"
+            else:
+                text = f"{uid} {state}" + (f": {reason}" if reason else "")
+        else:
+            if r.get("pilot") not in (pilot, None):
+                continue
+            where = f" in {r['partition']}" if r.get("partition") else ""
+            text = f"{uid} FAILED{where}" + (f": {reason}" if reason else "")
+        out.append((r["ts"], text, STYLE.get(state, "")))
+    return out
+
+
+def _size(doc: dict | None) -> str:
+    d = (doc or {}).get("description") or {}
+    parts = [f"{k}={d[k]}" for k in ("size", "cores", "gpus", "nodes") if d.get(k) is not None]
+    return f" ({', '.join(parts)})" if parts else ""

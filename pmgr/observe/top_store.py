@@ -1,0 +1,192 @@
+"""The session's state store as `pilot top` reads it: read-only, once per refresh.
+
+Only the client writes the store, from its writer thread in batches, so what is read here
+trails the pilot by the writer's lag and stops moving when the client process is gone.  Two
+readers answer the same questions (pilots, partitions, units per partition and state, the
+EXECUTING units' slots, state times, the latest events):
+  - SqliteReader: the embedded store, opened read-only; counts are SQL aggregates and events
+    the history's new rows since the last refresh.
+  - StoreReader: any other store (MongoDB) through the StateStore API, read whole each time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections import deque
+
+from pilot import states as S
+from pilot.pmgr.session import sessions_dir
+
+EVENTS_KEPT = 200
+HELD_FIELDS = (  # the description fields pmgr/observe/timeline.py's held() reads
+    "ranks",
+    "cpu_processes",
+    "cores_per_rank",
+    "cores",
+    "cpu_threads",
+    "gpu_processes",
+    "gpus_per_rank",
+    "gpus",
+)
+
+
+def open_reader(session: str, url: str | None) -> SqliteReader | StoreReader:
+    """The reader of `session`'s store: `url`, else $PILOT_DATABASE_URL, else its sqlite file."""
+    url = url or os.environ.get("PILOT_DATABASE_URL")
+    if url is None:
+        path = os.path.join(sessions_dir(), session, "state.db")
+        if not os.path.exists(path):
+            raise ValueError(f"no store at {path}; give --database-url")
+        return SqliteReader(path)
+    if url.startswith("sqlite:///"):
+        return SqliteReader(url[len("sqlite:///") :])
+    from pilot.pmgr.store import open_store
+
+    return StoreReader(open_store(url))
+
+
+def _json(text):
+    return json.loads(text) if isinstance(text, str) else text
+
+
+class SqliteReader:
+    """The embedded store, opened read-only (readers never hold up the client's writer in WAL
+    mode); counts are SQL aggregates, events the history's rows since the last refresh."""
+
+    def __init__(self, path: str) -> None:
+        if not os.path.exists(path):
+            raise ValueError(f"no store at {path}")
+        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        self.tail: deque = deque(maxlen=EVENTS_KEPT)
+        self.last_id: int | None = None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _docs(self, sql: str, *args) -> list[dict]:
+        cur = self.db.execute(sql, args)
+        cols = [c[0] for c in cur.description]
+        out = []
+        for row in cur.fetchall():
+            doc = dict(zip(cols, row))
+            for key in ("description", "size", "resources", "slots"):
+                if key in doc:
+                    doc[key] = _json(doc[key])
+            out.append(doc)
+        return out
+
+    def pilots(self, session: str) -> list[dict]:
+        return self._docs(
+            "SELECT uid, state, reason, description, size FROM pilots WHERE session = ?", session
+        )
+
+    def partitions(self, pilot: str) -> list[dict]:
+        return self._docs(
+            "SELECT uid, state, reason, description, resources FROM partitions WHERE pilot = ?",
+            pilot,
+        )
+
+    def unit_counts(self, session: str, pilot: str) -> dict:
+        rows = self.db.execute(
+            "SELECT partition, state, COUNT(*) FROM units WHERE session = ? AND pilot = ? "
+            "GROUP BY partition, state",
+            (session, pilot),
+        )
+        return {(part, state): n for part, state, n in rows}
+
+    def executing(self, session: str, pilot: str) -> list[dict]:
+        """partition, slots and (of the description) what timeline.held reads."""
+        sql = (
+            "SELECT partition, slots, {} AS description FROM units "
+            "WHERE session = ? AND state = ? AND pilot = ?"
+        )
+        paths = ", ".join(f"'$.{k}'" for k in HELD_FIELDS)
+        try:  # a whole description is long (environment, arguments): only these fields
+            docs = self._docs(
+                sql.format(f"json_extract(description, {paths})"), session, S.EXECUTING, pilot
+            )
+        except sqlite3.OperationalError:  # an sqlite without its JSON functions
+            return self._docs(sql.format("description"), session, S.EXECUTING, pilot)
+        for doc in docs:
+            doc["description"] = dict(zip(HELD_FIELDS, doc["description"] or ()))
+        return docs
+
+    def state_times(self, uid: str) -> list[tuple[str, float]]:
+        rows = self.db.execute("SELECT state, ts FROM history WHERE uid = ? ORDER BY seq", (uid,))
+        return [(state, ts) for state, ts in rows]
+
+    def events(self, session: str) -> list[dict]:
+        """Pilot and partition state changes and FAILED units (with the unit's pilot and
+        partition), oldest first; only the rows added since the last call are read."""
+        select_ = (
+            "SELECT h.id, h.kind, h.uid, h.state, h.ts, h.reason, u.pilot, u.partition "
+            "FROM history h LEFT JOIN units u ON h.kind = 'units' AND u.uid = h.uid "
+            "WHERE +h.session = ? AND (h.kind != 'units' OR h.state = 'FAILED') "
+        )
+        if self.last_id is None:  # the newest ones: a scan back from the end, once
+            self.last_id = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM history").fetchone()[0]
+            rows = self.db.execute(
+                select_ + "AND h.id <= ? ORDER BY h.id DESC LIMIT ?",
+                (session, self.last_id, EVENTS_KEPT),
+            ).fetchall()[::-1]
+        else:  # the rowid range after the last one seen
+            rows = self.db.execute(
+                select_ + "AND h.id > ? ORDER BY h.id", (session, self.last_id)
+            ).fetchall()
+        for row in rows:
+            self.last_id = max(self.last_id, row[0])
+            self.tail.append(dict(zip(("kind", "uid", "state", "ts", "reason"), row[1:6])))
+            self.tail[-1].update(pilot=row[6], partition=row[7])
+        return list(self.tail)
+
+
+class StoreReader:
+    """Any other store (MongoDB), through the StateStore API: each refresh reads the pilot's
+    units and the session's history whole, so it suits sessions of moderate size."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def close(self) -> None:
+        self.store.close()
+
+    def pilots(self, session: str) -> list[dict]:
+        return self.store.find("pilots", session=session)
+
+    def partitions(self, pilot: str) -> list[dict]:
+        return self.store.find("partitions", pilot=pilot)
+
+    def unit_counts(self, session: str, pilot: str) -> dict:
+        counts: dict = {}
+        for u in self.store.find("units", session=session, pilot=pilot):
+            key = (u.get("partition"), u["state"])
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def executing(self, session: str, pilot: str) -> list[dict]:
+        return self.store.find("units", session=session, state=S.EXECUTING, pilot=pilot)
+
+    def state_times(self, uid: str) -> list[tuple[str, float]]:
+        return [(r["state"], r["ts"]) for r in self.store.history(uid=uid)]
+
+    def events(self, session: str) -> list[dict]:
+        rows = [
+            r
+            for r in self.store.history(session=session)
+            if r["kind"] != "units" or r["state"] == S.FAILED
+        ][-EVENTS_KEPT:]
+        units = {
+            u["uid"]: u
+            for uid in {r["uid"] for r in rows if r["kind"] == "units"}
+            for u in [self.store.get("units", uid) or {}]
+        }
+        return [
+            {
+                **{k: r.get(k) for k in ("kind", "uid", "state", "ts", "reason")},
+                "pilot": units.get(r["uid"], {}).get("pilot"),
+                "partition": units.get(r["uid"], {}).get("partition"),
+            }
+            for r in rows
+        ]

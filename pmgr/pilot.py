@@ -1,0 +1,405 @@
+"""The client-side Pilot handle: a pilot's state, partitions, commands and job files.
+
+A Pilot is made by PilotManager.submit_pilots (pmgr/pilot_manager.py) or, for a session a new
+client attached to, by pmgr/recovery.py.  The bootstrap's `hello` makes the pilot ACTIVE; its
+`bye` carries the final state.  A job that exits without `bye`, or a pilot silent for
+client_timeout seconds, is FAILED with what its output said.  Partition states arrive from the
+bootstrap; partitions the client did not create (started from a shell) appear in
+`pilot.partitions` when first heard of.
+Messages from the bootstrap reach the Pilot's public `on_*` handlers through the session's
+table (pmgr/session.py HANDLERS); callbacks registered on the PilotManager see every state
+change of its pilots.  What concerns units goes on to the UnitManager that routes units to the
+pilot, through the small interface `UnitRouter` (pmgr/unit_router.py: everything a Pilot
+calls on it).  Commands to the bootstrap (`command`: reconfig, stop_parts, cancel_pilot,
+cancel_units, sync) go at once when the pilot is ACTIVE and linked, else once its hello came.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from pilot import ids, network
+from pilot import states as S
+from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
+from pilot.partition.plan import check_partition
+from pilot.pmgr.entities import Partition, Stateful
+from pilot.pmgr.unit_router import UnitRouter
+from pilot.protocol import HEARTBEAT, msg, pack
+from pilot.resource_config import ResourceConfig
+
+log = logging.getLogger("pmgr.pilots")
+
+
+class Pilot(Stateful):
+    KIND = "pilots"
+    MACHINE = S.PILOT_MACHINE
+
+    def __init__(
+        self,
+        session,
+        uid: str,
+        description: ComputePilotDescription,
+        pmgr,
+        size: dict,
+        resource: ResourceConfig,
+    ) -> None:
+        super().__init__(session, uid)
+        self.description = description
+        self.pmgr = pmgr
+        self.umgr: UnitRouter | None = None  # the UnitManager that routes units to it
+        self.size = dict(size)
+        self.resource = resource
+        # its sandbox: in the session directory, or under the description's `sandbox` (RP's
+        # key), reached from the session directory through a link of the same name
+        self.sandbox = os.path.join(session.dir, uid)
+        if description.sandbox:
+            self.sandbox = os.path.join(os.path.abspath(description.sandbox), session.uid, uid)
+        self.parts: dict[str, Partition] = {}
+        self.job = None  # the BatchJob (pmgr/batch/); None for a pilot a new client attached to
+        self.job_id = None  # the job's pid or batch id, kept in the store
+        self.control: str | None = None
+        self.last_heard = time.monotonic()
+        self._next_hb = 0.0
+        self._queued_cmds: list[dict] = []
+        self.linked = False  # its bootstrap said hello to this client process: sends arrive
+        self._cancel_requested: str | None = None
+        self._free: dict | None = None
+        self._nodes: dict[int, dict] = {}
+        self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
+
+    def manager_callbacks(self) -> list:
+        return self.pmgr.callbacks
+
+    def client_endpoint(self) -> str:
+        """Where this pilot's bootstrap reaches the client: on the resource config's
+        `client_address` when it names one, else on the session's address."""
+        if self.resource.client_address is None:
+            return self.session.channel.endpoint
+        address = network.resolve_address(
+            f"resource config {self.resource.name}: client_address", self.resource.client_address
+        )
+        return self.session.channel.endpoint_on(address)
+
+    # -- public -----------------------------------------------------------------------------
+    @property
+    def partitions(self) -> list[Partition]:
+        """Every partition this pilot ever had, final ones included, in creation order."""
+        with self.session.lock:
+            return list(self.parts.values())
+
+    def partition(self, uid: str) -> Partition:
+        with self.session.lock:
+            part = self.parts.get(uid) or self.parts.get(f"{self.uid}.{uid}")
+        if part is None:
+            raise ValueError(
+                f"{self.uid}: partition={uid!r} is unknown; known: {sorted(self.parts)}"
+            )
+        return part
+
+    @property
+    def nodes(self) -> dict[int, dict]:
+        """Multi-node pilots: {index: {name, state}} as brought up ("up", or "down" for a node
+        that did not report); empty for pilots without node daemons."""
+        return dict(self._nodes)
+
+    @property
+    def free(self) -> dict | None:
+        """{nodes, cores, gpus} held by no live partition (None until the pilot reports it).
+        Free resources after a reconfig are also logged as under-use by the bootstrap."""
+        return dict(self._free) if self._free is not None else None
+
+    def cancel(self, timeout: float | None = 60.0) -> None:
+        """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED."""
+        self.request_cancel("canceled by the user")
+        if not self.session.channel.in_thread():
+            self.wait(timeout=timeout)
+
+    def reconfig(self, stop=None, start=None) -> list[Partition]:
+        """Stop partitions (a uid, a list of uids, or ALL), then start new ones, as one command.
+
+        Returns the new Partition handles at once; they become ACTIVE (or FAILED, with the
+        reason, when they do not fit) on their own.  Queued units of a stopped partition go to
+        another one; its running units end CANCELED.
+        """
+        start = [] if start is None else (start if isinstance(start, (list, tuple)) else [start])
+        descs = []
+        for i, d in enumerate(start):
+            if isinstance(d, str):
+                d = ComputePartitionDescription(d)
+            if not isinstance(d, ComputePartitionDescription):
+                raise ValueError(
+                    f"reconfig: start[{i}]={d!r} must be a ComputePartitionDescription"
+                )
+            check_partition(f"reconfig: start[{i}]", d, self.size["gpus"], self.uid)
+            descs.append(d)
+        with self.session.locked():
+            if self.final:
+                raise ValueError(f"reconfig: {self.uid} is {self.state}")
+            stop_uids = self._stop_uids(stop)
+            for uid in stop_uids:
+                self.parts[uid].accepting = False
+            new = []
+            for d in descs:
+                part = self.new_partition(d)
+                new.append(part)
+            cid = self.session.next_cid(self.uid)
+            self._new_by_cmd[cid] = [p.uid for p in new]
+            self.command(
+                {
+                    "cid": cid,
+                    "op": "reconfig",
+                    "args": {
+                        "stop": stop_uids,
+                        "start": [d.to_stored() for d in descs],
+                        "uids": [p.uid for p in new],
+                    },
+                }
+            )
+        return new
+
+    # -- used by the other client objects ---------------------------------------------------
+    def _stop_uids(self, stop) -> list[str]:
+        return ids.resolve_partitions(
+            stop, self.uid, {uid: not p.final for uid, p in self.parts.items()}
+        )
+
+    def new_partition(self, desc, uid: str | None = None) -> Partition:
+        uid = uid or self.session.next_uid(f"{self.uid}.part")
+        part = Partition(self.session, uid, desc, self)
+        self.parts[uid] = part
+        self.session.persist_state(part, S.NEW, part.history[0][1])
+        return part
+
+    def stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
+        with self.session.lock:
+            for uid in uids:
+                self.parts[uid].accepting = False
+            cid = self.session.next_cid(self.uid)
+            self.command({"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}})
+        if not self.session.channel.in_thread():
+            for uid in uids:
+                self.parts[uid].wait(timeout=timeout)
+
+    def command(self, cmd: dict) -> None:
+        """Send a command to the bootstrap now, or once it said hello to this client (it is
+        ACTIVE; a pilot a new client attached to is linked when its hello arrives)."""
+        if self.state == S.ACTIVE and self.linked:
+            self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
+        else:
+            self._queued_cmds.append(cmd)
+
+    def request_cancel(self, reason: str) -> None:
+        with self.session.lock:
+            if self.final or self._cancel_requested:
+                return
+            self._cancel_requested = reason
+            if self.state == S.ACTIVE:  # (sent once linked)
+                self.command({"cid": None, "op": "cancel_pilot", "args": {"reason": reason}})
+            elif self.job is not None:
+                self.job.cancel()  # not up yet: end the job; its exit makes the pilot CANCELED
+
+    def kill_job(self) -> None:
+        if self.job is not None and self.job.poll() is None:
+            self.job.kill()
+
+    # -- messages from the bootstrap (session.HANDLERS; channel thread, lock held) ------------
+    def on_hello(self, body: dict) -> None:
+        self.control = body.get("control")
+        self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
+        self.linked = True
+        self.advance(S.ACTIVE, time.time(), None)
+        for cmd in self._queued_cmds:
+            self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
+        self._queued_cmds.clear()
+        if self._cancel_requested:
+            self.command(
+                {"cid": None, "op": "cancel_pilot", "args": {"reason": self._cancel_requested}}
+            )
+
+    def on_bye(self, body: dict) -> None:
+        self.end(body.get("state", S.DONE), body.get("reason"))
+
+    def on_hb(self, body: dict) -> None:
+        pass  # liveness only: the session notes when it last heard from the pilot
+
+    def on_states(self, updates: list) -> None:
+        """Batched state updates [[kind, uid, state, ts, info], ...] (kind: part | unit)."""
+        umgr = self.umgr
+        for kind, uid, state, ts, info in updates:
+            if kind == "part":
+                self.on_partition_state(uid, state, ts, info)
+            elif umgr is not None:
+                umgr.on_unit_state(uid, state, ts, info)
+            else:
+                log.warning("%s: state of unit %s, but no UnitManager uses it", self.uid, uid)
+        if umgr is not None:
+            umgr.route()  # units ended: their partitions have room again
+
+    def on_output(self, chunks: list) -> None:
+        """Unit output forwarded by node daemons (channel thread, without the lock)."""
+        if self.umgr is not None:
+            self.umgr.on_output(chunks)
+
+    def on_back(self, body: dict) -> None:
+        """Units a partition handed back (stopped before they ran): routed again."""
+        if self.umgr is not None:
+            self.umgr.on_units_back(body["part"], body["units"])
+
+    def on_lost(self, body: dict) -> None:
+        """A partition's agent died: which of its units had started (see UnitManager)."""
+        if self.umgr is not None:
+            self.umgr.on_partition_lost(
+                body["part"], body["started"], body["killed"], body["reason"]
+            )
+
+    def on_synced(self, body: dict) -> None:
+        """After a sync: the units the partition's agent never had."""
+        if self.umgr is not None:
+            self.umgr.on_synced(body["part"], body["unknown"])
+
+    def on_reply(self, body: dict) -> None:
+        new = self._new_by_cmd.pop(body.get("cid"), [])
+        if body.get("ok"):
+            return
+        log.error("%s: command %s failed: %s", self.uid, body.get("cid"), body.get("error"))
+        for uid in new:  # a refused reconfig starts nothing: its partitions end here
+            part = self.parts[uid]
+            if not part.final:
+                part.advance(S.FAILED, time.time(), f"reconfig refused: {body.get('error')}")
+
+    def on_partition_state(self, uid: str, state: str, ts: float, info: dict) -> None:
+        part = self.parts.get(uid)
+        if part is None:  # started from a shell
+            desc = ComputePartitionDescription.from_stored(
+                info.get("description") or {"size": "FILL"}
+            )
+            part = self.new_partition(desc, uid)
+            self.session.seen_uid(f"{self.uid}.part", uid)
+        if part.final:
+            return
+        if "resources" in info:
+            part.resources = info["resources"]
+        if "free" in info:
+            self._free = info["free"]
+        part.advance(state, ts, info.get("reason"))
+        if self.umgr is not None and state in (S.ACTIVE,) + tuple(S.FINAL):
+            self.umgr.on_partition_changed(part)
+
+    def end(self, state: str, reason: str | None) -> None:
+        if self.final:
+            return
+        ts = time.time()
+        for part in self.parts.values():
+            if not part.final:
+                pstate = S.CANCELED if state == S.CANCELED else S.FAILED
+                if state == S.DONE:
+                    pstate = S.DONE
+                part.advance(pstate, ts, reason or f"pilot {state}")
+                if self.umgr is not None:
+                    self.umgr.on_partition_changed(part)
+        self.advance(state, ts, reason)
+        if self.umgr is not None:
+            self.umgr.on_pilot_changed(self)
+
+    def lost(self, reason: str) -> None:
+        self.end(S.FAILED if not self._cancel_requested else S.CANCELED, reason)
+
+    def tick(self) -> None:
+        if self.final:
+            return
+        code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
+        now = time.monotonic()
+        if code is not None:
+            if self._cancel_requested and self.state != S.ACTIVE:
+                self.end(S.CANCELED, self._cancel_requested)
+            else:
+                self.lost(
+                    f"pilot job exited with code {code} without saying bye: {self.job.describe()}",
+                )
+            return
+        if self.state == S.ACTIVE:
+            if now - self.last_heard > self.resource.client_timeout:
+                self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s")
+            elif now >= self._next_hb and self.linked:
+                self._next_hb = now + HEARTBEAT
+                self.session.channel.send(self.uid, msg(b"hb"))
+
+    # RADICAL-Pilot's names for the pilot's directories and job output
+    @property
+    def pilot_sandbox(self) -> str:
+        return self.sandbox
+
+    @property
+    def resource_sandbox(self) -> str:
+        return os.path.dirname(self.sandbox)
+
+    @property
+    def client_sandbox(self) -> str:
+        return self.session.dir
+
+    def _job_file(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.sandbox, name), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    @property
+    def stdout(self) -> str:
+        return self._job_file(self.description.output or "bootstrap.out")
+
+    @property
+    def stderr(self) -> str:
+        return self._job_file(self.description.error or "bootstrap.log")
+
+    @property
+    def exit_on_error(self) -> bool:
+        return self.description.exit_on_error
+
+    @property
+    def log(self) -> list[tuple[float, str]]:
+        """What happened to the pilot and its partitions, in time order: [(ts, text)]."""
+        with self.session.lock:
+            events = [(ts, f"pilot {state}") for state, ts in self.history]
+            if self.reason:
+                events.append((self.history[-1][1], f"pilot reason: {self.reason}"))
+            for part in self.parts.values():
+                events += [(ts, f"{part.uid} {state}") for state, ts in part.history]
+                if part.reason:
+                    events.append((part.history[-1][1], f"{part.uid} reason: {part.reason}"))
+        return sorted(events, key=lambda e: e[0])
+
+    def as_dict(self) -> dict:
+        """RADICAL-Pilot's view of a pilot (its keys), plus ours."""
+        with self.session.lock:
+            return {
+                "type": "pilot",
+                "uid": self.uid,
+                "state": self.state,
+                "reason": self.reason,
+                "resource": self.description.resource,
+                "pmgr": self.pmgr.uid,
+                "pilot_sandbox": self.sandbox,
+                "resource_sandbox": self.resource_sandbox,
+                "client_sandbox": self.session.dir,
+                "description": self.description.to_stored(),
+                "size": dict(self.size),
+                "partitions": [p.uid for p in self.parts.values()],
+                "job": self.job.pid if self.job is not None else self.job_id,
+                "log": self.log,
+            }
+
+    def as_doc(self, full: bool = True) -> dict:
+        return {
+            "uid": self.uid,
+            "session": self.session.uid,
+            "state": self.state,
+            "description": self.description.to_stored() if full else None,
+            "size": self.size,
+            "sandbox": self.sandbox,
+            "reason": self.reason,
+            "job": self.job.pid if self.job is not None else self.job_id,
+            "control": self.control,
+        }
