@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,observe]'
+	$(PY) -m pip install -q -e '.[test,observe]' --config-settings editable_mode=compat
 	@# the native spawner is optional (no C compiler: posix_spawn); never silently missing
 	@$(PY) -c "from pilot.agent import native; native.why_not and print('*** WARNING:', native.why_not)"
 	touch $(STAMP)

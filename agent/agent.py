@@ -218,17 +218,18 @@ class Agent(Reporting, Stopping):
 
     def on_exits(self) -> None:
         ended = []
-        freed = False
+        freed = []
         for r, code in self.execu.reap():
             if not r.handed_on:  # (else the next unit in its lane holds it now)
                 self.sched.release(r.alloc)
-                freed = True
+                freed.append(r)
             ended.append((r, code))
         self.runner_started()
-        if freed:  # what the runner holds ahead comes first for what was freed
-            self.take_back()
+        # what the runner holds ahead comes first for what was freed
+        back = self.take_back(freed) if freed else ()
         if not ended:
             self.start_ready()
+            self.settle(back)
             self.hold_ahead()
             return
         ended_at = time.time()  # (before anything starts on their cores)
@@ -237,13 +238,28 @@ class Agent(Reporting, Stopping):
         finally:  # (reaped: nothing else would ever report them)
             for r, code in ended:
                 self.report_end(r, code, r.ended_at or ended_at)
+        self.settle(back)
         self.hold_ahead()
 
-    def take_back(self) -> None:
-        """The units the runner holds ahead go back to the head of the queue, in order."""
-        back = self.execu.give_back()
+    def take_back(self, freed: list | None = None) -> list:
+        """Units the runner holds ahead go back to the head of the queue, in order: all of
+        them, or those the allocations of the Runs `freed` may be for (UnitRunner)."""
+        back = self.execu.give_back(freed)
         if back:
             self.sched.queue.extendleft(reversed(back))
+        return back
+
+    def settle(self, back) -> None:
+        """A unit taken back for a freed allocation that did not start waits at the head of
+        the queue: what the runner still holds comes back behind it (the order holds)."""
+        q = self.sched.queue
+        if not (back and q and any(q[0] is u for u in back)):
+            return
+        rest = self.execu.give_back()
+        lead = []
+        while q and any(q[0] is u for u in back):
+            lead.append(q.popleft())
+        q.extendleft(reversed(lead + rest))
 
     def runner_started(self) -> None:
         """Units the runner started on its own since (or could not): EXECUTING at its time;

@@ -10,6 +10,19 @@ with rp.Session() as session:
     umgr.wait_units()
 """
 
+import os as _os
+
+# The folders agent/, partition/, pmgr/ and configs/ are pilot's subpackages (setup.cfg maps them
+# in when it installs).  In a source checkout (an editable install, a test run) they are this
+# folder's siblings: pilot's path includes the checkout too, so that `pilot.agent` is found
+# there at the cost of two stat calls (setuptools' editable finder for the mapping costs every
+# Python process ~30 ms at start-up: the client, the bootstrap, node daemons, workers).
+_here = _os.path.dirname(__file__)
+if not _os.path.isdir(_os.path.join(_here, "agent")):
+    _root = _os.path.dirname(_here)
+    if _os.path.isfile(_os.path.join(_root, "agent", "__init__.py")):
+        __path__.append(_root)  # noqa: F821 (the package's own __path__)
+
 # Names are imported on first use (PEP 562), so processes that only need a submodule (node
 # daemons, agents, the CLI) do not pay for the whole client API at start-up.
 _WHERE = {

@@ -46,15 +46,13 @@ _KNOWN = frozenset(FIELDS)
 
 
 class UnitRecord(dict):
-    """A unit on the wire (its items) and at its agent (its attributes: see the header)."""
+    """A unit on the wire (its items) and at its agent (its attributes, set by `arrived`:
+    see the header; a record the client builds has none of them)."""
 
     __slots__ = ("taken_sandbox", "not_found", "overtaken")
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.taken_sandbox: str | None = None
-        self.not_found = False
-        self.overtaken = 0
+    taken_sandbox: str | None
+    not_found: bool
+    overtaken: int
 
     # -- the client's side ---------------------------------------------------------------------
     @classmethod
@@ -79,11 +77,7 @@ class UnitRecord(dict):
             rec["resources"] = dict(d.peek("resources"))
         if d.ranks != 1:
             rec["ranks"] = d.ranks
-        placing = {
-            k: v
-            for k, v in stored["policy"].items()
-            if v is not None and AGENT_DEFAULTS.get(k) != v
-        }
+        placing = _placing(stored["policy"])
         if placing:
             rec["policy"] = placing
         if d.function is not None:
@@ -123,6 +117,7 @@ class UnitRecord(dict):
         if not isinstance(uid, str) or not checks.UID.match(uid):
             return None, f"a unit without a valid uid: {data!r:.80}"
         rec = cls(data)
+        rec.taken_sandbox, rec.not_found, rec.overtaken = None, False, 0
         return rec, rec.error()
 
     def error(self) -> str | None:
@@ -190,8 +185,33 @@ class UnitRecord(dict):
             if name is not None and ("/" in name or name in (".", "..")):
                 raise checks.bad(key, name, "a file name (no '/')")
 
+    @classmethod
+    def at_agent(cls, data: dict) -> UnitRecord:
+        """A record as `arrived` makes it, without the checks (for tests and benchmarks)."""
+        rec = cls(data)
+        rec.taken_sandbox, rec.not_found, rec.overtaken = None, False, 0
+        return rec
+
     @property
     def path(self) -> str | None:
         """The PATH it sets in its environment (its program is looked up there), or None."""
         env = self.get("environment")
         return env.get("PATH") if env else None
+
+
+_PLACING: dict[tuple, dict] = {}  # a stored policy's values -> its fields the agent needs
+
+
+def _placing(policy: dict) -> dict:
+    """The fields of a stored policy that differ from the agent's defaults (most units share
+    one policy: remembered by its values)."""
+    key = tuple(policy.values())
+    try:
+        placing = _PLACING.get(key)
+    except TypeError:  # (an affinity list: not hashable; such units are few)
+        placing, key = None, None
+    if placing is None:
+        placing = {k: v for k, v in policy.items() if v is not None and AGENT_DEFAULTS.get(k) != v}
+        if key is not None and len(_PLACING) < 1024:
+            _PLACING[key] = placing
+    return placing

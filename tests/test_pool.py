@@ -125,10 +125,10 @@ def test_large_units_are_not_starved_by_small_ones():
     cores free up one at a time; aging stops that after MAX_OVERTAKES."""
     sched = Scheduler([node(0, cores=4, gpus=0)])
     running, started = [], []
-    sched.queue.append(UnitRecord(req(cpus=1), uid="s0"))
-    sched.queue.append(UnitRecord(req(cpus=4), uid="big"))
+    sched.queue.append(UnitRecord.at_agent(dict(req(cpus=1), uid="s0")))
+    sched.queue.append(UnitRecord.at_agent(dict(req(cpus=4), uid="big")))
     for i in range(1, 500):
-        sched.queue.append(UnitRecord(req(cpus=1), uid=f"s{i}"))
+        sched.queue.append(UnitRecord.at_agent(dict(req(cpus=1), uid=f"s{i}")))
     for _ in range(2000):
         for unit, alloc in list(sched.ready()):
             running.append((unit, alloc))

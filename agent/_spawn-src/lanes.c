@@ -34,7 +34,8 @@ Protocol (slot: the agent's name for a core; at most one unit runs in a slot):
                          queue a unit ahead (False: the queue is full, nothing kept): the thread
                          of a freed slot of the same key appends `line` to the journal and
                          starts it; `seq` names it in take()
-    withdraw()           take back every unit ahead that has not started: their seqs, in order
+    withdraw(most=-1)    take back the units ahead that have not started (at most `most`,
+                         from the head; all: -1): their seqs, in order
     take()               what happened since, in order: ("exit", slot, pid, code, group, -1,
                          at, 0) and ("start", slot, pid, errno, out, err, at, seq)
                          (group: 1 when a process of its process group still ran as it was
@@ -216,10 +217,15 @@ LaneThreads_follow(LaneThreads *L, PyObject *args)
 }
 
 static PyObject *
-LaneThreads_withdraw(LaneThreads *L, PyObject *Py_UNUSED(ignored))
+LaneThreads_withdraw(LaneThreads *L, PyObject *args)
 {
+    long most = -1;
+    if (!PyArg_ParseTuple(args, "|l", &most))
+        return NULL;
     pthread_mutex_lock(&L->mu);
     unsigned n = L->an, ah = L->ah;
+    if (most >= 0 && (unsigned long)most < n)
+        n = (unsigned)most;
     struct lahead *back = n ? malloc(n * sizeof *back) : NULL;
     if (n && back == NULL) {
         pthread_mutex_unlock(&L->mu);
@@ -227,7 +233,8 @@ LaneThreads_withdraw(LaneThreads *L, PyObject *Py_UNUSED(ignored))
     }
     for (unsigned k = 0; k < n; k++)
         back[k] = L->ahead[(ah + k) % AHEAD_MAX];
-    L->an = 0;
+    L->ah = (ah + n) % AHEAD_MAX; /* (from the head: the rest keep their order) */
+    L->an -= n;
     pthread_mutex_unlock(&L->mu);
     PyObject *out = PyList_New((Py_ssize_t)n);
     for (unsigned k = 0; k < n; k++) {
@@ -293,8 +300,9 @@ static PyMethodDef LaneThreads_methods[] = {
      "it now in a free slot, whose allocation has shape `key`, entries `env` and cores `cpus`."},
     {"follow", (PyCFunction)LaneThreads_follow, METH_VARARGS,
      "follow(key, handle, line, seq) -> bool: queue `handle` ahead, for a freed slot of `key`."},
-    {"withdraw", (PyCFunction)LaneThreads_withdraw, METH_NOARGS,
-     "withdraw() -> [seq]: take back the units ahead that have not started, in order."},
+    {"withdraw", (PyCFunction)LaneThreads_withdraw, METH_VARARGS,
+     "withdraw(most=-1) -> [seq]: take back (at most `most` of) the units ahead that have "
+     "not started, from the head, in order."},
     {"take", (PyCFunction)LaneThreads_take, METH_NOARGS,
      "take() -> [(\"exit\"|\"start\", slot, pid, code|errno, out, err, at, seq)] since the "
      "last."},

@@ -47,6 +47,7 @@ class Run:
         "ended_at",
         "lingering",
         "handle",
+        "lane_key",
     )
 
     def __init__(self, unit, alloc):
@@ -66,6 +67,7 @@ class Run:
         self.started_at = self.ended_at = 0.0  # when a lane thread started / reaped it
         self.lingering = None  # (a lane's) whether its process group outlived it
         self.handle = None  # (lanes) its prepared start handle, until it starts
+        self.lane_key = None  # (lanes) the shape of what it asks for, when it runs in a lane
 
     @property
     def nodes(self) -> list[str]:
@@ -92,8 +94,9 @@ class UnitRunner(Protocol):
     # `take(unit)` gives a unit's sandbox.
     def hold_ahead(self, queue: deque, take: Callable[[dict], str]) -> list[tuple[dict, str]]: ...
 
-    # every unit held ahead and not started, in order (a freed allocation, cancel, stop)
-    def give_back(self) -> list[dict]: ...
+    # the units held ahead and not started, in order: all of them (freed None: a cancel or a
+    # stop), or those the allocations of the Runs `freed` (just ended) may be for
+    def give_back(self, freed: list | None = None) -> list[dict]: ...
 
     # units it started on its own since (EXECUTING; Run.start_errno: it could not)
     def started(self) -> list[Run]: ...

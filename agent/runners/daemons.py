@@ -101,7 +101,7 @@ class DaemonRunner:
     def hold_ahead(self, queue, take) -> list:
         return []  # (every unit is placed by the agent and sent at once)
 
-    def give_back(self) -> list[dict]:
+    def give_back(self, freed: list | None = None) -> list[dict]:
         return []
 
     def started(self) -> list[Run]:

@@ -12,9 +12,13 @@ body below.
     hold_ahead(queue, take)   the agent (UnitRunner): move units from the head of its queue
                           into the queue ahead, in order, while the head asks for a shape a
                           lane holds now; returns (unit, reason) for those that cannot start
-    give_back()           the agent, when an allocation was freed that may be its head's, or on
-                          a cancel or a stop: every unit ahead not started, in order (its
-                          prepared start handle is kept for the next hold_ahead)
+    give_back(freed)      the agent, when allocations were freed: the head units that take
+                          exactly those (a lane's freed allocation for a head unit of its
+                          shape, one each, as a lane's thread would have; measured: taking
+                          them all back re-queued each null unit 2.5 times, and left the queue
+                          empty meanwhile), else every unit ahead; on a cancel or a stop
+                          (freed None) every unit ahead; not started, in order (its prepared
+                          start handle is kept for the next hold_ahead)
     started()             the agent: the units the lanes started on their own since (or could
                           not: Run.start_errno)
 A start handle is prepared once per unit (`_lane_run`), not bound to a slot: what every unit of
@@ -134,13 +138,22 @@ class LaneFeed:
         self.given_back.clear()  # (what was not held again is prepared anew when it is)
         return failed
 
-    def give_back(self) -> list[dict]:
-        """Every unit queued ahead that has not started, taken back (their sandboxes stay
-        taken), in order: a freed allocation, a cancel or a stop may be theirs."""
+    def give_back(self, freed: list | None = None) -> list[dict]:
+        """The units queued ahead that have not started, taken back (their sandboxes stay
+        taken), in order.  For a cancel or a stop (`freed` None): all of them.  For the Runs
+        whose allocations were just freed: the head ones when each freed allocation is a
+        lane's and the head ones ask for those very shapes (one each: they take exactly what
+        was freed, as the lanes' threads would have); otherwise all (the agent's scheduler
+        places them again, in order)."""
         if self.lanes is None:
             return []
+        most = -1
+        if freed:
+            keys = [r.lane_key for r in freed]
+            if None not in keys and sorted(self.lanes.head_keys(len(keys))) == sorted(keys):
+                most = len(keys)
         back = []
-        for run in self.lanes.withdraw():
+        for run in self.lanes.withdraw(most):
             run.unit.taken_sandbox = run.sandbox  # (SandboxStager.take gives it back)
             self.given_back[run.unit["uid"]] = run  # its handle serves again
             back.append(run.unit)

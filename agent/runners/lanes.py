@@ -29,7 +29,8 @@ Protocol (agent's main thread, through LocalRunner):
                           pid is its handle's, its output pipes are adopted
     follow(key, run)      queue a prepared unit ahead (Run.handle; its sandbox taken): False
                           when the queue is full (nothing is kept)
-    withdraw()            take back every unit ahead that has not started: their Runs, in order
+    withdraw(most)        take back the units ahead that have not started (at most `most`, from
+                          the head; -1: all): their Runs, in order
     news(running, starting)
                           what the threads did: exits [(pid, code)] in order, and the Runs they
                           started (or could not: Run.start_errno), their pipes adopted;
@@ -46,6 +47,7 @@ are the thread's own children: the agent's waitpid(-1) passes __WNOTHREAD.
 
 from __future__ import annotations
 
+import itertools
 import time
 from itertools import count
 
@@ -75,10 +77,13 @@ class Lanes:
         self.ahead: dict[int, Run] = {}  # seq -> a unit queued ahead, in order
         self.exited: dict[int, Run] = {}  # slot -> the unit whose exit came last
         self.seq = count(1)
-        self.started = self.follows = 0  # (counts, for the log)
+        self.started = self.follows = self.withdrawn = self.withdrawals = 0  # (for the log)
 
     def summary(self) -> str:
-        return f"{self.started} started in lanes, {self.follows} queued ahead there"
+        return (
+            f"{self.started} started in lanes, {self.follows} queued ahead there, "
+            f"{self.withdrawn} taken back in {self.withdrawals} withdrawals"
+        )
 
     @property
     def fd(self) -> int:
@@ -103,6 +108,7 @@ class Lanes:
 
     def start(self, slot: int, run: Run, key: int, env: tuple, cpus) -> None:
         run.started_at = time.time()  # its EXECUTING: never after the end the thread reports
+        run.lane_key = key
         _, out, err = self.threads.start(slot, run.handle, key, env, cpus)  # (pid: handle's)
         run.streams = self.streams.adopt(run.sandbox, run.names, (out, err))
         self.run_in[slot] = run
@@ -111,14 +117,23 @@ class Lanes:
 
     def follow(self, key: int, run: Run) -> bool:
         seq = next(self.seq)
+        run.lane_key = key
         if not self.threads.follow(key, run.handle, f"{run.unit['uid']}\n".encode(), seq):
             return False
         self.ahead[seq] = run
         self.follows += 1
         return True
 
-    def withdraw(self) -> list[Run]:
-        return [self.ahead.pop(seq) for seq in self.threads.withdraw()]
+    def head_keys(self, n: int) -> list[int]:
+        """The shapes of the first `n` units ahead, in order."""
+        return [run.lane_key for run in itertools.islice(self.ahead.values(), n)]
+
+    def withdraw(self, most: int = -1) -> list[Run]:
+        back = [self.ahead.pop(seq) for seq in self.threads.withdraw(most)]
+        if back:
+            self.withdrawals += 1
+            self.withdrawn += len(back)
+        return back
 
     def news(self, running: dict, starting: dict) -> tuple[list, list]:
         """(exits, started), in the order they happened; each unit started is entered into
