@@ -1,14 +1,16 @@
 """How a unit's command runs: spawned directly, or through /bin/sh the way RADICAL-Pilot runs it.
 
 RP writes a unit's command line into a shell script: the executable as written, then each
-argument as one word in double quotes (a `"` inside is escaped), except an argument already in
-single quotes, a shell operator (`>`, `>>`, `<`, `|`, `&&`, `||`, `&`, `;`) or one holding a
-glob (`*`, `?`), which are written as they are; empty arguments are dropped; `pre_exec` lines
-go before it and `post_exec` lines after it, and the unit's exit code is the command's.  So
-`$VAR`, `${VAR}`, `$(...)` and backquotes in arguments expand, `["*.dat"]` matches files and
-`[">", "out.txt"]` redirects, while spaces in an argument do not split it.
+argument as one word in double quotes (a `"` inside is escaped), except an argument that is a
+bare shell word: a word in single quotes, a shell operator (`>`, `>>`, `<`, `|`, `&&`, `||`,
+`&`, `;`) or a glob word (`*.dat`: a `*` or `?` and no space), which are written as they are;
+empty arguments are dropped; `pre_exec` lines go before it and `post_exec` lines after it, and
+the unit's exit code is the command's.  So `$VAR`, `${VAR}`, `$(...)` and backquotes in
+arguments expand, `["*.dat"]` matches files and `[">", "out.txt"]` redirects, while spaces in
+an argument never split it: a sentence that holds a glob or an operator (an `sh -c` script) is
+one word.
 
-An rp.MPI unit (cpu_process_type or gpu_process_type MPI) is one launcher process over its
+An rp.MPI unit (cpu_process_type or gpu_process_type MPI) is one MPI starter over its
 ranks (`mpi_argv`: the resource's mpi_command, mpirun or srun), started where its first
 rank is placed; its cores and GPUs on every node stay held until that MPI starter exits.
 
@@ -37,14 +39,14 @@ _OPERATORS = (">", ">>", "<", "|", "&&", "||", "&", ";", "2>", "2>&1")
 
 
 def _bare(arg: str) -> bool:
-    """Written into the command line as is (RP): single-quoted by the user, a shell operator,
-    or a glob pattern."""
-    return (
-        (len(arg) >= 2 and arg[0] == arg[-1] == "'")
-        or arg in _OPERATORS
-        or "*" in arg
-        or "?" in arg
-    )
+    """Written into the command line as is (RP): a word single-quoted by the user, a shell
+    operator, or a glob word (one word: `*.txt`).  A sentence that holds one (`ls *.txt | wc`,
+    an `sh -c` script) is one argument and stays one word: double-quoted, as every other."""
+    if len(arg) >= 2 and arg[0] == arg[-1] == "'" and "'" not in arg[1:-1]:
+        return True
+    if arg in _OPERATORS:
+        return True
+    return ("*" in arg or "?" in arg) and not any(c.isspace() for c in arg)
 
 
 def _word(arg: str) -> str:

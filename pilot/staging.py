@@ -6,12 +6,13 @@ A unit's `input_staging` / `output_staging` is a list of directives:
     "a > b"           a goes to b;   "a < b": b goes to a
     {source, target, action, flags}   target defaults to the source's file name, action to
                       TRANSFER, flags to [CREATE_PARENTS]
-Locations are URLs: client:// (the client's file system: relative paths from the client's
-working directory when the directive was made), pilot:// (the pilot sandbox), unit:// (the
-unit's sandbox), resource:// (the directory holding the session's pilot sandboxes on the
-resource), file:// (an absolute path on the pilot's nodes).  A path without a scheme is on the
-client for the client's end (input source, output target) and in the unit sandbox for the
-other.
+Locations are URLs: client:// (the client's working directory when the directive was made:
+client:///x and client://x are both x there, as under RADICAL-Pilot, never the file system's
+root), pilot:// (the pilot sandbox), unit:// or task:// (the unit's sandbox), resource:// (the
+directory holding the session's pilot sandboxes on the resource), file:// or endpoint:// (an
+absolute path on the pilot's nodes).  A path without a scheme is on the client for the client's
+end (input source, output target: a relative one from its working directory, an absolute one as
+it is) and in the unit sandbox for the other.
 Actions: TRANSFER moves data between the client and the pilot over the pilot link, in chunks
 (pmgr/transfers.py, partition/data_port.py); TARBALL does the same with a tar of the source,
 unpacked into the target directory; COPY, LINK and MOVE act on the pilot's (shared) file
@@ -20,7 +21,9 @@ TRANSFER with no client end is a COPY.  Flags: CREATE_PARENTS (the default; pare
 directories of the target are made), SKIP_FAILED / NON_FATAL (a failed step is logged and the
 unit goes on), RECURSIVE (accepted: directories are always copied whole).
 The normal form is {"source": URL, "target": URL, "action": A, "flags": [..]} with explicit
-schemes, client paths absolute.
+schemes; a directive with a client end also has "client_dir": "/", the directory its client://
+paths are relative to (a directive may name one; by default the working directory): in normal
+form they are absolute, relative to the root, so that normalizing it again changes nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ CREATE_PARENTS, SKIP_FAILED, NON_FATAL, RECURSIVE = (
 FLAGS = (CREATE_PARENTS, SKIP_FAILED, NON_FATAL, RECURSIVE)
 SCHEMES = ("client", "pilot", "unit", "resource", "file")
 PILOT_SIDE = ("pilot", "unit", "resource", "file")
+ALIASES = {"task": "unit", "endpoint": "file"}  # RADICAL-Pilot 1.x's names
 
 
 class StagingError(OSError):
@@ -60,11 +64,13 @@ def _url(where: str, value, default_scheme: str, client_dir: str) -> str:
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise ValueError(f"{where}={value!r} must be a non-empty path or URL")
     scheme, path = split(value.strip())
-    scheme = scheme or default_scheme
+    explicit = bool(scheme)
+    scheme = ALIASES.get(scheme, scheme) or default_scheme
     if scheme not in SCHEMES:
-        raise ValueError(f"{where}={value!r}: scheme must be one of {[s + '://' for s in SCHEMES]}")
-    if scheme == "client":
-        path = os.path.normpath(os.path.join(client_dir, path))
+        known = [s + "://" for s in (*SCHEMES, *ALIASES)]
+        raise ValueError(f"{where}={value!r}: scheme must be one of {known}")
+    if scheme == "client":  # client:///x is x in the client's directory (RP), not /x
+        path = os.path.normpath(os.path.join(client_dir, path.lstrip("/") if explicit else path))
     elif scheme == "file" and not path.startswith("/"):
         raise ValueError(f"{where}={value!r}: a file:// path must be absolute")
     return f"{scheme}://{path}"
@@ -93,7 +99,7 @@ def normalize(owner: str, field: str, value, output: bool, client_dir: str | Non
             d = {"source": source, "target": target}
         if not isinstance(d, dict):
             raise ValueError(f"{where}={d!r} must be a string or a dict {{source, target, ...}}")
-        unknown = set(d) - {"source", "target", "action", "flags", "priority"}
+        unknown = set(d) - {"source", "target", "action", "flags", "priority", "client_dir"}
         if unknown:
             raise ValueError(
                 f"{where}: unknown key(s) {sorted(unknown)}; accepted: action, flags, source, "
@@ -110,11 +116,14 @@ def normalize(owner: str, field: str, value, output: bool, client_dir: str | Non
             flags = [flags]
         if not isinstance(flags, (list, tuple)) or any(f not in FLAGS for f in flags):
             raise ValueError(f"{where}.flags={flags!r} must be a list of {list(FLAGS)}")
-        source = _url(f"{where}.source", d["source"], src_default, client_dir)
+        base = d.get("client_dir", client_dir)
+        if not isinstance(base, str) or not base.startswith("/"):
+            raise ValueError(f"{where}.client_dir={base!r} must be an absolute directory")
+        source = _url(f"{where}.source", d["source"], src_default, base)
         target = d.get("target")
         if target is None or (isinstance(target, str) and not target.strip()):
             target = os.path.basename(split(source)[1].rstrip("/"))
-        target = _url(f"{where}.target", target, tgt_default, client_dir)
+        target = _url(f"{where}.target", target, tgt_default, base)
         ends = (split(source)[0], split(target)[0])
         if action in (TRANSFER, TARBALL):
             if ends == ("client", "client"):
@@ -128,7 +137,10 @@ def normalize(owner: str, field: str, value, output: bool, client_dir: str | Non
             )
         if action == TARBALL and "client" not in ends:
             raise ValueError(f"{where}: {TARBALL} moves a tar between the client and the pilot")
-        out.append({"source": source, "target": target, "action": action, "flags": list(flags)})
+        norm = {"source": source, "target": target, "action": action, "flags": list(flags)}
+        if "client" in ends:
+            norm["client_dir"] = "/"  # (its client paths are absolute now)
+        out.append(norm)
     return out
 
 

@@ -35,6 +35,7 @@ import os
 from collections import deque
 
 _FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+_MADE = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC  # (make_files: never truncates what is there)
 CHUNK = 1 << 16
 LINGER_MAX = 64
 SWEEP_EVERY = 0.02
@@ -153,7 +154,7 @@ class StreamSet:
         for s in streams.pair:
             if s.out < 0 and s.fd < 0:
                 try:
-                    os.close(os.open(s.path, _FILE, 0o666))
+                    os.close(os.open(s.path, _MADE, 0o666))
                     streams.made = True
                 except OSError:
                     pass
