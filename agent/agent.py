@@ -24,7 +24,7 @@ Start journal: before a unit is started, its uid is appended to PILOT_SANDBOX/<p
 journal may have run and is never started again; one not in it never ran and goes elsewhere.
 Function units (a `function` instead of an executable) are placed the same way and called by
 the runner's persistent workers (agent/runners/functions.py); their final state carries the
-return value, which `known` keeps in PILOT_SANDBOX/<partition>.values/<uid> when it is large.
+return value.
 State updates are collected and sent in batches: at most every FLUSH_EVERY seconds, or at once
 when FLUSH_SIZE updates are waiting or the partition has gone idle (nothing queued or running:
 nothing else is coming that they could wait for): agent/reports.py.  Every wait is bounded: the
@@ -126,6 +126,9 @@ class Agent(Reporting, Stopping):
             if uid in self.known:  # sent again: it is here already, or has run: never twice
                 log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
                 self.say_again(uid)
+                continue
+            if uid in self.ended:
+                log.warning("%s: unit %s arrived again after its end: not run twice", self.uid, uid)
                 continue
             if malformed is not None:
                 self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})

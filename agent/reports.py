@@ -19,10 +19,12 @@ agent's attributes declared in the class body.  Messages, on the agent's DEALER 
                                                      coming that they could wait for)
     synced  {cid, part, unknown: [uids]}             `sync`: every update of these units said
                                                      again (sent first), and the ones this agent
-                                                     never had
-Memory: the updates of the last KNOWN_MAX units are kept, for `sync` and for a unit sent again
-(`say_again`: it is never run twice); a function's return value over KEPT_VALUE waits in
-PILOT_SANDBOX/<partition>.values/<uid> instead.
+                                                     does not know (never had, or ended)
+Memory: the updates of the units here and not ended are kept (`known`), for `sync` and for a
+unit sent again (`say_again`); once a unit's final state is sent, the bootstrap keeps it until
+the client has it (partition/outbox.py), and this agent keeps only that it ended (a bit:
+pilot/seen.py): a unit that arrives again after its end is never run twice.  Nothing grows
+with the units that ended.
 A unit's end (`report_end`): its output staged (the first fatal failure FAILs it), a `cleanup`
 unit's sandbox removed (its first KEPT_OUTPUT bytes of stdout and stderr travel with its final
 state), an empty sandbox recycled; then DONE, CANCELED (a cancel came in time), or FAILED with
@@ -42,16 +44,15 @@ from pilot import processes, staging
 from pilot.agent import unit_command
 from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.protocol import msg, pack
+from pilot.seen import SeenUnits
 from pilot.states import CANCELED, DONE, FAILED, FINAL, SCHEDULING, UNIT_MACHINE, check_move
 
 # state updates wait at most this long to go in one message: each message costs the agent, the
 # bootstrap and the client's channel and store threads a turn of their own (measured, 5,000 null
 # units on 2 cores: 0.05 s gives 2.7-5% more units a second than 0.02 s; 0.1 s no more)
 FLUSH_EVERY = 0.05
-KNOWN_MAX = 200_000  # units whose updates an agent remembers for `sync`
 FLUSH_SIZE = 1000
 KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
-KEPT_VALUE = 65536  # a larger function return value is remembered for `sync` in a file
 log = logging.getLogger("agent")
 
 
@@ -69,7 +70,8 @@ class Reporting:
         """Nothing said yet."""
         self.updates: list = []
         self.first_pending = 0.0  # (monotonic) when the oldest of `updates` was recorded
-        self.known: dict[str, list] = {}
+        self.known: dict[str, list] = {}  # units here and not final -> what was said of them
+        self.ended = SeenUnits()  # units whose final state was said
         self.states: dict[str, str] = {}  # units here and not final -> their state
 
     def update(self, uid: str, state: str, info: dict | None = None, at: float = 0.0) -> None:
@@ -83,51 +85,25 @@ class Reporting:
             self.first_pending = time.monotonic()
         rec = ("unit", uid, state, at or time.time(), info or {})
         self.updates.append(rec)
-        kept = self._kept(rec) if info and "value" in info else rec
+        if state in FINAL:  # (the bootstrap keeps it now: partition/outbox.py)
+            self.known.pop(uid, None)
+            self.ended.add(uid)
+            return
         said = self.known.get(uid)  # for `sync`: what it said
         if said is not None:
-            said.append(kept)
+            said.append(rec)
         else:
-            self.known[uid] = [kept]
-            if len(self.known) > KNOWN_MAX:
-                self.known.pop(next(iter(self.known)))
-
-    def _kept(self, rec: tuple) -> tuple:
-        """The record as remembered for `sync`: a large function value waits in a file."""
-        info = rec[4]
-        value = info.get("value")
-        if not isinstance(value, str) or len(value) <= KEPT_VALUE:
-            return rec
-        folder = os.path.join(self.cfg["pilot_sandbox"], f"{self.uid}.values")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        path = os.path.join(folder, rec[1])
-        with open(path, "w") as f:
-            f.write(value)
-        return (*rec[:4], {**info, "value": None, "value_file": path})
-
-    @staticmethod
-    def _said(rec: tuple) -> tuple:
-        path = rec[4].get("value_file")
-        if path is None:
-            return rec
-        info = {k: v for k, v in rec[4].items() if k != "value_file"}
-        try:
-            with open(path) as f:
-                info["value"] = f.read()
-        except OSError as exc:
-            info["value"] = None
-            log.error("%s: its return value is lost: %s", rec[1], exc)
-        return (*rec[:4], info)
+            self.known[uid] = [rec]
 
     def say_again(self, uid: str) -> bool:
-        """Queue every update said about `uid` again; False when this agent never had it (or
-        no longer remembers it)."""
+        """Queue every update said about `uid` again; False when this agent does not know it
+        (never had it, or it ended: the bootstrap answers for those)."""
         recs = self.known.get(uid)
         if not recs:
             return False
         if not self.updates:
             self.first_pending = time.monotonic()
-        self.updates.extend(self._said(r) for r in recs)
+        self.updates.extend(recs)
         return True
 
     def sync(self, cid: str, uids: list[str]) -> None:

@@ -37,12 +37,13 @@ import zmq
 from pilot import checks, network, processes
 from pilot.partition import orphans
 from pilot.partition.manager import AgentProcess
-from pilot.protocol import ProtocolError, journal_path, msg, unpack
+from pilot.protocol import ProtocolError, journal_path, msg, pack, unpack
 
 if TYPE_CHECKING:
     from pilot.partition.agents.forked import AgentForker
     from pilot.partition.manager import PartitionManager
     from pilot.partition.node_set import NodeSet
+    from pilot.partition.outbox import Outbox
     from pilot.resource_config import ResourceConfig
     from pilot.security import Keys
 
@@ -65,6 +66,7 @@ class AgentChannel:
     nodeset: NodeSet | None
     to_client: Callable[[list[bytes]], None]  # (client_link.py)
     flush: Callable[[], None]
+    outbox: Outbox
 
     def _open_agent_channel(self) -> None:
         """boot.connect, the agents' side: the ROUTER, bound."""
@@ -141,6 +143,7 @@ class AgentChannel:
         uid, kind = frames[0].decode(), frames[1]
         if kind == b"state":
             self.flush()  # keep partition updates ahead of the unit updates that follow them
+            self.outbox.add_batch(frames[2])  # its outcomes, kept until the client has them
             self.to_client([b"state", frames[2]])
         elif kind == b"ready":
             body = unpack(frames[2]) if len(frames) > 2 else {}
@@ -149,9 +152,13 @@ class AgentChannel:
         elif kind == b"back":
             self.flush()
             self.to_client([b"back", frames[2]])
-        elif kind == b"synced":
+        elif kind == b"synced":  # the units it does not know may have ended: kept here
+            body = unpack(frames[2])
+            found, rest = self.outbox.answer(checks.uids("synced unknown", body.get("unknown")))
             self.flush()
-            self.to_client([b"synced", frames[2]])
+            if found:
+                self.to_client([b"state", pack(found)])
+            self.to_client(msg(b"synced", {**body, "unknown": rest}))
         elif kind == b"output":
             self.to_client([b"output", frames[2]])
         elif kind == b"bye":

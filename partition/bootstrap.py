@@ -57,6 +57,7 @@ from pilot.partition.client_link import ClientLink
 from pilot.partition.data_port import DataPort
 from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
 from pilot.partition.node_set import BringUpError, NodeSet
+from pilot.partition.outbox import Outbox
 from pilot.partition.pool import Pool
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack
 from pilot.states import (
@@ -109,6 +110,7 @@ class Bootstrap(ClientLink, AgentChannel):
         self.network: dict | None = None
         self.make_pool(cfg.get("network"))
         self.out: list = []  # partition state updates waiting to be sent
+        self.outbox = Outbox()  # outcomes kept until the client has them
         self.deadline = time.monotonic() + cfg["runtime"]
         self.last_heard = time.monotonic()
         self.ending: tuple[str, str] | None = None

@@ -4,12 +4,15 @@ Part of the Bootstrap (partition/bootstrap.py), which is a ClientLink; the messa
 pilot/protocol.py's table ("Pilot link"), the commands in partition/control.py.
 
 Pilot link: a DEALER (identity = the pilot uid, a CURVE client) connected to the client's ROUTER
-at cfg["client"]; the `attach` command points it at a new client process.
+at cfg["client"] (or, when that is a list, at the first of them that answers:
+partition/client_probe.py); the `attach` command points it at a new client process.
     client -> bootstrap (every message counts as word from the client: last_heard)
         units PART BATCH   to the partition's agent as raw frames (buffered while it is
                            STARTING); a partition that is gone: handed back at once (`back`)
         cmd               run (partition/control.py), answered `reply`
         put / get         data staging (partition/data_port.py), answered `put_ack` / `got`
+        ack {uids}        the client's store has these units' final states: the outbox
+                          (partition/outbox.py) lets go of them
         hb                nothing else
     bootstrap -> client
         hello             once up (boot.hello), and again to a client that attaches
@@ -37,11 +40,13 @@ import zmq
 
 from pilot import checks, network
 from pilot.partition import control
+from pilot.partition.client_probe import first_answering
 from pilot.protocol import ProtocolError, msg, pack, unpack
 
 if TYPE_CHECKING:
     from pilot.partition.data_port import DataPort
     from pilot.partition.manager import PartitionManager
+    from pilot.partition.outbox import Outbox
     from pilot.security import Keys
 
 log = logging.getLogger("bootstrap")
@@ -60,6 +65,7 @@ class ClientLink:
     network: dict | None
     last_heard: float
     out: list
+    outbox: Outbox
 
     def _open_client_link(self) -> None:
         """boot.connect, the client's side: the DEALER to the client, connected."""
@@ -68,11 +74,27 @@ class ClientLink:
         self.client.setsockopt(zmq.LINGER, 3000)
         self.client.setsockopt(zmq.SNDHWM, 100_000)
         self.keys.client(self.client)
+        self.cfg["client"] = self.find_client(self.cfg["client"])
         self.client.connect(self.cfg["client"])
         # the address this node reaches the client from: the client (and a CLI next to it)
         # reaches the control socket there, whichever node of the allocation this runs on
         self.here = network.source_address(self.cfg["client"])
         self.dropped = 0
+
+    def find_client(self, client: str | list[str]) -> str:
+        """The client's endpoint: the one given, or the first of its addresses that answers
+        (partition/client_probe.py; a client listening everywhere gives them all)."""
+        if isinstance(client, str):
+            return client
+        t0 = time.monotonic()
+        found = first_answering(self.ctx, self.keys, client, self.cfg["client_timeout"])
+        log.info(
+            "boot.connect: the client answered at %s (%d addresses probed, %.0f ms)",
+            found,
+            len(client),
+            1e3 * (time.monotonic() - t0),
+        )
+        return found
 
     def _open_control(self) -> None:
         """boot.connect, the control endpoint: bound on an OS-chosen port."""
@@ -112,6 +134,8 @@ class ClientLink:
             self.to_client([b"reply", pack(self.command(body))])
         elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py)
             self.to_client(msg(b"put_ack", self.data.put(self._header(frames[1]), frames[2])))
+        elif kind == b"ack":  # the client's store has these outcomes (partition/outbox.py)
+            self.outbox.ack(checks.uids("ack uids", unpack(frames[1]).get("uids")))
         elif kind == b"get" and len(frames) == 2:
             reply, chunk = self.data.get(self._header(frames[1]))
             self.to_client([b"got", pack(reply), chunk])

@@ -97,7 +97,16 @@ def partitions(boot, cid, args: dict) -> dict:
 def attach(boot, cid, args: dict) -> dict:
     """A new client process takes over: point the pilot link at it, say hello, and send
     every partition's current state again (units are reconciled by `sync`)."""
-    endpoint = checks.endpoint("args.client", args.get("client"))
+    given = args.get("client")
+    if isinstance(given, list) and given and len(given) <= 64:
+        for i, e in enumerate(given):
+            checks.endpoint(f"args.client[{i}]", e)
+        try:
+            endpoint = boot.find_client(given)
+        except OSError as exc:
+            raise ValueError(f"args.client: {exc}") from None
+    else:
+        endpoint = checks.endpoint("args.client", given)
     old = boot.cfg["client"]
     if endpoint != old:
         try:
@@ -128,14 +137,22 @@ def attach(boot, cid, args: dict) -> dict:
 
 
 def sync(boot, cid, args: dict) -> dict:
-    """Ask each partition's agent for the current state of these units.  Agents answer with
-    state updates and a `synced` message naming the uids they do not know; a partition
-    without an agent knows none of them."""
+    """The current state of these units: the outcomes the pilot keeps (partition/outbox.py)
+    are said again at once; each partition's agent is asked for the others, and answers with
+    state updates and a `synced` message naming the uids it does not know; a partition without
+    an agent knows none of them."""
     units = checks.mapping("args.units", args.get("units"))
     for part_uid, uids in units.items():
         checks.uid("args.units key", part_uid)
         checks.uids(f"args.units[{part_uid!r}]", uids)
     waiting = []
+    kept = []
+    for part_uid in list(units):
+        found, units[part_uid] = boot.outbox.answer(units[part_uid])
+        kept += found
+    if kept:
+        boot.flush()
+        boot.to_client([b"state", pack(kept)])
     for part_uid, uids in units.items():
         part = boot.pm.parts.get(part_uid)
         if part is not None and part.state not in FINAL and part.uid in boot.procs:

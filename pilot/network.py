@@ -48,6 +48,23 @@ def interface_address(name: str) -> str | None:
     return socket.inet_ntoa(raw[20:24])
 
 
+def host_addresses() -> list[str]:
+    """Every IPv4 address of this host's network interfaces, loopback last (where a pilot's
+    job may reach this host from: the client listens on all of them and the job probes)."""
+    out = []
+    for _, name in socket.if_nameindex():
+        addr = interface_address(name)
+        if addr is not None and addr not in out:
+            out.append(addr)
+    try:  # (the address of its name, for hosts whose interfaces say little)
+        named = socket.gethostbyname(socket.gethostname())
+        if named not in out:
+            out.append(named)
+    except OSError:
+        pass
+    return sorted(out, key=lambda a: a.startswith("127."))
+
+
 def resolve_address(where: str, spec: str) -> str:
     """An address to listen on, from an IP address, a network interface name of this host
     (`ib0`, `eth0`), or `auto` (the address of this host's name); ValueError naming `where`."""

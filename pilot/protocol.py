@@ -5,7 +5,8 @@ BODY is compact JSON (UTF-8).  Unit batches are forwarded by the bootstrap as ra
 decoded on the way.  A message that does not decode, or has an unknown TYPE, is logged and answered
 with an error where a reply is expected; it never stops a component.
 
-Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identity = pilot uid)
+Pilot link: client ROUTER (binds 127.0.0.1:random, or every address: pmgr/channel.py) <->
+bootstrap DEALER (identity = pilot uid; connected to the first client address that answers)
   bootstrap -> client
     hello   {pilot, pid, control, size, attach,      bootstrap is up: pilot ACTIVE; nodes:
              nodes: {index: {name, state}}}          multi-node pilots, up or down
@@ -15,7 +16,8 @@ Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identit
                                                      start journal) may have run, the others
                                                      never did; `killed`: processes it left
     output  [[uid, node, rank, stream, text], ...]   unit output forwarded by node daemons
-    synced  {cid, part, unknown: [uids]}             after a sync: the uids that agent never had
+    synced  {cid, part, unknown: [uids]}             after a sync: the uids nothing of the pilot
+                                                     knows (neither the agent nor the outbox)
     reply   {cid, ok, result | error}                answer to a cmd
     hb      {}                                       liveness, every HEARTBEAT s
     bye     {state, reason}                          the pilot's final state; bootstrap exits
@@ -25,15 +27,19 @@ Pilot link: client ROUTER (binds 127.0.0.1:random) <-> bootstrap DEALER (identit
                               (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
                               sync; attach on the control socket: a new client process
                               takes over the pilot link)
+    ack     {uids}            the store has these units' final states: the pilot lets go of
+                              them (partition/outbox.py keeps outcomes until then)
     hb      {}
 
 Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)
   agent -> bootstrap
     ready   {pid}                                    agent is up: partition ACTIVE
-    state   [[kind, uid, state, ts, info], ...]      forwarded raw to the client
+    state   [[kind, uid, state, ts, info], ...]      forwarded raw to the client; its final
+                                                     unit states are kept (partition/outbox.py)
     back    {part, units}                            queued units handed back when stopping
     output  [[uid, node, rank, stream, text], ...]   forwarded raw to the client
-    synced  {cid, part, unknown}                     answer to sync (after its state updates)
+    synced  {cid, part, unknown}                     answer to sync (after its state updates):
+                                                     the units it has not, or no longer (ended)
     bye     {state, reason}                          the agent's last word: partition final
   bootstrap -> agent
     units   BODY                                     forwarded from the client unchanged

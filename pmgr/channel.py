@@ -2,7 +2,9 @@
 
 The ROUTER binds the session's address (default 127.0.0.1; `Session(address=)`,
 PILOT_CLIENT_ADDRESS) on an OS-chosen port, and, for a pilot whose resource config names a
-`client_address`, that address too (`endpoint_on`).  It is a CURVE server that admits only
+`client_address`, that address too (`endpoint_on`); for a pilot whose job may run on another
+host and nothing says where the client is, every address of this host (`endpoints_everywhere`:
+0.0.0.0, the job gets the list and probes it).  It is a CURVE server that admits only
 the session's keys (pilot/security.py); every pilot's bootstrap connects a DEALER whose
 identity is the pilot uid.  Only the channel thread touches the socket: other threads hand frames
 to `send()`, which queues them and wakes the thread through an eventfd.  Incoming messages go to
@@ -19,7 +21,7 @@ import threading
 
 import zmq
 
-from pilot import checks
+from pilot import checks, network
 from pilot.protocol import drain
 
 log = logging.getLogger("pmgr.channel")
@@ -69,6 +71,13 @@ class Channel:
                     raise OSError(f"the pilot link cannot listen on {address}: {got}")
                 self.endpoints[address] = got
             return self.endpoints[address]
+
+    def endpoints_everywhere(self) -> list[str]:
+        """The pilot link listening on every address of this host (0.0.0.0: each connection
+        is CURVE-authenticated, so that is safe), as one endpoint per address, loopback last:
+        what a pilot's bootstrap probes when its job may run on another host."""
+        port = self.endpoint_on("0.0.0.0").rsplit(":", 1)[1]
+        return [f"tcp://{addr}:{port}" for addr in network.host_addresses()]
 
     def in_thread(self) -> bool:
         return threading.current_thread() is self.thread

@@ -72,15 +72,21 @@ class Pilot(Stateful):
     def manager_callbacks(self) -> list:
         return self.pmgr.callbacks
 
-    def client_endpoint(self) -> str:
+    def client_endpoint(self) -> str | list[str]:
         """Where this pilot's bootstrap reaches the client: on the resource config's
-        `client_address` when it names one, else on the session's address."""
-        if self.resource.client_address is None:
+        `client_address` when it names one, or the session's address when one was given
+        (Session(address=), PILOT_CLIENT_ADDRESS); else, for a local pilot, loopback, and for
+        one whose job may land on another host, every address of this host: the bootstrap
+        probes them all at once and keeps the first whose handshake completes."""
+        if self.resource.client_address is not None:
+            address = network.resolve_address(
+                f"resource config {self.resource.name}: client_address",
+                self.resource.client_address,
+            )
+            return self.session.channel.endpoint_on(address)
+        if self.session.address_given or self.resource.batch_system == "local":
             return self.session.channel.endpoint
-        address = network.resolve_address(
-            f"resource config {self.resource.name}: client_address", self.resource.client_address
-        )
-        return self.session.channel.endpoint_on(address)
+        return self.session.channel.endpoints_everywhere()
 
     # -- public -----------------------------------------------------------------------------
     @property
@@ -236,6 +242,17 @@ class Pilot(Stateful):
                 log.warning("%s: state of unit %s, but no UnitManager uses it", self.uid, uid)
         if umgr is not None:
             umgr.route()  # units ended: their partitions have room again
+            ended = [r[1] for r in updates if r[0] == "unit" and umgr.has_ended(r[1])]
+            if ended:  # the pilot keeps their outcomes until the store has them
+                self.session.writer.then(lambda: self._ack(ended), urgent=False)
+
+    def _ack(self, uids: list[str]) -> None:
+        """(store writer thread) These units' final states are written: the pilot may let go
+        of them (partition/outbox.py); one the store refused for good is not acknowledged."""
+        lost = self.session.writer.unpersisted
+        kept = [u for u in uids if u not in lost] if lost else uids
+        if kept:
+            self.session.channel.send(self.uid, msg(b"ack", {"uids": kept}))
 
     def on_output(self, chunks: list) -> None:
         """Unit output forwarded by node daemons (channel thread, without the lock)."""

@@ -78,10 +78,11 @@ class Session:
         dir: str | None = None,
         address: str | None = None,
     ) -> None:
-        # where pilots reach this client: an IP address, an interface name, or "auto"
-        self.address = network.resolve_address(
-            "Session: address", address or os.environ.get("PILOT_CLIENT_ADDRESS") or "127.0.0.1"
-        )
+        # where pilots reach this client: an IP address, an interface name, or "auto"; when
+        # nothing says, loopback for local pilots and every address for others (Pilot)
+        given = address or os.environ.get("PILOT_CLIENT_ADDRESS")
+        self.address_given = given is not None
+        self.address = network.resolve_address("Session: address", given or "127.0.0.1")
         stamp = datetime.datetime.now().strftime("%Y%m%d.%H%M%S")
         attach = uid is not None
         self.uid = uid or f"session.{stamp}.{uuid.uuid4().hex[:6]}"

@@ -35,6 +35,11 @@ class UnitEvents(Routing):
     said_again: int  # updates refused because the unit had passed them (sync replays)
     _output_callbacks: list  # register_output_callback's
 
+    def has_ended(self, uid: str) -> bool:
+        """Whether this manager's unit `uid` is in a final state (UnitRouter)."""
+        unit = self.units.get(uid)
+        return unit is not None and unit.state in S.FINAL
+
     def on_output(self, chunks: list) -> None:
         """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
         calls = []

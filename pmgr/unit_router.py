@@ -45,3 +45,6 @@ class UnitRouter(Protocol):
     def on_pilot_changed(self, pilot: Stateful) -> None: ...
 
     def route(self) -> threading.Event | None: ...  # where units can go may have changed
+
+    # whether this manager's unit `uid` is final here (its outcome is on its way to the store)
+    def has_ended(self, uid: str) -> bool: ...

@@ -99,3 +99,39 @@ def test_second_client_takes_over_a_multinode_pilot(make_session, tmp_path, sess
 def test_attaching_to_an_unknown_session_says_so(tmp_path):
     with pytest.raises(ValueError, match=r"Session: uid='session.nope' not found: no store"):
         rp.Session(uid="session.nope")
+
+
+def test_outcomes_outlive_their_partition_and_the_clients_absence(make_session, tmp_path):
+    """The client dies after its units were sent; they end while no client listens; a shell
+    stops every partition (`pilot reconfig ... --stop all --start fill`); a new client
+    attaches: every unit that ran to its end is DONE (the bootstrap kept the outcomes its
+    agents reported until a client's store had them: partition/outbox.py)."""
+    import time
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    first = first_client(url)
+    sandbox = os.path.join(os.environ["PILOT_SESSIONS_DIR"], first["session"], first["pilot"])
+    journal = os.path.join(sandbox, f"{first['pilot']}.part.0000.started")  # (its start journal)
+    log = os.path.join(sandbox, f"{first['pilot']}.part.0000.agent.log")
+    deadline = time.monotonic() + 60  # 8 units of 0.4 s on one core
+    while time.monotonic() < deadline:
+        if os.path.exists(journal) and len(open(journal).read().split()) == 8:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # the last one ends
+    out = subprocess.run(
+        [sys.executable, "-m", "pilot", "reconfig", f"{first['session']}/{first['pilot']}"]
+        + ["--stop", "all", "--start", "fill"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PILOT_DATABASE_URL=url),
+    )
+    assert out.returncode == 0, out.stderr + out.stdout + open(log).read()[-2000:]
+    session = make_session(uid=first["session"], database_url=url)
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    states = umgr.wait_units(timeout=60)
+    units = umgr.get_units()
+    assert states == [rp.DONE] * 8, [(u.uid, u.state, u.reason) for u in units]
+    assert all(u.exit_code == 0 for u in units)

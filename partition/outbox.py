@@ -1,0 +1,47 @@
+"""Outcomes the pilot keeps until its client has them (DESIGN.md, "Guarantees").
+
+A unit's final state reaches the bootstrap from its agent (a `state` batch, on its way to the
+client); the bootstrap keeps that record here until the client acknowledges that its store has
+it (`ack {uids}` on the pilot link, which the client sends once its store writer has written
+those states).  So an outcome outlives the agent that reported it (a partition stopped by a
+reconfig, an agent that died after reporting) and the client's absence: a client that attaches
+asks with `sync` (partition/control.py), and the records here answer first; an agent's `synced`
+answer that names units it no longer knows (they ended) is answered from here too.  A unit is
+"outcome unknown" at the client only when no record of it is left anywhere that outlived it.
+Memory: one record per unit that ended and was not acknowledged yet (with a client attached,
+about the last second's worth).
+"""
+
+from __future__ import annotations
+
+from pilot.protocol import unpack
+from pilot.states import FINAL
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.kept: dict[str, list] = {}  # uid -> its final record [kind, uid, state, ts, info]
+        self.acked = 0
+
+    def add_batch(self, raw: bytes) -> None:
+        """Keep the final unit records of an agent's `state` batch (raw JSON)."""
+        for rec in unpack(raw):
+            if rec[0] == "unit" and rec[2] in FINAL:
+                self.kept[rec[1]] = rec
+
+    def ack(self, uids: list[str]) -> None:
+        """The client's store has these: they are let go of."""
+        for uid in uids:
+            if self.kept.pop(uid, None) is not None:
+                self.acked += 1
+
+    def answer(self, uids: list[str]) -> tuple[list, list[str]]:
+        """(the kept records of these units, the uids it has none of)."""
+        found, rest = [], []
+        for uid in uids:
+            rec = self.kept.get(uid)
+            if rec is None:
+                rest.append(uid)
+            else:
+                found.append(rec)
+        return found, rest
