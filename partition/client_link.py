@@ -20,6 +20,8 @@ partition/client_probe.py); the `attach` command points it at a new client proce
                           ahead of a reply, `back`, `lost` or an agent's batch, and at the end
                           of every turn of the loop
         hb, bye           every HEARTBEAT s; the pilot's final state last (down.bye)
+        taken_over {by}   to a live owner when another client takes the pilot over (the
+                          `attach` command, take_over=True); it answers `released`
     Sends never block: with no client listening, messages queue to the high-water mark, then
     are dropped and counted (`dropped`); an attaching client reconciles through `sync`.  No word
     from the client for client_timeout s: the pilot tears down CANCELED (bootstrap.py's loop).
@@ -41,7 +43,7 @@ import zmq
 from pilot import checks, network
 from pilot.partition import control
 from pilot.partition.client_probe import first_answering
-from pilot.protocol import ProtocolError, msg, pack, unpack
+from pilot.protocol import ProtocolError, drain, msg, pack, unpack
 
 if TYPE_CHECKING:
     from pilot.partition.data_port import DataPort
@@ -134,6 +136,8 @@ class ClientLink:
             self.to_client([b"reply", pack(self.command(body))])
         elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py)
             self.to_client(msg(b"put_ack", self.data.put(self._header(frames[1]), frames[2])))
+        elif kind == b"released":  # (the old owner's answer to taken_over: release_owner)
+            log.info("the pilot's old client released it")
         elif kind == b"ack":  # the client's store has these outcomes (partition/outbox.py)
             self.outbox.ack(checks.uids("ack uids", unpack(frames[1]).get("uids")))
         elif kind == b"get" and len(frames) == 2:
@@ -148,6 +152,25 @@ class ClientLink:
         if not isinstance(hdr, dict):
             raise ProtocolError("a transfer header must be a JSON object")
         return hdr
+
+    def release_owner(self, new_owner: dict, wait: float) -> None:
+        """A take-over: tell the live owner it owns the pilot no more (`taken_over`) and give
+        it `wait` seconds to say `released` (what it sends meanwhile is handled as usual)."""
+        self.flush()
+        self.to_client(msg(b"taken_over", {"by": new_owner}))
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.client.poll(int(left * 1000) + 1):
+                break
+            for frames in drain(self.client, 100):
+                if frames[0] == b"released":
+                    log.info("attach: the old owner released the pilot")
+                    return
+                try:
+                    self.on_client(frames)
+                except (ProtocolError, KeyError, IndexError, TypeError, ValueError) as exc:
+                    log.warning("attach: a bad message from the old owner: %s", exc)
+        log.warning("attach: the old owner did not say released within %g s", wait)
 
     def command(self, body: dict) -> dict:
         """Run one command (from the client or the CLI): partition/control.py."""

@@ -31,7 +31,7 @@ import zmq
 
 from pilot import checks
 from pilot.ids import ALL
-from pilot.protocol import msg, pack
+from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.states import CANCELED, FINAL
 
 log = logging.getLogger("bootstrap")
@@ -96,7 +96,24 @@ def partitions(boot, cid, args: dict) -> dict:
 
 def attach(boot, cid, args: dict) -> dict:
     """A new client process takes over: point the pilot link at it, say hello, and send
-    every partition's current state again (units are reconciled by `sync`)."""
+    every partition's current state again (units are reconciled by `sync`).  One owner per
+    pilot: refused while the owner is alive (heard from within OWNER_SILENCE s) unless
+    args.take_over; the old owner is then told (`taken_over`) and stops acting on the pilot,
+    and the pilot waits (at most RELEASE_WAIT s) for its `released` before it switches."""
+    owner = _owner(args.get("owner"))
+    current = boot.cfg.get("owner") or {}
+    silent = time.monotonic() - boot.last_heard
+    live = silent < OWNER_SILENCE and current and current != owner
+    if live and not args.get("take_over"):
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(current.get("since", 0)))
+        raise Owned(
+            f"owned by the client on {current.get('host')}, pid {current.get('pid')}, since "
+            f"{since} (heard from {silent:.1f} s ago); attach with take_over=True to take it "
+            "over",
+            {**current, "silent": silent, "live_for": OWNER_SILENCE - silent},
+        )
+    if live:
+        boot.release_owner(owner, RELEASE_WAIT)
     given = args.get("client")
     if isinstance(given, list) and given and len(given) <= 64:
         for i, e in enumerate(given):
@@ -118,6 +135,7 @@ def attach(boot, cid, args: dict) -> dict:
         except zmq.ZMQError:
             pass
         boot.cfg["client"] = endpoint
+    boot.cfg["owner"] = owner
     boot.last_heard = time.monotonic()
     log.info(
         "attach: client now %s (was %s; %d messages dropped meanwhile)",
@@ -134,6 +152,29 @@ def attach(boot, cid, args: dict) -> dict:
         boot.emit(part.uid, part.state, info)
     boot.flush()
     return {"pilot": boot.uid, "partitions": len(boot.pm.parts)}
+
+
+OWNER_SILENCE = 3 * HEARTBEAT  # an owner heard from more recently is alive
+RELEASE_WAIT = 2.0  # seconds a take-over waits for the old owner's `released`
+
+
+class Owned(ValueError):
+    """An attach refused: the pilot's owner is alive (`owner`: who, how long ago heard)."""
+
+    def __init__(self, message: str, owner: dict) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+def _owner(value) -> dict:
+    """An attaching client's {host, pid, since}, checked."""
+    owner = checks.mapping("args.owner", value if value is not None else {})
+    checks.text("args.owner.host", owner.get("host"))
+    for key in ("pid", "since"):
+        v = owner.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise checks.bad(f"args.owner.{key}", v, "a number")
+    return {k: owner.get(k) for k in ("host", "pid", "since")}
 
 
 def sync(boot, cid, args: dict) -> dict:
@@ -187,4 +228,7 @@ def run(boot, body: dict) -> dict:
         return {"cid": cid, "ok": True, "result": OPS[op](boot, cid, args)}
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("command refused: %s", exc)
-        return {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
+        reply = {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
+        if isinstance(exc, Owned):
+            reply["owner"] = exc.owner
+        return reply

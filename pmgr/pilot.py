@@ -23,6 +23,7 @@ import time
 from pilot import ids, network
 from pilot import states as S
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
+from pilot.errors import PilotOwned
 from pilot.partition.plan import check_partition
 from pilot.pmgr.entities import Partition, Stateful
 from pilot.pmgr.unit_router import UnitRouter
@@ -68,6 +69,7 @@ class Pilot(Stateful):
         self._free: dict | None = None
         self._nodes: dict[int, dict] = {}
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
+        self.released: str | None = None  # another client took it over: why (see on_taken_over)
 
     def manager_callbacks(self) -> list:
         return self.pmgr.callbacks
@@ -190,7 +192,10 @@ class Pilot(Stateful):
 
     def command(self, cmd: dict) -> None:
         """Send a command to the bootstrap now, or once it said hello to this client (it is
-        ACTIVE; a pilot a new client attached to is linked when its hello arrives)."""
+        ACTIVE; a pilot a new client attached to is linked when its hello arrives).  A pilot
+        another client took over takes no more commands from this one."""
+        if self.released:
+            raise PilotOwned(self.uid, f"not this client's any more: {self.released}")
         if self.state == S.ACTIVE and self.linked:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
         else:
@@ -308,23 +313,35 @@ class Pilot(Stateful):
         if self.final:
             return
         ts = time.time()
+        ended = []
         for part in self.parts.values():
             if not part.final:
                 pstate = S.CANCELED if state == S.CANCELED else S.FAILED
                 if state == S.DONE:
                     pstate = S.DONE
                 part.advance(pstate, ts, reason or f"pilot {state}")
-                if self.umgr is not None:
-                    self.umgr.on_partition_changed(part)
-        self.advance(state, ts, reason)
+                ended.append(part)
+        self.advance(state, ts, reason)  # (first: the units are told no pilot is left to ask)
         if self.umgr is not None:
+            for part in ended:
+                self.umgr.on_partition_changed(part)
             self.umgr.on_pilot_changed(self)
 
     def lost(self, reason: str) -> None:
         self.end(S.FAILED if not self._cancel_requested else S.CANCELED, reason)
 
+    def on_taken_over(self, body: dict) -> None:
+        """Another client took the pilot over: this one stops acting on it (sends nothing
+        more, routes no units there, and fails nothing on its silence: its units' states stay
+        as the store has them, the new owner carries on), and says `released`."""
+        by = body.get("by") if isinstance(body.get("by"), dict) else {}
+        self.released = f"taken over by the client on {by.get('host')}, pid {by.get('pid')}"
+        self.linked = False
+        log.warning("%s: %s; this client no longer acts on it", self.uid, self.released)
+        self.session.channel.send(self.uid, msg(b"released"))
+
     def tick(self) -> None:
-        if self.final:
+        if self.final or self.released:
             return
         code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
         now = time.monotonic()
@@ -420,3 +437,18 @@ class Pilot(Stateful):
             "job": self.job.pid if self.job is not None else self.job_id,
             "control": self.control,
         }
+
+    # RADICAL-Pilot's files between the client and the pilot sandbox (pmgr/pilot_transfers.py)
+    def stage_in(self, directives) -> list[str]:
+        """Files from the client into the pilot sandbox (TRANSFER, TARBALL); a path without a
+        scheme at the pilot's end is in its sandbox.  Waits for the pilot to be ACTIVE and the
+        files to be there; returns the targets; StagingError names a failed directive."""
+        from pilot.pmgr.pilot_transfers import stage
+
+        return stage(self, directives, into_pilot=True)
+
+    def stage_out(self, directives) -> list[str]:
+        """Files from the pilot sandbox to the client, as stage_in the other way."""
+        from pilot.pmgr.pilot_transfers import stage
+
+        return stage(self, directives, into_pilot=False)

@@ -142,6 +142,7 @@ class PilotManager:
             # a pilot outlives a client that died, for client_timeout s: long enough for a new
             # client process to attach to the session (Session(uid=...)) and take it over
             "watch_parent": False,
+            "owner": session.owner,  # its owning client (partition/control.py attach)
             "python_path": functions.client_path(),  # where function workers find modules
             "partitions": [
                 {"uid": p.uid, "description": p.description.to_stored()}

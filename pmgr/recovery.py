@@ -4,8 +4,10 @@ The store says what the session had: pilots, partitions, units, their histories.
 PilotManager of the attached session takes the pilots back, the first UnitManager the units.
 
     attach  for each pilot not final: its bootstrap's control endpoint (kept in the store) gets
-            {op: attach, client: <this process's pilot link>}; the bootstrap points its link
-            here, says hello and sends every partition's state again.  A pilot that does not
+            {op: attach, client: <this process's pilot link>, owner, take_over}; the bootstrap
+            points its link here, says hello and sends every partition's state again.  A
+            pilot whose owner is alive refuses it (rp.PilotOwned, naming the owner) unless
+            take_over (the old owner is told and stops acting on it).  A pilot that does not
             answer within ATTACH_TIMEOUT s is FAILED (lost).
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 
 import zmq
@@ -29,6 +32,7 @@ from pilot.descriptions import (
     ComputePilotDescription,
     ComputeUnitDescription,
 )
+from pilot.errors import PilotOwned
 from pilot.pmgr.entities import Partition, Unit
 from pilot.pmgr.pilot import Pilot
 from pilot.protocol import pack, unpack
@@ -86,29 +90,20 @@ class Recovery:
         return list(self.pilots.values())
 
     def _attach(self, pilot) -> None:
-        reply = None
-        if pilot.control:
-            ctx = zmq.Context.instance()
-            sock = ctx.socket(zmq.REQ)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVTIMEO, int(ATTACH_TIMEOUT * 1000))
-            self.session.keys.client(sock)
-            try:
-                sock.connect(pilot.control)
-                sock.send(
-                    pack(
-                        {
-                            "cid": f"attach.{os.getpid()}",
-                            "op": "attach",
-                            "args": {"client": pilot.client_endpoint()},
-                        }
-                    )
-                )
-                reply = unpack(sock.recv())
-            except zmq.ZMQError as exc:
-                log.error("%s: attach failed: %s", pilot.uid, exc)
-            finally:
-                sock.close()
+        pilot.released = "being attached"  # (not acted on, nor failed on silence, until then)
+        reply = self._ask_attach(pilot, self.session.take_over)
+        owner = (reply or {}).get("owner")
+        if owner is not None and not self.session.take_over:
+            if self._owner_is_gone(owner):  # (dead on this very host: nothing to tell)
+                reply = self._ask_attach(pilot, True)
+            else:  # silent for a moment, maybe gone: asked again once it would count as gone
+                time.sleep(min(max(float(owner.get("live_for") or 0), 0.0), 5.0) + 0.5)
+                reply = self._ask_attach(pilot, False)
+            owner = (reply or {}).get("owner")
+        if owner is not None:  # (one owner per pilot: partition/control.py attach)
+            pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
+            raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
+        pilot.released = None
         with self.session.locked():
             if reply and reply.get("ok"):
                 pilot.last_heard = time.monotonic()
@@ -116,6 +111,43 @@ class Recovery:
             else:
                 why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
                 pilot.lost(f"lost: did not take the new client ({why})")
+
+    def _ask_attach(self, pilot, take_over: bool) -> dict | None:
+        """The bootstrap's answer to `attach` (None: no answer)."""
+        if not pilot.control:
+            return None
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(ATTACH_TIMEOUT * 1000))
+        self.session.keys.client(sock)
+        try:
+            sock.connect(pilot.control)
+            args = {
+                "client": pilot.client_endpoint(),
+                "owner": self.session.owner,
+                "take_over": take_over,
+            }
+            sock.send(pack({"cid": f"attach.{os.getpid()}", "op": "attach", "args": args}))
+            return unpack(sock.recv())
+        except zmq.ZMQError as exc:
+            log.error("%s: attach failed: %s", pilot.uid, exc)
+            return None
+        finally:
+            sock.close()
+
+    @staticmethod
+    def _owner_is_gone(owner: dict) -> bool:
+        """Whether the owning client was on this host and its process is gone."""
+        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+            return False
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
 
     def adopt_units(self, umgr) -> None:
         if self.units_adopted:

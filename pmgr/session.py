@@ -6,6 +6,9 @@ pilots and unit managers through one table keyed by message type (`HANDLERS`).
         ...
     rp.Session(database_url="sqlite:////path/state.db")
     rp.Session(address="ib0")              # pilots reach the client there (PILOT_CLIENT_ADDRESS)
+    rp.Session(uid=UID)                    # attach to a session's running pilots: refused
+                                           # (rp.PilotOwned) for one whose owner is alive,
+    rp.Session(uid=UID, take_over=True)    # unless taking it over (the old owner is told)
 
 The session directory is $PILOT_SESSIONS_DIR/<uid> (default ~/.pilot/sessions/<uid>): the
 sqlite file, one sandbox per pilot (logs, unit sandboxes, the control endpoint for the CLI).
@@ -23,6 +26,7 @@ import atexit
 import datetime
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -40,6 +44,10 @@ from pilot.pmgr.transfers import Transfers
 from pilot.protocol import ProtocolError, unpack
 
 log = logging.getLogger("pmgr.session")
+
+
+FROM_STORE = ("unit", "pilot")  # uid prefixes whose numbers the store hands out (next_uid)
+ID_BLOCK = 1024  # numbers reserved at a time (one store round trip per 1,024 units)
 
 
 def private_dir(path: str) -> None:
@@ -67,6 +75,7 @@ HANDLERS = {
     b"lost": Pilot.on_lost,
     b"synced": Pilot.on_synced,
     b"hb": Pilot.on_hb,
+    b"taken_over": Pilot.on_taken_over,
 }
 
 
@@ -77,9 +86,14 @@ class Session:
         uid: str | None = None,
         dir: str | None = None,
         address: str | None = None,
+        take_over: bool = False,
     ) -> None:
         # where pilots reach this client: an IP address, an interface name, or "auto"; when
         # nothing says, loopback for local pilots and every address for others (Pilot)
+        # this process as the owner of its pilots (one owner per pilot: pmgr/recovery.py);
+        # take_over: attach to the session's pilots even if their owner is alive
+        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        self.take_over = take_over
         given = address or os.environ.get("PILOT_CLIENT_ADDRESS")
         self.address_given = given is not None
         self.address = network.resolve_address("Session: address", given or "127.0.0.1")
@@ -112,6 +126,7 @@ class Session:
         self.pmgrs: list = []
         self.umgrs: list = []
         self.counters: dict[str, int] = {}
+        self.block_end: dict[str, int] = {}  # prefix -> the end of its reserved block
         self.closed = False
         self.created = doc["created"] if doc else time.time()
         self.writer.doc(
@@ -137,13 +152,22 @@ class Session:
 
     def seen_uid(self, prefix: str, uid: str) -> None:
         """`uid` (made elsewhere: by a shell, by an earlier client process) exists: uids made
-        here with `prefix` continue after it."""
+        here with `prefix` continue after it (unit and pilot ids come from the store)."""
+        if prefix in FROM_STORE:
+            return
         with self.lock:
             self.counters[prefix] = ids.next_index(self.counters.get(prefix, 0), uid)
 
     def next_uid(self, prefix: str, width: int = 4) -> str:
+        """The next uid with `prefix`.  Unit and pilot ids come from blocks the store reserves
+        for this process alone (StateStore.reserve: atomic across every client of the
+        session), so two clients of one session never hand out the same id; others are
+        this process's own (a partition's, made by the pilot's one owner)."""
         with self.lock:
             n = self.counters.get(prefix, 0)
+            if prefix in FROM_STORE and n >= self.block_end.get(prefix, 0):
+                n = self.store.reserve(f"{self.uid}/{prefix}", ID_BLOCK)
+                self.block_end[prefix] = n + ID_BLOCK
             self.counters[prefix] = n + 1
         return f"{prefix}.{n:0{width}d}"
 
@@ -317,7 +341,8 @@ class Session:
 
     def _end_pilots(self, timeout: float) -> None:
         """(close) Cancel the live pilots, wait for them within `timeout`, end their jobs."""
-        live = [p for p in self.pilots.values() if not p.final]
+        # (a pilot another client took over, or that refused to be attached, is not ours)
+        live = [p for p in self.pilots.values() if not p.final and not p.released]
         for p in live:
             p.request_cancel("session closed")
         deadline = time.monotonic() + timeout
@@ -337,12 +362,15 @@ class Session:
         # the last resort finds processes on this host only: a batch job elsewhere ends through
         # its bootstrap and its batch system (cancel, scancel), never through our /proc
         here = any(p.resource.batch_system == "local" for p in self.pilots.values())
-        left = reaper.kill_session_processes(self.uid) if here else []
+        # (the session's processes are found by its id: with a pilot another client owns
+        # now, they are that client's too, and nothing is killed)
+        ours = not any(p.released for p in self.pilots.values())
+        left = reaper.kill_session_processes(self.uid) if here and ours else []
         if left:
             log.warning("killed %d leftover process(es) of %s: %s", len(left), self.uid, left)
         with self.locked():
             for p in self.pilots.values():
-                if not p.final:
+                if not p.final and not p.released:
                     p.lost("session closed before the pilot reported its end")
 
     def _close_links(self) -> None:

@@ -217,19 +217,23 @@ class UnitEvents(Routing):
         self.route()
 
     def on_partition_changed(self, part) -> None:
+        """A partition ended: units of it not final here are asked for (`sync`): the pilot
+        keeps every outcome its agents reported until the store has it (partition/outbox.py),
+        so only what it does not know is lost (on_synced); with the pilot gone too, nothing
+        is left to ask."""
         if part.final:
             now = time.time()
-            for unit in self.units.values():
-                if unit.part != part.uid or unit.final:
-                    continue
-                self._never_reached(
-                    unit,
-                    f"lost with partition {part.uid} ({part.state}: {part.reason}); "
-                    "its outcome is unknown",
-                    now,
-                    front=True,
+            left = [u for u in self.units.values() if u.part == part.uid and not u.final]
+            pilot = part.pilot
+            if left and not pilot.final and pilot.linked and not pilot.released:
+                cid = self.session.next_cid(pilot.uid)
+                pilot.command(
+                    {"cid": cid, "op": "sync", "args": {"units": {part.uid: [u.uid for u in left]}}}
                 )
-            part.outstanding = 0
+            else:
+                for unit in left:
+                    self._never_reached(unit, _lost_with(part), now, front=True)
+                part.outstanding = 0
         self.route()
 
     def _never_reached(self, unit: Unit, why: str, now: float, front: bool = False) -> None:
@@ -266,10 +270,14 @@ class UnitEvents(Routing):
                 continue
             part = unit.pilot.parts.get(part_uid)
             if part is not None:
-                part.outstanding -= 1
-            self._never_reached(
-                unit,
-                f"lost: partition {part_uid} does not know it (found when a client attached)",
-                now,
-            )
+                part.outstanding = max(0, part.outstanding - 1)
+            if part is not None and part.final:
+                why = _lost_with(part)
+            else:
+                why = f"lost: partition {part_uid} does not know it (found when a client attached)"
+            self._never_reached(unit, why, now, front=part is not None and part.final)
         self.route()
+
+
+def _lost_with(part) -> str:
+    return f"lost with partition {part.uid} ({part.state}: {part.reason}); its outcome is unknown"

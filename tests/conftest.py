@@ -78,12 +78,13 @@ def make_session():
 
     yield make
     leftovers = {}
-    for s in made:
+    for s in made:  # (all closed first: two clients of one session share its processes)
         s.close()
-        left = reaper.session_processes(s.uid)
+    for uid in dict.fromkeys(s.uid for s in made):
+        left = reaper.session_processes(uid)
         if left:
-            leftovers[s.uid] = left
-            reaper.kill_session_processes(s.uid)
+            leftovers[uid] = left
+            reaper.kill_session_processes(uid)
     assert not leftovers, f"processes left behind after close: {leftovers}"
 
 

@@ -69,7 +69,8 @@ def test_second_client_attaches_and_takes_over(make_session, database_url, sessi
         )
     more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true") for _ in range(5)])
     assert umgr.wait_units([u.uid for u in more], timeout=60) == [rp.DONE] * 5
-    assert int(more[0].uid.rsplit(".", 1)[1]) == 8  # uids continue where the first left off
+    # uids come from blocks the store reserves for each client: never one the first had
+    assert int(more[0].uid.rsplit(".", 1)[1]) >= 8 and more[0].uid not in first["units"]
     new = pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])[0]
     assert new.wait(rp.ACTIVE, timeout=30) == rp.ACTIVE
     assert new.uid == f"{pilot.uid}.part.0001"
@@ -101,6 +102,25 @@ def test_attaching_to_an_unknown_session_says_so(tmp_path):
         rp.Session(uid="session.nope")
 
 
+TRUTH_CLIENT = r"""
+import json, os, sys
+import pilot as rp
+from tests.faults import truth_unit
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+units = umgr.submit_units([truth_unit(sys.argv[1], sleep=0.2) for _ in range(8)])
+units[0].wait(rp.EXECUTING, timeout=30)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "pilot": pilot.uid}), flush=True)
+os._exit(0)  # the client dies: no close, no goodbye; the pilot goes on
+"""
+
+
 def test_outcomes_outlive_their_partition_and_the_clients_absence(make_session, tmp_path):
     """The client dies after its units were sent; they end while no client listens; a shell
     stops every partition (`pilot reconfig ... --stop all --start fill`); a new client
@@ -108,30 +128,100 @@ def test_outcomes_outlive_their_partition_and_the_clients_absence(make_session, 
     agents reported until a client's store had them: partition/outbox.py)."""
     import time
 
-    url = f"sqlite:///{tmp_path / 'state.db'}"
-    first = first_client(url)
-    sandbox = os.path.join(os.environ["PILOT_SESSIONS_DIR"], first["session"], first["pilot"])
-    journal = os.path.join(sandbox, f"{first['pilot']}.part.0000.started")  # (its start journal)
-    log = os.path.join(sandbox, f"{first['pilot']}.part.0000.agent.log")
-    deadline = time.monotonic() + 60  # 8 units of 0.4 s on one core
-    while time.monotonic() < deadline:
-        if os.path.exists(journal) and len(open(journal).read().split()) == 8:
-            break
-        time.sleep(0.2)
-    time.sleep(1.0)  # the last one ends
+    from tests.faults import check_exactly_once, read_truth
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-c", TRUTH_CLIENT, log],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + 60
+    while sum(read_truth(log)[1].values()) < 8 and time.monotonic() < deadline:
+        time.sleep(0.1)  # (all 8 ended while no client listened)
+    time.sleep(0.3)  # (their final states reach the bootstrap)
     out = subprocess.run(
         [sys.executable, "-m", "pilot", "reconfig", f"{first['session']}/{first['pilot']}"]
         + ["--stop", "all", "--start", "fill"],
         capture_output=True,
         text=True,
         timeout=60,
-        env=dict(os.environ, PILOT_DATABASE_URL=url),
+        env=env,
     )
-    assert out.returncode == 0, out.stderr + out.stdout + open(log).read()[-2000:]
+    assert out.returncode == 0, out.stderr + out.stdout
     session = make_session(uid=first["session"], database_url=url)
-    (pilot,) = rp.PilotManager(session).get_pilots()
+    rp.PilotManager(session).get_pilots()
     umgr = rp.UnitManager(session)
     states = umgr.wait_units(timeout=60)
     units = umgr.get_units()
     assert states == [rp.DONE] * 8, [(u.uid, u.state, u.reason) for u in units]
-    assert all(u.exit_code == 0 for u in units)
+    check_exactly_once(session, units, log)
+
+
+LIVE_CLIENT = r"""
+import json, sys, time
+import pilot as rp
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource=sys.argv[1], runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+units = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true") for _ in range(4)])
+umgr.wait_units(timeout=30)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "pilot": pilot.uid, "units": [u.uid for u in units]}),
+      flush=True)
+sys.stdin.readline()  # taken over meanwhile
+time.sleep(5)  # beyond the resource's client_timeout: a client that was not told fails it
+print(json.dumps({"released": pilot.released, "pilot": pilot.state,
+                  "states": [u.state for u in units]}), flush=True)
+s.close(terminate=False)
+"""
+
+
+def test_one_owner_per_pilot_and_a_take_over(make_session, tmp_path):
+    """A pilot with a live owning client refuses a second client (rp.PilotOwned, naming the
+    owner) unless it takes over; the old owner is told and stops acting on the pilot (it
+    fails nothing on silence), and the two clients never hand out the same unit id."""
+    cfg = tmp_path / "short.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 2\nclient_timeout: 3\n")
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    first = subprocess.Popen(
+        [sys.executable, "-c", LIVE_CLIENT, str(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        said = json.loads(first.stdout.readline())
+        refused = make_session(uid=said["session"], database_url=url)
+        with pytest.raises(rp.PilotOwned, match=rf"owned by the client on .*pid {first.pid}"):
+            rp.PilotManager(refused)
+        session = make_session(uid=said["session"], database_url=url, take_over=True)
+        (pilot,) = rp.PilotManager(session).get_pilots()
+        assert pilot.state == rp.ACTIVE, pilot.reason
+        umgr = rp.UnitManager(session)
+        more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 3)
+        assert umgr.wait_units([u.uid for u in more], timeout=60) == [rp.DONE] * 3, [
+            (u.state, u.reason) for u in more
+        ]
+        assert not {u.uid for u in more} & set(said["units"])  # (ids from the store)
+        first.stdin.write("report\n")
+        first.stdin.flush()
+        late = json.loads(first.stdout.readline())
+        assert late["released"] and f"pid {os.getpid()}" in late["released"], late
+        assert late["pilot"] == rp.ACTIVE and rp.FAILED not in late["states"], late
+        assert first.wait(timeout=30) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pymongo
 from bson.errors import InvalidDocument
-from pymongo import ASCENDING, UpdateOne, WriteConcern
+from pymongo import ASCENDING, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
 from pilot.pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, Batch, StateStore, check_kind
@@ -110,6 +110,15 @@ class MongoStore(StateStore):
         query = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
         rows = self.db.history.find(query, {"_id": 0}).sort([("ts", 1), ("seq", 1)])
         return [{k: r.get(k) for k in HISTORY} for r in rows]
+
+    def reserve(self, counter: str, n: int) -> int:
+        doc = self.db.counters.find_one_and_update(
+            {"_id": counter},
+            {"$inc": {"next": n}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return doc["next"] - n
 
     def close(self) -> None:
         self.client.close()

@@ -11,6 +11,7 @@ class NullStore(StateStore):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.counters: dict[str, int] = {}
 
     def write_batch(self, batch: Batch) -> None:
         pass
@@ -25,3 +26,8 @@ class NullStore(StateStore):
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
         return []
+
+    def reserve(self, counter: str, n: int) -> int:
+        first = self.counters.get(counter, 0)  # (one process: nothing else to agree with)
+        self.counters[counter] = first + n
+        return first

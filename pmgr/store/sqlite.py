@@ -46,6 +46,7 @@ def _schema() -> str:
         "CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY AUTOINCREMENT, "
         "session TEXT, kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT, seq INTEGER);"
     )
+    tables.append("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, next INTEGER);")
     return "\n".join(tables) + _INDEXES
 
 
@@ -168,7 +169,8 @@ class SqliteStore(StateStore):
                     execute_rows(self.db, HISTORY_INSERT, batch.history)
                 self.db.execute("COMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK")
+                if self.db.in_transaction:  # (sqlite rolls back by itself on a full disk:
+                    self.db.execute("ROLLBACK")  # a second ROLLBACK would hide why)
                 raise
 
     def _docs(self, kind: str, rows) -> list[dict]:
@@ -208,6 +210,25 @@ class SqliteStore(StateStore):
         with self.lock:
             rows = self.db.execute(sql + " ORDER BY id", tuple(cond.values())).fetchall()
         return [dict(zip(HISTORY, r)) for r in rows]
+
+    def reserve(self, counter: str, n: int) -> int:
+        with self.lock:  # (BEGIN IMMEDIATE: another client's process waits for the lock)
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self.db.execute(
+                    "SELECT next FROM counters WHERE name = ?", (counter,)
+                ).fetchone()
+                first = row[0] if row else 0
+                self.db.execute(
+                    "INSERT OR REPLACE INTO counters (name, next) VALUES (?, ?)",
+                    (counter, first + n),
+                )
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        return first
 
     def close(self) -> None:
         with self.lock:

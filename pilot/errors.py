@@ -1,0 +1,21 @@
+"""The errors a user can catch by name (`rp.PilotError` and its children).
+
+PilotError    the base of them all
+PilotOwned    a client attached to a pilot that another live client owns, without asking
+              to take it over (Session(uid=..., take_over=True)); names the owner
+"""
+
+from __future__ import annotations
+
+
+class PilotError(Exception):
+    """What went wrong with a pilot, as the user can catch it."""
+
+
+class PilotOwned(PilotError):
+    """The pilot has a live owning client; `owner` is {host, pid, since}."""
+
+    def __init__(self, pilot: str, message: str, owner: dict | None = None) -> None:
+        super().__init__(f"{pilot}: {message}")
+        self.pilot = pilot
+        self.owner = owner or {}
