@@ -48,13 +48,13 @@ import time
 
 import zmq
 
-from pilot import checks, security
+from pilot import checks, messages, security
 from pilot.agent import runners
 from pilot.agent.rank_env import check_environment
 from pilot.agent.reports import FLUSH_EVERY, Reporting
 from pilot.agent.scheduler import Scheduler
 from pilot.agent.stopping import Stopping
-from pilot.protocol import ProtocolError, drain, journal_path, msg, unpack, wait_ms
+from pilot.protocol import ProtocolError, drain, journal_path, msg, wait_ms
 from pilot.states import CANCELED, EXECUTING, FAILED, QUEUED
 from pilot.unit_record import UnitRecord
 
@@ -81,6 +81,7 @@ class Agent(Reporting, Stopping):
         self.execu, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
         self._init_reports()  # (agent/reports.py)
         self.bad_messages = checks.BadMessages(log)
+        self.internal = checks.InternalErrors(log)
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
         self._init_stopping()  # (agent/stopping.py)
         self.ppid = os.getppid()
@@ -291,26 +292,29 @@ class Agent(Reporting, Stopping):
     # -- loop ---------------------------------------------------------------------------------
     def handle(self, frames: list[bytes]) -> None:
         kind = frames[0]
+        try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
+            body = messages.body(messages.TO_AGENT, kind, frames[1] if len(frames) > 1 else None)
+        except checks.Invalid as exc:
+            self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
+            return
         try:
-            body = unpack(frames[1]) if len(frames) > 1 else {}
             if kind == b"units":
                 self.on_units(body)
             elif kind == b"cancel":
-                reason = checks.text("reason", body.get("reason")) or "canceled"
-                self.cancel(checks.uids("uids", body.get("uids")), reason)
+                self.cancel(body["uids"], body.get("reason") or "canceled")
             elif kind == b"sync":
-                cid = checks.text("cid", body.get("cid"))
-                self.sync(cid, checks.uids("uids", body.get("uids")))
+                self.sync(body.get("cid"), body["uids"])
             elif kind == b"node_lost":
-                self.nodes_lost.add(body["index"])
-                self.execu.node_lost(body["index"], body["reason"])
+                index = int(body["index"])
+                self.nodes_lost.add(index)
+                self.execu.node_lost(index, body.get("reason") or "node lost")
                 self.on_exits()
             elif kind == b"stop":
-                self.stop(body.get("reason", "partition stopped"), body.get("units") == "back")
-            else:
-                raise ProtocolError(f"unknown message type {kind!r}")
-        except (ProtocolError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                self.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
+        except checks.Invalid as exc:  # (a unit's own check, deeper down)
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
+        except Exception as exc:  # our own bug: said as such, and the agent goes on
+            self.internal.report(f"agent {kind[:16]!r} handler", exc)
 
     def bring_up(self) -> zmq.Poller:
         """Say `ready`; the poller of the loop: the bootstrap's socket, the wake-up socket and

@@ -59,7 +59,7 @@ import zlib
 
 import zmq
 
-from pilot import checks, network, processes, security
+from pilot import checks, messages, network, processes, security
 from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
 from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
@@ -114,6 +114,7 @@ class NodeDaemon:
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         self.halting: str | None = None
         self.bad_messages = checks.BadMessages(log)
+        self.internal = checks.InternalErrors(log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
 
@@ -185,7 +186,9 @@ class NodeDaemon:
         if from_agent:
             frames = frames[1:]
         kind = frames[0]
-        body = unpack(frames[1]) if len(frames) > 1 else {}
+        if from_agent and kind not in (b"exec", b"kill", b"hb", b"table"):  # (table: a parent
+            raise ProtocolError(f"{kind[:16]!r} is not a message an agent sends")  # daemon's)
+        body = messages.body(messages.TO_DAEMON, kind, frames[1] if len(frames) > 1 else None)
         if kind == b"exec":
             self.ranks.start(ident, body)
         elif kind == b"kill":
@@ -201,9 +204,7 @@ class NodeDaemon:
         elif kind == b"drop" and not from_agent:
             self.ranks.drop(body["part"].encode())
         elif kind == b"halt" and not from_agent:
-            self.halting = body.get("reason", "halt")
-        else:
-            raise ProtocolError(f"unknown message type {kind!r}")
+            self.halting = body.get("reason") or "halt"
 
     def say_up(self) -> None:
         self.up.send_multipart(
@@ -258,16 +259,10 @@ class NodeDaemon:
                 self.last_heard = time.monotonic()
             try:
                 self.on_message(frames, from_agent)
-            except (
-                ProtocolError,
-                KeyError,
-                IndexError,
-                TypeError,
-                ValueError,
-                AttributeError,
-                zlib.error,
-            ) as exc:
+            except (checks.Invalid, zlib.error) as exc:  # a peer's bad message
                 self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
+            except Exception as exc:  # our own bug: said as such, and the daemon goes on
+                self.internal.report(f"node daemon {frames[:1]!r:.40}", exc)
 
     def why_halt(self, now: float) -> str | None:
         """Why the pilot is gone (nothing from the bootstrap for --timeout seconds once the

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, network, processes
+from pilot import checks, messages, network, processes
 from pilot.partition import orphans
 from pilot.partition.manager import AgentProcess
-from pilot.protocol import ProtocolError, journal_path, msg, pack, unpack
+from pilot.protocol import ProtocolError, journal_path, msg, pack
 
 if TYPE_CHECKING:
     from pilot.partition.agents.forked import AgentForker
@@ -140,21 +140,23 @@ class AgentChannel:
         return proc
 
     def on_agent(self, frames: list[bytes]) -> None:
-        uid, kind = frames[0].decode(), frames[1]
+        """A message from an agent; its body's shape is checked first (pilot/messages.py:
+        checks.Invalid, a bad message); what a handler raises after that is our own bug."""
+        if len(frames) < 2:
+            raise ProtocolError(f"a message of {len(frames)} frame(s) from an agent")
+        uid, kind = checks.uid("agent", frames[0].decode(errors="replace")), frames[1]
+        body = messages.body(messages.FROM_AGENT, kind, frames[2] if len(frames) > 2 else None)
         if kind == b"state":
             self.flush()  # keep partition updates ahead of the unit updates that follow them
-            self.outbox.add_batch(frames[2])  # its outcomes, kept until the client has them
+            self.outbox.add(body)  # its outcomes, kept until the client has them
             self.to_client([b"state", frames[2]])
         elif kind == b"ready":
-            body = unpack(frames[2]) if len(frames) > 2 else {}
-            runner = body.get("runner") if isinstance(body, dict) else None
-            self.pm.on_ready(uid, checks.text("runner", runner) if runner is not None else None)
+            self.pm.on_ready(uid, body.get("runner"))
         elif kind == b"back":
             self.flush()
             self.to_client([b"back", frames[2]])
         elif kind == b"synced":  # the units it does not know may have ended: kept here
-            body = unpack(frames[2])
-            found, rest = self.outbox.answer(checks.uids("synced unknown", body.get("unknown")))
+            found, rest = self.outbox.answer(body["unknown"])
             self.flush()
             if found:
                 self.to_client([b"state", pack(found)])
@@ -162,9 +164,7 @@ class AgentChannel:
         elif kind == b"output":
             self.to_client([b"output", frames[2]])
         elif kind == b"bye":
-            self.pm.on_bye(uid, unpack(frames[2]))
-        else:
-            raise ProtocolError(f"unknown message type {kind!r} from {uid}")
+            self.pm.on_bye(uid, body)
 
     def check_agents(self) -> None:
         for uid, proc in list(self.procs.items()):

@@ -59,7 +59,7 @@ from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
 from pilot.partition.node_set import BringUpError, NodeSet
 from pilot.partition.outbox import Outbox
 from pilot.partition.pool import Pool
-from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack
+from pilot.protocol import HEARTBEAT, drain, msg, pack
 from pilot.states import (
     ACTIVE,
     CANCELED,
@@ -89,6 +89,7 @@ class Bootstrap(ClientLink, AgentChannel):
         self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/security.py
         self._open_client_link()
         self.bad_messages = checks.BadMessages(log)
+        self.internal = checks.InternalErrors(log)
         self._open_agent_channel()
         self._open_control()
         self.data = DataPort(self.sandbox)  # files from and to the client
@@ -305,8 +306,10 @@ class Bootstrap(ClientLink, AgentChannel):
         for frames in drain(sock, 200):
             try:
                 handler(frames)
-            except (ProtocolError, KeyError, IndexError, TypeError, ValueError) as exc:
+            except checks.Invalid as exc:  # a peer's bad message (pilot/messages.py)
                 self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
+            except Exception as exc:  # our own bug: said as such, and the pilot goes on
+                self.internal.report(f"bootstrap {handler.__name__}", exc)
 
     def finish(self) -> int:
         state, reason = self.ending

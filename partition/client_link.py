@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, network
+from pilot import checks, messages, network
 from pilot.partition import control
 from pilot.partition.client_probe import first_answering
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack
@@ -121,30 +121,31 @@ class ClientLink:
             self.out = []
 
     def on_client(self, frames: list[bytes]) -> None:
+        """A message from the client; its body's shape is checked first (pilot/messages.py:
+        checks.Invalid, a bad message); what a handler raises after that is our own bug."""
         self.last_heard = time.monotonic()
         kind = frames[0]
         if kind == b"units" and len(frames) == 3:
-            uid = checks.uid("units partition", frames[1].decode())
+            uid = checks.uid("units partition", frames[1].decode(errors="replace"))
             if not self.pm.take_buffered_or_bounce(uid, frames[2]):
                 self.flush()
-                self.to_client(msg(b"back", {"part": uid, "units": unpack(frames[2])}))
-        elif kind == b"cmd":
-            body = unpack(frames[1])
-            if not isinstance(body, dict):
-                raise ProtocolError("a command must be a JSON object")
-            self.flush()
-            self.to_client([b"reply", pack(self.command(body))])
+                back = checks.items("units", unpack(frames[2]))
+                self.to_client(msg(b"back", {"part": uid, "units": back}))
         elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py)
             self.to_client(msg(b"put_ack", self.data.put(self._header(frames[1]), frames[2])))
-        elif kind == b"released":  # (the old owner's answer to taken_over: release_owner)
-            log.info("the pilot's old client released it")
-        elif kind == b"ack":  # the client's store has these outcomes (partition/outbox.py)
-            self.outbox.ack(checks.uids("ack uids", unpack(frames[1]).get("uids")))
         elif kind == b"get" and len(frames) == 2:
             reply, chunk = self.data.get(self._header(frames[1]))
             self.to_client([b"got", pack(reply), chunk])
-        elif kind != b"hb":
-            raise ProtocolError(f"unknown message type {kind!r}")
+        else:
+            frame = frames[1] if len(frames) > 1 else None
+            body = messages.body(messages.FROM_CLIENT, kind, frame)
+            if kind == b"cmd":
+                self.flush()
+                self.to_client([b"reply", pack(self.command(body))])
+            elif kind == b"released":  # (the old owner's answer to taken_over: release_owner)
+                log.info("the pilot's old client released it")
+            elif kind == b"ack":  # the client's store has these outcomes (partition/outbox.py)
+                self.outbox.ack(body["uids"])
 
     @staticmethod
     def _header(frame: bytes) -> dict:
@@ -168,7 +169,7 @@ class ClientLink:
                     return
                 try:
                     self.on_client(frames)
-                except (ProtocolError, KeyError, IndexError, TypeError, ValueError) as exc:
+                except checks.Invalid as exc:
                     log.warning("attach: a bad message from the old owner: %s", exc)
         log.warning("attach: the old owner did not say released within %g s", wait)
 

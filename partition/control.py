@@ -101,6 +101,12 @@ def attach(boot, cid, args: dict) -> dict:
     args.take_over; the old owner is then told (`taken_over`) and stops acting on the pilot,
     and the pilot waits (at most RELEASE_WAIT s) for its `released` before it switches."""
     owner = _owner(args.get("owner"))
+    given = args.get("client")
+    if isinstance(given, list) and given and len(given) <= 64:
+        for i, e in enumerate(given):
+            checks.endpoint(f"args.client[{i}]", e)
+    else:
+        given = checks.endpoint("args.client", given)
     current = boot.cfg.get("owner") or {}
     silent = time.monotonic() - boot.last_heard
     live = silent < OWNER_SILENCE and current and current != owner
@@ -114,16 +120,10 @@ def attach(boot, cid, args: dict) -> dict:
         )
     if live:
         boot.release_owner(owner, RELEASE_WAIT)
-    given = args.get("client")
-    if isinstance(given, list) and given and len(given) <= 64:
-        for i, e in enumerate(given):
-            checks.endpoint(f"args.client[{i}]", e)
-        try:
-            endpoint = boot.find_client(given)
-        except OSError as exc:
-            raise ValueError(f"args.client: {exc}") from None
-    else:
-        endpoint = checks.endpoint("args.client", given)
+    try:
+        endpoint = boot.find_client(given)
+    except OSError as exc:
+        raise ValueError(f"args.client: {exc}") from None
     old = boot.cfg["client"]
     if endpoint != old:
         try:
@@ -226,9 +226,13 @@ def run(boot, body: dict) -> dict:
             raise checks.bad("op", op, f"one of {', '.join(OPS)}")
         args = checks.mapping("args", {} if args is None else args)
         return {"cid": cid, "ok": True, "result": OPS[op](boot, cid, args)}
-    except (ValueError, KeyError, TypeError) as exc:
+    except ValueError as exc:  # (checks.Invalid among them) refused, saying why
         log.warning("command refused: %s", exc)
         reply = {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
         if isinstance(exc, Owned):
             reply["owner"] = exc.owner
         return reply
+    except Exception as exc:  # our own bug: said as such
+        boot.internal.report(f"command {body.get('op')!r:.40}", exc)
+        error = f"internal error: {type(exc).__name__}: {exc}"
+        return {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": error}

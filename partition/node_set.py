@@ -35,10 +35,11 @@ import zlib
 
 import zmq
 
+from pilot import checks, messages
 from pilot.partition import launch
 from pilot.partition.agents.hosted import HostedAgent
 from pilot.partition.launch.base import ALL_NODES
-from pilot.protocol import ProtocolError, drain, msg, pack, unpack, wait_ms
+from pilot.protocol import ProtocolError, drain, msg, pack, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
@@ -267,10 +268,15 @@ class NodeSet:
                 ident = frames[0].decode()
                 if not ident.startswith("d"):
                     raise ProtocolError(f"identity {ident!r} is not a daemon's")
-                body = unpack(frames[2]) if len(frames) > 2 else {}
-                yield int(ident[1:]), frames[1], body
-            except (ProtocolError, ValueError, IndexError) as exc:
+                if len(frames) < 2:
+                    raise ProtocolError(f"a message of {len(frames)} frame(s)")
+                frame = frames[2] if len(frames) > 2 else None
+                body = messages.body(messages.FROM_DAEMON, frames[1], frame)
+                hint = int(ident[1:])
+            except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad message from a node daemon %r: %s", frames[:2], exc)
+                continue
+            yield hint, frames[1], body
 
     def _send(self, hint: int, frames: list[bytes]) -> bool:
         try:

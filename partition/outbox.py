@@ -14,7 +14,6 @@ about the last second's worth).
 
 from __future__ import annotations
 
-from pilot.protocol import unpack
 from pilot.states import FINAL
 
 
@@ -23,9 +22,9 @@ class Outbox:
         self.kept: dict[str, list] = {}  # uid -> its final record [kind, uid, state, ts, info]
         self.acked = 0
 
-    def add_batch(self, raw: bytes) -> None:
-        """Keep the final unit records of an agent's `state` batch (raw JSON)."""
-        for rec in unpack(raw):
+    def add(self, batch: list) -> None:
+        """Keep the final unit records of an agent's `state` batch (checked)."""
+        for rec in batch:
             if rec[0] == "unit" and rec[2] in FINAL:
                 self.kept[rec[1]] = rec
 

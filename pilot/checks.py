@@ -17,11 +17,15 @@ LINE_MAX = 1 << 20  # a command-line argument, an environment value, a pre/post 
 LIST_MAX = 1_000_000
 
 
-def bad(where: str, value, accepted: str) -> ValueError:
+class Invalid(ValueError):
+    """What arrived is not what was accepted: a peer's bad message (never our own bug)."""
+
+
+def bad(where: str, value, accepted: str) -> Invalid:
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    return ValueError(f"{where}={shown} must be {accepted}")
+    return Invalid(f"{where}={shown} must be {accepted}")
 
 
 def uid(where: str, value) -> str:
@@ -81,3 +85,30 @@ class BadMessages:
         self.log.error("%s%s", text[:500], more)
         self.unsaid = 0
         self.next_at = now + self.every
+
+
+class InternalErrors:
+    """Our own bugs, as a component's handlers meet them: logged as INTERNAL ERROR with the
+    traceback, once per kind (where, exception type and the line that raised), then counted;
+    the component goes on.  Never reported as a peer's bad message (pilot/messages.py checks
+    what peers send before any handler runs); the test suite fails on one (tests/conftest.py
+    finds them in the logs)."""
+
+    MARK = "INTERNAL ERROR"
+
+    def __init__(self, log) -> None:
+        self.log = log
+        self.seen: dict[tuple, int] = {}
+
+    def report(self, where: str, exc: BaseException) -> None:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        line = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else None
+        key = (where, type(exc).__name__, line)
+        n = self.seen.get(key, 0)
+        self.seen[key] = n + 1
+        if n == 0:
+            self.log.error(
+                "%s in %s: %s: %s", self.MARK, where, type(exc).__name__, exc, exc_info=exc
+            )

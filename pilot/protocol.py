@@ -72,14 +72,16 @@ import math
 
 import zmq
 
+from pilot.checks import Invalid
+
 HEARTBEAT = 1.0  # seconds between heartbeats, on the pilot link and the node channels
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads
 
 
-class ProtocolError(ValueError):
-    """A message that cannot be decoded or has a wrong shape."""
+class ProtocolError(Invalid):
+    """A message that cannot be decoded or has a wrong shape (a peer's bad message)."""
 
 
 def pack(obj) -> bytes:

@@ -33,6 +33,7 @@ class Channel:
         self.on_message = on_message
         self.on_tick = on_tick
         self.bad = checks.BadMessages(log)  # bad messages: logged once per 10 s, no traceback
+        self.internal = checks.InternalErrors(log)  # our own bugs: with their traceback
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
@@ -103,8 +104,8 @@ class Channel:
                         continue
                     try:
                         self.on_message(frames[0].decode(), frames[1:])
-                    except Exception:  # a bug must not stop the client: say it, once in a while
-                        self.bad.report(f"message {frames[:2]!r:.120} failed: {_last_error()}")
+                    except Exception as exc:  # our own bug: said as such; the client goes on
+                        self.internal.report(f"client handling {frames[1][:16]!r}", exc)
             try:
                 self.on_tick()
             except Exception:
@@ -139,9 +140,3 @@ class Channel:
         os.close(self.efd)
         self.keys.close()
         self.ctx.term()
-
-
-def _last_error() -> str:
-    import traceback
-
-    return traceback.format_exc(limit=3).replace("\n", " | ")

@@ -32,7 +32,7 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from pilot import ids, network, security
+from pilot import checks, ids, messages, network, security
 from pilot import states as S
 from pilot.pmgr import pilot_files, reaper
 from pilot.pmgr.channel import Channel
@@ -41,7 +41,7 @@ from pilot.pmgr.recovery import Recovery
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.writer import BatchWriter
 from pilot.pmgr.transfers import Transfers
-from pilot.protocol import ProtocolError, unpack
+from pilot.protocol import unpack
 
 log = logging.getLogger("pmgr.session")
 
@@ -264,25 +264,21 @@ class Session:
             pilot.last_heard = time.monotonic()
             self.transfers.on_reply(frames)
             return
-        if kind == b"output":
-            pilot.last_heard = time.monotonic()
-            try:
-                pilot.on_output(unpack(frames[1]))
-            except (ProtocolError, ValueError, IndexError, TypeError) as exc:
-                self.channel.bad.report(f"bad output message from {pilot_uid}: {exc}")
+        if kind == b"unsent":  # our own send failed: that is no word from the pilot
+            with self.locked():
+                self.on_unsent(pilot, frames[1:])
+            return
+        try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
+            body = messages.body(messages.FROM_PILOT, kind, frames[1] if len(frames) > 1 else None)
+        except checks.Invalid as exc:
+            self.channel.bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
+            return
+        pilot.last_heard = time.monotonic()
+        if kind == b"output":  # (without the lock: output callbacks may be slow)
+            pilot.on_output(body)
             return
         with self.locked():
-            try:
-                if kind == b"unsent":  # our own send failed: that is no word from the pilot
-                    self.on_unsent(pilot, frames[1:])
-                else:
-                    pilot.last_heard = time.monotonic()
-                    handler = HANDLERS.get(kind)
-                    if handler is None:
-                        raise ProtocolError(f"unknown message type {kind!r}")
-                    handler(pilot, unpack(frames[1]) if len(frames) > 1 else {})
-            except (ProtocolError, KeyError, TypeError, IndexError, ValueError) as exc:
-                self.channel.bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
+            HANDLERS[kind](pilot, body)
 
     def on_unsent(self, pilot, frames: list[bytes]) -> None:
         """A message the channel could not send (the pilot is not connected): units go back to

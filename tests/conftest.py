@@ -16,6 +16,12 @@ import pilot as rp  # noqa: E402
 from pilot.pmgr import reaper  # noqa: E402
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "internal_errors_expected: the test injects a bug (no_internal_errors)"
+    )
+
+
 @pytest.fixture(scope="session")
 def mongo_server(tmp_path_factory):
     """A MongoDB to test against: MONGODB_URI when set, else SecantusDB started here.
@@ -63,6 +69,37 @@ def sessions_dir(tmp_path, monkeypatch):
     d.mkdir()
     monkeypatch.setenv("PILOT_SESSIONS_DIR", str(d))
     return d
+
+
+@pytest.fixture(autouse=True)
+def no_internal_errors(sessions_dir, request):
+    """A test fails when any component met a bug of our own (pilot/checks.py InternalErrors:
+    INTERNAL ERROR, with its traceback): in this process's log, or in the logs of the
+    sessions it ran (their bootstraps, agents, node daemons)."""
+    import logging
+
+    from pilot.checks import InternalErrors
+
+    seen: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage()
+            if text.startswith(InternalErrors.MARK):
+                seen.append(text)
+
+    catch = Catch(logging.ERROR)
+    logging.getLogger().addHandler(catch)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(catch)
+    for path in sessions_dir.rglob("*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if InternalErrors.MARK in line:
+                seen.append(f"{path.relative_to(sessions_dir)}: {line}")
+    if request.node.get_closest_marker("internal_errors_expected") is None:
+        assert not seen, "internal errors (bugs of our own, not bad input):\n" + "\n".join(seen)
 
 
 @pytest.fixture
