@@ -130,6 +130,9 @@ class Reporting:
     def report_end(self, r: Run, code: int, at: float) -> None:
         """A unit whose processes have all ended: output staging, cleanup, its final state."""
         uid = r.unit["uid"]
+        lost = r.streams.lost if r.streams is not None else None  # (its output, a full disk)
+        if lost is not None and code == 0 and r.fail_reason is None:
+            r.fail_reason = f"its output could not be kept: {lost}"
         if code == 0 and r.fail_reason is None and r.unit.get("stage_out"):
             failed = self.stage_out(r.unit)
             if failed:
@@ -157,6 +160,8 @@ class Reporting:
             why = f"exit code {code}" if code > 0 else f"killed by signal {sig}"
             if code == 127 and r.unit.not_found:
                 why += f": executable={r.unit['executable']!r} not found (see its stderr)"
+            if lost is not None:
+                why += f"; {lost}"
             self.update(uid, FAILED, {"exit_code": code, "reason": why, **kept}, at)
 
     def stage_out(self, unit: dict) -> str | None:

@@ -3,6 +3,8 @@
 PilotError    the base of them all
 PilotOwned    a client attached to a pilot that another live client owns, without asking
               to take it over (Session(uid=..., take_over=True)); names the owner
+StoreUnavailable  the state store cannot hand out ids now (a full disk, a database down):
+              nothing of the call that asked was made
 """
 
 from __future__ import annotations
@@ -19,3 +21,8 @@ class PilotOwned(PilotError):
         super().__init__(f"{pilot}: {message}")
         self.pilot = pilot
         self.owner = owner or {}
+
+
+class StoreUnavailable(PilotError):
+    """The state store refused what a call needed before it could make anything (unit and
+    pilot ids come from it); the store's own error is the cause."""

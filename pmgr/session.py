@@ -34,6 +34,7 @@ from contextlib import contextmanager
 
 from pilot import checks, ids, messages, network, security
 from pilot import states as S
+from pilot.errors import StoreUnavailable
 from pilot.pmgr import pilot_files, reaper
 from pilot.pmgr.channel import Channel
 from pilot.pmgr.pilot import Pilot
@@ -46,8 +47,9 @@ from pilot.protocol import unpack
 log = logging.getLogger("pmgr.session")
 
 
-FROM_STORE = ("unit", "pilot")  # uid prefixes whose numbers the store hands out (next_uid)
+FROM_STORE = ("unit", "pilot", "task", "raptor")  # uid prefixes the store numbers (next_uid)
 ID_BLOCK = 1024  # numbers reserved at a time (one store round trip per 1,024 units)
+STORE_WAIT = 60.0  # seconds a submit waits for a store that cannot hand out ids (a full disk)
 
 
 def private_dir(path: str) -> None:
@@ -126,7 +128,9 @@ class Session:
         self.pmgrs: list = []
         self.umgrs: list = []
         self.counters: dict[str, int] = {}
-        self.block_end: dict[str, int] = {}  # prefix -> the end of its reserved block
+        self.blocks: dict[str, list] = {}  # prefix -> its reserved numbers: [[next, end], ...]
+        self.ahead_failed: set[str] = set()  # prefixes whose reserving ahead failed (logged)
+        self.url = url
         self.closed = False
         self.created = doc["created"] if doc else time.time()
         self.writer.doc(
@@ -162,14 +166,75 @@ class Session:
         """The next uid with `prefix`.  Unit and pilot ids come from blocks the store reserves
         for this process alone (StateStore.reserve: atomic across every client of the
         session), so two clients of one session never hand out the same id; others are
-        this process's own (a partition's, made by the pilot's one owner)."""
+        this process's own (a partition's, made by the pilot's one owner).  The next block
+        is reserved while half of one is left, so a store that fails for a while (a full
+        disk) stops nothing until that is used up; then StoreUnavailable."""
         with self.lock:
-            n = self.counters.get(prefix, 0)
-            if prefix in FROM_STORE and n >= self.block_end.get(prefix, 0):
-                n = self.store.reserve(f"{self.uid}/{prefix}", ID_BLOCK)
-                self.block_end[prefix] = n + ID_BLOCK
-            self.counters[prefix] = n + 1
+            if prefix not in FROM_STORE:
+                n = self.counters.get(prefix, 0)
+                self.counters[prefix] = n + 1
+                return f"{prefix}.{n:0{width}d}"
+            self._reserve(prefix, 1)
+            blocks = self.blocks[prefix]
+            n = blocks[0][0]
+            blocks[0][0] += 1
+            if blocks[0][0] == blocks[0][1]:
+                blocks.pop(0)
+            if self._left(prefix) < ID_BLOCK // 2:
+                self._reserve_ahead(prefix)
         return f"{prefix}.{n:0{width}d}"
+
+    def reserve_uids(self, prefix: str, n: int) -> None:
+        """Make sure the next `n` next_uid(prefix) need nothing more of the store: a call
+        that makes `n` objects asks this first, so it fails before it made any, never
+        half-way.  A store that refuses (a full disk) is asked again for up to STORE_WAIT
+        seconds (its objects could not be sent before it takes them anyway), then
+        StoreUnavailable."""
+        if prefix not in FROM_STORE:
+            return
+        deadline = time.monotonic() + STORE_WAIT
+        pause = 0.05
+        while True:
+            try:
+                with self.lock:
+                    return self._reserve(prefix, n)
+            except StoreUnavailable as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                if pause == 0.05:
+                    log.error("%s: %s; asking again for up to %g s", self.uid, exc, STORE_WAIT)
+            time.sleep(pause)  # (the lock released: the writer's batches go on)
+            pause = min(2 * pause, 2.0)
+
+    def _left(self, prefix: str) -> int:
+        return sum(end - nxt for nxt, end in self.blocks.get(prefix, ()))
+
+    def _reserve(self, prefix: str, n: int) -> None:
+        """(lock held) At least `n` numbers of `prefix` reserved, or StoreUnavailable."""
+        short = n - self._left(prefix)
+        if short <= 0:
+            return
+        size = max(ID_BLOCK, short)
+        try:
+            first = self.store.reserve(f"{self.uid}/{prefix}", size)
+        except Exception as exc:
+            raise StoreUnavailable(
+                f"{prefix} ids come from the store ({self.url}), which cannot reserve more "
+                f"now: {exc}"
+            ) from exc
+        self.blocks.setdefault(prefix, []).append([first, first + size])
+
+    def _reserve_ahead(self, prefix: str) -> None:
+        """(lock held) The next block, ahead of need; a failure is logged (once until it
+        works again), not raised: what is reserved still serves."""
+        try:
+            self._reserve(prefix, self._left(prefix) + ID_BLOCK)
+        except StoreUnavailable as exc:
+            if prefix not in self.ahead_failed:
+                self.ahead_failed.add(prefix)
+                log.error("%s: %s (%d left)", self.uid, exc, self._left(prefix))
+            return
+        self.ahead_failed.discard(prefix)
 
     # -- state changes (called with the lock held) ---------------------------------------------
     def persist_state(self, obj, state: str, ts: float) -> None:
@@ -369,12 +434,19 @@ class Session:
                 if not p.final and not p.released:
                     p.lost("session closed before the pilot reported its end")
 
+    @property
+    def unpersisted(self) -> set[str]:
+        """The uids whose records are not in the store: those it refused for good or the
+        writer dropped and, while it fails (a full disk), those kept to be written when it is
+        back.  Live; after close(), what was never written."""
+        return self.writer.unpersisted | self.writer.held
+
     def _close_links(self) -> None:
         """(close) Stop the transfers and the pilot link, write what the store writer has
-        left (bounded); `unpersisted`: the uids whose records it could not write."""
+        left (bounded); what it could not write stays in `unpersisted`."""
         self.transfers.close()
         self.channel.close()
-        self.unpersisted = self.writer.close(timeout=10.0)
+        self.writer.close(timeout=10.0)
 
     def _pilot_files(self, download: bool, cleanup: bool) -> None:
         """(close, the pilots ended) Copy the pilots' logs here and remove their sandboxes,

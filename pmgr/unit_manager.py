@@ -113,6 +113,7 @@ class UnitManager(UnitEvents):
                     f"{[p.uid for p in self.pilots]}"
                 )
         session = self.session
+        session.reserve_uids("unit", len(descs))  # (before any is made: all or none)
         units: list[Unit] = []
         named: dict[str, Unit] = {}
         start = 0

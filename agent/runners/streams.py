@@ -14,6 +14,8 @@ Protocol, all on the agent's loop:
                            still held by something the unit left running stays polled and
                            its data keeps going to the file until end-of-file.
     streams.made           whether a file was made
+    streams.lost           what could not be written (a full disk: the file, the error, the
+                           bytes lost), or None; the pipe is read on regardless, and logged
     sweep()                look at the quiet pipes (below) without waiting; every SWEEP_EVERY
     make_files(streams)    make the files that were not made (empty): a unit whose staging
                            directives name them
@@ -31,9 +33,11 @@ running; beyond that the oldest is closed (what its process writes later is lost
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import deque
 
+log = logging.getLogger("agent")
 _FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
 _MADE = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC  # (make_files: never truncates what is there)
 CHUNK = 1 << 16
@@ -42,11 +46,12 @@ SWEEP_EVERY = 0.02
 
 
 class Stream:
-    __slots__ = ("fd", "where", "name", "out", "polled")
+    __slots__ = ("fd", "where", "name", "out", "polled", "lost")
 
     def __init__(self, fd: int, where: str, name: str) -> None:
         self.fd, self.where, self.name, self.out = fd, where, name, -1
         self.polled = False
+        self.lost: list | None = None  # [what failed first, bytes lost]: a full disk
 
     @property
     def path(self) -> str:  # (asked only when its file is made: most units make none)
@@ -60,6 +65,12 @@ class Streams:
         self.pair = pair
         self.write_ends = write_ends
         self.made = False
+
+    @property
+    def lost(self) -> str | None:
+        """What of the unit's output could not be written, and why (a full disk), or None."""
+        said = [f"{s.lost[0]} ({s.lost[1]} bytes lost)" for s in self.pair if s.lost]
+        return "; ".join(said) or None
 
 
 class StreamSet:
@@ -183,14 +194,22 @@ class StreamSet:
                 try:
                     s.out = os.open(s.path, _FILE, 0o666)  # the umask decides
                     self.owner[s.fd].made = True
-                except OSError:
+                except OSError as exc:
+                    self._lost(s, f"making {s.path}", exc, 0)
                     s.out = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             view = memoryview(data)
             while view:
                 try:
                     view = view[os.write(s.out, view) :]
-                except OSError:
-                    break  # a full disk: the rest of this chunk is lost, as a write would be
+                except OSError as exc:  # a full disk: what does not fit is counted, and named
+                    self._lost(s, f"writing {s.path}", exc, len(view))
+                    break  # (the pipe is still read: the unit never blocks on it)
+
+    def _lost(self, s: Stream, what: str, exc: OSError, n: int) -> None:
+        if s.lost is None:
+            s.lost = [f"{what}: {exc.strerror or exc}", 0]
+            log.error("%s failed: %s", what, exc.strerror or exc)
+        s.lost[1] += n
 
     def _end(self, s: Stream) -> None:
         if s.polled:

@@ -52,8 +52,9 @@ def _json(text):
 
 
 class SqliteReader:
-    """The embedded store, opened read-only (readers never hold up the client's writer in WAL
-    mode); counts are SQL aggregates, events the history's rows since the last refresh."""
+    """The embedded store, opened read-only (a read holds up the client's writer for as long
+    as it takes: each is one short query); counts are SQL aggregates, events the history's
+    rows since the last refresh."""
 
     def __init__(self, path: str) -> None:
         if not os.path.exists(path):

@@ -88,11 +88,16 @@ class StateStore(ABC):
     @abstractmethod
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]: ...
 
-    @abstractmethod
     def reserve(self, counter: str, n: int) -> int:
         """Reserve `n` numbers of `counter` for this caller alone (atomically, across every
         client of the store): the first of them.  Every client of a session takes its unit and
-        pilot ids this way, so no two hand out the same one."""
+        pilot ids this way, so no two hand out the same one.  (This default counts in this
+        process only: a store several processes share overrides it, as sqlite and MongoDB
+        do.)"""
+        counters = self.__dict__.setdefault("_counters", {})
+        first = counters.get(counter, 0)
+        counters[counter] = first + n
+        return first
 
     def close(self) -> None:  # noqa: B027 (a store with nothing to close need not say so)
         pass

@@ -11,7 +11,6 @@ class NullStore(StateStore):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.counters: dict[str, int] = {}
 
     def write_batch(self, batch: Batch) -> None:
         pass
@@ -26,8 +25,3 @@ class NullStore(StateStore):
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
         return []
-
-    def reserve(self, counter: str, n: int) -> int:
-        first = self.counters.get(counter, 0)  # (one process: nothing else to agree with)
-        self.counters[counter] = first + n
-        return first

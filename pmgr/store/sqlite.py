@@ -1,4 +1,4 @@
-"""The embedded state store: one sqlite file (WAL mode) in the session directory.
+"""The embedded state store: one sqlite file (rollback journal) in the session directory.
 
 One table per kind with a column per field (structured fields as JSON text), and a history
 table.  A batch is one transaction: an upsert per doc (INSERT ... ON CONFLICT DO UPDATE; a doc
@@ -144,9 +144,14 @@ class SqliteStore(StateStore):
         )
         self.lock = threading.Lock()
         if os.stat(self.path).st_uid == os.getuid():
-            os.chmod(self.path, 0o600)  # before WAL: its -wal and -shm files take this mode
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+            os.chmod(self.path, 0o600)  # (its -journal file takes this mode)
+        # a rollback journal, not WAL: WAL's index is a shared-memory file every connection
+        # maps, and a write into the mapping of a full (or immutable) file system is a SIGBUS
+        # that kills the client (measured: 192 of 300 units never persisted); FULL, because in
+        # this mode NORMAL may corrupt the file on a power loss.  Cost: 5,000 null units 1-2 %
+        # slower end to end; raw batch writes 25 -> 15 k units/s (the writer needs ~1.5 k/s)
+        self.db.execute("PRAGMA journal_mode=TRUNCATE")
+        self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(_schema())
         self.inode = os.stat(self.path).st_ino
 

@@ -82,6 +82,7 @@ class BatchWriter:
         self.batches = 0
         self.failed = 0
         self.unpersisted: set[str] = set()
+        self.held: set[str] = set()  # the uids kept to retry while the store fails (full disk)
         self.refusals = checks.BadMessages(log)  # one line per 10 s, however many
         self.lag = 0.0
         self.max_lag = 0.0
@@ -198,6 +199,7 @@ class BatchWriter:
         if self.retrying:
             log.warning("store is back: %d records written after the outage", len(items))
             self.retrying = False
+            self.held = set()
         for obj in objs.values():
             obj.stored = True
         if self.unpersisted:  # written now, after all (a retry, a write one by one)
@@ -268,6 +270,7 @@ class BatchWriter:
                 self._cv.notify_all()
             return True
         self.failed += 1
+        self.held = {_uid(rec) for _, rec in items if not isinstance(rec, _Then)}
         if not self.retrying:
             log.error(
                 "store write of %d records failed, keeping them to retry: %s", len(items), exc
