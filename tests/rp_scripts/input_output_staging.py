@@ -29,7 +29,7 @@ try:
     shared.executable = "/bin/true"
     shared.input_staging = [
         {
-            "source": "client:///" + os.path.abspath("input.dat"),
+            "source": "client:///input.dat",
             "target": "pilot:///shared.dat",
             "action": rp.TRANSFER,
         }
@@ -60,7 +60,7 @@ try:
     tar.output_staging = [
         {
             "source": "unit:///collected",
-            "target": "client:///" + os.path.abspath("back"),
+            "target": "client:///back",
             "action": rp.TARBALL,
         }
     ]
