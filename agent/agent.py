@@ -163,9 +163,12 @@ class Agent(Reporting, Stopping):
                 self.update(u["uid"], FAILED, {"reason": reason})
                 continue
             self.update(u["uid"], QUEUED)
-            self.sched.queue.append(u)
+            self.sched.enqueue(u)
             if not u.get("function"):  # a call runs in a worker's directory
                 self.stager.submit(u)
+        if self.sched.unsorted:  # a higher priority came: what lanes hold ahead goes back first
+            self.take_back()
+            self.sched.reorder()
         if self.stopping:
             self.release_late()
         self.start_ready()

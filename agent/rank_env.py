@@ -7,7 +7,11 @@ Environment a rank sees, besides the spawning process's own and the unit's `envi
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
     PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
     RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
+    RP_PARTITION_ID RP_RESOURCE RP_SESSION_SANDBOX
     RP_GPU_ID          RADICAL-Pilot's names (RP_GPU_ID: its GPU ids, when it holds GPUs)
+    RP_TASK_ID RP_TASK_NAME RP_TASK_SANDBOX RP_RANK RP_RANKS   RADICAL-Pilot 1.x's (a task is
+                       a unit there; an MPI unit's ranks share one environment: RP_RANK is 0
+                       unless its shell sets it from the MPI starter's rank variable)
     PILOT_<TYPE>_IDS   the ids it holds of each pool type: PILOT_CPU_IDS (logical core ids),
                        PILOT_GPU_IDS, PILOT_FPGA_IDS for a type `fpgas`, ...
     <gpu_env_str>      (policy; default CUDA_VISIBLE_DEVICES) its GPU ids, mapped through the
@@ -21,6 +25,7 @@ A placeholder that cannot be filled is found when the unit arrives and fails it 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 
@@ -90,8 +95,8 @@ def rank_env(
         env[ids_var(t)] = v
     env.update(unit_vars(unit, sandbox))
     env["PILOT_NODE_NAME"] = node_name
-    env["PILOT_RANK"] = str(rank)
-    env["PILOT_RANKS"] = str(ranks)
+    env["PILOT_RANK"] = env["RP_RANK"] = str(rank)
+    env["PILOT_RANKS"] = env["RP_RANKS"] = str(ranks)
     if has_gpus or ids.get("gpus"):
         var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
         env[var] = ids.get("gpus", "")
@@ -100,18 +105,48 @@ def rank_env(
     return env, var
 
 
-UNIT_VARS = ("PILOT_UNIT_ID", "RP_UNIT_ID", "PILOT_UNIT_SANDBOX", "RP_UNIT_SANDBOX", "RP_UNIT_NAME")
+def rp_pilot_vars(cfg: dict) -> dict:
+    """RADICAL-Pilot's variables that name a unit's pilot and partition (an agent's config)."""
+    return {
+        "RP_SESSION_ID": cfg["session"],
+        "RP_PILOT_ID": cfg["pilot"],
+        "RP_PARTITION_ID": cfg["uid"],
+        "RP_RESOURCE": cfg.get("resource") or "",
+        "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
+        "RP_SESSION_SANDBOX": os.path.dirname(cfg["pilot_sandbox"].rstrip("/")),
+    }
+
+
+UNIT_VARS = (
+    "PILOT_UNIT_ID",
+    "RP_UNIT_ID",
+    "RP_TASK_ID",
+    "PILOT_UNIT_SANDBOX",
+    "RP_UNIT_SANDBOX",
+    "RP_TASK_SANDBOX",
+    "RP_UNIT_NAME",
+    "RP_TASK_NAME",
+    "RP_RANK",
+    "RP_RANKS",
+)
 
 
 def unit_vars(unit: dict, sandbox: str) -> dict:
-    """The variables of rank_env that name the unit itself (the rest follow its allocation)."""
+    """The variables of rank_env that name the unit itself (the rest follow its allocation;
+    RP_RANK and RP_RANKS are a one-rank unit's here, rank_env sets them for each rank)."""
     uid = unit["uid"]
+    name = unit.get("name") or uid
     return {
         "PILOT_UNIT_ID": uid,
         "RP_UNIT_ID": uid,
+        "RP_TASK_ID": uid,
         "PILOT_UNIT_SANDBOX": sandbox,
         "RP_UNIT_SANDBOX": sandbox,
-        "RP_UNIT_NAME": unit.get("name") or uid,
+        "RP_TASK_SANDBOX": sandbox,
+        "RP_UNIT_NAME": name,
+        "RP_TASK_NAME": name,
+        "RP_RANK": "0",
+        "RP_RANKS": "1",
     }
 
 

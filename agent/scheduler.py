@@ -8,6 +8,12 @@ waiting unit may start ahead of it (backfill) when they fit and it does not.  Ea
 overtakes it ages it; after MAX_OVERTAKES overtakes nothing behind it starts until it has
 started, so a large request is never starved by a stream of small ones: the pool drains until
 it fits.  At most SCAN queued units are looked at per round.
+
+Priority: a unit's `priority` (an integer, default 0) puts it ahead of every queued unit of a
+lower one, behind those of its own or a higher one (a stable order).  `enqueue(unit)` appends;
+when a unit of a higher priority than the one before it came, `unsorted` is set: the agent takes
+back what its runner holds ahead and `reorder()` (once per batch of arrivals) sorts the queue
+again; units without priorities never pay for it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,23 @@ class Scheduler:
         self.pool = PartitionPool(nodes, agent_node)
         self.queue: deque[dict] = deque()
         self._failed_shapes: set = set()
+        self.unsorted = False  # a unit of a higher priority than the last one was appended
+        self.last_priority = 0  # the priority of the unit enqueued last
+
+    def enqueue(self, unit: dict) -> None:
+        p = unit.get("priority", 0)
+        if p > self.last_priority:  # (the last may be held ahead by the runner's lanes now)
+            self.unsorted = True
+        self.last_priority = p
+        self.queue.append(unit)
+
+    def reorder(self) -> None:
+        """Higher priorities first, in their order of arrival among equals."""
+        q = self.queue
+        ranked = sorted(q, key=lambda u: -u.get("priority", 0))  # (sorted is stable)
+        q.clear()
+        q.extend(ranked)
+        self.unsorted = False
 
     def check(self, unit: dict) -> str | None:
         return self.pool.never_fits(unit)

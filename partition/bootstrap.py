@@ -129,6 +129,7 @@ class Bootstrap(ClientLink, AgentChannel):
             "pilot": self.uid,
             "endpoint": self.agent_endpoint,
             "pilot_sandbox": self.sandbox,
+            "resource": self.cfg["resource"],
             "curve": self.cfg.get("curve"),
             "mpi_command": self.rcfg.mpi_command,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')

@@ -41,10 +41,25 @@ _WHERE = {
     "Partition": "pilot.pmgr.entities",
     "Unit": "pilot.pmgr.entities",
     "Pilot": "pilot.pmgr.pilot",
-    "PilotManager": "pilot.pmgr.pilot_manager",
+    "PilotManager": "pilot.pmgr.rp1_pilots",  # (RP 0.90's and 1.x's: takes both descriptions)
     "Session": "pilot.pmgr.session",
     "UnitManager": "pilot.pmgr.unit_manager",
+    # RADICAL-Pilot 1.x (README, "Coming from RADICAL-Pilot 1.x")
+    "PilotDescription": "pilot.pilot_description",
+    "TaskDescription": "pilot.task_description",
+    "TaskManager": "pilot.pmgr.tasks",
+    "Task": "pilot.pmgr.task",
+    "Raptor": "pilot.pmgr.raptor",
+    "RaptorWorker": "pilot.pmgr.raptor",
+    "pythontask": "pilot.functions",
+    "Node": "pilot.agent.rp_nodes",
+    "NodeList": "pilot.agent.rp_nodes",
+    "RankRequirements": "pilot.agent.rp_nodes",
+    "RO": "pilot.agent.rp_nodes",
+    "ResourceOccupation": "pilot.agent.rp_nodes",
+    "Slot": "pilot.agent.rp_nodes",
 }
+_WHERE["RaptorMaster"] = _WHERE["Raptor"]
 _STATES = (
     "ACTIVE CANCELED DONE EXECUTING FAILED FINAL LAUNCHING NEW PENDING QUEUED SCHEDULING "
     "STARTING IllegalTransition"
@@ -61,6 +76,15 @@ _RP = (
     "CREATE_PARENTS SKIP_FAILED NON_FATAL RECURSIVE"
 ).split()
 _WHERE.update(dict.fromkeys(_RP, "pilot.rp_names"))
+_RP1 = (
+    "TMGR_SCHEDULING_PENDING TMGR_SCHEDULING TMGR_STAGING_INPUT_PENDING TMGR_STAGING_INPUT "
+    "TMGR_STAGING_OUTPUT_PENDING TMGR_STAGING_OUTPUT PENDING_LAUNCH PENDING_ACTIVE TASK_STATE "
+    "WAIT_QUEUE_SIZE TMGR_METRICS TASK_EXECUTABLE TASK_FUNCTION TASK_FUNC TASK_METHOD TASK_METH "
+    "TASK_EVAL TASK_EXEC TASK_PROC TASK_SHELL TASK_SERVICE RAPTOR_MASTER RAPTOR_WORKER "
+    "AGENT_SERVICE CUDA ROCm DOWNLOAD DEFAULT_FLAGS DEFAULT_ACTION DEFAULT_PRIORITY FREE BUSY DOWN"
+).split()
+_WHERE.update(dict.fromkeys(_RP1, "pilot.rp1_names"))
+_WHERE["FINAL"] = "pilot.rp1_names"  # (pilot.states.FINAL, to which a list may be added)
 _WHERE.update({"UNIT_STATE": "pilot.pmgr.entities", "PILOT_STATE": "pilot.pmgr.entities"})
 __version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
 
@@ -82,6 +106,21 @@ def __dir__():
 
 __all__ = [
     *_RP,
+    *_RP1,
+    "PilotDescription",
+    "TaskDescription",
+    "TaskManager",
+    "Task",
+    "Raptor",
+    "RaptorMaster",
+    "RaptorWorker",
+    "pythontask",
+    "Node",
+    "NodeList",
+    "RankRequirements",
+    "RO",
+    "ResourceOccupation",
+    "Slot",
     "UNIT_STATE",
     "PILOT_STATE",
     "version",

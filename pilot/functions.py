@@ -16,6 +16,7 @@ cloudpickle); `unpack_value` turns it into the object again on the client.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import pickle
 import re
@@ -194,3 +195,17 @@ def unpack_value(text: str | None) -> Any:
     if text is None:
         return None
     return pickle.loads(base64.b64decode(text))
+
+
+def pythontask(f):
+    """RADICAL-Pilot 1.x's @rp.pythontask: calling the decorated function gives its call,
+    packed (a TaskDescription's `function`, run by a worker), instead of running it.  (The
+    call holds `f` itself by value: the module's name for it is this wrapper.)"""
+    if not callable(f):
+        raise ValueError(f"pythontask: {f!r} is not callable")
+
+    @functools.wraps(f)
+    def call(*args, **kwargs) -> dict:
+        return pack(f, args, kwargs)
+
+    return call

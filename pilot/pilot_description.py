@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pilot.fields import (
     Description,
+    count,
     field_error,
     flag,
     optional_count,
@@ -76,3 +77,73 @@ class ComputePilotDescription(Description):
         "access_schema": (None, text()),
         "candidate_hosts": ([], str_list),
     }
+
+
+# RP 1.x's pilot keys that nothing here runs: refused when set, with the reason
+PILOT_REFUSED = {
+    "uid": "a pilot's uid is made by its PilotManager (pilot.NNNN)",
+    "job_name": "the batch job is named after the pilot's uid",
+    "app_comm": "no application channels are made; the tasks' own sockets or files serve",
+    "backup_nodes": "no nodes are held back for failures",
+    "input_staging": "stage files into the pilot sandbox with pilot.stage_in()",
+    "output_staging": "stage files out of the pilot sandbox with pilot.stage_out()",
+    "services": "service tasks are not run here; run the service as a task of its own",
+    "enable_ep": "no function endpoint is run",
+    "reconfig_src": "resource configs are YAML files in configs/ or a path as resource=",
+}
+
+
+class PilotDescription(ComputePilotDescription):
+    """RADICAL-Pilot 1.x's pilot description: a ComputePilotDescription with RP 1.x's keys and
+    defaults (exit_on_error True; cores, gpus, nodes, memory 0 = unset), and `partitions` (this
+    project's extension: RP 1.x's pilot holds one partition over all of it; `partitions=` lists
+    ComputePartitionDescriptions instead, as `parts=` does).
+    prepare_env   {name: spec}: as pilot.prepare_env(name, spec) for each, once submitted
+    The keys in PILOT_REFUSED are refused when set (`submit_error`), each saying why.
+    """
+
+    FIELDS = {
+        **ComputePilotDescription.FIELDS,
+        "exit_on_error": (True, flag),
+        "cores": (0, count(0)),  # (RP's defaults: 0 is unset, and `pd.cores += n` works)
+        "gpus": (0, count(0)),
+        "nodes": (0, count(0)),
+        "memory": (0, count(0)),
+        "prepare_env": ({}, lambda o, f, v: {} if v is None else _env_specs(o, f, v)),
+        "uid": (None, text()),
+        "job_name": (None, text()),
+        "app_comm": ([], str_list),
+        "backup_nodes": (0, lambda o, f, v: v if isinstance(v, int) else _bad(o, f, v)),
+        "input_staging": ([], lambda o, f, v: [] if v is None else list(v)),
+        "output_staging": ([], lambda o, f, v: [] if v is None else list(v)),
+        "services": ([], lambda o, f, v: [] if v is None else list(v)),
+        "enable_ep": (False, flag),
+        "reconfig_src": (None, text()),
+    }
+    ALIASES = {"partitions": "parts"}
+
+    def submit_error(self) -> str | None:
+        for key, why in PILOT_REFUSED.items():
+            if self.peek(key) != self.FIELDS[key][0]:
+                return f"PilotDescription: {key}={self.peek(key)!r:.60} is not supported: {why}"
+        return None
+
+    def as_pilot(self) -> ComputePilotDescription:
+        """The ComputePilotDescription it submits (RP 1.x's own keys are acted on apart)."""
+        mine = set(PilotDescription.FIELDS) - set(ComputePilotDescription.FIELDS)
+        unset = {k for k in ("cores", "gpus", "nodes", "memory") if getattr(self, k) == 0}
+        fields = {k: v for k, v in self.to_stored().items() if k not in mine | unset}
+        fields.setdefault("exit_on_error", self.exit_on_error)
+        return ComputePilotDescription.from_stored(fields)
+
+
+def _bad(owner, field, value):
+    raise field_error(owner, field, value, "an integer")
+
+
+def _env_specs(owner, field, value):
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) for k, v in value.items()
+    ):
+        raise field_error(owner, field, value, "{name: {type, setup, pre_exec, ...}}")
+    return dict(value)

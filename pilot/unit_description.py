@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pilot import functions, staging
 from pilot.fields import (
+    COUNT_MAX,
     Description,
     amount,
     amounts,
@@ -116,6 +117,12 @@ _NOT_FOR_FUNCTIONS = (
 )
 
 
+def _priority(owner, field, value):
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > COUNT_MAX:
+        raise field_error(owner, field, value, f"an integer between -{COUNT_MAX} and {COUNT_MAX}")
+    return value
+
+
 def _shell(owner, field, value):
     if value is not None and not isinstance(value, bool):
         raise field_error(owner, field, value, "None (as needed), True or False")
@@ -166,6 +173,8 @@ class ComputeUnitDescription(Description):
     restartable  True: when its partition or node is lost after it started, it may run again
                  elsewhere (its history shows EXECUTING -> SCHEDULING); False (the default):
                  it is started at most once, and such a loss ends it FAILED
+    priority     an integer (default 0; RP's): among units waiting for the same resources, a
+                 higher one goes first (the client sends it first; its agent starts it first)
     """
 
     FIELDS = {
@@ -197,6 +206,7 @@ class ComputeUnitDescription(Description):
         "stderr": (None, file_name),
         "cleanup": (False, flag),
         "restartable": (False, flag),
+        "priority": (0, _priority),
         "input_staging": ([], _staging(output=False)),
         "output_staging": ([], _staging(output=True)),
         "function": (None, _function),
@@ -204,6 +214,7 @@ class ComputeUnitDescription(Description):
         "kwargs": ({}, _kwargs),
     }
     ALIASES = {"cpu_processes": "ranks", "cpu_threads": "cores"}
+    uid: str | None = None  # (not a field here: a TaskDescription may name its task's uid)
     VALIDATE_DEFAULT = ("policy",)  # the default policy is captured from the context
 
     def check(self) -> None:
@@ -257,15 +268,16 @@ class ComputeUnitDescription(Description):
                 f"{name}: executable is required (a path or a program name on PATH), or "
                 "function= (a Python callable); neither was set"
             )
-        if self.gpu_processes is not None:  # checked here: RP scripts set fields in any order
+        gpu_processes = self.peek("gpu_processes") if "gpu_processes" in self.FIELDS else None
+        if gpu_processes is not None:  # checked here: RP scripts set fields in any order
             if self.gpus or self.gpus_per_rank:
                 return (
-                    f"{name}: gpu_processes={self.gpu_processes} (GPUs of the unit) and "
+                    f"{name}: gpu_processes={gpu_processes} (GPUs of the unit) and "
                     f"gpus={self.gpus or self.gpus_per_rank} (per rank) say the same; give one"
                 )
-            if self.gpu_processes > self.ranks and self.gpu_processes % self.ranks:
+            if gpu_processes > self.ranks and gpu_processes % self.ranks:
                 return (
-                    f"{name}: gpu_processes={self.gpu_processes} must be a multiple of "
+                    f"{name}: gpu_processes={gpu_processes} must be a multiple of "
                     f"ranks (cpu_processes)={self.ranks}, or at most that many (ranks share "
                     "GPUs then)"
                 )

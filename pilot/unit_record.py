@@ -24,6 +24,7 @@ FIELDS (wire key: what it is; default when absent)
     mpi          one MPI starter over its ranks (the resource's mpi_command)            false
     keep_output  make STDOUT / STDERR even when empty (its staging may name them)      false
     name         a name (RP_UNIT_NAME)
+    priority     an integer: a higher one is started first among units waiting            0
     sandbox      its directory under the pilot sandbox (default: its uid)
     stdout / stderr   file names in its sandbox (default STDOUT / STDERR)
 Agent's own (attributes):
@@ -39,7 +40,8 @@ from pilot.policy import AGENT_DEFAULTS
 
 FIELDS = (
     "uid executable function arguments environment cpus gpus ranks resources policy pre_exec "
-    "post_exec stage_in stage_out shell cleanup mpi keep_output name sandbox stdout stderr"
+    "post_exec stage_in stage_out shell cleanup mpi keep_output name sandbox stdout stderr "
+    "priority"
 ).split()
 _COMMON = frozenset(("uid", "executable", "function", "arguments", "environment", "cpus", "gpus"))
 _KNOWN = frozenset(FIELDS)
@@ -80,6 +82,8 @@ class UnitRecord(dict):
         placing = _placing(stored["policy"])
         if placing:
             rec["policy"] = placing
+        if d.priority:
+            rec["priority"] = d.priority
         if d.function is not None:
             for key in ("environment", "name"):
                 if d.peek(key):
@@ -177,6 +181,9 @@ class UnitRecord(dict):
             if self.get(key) is not None and not isinstance(self[key], bool):
                 raise checks.bad(key, self[key], "true, false or absent")
         checks.text("name", self.get("name"))
+        p = self.get("priority", 0)
+        if isinstance(p, bool) or not isinstance(p, int) or abs(p) > 1 << 31:
+            raise checks.bad("priority", p, "an integer")
         sandbox = checks.text("sandbox", self.get("sandbox"))
         if sandbox is not None and ".." in sandbox.split("/"):
             raise checks.bad("sandbox", sandbox, "a directory path without '..'")

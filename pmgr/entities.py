@@ -279,6 +279,7 @@ class Partition(Stateful):
         self.resources: dict | None = None  # {cores, gpus, nodes: [...], agent_nodes}
         self.outstanding = 0  # units sent here and not final
         self.accepting = True  # False once a stop was asked for or it handed units back
+        self.reserved = False  # True: only units that name it go there (see could_hold)
         self.ended = 0  # units that ended here (counted by the UnitManager)
         self._rate = 0.0  # units ended per second, recently
         self._mark = (time.monotonic(), 0)
@@ -314,8 +315,9 @@ class Partition(Stateful):
 
     def could_hold(self, cores: int, gpus, ranks: int) -> bool:
         """Whether an empty partition of this shape could hold such a unit (routing only;
-        the agent decides with the full pool)."""
-        if not self.resources:
+        the agent decides with the full pool).  A `reserved` partition (a Raptor's,
+        pmgr/raptor.py) holds only units that name it (partition=)."""
+        if not self.resources or self.reserved:
             return False
         nodes = self.resources["nodes"]
         fits = [n for n in nodes if len(n["cores"]) >= cores and len(n["gpus"]) >= math.ceil(gpus)]

@@ -28,6 +28,8 @@ log = logging.getLogger("pmgr.pilots")
 
 
 class PilotManager:
+    PILOT = Pilot  # the handle made for each pilot (pmgr/rp1_pilots.py's makes RPPilots)
+
     def __init__(self, session) -> None:
         self.session = session
         self.uid = session.next_uid("pmgr")
@@ -86,7 +88,8 @@ class PilotManager:
     def _submit(self, pd: ComputePilotDescription, plan) -> Pilot:
         session = self.session
         with session.locked():
-            pilot = Pilot(session, session.next_uid("pilot"), pd, self, plan.size, plan.config)
+            uid = session.next_uid("pilot")
+            pilot = self.PILOT(session, uid, pd, self, plan.size, plan.config)
             session.pilots[pilot.uid] = pilot
             self.pilots.append(pilot)
             session.persist_state(pilot, S.NEW, pilot.history[0][1])

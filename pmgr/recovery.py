@@ -30,11 +30,9 @@ from pilot import states as S
 from pilot.descriptions import (
     ComputePartitionDescription,
     ComputePilotDescription,
-    ComputeUnitDescription,
 )
 from pilot.errors import PilotOwned
-from pilot.pmgr.entities import Partition, Unit
-from pilot.pmgr.pilot import Pilot
+from pilot.pmgr.entities import Partition
 from pilot.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")
@@ -65,7 +63,7 @@ class Recovery:
         for doc in self.pilot_docs:
             desc = ComputePilotDescription.from_stored(doc["description"])
             config = resource_config.load(desc.resource)
-            pilot = Pilot(session, doc["uid"], desc, pmgr, doc["size"], config)
+            pilot = pmgr.PILOT(session, doc["uid"], desc, pmgr, doc["size"], config)
             self._restore(pilot, doc)
             pilot.control = doc.get("control")
             pilot.job_id = doc.get("job")
@@ -162,15 +160,15 @@ class Recovery:
                     p.umgr = umgr
                     umgr.pilots.append(p)
             for doc in docs:
-                desc = ComputeUnitDescription.from_stored(doc["description"])
-                unit = Unit(session, doc["uid"], desc, umgr)
+                desc = umgr.DESCRIPTION.from_stored(doc["description"])
+                unit = umgr.UNIT(session, doc["uid"], desc, umgr)
                 self._restore(unit, doc)
                 unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
                 unit.value = doc.get("return_value")
                 unit.node, unit.slots = doc.get("node"), doc.get("slots")
                 unit.pilot = self.pilots.get(doc.get("pilot"))
                 umgr.units[unit.uid] = unit
-                session.seen_uid("unit", unit.uid)
+                session.seen_uid(umgr.UID_PREFIX, unit.uid)
                 if unit.final:
                     continue
                 if unit.part is None or unit.pilot is None:

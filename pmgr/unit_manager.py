@@ -30,6 +30,10 @@ SEND_WAIT = 0.1
 
 
 class UnitManager(UnitEvents):
+    UNIT = Unit  # the handle made for each unit (pmgr/tasks.py's TaskManager makes Tasks)
+    DESCRIPTION = ComputeUnitDescription  # what its units' stored descriptions are
+    UID_PREFIX = "unit"  # generated uids: unit.000000, ...
+
     def __init__(self, session, scheduler: str | None = None) -> None:
         """scheduler: how units are spread over this manager's pilots (RADICAL-Pilot's names):
         rp.SCHEDULER_ROUND_ROBIN (the default): each unit is bound, in submit order, to the
@@ -49,7 +53,9 @@ class UnitManager(UnitEvents):
         self.pilots: list = []
         self.units: dict[str, Unit] = {}
         self.pending: deque[Unit] = deque()
+        self.ranked = False  # a unit with a priority was submitted: pending is kept in order
         self.callbacks: list = []
+        self.registered_cbs: list[tuple] = []  # (cb as given, as called): unregister_callback
         self._output_callbacks: list = []
         self.said_again = 0  # updates refused because the unit had passed them (sync replays)
         session.umgrs.append(self)
@@ -60,7 +66,22 @@ class UnitManager(UnitEvents):
     def register_callback(self, cb, metric: str = UNIT_STATE, cb_data=None) -> None:
         """cb(unit, state) after every state change of this manager's units, NEW included;
         with cb_data, cb(unit, state, cb_data) (RADICAL-Pilot's signature)."""
-        self.callbacks.append(callback("UnitManager.register_callback", cb, metric, cb_data))
+        wrapped = callback("UnitManager.register_callback", cb, metric, cb_data)
+        with self.session.lock:
+            self.callbacks.append(wrapped)
+            self.registered_cbs.append((cb, wrapped))
+
+    def unregister_callback(self, cb=None, metric: str = UNIT_STATE) -> None:
+        """Undo register_callback: of `cb` (every registration of it; the same bound method
+        got again counts), or of all the user's callbacks when cb is None."""
+        if metric != UNIT_STATE:
+            raise ValueError(
+                f"UnitManager.unregister_callback: metric={metric!r}; accepted: {UNIT_STATE!r}"
+            )
+        with self.session.lock:
+            gone = {id(w) for c, w in self.registered_cbs if cb is None or c == cb}
+            self.registered_cbs = [(c, w) for c, w in self.registered_cbs if id(w) not in gone]
+            self.callbacks = [w for w in self.callbacks if id(w) not in gone]
 
     def register_output_callback(self, cb) -> None:
         """cb(unit, node, rank, stream, text) for output forwarded from multi-node pilots
@@ -84,6 +105,7 @@ class UnitManager(UnitEvents):
         a list, in order)."""
         single = isinstance(descriptions, (ComputeUnitDescription, dict))
         descs = [descriptions] if single else list(descriptions)
+        earlier: set = set()  # names and uids (a TaskDescription's) of the call's units so far
         for i, d in enumerate(descs):
             if isinstance(d, dict):
                 descs[i] = d = ComputeUnitDescription(d)
@@ -99,13 +121,12 @@ class UnitManager(UnitEvents):
                     f"submit_units: descriptions[{i}].pilot={d.pilot!r} is not a pilot of "
                     f"this manager; known: {[p.uid for p in self.pilots]}"
                 )
-            if d.tag is not None and d.tag not in self.units:
-                earlier = {x.name for x in descs[:i] if x.name}
-                if d.tag not in earlier:
-                    raise ValueError(
-                        f"submit_units: descriptions[{i}].tag={d.tag!r} must be the uid (or, "
-                        "in the same call, the name) of an earlier unit of this manager"
-                    )
+            if d.tag is not None and d.tag not in self.units and d.tag not in earlier:
+                raise ValueError(
+                    f"submit_units: descriptions[{i}].tag={d.tag!r} must be the uid (or, "
+                    "in the same call, the name) of an earlier unit of this manager"
+                )
+            earlier.update(x for x in (d.name, d.uid) if x)
             if d.partition is not None and self.find_partition(d.partition) is None:
                 raise ValueError(
                     f"submit_units: descriptions[{i}].partition={d.partition!r} "
@@ -113,7 +134,7 @@ class UnitManager(UnitEvents):
                     f"{[p.uid for p in self.pilots]}"
                 )
         session = self.session
-        session.reserve_uids("unit", len(descs))  # (before any is made: all or none)
+        session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
         units: list[Unit] = []
         named: dict[str, Unit] = {}
         start = 0
@@ -136,7 +157,8 @@ class UnitManager(UnitEvents):
         now = time.time()
         verdicts: dict = {}  # (what _never_fits reads) -> its answer: the same for a chunk
         for d in descs:
-            unit = Unit(session, session.next_uid("unit", 6), d, self, now)
+            uid = d.uid or session.next_uid(self.UID_PREFIX, 6)  # (a TaskDescription's own)
+            unit = self.UNIT(session, uid, d, self, now)
             self.units[unit.uid] = unit
             if d.name:
                 named[d.name] = unit
@@ -157,7 +179,22 @@ class UnitManager(UnitEvents):
             else:
                 if d.partition is None and unit.after is None and self.pilots:
                     self._pilot_for(unit)  # round robin: bound in submit order
-                self.pending.append(unit)
+                self._queue(unit)
+
+    def _queue(self, unit: Unit) -> None:
+        """(lock held) `unit` waits at the client to be routed: behind every waiting unit of
+        the same or a higher priority, ahead of those of a lower one (routing takes them
+        oldest first, so a higher priority is sent first)."""
+        pending, p = self.pending, unit.description.priority
+        if p:
+            self.ranked = True
+        if not self.ranked:
+            pending.append(unit)
+            return
+        i = len(pending)
+        while i and pending[i - 1].description.priority < p:
+            i -= 1
+        pending.insert(i, unit)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
         """Cancel units (all of this manager's when uids is None); running ones are killed."""
@@ -172,7 +209,7 @@ class UnitManager(UnitEvents):
             by_pilot: dict = {}
             for u in targets:
                 if u.part is None:
-                    self.pending.remove(u)
+                    self._unqueue(u)
                     u.advance(S.CANCELED, now, reason)
                 else:
                     by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
@@ -180,6 +217,10 @@ class UnitManager(UnitEvents):
                 pilot.command(
                     {"cid": None, "op": "cancel_units", "args": {"units": pairs, "reason": reason}}
                 )
+
+    def _unqueue(self, unit: Unit) -> None:
+        """(lock held) `unit`, not sent anywhere, is canceled: it waits no more."""
+        self.pending.remove(unit)
 
     def wait_units(
         self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None

@@ -140,3 +140,20 @@ def test_the_agent_says_how_it_starts_units(make_session, monkeypatch):
             assert any(f"spawn {m}," in up for m in ("clone3", "clone", "vfork", "posix_spawn"))
         pilot.cancel()
         pilot.wait(timeout=30)
+
+
+def test_a_higher_priority_starts_before_the_lower_ones_queued_at_the_agent(session):
+    """Units already QUEUED at the agent (some held ahead by its lanes) are overtaken by a
+    higher priority that comes later; equal priorities keep their order of arrival."""
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    blockers = umgr.submit_units([sleep(1.0) for _ in range(2)])  # both cores busy
+    low = umgr.submit_units([sleep(0.05) for _ in range(6)])
+    for u in low:
+        u.wait(rp.QUEUED, timeout=20)
+    high = umgr.submit_units([sleep(0.05, priority=5) for _ in range(3)])
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 11
+    started = {u.uid: dict(u.history)[rp.EXECUTING] for u in blockers + low + high}
+    order = sorted(started, key=started.get)
+    after_blockers = [uid for uid in order if uid not in {u.uid for u in blockers}]
+    assert after_blockers[:3] == [u.uid for u in high], after_blockers
+    assert after_blockers[3:] == [u.uid for u in low], after_blockers

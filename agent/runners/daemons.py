@@ -18,6 +18,7 @@ import zmq
 
 from pilot import security
 from pilot.agent import unit_command
+from pilot.agent.rank_env import rp_pilot_vars
 from pilot.agent.runners.base import Run
 from pilot.agent.spawn import grant_ids, rank_env
 from pilot.agent.unit_command import sandbox_of
@@ -67,11 +68,7 @@ class DaemonRunner:
 
     def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
         self.uid = cfg["uid"]
-        self.rp_env = {  # RADICAL-Pilot's names, as its units see them
-            "RP_SESSION_ID": cfg["session"],
-            "RP_PILOT_ID": cfg["pilot"],
-            "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
-        }
+        self.rp_env = rp_pilot_vars(cfg)  # RADICAL-Pilot's names, as units see them
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.mpi_command = cfg.get("mpi_command")
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 from pilot import processes
 from pilot.agent import unit_command
-from pilot.agent.rank_env import grant_ids, rank_env
+from pilot.agent.rank_env import grant_ids, rank_env, rp_pilot_vars
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.functions import FunctionWorkers
 from pilot.agent.runners.lane_feed import LaneFeed, lane_shape
@@ -68,9 +68,7 @@ class LocalRunner(LaneFeed):
                 "PILOT_SESSION_ID": cfg["session"],
                 "PILOT_PILOT_ID": cfg["pilot"],
                 "PILOT_PARTITION_ID": cfg["uid"],
-                "RP_SESSION_ID": cfg["session"],
-                "RP_PILOT_ID": cfg["pilot"],
-                "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
+                **rp_pilot_vars(cfg),
             }
         )
         self.mpi_command = cfg.get("mpi_command")
