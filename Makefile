@@ -10,10 +10,34 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,observe]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,observe,parsl]' --config-settings editable_mode=compat
 	@# the native spawner is optional (no C compiler: posix_spawn); never silently missing
 	@$(PY) -c "from pilot.agent import native; native.why_not and print('*** WARNING:', native.why_not)"
 	touch $(STAMP)
+
+# Suites nobody here wrote, run against rp.Executor and pilot.parsl (tests/test_executor.py,
+# tests/test_parsl_executor.py), installed from their packages, not copied here:
+# - CPython's test_concurrent_futures: the interpreter's own `test` package when it ships it,
+#   else Debian's libpython3.X-testsuite, unpacked (not installed) into .venv/cpython-tests;
+# - Parsl's tests (in the parsl package): their conftest needs pytest < 9, and one regression
+#   test pandas; both go into .venv/parsl-pytest, seen only by that run.
+SUITES := $(VENV)/.suites
+$(SUITES): $(STAMP)
+	@v=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	if ! $(PY) -c 'import test.test_concurrent_futures' 2>/dev/null \
+	    && [ ! -e $(VENV)/cpython-tests/test_concurrent_futures.py ] \
+	    && [ ! -d $(VENV)/cpython-tests/test_concurrent_futures ]; then \
+	  d=$$(mktemp -d); \
+	  (cd $$d && (apt-get download -q libpython$$v-testsuite \
+	    || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get download -q libpython$$v-testsuite; }) \
+	    && dpkg-deb -x libpython$$v-testsuite_*.deb x) >/dev/null 2>&1 \
+	  && mkdir -p $(VENV)/cpython-tests \
+	  && cp -r $$d/x/usr/lib/python$$v/test/test_concurrent_futures* $(VENV)/cpython-tests/ \
+	  || echo "*** WARNING: CPython's test_concurrent_futures not found (libpython$$v-testsuite): its run is skipped"; \
+	  rm -rf $$d; \
+	fi
+	$(PY) -m pip install -q --no-deps --target $(VENV)/parsl-pytest 'pytest>=8,<9' 'pandas>=2'
+	touch $(SUITES)
 
 demo: $(STAMP)            ## the partitions RFC flow: two partitions, units, a reconfig
 	$(PY) examples/partitions_demo.py
@@ -28,7 +52,7 @@ demo-pipeline: $(STAMP)   ## an EnTK-style pipeline of stages, a reconfig betwee
 PURE_TESTS = tests/test_pilot_e2e.py tests/test_faults.py tests/test_work_conserving.py \
 	tests/test_unit_output.py tests/test_function_units.py
 
-test: $(STAMP)            ## lint + the whole test suite + the pure-Python spawn path
+test: $(STAMP) $(SUITES)  ## lint + the whole test suite + the pure-Python spawn path
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 	PILOT_NATIVE=0 $(PY) -m pytest -q $(PURE_TESTS)
@@ -37,18 +61,19 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: $(STAMP)           ## throughput, workloads, reconfig, scheduler, store, bring-up (~10 min)
+bench: $(STAMP)           ## throughput, workloads, reconfig, scheduler, store, bring-up, executors (~12 min)
 	$(PY) bench/throughput.py
 	$(PY) bench/workloads.py
 	$(PY) bench/reconfig.py
 	$(PY) bench/scheduler.py
 	$(PY) bench/store.py
 	$(PY) bench/bringup.py
+	$(PY) bench/executors.py
 
 PEERS ?= limit cf parsl dask ray
 peers: $(STAMP)           ## the shared peer benchmark with our row: PEERS="limit" for a quick one
 	PEERS="$(PEERS)" BENCH_OUT=$(CURDIR)/bench/results/peers \
-	OURS_CMD="$(CURDIR)/$(PY) $(CURDIR)/bench/peers_ours.py" \
+	OURS_CMD="$(CURDIR)/$(PY) $(CURDIR)/bench/peers_ours.py && $(CURDIR)/$(PY) $(CURDIR)/bench/executors.py --peers-row" \
 	bash ../shared/bench/peers/run_all.sh
 
 clean:

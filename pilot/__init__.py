@@ -44,6 +44,8 @@ _WHERE = {
     "PilotManager": "pilot.pmgr.rp1_pilots",  # (RP 0.90's and 1.x's: takes both descriptions)
     "Session": "pilot.pmgr.session",
     "UnitManager": "pilot.pmgr.unit_manager",
+    "Executor": "pilot.pmgr.executor",  # a concurrent.futures.Executor (pilot.parsl: Parsl's)
+    "ExecutorError": "pilot.pmgr.executor",
     # RADICAL-Pilot 1.x (README, "Coming from RADICAL-Pilot 1.x")
     "PilotDescription": "pilot.pilot_description",
     "TaskDescription": "pilot.task_description",
@@ -139,6 +141,8 @@ __all__ = [
     "Session",
     "PilotManager",
     "UnitManager",
+    "Executor",
+    "ExecutorError",
     "Pilot",
     "Partition",
     "Unit",

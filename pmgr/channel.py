@@ -49,12 +49,20 @@ class Channel:
         self.outq: queue.SimpleQueue = queue.SimpleQueue()
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._stop = False
+        self.closing = threading.Lock()  # send() against close(): never a closed eventfd
+        self.closed = False
         self.thread = threading.Thread(target=self._run, name="pmgr-channel", daemon=True)
         self.thread.start()
 
     def send(self, pilot_uid: str, frames: list[bytes]) -> None:
-        self.outq.put((pilot_uid.encode(), frames))
-        os.eventfd_write(self.efd, 1)
+        """Queue `frames` for the pilot; after close(), dropped (logged): nothing is sent once
+        the session let go of its pilots (a store writer's late ack, a callback's command)."""
+        with self.closing:
+            if self.closed:
+                log.info("not sent to %s after close: %r", pilot_uid, frames[0][:16])
+                return
+            self.outq.put((pilot_uid.encode(), frames))
+            os.eventfd_write(self.efd, 1)
 
     def endpoint_on(self, address: str) -> str:
         """The pilot link's endpoint on `address` (an IP address of this host), listening
@@ -137,6 +145,8 @@ class Channel:
         os.eventfd_write(self.efd, 1)
         self.thread.join(timeout)
         self.sock.close()
-        os.close(self.efd)
+        with self.closing:
+            self.closed = True
+            os.close(self.efd)
         self.keys.close()
         self.ctx.term()

@@ -347,12 +347,14 @@ class Session:
 
     def on_unsent(self, pilot, frames: list[bytes]) -> None:
         """A message the channel could not send (the pilot is not connected): units go back to
-        be routed again; a command is answered as failed."""
+        be routed again, a command is answered as failed."""
         if frames[0] == b"units":
             pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])})
-        else:
+        elif frames[0] == b"cmd":
             cid = unpack(frames[1]).get("cid")
             pilot.on_reply({"cid": cid, "ok": False, "error": "pilot not connected"})
+        # (an ack, a heartbeat, a release: let go; the pilot keeps its outcomes, and a sync,
+        # an attach, asks for them again)
 
     def on_tick(self) -> None:
         with self.locked():

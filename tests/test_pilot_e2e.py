@@ -176,6 +176,30 @@ def test_manager_callbacks_see_their_own_objects_after_add_pilots(session):
     ]
 
 
+def test_unregister_callback_stops_it(session):
+    pilot, umgr = active_pilot(session, parts=((1,),))
+
+    def one() -> None:  # a unit, and its callbacks run (they run after the waiters wake)
+        assert umgr.submit_units(CUD(executable="/bin/true")).wait(timeout=30) == rp.DONE
+        time.sleep(0.3)
+
+    seen, kept = [], []
+    cb = lambda unit, state: seen.append(state)  # noqa: E731
+    umgr.register_callback(cb)
+    umgr.register_callback(lambda unit, state, data: kept.append(data), cb_data="x")
+    one()
+    umgr.unregister_callback(cb)
+    n = len(seen)
+    one()
+    assert len(seen) == n and n >= 2  # cb no more; the other still called
+    assert len(kept) == 2 * n
+    umgr.unregister_callback()
+    one()
+    assert len(kept) == 2 * n
+    with pytest.raises(ValueError, match="metric"):
+        umgr.unregister_callback(cb, metric="nonsense")
+
+
 def test_wait_inside_a_callback_raises_instead_of_hanging(session):
     pilot, umgr = active_pilot(session, parts=((1,),))
     errors = []

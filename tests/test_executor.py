@@ -1,0 +1,254 @@
+"""rp.Executor, the concurrent.futures front door (pmgr/executor.py), black-box: real pilots,
+and CPython's own concurrent.futures tests run against it (tests/cpython_futures.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent import futures
+
+import pytest
+
+import pilot as rp
+from pilot.pmgr import reaper
+from tests.conftest import ROOT, local_pilot
+
+CPD = rp.ComputePartitionDescription
+
+
+class Odd(Exception):
+    pass
+
+
+def raise_odd(x):
+    raise Odd(f"odd {x}")
+
+
+def where(_=None):
+    return os.environ["PILOT_PARTITION_ID"]
+
+
+def nap(s, value=None):
+    time.sleep(s)
+    return value
+
+
+def left_behind(ex) -> list[int]:
+    return reaper.session_processes(ex.session.uid)
+
+
+@pytest.fixture(scope="module")
+def ex(tmp_path_factory):
+    mp = pytest.MonkeyPatch()  # (the autouse sessions_dir fixture is per test)
+    mp.setenv("PILOT_SESSIONS_DIR", str(tmp_path_factory.mktemp("sessions")))
+    ex = rp.Executor(max_workers=2)
+    yield ex
+    ex.shutdown()
+    mp.undo()
+    assert not left_behind(ex)
+
+
+def test_results_map_and_chunks(ex):
+    assert isinstance(ex, futures.Executor)
+    fut = ex.submit(pow, 2, 10)
+    assert isinstance(fut, futures.Future) and fut.result(timeout=60) == 1024
+    assert ex.submit(lambda *a, **k: (a, k), 1, fn=2).result(60) == ((1,), {"fn": 2})
+    assert list(ex.map(pow, range(20), [2] * 20, timeout=60)) == [i * i for i in range(20)]
+    assert list(ex.map(abs, range(-7, 0), chunksize=3)) == [7, 6, 5, 4, 3, 2, 1]
+    assert fut.unit.state == rp.DONE and fut.unit.return_value == 1024
+
+
+def test_exceptions_come_back_as_their_type_with_the_traceback(ex):
+    with pytest.raises(Odd, match="odd 3") as err:
+        ex.submit(raise_odd, 3).result(timeout=60)
+    assert "raise_odd" in str(err.value.__cause__)  # the worker's traceback text
+    with pytest.raises(ZeroDivisionError):
+        list(ex.map(divmod, [1, 1], [1, 0]))
+
+    class Local(ValueError):  # a class of this function: travels by value, comes back as itself
+        pass
+
+    def raise_local():
+        raise Local("mine")
+
+    with pytest.raises(Local, match="mine"):
+        ex.submit(raise_local).result(timeout=60)
+
+
+def odd_or_value(i):
+    if i % 97 == 0:
+        raise Odd(i)
+    return -i
+
+
+def test_short_calls_share_units(ex):
+    """Short calls (measured) are bundled, each still its own future, value and exception."""
+    [f.result(60) for f in [ex.submit(odd_or_value, 1) for _ in range(20)]]  # (measured)
+    fs = [ex.submit(odd_or_value, i) for i in range(1, 3000)]
+    for i, f in enumerate(fs, 1):
+        if i % 97:
+            assert f.result(timeout=120) == -i
+        else:
+            with pytest.raises(Odd):
+                f.result(timeout=120)
+    units = {f.unit.uid for f in fs}
+    assert len(units) < len(fs)  # bundled: units hold several calls (once measured short)
+    assert all(f.unit.state == rp.DONE for f in fs)
+    with rp.Executor(max_workers=1, bundle=False) as one:
+        fs = [one.submit(odd_or_value, i) for i in range(1, 200)]
+        assert [f.result(60) for f in fs[:5]] == [-1, -2, -3, -4, -5]
+        assert len({f.unit.uid for f in fs}) == len(fs)  # a unit per call
+
+
+def test_unpicklable_call_fails_at_submit(ex):
+    import threading
+
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        ex.submit(pow, threading.Lock(), 2)
+    with pytest.raises(TypeError):
+        ex.submit(42)
+
+
+def test_cancel_only_before_it_starts(ex):
+    running = ex.submit(nap, 1.5, "slept")
+    blocker = ex.submit(nap, 1.5)  # both cores busy now
+    deadline = time.monotonic() + 30
+    while not (running.running() and blocker.running()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiting = ex.submit(nap, 0, "never")
+    assert waiting.cancel() and waiting.cancelled()
+    assert not running.cancel()  # it runs: as the standard library documents
+    done, _ = futures.wait([waiting, running], timeout=60)
+    assert waiting in done and running.result() == "slept"
+    deadline = time.monotonic() + 30
+    while waiting.unit is not None and not waiting.unit.final and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert waiting.unit is None or waiting.unit.state == rp.CANCELED
+
+
+def test_shutdown_semantics(tmp_path):
+    ex = rp.Executor(max_workers=1)
+    fs = [ex.submit(nap, 0.05, i) for i in range(30)]
+    ex.shutdown(wait=True, cancel_futures=True)
+    canceled = [f for f in fs if f.cancelled()]
+    assert canceled and len(canceled) < len(fs)
+    assert all(f.result() == fs.index(f) for f in fs if not f.cancelled())
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        ex.submit(pow, 2, 2)
+    assert ex.pilot.state == rp.CANCELED and not left_behind(ex)
+
+    with rp.Executor(max_workers=1) as ex2:
+        late = ex2.submit(nap, 0.5, "late")
+        ex2.shutdown(wait=False)  # returns at once; the call still runs
+        assert late.result(timeout=60) == "late"
+    deadline = time.monotonic() + 30
+    while not ex2.pilot.final and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ex2.pilot.final
+
+
+def test_max_workers_is_checked():
+    with pytest.raises(ValueError, match="max_workers must be greater than 0"):
+        rp.Executor(max_workers=0)
+    with pytest.raises(TypeError):
+        rp.Executor(max_workers="2")
+
+
+def test_two_executors_share_a_pilot_in_partitions_of_their_own(session):
+    pilot = local_pilot(session, parts=((1,),), runtime=5, cores=2)
+    first = rp.Executor(session=session, pilot=pilot, partition=pilot.partitions[0].uid)
+    second = rp.Executor(session=session, pilot=pilot, partition=CPD(cores=1))
+    assert first.unit_manager is second.unit_manager
+    a = [first.submit(where) for _ in range(6)]
+    b = [second.submit(where) for _ in range(6)]
+    assert {f.result(60) for f in a} == {pilot.partitions[0].uid}
+    assert {f.result(60) for f in b} == {second.partition.uid}
+    second.shutdown()
+    assert second.partition.state == rp.CANCELED  # it started it: it stops it
+    first.shutdown()
+    assert pilot.partitions[0].state == rp.ACTIVE and not pilot.final  # given: it stays
+
+
+def test_reconfig_under_a_running_executor_loses_nothing(session):
+    pilot = local_pilot(session, parts=((1,),), runtime=5, cores=2)
+    with rp.Executor(session=session, pilot=pilot) as ex:
+        [f.result(60) for f in [ex.submit(abs, -1) for _ in range(20)]]  # (measured: short)
+        fs = [ex.submit(nap, 0.02, i) for i in range(200)]
+        short = [ex.submit(abs, -i) for i in range(3000)]
+        time.sleep(0.5)
+        old = pilot.partitions[0]
+        new = pilot.reconfig(stop=old.uid, start=[CPD(cores=2)])[0]
+        assert [f.result(timeout=120) for f in fs] == list(range(200))
+        assert [f.result(timeout=120) for f in short] == list(range(3000))
+        parts = {f.unit.part for f in fs}
+        assert new.uid in parts and old.state == rp.CANCELED
+        reran = [f for f in fs if f.runs > 1]  # running when it stopped: ran again
+        assert all(f.unit.part == new.uid for f in reran)
+
+
+def test_runtime_limit_and_a_dead_worker(ex):
+    desc = rp.ComputeUnitDescription(
+        function=rp.pmgr.remote_call.pack_call(nap, (30,), {}), **ex.call_fields()
+    )
+    slow = ex.submit_unit(desc, runtime=0.5)
+    with pytest.raises(TimeoutError, match="runtime limit of 0.5 s"):
+        slow.result(timeout=60)
+    with pytest.raises(rp.ExecutorError, match="died"):
+        ex.submit(os._exit, 3).result(timeout=60)
+
+
+def test_pending_calls_finish_at_interpreter_exit(tmp_path):
+    """As concurrent.futures' own executors (CPython's test_interpreter_shutdown and
+    test_submit_after_interpreter_shutdown, which import a standard-library executor by name)."""
+    script = textwrap.dedent(
+        """
+        import atexit, time
+        import pilot as rp
+
+        def late():
+            try:
+                ex.submit(pow, 2, 2)
+            except RuntimeError as exc:
+                print("refused:", exc)
+
+        atexit.register(late)
+        ex = rp.Executor(max_workers=1)
+        f = ex.submit(time.sleep, 0.5)
+        f.add_done_callback(lambda f: print("done", f.result()))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert "done None" in out.stdout
+    assert "refused: cannot schedule new futures after interpreter shutdown" in out.stdout
+
+
+def test_cpython_concurrent_futures_suite(tmp_path):
+    """CPython's generic test_concurrent_futures classes with rp.Executor (ExecutorTest,
+    WaitTests, AsCompletedTests, ExecutorShutdownTest): tests/cpython_futures.py."""
+    from tests import cpython_futures
+
+    if cpython_futures.load() is None:
+        pytest.skip(
+            "CPython's test.test_concurrent_futures is not installed: this interpreter ships "
+            "no `test` package with it and make could not unpack Debian's "
+            "libpython3.X-testsuite into .venv/cpython-tests"
+        )
+    env = {**os.environ, "PYTHONPATH": ROOT, "PILOT_SESSIONS_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.cpython_futures"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
+    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert last.startswith("25 passed, 0 failed"), last
