@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-nodes demo-pipeline test lint bench peers clean
+.PHONY: demo demo-nodes demo-pipeline test lint docs bench peers clean
 
 $(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,16 @@ test: $(STAMP) $(SUITES)  ## lint + the whole test suite + the pure-Python spawn
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+# The manual (mkdocs.yml, docs/): into build/site, warnings as errors (a broken link or
+# reference, a public name without a docstring); its runnable examples are tests/test_docs.py.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,observe,parsl,docs]' --config-settings editable_mode=compat
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)       ## the manual into build/site (mkdocs build --strict)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(STAMP)           ## throughput, workloads, reconfig, scheduler, store, bring-up, executors (~12 min)
 	$(PY) bench/throughput.py

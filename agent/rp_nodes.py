@@ -50,6 +50,22 @@ ResourceOccupation = RO
 
 
 class RankRequirements(_Record):
+    """What one rank needs, as RADICAL-Pilot 1.x asks `NodeList.find_slots` for it.
+
+    Args:
+        from_dict (dict | None): the fields as a dict.
+        **kwargs (Any): the fields, below.
+
+    Keyword Args:
+        n_cores (int): cores per rank (default 1).
+        core_occupation (float): how much of each core, 0 < x <= 1 (below 1: one core only).
+        n_gpus (int): GPUs per rank (default 0).
+        gpu_occupation (float): how much of each GPU, as `core_occupation`.
+        lfs (int): local disk in MB (a pool type of the node when it declares one).
+        mem (int): memory in MB (likewise).
+        numa (bool): False only: NUMA domains are not modelled here.
+    """
+
     DEFAULTS = {
         "n_cores": 1,
         "core_occupation": BUSY,
@@ -68,6 +84,22 @@ class Slot(_Record):
 
 
 class Node(_Record):
+    """One node of a `NodeList`: RADICAL-Pilot 1.x's dict with attribute access.
+
+    Args:
+        from_dict (dict | None): the fields as a dict.
+        **kwargs (Any): the fields, below.
+
+    Keyword Args:
+        index (int): the node's index.
+        name (str): its name.
+        cores (list): its cores: `RO(index=i, occupation=rp.FREE or rp.DOWN)`, or the
+            occupations alone.
+        gpus (list): its GPUs, as `cores`.
+        lfs (int | None): local disk in MB, None for none.
+        mem (int | None): memory in MB, None for none.
+    """
+
     DEFAULTS = {"index": 0, "name": "", "cores": [], "gpus": [], "lfs": None, "mem": None}
 
     def as_pool(self) -> dict:
@@ -91,6 +123,17 @@ class Node(_Record):
 
 
 class NodeList:
+    """RADICAL-Pilot 1.x's node list over this project's resource pools: slots are found as
+    the agent places a rank (best fit within a node), all or none.
+
+    Args:
+        from_dict (dict | None): `{"nodes": [...]}`.
+        nodes (list | None): the nodes (`Node`s or their dicts), when `from_dict` is not given.
+
+    Raises:
+        ValueError: a node whose cores or GPUs start neither FREE nor DOWN.
+    """
+
     def __init__(self, from_dict: dict | None = None, nodes: list | None = None) -> None:
         nodes = (from_dict or {}).get("nodes", nodes) or []
         self.nodes = [n if isinstance(n, Node) else Node(n) for n in nodes]
@@ -98,6 +141,18 @@ class NodeList:
         self.held: dict[int, tuple] = {}  # id of a Slot -> (the Slot, its allocation)
 
     def find_slots(self, rr: RankRequirements, n_slots: int = 1) -> list[Slot] | None:
+        """Slots for `n_slots` ranks of `rr`, all or none; they are held until released.
+
+        Args:
+            rr (RankRequirements): what each rank needs.
+            n_slots (int): how many ranks.
+
+        Returns:
+            list[Slot] | None: a Slot per rank, or None when they do not fit now.
+
+        Raises:
+            ValueError: a request that can never fit, saying why.
+        """
         request = _request(rr)
         never = self.pool.never_fits(dict(request, ranks=n_slots))
         if never:
@@ -122,6 +177,11 @@ class NodeList:
         return slots
 
     def release_slots(self, slots: list[Slot]) -> None:
+        """Give back slots `find_slots` found.
+
+        Args:
+            slots (list[Slot]): the slots, as `find_slots` returned them.
+        """
         for slot in slots:
             self.pool.release(self.held.pop(id(slot))[1])
 

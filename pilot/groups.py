@@ -19,6 +19,18 @@ from pilot.policy import Policy, capture, context_policy, merge
 
 
 class UnitTemplate:
+    """The description of a group's members: a unit description's fields and a policy.
+
+    Args:
+        executable (str): the program each unit runs.
+        policy (Policy | None): the members' policy, over the group's (captured now).
+        **kwargs (Any): any other `ComputeUnitDescription` field (`arguments`, `cores`,
+            `gpus`, ...), checked now as a unit description would check it.
+
+    Raises:
+        ValueError: a policy that is not a `Policy`, or a field a unit description refuses.
+    """
+
     def __init__(self, executable: str, policy: Policy | None = None, **kwargs: Any) -> None:
         if policy is not None and not isinstance(policy, Policy):
             raise ValueError(f"UnitTemplate: policy={policy!r} must be a Policy")
@@ -29,6 +41,18 @@ class UnitTemplate:
 
 
 class UnitGroup:
+    """Units built from templates under one policy; `umgr.submit_units(group)` submits them in
+    the order they were added.  The `with rp.Policy(...):` context in force when the group is
+    built is captured then, not when units are added.
+
+    Args:
+        policy (Policy | None): the group's policy, under each template's.
+        name (str | None): a name for the group.
+
+    Raises:
+        ValueError: a policy that is not a `Policy`.
+    """
+
     def __init__(self, policy: Policy | None = None, name: str | None = None) -> None:
         if policy is not None and not isinstance(policy, Policy):
             raise ValueError(f"UnitGroup: policy={policy!r} must be a Policy")
@@ -39,6 +63,18 @@ class UnitGroup:
         self.units: list[ComputeUnitDescription] = []
 
     def add(self, nunits: int, template: UnitTemplate) -> list[ComputeUnitDescription]:
+        """Add `nunits` units made from `template`, their policies merged.
+
+        Args:
+            nunits (int): how many, >= 1.
+            template (UnitTemplate): what each is made from.
+
+        Returns:
+            list[ComputeUnitDescription]: the descriptions added.
+
+        Raises:
+            ValueError: `nunits` below 1 or not an integer, `template` not a `UnitTemplate`.
+        """
         if isinstance(nunits, bool) or not isinstance(nunits, int) or nunits < 1:
             raise ValueError(f"UnitGroup.add: nunits={nunits!r} must be an integer >= 1")
         if not isinstance(template, UnitTemplate):

@@ -72,6 +72,33 @@ def _config(owner, field, value):
 
 
 class ComputePartitionDescription(Description):
+    """A partition of a pilot, as plain data: its size (exactly one kind), agent config and name.
+
+    Built from keywords, from a dict of fields (RADICAL-Pilot style), or with a size as its one
+    argument: `ComputePartitionDescription("50%")`, `ComputePartitionDescription(rp.FILL)`.
+    Every field is checked when it is set; an error names the field, the value and what is
+    accepted.
+
+    Args:
+        size (str | dict | None): a share of the pilot, `"1%"` to `"100%"` (agent overhead
+            inside it, rounded down), or `rp.FILL` (everything no live partition holds); or a
+            dict of fields.  None: give `cores=`, `gpus=` or `nodes=` instead.
+        **kwargs (Any): the other fields, below.
+
+    Keyword Args:
+        cores (int | None): cores, >= 0; the agent overhead is added on top.
+        gpus (int | str | None): GPUs, >= 0, or `rp.ALL` (every free GPU, and one core per GPU
+            unless `cores=` says otherwise).
+        nodes (int | None): whole nodes, >= 1 (not with `cores=` or `gpus=`).
+        config (str | None): the agent config by name (configs/agents.yaml); None: `default`.
+        resources (dict): user-defined pool types: `{type: count}` (taken from the resource
+            config's `resource_pool`, or declared here) or `{type: [{id, slots}]}`.
+        name (str | None): a name for people and for pmgr/entk's stages; not unique.
+
+    Raises:
+        ValueError: a field out of range, no size or two kinds of size, or an empty partition.
+    """
+
     FIELDS = {
         "size": (None, _size),
         "cores": (None, optional_count(0)),
@@ -117,8 +144,10 @@ class ComputePartitionDescription(Description):
 
     @property
     def agent_config(self) -> str:
+        """The agent config's name: `config`, or `"default"`."""
         return self.config or "default"
 
     @property
     def asks_gpus(self) -> bool:
+        """Whether the partition asks for GPUs (`gpus=rp.ALL` or more than 0)."""
         return self.gpus == ALL or (self.gpus or 0) > 0

@@ -34,6 +34,16 @@ log = logging.getLogger("pmgr.pilots")
 
 
 class Pilot(Stateful):
+    """A pilot as the client sees it: its state, size, partitions, the commands it obeys
+    (reconfig, cancel) and its files.  Made by `PilotManager.submit_pilots`, never by hand.
+
+    Attributes:
+        uid (str): the pilot's id, `pilot.NNNN`.
+        description (ComputePilotDescription): what it was submitted with.
+        size (dict): its size as submitted: `nodes`, `cores`, `gpus` and per node counts.
+        sandbox (str): its directory (the pilot sandbox), on the file system the job shares.
+    """
+
     KIND = "pilots"
     MACHINE = S.PILOT_MACHINE
 
@@ -119,7 +129,12 @@ class Pilot(Stateful):
         return dict(self._free) if self._free is not None else None
 
     def cancel(self, timeout: float | None = 60.0) -> None:
-        """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED."""
+        """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED.
+
+        Args:
+            timeout (float | None): seconds to wait for the pilot to be final; None waits as
+                long as it takes.  From inside a callback it does not wait.
+        """
         self.request_cancel("canceled by the user")
         if not self.session.channel.in_thread():
             self.wait(timeout=timeout)
@@ -130,6 +145,20 @@ class Pilot(Stateful):
         Returns the new Partition handles at once; they become ACTIVE (or FAILED, with the
         reason, when they do not fit) on their own.  Queued units of a stopped partition go to
         another one; its running units end CANCELED.
+
+        Args:
+            stop (str | list[str] | None): the partitions to stop: a uid, a list of uids, or
+                `rp.ALL`; None stops none.
+            start (ComputePartitionDescription | str | list | None): the partitions to start:
+                descriptions, or sizes as `ComputePartitionDescription` takes them (`"50%"`,
+                `rp.FILL`); None starts none.
+
+        Returns:
+            list[Partition]: the handles of the partitions started, in the order given.
+
+        Raises:
+            ValueError: a start that is not a partition description (naming its index), a
+                uid that names no live partition of this pilot, or a pilot already final.
         """
         start = [] if start is None else (start if isinstance(start, (list, tuple)) else [start])
         descs = []

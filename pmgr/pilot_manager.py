@@ -28,6 +28,13 @@ log = logging.getLogger("pmgr.pilots")
 
 
 class PilotManager:
+    """Submits pilots and keeps their handles; in a session attached to again
+    (`rp.Session(uid=...)`) it gets the session's pilots back.
+
+    Args:
+        session (Session): the session the pilots belong to.
+    """
+
     PILOT = Pilot  # the handle made for each pilot (pmgr/rp1_pilots.py's makes RPPilots)
 
     def __init__(self, session) -> None:
@@ -40,11 +47,28 @@ class PilotManager:
             self.pilots.extend(session.recovery.adopt_pilots(self))
 
     def register_callback(self, cb, metric: str = PILOT_STATE, cb_data=None) -> None:
-        """cb(pilot, state) after every state change of this manager's pilots; with cb_data,
-        cb(pilot, state, cb_data) (RADICAL-Pilot's signature)."""
+        """`cb(pilot, state)` after every state change of this manager's pilots; with cb_data,
+        `cb(pilot, state, cb_data)` (RADICAL-Pilot's signature).
+
+        Args:
+            cb (callable): the callback; it runs on the session's delivery thread.
+            metric (str): `rp.PILOT_STATE`, the one metric.
+            cb_data (object): passed to `cb` as its last argument when not None.
+        """
         self.callbacks.append(callback("PilotManager.register_callback", cb, metric, cb_data))
 
     def get_pilots(self, uids=None) -> list[Pilot]:
+        """The handles of this manager's pilots.
+
+        Args:
+            uids (str | list[str] | None): which; None: all, in submit order.
+
+        Returns:
+            list[Pilot]: the pilots, in the order asked.
+
+        Raises:
+            ValueError: a uid this manager does not know, naming the known ones.
+        """
         if uids is None:
             return list(self.pilots)
         wanted = [uids] if isinstance(uids, str) else list(uids)
@@ -55,10 +79,20 @@ class PilotManager:
         return [by_uid[u] for u in wanted]
 
     def list_pilots(self) -> list[str]:
+        """The uids of this manager's pilots, in submit order."""
         return [p.uid for p in self.pilots]
 
     def wait_pilots(self, uids=None, state=None, timeout: float | None = None) -> list[str]:
-        """Block until the pilots (all when uids is None) are final (or in `state`)."""
+        """Block until the pilots (all when uids is None) are final (or in `state`).
+
+        Args:
+            uids (str | list[str] | None): which pilots; None: all.
+            state (str | list[str] | None): the state(s) to wait for; None: a final one.
+            timeout (float | None): seconds in all; None waits as long as it takes.
+
+        Returns:
+            list[str]: each pilot's state when the wait ended.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for p in self.get_pilots(uids):
@@ -67,11 +101,31 @@ class PilotManager:
         return out
 
     def cancel_pilots(self, uids=None, timeout: float | None = None) -> None:
+        """Cancel pilots (`Pilot.cancel`): their running units and partitions end CANCELED.
+
+        Args:
+            uids (str | list[str] | None): which pilots; None: all.
+            timeout (float | None): seconds to wait for each to end (None: 60).
+        """
         for p in self.get_pilots(uids):
             p.cancel(timeout=60.0 if timeout is None else timeout)
 
     def submit_pilots(self, descriptions):
-        """Submit one ComputePilotDescription (returns a Pilot) or a list (returns a list)."""
+        """Submit one ComputePilotDescription (returns a Pilot) or a list (returns a list).
+
+        Every description is checked and sized (`partition/plan.py`) before any is submitted.
+
+        Args:
+            descriptions (ComputePilotDescription | list[ComputePilotDescription]): the
+                pilots.
+
+        Returns:
+            Pilot | list[Pilot]: a handle per pilot, `LAUNCHING` or later.
+
+        Raises:
+            ValueError: a description that is not a `ComputePilotDescription`, or one that
+                cannot be planned (an unknown resource, partitions that do not fit), naming it.
+        """
         single = not isinstance(descriptions, (list, tuple))
         descs = [descriptions] if single else list(descriptions)
         for i, d in enumerate(descs):

@@ -75,10 +75,16 @@ class PilotManager(pilot_manager.PilotManager):
     PILOT = RPPilot
 
     def register_callback(self, cb, cb_data=None, metric=PILOT_STATE) -> None:
-        """cb(pilot, state[, cb_data]) after every state change of this manager's pilots; RP
-        1.x's order (cb, cb_data, metric), and RP 0.90's (cb, metric, cb_data) when the second
-        argument is the metric's name.  With RADICAL_PILOT_BULK_CB set (as RP 1.x):
-        cb([pilot][, cb_data])."""
+        """`cb(pilot, state[, cb_data])` after every state change of this manager's pilots;
+        RP 1.x's order (cb, cb_data, metric), and RP 0.90's (cb, metric, cb_data) when the
+        second argument is the metric's name.  With RADICAL_PILOT_BULK_CB set (as RP 1.x):
+        `cb([pilot][, cb_data])`.
+
+        Args:
+            cb (callable): the callback; it runs on the session's delivery thread.
+            cb_data (object): passed to `cb` as its last argument when not None.
+            metric (str): `rp.PILOT_STATE`, the one metric.
+        """
         if cb_data == PILOT_STATE:  # RP 0.90's order
             cb_data, metric = (None if metric == PILOT_STATE else metric), cb_data
         if bulk_from_env() and callable(cb):
@@ -87,6 +93,19 @@ class PilotManager(pilot_manager.PilotManager):
         super().register_callback(cb, metric, cb_data)
 
     def submit_pilots(self, descriptions):
+        """Submit pilots: as the base class's, and RP 1.x's `PilotDescription` (or its dict)
+        is taken too (its `prepare_env` entries are made where the pilot's tasks run).
+
+        Args:
+            descriptions (ComputePilotDescription | PilotDescription | dict | list): the
+                pilots.
+
+        Returns:
+            Pilot | list[Pilot]: one handle, or a list for a list.
+
+        Raises:
+            ValueError: a key RP 1.x has that is refused here, or what the base class raises.
+        """
         single = not isinstance(descriptions, (list, tuple))
         descs = [descriptions] if single else list(descriptions)
         envs = []
