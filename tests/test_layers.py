@@ -1,7 +1,7 @@
 """The layers import one way (README, "How it is built"): pilot core <- agent <- partition <-
-pmgr <- the face (pilot/__init__, pilot/__main__, pilot/cli, pilot/parsl).  Every import counts,
-function-level ones included; no module imports the face; no two modules import each other
-through any chain.
+pmgr <- the face (pilot/__init__, pilot/__main__, pilot/cli, pilot/parsl, pilot/entk).  Every
+import counts, function-level ones included; no module imports the face; no two modules import
+each other through any chain.
 The layers are the top-level folders; installed, each is a subpackage of the one import name
 `pilot` (agent/ is pilot.agent, ...: setup.cfg), and no module imports a folder's bare name."""
 
@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 
 PACKAGES = ("pilot", "agent", "partition", "pmgr")  # the layers' folders, lowest first
 FOLDERS = (*PACKAGES, "configs")
-FACE = {"pilot", "pilot.__main__", "pilot.cli", "pilot.parsl"}  # pilot.parsl: Parsl's executor
+FACE = {"pilot", "pilot.__main__", "pilot.cli", "pilot.parsl", "pilot.entk"}  # Parsl, EnTK
 RANK = {"pilot": 0, "agent": 1, "partition": 2, "pmgr": 3, "face": 4}
 
 
