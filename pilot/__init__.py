@@ -44,6 +44,7 @@ _WHERE = {
     "PilotManager": "pilot.pmgr.rp1_pilots",  # (RP 0.90's and 1.x's: takes both descriptions)
     "Session": "pilot.pmgr.session",
     "UnitManager": "pilot.pmgr.unit_manager",
+    "UnitStream": "pilot.pmgr.unit_stream",  # submit_units(iterable, lazy=True)
     "Executor": "pilot.pmgr.executor",  # a concurrent.futures.Executor (pilot.parsl: Parsl's)
     "ExecutorError": "pilot.pmgr.executor",
     # RADICAL-Pilot 1.x (README, "Coming from RADICAL-Pilot 1.x")
@@ -141,6 +142,7 @@ __all__ = [
     "Session",
     "PilotManager",
     "UnitManager",
+    "UnitStream",
     "Executor",
     "ExecutorError",
     "Pilot",

@@ -243,7 +243,7 @@ class Unit(Stateful):
 
     def _description_as_stored(self) -> dict:
         """As it was at submit (the description object may have been changed since)."""
-        doc = self.session.store.get("units", self.uid)
+        doc = self.session.read_store().get("units", self.uid)
         return doc["description"] if doc else self.description.to_stored()
 
     def _stored_description(self, full: bool):
@@ -265,6 +265,8 @@ class Unit(Stateful):
             "node": self.node,
             "slots": self.slots,
             "return_value": self.value,
+            "exception": self.exception,
+            "kept": self.kept or None,
         }
 
 

@@ -29,6 +29,7 @@ import collections
 import itertools
 import os
 import threading
+import time
 import weakref
 from concurrent import futures
 
@@ -44,6 +45,7 @@ from pilot.pmgr.pilot_manager import PilotManager
 from pilot.pmgr.session import Session
 from pilot.pmgr.unit_manager import UnitManager
 
+MAP_WINDOW = 20_000  # calls (or chunks) of a map submitted ahead of what it has yielded
 RERUNS = 3  # times a call runs again when its partition is stopped under it
 LOCAL_RUNTIME = 7 * 24 * 60  # minutes: a local pilot of an executor lasts until shutdown
 END_TIMEOUT = 60.0  # seconds for an owned partition or pilot to end at shutdown
@@ -106,6 +108,14 @@ def _at_exit() -> None:
 
 
 threading._register_atexit(_at_exit)  # noqa: SLF001 (before atexit's: as concurrent.futures does)
+
+
+def _result_or_cancel(fut, end: float | None):
+    try:
+        return fut.result(None if end is None else end - time.monotonic())
+    finally:
+        fut.cancel()
+        del fut
 
 
 class Executor(Feeding, futures.Executor):
@@ -306,16 +316,50 @@ class Executor(Feeding, futures.Executor):
             self._go.set()
         return fut
 
-    def map(self, fn, *iterables, timeout: float | None = None, chunksize: int = 1):
+    def map(
+        self,
+        fn,
+        *iterables,
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = MAP_WINDOW,
+    ):
         """As Executor.map; chunksize > 1 runs that many calls per unit (as
-        ProcessPoolExecutor does)."""
+        ProcessPoolExecutor does).  The iterables are pulled lazily: at most `buffersize`
+        calls (chunks) are submitted and not yet yielded (as Python 3.14's buffersize; here
+        by default MAP_WINDOW, so a generator of 10^7 arguments is never in memory at once;
+        None: all at once, as the standard library before 3.14)."""
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
-        if chunksize == 1:
-            return super().map(fn, *iterables, timeout=timeout)
-        chunks = remote_call.chunks(zip(*iterables), chunksize)
-        results = super().map(remote_call.ChunkCall(fn), chunks, timeout=timeout)
-        return itertools.chain.from_iterable(results)
+        if buffersize is not None and (not isinstance(buffersize, int) or buffersize < 1):
+            raise ValueError(f"buffersize={buffersize!r} must be None or an integer >= 1")
+        end = None if timeout is None else time.monotonic() + timeout
+        args = zip(*iterables)
+        if chunksize > 1:
+            fn, args = (
+                remote_call.ChunkCall(fn),
+                ((c,) for c in remote_call.chunks(args, chunksize)),
+            )
+        if buffersize is None:
+            fs = collections.deque(self.submit(fn, *a) for a in args)
+        else:
+            fs = collections.deque(self.submit(fn, *a) for a in itertools.islice(args, buffersize))
+        results = self._map_results(fs, args if buffersize is not None else None, fn, end)
+        return itertools.chain.from_iterable(results) if chunksize > 1 else results
+
+    def _map_results(self, fs: collections.deque, args, fn, end: float | None):
+        """(map) Results in order; one more call submitted (from `args`, when lazy) as each is
+        yielded; what is left is canceled when the iterator is closed or fails."""
+        try:
+            while fs:
+                if args is not None and not self._shutdown:
+                    for a in itertools.islice(args, 1):
+                        fs.append(self.submit(fn, *a))
+                # (no name holds the future or its value while the caller has it)
+                yield _result_or_cancel(fs.popleft(), end)
+        finally:
+            for fut in fs:
+                fut.cancel()
 
     def cancel_units(self, units: list, reason: str) -> None:
         live = [u.uid for u in units if not u.final]

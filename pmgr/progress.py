@@ -4,8 +4,10 @@ PILOT_PROGRESS=1 in the environment (progress=False wins over it).  Off by defau
 What it reads: the states of the units being waited for, plain attribute reads without the
 session lock (a count may lag a change by one refresh; the bar never changes a unit).  How it
 refreshes: rich.progress draws on its own refresh thread, 4 times a second; each redraw first
-moves the units that reached a wanted state out of the list still pending and counts them by
-state (DONE / FAILED / CANCELED), so a redraw costs what is still pending, not every unit.
+asks its counter: a wait on listed units moves those that reached a wanted state out of the
+list still pending and counts them by state (DONE / FAILED / CANCELED), a wait on all of a
+manager's units reads its UnitTable's counts (the released ones are counted there, by state,
+and the live ones walked), so a redraw costs what is in flight, not every unit.
 The rate is rich's estimate over the last 30 s.  When the wait ends (or raises) the bar is
 drawn once more with the final counts and left on the screen.
 
@@ -35,16 +37,56 @@ def asked(progress: bool | None) -> bool:
     return bool(progress)
 
 
-def unit_progress(units: list, wanted, progress: bool | None = None):
-    """A context manager showing a bar for `units` (reaching a state in `wanted`) while the
-    block runs, when asked for and stderr is a terminal; else one that does nothing."""
-    if not units or not asked(progress) or not _is_tty(sys.stderr):
+def unit_progress(counter, progress: bool | None = None):
+    """A context manager showing a bar while the block runs, when asked for and stderr is a
+    terminal (else one that does nothing); `counter()` -> (reached, total, {final state: n})
+    is asked before each redraw (list_counter, table_counter)."""
+    if not asked(progress) or not _is_tty(sys.stderr):
         return contextlib.nullcontext()
     try:
-        return UnitProgress(units, wanted)
+        return UnitProgress(counter)
     except ImportError as exc:
         log.warning("no progress bar: %s (pip install 'pilot-partitions[observe]')", exc)
         return contextlib.nullcontext()
+
+
+def list_counter(units: list, wanted, there: int = 0):
+    """Counts for a wait on these units (a state in `wanted`), `there` more already final: the
+    units that arrived leave the list, so a count costs what is still pending."""
+    pending = list(units)
+    counts = dict.fromkeys(S.FINAL, 0)
+    reached = there
+    total = len(units) + there
+
+    def count() -> tuple[int, int, dict]:
+        nonlocal pending, reached
+        still = []
+        for unit in pending:
+            state = unit.state
+            if state in wanted:
+                reached += 1
+                if state in counts:
+                    counts[state] += 1
+            else:
+                still.append(unit)
+        pending = still
+        return reached, total, counts
+
+    return count
+
+
+def table_counter(umgr):
+    """Counts for a wait on all of a manager's units: what its UnitTable counts."""
+    table = umgr.units
+
+    def count() -> tuple[int, int, dict]:
+        counts = dict(table.ledger.by_state)
+        for unit in list(table.live.values()):
+            if unit.state in counts:
+                counts[unit.state] += 1
+        return sum(counts.values()), len(table), counts
+
+    return count
 
 
 def _is_tty(stream) -> bool:
@@ -55,7 +97,7 @@ def _is_tty(stream) -> bool:
 
 
 class UnitProgress:
-    def __init__(self, units: list, wanted) -> None:
+    def __init__(self, counter) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -66,10 +108,7 @@ class UnitProgress:
             TimeRemainingColumn,
         )
 
-        self.pending = list(units)
-        self.wanted = frozenset(wanted)
-        self.counts = dict.fromkeys(S.FINAL, 0)
-        self.reached = 0
+        self.counter = counter
         self.task = None  # rich draws (and counts) once before the task is there
         bar = self
 
@@ -92,26 +131,17 @@ class UnitProgress:
             redirect_stdout=False,  # never move the script's own output to stderr
             redirect_stderr=False,
         )
-        self.task = self.progress.add_task("units", total=len(units), detail="", rate="")
+        self.task = self.progress.add_task("units", total=counter()[1], detail="", rate="")
 
     def count(self) -> None:
         if self.task is None:
             return
-        still = []
-        for unit in self.pending:
-            state = unit.state
-            if state in self.wanted:
-                self.reached += 1
-                if state in self.counts:
-                    self.counts[state] += 1
-            else:
-                still.append(unit)
-        self.pending = still
+        reached, total, counts = self.counter()
         detail = "  ".join(
-            f"{name} {self.counts[state]}"
+            f"{name} {counts[state]}"
             for state, name in ((S.DONE, "done"), (S.FAILED, "failed"), (S.CANCELED, "canceled"))
         )
-        self.progress.update(self.task, completed=self.reached, detail=detail)
+        self.progress.update(self.task, completed=reached, total=total, detail=detail)
         task = self.progress.tasks[0]
         speed = task.finished_speed or task.speed
         self.progress.update(self.task, rate=f"{speed:.1f} units/s" if speed else "- units/s")

@@ -44,15 +44,13 @@ class Recovery:
         self.session = session
         store = session.store
         self.pilot_docs = store.find("pilots", session=session.uid)
-        self.history: dict[str, list] = {}
-        for h in store.history(session=session.uid):
-            self.history.setdefault(h["uid"], []).append((h["state"], h["ts"]))
         self.pilots: dict = {}
         self.units_adopted = False
 
     def _restore(self, obj, doc: dict) -> None:
         obj.state = doc["state"]
-        obj.history = self.history.get(obj.uid) or [(obj.state, time.time())]
+        rows = self.session.store.history(uid=obj.uid)  # (its own: never the session's all)
+        obj.history = [(h["state"], h["ts"]) for h in rows] or [(obj.state, time.time())]
         obj.reason = doc.get("reason")
         obj.stored = True
 
@@ -148,11 +146,21 @@ class Recovery:
         return False
 
     def adopt_units(self, umgr) -> None:
+        """The session's units come back to `umgr`: those not final as objects (reconciled
+        with their agents: `sync`), the final ones as their state only (pmgr/unit_table.py;
+        made again from the store when asked for), so an attach to a session of 10^7 units
+        holds no object of a finished one."""
         if self.units_adopted:
             return
         self.units_adopted = True
         session = self.session
-        docs = session.store.find("units", session=session.uid)
+        n = 0
+        for uid, state in session.store.unit_states(session.uid):
+            n += 1
+            session.seen_uid(umgr.UID_PREFIX, uid)
+            if state in S.FINAL:
+                umgr.units.know_final(uid, state)
+        docs = session.store.open_units(session.uid)
         ask: dict = {}
         with session.locked():
             for p in self.pilots.values():
@@ -160,31 +168,7 @@ class Recovery:
                     p.umgr = umgr
                     umgr.pilots.append(p)
             for doc in docs:
-                desc = umgr.DESCRIPTION.from_stored(doc["description"])
-                unit = umgr.UNIT(session, doc["uid"], desc, umgr)
-                self._restore(unit, doc)
-                unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
-                unit.value = doc.get("return_value")
-                unit.node, unit.slots = doc.get("node"), doc.get("slots")
-                unit.pilot = self.pilots.get(doc.get("pilot"))
-                umgr.units[unit.uid] = unit
-                session.seen_uid(umgr.UID_PREFIX, unit.uid)
-                if unit.final:
-                    continue
-                if unit.part is None or unit.pilot is None:
-                    unit.part = None
-                    umgr.pending.append(unit)
-                elif unit.pilot.final:
-                    unit.advance(
-                        S.FAILED,
-                        time.time(),
-                        f"lost with pilot {unit.pilot.uid} ({unit.pilot.state})",
-                    )
-                else:
-                    part = unit.pilot.parts.get(unit.part)
-                    if part is not None:
-                        part.outstanding += 1
-                    ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)
+                self._adopt(umgr, doc, ask)
             for pilot, units in ask.items():
                 pilot.command(
                     {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
@@ -193,6 +177,32 @@ class Recovery:
         log.info(
             "%s: %d units recovered, %d being reconciled with their agents",
             session.uid,
-            len(docs),
+            n,
             sum(len(u) for p in ask.values() for u in p.values()),
         )
+
+    def _adopt(self, umgr, doc: dict, ask: dict) -> None:
+        """(lock held) A unit not final in the store, made again: routed again if it never
+        reached a partition, FAILED if its pilot ended, else asked for (`ask`)."""
+        session = self.session
+        desc = umgr.DESCRIPTION.from_stored(doc["description"])
+        unit = umgr.UNIT(session, doc["uid"], desc, umgr)
+        self._restore(unit, doc)
+        unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
+        unit.value = doc.get("return_value")
+        unit.node, unit.slots = doc.get("node"), doc.get("slots")
+        unit.pilot = self.pilots.get(doc.get("pilot"))
+        umgr.units[unit.uid] = unit
+        if unit.final:
+            return
+        if unit.part is None or unit.pilot is None:
+            unit.part = None
+            umgr.pending.append(unit)
+        elif unit.pilot.final:
+            reason = f"lost with pilot {unit.pilot.uid} ({unit.pilot.state})"
+            unit.advance(S.FAILED, time.time(), reason)
+        else:
+            part = unit.pilot.parts.get(unit.part)
+            if part is not None:
+                part.outstanding += 1
+            ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)

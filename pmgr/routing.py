@@ -40,6 +40,7 @@ from typing import Any
 
 from pilot import states as S
 from pilot.pmgr.entities import Unit
+from pilot.pmgr.unit_table import UnitTable
 from pilot.protocol import pack
 from pilot.rp_names import SCHEDULER_ROUND_ROBIN
 
@@ -55,7 +56,7 @@ class Routing:
     turn: int  # round robin: the pilot the next unit is bound to
     pinned: int  # units submitted with pilot=
     pilots: list  # the Pilots units are routed to
-    units: dict[str, Unit]
+    units: UnitTable  # (pmgr/unit_table.py)
     pending: deque[Unit]  # units waiting at the client, oldest first
 
     def find_partition(self, uid: str):
@@ -261,8 +262,8 @@ class Routing:
             return
         with self.session.locked():
             for uid in uids:
-                unit = self.units[uid]
-                if not unit.final:
+                unit = self.units.live.get(uid)
+                if unit is not None and not unit.final:
                     part.outstanding -= 1
                     unit.advance(S.FAILED, time.time(), "not sent: the store refused its record")
             self.session.cond.notify_all()

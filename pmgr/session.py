@@ -24,12 +24,14 @@ from __future__ import annotations
 import _thread
 import atexit
 import datetime
+import functools
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+from collections import deque
 from contextlib import contextmanager
 
 from pilot import checks, ids, messages, network, security
@@ -128,6 +130,8 @@ class Session:
         self.pmgrs: list = []
         self.umgrs: list = []
         self.counters: dict[str, int] = {}
+        self.releasable: deque = deque()  # final units the store has (Session._settle)
+        self.reader = None  # read_store() after close
         self.blocks: dict[str, list] = {}  # prefix -> its reserved numbers: [[next, end], ...]
         self.ahead_failed: set[str] = set()  # prefixes whose reserving ahead failed (logged)
         self.url = url
@@ -273,6 +277,8 @@ class Session:
                 yield
             finally:
                 if outer:
+                    if self.releasable:
+                        self._release()
                     tl.holding = False
                     pending, tl.pending = tl.pending, []
                     if pending:
@@ -309,10 +315,30 @@ class Session:
         finally:
             self.firing.depth -= 1
             if ended:
-                with self.cond:  # their final-state callbacks have run: waits count them now
-                    for obj in ended:
-                        obj.settled = True
-                    self.cond.notify_all()
+                self._settle(ended)
+
+    def _settle(self, ended: list) -> None:
+        """(fire) Their final-state callbacks have run: waits count them now; a unit is
+        released (its object let go of: pmgr/unit_table.py) once the store has its final
+        state (the writer's `then`, drained by the next locked())."""
+        units = []
+        with self.cond:
+            for obj in ended:
+                obj.settled = True
+                if obj.KIND == "units":
+                    obj.umgr.units.settled(obj)
+                    units.append(obj)
+            self.cond.notify_all()
+        if units:
+            self.writer.then(functools.partial(self.releasable.extend, units), urgent=False)
+
+    def _release(self) -> None:
+        """(lock held) Release the units the store has the final state of."""
+        lost = self.writer.unpersisted
+        while self.releasable:
+            unit = self.releasable.popleft()
+            if unit.uid not in lost:
+                unit.umgr.units.release(unit)
 
     def in_callback(self) -> bool:
         """Whether this thread is running callbacks: a wait there cannot wait for them."""
@@ -435,6 +461,15 @@ class Session:
             for p in self.pilots.values():
                 if not p.final and not p.released:
                     p.lost("session closed before the pilot reported its end")
+
+    def read_store(self):
+        """The store to read back from: the session's, or once it is closed one opened again
+        for reading (a released unit asked for after close: pmgr/unit_table.py)."""
+        if not self.closed:
+            return self.store
+        if self.reader is None:
+            self.reader = open_store(self.url)
+        return self.reader
 
     @property
     def unpersisted(self) -> set[str]:

@@ -185,8 +185,8 @@ class TaskEvents:
                     self.timer_cond.wait(min(wait, 1.0))
                     continue
             for uid in due:
-                task = self.units[uid]
-                if not task.final:
+                task = self.units.live.get(uid)  # (a released one is final)
+                if task is not None and not task.final:
                     why = f"timeout: still running {task.description.timeout:g} s after it started"
                     self.cancel_units([uid], reason=why)
 

@@ -56,19 +56,30 @@ class TaskManager(TaskEvents, UnitManager):
             session.seen_uid(self.UID_PREFIX, uid)
 
     # -- tasks --------------------------------------------------------------------------------
-    def submit_tasks(self, descriptions):
+    def submit_tasks(self, descriptions, lazy: bool = False, window: int | None = None):
         """Submit one TaskDescription (returns a Task) or a list (returns a list, in order);
-        RAPTOR_MASTER / RAPTOR_WORKER descriptions go to submit_raptors / submit_workers."""
-        single = not isinstance(descriptions, (list, tuple))
-        descs = [descriptions] if single else list(descriptions)
+        RAPTOR_MASTER / RAPTOR_WORKER descriptions go to submit_raptors / submit_workers.  Any
+        other iterable (a generator) is pulled while fewer than `window` tasks are in flight,
+        as submit_units does: the list of its tasks, or with lazy=True a UnitStream at once."""
+        if isinstance(descriptions, (TaskDescription, dict)):
+            return self._submit_tasks([descriptions])[0]
+        if isinstance(descriptions, (list, tuple)) and not lazy:
+            return self._submit_tasks(list(descriptions))
+        if not hasattr(descriptions, "__iter__"):
+            raise ValueError(
+                f"submit_tasks: {descriptions!r} must be a TaskDescription or an iterable of them"
+            )
+        return self.stream(descriptions, self._submit_tasks, lazy, window)
+
+    def _submit_tasks(self, descs: list) -> list:
+        """(submit_tasks) A list of descriptions, all checked before any task is made."""
         for i, d in enumerate(descs):
             if isinstance(d, dict):
                 descs[i] = d = TaskDescription(d)
             if not isinstance(d, TaskDescription):
                 raise ValueError(f"submit_tasks: descriptions[{i}]={d!r} must be a TaskDescription")
         if any(d.mode in (RAPTOR_MASTER, RAPTOR_WORKER) for d in descs):
-            out = [self._submit_raptor_task(d) for d in descs]
-            return out[0] if single else out
+            return [self._submit_raptor_task(d) for d in descs]
         forms = self._forms(descs)
         order = list(range(len(forms)))
         if any(f.priority for f in forms):  # higher first, else in order (a stable sort)
@@ -82,7 +93,7 @@ class TaskManager(TaskEvents, UnitManager):
         tasks = [None] * len(units)
         for i, unit in zip(order, units):
             tasks[i] = unit
-        return tasks[0] if single else tasks
+        return tasks
 
     def _forms(self, descs: list) -> list:
         """The descriptions the tasks run with (pilot/task_form.py); colocation keys are kept

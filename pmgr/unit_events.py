@@ -37,15 +37,14 @@ class UnitEvents(Routing):
 
     def has_ended(self, uid: str) -> bool:
         """Whether this manager's unit `uid` is in a final state (UnitRouter)."""
-        unit = self.units.get(uid)
-        return unit is not None and unit.state in S.FINAL
+        return self.units.state_of(uid) in S.FINAL
 
     def on_output(self, chunks: list) -> None:
         """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
         calls = []
         with self.session.lock:
             for uid, node, rank, stream, text in chunks:
-                unit = self.units.get(uid)
+                unit = self.units.live.get(uid)  # (a released unit takes no more output)
                 if unit is None:
                     continue
                 unit.add_output(node, rank, stream, text)
@@ -62,9 +61,12 @@ class UnitEvents(Routing):
         """One state update from an agent.  One the unit's state machine refuses changes
         nothing: said again (a sync after an attach repeats what the unit has passed) it is
         counted in `said_again`; any other is logged with the unit and both states."""
-        unit = self.units.get(uid)
+        unit = self.units.live.get(uid)
         if unit is None:
-            log.warning("state %s for unknown unit %s dropped", state, uid)
+            if uid in self.units:  # released: final and stored, so this one was said again
+                self.said_again += 1
+            else:
+                log.warning("state %s for unknown unit %s dropped", state, uid)
             return
         if state == unit.state:
             return
@@ -158,7 +160,7 @@ class UnitEvents(Routing):
         if stopping is not None:
             stopping.accepting = False  # it is going away: send it nothing more
         for d in units:
-            unit = self.units.get(d["uid"])
+            unit = self.units.live.get(d["uid"])
             if unit is None or unit.final or unit.part != part_uid:
                 continue
             part = unit.pilot.parts.get(part_uid)
@@ -185,7 +187,7 @@ class UnitEvents(Routing):
             lost.accepting = False  # its FAILED state follows: route nothing more there
         now = time.time()
         back = []
-        for unit in self.units.values():
+        for unit in self.units.active():
             if unit.part != part_uid or unit.final:
                 continue
             part = unit.pilot.parts.get(part_uid)
@@ -223,7 +225,7 @@ class UnitEvents(Routing):
         is left to ask."""
         if part.final:
             now = time.time()
-            left = [u for u in self.units.values() if u.part == part.uid and not u.final]
+            left = [u for u in self.units.active() if u.part == part.uid and not u.final]
             pilot = part.pilot
             if left and not pilot.final and pilot.linked and not pilot.released:
                 cid = self.session.next_cid(pilot.uid)
@@ -265,7 +267,7 @@ class UnitEvents(Routing):
         only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
         now = time.time()
         for uid in unknown:
-            unit = self.units.get(uid)
+            unit = self.units.live.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
                 continue
             part = unit.pilot.parts.get(part_uid)

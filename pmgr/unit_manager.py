@@ -16,6 +16,9 @@ from pilot import states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.entities import UNIT_STATE, Unit, callback
 from pilot.pmgr.unit_events import UnitEvents
+from pilot.pmgr.unit_queries import UnitQueries
+from pilot.pmgr.unit_stream import UnitStream
+from pilot.pmgr.unit_table import UnitTable
 from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULERS
 
 # submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
@@ -29,7 +32,7 @@ SUBMIT_CHUNK_MIN, SUBMIT_CHUNK_MAX = 64, 256
 SEND_WAIT = 0.1
 
 
-class UnitManager(UnitEvents):
+class UnitManager(UnitQueries, UnitEvents):
     UNIT = Unit  # the handle made for each unit (pmgr/tasks.py's TaskManager makes Tasks)
     DESCRIPTION = ComputeUnitDescription  # what its units' stored descriptions are
     UID_PREFIX = "unit"  # generated uids: unit.000000, ...
@@ -51,7 +54,8 @@ class UnitManager(UnitEvents):
         self.session = session
         self.uid = session.next_uid("umgr")
         self.pilots: list = []
-        self.units: dict[str, Unit] = {}
+        self.units = UnitTable(self)  # live units as objects, released ones as a byte each
+        self.feeding = 0  # lazy streams still pulling (pmgr/unit_stream.py)
         self.pending: deque[Unit] = deque()
         self.ranked = False  # a unit with a priority was submitted: pending is kept in order
         self.callbacks: list = []
@@ -100,11 +104,34 @@ class UnitManager(UnitEvents):
                     self.pilots.append(p)
             self.route()
 
-    def submit_units(self, descriptions):
-        """Submit one ComputeUnitDescription (returns a Unit), a list, or a UnitGroup (returns
-        a list, in order)."""
-        single = isinstance(descriptions, (ComputeUnitDescription, dict))
-        descs = [descriptions] if single else list(descriptions)
+    def submit_units(self, descriptions, lazy: bool = False, window: int | None = None):
+        """Submit one ComputeUnitDescription (returns a Unit), a list or a UnitGroup (returns
+        a list, in order), or any other iterable (a generator of 10^7 descriptions): pulled
+        only while fewer than `window` units (default 20,000) of this manager are in flight
+        (pmgr/unit_stream.py).  An iterable returns the list of its units once all are
+        submitted; with lazy=True, a UnitStream at once (it pulls on a thread of its own, and
+        remembers its units' uids only: stream.wait(), iter(stream), stream.failed())."""
+        if isinstance(descriptions, (ComputeUnitDescription, dict)):
+            return self._submit_list([descriptions])[0]
+        if isinstance(descriptions, (list, tuple)) and not lazy:
+            return self._submit_list(list(descriptions))
+        return self.stream(descriptions, self._submit_list, lazy, window)
+
+    def stream(self, descriptions, submit_list, lazy: bool, window: int | None):
+        """(submit_units, submit_tasks) An iterable of descriptions, pulled in chunks that
+        `submit_list` submits while the window has room: a UnitStream (lazy) or the list of
+        its units once all are submitted."""
+        stream = UnitStream(self, descriptions, submit_list, window)
+        if lazy:
+            return stream.start()
+        stream.kept = []
+        stream.feed()
+        if stream.error is not None:
+            raise stream.error
+        return stream.kept
+
+    def _submit_list(self, descs: list) -> list:
+        """(submit_units) A list of descriptions, all checked before any unit is made."""
         earlier: set = set()  # names and uids (a TaskDescription's) of the call's units so far
         for i, d in enumerate(descs):
             if isinstance(d, dict):
@@ -148,7 +175,7 @@ class UnitManager(UnitEvents):
                 sent = self.route()
             if sent is not None and start < len(descs) and yields:
                 sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
-        return units[0] if single else units
+        return units
 
     def _submit_chunk(self, descs: list, named: dict, units: list) -> None:
         """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they
@@ -200,7 +227,7 @@ class UnitManager(UnitEvents):
         """Cancel units (all of this manager's when uids is None); running ones are killed."""
         with self.session.locked():
             targets = (
-                list(self.units.values())
+                self.units.active()
                 if uids is None
                 else [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
             )
@@ -221,58 +248,6 @@ class UnitManager(UnitEvents):
     def _unqueue(self, unit: Unit) -> None:
         """(lock held) `unit`, not sent anywhere, is canceled: it waits no more."""
         self.pending.remove(unit)
-
-    def wait_units(
-        self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None
-    ) -> list[str]:
-        """Block until the units (all when uids is None) are final (or in `state`); a unit's
-        final-state callbacks have all run when it counts as final here.  progress=True (or
-        PILOT_PROGRESS=1 when progress is None) draws a bar on stderr meanwhile: units there
-        of all, DONE / FAILED / CANCELED, the rate (pmgr/progress.py; only on a terminal)."""
-        with self.session.lock:
-            units = (
-                list(self.units.values())
-                if uids is None
-                else [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
-            )
-        wanted = (
-            S.FINAL
-            if state is None
-            else frozenset([state] if isinstance(state, str) else state) | S.FINAL
-        )
-
-        left = units  # shrinks as units arrive: each wake-up costs what changed, not len(units)
-
-        settle = not self.session.in_callback()  # a callback cannot wait for callbacks
-
-        def there(u: Unit) -> bool:  # in a final state only once its callbacks have run
-            return u.state in wanted and (u.settled or not settle or u.state not in S.FINAL)
-
-        def arrived() -> bool:
-            nonlocal left
-            if left and there(left[0]) and there(left[-1]):
-                left = [u for u in left if not there(u)]
-            elif left and there(left[0]):
-                i = 0
-                while i < len(left) and there(left[i]):
-                    i += 1
-                left = left[i:]
-            return not left
-
-        from pilot.pmgr.progress import unit_progress  # here: only wait_units knows of the bar
-
-        with unit_progress(units, wanted, progress):  # a bar on stderr, when asked for
-            self.session.wait_for(
-                arrived,
-                timeout,
-                lambda: f"{len(left)} of {len(units)} units not there yet, e.g. {left[:3]}",
-            )
-        return [u.state for u in units]
-
-    # RADICAL-Pilot's listing names
-    def list_units(self) -> list[str]:
-        with self.session.lock:
-            return list(self.units)
 
     def list_pilots(self) -> list[str]:
         return [p.uid for p in self.pilots]
@@ -295,17 +270,3 @@ class UnitManager(UnitEvents):
                 if unit.bound is not None and unit.bound.uid in names:
                     unit.bound = None
             self.route()
-
-    def get_units(self, uids=None) -> list[Unit]:
-        with self.session.lock:
-            if uids is None:
-                return list(self.units.values())
-            return [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
-
-    def _unit(self, uid) -> Unit:
-        if isinstance(uid, Unit):
-            uid = uid.uid
-        unit = self.units.get(uid)
-        if unit is None:
-            raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")
-        return unit

@@ -5,7 +5,9 @@ Data model (one table / collection per kind; field names are the ones a person r
     pilots      uid, session, state, reason, sandbox, job, description*, size*
     partitions  uid, session, pilot, state, reason, description*, resources*
     units       uid, session, pilot, partition, state, reason, exit_code, node, slots*,
-                description*, return_value (a function unit's, base64 of its pickle)
+                description*, return_value (a function unit's, base64 of its pickle),
+                exception (a function unit's, "Type: message"), kept* (the stdout / stderr
+                that travelled with its final state: a function's, a `cleanup` unit's)
     history     session, kind, uid, state, ts, reason, seq: one row per state change; seq is
                 the change's place in the object's history (0 = NEW), so (uid, seq) is unique
 (* structured: JSON text in sqlite, sub-documents in MongoDB.)
@@ -26,6 +28,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+
+FINAL = ("DONE", "FAILED", "CANCELED")  # (pilot/states.py's: the store needs no import)
 
 KINDS = ("sessions", "pilots", "partitions", "units")
 FIELDS = {
@@ -54,9 +58,11 @@ FIELDS = {
         "slots",
         "description",
         "return_value",
+        "exception",
+        "kept",
     ),
 }
-STRUCTURED = frozenset(("description", "size", "resources", "slots", "node"))
+STRUCTURED = frozenset(("description", "size", "resources", "slots", "node", "kept"))
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
 
@@ -87,6 +93,16 @@ class StateStore(ABC):
 
     @abstractmethod
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]: ...
+
+    def unit_states(self, session: str):
+        """(uid, state) of every unit of the session, streamed (an attach to a session of
+        10^7 units holds no doc of a final one)."""
+        for doc in self.find("units", session=session):
+            yield doc["uid"], doc["state"]
+
+    def open_units(self, session: str) -> list[dict]:
+        """The docs of the session's units that are not in a final state."""
+        return [d for d in self.find("units", session=session) if d["state"] not in FINAL]
 
     def reserve(self, counter: str, n: int) -> int:
         """Reserve `n` numbers of `counter` for this caller alone (atomically, across every

@@ -19,7 +19,16 @@ from bson.errors import InvalidDocument
 from pymongo import ASCENDING, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
-from pilot.pmgr.store.base import FIELDS, HISTORY, KEPT, KINDS, Batch, StateStore, check_kind
+from pilot.pmgr.store.base import (
+    FIELDS,
+    FINAL,
+    HISTORY,
+    KEPT,
+    KINDS,
+    Batch,
+    StateStore,
+    check_kind,
+)
 
 CONNECT_TIMEOUT = 3.0
 DEFAULT_DB = "pilot"
@@ -110,6 +119,14 @@ class MongoStore(StateStore):
         query = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
         rows = self.db.history.find(query, {"_id": 0}).sort([("ts", 1), ("seq", 1)])
         return [{k: r.get(k) for k in HISTORY} for r in rows]
+
+    def unit_states(self, session: str):
+        for raw in self.db.units.find({"session": session}, {"state": 1}).sort("_id", 1):
+            yield raw["_id"], raw.get("state")
+
+    def open_units(self, session: str) -> list[dict]:
+        query = {"session": session, "state": {"$nin": list(FINAL)}}
+        return [self._doc("units", raw) for raw in self.db.units.find(query).sort("_id", 1)]
 
     def reserve(self, counter: str, n: int) -> int:
         doc = self.db.counters.find_one_and_update(

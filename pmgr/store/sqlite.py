@@ -17,6 +17,7 @@ import threading
 
 from pilot.pmgr.store.base import (
     FIELDS,
+    FINAL,
     HISTORY,
     KEPT,
     KINDS,
@@ -153,7 +154,16 @@ class SqliteStore(StateStore):
         self.db.execute("PRAGMA journal_mode=TRUNCATE")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(_schema())
+        self._add_columns()
         self.inode = os.stat(self.path).st_ino
+
+    def _add_columns(self) -> None:
+        """A store made by an earlier version lacks the fields added since: added (empty)."""
+        for kind in KINDS:
+            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({kind})")}
+            for col in FIELDS[kind]:
+                if col not in have:
+                    self.db.execute(f"ALTER TABLE {kind} ADD COLUMN {col}")
 
     def write_batch(self, batch: Batch) -> None:
         try:
@@ -215,6 +225,30 @@ class SqliteStore(StateStore):
         with self.lock:
             rows = self.db.execute(sql + " ORDER BY id", tuple(cond.values())).fetchall()
         return [dict(zip(HISTORY, r)) for r in rows]
+
+    def unit_states(self, session: str):
+        after = ""  # (pages by uid: each query is short, the writer is never held up long)
+        while True:
+            with self.lock:
+                rows = self.db.execute(
+                    "SELECT uid, state FROM units WHERE session = ? AND uid > ? "
+                    "ORDER BY uid LIMIT 10000",
+                    (session, after),
+                ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            after = rows[-1][0]
+
+    def open_units(self, session: str) -> list[dict]:
+        marks = ", ".join("?" * len(FINAL))
+        sql = (
+            f"SELECT {', '.join(FIELDS['units'])} FROM units "
+            f"WHERE session = ? AND state NOT IN ({marks}) ORDER BY uid"
+        )
+        with self.lock:
+            rows = self.db.execute(sql, (session, *FINAL)).fetchall()
+        return self._docs("units", rows)
 
     def reserve(self, counter: str, n: int) -> int:
         with self.lock:  # (BEGIN IMMEDIATE: another client's process waits for the lock)

@@ -162,6 +162,7 @@ class BatchWriter:
                     return  # closing with the database down: what is left stays unpersisted
             else:
                 backoff = RETRY_MIN
+            items = item = None  # (not held while the next get waits: their units may go)
 
     def _with_sends(self, items: list) -> list:
         """`items`, then the docs send_after waits for, then its callbacks: one batch."""

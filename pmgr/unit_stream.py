@@ -1,0 +1,222 @@
+"""Streaming submission: units from any iterable, pulled only as fast as the pilots take them.
+
+    stream = umgr.submit_units(generator, lazy=True)   # returns at once: a UnitStream
+    stream.wait(timeout)     -> {DONE: n, FAILED: m, CANCELED: k} once every unit pulled ended
+    len(stream), stream.exhausted, stream.error, stream.counts(), stream.uids(),
+    iter(stream) (its Units, in order, made again from the store when released),
+    stream.failed() (its FAILED units), stream.cancel()
+
+Protocol: a feeder (a thread of its own for a lazy stream, the caller's thread otherwise) pulls
+up to CHUNK descriptions at a time and submits them through the manager's list path (checked,
+made, routed: the same rules as a list), but only while the manager has fewer than `window`
+units in flight (not final, or final with callbacks still to run: `UnitTable.open`); else it
+waits on the session's condition, which every settled unit notifies.  So a generator of 10^7
+descriptions is never in memory at once, and nor are its units: a stream remembers the uids it
+made as ranges of consecutive numbers.  A description the list path refuses (ValueError) or an
+exception of the iterable stops the pulling: `error` holds it (its index in the stream named),
+`wait()` raises it once the units made before it ended.  In a state callback (the thread that
+delivers states) nothing may wait: a stream pulls without a window there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+
+from pilot import states as S
+
+log = logging.getLogger("pmgr.units")
+CHUNK = 256
+WINDOW = 20_000  # units in flight per manager while a stream pulls (client memory ~3 KB each)
+
+
+class UnitStream:
+    def __init__(self, umgr, iterable, submit_list, window: int | None = None) -> None:
+        self.umgr = umgr
+        self.source = iter(iterable)
+        self.submit_list = submit_list  # list of descriptions -> list of units (the list path)
+        self.window = WINDOW if window is None else int(window)
+        if self.window < 1:
+            raise ValueError(f"submit_units: window={window!r} must be a positive integer")
+        self.ranges: list[list] = []  # [prefix, first, last] runs of numbered uids, in order
+        self.others: list[str] = []  # uids not numbered (a user's own), in order
+        self.order: list[int] = []  # its runs in order: i into ranges, or ~i into others
+        self.count = 0
+        self.exhausted = False
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.thread: threading.Thread | None = None
+        self.kept: list | None = None  # the units themselves, for a caller that asked
+
+    # -- feeding ----------------------------------------------------------------------------
+    def start(self) -> UnitStream:
+        """Feed on a thread of its own (a lazy stream)."""
+        self.umgr.feeding += 1
+        self.thread = threading.Thread(target=self._feed_done, name="pilot-unit-stream")
+        self.thread.daemon = True
+        self.thread.start()
+        return self
+
+    def _feed_done(self) -> None:
+        try:
+            self.feed()
+        finally:
+            session = self.umgr.session
+            with session.cond:
+                self.umgr.feeding -= 1
+                session.cond.notify_all()
+
+    def feed(self) -> None:
+        """Pull, wait for room, submit, until the iterable ends, fails or is canceled."""
+        session = self.umgr.session
+        waits = not session.in_callback() and not session.channel.in_thread()
+        while not self.stopped:
+            if waits:
+                self._room()
+                if self.stopped:
+                    return
+            chunk: list = []
+            try:
+                chunk.extend(itertools.islice(self.source, CHUNK))
+            except Exception as exc:  # the user's iterable raised: what it gave still goes
+                self.error = exc
+                log.error(
+                    "submit_units: its iterable raised after %d: %r", self.count + len(chunk), exc
+                )
+            if not chunk:
+                self.exhausted = self.error is None
+                return
+            try:
+                units = self.submit_list(chunk)
+            except ValueError as exc:
+                self.error = ValueError(f"{exc} (in the stream, after its first {self.count})")
+                log.error("submit_units: %s", self.error)
+                return
+            self._note(units)
+            if self.error is not None:
+                return
+
+    def _room(self) -> None:
+        umgr, cond = self.umgr, self.umgr.session.cond
+        with cond:
+            while umgr.units.open >= self.window and not self.stopped:
+                cond.wait(1.0)
+
+    def _note(self, units: list) -> None:
+        if self.kept is not None:
+            self.kept.extend(units)
+        ranges = self.ranges
+        for unit in units:
+            prefix, _, digits = unit.uid.partition(".")
+            n = int(digits) if digits.isdigit() and len(digits) == 6 else None
+            last = ranges[-1] if ranges else None
+            if n is not None and last and last[0] == prefix and last[2] + 1 == n:
+                last[2] = n
+            elif n is not None:
+                ranges.append([prefix, n, n])
+                self.order.append(len(ranges) - 1)
+            else:
+                self.others.append(unit.uid)
+                self.order.append(~(len(self.others) - 1))
+        self.count += len(units)
+
+    # -- the user's side --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.count
+
+    def uids(self):
+        """The uids of its units so far, in the order they were made."""
+        for i in list(self.order):
+            if i >= 0:
+                prefix, first, last = self.ranges[i]
+                for n in range(first, last + 1):
+                    yield f"{prefix}.{n:06d}"
+            else:
+                yield self.others[~i]
+
+    def __iter__(self):
+        table = self.umgr.units
+        for uid in self.uids():
+            unit = table.get(uid)
+            if unit is not None:
+                yield unit
+
+    def counts(self) -> dict:
+        """Its units by state so far (a walk over its uids: ~1 us each)."""
+        out: dict = {}
+        state_of = self.umgr.units.state_of
+        for uid in self.uids():
+            state = state_of(uid)
+            out[state] = out.get(state, 0) + 1
+        return out
+
+    def failed(self):
+        """Its FAILED units (the others are never made again from the store)."""
+        state_of, get = self.umgr.units.state_of, self.umgr.units.get
+        for uid in self.uids():
+            if state_of(uid) == S.FAILED:
+                yield get(uid)
+
+    @property
+    def done(self) -> bool:
+        """Pulled to its end (or stopped) and every unit ended."""
+        return self._ended_so_far()()
+
+    def _ended(self, uid: str) -> bool:
+        unit = self.umgr.units.live.get(uid)
+        if unit is None:  # released: ended, or not this manager's at all
+            return True
+        return unit.state in S.FINAL and unit.settled
+
+    def _ended_so_far(self):
+        """A predicate that is True once every unit ended: it walks the uids once in all,
+        resuming at the first that had not ended (ended is for good)."""
+        if self.thread is not None and self.thread.is_alive():
+            return lambda: False
+        walk = self.uids()
+        at = next(walk, None)
+
+        def ended() -> bool:
+            nonlocal at
+            while at is not None:
+                if not self._ended(at):
+                    return False
+                at = next(walk, None)
+            return True
+
+        return ended
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Until every unit is pulled and ended (final, callbacks run); its counts by final
+        state.  The stream's error, if one stopped it, is raised after that."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        session = self.umgr.session
+        if self.thread is not None:
+            self.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if self.thread.is_alive():
+                raise TimeoutError(f"timeout after {timeout} s: {self.count} pulled so far")
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        session.wait_for(
+            self._ended_so_far(), left, lambda: f"units of the stream not ended: {self.counts()}"
+        )
+        if self.error is not None:
+            raise self.error
+        return {k: v for k, v in self.counts().items() if k in S.FINAL}
+
+    def cancel(self, reason: str = "canceled by the user") -> None:
+        """Pull no more; its units not final are canceled."""
+        self.stopped = True
+        with self.umgr.session.cond:
+            self.umgr.session.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join(30.0)
+        live = self.umgr.units.live
+        open_ = [uid for uid in self.uids() if uid in live and not live[uid].final]
+        if open_:
+            self.umgr.cancel_units(open_, reason=reason)
+
+    def __repr__(self) -> str:
+        state = "pulling" if self.thread is not None and self.thread.is_alive() else "pulled"
+        return f"<UnitStream {self.count} units, {state}>"

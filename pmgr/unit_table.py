@@ -1,0 +1,249 @@
+"""A UnitManager's units: those in flight as objects, those ended as one byte each.
+
+Memory must not grow with finished work (a workflow of 10^7 units): a unit whose final state
+the store has, whose final-state callbacks have run and whose object nobody else holds costs
+its manager one byte (its final state, in `Ledger`); asked for again (`umgr.get_units`, a
+wait, a listing), it is read back from the store and made again (`UnitManager.unit_from_doc`).
+
+    table[uid] = unit        a new unit: live (an object, held here)
+    table.get(uid)           the unit: live, or released but still held by someone (weakly
+                             known here), or read back from the store; None if not this
+                             manager's
+    table.release(unit)      (session lock held) `unit` is final, settled and stored: only
+                             its byte is kept (the object lives on while the user holds it)
+    table.state_of(uid)      its state without making its object (None if not this manager's)
+    table.active()           the live units (what every walk over units in flight uses)
+    table.open               how many live units are not final, or final with callbacks
+                             still to run (a wait for all is a count: settled() counts down)
+    uid in table, len(table), iter(table) (uids, in the order they were made), values()
+
+Ledger: per uid prefix (unit., task.: the uids the client numbers, pilot/seen.py's form) a
+bytearray indexed by the uid's number, 0 = not this manager's, else 1 + the final state's
+index in FINAL_CODES; any other uid (a user's own) in a dict.  Live units are in `live`, in the
+order they were made (a dict keeps it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import weakref
+from collections.abc import Iterator
+
+from pilot import states as S
+from pilot.seen import PREFIXES
+
+FINAL_CODES = (S.DONE, S.FAILED, S.CANCELED)
+_CODE = {state: i + 1 for i, state in enumerate(FINAL_CODES)}
+_UNKNOWN = 255  # a uid of this manager's whose state is only in the store (an attach's)
+
+
+class Ledger:
+    """The final states of released units: a byte per generated uid."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, bytearray] = {p: bytearray() for p in PREFIXES}
+        self.others: dict[str, int] = {}
+        self.after: dict[str, tuple] = {}  # an other uid -> its place among the numbered ones
+        self.count = 0
+        self.by_state = dict.fromkeys(FINAL_CODES, 0)
+
+    def put(self, uid: str, state: str) -> None:
+        code = _CODE.get(state, _UNKNOWN)
+        prefix, n = _number(uid)
+        if n is None:
+            old = self.others.get(uid, 0)
+            self.others[uid] = code
+        else:
+            codes = self.codes[prefix]
+            if n >= len(codes):
+                codes.extend(bytes(max(n + 1 - len(codes), len(codes) // 2, 1024)))
+            old = codes[n]
+            codes[n] = code
+        if not old:
+            self.count += 1
+        elif old != _UNKNOWN:
+            self.by_state[FINAL_CODES[old - 1]] -= 1
+        if code != _UNKNOWN:
+            self.by_state[state] += 1
+
+    def code(self, uid: str) -> int:
+        prefix, n = _number(uid)
+        if n is None:
+            return self.others.get(uid, 0)
+        codes = self.codes[prefix]
+        return codes[n] if n < len(codes) else 0
+
+    def drop(self, uid: str) -> None:
+        """(a released unit made live again: an attach adopting it) Not in the ledger."""
+        code = self.code(uid)
+        if not code:
+            return
+        prefix, n = _number(uid)
+        if n is None:
+            del self.others[uid]
+            self.after.pop(uid, None)
+        else:
+            self.codes[prefix][n] = 0
+        self.count -= 1
+        if code != _UNKNOWN:
+            self.by_state[FINAL_CODES[code - 1]] -= 1
+
+    def keyed(self) -> Iterator[tuple]:
+        """(key, uid) for every uid here, by key: a generated uid's key is its number, any
+        other's its place among them when it was made (UnitTable.key)."""
+        numbered = []
+        for prefix, codes in self.codes.items():
+            if codes:
+                numbered.append(_numbered(prefix, codes))
+        others = sorted((self.after.get(uid, (-1, 1, 0)), uid) for uid in self.others)
+        return heapq.merge(*numbered, others)
+
+
+def _numbered(prefix: str, codes: bytearray) -> Iterator[tuple]:
+    start = 0
+    while True:
+        n = _next_nonzero(codes, start)
+        if n < 0:
+            return
+        yield (n, 0, 0), f"{prefix}.{n:06d}"
+        start = n + 1
+
+
+def _next_nonzero(codes: bytearray, start: int) -> int:
+    """The index of the first nonzero byte at or after `start`, or -1 (C-speed scans)."""
+    n = len(codes)
+    while start < n:
+        end = min(n, start + 65536)
+        chunk = codes[start:end]
+        if chunk.count(0) != len(chunk):
+            stripped = chunk.lstrip(b"\0")
+            return start + len(chunk) - len(stripped)
+        start = end
+    return -1
+
+
+def _number(uid: str) -> tuple[str, int | None]:
+    prefix, _, digits = uid.partition(".")
+    if prefix in PREFIXES and 6 <= len(digits) <= 12 and digits.isdigit():
+        if len(digits) == 6 or digits[0] != "0":
+            return prefix, int(digits)
+    return prefix, None
+
+
+class UnitTable:
+    def __init__(self, umgr) -> None:
+        self.umgr = umgr
+        self.live: dict = {}  # uid -> Unit: not final, or final and not released yet
+        self.held = weakref.WeakValueDictionary()  # released units someone still holds
+        self.ledger = Ledger()
+        self.open = 0  # live units not final
+        self.released = 0
+        self.last = -1  # the highest number of a generated uid made here
+        self.after: dict[str, tuple] = {}  # a live unit's uid not generated -> its key
+        self.seq = itertools.count()
+
+    def key(self, uid: str) -> tuple:
+        """Its place in the order units were made: a generated uid's number (generated uids
+        grow as they are made), any other uid's the last number made before it."""
+        prefix, n = _number(uid)
+        if n is not None:
+            return (n, 0, 0)
+        key = self.after.get(uid)
+        return key if key is not None else (self.last, 1, 0)
+
+    # -- dict-like ---------------------------------------------------------------------------
+    def __setitem__(self, uid: str, unit) -> None:
+        if uid not in self.live:
+            if self.ledger.count:
+                self.ledger.drop(uid)  # (an attach adopting a unit it had as a byte)
+            if not unit.final:
+                self.open += 1
+            n = _number(uid)[1]
+            if n is None:
+                self.after[uid] = (self.last, 1, next(self.seq))
+            elif n > self.last:
+                self.last = n
+        self.live[uid] = unit
+
+    def get(self, uid: str, default=None):
+        unit = self.live.get(uid)
+        if unit is not None:
+            return unit
+        unit = self.held.get(uid)
+        if unit is not None:
+            return unit
+        if not self.ledger.code(uid):
+            return default
+        doc = self.umgr.session.read_store().get("units", uid)
+        if doc is None:
+            return default
+        unit = self.umgr.unit_from_doc(doc)
+        self.held[uid] = unit
+        return unit
+
+    def __getitem__(self, uid: str):
+        unit = self.get(uid)
+        if unit is None:
+            raise KeyError(uid)
+        return unit
+
+    def __contains__(self, uid) -> bool:
+        return uid in self.live or bool(self.ledger.code(uid))
+
+    def __len__(self) -> int:
+        return len(self.live) + self.ledger.count
+
+    def __iter__(self) -> Iterator[str]:
+        """Every uid, in the order the units were made (released ones merged by key)."""
+        if not self.ledger.count:
+            yield from list(self.live)
+            return
+        live = sorted((self.key(uid), uid) for uid in list(self.live))
+        for _key, uid in heapq.merge(self.ledger.keyed(), live):
+            yield uid
+
+    def values(self) -> Iterator:
+        """Every unit, made again from the store for the released ones (lazily)."""
+        for uid in self:
+            unit = self.get(uid)
+            if unit is not None:
+                yield unit
+
+    def active(self) -> list:
+        """The live units (in flight, or ended and not released yet), oldest first."""
+        return list(self.live.values())
+
+    # -- states ------------------------------------------------------------------------------
+    def state_of(self, uid: str) -> str | None:
+        unit = self.live.get(uid)
+        if unit is not None:
+            return unit.state
+        code = self.ledger.code(uid)
+        if not code:
+            return None
+        if code == _UNKNOWN:
+            unit = self.get(uid)
+            return unit.state if unit is not None else None
+        return FINAL_CODES[code - 1]
+
+    def settled(self, unit) -> None:
+        """(lock held) A live unit is final and its final-state callbacks have run."""
+        if self.live.get(unit.uid) is unit:
+            self.open -= 1
+
+    def release(self, unit) -> None:
+        """(lock held) A final unit the store has and whose callbacks ran: its byte only."""
+        if self.live.get(unit.uid) is not unit or not unit.final or not unit.settled:
+            return
+        del self.live[unit.uid]
+        after = self.after.pop(unit.uid, None)
+        self.ledger.put(unit.uid, unit.state)
+        if after is not None:
+            self.ledger.after[unit.uid] = after
+        self.held[unit.uid] = unit
+        self.released += 1
+
+    def know_final(self, uid: str, state: str | None) -> None:
+        """(an attach) A final unit of the session, known by its uid and state only."""
+        self.ledger.put(uid, state if state in _CODE else "?")
