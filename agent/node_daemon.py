@@ -1,6 +1,7 @@
 """The node daemon: one per node of a multi-node pilot; runs the units agents send it.
 
-    python -m pilot.agent.node_daemon --bootstrap tcp://HOST:PORT --pilot UID --session SID
+    python -m pilot.agent.node_daemon --bootstrap tcp://HOST:PORT --pulse tcp://HOST:PORT
+                                --pilot UID --session SID
                                 [--hint I] [--name NAME] [--timeout S] [--table-timeout S]
                                 [--watch-parent]
                                 [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
@@ -22,10 +23,14 @@ Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>
     -> ready   {index, forwarded: [indices]}
     No table within --table-timeout seconds (at least as long as the bootstrap's gathers: a
     silent node must not take the healthy ones down with it): the daemon logs it and exits 3.
-Life (same sockets):
-    <- hb {} every second; -> hb {} every second.  Nothing from the bootstrap for --timeout
-       seconds, or the parent process gone (fork/netns launches): the daemon kills its units
-       and exits (the pilot is gone).
+Liveness (the pulse: this daemon's DEALER, identity "d<hint>", to the bootstrap's pulse
+ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/liveness.py):
+    <- hb {} and -> hb {} every PULSE s.  Nothing from the bootstrap (on either channel) for
+       --timeout + REJOIN seconds, the same tolerance the bootstrap gives this node, or the
+       parent process gone (fork/netns launches): the daemon kills its units and exits (the
+       pilot is gone).  Time this process did not run is not the bootstrap's silence.
+    <- halt {reason}   on the pulse too: this node was declared lost (see below)
+Life (the node channel):
     <- drop {part}     a partition ended: kill (SIGKILL) what of its units still runs here
     <- agent {uid, argv, log}   start a partition's agent on this node (its agent node, when
                        the resource gives agents nodes of their own); -> agent_exit {uid, code}
@@ -59,12 +64,13 @@ import zlib
 
 import zmq
 
-from pilot import checks, messages, network, processes, security
+from pilot import checks, liveness, messages, network, processes, security
 from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
-from pilot.protocol import HEARTBEAT, ProtocolError, drain, msg, pack, unpack
+from pilot.protocol import ProtocolError, drain, msg, pack, unpack
 
 log = logging.getLogger("node")
+BOOTSTRAP = "bootstrap"  # the one peer whose silence a daemon watches (liveness.Silence)
 
 
 def children(pos: int, width: int, n: int) -> list[int]:
@@ -90,6 +96,11 @@ class NodeDaemon:
         if self.keys is not None:
             self.keys.client(self.up)
         self.up.connect(args.bootstrap)
+        self.pulse = liveness.pulse_socket(self.ctx, zmq.DEALER)
+        self.pulse.setsockopt(zmq.IDENTITY, f"d{self.hint}".encode())
+        if self.keys is not None:
+            self.keys.client(self.pulse)
+        self.pulse.connect(args.pulse)
         self.units = self.ctx.socket(zmq.ROUTER)
         self.units.setsockopt(zmq.LINGER, 1000)
         self.units.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -105,7 +116,7 @@ class NodeDaemon:
         self.agents: dict[int, str] = {}  # pid -> partition uid of agents hosted here
         self.poller = zmq.Poller()
         self.ranks = NodeRanks(self.spawner, self.name, self.poller)  # (agent/node_ranks.py)
-        self.last_heard = time.monotonic()
+        self.silence = liveness.Silence(liveness.tolerance(args.timeout))  # of the bootstrap
         self.ppid = os.getppid()
         self.wake_r, self.wake_w = socket.socketpair()
         for s in (self.wake_r, self.wake_w):
@@ -126,7 +137,7 @@ class NodeDaemon:
         if self.index is not None:
             return  # a second copy (retried send): already forwarded
         self.index = int(body["index"])
-        self.last_heard = time.monotonic()  # the bootstrap is alive: it sent the table
+        self.silence.heard(BOOTSTRAP)  # it is alive: it sent the table; its clock starts
         table = unpack(zlib.decompress(blob))
         self.table = {int(k): v for k, v in table.items()}
         width = int(body["width"])
@@ -219,13 +230,13 @@ class NodeDaemon:
             )
         )
         log.info("%s: up, pid %d, units on %s", self.name, os.getpid(), self.endpoint)
-        for s in (self.up, self.units, self.wake_r):
+        for s in (self.up, self.pulse, self.units, self.wake_r):
             self.poller.register(s, zmq.POLLIN)
 
     def run(self) -> int:
         self.say_up()
         started = time.monotonic()
-        next_hb = started + HEARTBEAT
+        next_hb = started
         while True:
             events = dict(self.poller.poll(200))
             if self.wake_r in events or self.wake_r.fileno() in events:
@@ -238,6 +249,8 @@ class NodeDaemon:
             for sock, from_agent in ((self.up, False), (self.units, True)):
                 if sock in events:
                     self.receive(sock, from_agent)
+            if self.pulse in events:
+                self.receive_pulse()
             self.ranks.flush(self.units)
             now = time.monotonic()
             table_wait = self.args.table_timeout or self.args.timeout
@@ -249,14 +262,17 @@ class NodeDaemon:
             if self.halting is not None:
                 return self.halt()
             if now >= next_hb:
-                next_hb = now + HEARTBEAT
-                self.up.send_multipart(msg(b"hb"))
+                next_hb = now + liveness.PULSE
+                try:
+                    self.pulse.send_multipart(msg(b"hb"), zmq.NOBLOCK)
+                except zmq.Again:  # not connected now (ZMQ_IMMEDIATE): nothing stale queues
+                    pass
 
     def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
         """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""
         for frames in drain(sock, 200):
-            if not from_agent:
-                self.last_heard = time.monotonic()
+            if not from_agent and self.index is not None:
+                self.silence.heard(BOOTSTRAP)
             try:
                 self.on_message(frames, from_agent)
             except (checks.Invalid, zlib.error) as exc:  # a peer's bad message
@@ -264,12 +280,33 @@ class NodeDaemon:
             except Exception as exc:  # our own bug: said as such, and the daemon goes on
                 self.internal.report(f"node daemon {frames[:1]!r:.40}", exc)
 
+    def receive_pulse(self) -> None:
+        """`hb` (word from the bootstrap) or `halt` on the pulse channel."""
+        for frames in drain(self.pulse, 200):
+            try:
+                kind = frames[0]
+                if kind not in (b"hb", b"halt"):
+                    raise ProtocolError(f"{kind[:16]!r} on the pulse channel")
+                body = messages.body(
+                    messages.TO_DAEMON, kind, frames[1] if len(frames) > 1 else None
+                )
+            except checks.Invalid as exc:
+                self.bad_messages.report(f"bad pulse {frames[:2]!r:.120}: {exc}")
+                continue
+            if self.index is not None:
+                self.silence.heard(BOOTSTRAP)
+            if kind == b"halt":
+                self.halting = body.get("reason") or "halt"
+
     def why_halt(self, now: float) -> str | None:
-        """Why the pilot is gone (nothing from the bootstrap for --timeout seconds once the
-        table came, or with --watch-parent its process gone), or None."""
-        timeout = self.args.timeout
-        if self.index is not None and now - self.last_heard > timeout:
-            return f"no word from the bootstrap for {timeout:g} s"
+        """Why the pilot is gone (nothing from the bootstrap for --timeout + REJOIN seconds
+        once the table came, or with --watch-parent its process gone), or None."""
+        silent = self.silence.silent()  # (every turn: a turn that came late is no silence)
+        if BOOTSTRAP in silent:
+            return (
+                f"no word from the bootstrap for {silent[BOOTSTRAP]:.1f} s (node_timeout "
+                f"{self.args.timeout:g} s + {liveness.REJOIN:g} s for a link to come back)"
+            )
         if self.args.watch_parent and os.getppid() != self.ppid:
             return "the bootstrap process is gone"
         return None
@@ -286,6 +323,7 @@ class NodeDaemon:
         self.up.send_multipart(msg(b"bye", {"killed": killed, "reason": self.halting}))
         log.info("%s: halted (%s), %d unit process(es) killed", self.name, self.halting, killed)
         self.up.close()
+        self.pulse.close()
         self.units.close()
         if self.keys is not None:
             self.keys.close()
@@ -296,6 +334,7 @@ class NodeDaemon:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m pilot.agent.node_daemon")
     p.add_argument("--bootstrap", required=True)
+    p.add_argument("--pulse", required=True, help="the bootstrap's pulse channel")
     p.add_argument("--pilot", required=True)
     p.add_argument("--session", required=True)
     p.add_argument("--hint", type=int, default=None)

@@ -24,7 +24,8 @@ client which of its units started (`lost`): those end FAILED, the others are rou
 A node lost while the pilot runs (its daemon exited or went silent, node.lost in the log): the
 node is marked down, the agents holding it are told (`node_lost`: their units there end
 FAILED with the reason), and those partitions end FAILED, their queued units handed back to be
-routed elsewhere; node_failure=fail ends the whole pilot FAILED instead.
+routed elsewhere; node_failure=fail ends the whole pilot FAILED instead, and so does the loss
+of the last node up ("every node of the pilot is lost: ...").
 Teardown (on runtime expiry, cancel, client loss, node failure, or a signal), each step bounded:
     down.agents      every live partition is told to stop (running units end CANCELED)
     down.wait        agents say bye or are killed after the deadline
@@ -248,7 +249,8 @@ class Bootstrap(ClientLink, AgentChannel):
         zygote_fd = self.forker.fd  # (it changes when a zygote that died is replaced)
         poller.register(zygote_fd, zmq.POLLIN)
         if self.nodeset is not None:
-            poller.register(self.nodeset.sock, zmq.POLLIN)
+            for sock in self.nodeset.sockets():
+                poller.register(sock, zmq.POLLIN)
         next_hb = time.monotonic()
         while True:
             events = dict(poller.poll(200))
@@ -259,10 +261,7 @@ class Bootstrap(ClientLink, AgentChannel):
                 self._drain(self.control, self.on_control)
             zygote_fd = self._watch_zygote(poller, zygote_fd, events)
             if self.nodeset is not None:
-                if self.nodeset.sock in events:
-                    self.nodeset.on_readable()
-                for index, reason in self.nodeset.check():
-                    self.node_lost(index, reason)
+                self._watch_nodes(events)
             self.check_agents()
             self.pm.check_stuck()
             self.data.expire()
@@ -275,9 +274,25 @@ class Bootstrap(ClientLink, AgentChannel):
             if now >= next_hb:
                 next_hb = now + HEARTBEAT
                 self.to_client(msg(b"hb"))
-                if self.nodeset is not None:
-                    self.nodeset.heartbeat()
             self.flush()
+
+    def _watch_nodes(self, events: dict) -> None:
+        """Read the node daemons, beat their pulses, end the nodes lost; a pilot that has lost
+        every node ends FAILED (it has nothing left to run on), the nodes and why named."""
+        nodeset = self.nodeset
+        if any(sock in events for sock in nodeset.sockets()):
+            nodeset.on_readable()
+        nodeset.heartbeat()
+        lost = nodeset.check()
+        for index, reason in lost:
+            self.node_lost(index, reason)
+        if lost and self.ending is None and nodeset.all_down():
+            names = ", ".join(self.pool.nodes[i].name for i in sorted(nodeset.down)[:8])
+            names += ", ..." if len(nodeset.down) > 8 else ""
+            reasons = list(dict.fromkeys(nodeset.down[i] for i in sorted(nodeset.down)))
+            more = f"; and {len(reasons) - 2} more" if len(reasons) > 2 else ""
+            why = "; ".join(reasons[:2]) + more
+            self.end(FAILED, f"every node of the pilot is lost ({names}): {why}")
 
     def _watch_zygote(self, poller: zmq.Poller, fd: int | None, events: dict) -> int | None:
         """Read the agent zygote's answers; when a zygote that died was replaced, poll the new

@@ -19,9 +19,12 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
     A node missing from either gather is named in the log and the error.  node_failure=fail:
     the pilot fails; continue: the node is marked down (its resources never allocated) and
     the pilot goes on with the others.
-Life: `drop` {part} when a partition ends (its daemons kill what of it still runs);
-`hb` both ways every second; a node silent for node_timeout seconds, or whose daemon
-process ended (fork / netns launches), is lost: `check()` reports it once.
+Life: `drop` {part} when a partition ends (its daemons kill what of it still runs).
+Liveness is a channel of its own beside this one, a pulse per daemon (partition/node_pulse.py,
+the protocol in pilot/liveness.py): `hb` both ways every PULSE s on a connection that ZeroMQ
+ends and makes anew when it stalls, so TCP's back-off after an outage delays no heartbeat.  A
+node whose daemon was silent (on both channels) for node_timeout + REJOIN seconds, or whose
+daemon process ended (fork / netns launches), is lost: `check()` reports it once.
     down.nodes         `halt` to every live daemon, gather `bye` until a deadline, then the
                        launch method ends whatever still runs (SIGTERM, SIGKILL)
 """
@@ -35,10 +38,11 @@ import zlib
 
 import zmq
 
-from pilot import checks, messages
+from pilot import checks, liveness, messages
 from pilot.partition import launch
 from pilot.partition.agents.hosted import HostedAgent
 from pilot.partition.launch.base import ALL_NODES
+from pilot.partition.node_pulse import NodePulse
 from pilot.protocol import ProtocolError, drain, msg, pack, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")
@@ -70,15 +74,19 @@ class NodeSet:
         keys.serve(self.sock)  # CURVE (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{address}")
         self.endpoint = f"tcp://{address}:{port}"  # the daemons' way up
+        self.pulse = NodePulse(ctx, keys, address, rcfg.node_timeout)
         self.launch = launch.for_resource(
-            rcfg, n, self.endpoint, cfg, os.path.join(sandbox, "nodes")
+            rcfg,
+            n,
+            self.endpoint,
+            dict(cfg, pulse=self.pulse.endpoint),
+            os.path.join(sandbox, "nodes"),
         )
         self.by_hint: dict[int, dict] = {}  # hint -> the daemon's `up` body
         self.index_of: dict[int, int] = {}  # hint -> node index
         self.table: dict[int, dict] = {}  # node index -> {name, host_id, endpoint}
         self.nodes: dict[int, dict] = {}  # node index -> descriptor (network-config fields)
         self.down: dict[int, str] = {}  # node index -> why it is down
-        self.last: dict[int, float] = {}  # hint -> when last heard
         self.byes: set[int] = set()
         self.stats: dict = {}
         self.lost_reported: set[int] = set()
@@ -113,9 +121,8 @@ class NodeSet:
             "fanout": width,
         }
         log.info("boot.nodes.table: %s", self.stats)
-        now = time.monotonic()
         for h in hints:
-            self.last[h] = now
+            self.pulse.heard(h)
         return self.network_config()
 
     def _launch(self, deadline: float) -> None:
@@ -304,17 +311,22 @@ class NodeSet:
     def live_hints(self) -> list[int]:
         return [h for h in self.by_hint if self.index_of[h] not in self.down]
 
+    def sockets(self) -> list[zmq.Socket]:
+        """What the bootstrap's loop polls for `on_readable`: the node channel and the pulse."""
+        return [self.sock, self.pulse.sock]
+
     def read(self, timeout: float) -> None:
         """Take what the daemons sent, waiting up to `timeout` s for something."""
         if self.sock.poll(wait_ms(timeout)):
             self.on_readable()
 
     def on_readable(self) -> None:
+        self.pulse.read()
         for hint, kind, body in self._messages():
             if kind == b"up":  # after the gather's deadline: that node stays down
                 log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
                 continue
-            self.last[hint] = time.monotonic()
+            self.pulse.heard(hint)
             if kind == b"agent_exit":
                 proc = self.hosted.get(body.get("uid"))
                 if proc is not None:
@@ -322,7 +334,8 @@ class NodeSet:
             elif kind == b"bye":
                 self.byes.add(hint)
                 if hint in self.index_of and self.index_of[hint] not in self.down:
-                    why = f"node daemon halted: {body.get('reason')}"
+                    name = self.label.get(self.index_of[hint], hint)
+                    why = f"node {name} lost: its daemon halted: {body.get('reason')}"
                     self.down.setdefault(self.index_of[hint], why)
 
     def drop_partition(self, part: str, indices: list[int]) -> None:
@@ -346,13 +359,19 @@ class NodeSet:
         return proc
 
     def heartbeat(self) -> None:
-        for h in self.live_hints():
-            self._send(h, msg(b"hb"))
+        """Called every loop turn: `hb` on the pulse of every live daemon, every PULSE s."""
+        self.pulse.beat(self.live_hints())
+
+    def all_down(self) -> bool:
+        """Every node of the pilot is down (lost, or missing at bring-up)."""
+        return all(i in self.down for i in range(self.n))
 
     def check(self) -> list[tuple[int, str]]:
         """Nodes lost since the last call: [(index, reason)]."""
-        now = time.monotonic()
+        silent = self.pulse.silent()
         exited = self.launch.exited()
+        if any(exited.get(h) == 0 for h in self.live_hints()):
+            self.read(0.1)  # a daemon that halted itself said why (`bye`) before its exit
         lost = []
         for h in self.live_hints():
             index = self.index_of[h]
@@ -362,12 +381,14 @@ class NodeSet:
                 lost.append((index, f"node {name} lost: its daemon exited with code {code}"))
             elif ALL_NODES in exited:
                 lost.append((index, f"node {name} lost: the srun step ended ({exited[ALL_NODES]})"))
-            elif now - self.last.get(h, now) > self.rcfg.node_timeout:
+            elif h in silent:
                 lost.append(
                     (
                         index,
                         f"node {name} lost: no word from its daemon for "
-                        f"{self.rcfg.node_timeout:g} s (node_timeout)",
+                        f"{self.rcfg.node_timeout:g} s (node_timeout), nor in the "
+                        f"{liveness.REJOIN:g} s more a link that came back needs "
+                        f"({silent[h]:.1f} s in all)",
                     )
                 )
         for h in self.by_hint:
@@ -380,6 +401,9 @@ class NodeSet:
                 continue
             self.lost_reported.add(index)
             self.down.setdefault(index, why)
+            for h, i in self.index_of.items():
+                if i == index:
+                    self.pulse.lost(h, why)
             for proc in self.hosted.values():  # agents on that node are gone with it
                 if proc.index == index:
                     proc.lost(f"was lost with its node: {why}")
@@ -406,3 +430,4 @@ class NodeSet:
         )
         self.launch.stop()
         self.sock.close()
+        self.pulse.close()

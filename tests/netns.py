@@ -9,8 +9,16 @@ exist the root namespace holds a `blackhole 10.214.0.0/24` route, so nothing fro
 namespace can ever be routed off the machine towards that subnet; nothing here addresses a
 namespace IP from the root namespace.  `cut(k)` takes host k's link down on the bridge side:
 the host's daemon starts, but nothing it sends arrives (a node that never reports).
+`silence(k)` / `mend(k)` make host k's link drop every packet, both ways, and then carry them
+again: an outage as a failed switch makes it, which neither end is told of.  (`cut` is not that
+for TCP: with its veth peer down, the host's own sends fail at once and its TCP retries every
+0.5 s; behind a silent drop both ends back off, 0.2, 0.4, 0.8 ... s between retransmissions,
+so a 4.2 s outage is 7.1 s of silence on a plain TCP connection, measured here.)  The drops
+are tc qdiscs on the bridge side of the link, in the client namespace: a `pfifo limit 0` on
+its egress (to the host) and, on its ingress (from the host), a redirect to a sink veth
+whose own `pfifo limit 0` drops it (this kernel has neither netem nor the drop action).
 
-Needs root, `ip` (iproute2) and `nsenter` (util-linux); `unavailable()` says why not.
+Needs root, `ip` and `tc` (iproute2) and `nsenter` (util-linux); `unavailable()` says why not.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ SUBNET = "10.214.0"
 def unavailable() -> str | None:
     if os.geteuid() != 0:
         return "network-namespace test hosts need root (ip netns add)"
-    for tool in ("ip", "nsenter"):
+    for tool in ("ip", "tc", "nsenter"):
         if shutil.which(tool) is None:
             return f"network-namespace test hosts need `{tool}` (apt install iproute2 util-linux)"
     return None
@@ -33,6 +41,34 @@ def unavailable() -> str | None:
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
+
+
+def _tc(ns: str, *args: str) -> None:
+    out = subprocess.run(["tc", "-n", ns, *args], capture_output=True, text=True, timeout=20)
+    if out.returncode != 0:
+        raise RuntimeError(f"tc -n {ns} {' '.join(args)}: {out.stderr.strip()}")
+
+
+def silence(ctl: str, i: int) -> None:
+    """Host i's link (bridge side in namespace `ctl`) drops everything, both ways, silently."""
+    if subprocess.run(["ip", "-n", ctl, "link", "show", "sink0"], capture_output=True).returncode:
+        _ip("-n", ctl, "link", "add", "sink0", "type", "veth", "peer", "name", "sink1")
+        _ip("-n", ctl, "link", "set", "sink1", "up")
+        _ip("-n", ctl, "link", "set", "sink0", "up")
+        _tc(ctl, "qdisc", "add", "dev", "sink0", "root", "pfifo", "limit", "0")
+    _tc(ctl, "qdisc", "add", "dev", f"v{i}", "root", "pfifo", "limit", "0")
+    _tc(ctl, "qdisc", "add", "dev", f"v{i}", "ingress")
+    _tc(
+        ctl,
+        *("filter", "add", "dev", f"v{i}", "parent", "ffff:", "protocol", "all", "u32"),
+        *("match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", "sink0"),
+    )
+
+
+def mend(ctl: str, i: int) -> None:
+    """Host i's link carries packets again (after `silence`)."""
+    _tc(ctl, "qdisc", "del", "dev", f"v{i}", "root")
+    _tc(ctl, "qdisc", "del", "dev", f"v{i}", "ingress")
 
 
 class TestHosts:
@@ -95,6 +131,12 @@ class TestHosts:
 
     def cut(self, i: int) -> None:
         _ip("-n", self.ctl, "link", "set", f"v{i}", "down")
+
+    def silence(self, i: int) -> None:
+        silence(self.ctl, i)
+
+    def mend(self, i: int) -> None:
+        mend(self.ctl, i)
 
     def run_in(self, ns: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
         return subprocess.run(["nsenter", f"--net=/run/netns/{ns}", *argv], **kw)

@@ -54,6 +54,8 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
         "--table-timeout",
         str(2 * rcfg.bringup_timeout + rcfg.node_timeout),
     ]
+    if cfg.get("pulse"):  # the bootstrap's pulse channel (pilot/liveness.py)
+        args += ["--pulse", cfg["pulse"]]
     if cfg.get("curve"):
         args += ["--curve", cfg["curve"]]
     return processes.python_m(processes.NODE_DAEMON, *args, python=rcfg.python)

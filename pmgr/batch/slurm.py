@@ -13,6 +13,17 @@ ZeroMQ, not when PSI/J notices; PSI/J's status serves for: still queued (the pil
 PENDING), failed to start (the pilot FAILED with SLURM's message), canceled while queued.
 The job's stdout/stderr go to PILOT_SANDBOX/bootstrap.out and bootstrap.log; PSI/J's own
 files (the generated script, exit code) to PILOT_SANDBOX/psij/.
+
+A failed query is not the job's end.  PSI/J marks every job it follows FAILED when squeue
+could not be run (at once) or failed three times in a row ("Failed to poll for job status"):
+a slurmctld restarting for a few seconds, at a poll interval of 1 s, ended every pilot.  Here
+such a FAILED is a failed query, not the job's state: the job is followed anew (PSI/J's
+attach) after a back-off of queue_poll_interval x 1, 2, 4 s; QUERY_TRIES failed queries in a
+row (about 20 poll intervals, each of them three failed squeue runs by PSI/J's own count, or
+one that could not be run) and the job counts as lost:
+poll() says 1, describe() why ("SLURM could not be asked about job N: ..."), and the job is
+asked to end (scancel), so that nothing runs on that the client has given up.  A query that
+answers starts the count again.
 """
 
 from __future__ import annotations
@@ -20,29 +31,89 @@ from __future__ import annotations
 import logging
 import math
 import os
+import subprocess
+import time
 from datetime import timedelta
 from pathlib import Path
 
 log = logging.getLogger("pmgr.batch.slurm")
 TIME_MARGIN = 120  # seconds added to the pilot's runtime for SLURM's time limit
+QUERY_TRIES = 4  # failed queries in a row (back-off between them) before the job counts as lost
+# what PSI/J's queue poll thread says when it failed the job for a query that failed
+QUERY_FAILED = (
+    "Failed to poll for job status",
+    "Error updating job statuses",
+    "Failed to update job status",
+)
 
 
 class SlurmJob:
-    def __init__(self, job, executor, sandbox: str) -> None:
+    def __init__(self, job, executor, sandbox: str, interval: float = 30.0) -> None:
         self.job = job
         self.executor = executor
         self.sandbox = sandbox
         self.pid = job.native_id  # the SLURM job id
+        self.interval = interval  # PSI/J's queue poll interval
         self._canceled = False
+        self.failed_queries = 0  # in a row
+        self.first_failed: float | None = None  # when the first of them failed
+        self.retry_at: float | None = None  # when the job is followed anew
+        self.gave_up: str | None = None  # why the job counts as lost
 
     @property
     def batch_state(self) -> str:
         return str(self.job.status.state)
 
+    def _query_failed(self, status) -> bool:
+        """The job is FAILED because a query failed (PSI/J's poll thread), not by SLURM."""
+        return str(status.state) == "FAILED" and (status.message or "").startswith(QUERY_FAILED)
+
+    def _follow(self, status) -> bool:
+        """Handle a failed query: True while the job's state is unknown (retrying)."""
+        from psij import Job
+
+        now = time.monotonic()
+        if self.retry_at is None:  # a new failure: count it, back off, then follow anew
+            self.failed_queries += 1
+            self.first_failed = self.first_failed or now
+            last = status.message.strip().splitlines()[-1][:300]
+            if self.failed_queries >= QUERY_TRIES:
+                self.gave_up = (
+                    f"SLURM could not be asked about job {self.pid}: {self.failed_queries} "
+                    f"queries failed in a row over {now - self.first_failed:.0f} s ({last})"
+                )
+                log.error("%s; the job is canceled", self.gave_up)
+                self._scancel()
+                return False
+            delay = self.interval * 2 ** (self.failed_queries - 1)
+            log.warning(
+                "SLURM job %s: a query failed (%d of %d), asking again in %g s: %s",
+                self.pid,
+                self.failed_queries,
+                QUERY_TRIES,
+                delay,
+                last,
+            )
+            self.retry_at = now + delay
+        elif now >= self.retry_at:
+            self.retry_at = None
+            job = Job()
+            self.executor.attach(job, self.pid)  # PSI/J's poll thread follows it again
+            self.job = job
+        return True
+
     def poll(self) -> int | None:
-        """None while the job is queued or running; its exit code once it ended (-15 when
-        canceled, 1 when it failed without one)."""
+        """None while the job is queued or running (or a failed query is retried); its exit
+        code once it ended (-15 when canceled, 1 when it failed without one, or when SLURM
+        could not be asked about it QUERY_TRIES times in a row)."""
+        if self.gave_up:
+            return 1
         status = self.job.status
+        if self._query_failed(status):
+            return None if self._follow(status) else 1
+        if str(status.state) != "NEW" and self.failed_queries:
+            log.info("SLURM job %s: answered again (%s)", self.pid, status.state)
+            self.failed_queries, self.first_failed = 0, None
         if not status.state.final:
             return None
         name = str(status.state)
@@ -53,11 +124,29 @@ class SlurmJob:
         return status.exit_code if status.exit_code not in (None, 0) else 1
 
     def wait(self, timeout: float) -> int | None:
-        self.job.wait(timeout=timedelta(seconds=timeout))
-        return self.poll()
+        deadline = time.monotonic() + timeout
+        while True:
+            self.job.wait(timeout=timedelta(seconds=max(0.0, deadline - time.monotonic())))
+            code = self.poll()
+            if code is not None or time.monotonic() >= deadline:
+                return code
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))  # (a retried query)
+
+    def _scancel(self) -> None:
+        """scancel, bounded, whatever PSI/J thinks of the job's state."""
+        try:
+            subprocess.run(["scancel", str(self.pid)], capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.error("scancel of job %s failed: %s", self.pid, exc)
 
     def cancel(self) -> None:
-        if self._canceled or self.job.status.state.final:
+        if self._canceled or self.gave_up:
+            return
+        if self._query_failed(self.job.status):  # its state unknown: ask SLURM to end it
+            self._canceled = True
+            self._scancel()
+            return
+        if self.job.status.state.final:
             return
         self._canceled = True
         try:
@@ -70,8 +159,8 @@ class SlurmJob:
 
     def describe(self) -> str:
         status = self.job.status
-        parts = [f"SLURM job {self.pid} {status.state}"]
-        if status.message:
+        parts = [self.gave_up or f"SLURM job {self.pid} {status.state}"]
+        if status.message and not self.gave_up:
             parts.append(status.message.strip())
         try:
             with open(os.path.join(self.sandbox, "bootstrap.log"), errors="replace") as f:
@@ -135,4 +224,4 @@ def submit(
     except Exception as exc:  # psij.SubmitException: sbatch refused it (bad queue, too big)
         raise OSError(f"sbatch refused the pilot job: {exc}") from None
     log.info("pilot job submitted to SLURM: %s (%d nodes, %d min)", job.native_id, nodes, minutes)
-    return SlurmJob(job, executor, sandbox)
+    return SlurmJob(job, executor, sandbox, poll)

@@ -1,0 +1,89 @@
+"""The bootstrap's end of the node daemons' pulse channels (the protocol: pilot/liveness.py).
+
+    NodePulse.endpoint  the ROUTER the daemons' pulse DEALERs connect to (`--pulse`)
+    beat(hints)         `hb` to each of them, every PULSE s (a daemon not connected: dropped)
+    read()              what came: `hb` from a daemon is word from it (`heard`); from a
+                        daemon of a node already lost, `halt` {reason} is the answer, once
+                        per PULSE s, until it is gone
+    silent()            {hint: seconds} of the daemons silent for longer than the tolerance
+Word on the node channel (partition/node_set.py: `up`, `agent_exit`, `bye`) counts too: the
+NodeSet calls `heard` for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import zmq
+
+from pilot import checks, liveness, messages
+from pilot.protocol import ProtocolError, drain, msg
+
+log = logging.getLogger("bootstrap.nodes")
+QUIET = 4 * liveness.PULSE  # a daemon heard again after this long is logged (node.pulse)
+
+
+class NodePulse:
+    def __init__(self, ctx: zmq.Context, keys, address: str, node_timeout: float) -> None:
+        self.sock = liveness.pulse_socket(ctx, zmq.ROUTER)
+        keys.serve(self.sock)  # CURVE (pilot/security.py)
+        port = self.sock.bind_to_random_port(f"tcp://{address}")
+        self.endpoint = f"tcp://{address}:{port}"
+        self.silence = liveness.Silence(liveness.tolerance(node_timeout))
+        self.gone: dict[int, str] = {}  # hint -> why its node was lost (it is told to halt)
+        self.next_beat = 0.0
+        self.told: dict[int, float] = {}  # hint -> when it was last told to halt
+
+    def heard(self, hint: int) -> None:
+        if hint not in self.gone:
+            self.silence.heard(hint)
+
+    def lost(self, hint: int, why: str) -> None:
+        """The node of `hint` is lost: no more clocks for it, and `halt` if it speaks again."""
+        self.silence.forget(hint)
+        self.gone[hint] = why
+
+    def beat(self, hints: list[int]) -> None:
+        now = time.monotonic()
+        if now < self.next_beat:
+            return
+        self.next_beat = now + liveness.PULSE
+        for h in hints:
+            self._send(h, msg(b"hb"))
+
+    def read(self) -> None:
+        for frames in drain(self.sock, 1000):
+            try:
+                ident = frames[0].decode()
+                if not ident.startswith("d") or len(frames) < 2:
+                    raise ProtocolError(f"{frames[:2]!r:.80} is not a daemon's pulse")
+                hint = int(ident[1:])
+                if frames[1] != b"hb":
+                    raise ProtocolError(f"{frames[1][:16]!r} on a pulse channel")
+                messages.body(messages.FROM_DAEMON, b"hb", frames[2] if len(frames) > 2 else None)
+            except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
+                log.error("bad pulse from a node daemon: %s", exc)
+                continue
+            why = self.gone.get(hint)
+            if why is None:
+                quiet = time.monotonic() - self.silence.last.get(hint, time.monotonic())
+                if quiet > QUIET:
+                    log.info("node.pulse: daemon hint %d heard again after %.1f s", hint, quiet)
+                self.silence.heard(hint)
+            elif time.monotonic() - self.told.get(hint, 0.0) > liveness.PULSE:
+                self.told[hint] = time.monotonic()
+                log.warning("node.rejoin: daemon hint %d of a node lost speaks: told to halt", hint)
+                self._send(hint, msg(b"halt", {"reason": f"its node was declared lost: {why}"}))
+
+    def silent(self) -> dict[int, float]:
+        return self.silence.silent()
+
+    def _send(self, hint: int, frames: list[bytes]) -> None:
+        try:
+            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
+        except zmq.ZMQError:  # not connected now (EHOSTUNREACH) or its queue full: dropped
+            pass
+
+    def close(self) -> None:
+        self.sock.close()

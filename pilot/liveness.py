@@ -1,0 +1,101 @@
+"""Node liveness over links that fail: heartbeats that survive TCP's back-off, and silence
+clocks that stop while their own process does not run.  Used by both ends alike: the
+bootstrap (partition/node_pulse.py) and every node daemon (agent/node_daemon.py).
+
+Why a channel of its own.  On one TCP connection a heartbeat queues behind whatever the
+connection could not deliver, and after an outage TCP retransmits only when its back-off timer
+fires (0.2, 0.4, 0.8 ... s between tries, doubling): a link that drops everything for d s
+stays silent for up to ~2d s.  Measured on the test hosts (tests/netns.py `silence`): 4.2 s of
+drops were 7.1 s of silence on a plain connection, so a node_timeout of 6 s ended the node.
+
+Pulse channel, one per node daemon, beside the node channel that carries the work
+(partition/node_set.py, agent/node_daemon.py):
+    the bootstrap's ROUTER (bound beside its node channel, CURVE) <-> the daemon's DEALER,
+    identity d<hint>
+    <-> hb {}           every PULSE s, both ways
+    <-  halt {reason}   to a daemon of a node declared lost that speaks again: it halts
+    ZeroMQ's own heartbeats (ZMTP PING every 0.5 s; 1.5 s without traffic closes the
+    connection, ZMQ_HEARTBEAT_IVL/TIMEOUT/TTL) end a connection stuck behind TCP's
+    retransmissions, and the daemon connects anew every ~0.6-0.7 s (each attempt is given
+    ZMQ_CONNECT_TIMEOUT 0.5 s, then ZMQ_RECONNECT_IVL 0.1 s plus ZeroMQ's jitter) instead of
+    waiting out the back-off; the bootstrap's ROUTER hands the identity over to the new
+    connection (ZMQ_ROUTER_HANDOVER).  So after an outage of d s the first heartbeat comes
+    within d + ~1.7 s: the last one before it (PULSE), a reconnect, the next one (PULSE).
+    Nothing but heartbeats travels here, so a connection dropped loses nothing: the node
+    channel keeps its own connection, and TCP delivers what waited there late but whole.
+    The daemon sends only on a completed connection (ZMQ_IMMEDIATE): nothing stale queues.
+Tolerance, the same at both ends: a peer silent for node_timeout + REJOIN s is lost (the
+bootstrap ends the node, the daemon kills its units and halts).  REJOIN (3 s) covers the
+1.7 s above plus two loop turns and a loaded machine, so an outage (or a freeze of either
+process) shorter than node_timeout never ends a node.
+A process that did not run (SIGSTOP, swapped out, a loop turn that took long) does not count
+the time it was away as its peers' silence: between two looks at its clocks more than STALL s
+apart, `Silence` counts only STALL s (a bootstrap frozen for 20 s gives its nodes a fresh
+start when it runs again; one whose every turn is slow still counts STALL s a turn).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+
+import zmq
+
+PULSE = 0.5  # seconds between heartbeats on a pulse channel, both ways
+REJOIN = 3.0  # seconds a link that came back needs to carry a heartbeat again (see above)
+STALL = 1.0  # a gap this long between two looks at the clocks: this process did not run
+ZMQ_PING_MS = 500  # ZeroMQ's heartbeat on the pulse connection
+ZMQ_DEAD_MS = 1500  # no traffic for this long: the connection is closed (and made anew)
+CONNECT_MS = 500  # one connect attempt (a SYN lost is retried by a new attempt, not by TCP)
+RECONNECT_MS = 100  # pause between attempts (ZeroMQ adds up to as much again)
+
+
+def tolerance(node_timeout: float) -> float:
+    """Seconds of silence after which a node (or, for a daemon, the bootstrap) is lost."""
+    return node_timeout + REJOIN
+
+
+def pulse_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+    """A pulse channel's socket: ROUTER (the bootstrap's, bound) or DEALER (a daemon's,
+    connecting); CURVE is set by the caller (pilot/security.py)."""
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 16)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ZMQ_PING_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ZMQ_DEAD_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, ZMQ_DEAD_MS)
+    if kind == zmq.ROUTER:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a peer not connected: EHOSTUNREACH, dropped
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    else:
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_MS)
+        sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+    return sock
+
+
+class Silence:
+    """When each peer was last heard, on a clock that stops while this process is away."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit  # seconds of silence after which a peer is lost
+        self.last: dict[Hashable, float] = {}
+        self.looked = time.monotonic()
+
+    def heard(self, peer: Hashable) -> None:
+        self.last[peer] = time.monotonic()
+
+    def forget(self, peer: Hashable) -> None:
+        self.last.pop(peer, None)
+
+    def silent(self) -> dict[Hashable, float]:
+        """The peers silent for more than `limit` s: {peer: seconds}.  Called every loop turn;
+        of a gap of more than STALL s since the last call (this process did not run), only
+        STALL s are anybody's silence."""
+        now = time.monotonic()
+        away = now - self.looked - STALL
+        self.looked = now
+        if away > 0:
+            for peer, t in self.last.items():
+                self.last[peer] = min(now, t + away)
+        return {p: now - t for p, t in self.last.items() if now - t > self.limit}

@@ -1,0 +1,229 @@
+"""Liveness that tolerates what networks do (pilot/liveness.py, partition/node_pulse.py,
+pmgr/batch/slurm.py).
+
+- An outage of a node's link shorter than node_timeout never ends the node, though TCP's
+  back-off stretches the silence on the node's data channels well past node_timeout.
+- A pilot that lost every node ends FAILED, the nodes named, never ACTIVE with nothing to run
+  on: every node's link silent, or the bootstrap frozen for longer than the daemons wait.
+- A failed batch-system query never ends a pilot: SLURM's controller unreachable for a few
+  polls is asked again (back-off); one that stays unreachable ends it with that reason.
+The namespace tests need root (tests/netns.py); the frozen bootstrap runs on logical nodes;
+the SLURM tests a local SLURM (tests/slurm.sh, root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import pilot as rp
+from pilot.pmgr import reaper
+from tests import netns
+from tests.conftest import ROOT
+from tests.faults import check_exactly_once, truth_unit
+from tests.test_netns import resource
+from tests.test_nodes import nodes4, nodes4_variant
+from tests.test_slurm import _why_not as slurm_unavailable
+from tests.test_slurm import slurm  # noqa: F401 (the fixture: a local SLURM, tests/slurm.sh)
+
+needs_netns = pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
+needs_slurm = pytest.mark.skipif(slurm_unavailable() is not None, reason=str(slurm_unavailable()))
+FAKE_SQUEUE = """#!/bin/sh
+# squeue as a controller that cannot be reached: while FILE holds a count > 0 (or "always")
+n=$(cat FILE 2>/dev/null || echo 0)
+if [ "$n" = always ] || [ "$n" -gt 0 ]; then
+  [ "$n" = always ] || echo $((n - 1)) > FILE
+  echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2
+  exit 1
+fi
+exec REAL "$@"
+"""
+
+
+@pytest.fixture
+def hosts():
+    with netns.TestHosts(3) as h:
+        yield h
+    assert not h.left(), "namespaces left behind"
+
+
+def scenario(hosts, *args: str) -> dict:
+    out = hosts.run_in(
+        hosts.ctl,
+        [sys.executable, "-m", "tests.scenarios.liveness_client", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    left = reaper.session_processes(result["session"])
+    if left:
+        reaper.kill_session_processes(result["session"])
+    assert not left, f"processes left behind: {left}"
+    return result
+
+
+@needs_netns
+@pytest.mark.parametrize("seconds", ["4.2", "5.6"])
+def test_an_outage_shorter_than_node_timeout_ends_no_node(hosts, tmp_path, seconds):
+    """4.2 s (and 5.6 s) of silent drops on node 2's link, node_timeout 6 s: on a plain TCP
+    connection the silence after 4.2 s is ~7 s (retransmission back-off), yet the node stays
+    and every unit ends DONE exactly once, those on that node included."""
+    res = resource(tmp_path, hosts, node_timeout=6)
+    victim = hosts.hosts[1]
+    r = scenario(hosts, "outage", res, hosts.ctl, "2", victim, seconds)
+    assert r["silent_s"] >= float(seconds)
+    assert "node.lost" not in r["log"], r["log"][-3000:]
+    assert r["states"] == {"DONE": 18}, (r["states"], r["reasons"])
+    assert r["part"] == ["ACTIVE", None]
+    assert r["victim_units"] >= 2  # it ran units before, during and after the outage
+    for name, text in r["node_logs"].items():
+        assert "halted (no word" not in text, (name, text[-2000:])
+
+
+@needs_netns
+def test_a_pilot_whose_every_node_link_is_silent_ends_failed(hosts, tmp_path):
+    """Every node's link drops everything: each node is lost after node_timeout + REJOIN, and
+    then the pilot ends FAILED naming them (it stayed ACTIVE with nothing to run on); every
+    unit ends once, with the reason."""
+    res = resource(tmp_path, hosts, node_timeout=3)
+    r = scenario(hosts, "silent", res, hosts.ctl, "1", "2", "3")
+    state, reason = r["final"]
+    assert state == "FAILED", r["final"]
+    names = ", ".join(hosts.hosts)
+    assert reason.startswith(f"every node of the pilot is lost ({names}): node "), reason
+    assert "no word from its daemon for 3 s (node_timeout)" in reason, reason
+    assert r["ended_s"] < 3 + 3 + 15, r["ended_s"]  # tolerance, then a bounded teardown
+    assert set(r["states"]) <= {"FAILED", "CANCELED"} and sum(r["states"].values()) == 12
+    assert r["part"][0] == "FAILED" and "lost" in r["part"][1], r["part"]
+
+
+def test_a_bootstrap_frozen_longer_than_its_daemons_wait_ends_the_pilot_failed(session, tmp_path):
+    """The bootstrap stopped (SIGSTOP) for longer than node_timeout + REJOIN: every node daemon
+    halts itself (the pilot looks gone), and the bootstrap, running again, ends the pilot
+    FAILED with the reason instead of staying ACTIVE with no node; units end once each."""
+    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_timeout=1))
+    log = str(tmp_path / "truth.log")
+    units = umgr.submit_units([truth_unit(log, sleep=30) for _ in range(10)])
+    deadline = time.monotonic() + 20
+    while sum(u.state == rp.EXECUTING for u in units) < 8:
+        assert time.monotonic() < deadline, [u.state for u in units]
+        time.sleep(0.02)
+    os.kill(pilot.job.pid, signal.SIGSTOP)
+    try:
+        time.sleep(1 + 3 + 3)  # node_timeout + REJOIN, and some
+    finally:
+        os.kill(pilot.job.pid, signal.SIGCONT)
+    t0 = time.monotonic()
+    assert pilot.wait([rp.FAILED, rp.DONE, rp.CANCELED], timeout=30) == rp.FAILED, pilot.state
+    took = time.monotonic() - t0
+    why = "every node of the pilot is lost (node0, node1, node2, node3): node node0 lost: "
+    assert pilot.reason.startswith(why), pilot.reason
+    assert "its daemon halted: no word from the bootstrap for " in pilot.reason, pilot.reason
+    umgr.wait_units(timeout=30)
+    states = check_exactly_once(session, units, log)
+    assert set(states) <= {rp.FAILED, rp.CANCELED}, states
+    assert took < 20, took
+
+
+@pytest.fixture
+def unreachable(tmp_path, monkeypatch):
+    """A `squeue` first on PATH that fails while the file it returns says so (a count or
+    "always"), then runs the real one."""
+    real = shutil.which("squeue")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fail = tmp_path / "squeue-fails"
+    fail.write_text("0")
+    script = FAKE_SQUEUE.replace("FILE", str(fail)).replace("REAL", real)
+    (bin_dir / "squeue").write_text(script)
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return fail, real
+
+
+def slurm_pilot(session):
+    pd = rp.ComputePilotDescription(
+        resource="slurm.localhost", parts=[rp.ComputePartitionDescription(nodes=1)], runtime=3
+    )
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    assert pilot.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, pilot.reason
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    return pilot, umgr
+
+
+@needs_slurm
+def test_a_slurm_controller_unreachable_for_some_polls_ends_no_pilot(
+    slurm,  # noqa: F811
+    session,
+    unreachable,
+    tmp_path,
+):
+    """squeue fails 6 times in a row (a controller restarting for ~6 polls of 1 s; PSI/J
+    fails every job it follows at the third): the pilot stays ACTIVE and runs its units."""
+    fail, real = unreachable
+    pilot, umgr = slurm_pilot(session)
+    fail.write_text("6")
+    deadline = time.monotonic() + 40
+    while fail.read_text().strip() != "0" or pilot.job.failed_queries:
+        assert time.monotonic() < deadline, (fail.read_text(), pilot.state, pilot.reason)
+        assert pilot.state == rp.ACTIVE, pilot.reason
+        time.sleep(0.2)
+    assert pilot.job.batch_state == "ACTIVE"
+    log = str(tmp_path / "truth.log")
+    units = umgr.submit_units([truth_unit(log, sleep=0.2) for _ in range(4)])
+    umgr.wait_units(timeout=60)
+    assert check_exactly_once(session, units, log) == {rp.DONE: 4}
+    assert pilot.state == rp.ACTIVE, pilot.reason
+    pilot.cancel(timeout=60)
+    assert pilot.state == rp.CANCELED, pilot.reason
+
+
+@needs_slurm
+def test_a_slurm_controller_that_stays_unreachable_ends_the_pilot_with_the_reason(
+    slurm,  # noqa: F811
+    session,
+    unreachable,
+    tmp_path,
+):
+    """squeue never answers: after QUERY_TRIES failed queries with back-off the pilot ends
+    FAILED saying so, its job is canceled, its units end once each with the reason."""
+    from pilot.pmgr.batch.slurm import QUERY_TRIES
+
+    fail, real = unreachable
+    pilot, umgr = slurm_pilot(session)
+    log = str(tmp_path / "truth.log")
+    units = umgr.submit_units([truth_unit(log, sleep=60) for _ in range(2)])
+    assert all(u.wait(rp.EXECUTING, timeout=30) == rp.EXECUTING for u in units)
+    fail.write_text("always")
+    t0 = time.monotonic()
+    assert pilot.wait([rp.FAILED, rp.DONE, rp.CANCELED], timeout=90) == rp.FAILED
+    took = time.monotonic() - t0
+    assert f"SLURM could not be asked about job {pilot.job.pid}: {QUERY_TRIES} queries" in (
+        pilot.reason
+    ), pilot.reason
+    assert "Unable to contact slurm controller" in pilot.reason, pilot.reason
+    assert took > (1 + 2 + 4) + 2 * QUERY_TRIES, took  # asked again, backing off (poll: 1 s)
+    umgr.wait_units(timeout=30)
+    assert set(check_exactly_once(session, units, log)) == {rp.FAILED}
+    fail.write_text("0")
+    deadline = time.monotonic() + 30
+    while subprocess.run(
+        [real, "-h", "-j", str(pilot.job.pid), "-t", "PD,R,CG", "-o", "%i"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    ).stdout.strip():
+        assert time.monotonic() < deadline, "the pilot's job still runs"
+        time.sleep(0.5)
