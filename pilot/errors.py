@@ -15,7 +15,22 @@ class PilotError(Exception):
 
 
 class PilotOwned(PilotError):
-    """The pilot has a live owning client; `owner` is {host, pid, since}."""
+    """The pilot has a live owning client; `owner` is {host, pid, since}.
+
+    Raised when a client attaches to a pilot another live client owns without
+    `Session(uid=..., take_over=True)`, and when a client acts on a pilot another client took
+    over since.
+
+    Args:
+        pilot (str): the pilot's uid (the message starts with it).
+        message (str): what happened.
+        owner (dict | None): the owning client: {"host": str, "pid": int, "since": float
+            (time.time() it became the owner)}; None: {}.
+
+    Attributes:
+        pilot (str): the pilot's uid.
+        owner (dict): the owning client, as given.
+    """
 
     def __init__(self, pilot: str, message: str, owner: dict | None = None) -> None:
         super().__init__(f"{pilot}: {message}")

@@ -38,24 +38,50 @@ def _parts(owner, field, value):
 class ComputePilotDescription(Description):
     """One batch job holding partitions.
 
-    resource   SITE.NAME of a resource config in configs/, or the path of a YAML config (read,
-               with the network config, when the pilot is submitted: partition/plan.py)
-    parts      the initial partitions (ComputePartitionDescription); they determine the job size
-    runtime    minutes the pilot may run (fractions allowed); at expiry it tears down and is DONE
-    nodes, cores, gpus   an explicit size; needed only when a part is a share or FILL
-    queue, project       batch queue and account, passed to the batch system
-    network_config       a `pilot network-config` file: the nodes' names and host ids
-    RADICAL-Pilot's keys, so RP pilot descriptions work as written:
-    sandbox        the directory the pilot's sandbox goes under (default: the session directory)
-    cleanup        True: the pilot sandbox is removed when the session closes
-    exit_on_error  True: a pilot that ends FAILED interrupts the script's main thread
-                   (KeyboardInterrupt), as RP does
-    output, error  file names (in the pilot sandbox) of the job's stdout and stderr
-    memory         MB per node the job asks the batch system for
-    access_schema, candidate_hosts   accepted and kept with the pilot; how a resource is
-                   reached and which hosts it may use are the resource config's to say
-    With no parts, cores=/gpus=/nodes= give the pilot's size and it holds one partition over
-    all of it (FILL), as an RP pilot would.
+    Built from keywords or from a dict of fields (RADICAL-Pilot style); every field is checked
+    when it is set.  Nothing is read or sized here: the resource and network configs are read
+    and the pilot sized when it is submitted (partition/plan.py).  With no parts,
+    cores=/gpus=/nodes= give the pilot's size and it holds one partition over all of it
+    (FILL), as an RP pilot would.
+
+    Args:
+        from_dict (dict | None): fields, RP style (keywords given too win).
+        **kwargs (Any): the fields, below.
+
+    Keyword Args:
+        resource (str): SITE.NAME of a resource config in configs/, or the path of a YAML
+            config (read, with the network config, when the pilot is submitted:
+            partition/plan.py); default "local.localhost".
+        parts (list[ComputePartitionDescription]): the initial partitions; they determine the
+            job size (default []: one partition over the whole pilot).
+        runtime (float): minutes the pilot may run (fractions allowed; default 10); at expiry
+            it tears down and is DONE.
+        nodes (int | None): an explicit size in nodes (>= 1); needed only when a part is a
+            share or FILL.
+        cores (int | None): an explicit size in cores (>= 1), likewise.
+        gpus (int | None): an explicit size in GPUs (>= 0), likewise.
+        queue (str | None): batch queue, passed to the batch system.
+        project (str | None): batch account, passed to the batch system.
+        network_config (str | None): a `pilot network-config` file: the nodes' names and
+            host ids.
+        sandbox (str | None): the directory the pilot's sandbox goes under (default: the
+            session directory).  RADICAL-Pilot's keys, so RP pilot descriptions work as
+            written, are this one and the ones below.
+        cleanup (bool): True: the pilot sandbox is removed when the session closes (default
+            False).
+        exit_on_error (bool): True: a pilot that ends FAILED interrupts the script's main
+            thread (KeyboardInterrupt), as RP does (default False).
+        output (str | None): file name (in the pilot sandbox) of the job's stdout.
+        error (str | None): file name (in the pilot sandbox) of the job's stderr.
+        memory (int | None): MB per node the job asks the batch system for.
+        access_schema (str | None): accepted and kept with the pilot; how a resource is
+            reached is the resource config's to say.
+        candidate_hosts (list[str]): accepted and kept with the pilot (default []); which
+            hosts it may use is the resource config's to say.
+
+    Raises:
+        ValueError: an unknown field or a value not accepted (naming the field, the value
+            and what is accepted).
     """
 
     FIELDS = {
@@ -98,8 +124,27 @@ class PilotDescription(ComputePilotDescription):
     defaults (exit_on_error True; cores, gpus, nodes, memory 0 = unset), and `partitions` (this
     project's extension: RP 1.x's pilot holds one partition over all of it; `partitions=` lists
     ComputePartitionDescriptions instead, as `parts=` does).
-    prepare_env   {name: spec}: as pilot.prepare_env(name, spec) for each, once submitted
-    The keys in PILOT_REFUSED are refused when set (`submit_error`), each saying why.
+
+    Args:
+        from_dict (dict | None): fields, RP style (keywords given too win).
+        **kwargs (Any): the fields: a ComputePilotDescription's (with the defaults below),
+            and those below.
+
+    Keyword Args:
+        exit_on_error (bool): as a ComputePilotDescription's; default True here.
+        cores (int): the pilot's cores (default 0: unset).
+        gpus (int): the pilot's GPUs (default 0: unset).
+        nodes (int): the pilot's nodes (default 0: unset).
+        memory (int): MB per node (default 0: unset).
+        partitions (list[ComputePartitionDescription]): the initial partitions (`parts`).
+        prepare_env (dict[str, dict]): {name: spec}: as pilot.prepare_env(name, spec) for
+            each, once submitted (default {}).
+
+    Raises:
+        ValueError: an unknown field or a value not accepted.  Refused at submit
+            (`submit_error`), each saying why: the keys of PILOT_REFUSED (uid, job_name,
+            app_comm, backup_nodes, input_staging, output_staging, services, enable_ep,
+            reconfig_src) set to anything but their default.
     """
 
     FIELDS = {

@@ -29,6 +29,39 @@ from dataclasses import dataclass, fields
 
 @dataclass
 class Policy:
+    """Placement policy: where a unit runs inside its partition and which devices it owns.
+
+    Every field is None when unset; merging takes, field by field, the higher-priority value
+    when it is not None.  A unit's policy is captured when its description (or its group) is
+    built: its own policy, over a group template's and group's, over the `with Policy(...)`
+    contexts of the thread (inner over outer), over rp.GLOBAL_POLICY (ANYWHERE, ROUNDROBIN,
+    IDLE, refcounted, CUDA_VISIBLE_DEVICES).  Later edits to a policy object, or contexts
+    entered later, change nothing already built.  Each field is checked when it is set.
+
+        with rp.Policy(placement="HOST_NAME", host_name="node3"):
+            cud = rp.ComputeUnitDescription(executable="/bin/date")
+
+    Args:
+        placement (Policy.Placement | str | None): LOCAL (the agent's node), ANYWHERE,
+            HOST_NAME, HOST_ID, DEFAULT (= ANYWHERE); a member's name is taken too.
+        host_name (str | None): node name, with HOST_NAME.
+        host_id (int | None): node host id (as its network config reports it), with HOST_ID.
+        distribution (Policy.Distribution | str | None): ROUNDROBIN (consecutive units over
+            nodes), BLOCK (fill a node before the next), DEFAULT (= ROUNDROBIN).
+        cpu_affinity (list[int] | None): the core ids the unit must hold (in its partition),
+            each once.
+        gpu_affinity (list[int] | None): the GPU ids the unit must hold, each once.
+        gpu_env_str (str | None): the variable that carries the unit's GPU ids (default
+            CUDA_VISIBLE_DEVICES).
+        wait_mode (Policy.WaitMode | str | None): IDLE, SPIN, DEFAULT: accepted and merged;
+            not used yet.
+        refcounted (bool | None): accepted and merged; not used yet.
+
+    Raises:
+        ValueError: an unknown field, or a value not accepted (naming the field and what
+            is).
+    """
+
     class Placement(enum.Enum):
         LOCAL = "LOCAL"
         ANYWHERE = "ANYWHERE"
@@ -108,6 +141,12 @@ class Policy:
 
     # -- wire form ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """Its fields as plain data (what the store and the agents get).
+
+        Returns:
+            dict: every field, in declaration order; enum members as their names, unset ones
+                None.
+        """
         out = self.__dict__.copy()  # (every field is set: dataclass __init__, or capture())
         for name in _ENUMS:  # (an Enum's `value` is a descriptor: _value_ is its plain field)
             v = out[name]
@@ -117,6 +156,17 @@ class Policy:
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Policy:
+        """A Policy from `to_dict`'s form (or any dict of its fields).
+
+        Args:
+            data (dict | None): field -> value; None or {}: an empty policy.
+
+        Returns:
+            Policy: the policy.
+
+        Raises:
+            ValueError: an unknown key, or a value not accepted.
+        """
         data = dict(data or {})
         bad = set(data) - _FIELD_NAMES
         if bad:

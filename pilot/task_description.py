@@ -222,7 +222,55 @@ _REFUSABLE = frozenset(REFUSED) | {"raptor_class", "raptor_file"}
 
 
 class TaskDescription(ComputeUnitDescription):
-    """RADICAL-Pilot 1.x's task: see the module's header for the fields beyond a unit's."""
+    """RADICAL-Pilot 1.x's task: see the module's header for the fields beyond a unit's.
+
+    Every field of a ComputeUnitDescription is a field of a task (`gpu_processes` is RP 1.x's
+    GPUs per rank here: `gpus_per_rank`); RP 1.x's other names are the same fields
+    (`threading_type` is `cpu_thread_type`, `scheduler` is `raptor_id`, `worker_class` /
+    `worker_file` are `raptor_class` / `raptor_file`).  A field is checked as it is set; the
+    rules across fields, and RP 1.x's fields that are not run here, when the task is submitted.
+
+    Args:
+        from_dict (dict | None): fields, RP style (keywords given too win).
+        **kwargs (Any): the fields: a unit's, and those below.
+
+    Keyword Args:
+        uid (str | None): the task's uid (default: task.NNNNNN, made at submit); unique per
+            session.
+        mode (str): rp.TASK_EXECUTABLE (default), TASK_PROC, TASK_SHELL (`command`),
+            TASK_FUNCTION (`function`: a callable, a packed call from @rp.pythontask, a dotted
+            name or a name the workers know), TASK_METHOD (`method`), TASK_EVAL / TASK_EXEC
+            (`code`); RAPTOR_MASTER / RAPTOR_WORKER through submit_raptors / submit_workers.
+        command (str | None): a TASK_SHELL task's shell command.
+        method (str | None): a TASK_METHOD task's method name.
+        code (str | None): a TASK_EVAL / TASK_EXEC task's Python code.
+        use_mpi (bool | None): None (default): an MPI starter over the ranks when ranks > 1.
+        gpu_type (str | None): rp.CUDA / rp.ROCm: the variable that names a rank's GPUs.
+        named_env (str | None): an environment the pilot prepared (pilot.prepare_env), or
+            "rp" (the pilot's own Python).
+        pre_launch (list[str]): shell lines before the task (a one-rank task: around its
+            pre_exec and post_exec; they run where the task runs); default [].
+        post_launch (list[str]): shell lines after the task; default [].
+        pre_exec (list[str] | dict[int, list[str]]): lines as for a unit, or a dict
+            {rank: [lines]} for some ranks only; default [].  post_exec likewise.
+        tags (dict): {"colocate": key}: run where the first task with that key ran (its
+            partition); {"order": {"ns", "order", "size"}}: start once `size` tasks of the
+            same ns and the order before ended; other keys are kept with the task, as RP
+            keeps them (default {}).
+        timeout (float): seconds from its start (EXECUTING) after which the task is CANCELED
+            (0, the default: none).
+        raptor_id (str | None): the Raptor (pmgr/raptor.py) that runs it
+            (raptor.submit_tasks sets it).
+        partition (str | int | None): a partition uid, or RP's index of the pilot's partition
+            (an int).
+
+    Raises:
+        ValueError: an unknown field or a value not accepted (as it is set).  Refused at
+            submit, each saying why (RP 1.x has them; nothing here runs them): pre_exec_sync,
+            stage_on_error, startup_timeout, services, info_pattern, slots, ranks_per_node,
+            lfs_per_rank, mem_per_rank, gpu_thread_type; modes TASK_SERVICE and
+            AGENT_SERVICE; raptor_class and raptor_file.
+    """
 
     FIELDS = {
         **{k: v for k, v in _UNIT.items() if k != "gpu_processes"},

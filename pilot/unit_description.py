@@ -132,49 +132,88 @@ def _shell(owner, field, value):
 class ComputeUnitDescription(Description):
     """One task: an executable run as OS processes (one per rank) inside a partition.
 
-    executable   program to run (a path, or a name looked up on PATH); required at submit,
-                 unless the unit is a function
-    function     instead of an executable: a Python callable (or a dotted name "pkg.mod.func")
-                 called with `args` and `kwargs` by a persistent worker of the partition
-                 (pilot/functions.py); the result is unit.return_value, an exception ends it
-                 FAILED with the traceback in unit.stderr; what it prints is its stdout
-    arguments    its arguments.  As in RADICAL-Pilot, a unit runs through /bin/sh when it needs
-                 one: each argument is one word in double quotes (so $VAR, ${VAR} and $(...)
-                 expand; an argument in single quotes is passed as written), the executable
-                 is written as is, pre_exec lines run before it and post_exec lines after, in
-                 the same shell.  A unit with nothing to expand is spawned directly (the same
-                 result, faster).  shell=False: never a shell (arguments are the exact argv)
-    environment  extra environment variables; values may hold %(cpu_ids)s, %(gpu_ids)s,
-                 %(<type>_ids)s placeholders, filled with what the unit was given (any
-                 other % is kept as written)
-    pre_exec, post_exec   shell lines run before / after the executable (in its sandbox)
-    cores        cores per rank (default 1; cores_per_rank and RP's cpu_threads are the same)
-    gpus         GPUs per rank (default 0; gpus_per_rank is the same); a fraction 0 < x < 1
-                 shares one GPU slot.  RP's gpu_processes: GPUs of the whole unit
-    resources    other resource types for the unit, e.g. {"fpgas": 1}
-    ranks        processes to start (default 1; RP's cpu_processes), each with its own cores
-    cpu_process_type, gpu_process_type   rp.POSIX (each rank a process the pilot starts) or
-                 rp.MPI (one mpi_command process, e.g. srun or mpirun, over all ranks)
-    cpu_thread_type   rp.OpenMP sets OMP_NUM_THREADS to the cores per rank
-    policy       placement and affinity (rp.Policy); merged at construction, see pilot/policy.py
-    partition    uid of the partition it must run in; None = any ACTIVE partition with room
-    pilot        uid of the pilot it must run on (RP's pinning); None = any
-    tag          uid of an earlier unit of the same UnitManager: run where that one ran (its
-                 partition)
-    name         a label of the user's; metadata: any JSON data of the user's, kept with it
-    sandbox      its sandbox directory: relative to the pilot sandbox, or absolute (default:
-                 the unit uid); stdout, stderr: file names there (default STDOUT, STDERR;
-                 <uid>.out, <uid>.err in a sandbox it names, which units may share)
-    cleanup      True: the sandbox is removed once the unit ended (its first 64 KiB of output
-                 are kept for unit.stdout / unit.stderr)
-    input_staging, output_staging   data staged before it starts / after it ended, as RP
-                 writes it (pilot/staging.py): strings "in.dat", "a > b", or dicts {source,
-                 target, action (rp.TRANSFER, COPY, LINK, MOVE, TARBALL), flags}
-    restartable  True: when its partition or node is lost after it started, it may run again
-                 elsewhere (its history shows EXECUTING -> SCHEDULING); False (the default):
-                 it is started at most once, and such a loss ends it FAILED
-    priority     an integer (default 0; RP's): among units waiting for the same resources, a
-                 higher one goes first (the client sends it first; its agent starts it first)
+    Built from keywords, or from a dict of fields (RADICAL-Pilot style:
+    `ComputeUnitDescription({"executable": "/bin/date"})`), or fields set one by one.  Every
+    field is checked when it is set; rules across fields as it is built and as a field is set,
+    except those on fields RP scripts set in any order (executable or function, gpu_processes),
+    checked when the unit is submitted.
+
+    Args:
+        from_dict (dict | None): fields, RP style (keywords given too win).
+        **kwargs (Any): the fields, below.
+
+    Keyword Args:
+        executable (str | None): program to run (a path, or a name looked up on PATH);
+            required at submit, unless the unit is a function.
+        function (callable | str | None): instead of an executable: a Python callable (or a
+            dotted name "pkg.mod.func") called with `args` and `kwargs` by a persistent worker
+            of the partition (pilot/functions.py); the result is unit.return_value, an
+            exception ends it FAILED with the traceback in unit.stderr; what it prints is its
+            stdout.
+        args (tuple | list): a function's positional arguments (default ()).
+        kwargs (dict[str, Any]): a function's keyword arguments (default {}).
+        arguments (list[str]): its arguments (default []).  As in RADICAL-Pilot, a unit runs
+            through /bin/sh when it needs one: each argument is one word in double quotes (so
+            $VAR, ${VAR} and $(...) expand; an argument in single quotes is passed as
+            written), the executable is written as is, pre_exec lines run before it and
+            post_exec lines after, in the same shell.  A unit with nothing to expand is
+            spawned directly (the same result, faster).
+        shell (bool | None): None (default): a shell as needed; False: never a shell
+            (arguments are the exact argv; no pre_exec / post_exec); True: always.
+        environment (dict[str, str]): extra environment variables (default {}); values may
+            hold %(cpu_ids)s, %(gpu_ids)s, %(<type>_ids)s placeholders, filled with what the
+            unit was given (any other % is kept as written).
+        pre_exec (list[str]): shell lines run before the executable (in its sandbox;
+            default []).
+        post_exec (list[str]): shell lines run after it (default []).
+        cores (int): cores per rank (default 1; cores_per_rank and RP's cpu_threads are the
+            same).
+        gpus (float): GPUs per rank (default 0; gpus_per_rank is the same); a fraction
+            0 < x < 1 shares one GPU slot.
+        cores_per_rank (int | None): `cores` (give one of them).
+        gpus_per_rank (float | None): `gpus` (give one of them).
+        gpu_processes (int | None): RP's: GPUs of the whole unit, spread over its ranks (not
+            with `gpus`).
+        gpu_threads (int | None): RP's; accepted and kept.
+        resources (dict[str, float]): other resource types for the unit, e.g. {"fpgas": 1}
+            (default {}).
+        ranks (int): processes to start (default 1; RP's cpu_processes), each with its own
+            cores.
+        cpu_process_type (str | None): rp.POSIX (each rank a process the pilot starts) or
+            rp.MPI (one mpi_command process, e.g. srun or mpirun, over all ranks); None: as
+            rp.POSIX.
+        gpu_process_type (str | None): as cpu_process_type.
+        cpu_thread_type (str | None): rp.OpenMP sets OMP_NUM_THREADS to the cores per rank
+            (or rp.POSIX, or None).
+        policy (Policy | dict | None): placement and affinity (rp.Policy); merged at
+            construction with the policy context it is made in, see pilot/policy.py.
+        partition (str | None): uid of the partition it must run in; None = any ACTIVE
+            partition with room.
+        pilot (str | None): uid of the pilot it must run on (RP's pinning); None = any.
+        tag (str | None): uid of an earlier unit of the same UnitManager: run where that one
+            ran (its partition).
+        name (str | None): a label of the user's.
+        metadata (Any): any JSON data of the user's, kept with it (default None).
+        sandbox (str | None): its sandbox directory: relative to the pilot sandbox, or
+            absolute, without '..' (default: the unit uid).
+        stdout (str | None): a file name in the sandbox (default STDOUT; <uid>.out in a
+            sandbox it names, which units may share).
+        stderr (str | None): as stdout (default STDERR; <uid>.err).
+        cleanup (bool): True: the sandbox is removed once the unit ended (its first 64 KiB of
+            output are kept for unit.stdout / unit.stderr); default False.
+        input_staging (list[str | dict]): data staged before it starts, as RP writes it
+            (pilot/staging.py): strings "in.dat", "a > b", or dicts {source, target, action
+            (rp.TRANSFER, COPY, LINK, MOVE, TARBALL), flags}; default [].
+        output_staging (list[str | dict]): data staged after it ended, likewise.
+        restartable (bool): True: when its partition or node is lost after it started, it
+            may run again elsewhere (its history shows EXECUTING -> SCHEDULING); False (the
+            default): it is started at most once, and such a loss ends it FAILED.
+        priority (int): default 0 (RP's): among units waiting for the same resources, a
+            higher one goes first (the client sends it first; its agent starts it first).
+
+    Raises:
+        ValueError: an unknown field, a value not accepted, or fields that contradict each
+            other (naming the description, the field, the value and what is accepted).
     """
 
     FIELDS = {

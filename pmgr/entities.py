@@ -52,7 +52,20 @@ class Stateful:
 
     def register_callback(self, cb, metric: str | None = None, cb_data=None) -> None:
         """cb(obj, state) after every state change of this object; with cb_data,
-        cb(obj, state, cb_data)."""
+        cb(obj, state, cb_data).
+
+        The object's callbacks run before its manager's, outside the session lock, on the
+        thread that delivers states (they must not wait for states there).
+
+        Args:
+            cb (callable): the callback.
+            metric (str | None): `rp.UNIT_STATE` for a unit, `rp.PILOT_STATE` for a pilot or
+                a partition; None: that one.
+            cb_data (object): passed to `cb` as its last argument when not None.
+
+        Raises:
+            ValueError: another `metric`, or a `cb` that is not callable.
+        """
         own = UNIT_STATE if self.KIND == "units" else PILOT_STATE  # partitions: a pilot's
         where = f"{type(self).__name__}.register_callback"
         self.callbacks = (*self.callbacks, callback(where, cb, metric or own, cb_data, (own,)))
@@ -63,7 +76,22 @@ class Stateful:
 
     def wait(self, state=None, timeout: float | None = None) -> str:
         """Block until the object is in `state` (one or a list) or in a final state; returns the
-        state.  TimeoutError (naming the object and its state) after `timeout` seconds."""
+        state.  TimeoutError (naming the object and its state) after `timeout` seconds.
+
+        A final state counts once the object's callbacks for it have run (in a callback, at
+        once).
+
+        Args:
+            state (str | list[str] | None): the state(s) to wait for; None: a final one.
+            timeout (float | None): seconds; None waits as long as it takes.
+
+        Returns:
+            str: the state the object is in when the wait ended.
+
+        Raises:
+            TimeoutError: `timeout` passed, naming the object and its state.
+            RuntimeError: called in a state callback (the thread that delivers states).
+        """
         wanted = (
             S.FINAL
             if state is None
@@ -110,6 +138,28 @@ class Stateful:
 
 
 class Unit(Stateful):
+    """A unit's handle: its state and history, where it ran, and its outcome.  Made by
+    `UnitManager.submit_units` (not directly).
+
+    A unit is followed to exactly one final state (DONE, FAILED, CANCELED).  Once final,
+    stored and its callbacks run, its manager lets go of it; while you hold the handle it
+    stays as it is, and `umgr.get_units` makes it again from the store otherwise.
+
+    Attributes:
+        uid (str): its id (`unit.000000`, ...; a TaskDescription's own uid).
+        state (str): its current state (`rp.NEW` ... `rp.DONE`, `rp.FAILED`, `rp.CANCELED`).
+        history (list[tuple[str, float]]): (state, time.time()) of every state it passed.
+        reason (str | None): why it ended FAILED or CANCELED (None otherwise).
+        description (ComputeUnitDescription): the description it was submitted with.
+        umgr (UnitManager): its manager.
+        pilot (Pilot | None): the pilot it was sent to (None until then).
+        part (str | None): the uid of the partition it was sent to.
+        exit_code (int | None): its exit code, once it ended on a pilot.
+        node (str | None): the node it ran on, as its agent reported it.
+        slots (dict | None): the cores and GPUs it was placed on.
+        exception (str | None): a function unit's exception ("Type: message"), FAILED.
+    """
+
     KIND = "units"
     MACHINE = S.UNIT_MACHINE
 
@@ -155,6 +205,15 @@ class Unit(Stateful):
             return list(self._output or ())
 
     def add_output(self, node: str, rank: int, stream: str, text: str) -> None:
+        """Keep output forwarded by a node daemon (the channel thread calls it); beyond
+        OUTPUT_MAX bytes (1 MiB) for the unit, more is dropped (the sandbox files have all).
+
+        Args:
+            node (str): the node's name.
+            rank (int): the rank that wrote it.
+            stream (str): "stdout" or "stderr".
+            text (str): the text.
+        """
         if self._output_bytes < self.OUTPUT_MAX:
             if self._output is None:
                 self._output = []
@@ -167,6 +226,9 @@ class Unit(Stateful):
 
     @property
     def sandbox(self) -> str | None:
+        """Its directory on the pilot: <pilot sandbox>/<its description's sandbox, else its
+        uid>; a function unit's is its partition's workers' directory (<pilot
+        sandbox>/<partition uid>.functions).  None until it was sent to a pilot."""
         if self.pilot is None:
             return None
         if self.description.function is not None:  # its partition's workers' directory
@@ -186,33 +248,45 @@ class Unit(Stateful):
 
     @property
     def stdout(self) -> str:
+        """What it wrote to stdout: kept at the client for a `cleanup` unit and a function
+        unit (read back from the store once released), else read from the file in its
+        sandbox as this host sees it; "" when there is none (yet)."""
         return self._read("stdout", output_names(self._wire)[0])
 
     @property
     def stderr(self) -> str:
+        """What it wrote to stderr, as `stdout`; a function unit's traceback when it
+        FAILED."""
         return self._read("stderr", output_names(self._wire)[1])
 
     def cancel(self) -> None:
+        """Cancel this unit (`UnitManager.cancel_units`): killed if it runs; a final unit is
+        left as it is."""
         self.umgr.cancel_units([self.uid])
 
     @property
     def name(self) -> str | None:
+        """Its description's `name` (None if it has none)."""
         return self.description.name
 
     @property
     def unit_sandbox(self) -> str | None:  # RP's names
+        """`sandbox` (RADICAL-Pilot's name)."""
         return self.sandbox
 
     @property
     def pilot_sandbox(self) -> str | None:
+        """The sandbox of the pilot it was sent to (None until then)."""
         return self.pilot.sandbox if self.pilot else None
 
     @property
     def client_sandbox(self) -> str:
+        """The session directory (RADICAL-Pilot's name)."""
         return self.session.dir
 
     @property
     def metadata(self):
+        """Its description's `metadata`, as given."""
         return self.description.metadata
 
     def as_dict(self) -> dict:
@@ -271,6 +345,20 @@ class Unit(Stateful):
 
 
 class Partition(Stateful):
+    """A partition's handle: a share of a pilot's nodes with an agent of its own, its state
+    and history.  Made by the pilot (`pilot.partitions`, `pilot.reconfig`), not directly.
+
+    Attributes:
+        uid (str): its id (`<pilot uid>.part.0000`, ...).
+        state (str): its current state (rp.NEW ... rp.ACTIVE, then a final one).
+        history (list[tuple[str, float]]): (state, time.time()) of every state it passed.
+        reason (str | None): why it ended FAILED or CANCELED.
+        description (ComputePartitionDescription): what it was made from.
+        pilot (Pilot): its pilot.
+        resources (dict | None): what its agent reported once ACTIVE: `cores`, `gpus`, `nodes`
+            (each with its cores and GPUs), `agent_nodes`; None before.
+    """
+
     KIND = "partitions"
     MACHINE = S.PARTITION_MACHINE
 
@@ -288,6 +376,7 @@ class Partition(Stateful):
 
     @property
     def cores(self) -> int:
+        """Its cores, as its agent reported them (0 until it is ACTIVE)."""
         return self.resources["cores"] if self.resources else 0
 
     WINDOW_BASE = 768  # units beyond 4 x cores, whatever the rate (none is known at first)
@@ -313,6 +402,7 @@ class Partition(Stateful):
 
     @property
     def gpus(self) -> int:
+        """Its GPUs, as its agent reported them (0 until it is ACTIVE)."""
         return self.resources["gpus"] if self.resources else 0
 
     def could_hold(self, cores: int, gpus, ranks: int) -> bool:
@@ -328,6 +418,11 @@ class Partition(Stateful):
         return ranks == 1 or sum(len(n["cores"]) // cores for n in fits) >= ranks
 
     def largest_node(self) -> tuple[int, int]:
+        """The most cores and the most GPUs one of its nodes has (each its own maximum).
+
+        Returns:
+            tuple[int, int]: (cores, gpus); (0, 0) until it is ACTIVE.
+        """
         if not self.resources:
             return (0, 0)
         return (
@@ -336,7 +431,15 @@ class Partition(Stateful):
         )
 
     def cancel(self, timeout: float | None = None) -> None:
-        """Stop this partition: queued units go to another partition, running ones are CANCELED."""
+        """Stop this partition: queued units go to another partition, running ones are CANCELED.
+
+        Args:
+            timeout (float | None): seconds to wait for it to end (not waited for in a state
+                callback); None waits as long as it takes.
+
+        Raises:
+            TimeoutError: it did not end within `timeout`.
+        """
         self.pilot.stop_partitions([self.uid], "canceled by the user", timeout)
 
     def as_doc(self, full: bool = True) -> dict:

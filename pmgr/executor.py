@@ -119,6 +119,50 @@ def _result_or_cancel(fut, end: float | None):
 
 
 class Executor(Feeding, futures.Executor):
+    """A concurrent.futures.Executor whose calls are function units of a pilot (or of one of
+    its partitions).
+
+        with rp.Executor() as ex:                      # a local pilot: all cores
+            print(ex.submit(pow, 2, 10).result())      # 1024
+        rp.Executor(session=s, pilot=p, partition=p.partitions[1].uid)
+
+    Short calls may go several to a unit; a call whose partition a reconfig stopped runs
+    again elsewhere (`reruns` times).  What it made (the session, the pilot, the partition)
+    ends at `shutdown`; what it was given stays.  Not supported: `initializer=`,
+    `mp_context`, `max_tasks_per_child` (the workers are the partition's, shared by its
+    function units).
+
+    Args:
+        max_workers (int | None): cores of the local pilot made when no pilot is given
+            (default: this machine's); more than the machine has are logical cores sharing
+            the real ones.
+        pilot_description (ComputePilotDescription | None): submit this pilot (in `session`)
+            and run the calls there.
+        session (Session | None): the Session to use (default: a new one, closed at
+            shutdown).
+        pilot (Pilot | None): a Pilot of `session` to run the calls on (its UnitManager is
+            shared).
+        partition (str | ComputePartitionDescription | None): run every call in this
+            partition: a uid of the pilot's (found among the session's pilots when no pilot
+            is given), or a ComputePartitionDescription, started in the pilot now and stopped
+            at shutdown.
+        cores (int): cores each call holds (default 1).
+        gpus (float): GPUs each call holds (default 0).
+        reruns (int): times a call runs again when its partition is stopped under it
+            (default 3).
+        cwd (str | None): the directory calls run in (default: their workers' own,
+            PILOT_SANDBOX/<partition>.functions).
+        bundle (bool): short calls may share a unit (pmgr/executor_feed.py); False: a unit
+            per call.
+
+    Raises:
+        ValueError: `max_workers` with `pilot` or `pilot_description`, or not above 0; both
+            `pilot` and `pilot_description`; a pilot of another session; a partition uid no
+            pilot has; a `pilot_description` or `partition` of the wrong type; `cores` or
+            `gpus` a unit cannot have.
+        TypeError: a `max_workers` that is not an int.
+    """
+
     def __init__(
         self,
         max_workers: int | None = None,
@@ -133,23 +177,7 @@ class Executor(Feeding, futures.Executor):
         cwd: str | None = None,
         bundle: bool = True,
     ) -> None:
-        """
-        :param max_workers: cores of the local pilot made when no pilot is given (default:
-            this machine's); more than the machine has are logical cores sharing the real ones.
-        :param pilot_description: submit this pilot (in `session`) and run the calls there.
-        :param session: the Session to use (default: a new one, closed at shutdown).
-        :param pilot: a Pilot of `session` to run the calls on (its UnitManager is shared).
-        :param partition: run every call in this partition: a uid of the pilot's (found among
-            the session's pilots when no pilot is given), or a ComputePartitionDescription,
-            started in the pilot now and stopped at shutdown.
-        :param cores: cores each call holds (default 1).
-        :param gpus: GPUs each call holds (default 0).
-        :param reruns: times a call runs again when its partition is stopped under it.
-        :param cwd: the directory calls run in (default: their workers' own,
-            PILOT_SANDBOX/<partition>.functions).
-        :param bundle: short calls may share a unit (pmgr/executor_feed.py); False: a unit
-            per call.
-        """
+        # (the arguments: the class docstring)
         if max_workers is not None:
             if pilot is not None or pilot_description is not None:
                 raise ValueError(
@@ -254,10 +282,12 @@ class Executor(Feeding, futures.Executor):
 
     @property
     def session(self) -> Session:
+        """The Session the calls run in (its own, or the one it was given)."""
         return self._session
 
     @property
     def pilot(self):
+        """The Pilot the calls run on (its own, or the one it was given)."""
         return self._pilot
 
     @property
@@ -267,11 +297,26 @@ class Executor(Feeding, futures.Executor):
 
     @property
     def unit_manager(self) -> UnitManager:
+        """The UnitManager its units are submitted with (the pilot's, when it had one)."""
         return self._umgr
 
     # -- submit ------------------------------------------------------------------------------------
     def submit(self, fn, /, *args, **kwargs) -> Future:
-        """Schedules fn(*args, **kwargs) as a function unit; returns its Future."""
+        """Schedules fn(*args, **kwargs) as a function unit; returns its Future.
+
+        Args:
+            fn (callable): the function (packed in the caller's thread, pmgr/remote_call.py).
+            *args (object): its positional arguments.
+            **kwargs (object): its keyword arguments.
+
+        Returns:
+            Future: its result is what the call returned; it raises the call's own exception,
+                ExecutorError when the unit FAILED, TimeoutError when it was canceled at its
+                runtime limit.
+
+        Raises:
+            RuntimeError: after shutdown (or interpreter shutdown).
+        """
         return self._queued(Future(self), remote_call.prepare(fn, args, kwargs))
 
     def submit_call(
@@ -328,7 +373,24 @@ class Executor(Feeding, futures.Executor):
         ProcessPoolExecutor does).  The iterables are pulled lazily: at most `buffersize`
         calls (chunks) are submitted and not yet yielded (as Python 3.14's buffersize; here
         by default MAP_WINDOW, so a generator of 10^7 arguments is never in memory at once;
-        None: all at once, as the standard library before 3.14)."""
+        None: all at once, as the standard library before 3.14).
+
+        Args:
+            fn (callable): the function.
+            *iterables (Iterable): its arguments, one iterable per parameter (zipped).
+            timeout (float | None): seconds from the call of map() within which each result
+                must be there; None: no limit.
+            chunksize (int): calls per unit (1: a unit per call, or bundled as `submit`'s).
+            buffersize (int | None): calls (chunks) submitted ahead of what was yielded
+                (default 20,000); None: all at once.
+
+        Returns:
+            Iterator: the results, in order; closing it (or an error) cancels the calls not
+                yet yielded.
+
+        Raises:
+            ValueError: `chunksize` below 1, or `buffersize` not None nor an int of at least 1.
+        """
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if buffersize is not None and (not isinstance(buffersize, int) or buffersize < 1):
@@ -362,6 +424,12 @@ class Executor(Feeding, futures.Executor):
                 fut.cancel()
 
     def cancel_units(self, units: list, reason: str) -> None:
+        """Cancel these units of its calls (those not final yet).
+
+        Args:
+            units (list[Unit]): the units.
+            reason (str): their `reason` in the CANCELED state.
+        """
         live = [u.uid for u in units if not u.final]
         if live:
             self._umgr.cancel_units(live, reason)
@@ -379,6 +447,16 @@ class Executor(Feeding, futures.Executor):
 
     # -- shutdown ----------------------------------------------------------------------------------
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more calls; once every future is done, what it owns ends (its partition, its
+        pilot, its session, each within 60 s).  Also runs at interpreter exit.
+
+        Args:
+            wait (bool): True: return once that is done; False: at once (it is done on a
+                thread of its own).
+            cancel_futures (bool): cancel the futures not started (the oldest, one per core,
+                count as started and run, as ProcessPoolExecutor's); none runs again after a
+                reconfig.
+        """
         with self._lock:
             self._shutdown = True
         if cancel_futures:

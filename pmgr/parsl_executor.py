@@ -81,16 +81,24 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
     """A Parsl executor on a pilot: python apps are function units, bash apps executable
     units.
 
-    :param label: the executor's label in the Parsl config.
-    :param pilot_description: the pilot to submit (default: a local pilot on
-        local.localhost with all cores, one partition).
-    :param partition: run every task in this partition: a uid of the pilot's, or a
-        ComputePartitionDescription started in the pilot (stopped at shutdown).
-    :param session: the rp.Session to use (default: a new one, closed at shutdown).
-    :param pilot: a Pilot of `session` to run on, instead of submitting one.
-    :param max_workers: cores of the local pilot (default: this machine's).
-    :param working_dir: kept as Parsl sets it; tasks run in the client's current directory.
-    :param storage_access: Parsl staging providers (default: Parsl's).
+    A thin layer over rp.Executor, made at `start()` (Parsl calls it when the config is
+    loaded), which owns the pilot, the futures and the batching.  Not supported: Parsl's
+    monitoring (`monitor_resources()` is False) and scaling (the pilot is the block).
+
+    Args:
+        label (str): the executor's label in the Parsl config (default "pilot").
+        pilot_description (ComputePilotDescription | None): the pilot to submit (default: a
+            local pilot on local.localhost with all cores, one partition).
+        partition (str | ComputePartitionDescription | None): run every task in this
+            partition: a uid of the pilot's, or a ComputePartitionDescription started in the
+            pilot (stopped at shutdown).
+        session (Session | None): the rp.Session to use (default: a new one, closed at
+            shutdown).
+        pilot (Pilot | None): a Pilot of `session` to run on, instead of submitting one.
+        max_workers (int | None): cores of the local pilot (default: this machine's).
+        working_dir (str | None): kept as Parsl sets it; tasks run in the client's current
+            directory.
+        storage_access (list[Any] | None): Parsl staging providers (default: Parsl's).
     """
 
     def __init__(
@@ -117,6 +125,13 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         self._said: set[str] = set()  # resource keys not used here, logged once each
 
     def start(self) -> None:
+        """Make the rp.Executor (and so the session, pilot, partition it owns), from the
+        constructor's arguments; Parsl calls it when the config is loaded.
+
+        Raises:
+            ValueError: arguments rp.Executor refuses (e.g. `max_workers` with a pilot, a
+                partition uid no pilot has), or a pilot description that cannot be planned.
+        """
         self.executor = Executor(
             self.max_workers,
             pilot_description=self.pilot_description,
@@ -129,12 +144,38 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         return False  # Parsl's resource monitoring is not supported
 
     def shutdown(self) -> None:
+        """End the rp.Executor (`shutdown(wait=True, cancel_futures=True)`: tasks not started
+        are canceled, what it owns ends), then Parsl's own shutdown."""
         if self.executor is not None:
             self.executor.shutdown(wait=True, cancel_futures=True)
         super().shutdown()
 
     # -- tasks ---------------------------------------------------------------------------------
     def submit(self, func, resource_specification: dict, *args, **kwargs) -> Future:
+        """A Parsl app's call as a unit: a python app as a function unit, a bash app as an
+        executable unit (`/bin/bash -c`), both in the client's current directory (see the
+        module's header).
+
+        Args:
+            func (callable): what Parsl hands over: the wrapped python app, or
+                wrap_error(partial(remote_side_bash_executor, app)) for a bash app.
+            resource_specification (dict): Parsl's parsl_resource_specification: cores, gpus
+                (per rank); ranks, num_ranks or num_nodes x ranks_per_node, mpi (bash apps);
+                partition (a partition uid); running_time_min (its runtime limit: canceled
+                then, AppTimeout).  Other keys are not used (each logged once).
+            *args (object): the app's positional arguments.
+            **kwargs (object): the app's keyword arguments (a bash app's stdout=, stderr=,
+                outputs=, walltime= among them).
+
+        Returns:
+            Future: the app's result.  Parsl's errors for a bad app or specification
+                (AppBadFormatting, BashAppNoReturn, BadStdStreamFile, ...) and a bash app's
+                outcome (BashExitFailure, MissingOutputs, AppTimeout) are its exception.
+
+        Raises:
+            RuntimeError: called before `start()`.
+            InvalidResourceSpecification: a `running_time_min` that is not a number > 0.
+        """
         if self.executor is None:
             raise RuntimeError(f"PilotExecutor {self.label!r}: submit before start()")
         fields, runtime, bash_only = self._fields(resource_specification or {})

@@ -40,7 +40,13 @@ _FOLLOWS = {S.PENDING: S.QUEUED, S.STARTING: S.QUEUED, S.ACTIVE: S.EXECUTING}
 
 
 class Raptor(Task):
-    """A Raptor master: a partition of function workers (see the module's header)."""
+    """A Raptor master: a partition of function workers (see the module's header).
+
+    Made by `tmgr.submit_raptors` or `pilot.submit_raptors`, a Task no process runs: its
+    states follow its partition's (SCHEDULING until the workers are submitted, QUEUED while
+    the partition starts, EXECUTING while it is ACTIVE, then DONE once stopped, or FAILED /
+    CANCELED as the partition ended).  `rp.RaptorMaster` is another name for it.
+    """
 
     virtual = True  # (no process runs it: TaskManager.cancel_units calls its cancel)
     part_handle = None  # its Partition, once submit_workers started it
@@ -48,6 +54,26 @@ class Raptor(Task):
     workers: tuple = ()
 
     def submit_workers(self, descriptions) -> list:
+        """Its workers: their cores and GPUs (ranks x cores_per_rank and x gpus_per_rank,
+        summed) become the raptor's partition, started on its pilot (Pilot.reconfig), named
+        after it and reserved for its tasks.  A pilot whose one partition holds all of it
+        (RP's cores= pilot) is made over into [the raptor's partition, FILL], which needs that
+        partition to run nothing then.  One call per raptor.
+
+        Args:
+            descriptions (TaskDescription | dict | list[TaskDescription | dict]):
+                RAPTOR_WORKER descriptions (only mode, uid, name, pilot, metadata, named_env,
+                raptor_id, ranks, cores_per_rank, gpus_per_rank).
+
+        Returns:
+            list[RaptorWorker]: a worker per description, in order (no process of its own:
+                its share of the partition).
+
+        Raises:
+            ValueError: a second call for this raptor; a description that is not a worker's
+                or sets fields that run code of its own; workers with no cores; a pilot whose
+                one partition runs tasks already.
+        """
         descs = descriptions if isinstance(descriptions, (list, tuple)) else [descriptions]
         descs = [TaskDescription(d) if isinstance(d, dict) else d for d in descs]
         if self.part_handle is not None or self.workers:
@@ -75,7 +101,20 @@ class Raptor(Task):
         return list(self.workers)
 
     def submit_tasks(self, descriptions):
-        """Tasks of any mode, run in this raptor's partition."""
+        """Tasks of any mode, run in this raptor's partition (a function task by one of its
+        function workers, one per core).
+
+        Args:
+            descriptions (TaskDescription | dict | list[TaskDescription | dict]): the tasks;
+                their `raptor_id` is set to this raptor.
+
+        Returns:
+            Task | list[Task]: a Task for one description, else the tasks in order.
+
+        Raises:
+            ValueError: as `TaskManager.submit_tasks`; also before `submit_workers` (the
+                raptor has no partition yet).
+        """
         many = isinstance(descriptions, (list, tuple))
         descs = list(descriptions) if many else [descriptions]
         for i, d in enumerate(descs):
@@ -85,6 +124,14 @@ class Raptor(Task):
         return self.umgr.submit_tasks(descs if many else descs[0])
 
     def partition_uid(self) -> str:
+        """The uid of its partition (where its tasks run).
+
+        Returns:
+            str: the partition's uid.
+
+        Raises:
+            ValueError: it has no workers yet (the workers are its partition).
+        """
         if self.part_handle is None:
             raise ValueError(
                 f"raptor_id={self.uid!r} has no workers yet: here a Raptor's workers are its "
@@ -93,7 +140,22 @@ class Raptor(Task):
         return self.part_handle.uid
 
     def rpc(self, cmd: str, *args, **kwargs) -> dict:
-        """RP's raptor.rpc: "stop" ends the raptor (its partition stops); RP's reply dict."""
+        """RP's raptor.rpc: "stop" ends the raptor (its partition stops); RP's reply dict.
+
+        Its queued tasks go back and fail (having no partition); the raptor and its workers
+        end DONE.
+
+        Args:
+            cmd (str): "stop", the one command here.
+            *args (object): ignored.
+            **kwargs (object): ignored.
+
+        Returns:
+            dict: RP's reply: {"out": "", "err": "", "ret": None, "exc": None}.
+
+        Raises:
+            ValueError: a `cmd` other than "stop".
+        """
         if cmd != "stop":
             raise ValueError(
                 f"Raptor.rpc({cmd!r}): only 'stop' is known here (a master runs no code of "

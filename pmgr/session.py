@@ -84,6 +84,45 @@ HANDLERS = {
 
 
 class Session:
+    """The client's root object: the session directory, the state store (and its writer
+    thread) and the pilot link.  A context manager; `close()` also runs at interpreter exit.
+
+        with rp.Session() as session:          # embedded sqlite store in the session directory
+            ...
+        rp.Session(uid=UID)                    # attach to a session's running pilots
+        rp.Session(uid=UID, take_over=True)    # ... even if their owner is alive
+
+    The session directory is $PILOT_SESSIONS_DIR/<uid> (default ~/.pilot/sessions/<uid>), mode
+    0700: the sqlite file, the keys, one sandbox per pilot (logs, unit sandboxes, the control
+    endpoint for the CLI).
+
+    Args:
+        database_url (str | None): the state store: `sqlite:///PATH` (embedded) or
+            `mongodb://...`; None: $PILOT_DATABASE_URL, else `sqlite:///` the session
+            directory's `state.db`.
+        uid (str | None): None makes a new session (`session.<date>.<time>.<hex>`); a uid
+            attaches to that session: its pilots come back to the PilotManagers made after,
+            its units to the UnitManagers.
+        dir (str | None): the session directory; None: $PILOT_SESSIONS_DIR/<uid> (default
+            ~/.pilot/sessions/<uid>).  An attached session keeps the directory the store
+            names.
+        address (str | None): where pilots reach this client: an IP address, an interface
+            name, or "auto"; None: $PILOT_CLIENT_ADDRESS, and when that is unset loopback for
+            local pilots and every address for others.
+        take_over (bool): attaching (`uid=`), take the session's pilots even if their owner
+            process is alive (the old owner is told); False refuses them (`rp.PilotOwned`).
+
+    Raises:
+        ValueError: `uid` given but the session is not in the store (or its sqlite file does
+            not exist); a `database_url` of an unknown scheme; an `address` that is not an IP
+            address, an interface name or "auto".
+
+    Attributes:
+        uid (str): the session's id.
+        dir (str): the session directory.
+        url (str): the state store's URL.
+    """
+
     def __init__(
         self,
         database_url: str | None = None,
@@ -396,12 +435,24 @@ class Session:
         download: bool = False,
     ) -> None:
         """Cancel running pilots, wait for them (bounded), clean up every process, flush.
-        terminate=False leaves the pilots running (detach): another client process can attach
-        to the session with Session(uid=...) within the pilots' client_timeout.
-        download=True: the logs of pilots whose sandbox lies elsewhere (their description's
-        `sandbox`) are copied into SESSION_DIR/<pilot uid>.logs (the others' are here already);
-        cleanup=True (or a pilot description's cleanup): pilot sandboxes, unit sandboxes in
-        them, are removed once the pilots ended; the session directory (store, keys) stays."""
+
+        A second call does nothing.  Records the store could not take are logged (and stay in
+        `unpersisted`).
+
+        Args:
+            timeout (float): seconds to wait in all for the cancelled pilots to end; one still
+                running then is killed (by pid, on this host) and ends lost.
+            terminate (bool): False leaves the pilots running (detach): another client
+                process can attach to the session with Session(uid=...) within the pilots'
+                client_timeout.  Only the links and the store are closed then (no cleanup, no
+                download).
+            cleanup (bool): True (or a pilot description's cleanup): pilot sandboxes, unit
+                sandboxes in them, are removed once the pilots ended; the session directory
+                (store, keys) stays.
+            download (bool): True: the logs of pilots whose sandbox lies elsewhere (their
+                description's `sandbox`) are copied into SESSION_DIR/<pilot uid>.logs (the
+                others' are here already).
+        """
         if self.closed:
             return
         self.closed = True
@@ -475,7 +526,11 @@ class Session:
     def unpersisted(self) -> set[str]:
         """The uids whose records are not in the store: those it refused for good or the
         writer dropped and, while it fails (a full disk), those kept to be written when it is
-        back.  Live; after close(), what was never written."""
+        back.  Live; after close(), what was never written.
+
+        Returns:
+            set[str]: the uids (units, pilots, partitions); empty when the store has all.
+        """
         return self.writer.unpersisted | self.writer.held
 
     def _close_links(self) -> None:

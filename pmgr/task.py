@@ -27,21 +27,32 @@ def wanted_states(state) -> list[str] | None:
 
 
 class Task(Unit):
-    """RADICAL-Pilot 1.x's Task: a unit with RP 1.x's names."""
+    """RADICAL-Pilot 1.x's Task: a unit with RP 1.x's names.  Made by
+    `TaskManager.submit_tasks` (not directly).
+
+    What differs from a Unit: `wait()` returns the state when its timeout passes (no
+    TimeoutError) and a state counts once the task is in it or past it; `register_callback`
+    takes RP 1.x's order (cb, cb_data, metric); `as_dict` has RP 1.x's keys; `pilot` is the
+    Pilot (RP 1.x: its uid, as `as_dict()['pilot']` is here); `partition` is the uid of the
+    partition it ran in (RP 1.x: an index).
+    """
 
     origin = "client"
     virtual = False  # True: no process runs it (a Raptor or its worker, pmgr/raptor.py)
 
     @property
     def mode(self) -> str:
+        """Its description's `mode` (rp.TASK_EXECUTABLE, rp.TASK_FUNCTION, ...)."""
         return self.description.mode
 
     @property
     def tmgr(self):
+        """Its TaskManager."""
         return self.umgr
 
     @property
     def task_sandbox(self) -> str | None:
+        """Its sandbox (`Unit.sandbox`; RP 1.x's name); None until it was sent to a pilot."""
         return self.sandbox
 
     @property
@@ -56,6 +67,8 @@ class Task(Unit):
 
     @property
     def session_sandbox(self) -> str | None:
+        """The directory its pilot's sandbox is in (None until it was sent to a pilot);
+        `resource_sandbox` is the same here."""
         return os.path.dirname(self.pilot.sandbox) if self.pilot else None
 
     resource_sandbox = session_sandbox
@@ -80,17 +93,52 @@ class Task(Unit):
         return sorted(left)
 
     def advance(self, state: str, ts: float, reason: str | None) -> bool:
+        """`Unit.advance` (the session's delivery thread calls it), and the change is noted
+        for the TaskManager's bulk callbacks (pmgr/task_events.py).
+
+        Args:
+            state (str): the state to move to (states skipped on the way are filled in).
+            ts (float): when (time.time()).
+            reason (str | None): why, for a final state.
+
+        Returns:
+            bool: False if it was in `state` already.
+
+        Raises:
+            IllegalTransition: a move the unit state machine does not allow (nothing
+                changed).
+        """
         moved = super().advance(state, ts, reason)
         if moved:
             self.umgr.note_change(self)  # (bulk callbacks: pmgr/task_events.py)
         return moved
 
     def register_callback(self, cb, cb_data=None, metric=None) -> None:
-        """RP 1.x's order: cb(task, state), or cb(task, state, cb_data)."""
+        """RP 1.x's order: cb(task, state), or cb(task, state, cb_data).
+
+        Args:
+            cb (callable): the callback; it runs on the thread that delivers states.
+            cb_data (object): passed to `cb` as its last argument when not None.
+            metric (str | None): rp.TASK_STATE (or None), the one metric.
+
+        Raises:
+            ValueError: another `metric`, or a `cb` that is not callable.
+        """
         super().register_callback(cb, None if metric in (None, TASK_STATE) else metric, cb_data)
 
     def wait(self, state=None, timeout: float | None = None) -> str:
-        """Until the task is in `state` (or past it) or final; at `timeout`, its state then."""
+        """Until the task is in `state` (or past it) or final; at `timeout`, its state then.
+
+        Args:
+            state (str | list[str] | None): the state(s) to wait for; None: a final one.
+            timeout (float | None): seconds; None waits as long as it takes.
+
+        Returns:
+            str: its state when the wait ended (also when `timeout` passed).
+
+        Raises:
+            RuntimeError: called in a state callback (the thread that delivers states).
+        """
         try:
             return super().wait(wanted_states(state), timeout)
         except TimeoutError:
@@ -128,4 +176,5 @@ class Task(Unit):
 
     @property
     def client_sandbox(self) -> str:
+        """The directory the TaskManager was made in (RP 1.x's client sandbox)."""
         return self.umgr.client_dir

@@ -37,13 +37,35 @@ __all__ = ["Task", "TaskManager"]
 
 
 class TaskManager(TaskEvents, UnitManager):
+    """RADICAL-Pilot 1.x's TaskManager: a UnitManager whose units are Tasks, submitted from
+    TaskDescriptions, with RP 1.x's names and semantics (so an RP 1.x script runs with
+    `import pilot as rp`).
+
+    What differs from a UnitManager: `wait_tasks` and `Task.wait` return the states when the
+    timeout passes (no TimeoutError), a state counting once the task is in it or past it;
+    `register_callback` takes TASK_STATE (on one task with uid=) and WAIT_QUEUE_SIZE (with
+    RADICAL_PILOT_BULK_CB set, TASK_STATE callbacks get the tasks that changed in a batch); a
+    task still running `timeout` s after it started is CANCELED; tasks with a priority are
+    sent higher first; `tags={"order": ...}` holds a task at the client until the orders
+    before it in its namespace ended.  Task uids are task.NNNNNN unless a description names
+    its own (unique in the session).
+
+    Args:
+        session (Session): the session the tasks belong to.
+        cfg (str): RP's TaskManager config: "default" (the only one here; None too).
+        scheduler (str | None): rp.SCHEDULER_ROUND_ROBIN (default) or
+            rp.SCHEDULER_BACKFILLING, as for a UnitManager.
+
+    Raises:
+        ValueError: another `cfg`, or an unknown `scheduler`.
+    """
+
     UNIT = Task
     DESCRIPTION = TaskDescription
     UID_PREFIX = "task"
 
     def __init__(self, session, cfg: str = "default", scheduler: str | None = None) -> None:
-        """scheduler: rp.SCHEDULER_ROUND_ROBIN (default) or rp.SCHEDULER_BACKFILLING, as for
-        a UnitManager; cfg: RP's TaskManager config, "default" (the only one here)."""
+        # (the arguments: the class docstring)
         if cfg not in ("default", None):
             raise ValueError(f"TaskManager: cfg={cfg!r}: only 'default' is known here")
         UnitManager.__init__(self, session, scheduler)
@@ -60,7 +82,27 @@ class TaskManager(TaskEvents, UnitManager):
         """Submit one TaskDescription (returns a Task) or a list (returns a list, in order);
         RAPTOR_MASTER / RAPTOR_WORKER descriptions go to submit_raptors / submit_workers.  Any
         other iterable (a generator) is pulled while fewer than `window` tasks are in flight,
-        as submit_units does: the list of its tasks, or with lazy=True a UnitStream at once."""
+        as submit_units does: the list of its tasks, or with lazy=True a UnitStream at once.
+
+        Args:
+            descriptions (TaskDescription | dict | list | Iterable): the tasks; a dict is
+                made a TaskDescription.
+            lazy (bool): True: return a UnitStream at once (a list too); its errors are
+                raised by `stream.wait()`.
+            window (int | None): tasks of this manager in flight while an iterable is
+                pulled; None: 20,000.
+
+        Returns:
+            Task | list[Task] | UnitStream: a Task for one description; the tasks in order
+                for a list or an iterable; a UnitStream with lazy=True.
+
+        Raises:
+            ValueError: a description that is not a TaskDescription or that RP's rules or a
+                unit's refuse (naming its index), a uid already taken, a named environment,
+                Raptor or partition index this manager does not have, or something that is
+                not an iterable; none of a list's tasks is made then.
+            StoreUnavailable: the store could not hand out task ids for 60 s (a full disk).
+        """
         if isinstance(descriptions, (TaskDescription, dict)):
             return self._submit_tasks([descriptions])[0]
         if isinstance(descriptions, (list, tuple)) and not lazy:
@@ -122,16 +164,41 @@ class TaskManager(TaskEvents, UnitManager):
         return self.submit_workers([d])[0]
 
     def get_tasks(self, uids=None):
+        """The tasks (all when uids is None); a released task is made again from the store.
+
+        Args:
+            uids (str | list[str] | None): one uid (returns its Task), a list, or None (all).
+
+        Returns:
+            Task | list[Task]: the task, or the tasks in the order asked.
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
         if isinstance(uids, str):
             return self.get_units([uids])[0]
         return self.get_units(uids)
 
     def list_tasks(self) -> list[str]:
+        """The uids of this manager's tasks, in the order they were made."""
         return self.list_units()
 
     def wait_tasks(self, uids=None, state=None, timeout: float | None = None):
         """Until the tasks (all when uids is None) are in `state` or past it, or final; the
-        states (one for a uid), also when `timeout` passed first."""
+        states (one for a uid), also when `timeout` passed first.
+
+        Args:
+            uids (str | list[str] | None): one uid, a list, or None (all).
+            state (str | list[str] | None): RP 1.x's state name(s) to wait for; None: a final
+                one.
+            timeout (float | None): seconds; None waits as long as it takes.
+
+        Returns:
+            str | list[str]: the task's state (for one uid) or the tasks' states, in order.
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
         many = not isinstance(uids, str)
         tasks = self.get_units(uids)
         try:
@@ -142,10 +209,26 @@ class TaskManager(TaskEvents, UnitManager):
         return states if many else states[0]
 
     def cancel_tasks(self, uids=None) -> None:
+        """Cancel tasks (all when uids is None): `cancel_units`.
+
+        Args:
+            uids (str | list[str] | None): which tasks; None: all of this manager's.
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
         self.cancel_units(uids)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
-        """As a UnitManager's; a Raptor (or its worker) named or included stops its partition."""
+        """As a UnitManager's; a Raptor (or its worker) named or included stops its partition.
+
+        Args:
+            uids (str | list[str] | None): which tasks; None: all of this manager's.
+            reason (str): the tasks' `reason` in the CANCELED state.
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
         tasks = [t for t in self.get_units(uids) if not t.final]
         super().cancel_units([t.uid for t in tasks if not t.virtual], reason)
         for t in tasks:
@@ -154,16 +237,53 @@ class TaskManager(TaskEvents, UnitManager):
 
     # -- pilots and raptors -------------------------------------------------------------------
     def add_pilots(self, pilots) -> None:
+        """Route tasks to these pilots too (UnitManager.add_pilots); an RP 1.x pilot
+        (`rp.PilotManager`'s) knows this manager as its `tmgr` from then on.
+
+        Args:
+            pilots (Pilot | list[Pilot]): the pilots.
+
+        Raises:
+            ValueError: a pilot another manager uses.
+        """
         super().add_pilots(pilots)
         for p in pilots if isinstance(pilots, (list, tuple)) else [pilots]:
             if isinstance(p, RPPilot):
                 p.tmgr = self
 
     def submit_raptors(self, descriptions, pilot_id: str | None = None) -> list:
-        """Raptor masters (pmgr/raptor.py) on pilot `pilot_id` (None: the only pilot)."""
+        """Raptor masters (pmgr/raptor.py) on pilot `pilot_id` (None: the only pilot).
+
+        Args:
+            descriptions (TaskDescription | list[TaskDescription]): RAPTOR_MASTER
+                descriptions.
+            pilot_id (str | None): the pilot's uid; None: this manager's only pilot.
+
+        Returns:
+            list[Raptor]: a Raptor per description, in order.
+
+        Raises:
+            ValueError: `pilot_id` names none of this manager's pilots (or None with more
+                than one); a description that is not a master's, sets fields that run code
+                of its own, or a `named_env` other than "rp"; a uid already taken.
+        """
         return raptor.submit_raptors(self, descriptions, pilot_id)
 
     def submit_workers(self, descriptions) -> list:
+        """Raptor workers, each in the partition of the Raptor its `raptor_id` names
+        (`Raptor.submit_workers`).
+
+        Args:
+            descriptions (TaskDescription | list[TaskDescription]): RAPTOR_WORKER
+                descriptions, each with a `raptor_id`.
+
+        Returns:
+            list[Task]: a Task per worker, in order.
+
+        Raises:
+            ValueError: a `raptor_id` that is no Raptor of this manager (naming the known
+                ones).
+        """
         descs = descriptions if isinstance(descriptions, (list, tuple)) else [descriptions]
         out = []
         for d in descs:
@@ -177,6 +297,17 @@ class TaskManager(TaskEvents, UnitManager):
         return out
 
     def pilot_rpc(self, pid: str, cmd: str, *args, **kwargs):
+        """RP 1.x's pilot RPC: not here (its commands are RP's own agent's); always raises.
+
+        Args:
+            pid (str): the pilot's uid.
+            cmd (str): the command.
+            *args (object): its arguments.
+            **kwargs (object): its keyword arguments.
+
+        Raises:
+            ValueError: always, naming `cmd`.
+        """
         raise ValueError(f"TaskManager.pilot_rpc({cmd!r}): a pilot's RPC commands are RP's own")
 
 

@@ -33,16 +33,33 @@ SEND_WAIT = 0.1
 
 
 class UnitManager(UnitQueries, UnitEvents):
+    """Submits units, routes them to the partitions of its pilots, and follows each to exactly
+    one final state (DONE, FAILED or CANCELED).
+
+    Its units in flight are kept as objects; a released one (final, in the store, its
+    callbacks run, held by nobody else) as one byte: `get_units`, `wait_units`, `list_units`
+    and a unit's `stdout` / `return_value` read it back from the store (pmgr/unit_table.py).
+    In a session attached to again (`rp.Session(uid=...)`) it gets the session's units back.
+
+    Args:
+        session (Session): the session the units belong to.
+        scheduler (str | None): how units are spread over this manager's pilots
+            (RADICAL-Pilot's names): rp.SCHEDULER_ROUND_ROBIN (the default, also for None):
+            each unit is bound, in submit order, to the next pilot in turn and waits for it;
+            rp.SCHEDULER_BACKFILLING: a unit goes to whichever pilot has an ACTIVE partition
+            with room first.  Within a pilot, units go to its partitions as pmgr/routing.py
+            describes.
+
+    Raises:
+        ValueError: an unknown `scheduler`, naming the accepted ones.
+    """
+
     UNIT = Unit  # the handle made for each unit (pmgr/tasks.py's TaskManager makes Tasks)
     DESCRIPTION = ComputeUnitDescription  # what its units' stored descriptions are
     UID_PREFIX = "unit"  # generated uids: unit.000000, ...
 
     def __init__(self, session, scheduler: str | None = None) -> None:
-        """scheduler: how units are spread over this manager's pilots (RADICAL-Pilot's names):
-        rp.SCHEDULER_ROUND_ROBIN (the default): each unit is bound, in submit order, to the
-        next pilot in turn and waits for it; rp.SCHEDULER_BACKFILLING: a unit goes to whichever
-        pilot has an ACTIVE partition with room first.  Within a pilot, units go to its
-        partitions as pmgr/routing.py describes."""
+        # (the arguments: the class docstring)
         scheduler = scheduler or SCHEDULER_DEFAULT
         if scheduler not in SCHEDULERS:
             raise ValueError(
@@ -68,8 +85,21 @@ class UnitManager(UnitQueries, UnitEvents):
 
     # -- public -----------------------------------------------------------------------------
     def register_callback(self, cb, metric: str = UNIT_STATE, cb_data=None) -> None:
-        """cb(unit, state) after every state change of this manager's units, NEW included;
-        with cb_data, cb(unit, state, cb_data) (RADICAL-Pilot's signature)."""
+        """`cb(unit, state)` after every state change of this manager's units, NEW included;
+        with cb_data, `cb(unit, state, cb_data)` (RADICAL-Pilot's signature).
+
+        Callbacks run after the unit's own, outside the session lock, on the thread that
+        delivers states: they may submit or cancel units, but not wait for states.  One that
+        raises is logged and the others still run.
+
+        Args:
+            cb (callable): the callback.
+            metric (str): `rp.UNIT_STATE`, the one metric.
+            cb_data (object): passed to `cb` as its last argument when not None.
+
+        Raises:
+            ValueError: another `metric`, or a `cb` that is not callable.
+        """
         wrapped = callback("UnitManager.register_callback", cb, metric, cb_data)
         with self.session.lock:
             self.callbacks.append(wrapped)
@@ -77,7 +107,15 @@ class UnitManager(UnitQueries, UnitEvents):
 
     def unregister_callback(self, cb=None, metric: str = UNIT_STATE) -> None:
         """Undo register_callback: of `cb` (every registration of it; the same bound method
-        got again counts), or of all the user's callbacks when cb is None."""
+        got again counts), or of all the user's callbacks when cb is None.
+
+        Args:
+            cb (callable | None): the callback as registered; None: all of them.
+            metric (str): `rp.UNIT_STATE`, the one metric.
+
+        Raises:
+            ValueError: another `metric`.
+        """
         if metric != UNIT_STATE:
             raise ValueError(
                 f"UnitManager.unregister_callback: metric={metric!r}; accepted: {UNIT_STATE!r}"
@@ -88,12 +126,27 @@ class UnitManager(UnitQueries, UnitEvents):
             self.callbacks = [w for w in self.callbacks if id(w) not in gone]
 
     def register_output_callback(self, cb) -> None:
-        """cb(unit, node, rank, stream, text) for output forwarded from multi-node pilots
+        """`cb(unit, node, rank, stream, text)` for output forwarded from multi-node pilots
         (node daemons forward each unit's first 64 KiB per rank and stream; the files in the
-        unit's sandbox have all of it)."""
+        unit's sandbox have all of it).
+
+        Args:
+            cb (callable): called as `cb(unit, node, rank, stream, text)`: the Unit, the node's
+                name (str), the rank (int), "stdout" or "stderr", and the text (str).
+        """
         self._output_callbacks.append(cb)
 
     def add_pilots(self, pilots) -> None:
+        """Route units to these pilots too (from now on, units waiting included).
+
+        A pilot is used by one UnitManager at a time; adding one twice changes nothing.
+
+        Args:
+            pilots (Pilot | list[Pilot]): the pilots.
+
+        Raises:
+            ValueError: a pilot another UnitManager uses (naming both).
+        """
         pilots = pilots if isinstance(pilots, (list, tuple)) else [pilots]
         with self.session.locked():
             for p in pilots:
@@ -110,7 +163,33 @@ class UnitManager(UnitQueries, UnitEvents):
         only while fewer than `window` units (default 20,000) of this manager are in flight
         (pmgr/unit_stream.py).  An iterable returns the list of its units once all are
         submitted; with lazy=True, a UnitStream at once (it pulls on a thread of its own, and
-        remembers its units' uids only: stream.wait(), iter(stream), stream.failed())."""
+        remembers its units' uids only: stream.wait(), iter(stream), stream.failed()).
+
+        A list is checked whole before any of its units is made; an iterable is checked a
+        chunk (256) at a time, and a description refused stops it there (the units made
+        before run on).
+
+        Args:
+            descriptions (ComputeUnitDescription | dict | list | UnitGroup | Iterable): the
+                units; a dict is made a ComputeUnitDescription.
+            lazy (bool): True: return a UnitStream at once and pull on a thread of its own
+                (a list too); its errors are raised by `stream.wait()`.
+            window (int | None): how many units of this manager may be in flight (not
+                final, or final with callbacks to run) while an iterable is pulled; None:
+                20,000.  A list that is not lazy is not held back by it.
+
+        Returns:
+            Unit | list[Unit] | UnitStream: a Unit for one description; the units in order
+                for a list or an iterable; a UnitStream with lazy=True.
+
+        Raises:
+            ValueError: a description that is not a ComputeUnitDescription or is incomplete,
+                a `pilot`, `partition` or `tag` this manager does not know (naming its index),
+                or a `window` below 1.
+            StoreUnavailable: the store could not hand out unit ids for 60 s (a full disk);
+                no unit of the call was made.
+            Exception: what a (not lazy) iterable raised, after the units it gave before.
+        """
         if isinstance(descriptions, (ComputeUnitDescription, dict)):
             return self._submit_list([descriptions])[0]
         if isinstance(descriptions, (list, tuple)) and not lazy:
@@ -224,7 +303,18 @@ class UnitManager(UnitQueries, UnitEvents):
         pending.insert(i, unit)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
-        """Cancel units (all of this manager's when uids is None); running ones are killed."""
+        """Cancel units (all of this manager's when uids is None); running ones are killed.
+
+        Units still at the client end CANCELED at once; those sent to a pilot when it says
+        so.  Final units are left as they are.
+
+        Args:
+            uids (str | list[str] | None): which units; None: all of this manager's.
+            reason (str): the units' `reason` in their final state.
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
         with self.session.locked():
             targets = (
                 self.units.active()
@@ -250,14 +340,21 @@ class UnitManager(UnitQueries, UnitEvents):
         self.pending.remove(unit)
 
     def list_pilots(self) -> list[str]:
+        """The uids of the pilots units are routed to, in the order they were added."""
         return [p.uid for p in self.pilots]
 
     def get_pilots(self) -> list:
+        """The pilots units are routed to (Pilot handles), in the order they were added."""
         return list(self.pilots)
 
     def remove_pilots(self, pilots) -> None:
         """Stop routing units to these pilots (Pilot objects or uids); units already sent to
-        them run there; units bound to them (round robin) go to the others."""
+        them run there; units bound to them (round robin) go to the others.
+
+        Args:
+            pilots (Pilot | str | list[Pilot | str]): the pilots or their uids; one this
+                manager does not use is passed over.
+        """
         names = {
             p if isinstance(p, str) else p.uid
             for p in (pilots if isinstance(pilots, (list, tuple)) else [pilots])

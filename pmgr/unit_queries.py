@@ -28,7 +28,29 @@ class UnitQueries:
         final (or in `state`); a unit's final-state callbacks have all run when it counts as
         final here.  Returns their states, in order.  progress=True (or PILOT_PROGRESS=1 when
         progress is None) draws a bar on stderr meanwhile: units there of all, DONE / FAILED /
-        CANCELED, the rate (pmgr/progress.py; only on a terminal)."""
+        CANCELED, the rate (pmgr/progress.py; only on a terminal).
+
+        Waiting for all is a count (no walk over the units per wake-up); released units are
+        final already and are not read back from the store.
+
+        Args:
+            uids (str | Unit | list[str | Unit] | None): which units; None: all of this
+                manager's, and those of its streams still pulling.
+            state (str | list[str] | None): the state(s) to wait for (a final state ends the
+                wait too); None: a final one.
+            timeout (float | None): seconds; None waits as long as it takes.
+            progress (bool | None): draw a progress bar on stderr (a terminal only); None:
+                when $PILOT_PROGRESS is 1.
+
+        Returns:
+            list[str]: each unit's state when the wait ended, in the order of `uids` (all: the
+                order the units were made).
+
+        Raises:
+            ValueError: a uid this manager does not know.
+            TimeoutError: `timeout` passed, naming units not there yet.
+            RuntimeError: called in a state callback (the thread that delivers states).
+        """
         from pilot.pmgr.progress import list_counter, table_counter, unit_progress
 
         wanted = (
@@ -83,19 +105,39 @@ class UnitQueries:
 
     def states(self) -> list[str]:
         """Every unit's state, in the order they were made (released ones without their
-        objects)."""
+        objects).
+
+        Returns:
+            list[str]: the states.
+        """
         table = self.units
         with self.session.lock:
             return [table.state_of(uid) for uid in table]
 
     # RADICAL-Pilot's listing names
     def list_units(self) -> list[str]:
+        """The uids of this manager's units, in the order they were made (none is read back
+        from the store).
+
+        Returns:
+            list[str]: the uids.
+        """
         with self.session.lock:
             return list(self.units)
 
     def get_units(self, uids=None) -> list[Unit]:
         """The units (all when uids is None), in order: a released unit is made again from
-        the store (its final state, outcome and history)."""
+        the store (its final state, outcome and history).
+
+        Args:
+            uids (str | Unit | list[str | Unit] | None): which units; None: all.
+
+        Returns:
+            list[Unit]: the units, in the order asked (all: the order they were made).
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
         with self.session.lock:
             if uids is None:
                 return list(self.units.values())

@@ -33,6 +33,32 @@ WINDOW = 20_000  # units in flight per manager while a stream pulls (client memo
 
 
 class UnitStream:
+    """Units submitted from an iterable, pulled only as fast as the pilots take them:
+    `umgr.submit_units(iterable, lazy=True)` (or `tmgr.submit_tasks(iterable, lazy=True)`)
+    returns one at once and pulls on a thread of its own.
+
+    It pulls 256 descriptions at a time, submits them as a list is (checked, made, routed),
+    and pulls again only while its manager has fewer than `window` units in flight.  It
+    remembers its units' uids only, as ranges of consecutive numbers, so neither the
+    descriptions nor the units of a long stream are in memory at once.  A description refused
+    or an exception of the iterable stops the pulling; the units made before run on, and
+    `wait()` raises it.  Not made directly: `submit_units` makes it.
+
+        stream = umgr.submit_units(generator, lazy=True, window=1000)
+        stream.wait()              # {DONE: n, FAILED: m, CANCELED: k}
+        for unit in stream.failed():
+            print(unit.uid, unit.reason)
+
+    `len(stream)` is the number of units made so far; `iter(stream)` yields its Units in
+    order (released ones made again from the store).
+
+    Attributes:
+        window (int): units in flight (per manager) above which it does not pull.
+        exhausted (bool): the iterable was pulled to its end without an error.
+        error (BaseException | None): what stopped it: a ValueError naming the description
+            refused and how many came before it, or the iterable's own exception.
+    """
+
     def __init__(self, umgr, iterable, submit_list, window: int | None = None) -> None:
         self.umgr = umgr
         self.source = iter(iterable)
@@ -127,7 +153,11 @@ class UnitStream:
         return self.count
 
     def uids(self):
-        """The uids of its units so far, in the order they were made."""
+        """The uids of its units so far, in the order they were made.
+
+        Yields:
+            str: a uid.
+        """
         for i in list(self.order):
             if i >= 0:
                 prefix, first, last = self.ranges[i]
@@ -144,7 +174,12 @@ class UnitStream:
                 yield unit
 
     def counts(self) -> dict:
-        """Its units by state so far (a walk over its uids: ~1 us each)."""
+        """Its units by state so far (a walk over its uids: ~1 us each).
+
+        Returns:
+            dict[str, int]: state -> how many of its units are in it (states with none are
+                left out).
+        """
         out: dict = {}
         state_of = self.umgr.units.state_of
         for uid in self.uids():
@@ -153,7 +188,11 @@ class UnitStream:
         return out
 
     def failed(self):
-        """Its FAILED units (the others are never made again from the store)."""
+        """Its FAILED units (the others are never made again from the store).
+
+        Yields:
+            Unit: a FAILED unit, in the order they were made (its `reason` says why).
+        """
         state_of, get = self.umgr.units.state_of, self.umgr.units.get
         for uid in self.uids():
             if state_of(uid) == S.FAILED:
@@ -190,7 +229,20 @@ class UnitStream:
 
     def wait(self, timeout: float | None = None) -> dict:
         """Until every unit is pulled and ended (final, callbacks run); its counts by final
-        state.  The stream's error, if one stopped it, is raised after that."""
+        state.  The stream's error, if one stopped it, is raised after that.
+
+        Args:
+            timeout (float | None): seconds in all; None waits as long as it takes.
+
+        Returns:
+            dict[str, int]: final state (DONE, FAILED, CANCELED) -> how many of its units.
+
+        Raises:
+            TimeoutError: `timeout` passed (while pulling, or units not ended).
+            RuntimeError: called in a state callback (the thread that delivers states).
+            Exception: the stream's `error` (a ValueError for a description refused, or
+                what the iterable raised), once the units made before it ended.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         session = self.umgr.session
         if self.thread is not None:
@@ -206,7 +258,13 @@ class UnitStream:
         return {k: v for k, v in self.counts().items() if k in S.FINAL}
 
     def cancel(self, reason: str = "canceled by the user") -> None:
-        """Pull no more; its units not final are canceled."""
+        """Pull no more; its units not final are canceled.
+
+        Waits up to 30 s for the pulling thread to stop (a chunk being submitted finishes).
+
+        Args:
+            reason (str): the canceled units' `reason`.
+        """
         self.stopped = True
         with self.umgr.session.cond:
             self.umgr.session.cond.notify_all()

@@ -54,17 +54,49 @@ OLD_ARGS = ("hostname", "port", "username", "password")  # EnTK's RabbitMQ, gone
 
 
 class AppManager:
+    """RADICAL-EnTK's AppManager: the resources (one pilot), the workflow, run() and
+    terminate().
+
+        amgr = AppManager()
+        amgr.resource_desc = {'resource': 'local.localhost', 'walltime': 10, 'cpus': 4}
+        amgr.workflow = {p1, p2}
+        amgr.run()
+
+    The first run() makes a session, a PilotManager, a TaskManager and the pilot, stages
+    `shared_data` in, and runs the workflow in the caller's thread; the pilot stays for the
+    next run() until terminate() or the end of the script, whatever autoterminate says (EnTK
+    released it after the first workflow).
+
+    Args:
+        config_path (str | None): a directory with EnTK's config.json (or the file), whose
+            keys are the next ones' defaults.
+        reattempts (int | None): runs a failed task gets with resubmit_failed (default 3).
+        resubmit_failed (bool | None): run a failed task again, up to `reattempts` runs
+            (default False).
+        autoterminate (bool | None): EnTK's (default True); the pilot stays for the next
+            run() either way (see above).
+        write_workflow (bool | None): True: the workflows as JSON in the session directory
+            (entk.workflows.json) at terminate() (default False).
+        rts (str | None): 'radical.pilot' only: this project is the runtime system.
+        rts_config (dict | None): {'sandbox_cleanup': True: the pilot sandbox is removed at
+            the end, 'db_cleanup': ...} (default both False).
+        name (str | None): the AppManager's name (default "").
+        base_path (str | None): refused (must be None): sessions live in
+            $PILOT_SESSIONS_DIR.
+        **kwargs (object): EnTK's old RabbitMQ arguments (hostname, port, username,
+            password): a DeprecationWarning each, otherwise ignored.
+
+    Raises:
+        EnTKValueError: an unknown keyword argument, a `base_path`, an `rts` other than
+            'radical.pilot', or a `config_path` that is not EnTK's config.json (unreadable,
+            or keys it does not have).
+        EnTKTypeError: an `rts_config` that is not a dict.
+    """
+
     def __init__(self, config_path=None, reattempts=None, resubmit_failed=None,
                  autoterminate=None, write_workflow=None, rts=None, rts_config=None, name=None,
                  base_path=None, **kwargs):  # fmt: skip
-        """EnTK's arguments: config_path (a directory with EnTK's config.json, whose keys are
-        the next ones' defaults), reattempts (runs a failed task gets with resubmit_failed;
-        default 3), resubmit_failed (default False), autoterminate (see the module's header),
-        write_workflow (True: the workflows as JSON in the session directory at terminate()),
-        rts ('radical.pilot' only: this project is the runtime system), rts_config
-        ({'sandbox_cleanup': True: the pilot sandbox is removed at the end, 'db_cleanup'}),
-        name (the AppManager's name).  base_path is refused: sessions live in
-        $PILOT_SESSIONS_DIR."""
+        # (EnTK's arguments: the class docstring)
         unknown = sorted(set(kwargs) - set(OLD_ARGS))
         if unknown:
             raise bad_value("AppManager", "arguments", unknown, "EnTK's (config_path, ...)")
@@ -99,6 +131,7 @@ class AppManager:
     # -- EnTK's attributes -------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The AppManager's name; set to a str (else EnTKTypeError)."""
         return self._name
 
     @name.setter
@@ -115,6 +148,12 @@ class AppManager:
 
     @property
     def resource_desc(self) -> dict | None:
+        """EnTK's resource description of the pilot: `resource`, `walltime` (minutes) and
+        `cpus` mandatory; `gpus`, `memory` (MB per node), `project`, `queue`,
+        `access_schema` (or `schema`), and this project's `partitions` (the pilot's initial
+        partitions, each a ComputePartitionDescription or a dict of its fields, 'cpus' for
+        cores).  Checked when set: EnTKMissingError for a mandatory key left out,
+        EnTKValueError for another key or a value not accepted.  None until set."""
         return self._resource_desc
 
     @resource_desc.setter
@@ -125,6 +164,10 @@ class AppManager:
 
     @property
     def workflow(self):
+        """The workflow the next run() runs: a set or list of Pipelines, checked when set
+        (EnTKTypeError for anything else, EnTKValueError for a pipeline that ran already or
+        a Task object in it twice, EnTKMissingError for a pipeline without stages or a stage
+        without tasks).  None until set."""
         return self._workflow
 
     @workflow.setter
@@ -150,10 +193,14 @@ class AppManager:
 
     @property
     def workflows(self) -> list:
+        """Every workflow set so far, in order (what write_workflow writes)."""
         return self._workflows
 
     @property
     def shared_data(self) -> list[str]:
+        """Files staged into the pilot sandbox ($SHARED) at the first run() (once the pilot is
+        ACTIVE): paths, each 'source' or 'source > target'.  Set to a str or a list of them
+        (else EnTKTypeError)."""
         return self._shared_data
 
     @shared_data.setter
@@ -162,6 +209,9 @@ class AppManager:
 
     @property
     def outputs(self) -> list[str] | None:
+        """Files staged out of the pilot sandbox when run() ended ('source' or
+        'source > target', a source relative to $SHARED), which run() returns; None until
+        set."""
         return self._outputs
 
     @outputs.setter
@@ -170,6 +220,8 @@ class AppManager:
 
     @property
     def services(self) -> list:
+        """EnTK's service tasks: always [] here; setting any is an EnTKValueError (run the
+        service as a task of a stage)."""
         return []
 
     @services.setter
@@ -186,11 +238,25 @@ class AppManager:
 
     @property
     def session(self):
+        """The rp.Session the workflows run in; None before the first run() and after
+        terminate()."""
         return self._session
 
     def reconfig(self, stop=None, start=None) -> list:
         """Stop the live partitions named in `stop` (a name or a list), start `start`
-        (ComputePartitionDescriptions); e.g. from a post_exec.  Returns the new partitions."""
+        (ComputePartitionDescriptions); e.g. from a post_exec.  Returns the new partitions.
+
+        Args:
+            stop (str | list[str] | None): the names of live partitions to stop.
+            start (ComputePartitionDescription | dict | list | None): partitions to start.
+
+        Returns:
+            list[Partition]: the partitions started, in order.
+
+        Raises:
+            EnTKError: no pilot runs (before run(), or after it ended).
+            EnTKValueError: a name no live partition has, or a description not accepted.
+        """
         spec = partitions.reconfig_spec("AppManager", {"stop": stop, "start": start})
         if self._pilot is None or self._pilot.final:
             raise EnTKError("AppManager.reconfig: no pilot runs (run() makes it)")
@@ -201,7 +267,19 @@ class AppManager:
     # -- run and terminate -------------------------------------------------------------------
     def run(self):
         """Run the workflow to its end on the pilot (made at the first call); the outputs
-        staged out, or None.  EnTKError when it cannot go on (after terminate())."""
+        staged out, or None.  EnTKError when it cannot go on (after terminate()).
+
+        Returns:
+            list[str] | None: `outputs`, staged out; None when there are none.
+
+        Raises:
+            EnTKMissingError: `workflow` or `resource_desc` not set.
+            EnTKError: run() going on in another thread; a pipeline failed (a task that
+                failed with error_is_fatal, or past its reattempts), a post_exec raised, the
+                pilot ended, or terminate() was called: the pilot has ended then.
+            EnTKValueError: the resource description names a resource this project cannot
+                run a pilot on.
+        """
         if self._workflow is None:
             raise EnTKMissingError("AppManager: workflow is not set (amgr.workflow = [...])")
         if self._resource_desc is None:
@@ -239,6 +317,7 @@ class AppManager:
         self._terminate()
 
     def resource_terminate(self) -> None:  # EnTK's older name
+        """`terminate()` (EnTK's older name)."""
         self.terminate()
 
     def _terminate(self) -> None:

@@ -30,7 +30,10 @@ _COUNTER = itertools.count()
 
 
 class Pipeline:
-    """RADICAL-EnTK's Pipeline (see the module's header)."""
+    """RADICAL-EnTK's Pipeline: stages that run one after the other (see the module's
+    header).  Stage i starts only when stage i-1 ended; a stage's post_exec may add more.
+    Its states: DESCRIBED -> SCHEDULING -> DONE | FAILED | CANCELED, SUSPENDED in between.
+    """
 
     def __init__(self) -> None:
         self._uid = f"pipeline.{next(_COUNTER):04d}"
@@ -49,10 +52,13 @@ class Pipeline:
     # -- EnTK's attributes -------------------------------------------------------------------
     @property
     def uid(self) -> str:
+        """Its id, `pipeline.NNNN` (numbered in this process)."""
         return self._uid
 
     @property
     def name(self):
+        """Its name (None until set): letters, digits, spaces and '.' (EnTKValueError
+        otherwise, EnTKTypeError for a non-str); $Pipeline_<name>_... references use it."""
         return self._name
 
     @name.setter
@@ -63,10 +69,12 @@ class Pipeline:
 
     @property
     def luid(self) -> str:
+        """Its name, else its uid (what messages name it by)."""
         return self._name or self._uid
 
     @property
     def stages(self) -> list[Stage]:
+        """Its stages, in order; setting it replaces them (as `add_stages`)."""
         return self._stages
 
     @stages.setter
@@ -76,6 +84,8 @@ class Pipeline:
 
     @property
     def state(self) -> str:
+        """Its state (pilot.entk.states: DESCRIBED, SCHEDULING, SUSPENDED, DONE, FAILED,
+        CANCELED); the workflow processor sets it (EnTKValueError for another value)."""
         return self._state
 
     @state.setter
@@ -92,14 +102,17 @@ class Pipeline:
 
     @property
     def state_history(self) -> list:
+        """Every state it was in, in order, DESCRIBED first."""
         return self._state_history
 
     @property
     def lock(self):
+        """Its lock (a threading.RLock), held while its state or stages change."""
         return self._lock
 
     @property
     def completed(self) -> bool:
+        """Whether it reached a final state (DONE, FAILED or CANCELED)."""
         return self._completed.is_set()
 
     @property
@@ -108,7 +121,18 @@ class Pipeline:
         return min(self._index + 1, len(self._stages))
 
     def add_stages(self, value) -> None:
-        """Append a Stage, or a list of them."""
+        """Append a Stage, or a list of them.
+
+        Also while it runs (from a post_exec, or another thread): the workflow processor is
+        told at once.
+
+        Args:
+            value (Stage | list[Stage] | tuple[Stage, ...]): the stages.
+
+        Raises:
+            EnTKValueError: an empty list.
+            EnTKTypeError: something that is not a Stage.
+        """
         stages = list(value) if isinstance(value, (list, tuple)) else [value]
         if not stages:
             raise bad_value(f"Pipeline {self._uid}", "add_stages", value, "a Stage or Stages")
@@ -122,7 +146,13 @@ class Pipeline:
         self._tell()
 
     def suspend(self) -> None:
-        """No stage of it starts until resume(); its running tasks go on."""
+        """No stage of it starts until resume(); its running tasks go on.
+
+        May be called from any thread (a post_exec, a thread of the script).
+
+        Raises:
+            EnTKError: it is suspended already, or final.
+        """
         with self._lock:
             if self._state == states.SUSPENDED:
                 raise EnTKError(f"suspend() called on suspended Pipeline {self._uid}")
@@ -132,7 +162,11 @@ class Pipeline:
         self._tell()
 
     def resume(self) -> None:
-        """Back to the state it had before suspend(); it goes on with the stage it was in."""
+        """Back to the state it had before suspend(); it goes on with the stage it was in.
+
+        Raises:
+            EnTKError: it is not suspended.
+        """
         with self._lock:
             if self._state != states.SUSPENDED:
                 raise EnTKError(
@@ -143,6 +177,11 @@ class Pipeline:
         self._tell()
 
     def as_dict(self) -> dict:
+        """EnTK's dict of a pipeline.
+
+        Returns:
+            dict: `uid`, `name`, `state`, `state_history`, `completed`.
+        """
         return {
             "uid": self._uid,
             "name": self._name,

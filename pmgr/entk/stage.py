@@ -33,7 +33,11 @@ _COUNTER = itertools.count()
 
 
 class Stage:
-    """RADICAL-EnTK's Stage (see the module's header)."""
+    """RADICAL-EnTK's Stage: a set of tasks that may run at the same time, and what runs
+    when they all ended (post_exec); plus this project's partitions per stage (see the
+    module's header).  Its states: DESCRIBED -> SCHEDULING -> SCHEDULED -> DONE | FAILED |
+    CANCELED.
+    """
 
     def __init__(self) -> None:
         self._uid = f"stage.{next(_COUNTER):04d}"
@@ -52,10 +56,14 @@ class Stage:
     # -- EnTK's attributes -------------------------------------------------------------------
     @property
     def uid(self) -> str:
+        """Its id, `stage.NNNN` (numbered in this process)."""
         return self._uid
 
     @property
     def name(self):
+        """Its name (None until set): letters, digits, spaces and '.' (EnTKValueError
+        otherwise, EnTKTypeError for a non-str); $Pipeline_..._Stage_<name>_... references
+        use it."""
         return self._name
 
     @name.setter
@@ -66,11 +74,14 @@ class Stage:
 
     @property
     def luid(self) -> str:
+        """`<pipeline name or uid>.<its name or uid>` (what messages name it by)."""
         p = self._p_pipeline
         return f"{p['name'] or p['uid']}.{self._name or self._uid}"
 
     @property
     def tasks(self) -> set:
+        """Its tasks (a set: no order among them); setting it replaces them (as
+        `add_tasks`)."""
         return self._tasks
 
     @tasks.setter
@@ -80,6 +91,8 @@ class Stage:
 
     @property
     def state(self) -> str:
+        """Its state (pilot.entk.states: DESCRIBED, SCHEDULING, SCHEDULED, DONE, FAILED,
+        CANCELED); the workflow processor sets it (EnTKValueError for another value)."""
         return self._state
 
     @state.setter
@@ -91,10 +104,13 @@ class Stage:
 
     @property
     def state_history(self) -> list:
+        """Every state it was in, in order, DESCRIBED first."""
         return self._state_history
 
     @property
     def parent_pipeline(self) -> dict:
+        """{'uid', 'name'} of its pipeline (both None until it is added to one); set by
+        Pipeline.add_stages (EnTKTypeError for a non-dict)."""
         return self._p_pipeline
 
     @parent_pipeline.setter
@@ -107,6 +123,10 @@ class Stage:
 
     @property
     def post_exec(self):
+        """A callable (or None), called with no arguments in run()'s thread once every
+        task of the stage ended; it may add stages or tasks, suspend or resume pipelines,
+        reconfigure partitions.  What it raises ends run() with EnTKError.  Set to a
+        non-callable: EnTKTypeError."""
         return self._post_exec
 
     @post_exec.setter
@@ -116,7 +136,15 @@ class Stage:
         self._post_exec = value
 
     def add_tasks(self, value) -> None:
-        """Add a Task, or a list or set of them (a task already here is kept once)."""
+        """Add a Task, or a list or set of them (a task already here is kept once).
+
+        Args:
+            value (Task | list[Task] | tuple[Task, ...] | set[Task]): the tasks.
+
+        Raises:
+            EnTKValueError: an empty collection.
+            EnTKTypeError: something that is not a Task.
+        """
         tasks = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
         if not tasks:
             raise bad_value(f"Stage {self._uid}", "add_tasks", value, "a Task or Tasks")
@@ -129,6 +157,11 @@ class Stage:
             t.parent_pipeline = dict(self._p_pipeline)
 
     def as_dict(self) -> dict:
+        """EnTK's dict of a stage.
+
+        Returns:
+            dict: `uid`, `name`, `state`, `state_history`, `parent_pipeline`.
+        """
         return {
             "uid": self._uid,
             "name": self._name,
@@ -140,7 +173,12 @@ class Stage:
     # -- partitions (this project's) ---------------------------------------------------------
     @property
     def partition(self):
-        """The partition name(s) its tasks run in (None: any partition of the pilot)."""
+        """The partition name(s) its tasks run in (None: any partition of the pilot).
+
+        Set to a name or a list of names (this project's, beyond EnTK): its tasks spread
+        over the pilot's live partitions of those names by their cores; a name no live
+        partition has when the stage starts is an EnTKValueError then.
+        """
         p = self._partition
         return p[0] if p is not None and len(p) == 1 else p
 
@@ -154,7 +192,12 @@ class Stage:
 
     @property
     def reconfig(self) -> dict | None:
-        """{'stop': [names], 'start': [ComputePartitionDescription]}, done as the stage starts."""
+        """{'stop': [names], 'start': [ComputePartitionDescription]}, done as the stage starts.
+
+        Done when the stage starts, before its tasks are submitted: the live partitions of
+        those names stop, the new ones start (a dict of a description's fields is taken
+        too).  None: nothing.
+        """
         return self._reconfig
 
     @reconfig.setter

@@ -140,7 +140,63 @@ def _stage_on_error(owner, field, value):
 
 
 class Task(Description):
-    """RADICAL-EnTK's Task (see the module's header for its fields)."""
+    """RADICAL-EnTK's Task (see the module's header for its fields).
+
+    Plain data, each field validated as it is set (EnTKValueError / EnTKTypeError naming it);
+    `task['executable']` reads and writes fields too.  A Task runs once (a new Task to run it
+    again); two tasks are equal when their uids are.
+
+    Args:
+        from_dict (dict | None): fields to start with (EnTK's `Task(from_dict=...)`),
+            `uid` among them (default task.NNNNNN).
+
+    Raises:
+        EnTKValueError: `from_dict` not a dict, or a field's value not accepted.
+
+    Attributes:
+        uid (str): given to Task({'uid': ...}) only (default task.NNNNNN, numbered in this
+            process); never reassigned (EnTKError).
+        name (str): letters, digits, spaces and '.' (references name it: '_' separates
+            them); default "".
+        executable (str): what runs (mandatory: EnTKMissingError when the workflow is set
+            without it).
+        arguments (list[str]): its arguments (default []); $SHARED or
+            $Pipeline_<p>_Stage_<s>_Task_<t> at an argument's start is made a path.
+        environment (dict[str, str]): variables set for it (default {}).
+        sandbox (str): its directory, relative to the pilot sandbox; default "" (the task's
+            uid): tasks that name one sandbox share it.
+        pre_launch (list[str]): shell lines run before it is launched (default []); also
+            post_launch, pre_exec, post_exec.
+        stdout (str): the file name of its stdout in the sandbox (default "": STDOUT, or
+            <pilot task uid>.out in a sandbox it names); stderr likewise (STDERR, .err).
+        cpu_reqs (CpuReqs): {'cpu_processes': ranks (default 1), 'cpu_process_type': None,
+            'POSIX' or 'MPI', 'cpu_threads': cores per rank (default 1), 'cpu_thread_type':
+            None or 'OpenMP'} (pilot.entk.CpuReqs; a dict is taken).
+        gpu_reqs (GpuReqs): {'gpu_processes': GPUs per rank (default 0), 'gpu_process_type':
+            None, 'CUDA' or 'ROCm'} (pilot.entk.GpuReqs; a dict is taken).
+        upload_input_data (list[str]): 'source > target' or 'source': from the client
+            (relative to its working directory) into the task's sandbox (default []).
+        copy_input_data (list[str]): from the pilot's file system (a relative path is in the
+            pilot sandbox, as $SHARED) into the task's sandbox, copied; link_input_data and
+            move_input_data link or move (each default []).
+        copy_output_data (list[str]): from the task's sandbox to the pilot's file system,
+            copied, once it ended DONE; link_output_data and move_output_data link or move
+            (each default []).
+        download_output_data (list[str]): from the task's sandbox to the client (relative to
+            its working directory), once it ended DONE (default []).
+        tags (dict | None): {'colocate': a task's name or uid}: run where that task ran
+            ('exclusive' is refused); default None.
+        error_is_fatal (bool): True: its failure fails its stage and pipeline, and run()
+            raises (default False).
+        metadata (dict): the user's own (default {}).
+        state (str): DESCRIBED, then as it runs (pilot.entk.states).
+        exit_code (int | None): its exit code once it ended.
+        exception (str | None): why it failed (the pilot task's reason); exception_detail
+            the end of its stderr.
+        path (str): its sandbox, once it ran.
+        rts_uid (str | None): the pilot task's uid.
+        parent_stage (dict): {'uid', 'name'} of its stage; parent_pipeline of its pipeline.
+    """
 
     FIELDS = {
         "uid": ("", _uid),
