@@ -144,6 +144,8 @@ class UnitQueries:
             return [self._unit(u) for u in _uids(uids)]
 
     def _unit(self, uid) -> Unit:
+        if isinstance(uid, Unit):
+            uid = uid.uid
         unit = self.units.get(uid)
         if unit is None:
             raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")
