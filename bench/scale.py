@@ -1,0 +1,199 @@
+"""A million units through one client: memory per process, throughput first to last, the store.
+
+    python bench/scale.py [--n 1000000] [--kind func|exec] [--window 20000]
+                          [--bringup 64,128,256] [--views]
+
+One fresh process: Session + 2-core local.localhost pilot (sqlite store, the default); N units
+of a no-op function (func) or of /bin/true (exec) submitted from a generator (submit_units(gen,
+lazy=True): nothing of the workload is in memory at once) and waited for.  Sampled every
+0.25 s: units ended, the RSS of the client, the bootstrap and the agent.  Printed:
+
+  - RSS of each process when 10 %, 20 %, 50 % and 100 % of the units had ended (at N = 1 M:
+    100 k, 200 k, 500 k, 1 M), the peak (VmHWM), and the slope between 20 % and 100 % in KB a
+    unit (the baseline is the process's own RSS at 20 %, measured in the same run: what grows
+    with finished work shows as a slope);
+  - units/s over the first and over the last 10 % of the units (last / first: flat is 1.00);
+  - the store's bytes per unit (the sqlite file, its history rows included, after the writer
+    flushed);
+  - with --bringup: bench/bringup.py's table at those node counts (a node daemon per logical
+    node, forked on this machine);
+  - with --views: bench/views.py's table (pilot status / export / top / plot / trace on a
+    synthetic session of N units) when that bench is there.
+
+Targets (issue: ten million units): client peak < 300 MB and each pilot process < 100 MB at
+1 M; slope < 0.05 KB a unit; last 10 % within 5 % of the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.local_pilot import cpu_s, in_fresh_process, status_mb, two_core_pilot  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARKS = (0.1, 0.2, 0.5, 1.0)
+
+
+def one_run(n: int, kind: str, window: int) -> dict:
+    import pilot as rp
+
+    with two_core_pilot(runtime=24 * 60, warm=0) as run:
+        umgr, table = run.umgr, run.umgr.units
+        procs = {"client": os.getpid(), "bootstrap": run.bootstrap, "agent": run.agents()[0]}
+
+        def descriptions():
+            for _ in range(n):
+                if kind == "func":
+                    yield rp.ComputeUnitDescription(function=os.getpid)
+                else:
+                    yield rp.ComputeUnitDescription(executable="/bin/true")
+
+        marks, at = [round(m * n) for m in MARKS], {}
+        tenths = {}  # k -> seconds when k x 10 % of the units had ended
+        cpu = {}  # k -> CPU seconds of each process then
+        stop = threading.Event()
+        start_cpu = {name: cpu_s(pid)["own"] for name, pid in procs.items()}
+        t0 = time.perf_counter()
+        stream = umgr.submit_units(descriptions(), lazy=True, window=window)
+
+        def sample() -> None:
+            while not stop.wait(0.25):
+                ended = len(table) - table.open
+                t = time.perf_counter() - t0
+                for k in range(1, 11):
+                    if ended >= k * n // 10 and k not in tenths:
+                        tenths[k] = t
+                        cpu[k] = {name: cpu_s(pid)["own"] for name, pid in procs.items()}
+                        rss = {name: status_mb(pid, "VmRSS") for name, pid in procs.items()}
+                        print(
+                            json.dumps(
+                                {"ended": ended, "s": round(t, 1), "rss": rss, "cpu": cpu[k]}
+                            ),
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                while marks and ended >= marks[0]:
+                    m = marks.pop(0)
+                    at[m] = {name: status_mb(pid, "VmRSS") for name, pid in procs.items()}
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        counts = stream.wait(timeout=24 * 3600)
+        stop.set()
+        sampler.join(5)
+        run_s = time.perf_counter() - t0
+        for m in marks:  # (ended between the last sample and the wait's return)
+            at[m] = {name: status_mb(pid, "VmRSS") for name, pid in procs.items()}
+        for k in range(1, 11):
+            tenths.setdefault(k, run_s)
+            cpu.setdefault(k, {name: cpu_s(pid)["own"] for name, pid in procs.items()})
+        cpu0 = start_cpu
+        run.session.writer.flush(timeout=600)
+        db = run.session.url.split("://", 1)[1]
+        store_bytes = sum(
+            os.path.getsize(p) for p in (db, db + "-journal", db + "-wal") if os.path.exists(p)
+        )
+        return {
+            "n": n,
+            "kind": kind,
+            "window": window,
+            "counts": counts,
+            "run_s": run_s,
+            "at": {str(k): v for k, v in at.items()},
+            "peak": {name: status_mb(pid, "VmHWM") for name, pid in procs.items()},
+            "first_10": (n // 10) / tenths[1],
+            "last_10": (n - 9 * n // 10) / (run_s - tenths[9]),
+            "store_bytes": store_bytes,
+            # CPU ms a unit of each process over the first and the last 10 % (load-proof)
+            "cpu_first": {k: (cpu[1][k] - cpu0[k]) * 1000 / (n // 10) for k in procs},
+            "cpu_last": {k: (cpu[10][k] - cpu[9][k]) * 1000 / (n - 9 * n // 10) for k in procs},
+        }
+
+
+def report(r: dict) -> None:
+    n = r["n"]
+    marks = sorted(int(k) for k in r["at"])
+    print(
+        f"\n{n:,} {r['kind']} units from a generator (window {r['window']:,}), 2-core local "
+        f"pilot, sqlite: {r['run_s']:.0f} s, {r['counts']}\n"
+    )
+    print(
+        "| process | " + " | ".join(f"RSS MB at {m:,}" for m in marks) + " | peak MB | "
+        "slope KB/unit (20 % -> 100 %) |"
+    )
+    print("|---|" + "---|" * (len(marks) + 2))
+    lo, hi = marks[1] if len(marks) > 1 else marks[0], marks[-1]
+    for name in ("client", "bootstrap", "agent"):
+        rss = [r["at"][str(m)][name] for m in marks]
+        slope = (r["at"][str(hi)][name] - r["at"][str(lo)][name]) * 1024 / max(1, hi - lo)
+        print(
+            f"| {name} | "
+            + " | ".join(f"{x:.0f}" for x in rss)
+            + f" | {r['peak'][name]:.0f} | {slope:.4f} |"
+        )
+    first, last = r["first_10"], r["last_10"]
+    print("\n| units/s, first 10 % | units/s, last 10 % | last / first |")
+    print("|---|---|---|")
+    print(f"| {first:.0f} | {last:.0f} | {last / first:.2f} |")
+    print("\n| CPU ms a unit | first 10 % | last 10 % | last / first |")
+    print("|---|---|---|---|")
+    for name in ("client", "bootstrap", "agent"):
+        a, b = r["cpu_first"][name], r["cpu_last"][name]
+        print(f"| {name} | {a:.3f} | {b:.3f} | {b / a if a else float('nan'):.2f} |")
+    print(f"\nstore: {r['store_bytes'] / n:.0f} bytes a unit (sqlite file, history rows in)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--kind", choices=("func", "exec"), default="func")
+    ap.add_argument("--window", type=int, default=20_000)
+    ap.add_argument("--bringup", default="", help="node counts, e.g. 64,128,256")
+    ap.add_argument("--views", action="store_true")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one_run(args.n, args.kind, args.window)))
+        return 0
+    r = in_fresh_process(
+        __file__,
+        ["--n", str(args.n), "--kind", args.kind, "--window", str(args.window)],
+        timeout=24 * 3600,
+    )
+    if r is None:
+        return 1
+    report(r)
+    extra = []
+    if args.bringup:
+        extra.append(
+            [
+                os.path.join(HERE, "bringup.py"),
+                "--nodes",
+                args.bringup,
+                "--reps",
+                "1",
+                "--units",
+                "200",
+            ]
+        )
+    if args.views and os.path.exists(os.path.join(HERE, "views.py")):
+        extra.append([os.path.join(HERE, "views.py"), "--n", str(args.n)])
+    for cmd in extra:
+        print(
+            f"\n$ python {' '.join(os.path.relpath(c) if c.startswith('/') else c for c in cmd)}",
+            flush=True,
+        )
+        subprocess.run([sys.executable, *cmd], timeout=4 * 3600, check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
