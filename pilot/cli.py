@@ -286,8 +286,14 @@ def run_export(args: argparse.Namespace) -> int:
         if args.format == "chrome-trace":
             from pilot.pmgr.observe import timeline, trace
 
-            tl = timeline.load(store, args.session)
+            tl = timeline.load(store, args.session, max_units=trace.MAX_UNITS)
             write = functools.partial(trace.write, tl)
+            if tl.left_out:
+                print(
+                    f"pilot export: {tl.left_out} of {tl.units_total} units left out of the "
+                    f"trace (the first {len(tl.units)} to change are in it; otherData says so)",
+                    file=sys.stderr,
+                )
         else:
             from pilot.pmgr.observe import text
 
@@ -302,11 +308,11 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_plot(args: argparse.Namespace) -> int:
     """`pilot plot SESSION`: one figure of the session (pmgr/observe/plot.py)."""
-    from pilot.pmgr.observe import plot, timeline
+    from pilot.pmgr.observe import plot
 
     plot.output_format(args.output)  # a bad name fails before the store is read
     with closing(open_session_store(args.session, args.database_url)) as store:
-        drawn = plot.plot(timeline.load(store, args.session), args.output)
+        drawn = plot.plot_session(store, args.session, args.output)
         print(
             f"{args.output}: {drawn['units']} units, {drawn['partitions']} partitions, "
             f"{drawn['reconfigs']} reconfig(s)"

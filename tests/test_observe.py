@@ -372,3 +372,63 @@ def test_sweep_counts_touching_and_empty_intervals():
     assert timeline.held([{"cpus": [0]}, {"cpus": [1]}], {"ranks": 2}) == (2, 0)
     assert timeline.held(None, {"ranks": 2, "cores": 3, "gpu_processes": 2}) == (6, 2)
     assert timeline.held({"cpus": [0], "gpus": [0]}, {"gpus": 0.5}) == (1, 0.5)
+
+
+def test_a_big_session_is_binned_and_its_trace_capped(database_url, tmp_path, capsys, monkeypatch):
+    """Above plot.EXACT_UNITS the plot's series are bin means streamed from the store (the
+    same numbers series.bin_means gives of the exact steps), and above trace.MAX_UNITS the
+    trace holds the first units and says how many it left out; on sqlite and MongoDB."""
+    import io
+
+    import numpy as np
+
+    from bench.views import PARTS, SESSION, build
+    from pilot.pmgr.observe import bins, trace
+    from pilot.pmgr.store import open_store
+
+    store = open_store(database_url)
+    try:
+        build(store, 600, window=100)  # (small batches: SecantusDB on 2 busy cores is slow)
+        tl = timeline.load(store, SESSION)
+        assert len(tl.units) == tl.units_total == 600 and tl.left_out == 0
+        binned = bins.aggregate(store, tl, 120)
+        end = tl.rel(tl.end)
+        for part in PARTS:
+            grid, (vals,) = series.on_grid([series.busy(tl)[part][0]])
+            _, (exact,) = series.bin_means(grid, [vals], end, 120)
+            assert np.allclose(binned.busy[part][0].values, exact, atol=1e-6)
+            assert exact.max() > 1
+        for state, step in series.unit_states(tl).items():
+            _, (exact,) = series.bin_means(step.times, [step.values], end, 120)
+            assert np.allclose(binned.states[state].values, exact, atol=1e-6), state
+        drawn = plot.plot_session(store, SESSION, str(tmp_path / "b.png"), exact_units=100)
+        assert drawn["units"] == 600 and set(drawn["peak_cores"]) == set(PARTS)
+        assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+        capped = timeline.load(store, SESSION, max_units=200)
+        assert len(capped.units) == 200 and capped.left_out == 400
+        assert [u.uid for u in capped.units] == [f"unit.{k:06d}" for k in range(200)]
+        assert all(len(u.history) == 5 and u.partition in PARTS for u in capped.units)
+        out = io.StringIO()
+        assert trace.write(capped, out) == 400
+        doc = json.loads(out.getvalue())
+        assert doc["otherData"]["units_left_out"] == 400
+        assert doc["otherData"]["units_in_trace"] == 200
+        slices = [e for e in doc["traceEvents"] if e.get("cat") == "unit"]
+        assert len(slices) == 200
+        whole = io.StringIO()
+        assert trace.write(tl, whole) == 0
+        assert json.loads(whole.getvalue()) == trace.trace(tl)  # streamed = built whole
+    finally:
+        store.close()
+    from pilot import cli
+
+    monkeypatch.setattr(trace, "MAX_UNITS", 250)
+    out = tmp_path / "t.json"
+    common = [SESSION, "--database-url", database_url]
+    assert cli.main(["export", *common, "--format", "chrome-trace", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "pilot export: 350 of 600 units left out of the trace" in err
+    assert json.loads(out.read_text())["otherData"]["units_left_out"] == 350
+    assert cli.main(["status", *common]) == 0
+    assert "units: 600, DONE 599, FAILED 1" in capsys.readouterr().out  # (k % 1000 == 7)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from pilot.pmgr.store import open_store
-from pilot.pmgr.store.base import Batch
+from pilot.pmgr.store.base import HISTORY, Batch
 
 
 @pytest.fixture
@@ -157,3 +157,118 @@ def test_batches_of_every_size_keep_each_row_and_its_values(store, n):
     assert sorted((h["uid"], h["seq"], h["state"]) for h in hist) == sorted(
         (f"u{i:04d}", q, s) for i in range(n) for q, s in ((0, "NEW"), (1, "DONE"))
     )
+
+
+def _views_session(store, n=23):
+    """A pilot, two partitions and `n` units of session s1 (unit 3 and 7 FAILED, one unit of
+    s2), each change a history row, written a few units a batch."""
+    t = time.time()
+    b = Batch()
+    b.docs["pilots"]["pilot.0000"] = {"uid": "pilot.0000", "session": "s1", "state": "ACTIVE"}
+    b.history += [("s1", "pilots", "pilot.0000", s, t + i, None, i)
+                  for i, s in enumerate(["NEW", "PENDING", "ACTIVE"])]  # fmt: skip
+    for p in ("p0", "p1"):
+        b.docs["partitions"][p] = {"uid": p, "session": "s1", "pilot": "pilot.0000"}
+        b.history.append(("s1", "partitions", p, "ACTIVE", t + 2.5, None, 0))
+    store.write_batch(b)
+    for first in range(0, n, 5):
+        b = Batch()
+        for k in range(first, min(n, first + 5)):
+            uid = f"unit.{k:06d}"
+            final = "FAILED" if k in (3, 7) else "DONE" if k < n - 2 else "EXECUTING"
+            b.docs["units"][uid] = unit_doc(uid, final, partition=f"p{k % 2}", exit_code=0)
+            path = ["NEW", "SCHEDULING", "QUEUED", "EXECUTING"]
+            path += [final] if final != "EXECUTING" else []
+            b.history += [("s1", "units", uid, s, t + 3 + k + i / 10, f"r{k}" if s == "FAILED"
+                           else None, i) for i, s in enumerate(path)]  # fmt: skip
+        store.write_batch(b)
+    b = Batch()
+    b.docs["units"]["other"] = unit_doc("other", "FAILED", session="s2")
+    b.history.append(("s2", "units", "other", "FAILED", t + 99, None, 0))
+    store.write_batch(b)
+    return t
+
+
+@pytest.mark.parametrize("page", [7, 10_000])
+def test_iter_history_streams_the_session_oldest_first_in_pages(store, monkeypatch, page):
+    import pilot.pmgr.store.mongo as mongo_mod
+    import pilot.pmgr.store.sqlite as sqlite_mod
+
+    monkeypatch.setattr(sqlite_mod, "PAGE", page)
+    monkeypatch.setattr(mongo_mod, "PAGE", page)
+    t = _views_session(store)
+    rows = list(store.iter_history("s1"))
+    whole = [tuple(r[k] for k in HISTORY) for r in store.history(session="s1")]
+    assert rows == whole and len(rows) == 3 + 2 + 21 * 5 + 2 * 4
+    assert [r[4] for r in rows] == sorted(r[4] for r in rows)  # oldest first
+    units = list(store.iter_history("s1", kinds=("units",)))
+    assert len(units) == 21 * 5 + 2 * 4 and {r[1] for r in units} == {"units"}
+    assert units[:2] == [
+        ("s1", "units", "unit.000000", "NEW", pytest.approx(t + 3), None, 0),
+        ("s1", "units", "unit.000000", "SCHEDULING", pytest.approx(t + 3.1), None, 1),
+    ]
+    assert list(store.iter_history("s1", kinds=("pilots",)))[-1][3] == "ACTIVE"
+    assert list(store.iter_history("nobody")) == []
+    lo, hi = store.history_span("s1")
+    assert lo == pytest.approx(t) and hi == pytest.approx(t + 3 + 22 + 0.3)
+    assert store.history_span("nobody") == (None, None)
+
+
+def test_unit_counts_are_aggregates_by_the_fields_asked(store):
+    _views_session(store)
+    assert store.unit_counts("s1") == {
+        ("p0", "DONE"): 11,
+        ("p1", "DONE"): 8,
+        ("p1", "FAILED"): 2,
+        ("p0", "EXECUTING"): 1,
+        ("p1", "EXECUTING"): 1,
+    }
+    assert store.unit_counts("s1", by=("state",)) == {
+        ("DONE",): 19,
+        ("FAILED",): 2,
+        ("EXECUTING",): 2,
+    }
+    assert store.unit_counts("s1", pilot="pilot.0000", by=("state",))[("FAILED",)] == 2
+    assert store.unit_counts("s1", pilot="pilot.0001") == {}
+    assert store.unit_counts("s2", by=("state",)) == {("FAILED",): 1}
+    with pytest.raises(ValueError, match=r"cannot filter on \['colour'\]"):
+        store.unit_counts("s1", by=("colour",))
+
+
+def test_last_events_are_the_newest_pilot_partition_and_failed_rows(store):
+    t = _views_session(store)
+    rows = store.last_events("s1", 200)
+    got = [(r["kind"], r["uid"], r["state"]) for r in rows]
+    assert got == [
+        ("pilots", "pilot.0000", "NEW"),
+        ("pilots", "pilot.0000", "PENDING"),
+        ("pilots", "pilot.0000", "ACTIVE"),
+        ("partitions", "p0", "ACTIVE"),
+        ("partitions", "p1", "ACTIVE"),
+        ("units", "unit.000003", "FAILED"),
+        ("units", "unit.000007", "FAILED"),
+    ]
+    assert rows[-1]["reason"] == "r7" and rows[-1]["ts"] == pytest.approx(t + 3 + 7 + 0.4)
+    assert set(rows[0]) == set(HISTORY)
+    assert [r["uid"] for r in store.last_events("s1", 2)] == ["unit.000003", "unit.000007"]
+    assert store.last_events("s1", 0) == []
+    assert [r["uid"] for r in store.last_events("s2", 5)] == ["other"]
+
+
+def test_get_many_fetches_the_stored_ones_by_uid(store):
+    _views_session(store, n=1203)
+    uids = [f"unit.{k:06d}" for k in range(0, 1203, 2)] + ["nope"]
+    docs = store.get_many("units", uids, ("partition", "state", "slots"))
+    assert sorted(docs) == uids[:-1]
+    assert docs["unit.000002"] == {
+        "uid": "unit.000002",
+        "partition": "p0",
+        "state": "DONE",
+        "slots": None,
+    }
+    whole = store.get_many("units", ["unit.000007"])
+    assert whole == {"unit.000007": store.get("units", "unit.000007")}
+    assert whole["unit.000007"]["description"] == {"executable": "/bin/true", "arguments": ["a"]}
+    assert store.get_many("units", []) == {}
+    with pytest.raises(ValueError, match=r"cannot filter on \['colour'\]"):
+        store.get_many("units", uids, ("colour",))

@@ -2,6 +2,7 @@
 
 timeline.py   a session's pilots, partitions, units and reconfigs as plain records
 series.py     step series aggregated from them (busy cores / GPUs, units per state)
+bins.py       the same series as means per time bin, streamed from the store (big sessions)
 plot.py       `pilot plot`: one matplotlib figure of those series
 trace.py      `pilot export --format chrome-trace`: Trace Event Format JSON
 text.py       `pilot status` and `pilot export --format jsonl`

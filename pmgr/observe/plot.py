@@ -13,6 +13,11 @@ of series.py, a few artists per partition and state, so 100,000 units cost no mo
 than ten; a series with more than MAX_STEPS changes (more than the pixels can show) is drawn
 as the time-weighted mean of each of BINS bins, and the axis says so.  matplotlib is imported
 here only, on the Agg canvas (no display needed).
+
+A session of more than EXACT_UNITS units is not loaded: its units' rows are streamed through
+bins.py, which gives the same time-weighted mean of each of BINS bins in O(BINS) memory per
+series (what the dense plot above would draw), and the axes and the title say "mean per
+bin" (`plot_session` picks the way).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pilot.states import FINAL
 FORMATS = ("png", "svg", "pdf")
 FIGSIZE = (12.0, 9.0)  # inches, at DPI: 1200 x 900 pixels
 DPI = 100
+EXACT_UNITS = 50_000  # more units than this: bin means streamed from the store (bins.py)
 MAX_STEPS = 4000  # a series with more changes than this is drawn as BINS bin means
 BINS = 1200
 STATE_COLORS = {
@@ -37,6 +43,19 @@ STATE_COLORS = {
 }
 
 
+def plot_session(store, session: str, path: str, exact_units: int = EXACT_UNITS) -> dict:
+    """Draw `session` of `store` into `path`: exactly when it has at most `exact_units` units,
+    else as bin means streamed from the store; returns what was drawn."""
+    from pilot.pmgr.observe import bins, timeline
+
+    ext = output_format(path)
+    tl = timeline.load(store, session, max_units=exact_units)
+    binned = bins.aggregate(store, tl, BINS) if tl.left_out else None
+    fig, drawn = figure(tl, binned)
+    fig.savefig(path, format=ext)
+    return drawn
+
+
 def plot(tl, path: str) -> dict:
     """Draw Timeline `tl` into `path`; returns what was drawn (for the command's summary)."""
     ext = output_format(path)
@@ -45,14 +64,16 @@ def plot(tl, path: str) -> dict:
     return drawn
 
 
-def figure(tl):
+def figure(tl, binned=None):
     """(the matplotlib Figure of Timeline `tl`, what it shows: units, partitions, reconfigs and
-    each partition's peak busy cores)."""
+    each partition's peak busy cores).  `binned` (a bins.Binned): draw its bin means instead
+    of the steps of tl.units."""
     require("matplotlib")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    busy = series.busy(tl)
+    busy = binned.busy if binned else series.busy(tl)
+    mean = f"\n(mean per {binned.width:.2g} s)" if binned else None
     cap_cores, cap_gpus = series.capacity(tl)
     with_gpus = tl.gpus > 0 or any(g.peak > 0 for _, g in busy.values())
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
@@ -61,22 +82,24 @@ def figure(tl):
     axes = fig.subplots(rows, 1, sharex=True, height_ratios=[3, 2, 3] if with_gpus else [3, 3])
     end = tl.rel(tl.end)
     colors = _colors(len(tl.partitions))
-    _stacked(axes[0], busy, 0, cap_cores, tl.cores, "cores", colors, end)
+    _stacked(axes[0], busy, 0, cap_cores, tl.cores, "cores", colors, end, mean)
     if with_gpus:
-        _stacked(axes[1], busy, 1, cap_gpus, tl.gpus, "GPUs", colors, end)
-    _states(axes[-1], series.unit_states(tl), end)
+        _stacked(axes[1], busy, 1, cap_gpus, tl.gpus, "GPUs", colors, end, mean)
+    _states(axes[-1], binned.states if binned else series.unit_states(tl), end, mean)
     for ax in axes:
         for r in tl.reconfigs:
             ax.axvline(tl.rel(r.ts), color="black", linestyle=":", linewidth=1.2)
     _reconfig_labels(axes[0], tl)
     axes[-1].set_xlabel("seconds since the session started")
     axes[-1].set_xlim(0, max(end, 1e-3))
+    n_units = max(tl.units_total, len(tl.units))
     fig.suptitle(
-        f"{tl.session}: {len(tl.units)} units, {len(tl.partitions)} partitions, "
+        f"{tl.session}: {n_units} units, {len(tl.partitions)} partitions, "
         f"{len(tl.reconfigs)} reconfig(s)"
+        + (f"; units as means per {binned.width:.2g} s bin (of {BINS})" if binned else "")
     )
     return fig, {
-        "units": len(tl.units),
+        "units": n_units,
         "partitions": len(tl.partitions),
         "reconfigs": len(tl.reconfigs),
         "peak_cores": {uid: cores.peak for uid, (cores, _) in busy.items()},
@@ -116,12 +139,12 @@ def _drawn(grid, values: list, end: float):
     return grid, values, False
 
 
-def _stacked(ax, busy: dict, which: int, capacity, size: float, what: str, colors, end) -> None:
+def _stacked(ax, busy: dict, which, capacity, size, what: str, colors, end, mean=None) -> None:
     np = require("numpy")
     uids = list(busy)
     grid, values = series.on_grid([busy[u][which] for u in uids])
     grid, values, binned = _drawn(grid, values, end)
-    label = f"{what} busy" + (f"\n(mean per {end / BINS:.2g} s)" if binned else "")
+    label = f"{what} busy" + (mean or (f"\n(mean per {end / BINS:.2g} s)" if binned else ""))
     base = np.zeros(len(grid))
     for uid, vals, color in zip(uids, values, colors):
         if not vals.any():
@@ -147,7 +170,7 @@ def _stacked(ax, busy: dict, which: int, capacity, size: float, what: str, color
     ax.grid(axis="y", alpha=0.3)
 
 
-def _states(ax, counts: dict, end: float) -> None:
+def _states(ax, counts: dict, end: float, mean: str | None = None) -> None:
     """Units waiting or running on the left axis; units ended (final states, which only grow)
     dashed on a right axis of their own, so 100,000 DONE do not flatten 16 EXECUTING."""
     ended = ax.twinx()
@@ -164,10 +187,12 @@ def _states(ax, counts: dict, end: float) -> None:
             linewidth=1.2 if final else 1.4,
             linestyle="--" if final else "-",
             color=STATE_COLORS.get(state),
-            label=f"{state} (max {step.peak:g})",
+            label=f"{state} (max {step.peak:g})"
+            if mean is None
+            else f"{state} (max mean {step.peak:.4g})",
         )
-    ax.set_ylabel("units waiting / running")
-    ended.set_ylabel("units ended (dashed)")
+    ax.set_ylabel("units waiting / running" + (mean or ""))
+    ended.set_ylabel("units ended (dashed)" + (mean or ""))
     for a in (ax, ended):
         a.set_ylim(bottom=0)
     if handles:

@@ -1,7 +1,7 @@
 """A session read back from its state store as plain records: what `pilot plot` and
 `pilot export --format chrome-trace` draw from.  Pure Python (no numpy).
 
-    load(store, session) -> Timeline
+    load(store, session, max_units=None) -> Timeline
         start, end      epoch seconds: the session's creation (or its first state change, if
                         earlier) and its last state change; `rel(ts)` is seconds after start
         pilots          [Entity]: uid, history [(state, ts)], reason, cores, gpus (its size)
@@ -9,6 +9,13 @@
         units           [UnitRow]: uid, pilot, partition, node, slots, state, reason,
                         exit_code, history, cores/gpus (what it holds while it runs)
         reconfigs       [Reconfig]: pilot, ts, stopped [uid], started [uid]
+        units_total     how many units the session has (the store's count)
+
+How it reads (bounded by `max_units`, not by the session): the pilots' and partitions' rows by
+their uids, the session's span and unit count as aggregates, and the units' history streamed
+oldest first (`iter_history`), of which it keeps the first `max_units` units to change (all,
+if None) and stops reading once each of those has reached a final state; their docs are
+fetched by uid.  `units` then holds those, `units_total - len(units)` were left out.
 
 What a unit holds: its granted `slots` ({"cpus": [ids], "gpus": [ids]}, a list of those for
 several ranks) when it has them, else its description (ranks x cores per rank; gpus per rank,
@@ -30,9 +37,9 @@ RECONFIG_GAP of the pilot's final state: that is the pilot's teardown).
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 
+from pilot.pmgr.store.base import PAGE
 from pilot.states import ACTIVE, CANCELED, DONE, EXECUTING, FINAL, NEW
 
 RECONFIG_GAP = 2.0  # s: stops and starts closer than this are one reconfig
@@ -108,6 +115,12 @@ class Timeline:
     partitions: list[Entity]
     units: list[UnitRow]
     reconfigs: list[Reconfig]
+    units_total: int = 0
+
+    @property
+    def left_out(self) -> int:
+        """Units of the session not in `units` (load's max_units)."""
+        return max(0, self.units_total - len(self.units))
 
     def rel(self, ts: float) -> float:
         return ts - self.start
@@ -121,25 +134,60 @@ class Timeline:
         return sum(p.gpus for p in self.pilots)
 
 
-def load(store, session: str) -> Timeline:
-    """Everything `session` left in `store` (a pmgr.store StateStore)."""
+def load(store, session: str, max_units: int | None = None) -> Timeline:
+    """What `session` left in `store` (a pmgr.store StateStore), with at most `max_units`
+    units (the first to change; None: all of them)."""
     doc = store.get("sessions", session) or {}
-    histories: dict[str, list] = defaultdict(list)
-    for row in store.history(session=session):
-        histories[row["uid"]].append((row["seq"], row["state"], row["ts"], row["reason"]))
-    hist = {uid: [(s, ts) for _, s, ts, _ in sorted(rows)] for uid, rows in histories.items()}
-    pilots = [_entity(d, hist, d.get("size") or {}) for d in store.find("pilots", session=session)]
-    parts = [
-        _entity(d, hist, d.get("resources") or {})
-        for d in store.find("partitions", session=session)
-    ]
+    pilot_docs = store.find("pilots", session=session)
+    part_docs = store.find("partitions", session=session)
+    hist = {d["uid"]: _states(store.history(uid=d["uid"])) for d in pilot_docs + part_docs}
+    pilots = [_entity(d, hist, d.get("size") or {}) for d in pilot_docs]
+    parts = [_entity(d, hist, d.get("resources") or {}) for d in part_docs]
     parts.sort(key=lambda p: _natural(p.uid))
-    units = [_unit(d, hist.get(d["uid"], [])) for d in store.find("units", session=session)]
-    stamps = [ts for h in hist.values() for _, ts in h]
+    total = sum(store.unit_counts(session, by=("state",)).values())
+    units = _units(store, session, total if max_units is None else min(max_units, total))
+    first, last = store.history_span(session)
+    stamps = [ts for ts in (first, last) if ts is not None]
     created = doc.get("created")
     start = min([created, *stamps] if created is not None else stamps, default=0.0)
     end = max(stamps, default=start)
-    return Timeline(session, start, end, pilots, parts, units, find_reconfigs(pilots, parts))
+    tl = Timeline(session, start, end, pilots, parts, units, find_reconfigs(pilots, parts))
+    tl.units_total = total
+    return tl
+
+
+def _states(rows) -> list[tuple[str, float]]:
+    return [(r["state"], r["ts"]) for r in sorted(rows, key=lambda r: r["seq"])]
+
+
+def _units(store, session: str, keep: int) -> list[UnitRow]:
+    """The first `keep` units of `session` to change, with their histories, by uid."""
+    rows: dict[str, list] = {}
+    open_ = 0  # kept units not yet in a final state
+    intern = {}
+    if keep > 0:
+        for _, _, uid, state, ts, _, seq in store.iter_history(session, kinds=("units",)):
+            mine = rows.get(uid)
+            if mine is None:
+                if len(rows) >= keep:
+                    if not open_:
+                        break  # every kept unit has ended: the rest is left out
+                    continue
+                mine = rows[uid] = []
+                open_ += 1
+            state = intern.setdefault(state, state)
+            if state in FINAL:  # (once per unit: final states are final)
+                open_ -= 1
+            mine.append((seq, state, ts))
+    units = []
+    uids = sorted(rows)
+    for i in range(0, len(uids), PAGE):
+        docs = store.get_many("units", uids[i : i + PAGE])
+        for uid in uids[i : i + PAGE]:
+            mine = rows.pop(uid)
+            mine.sort()
+            units.append(_unit(docs.get(uid) or {"uid": uid}, [(s, ts) for _, s, ts in mine]))
+    return units
 
 
 def _natural(uid: str) -> list:

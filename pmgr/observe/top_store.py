@@ -5,8 +5,12 @@ trails the pilot by the writer's lag and stops moving when the client process is
 readers answer the same questions (pilots, partitions, units per partition and state, the
 EXECUTING units' slots, state times, the latest events):
   - SqliteReader: the embedded store, opened read-only; counts are SQL aggregates and events
-    the history's new rows since the last refresh.
-  - StoreReader: any other store (MongoDB) through the StateStore API, read whole each time.
+    the history's new rows since the last refresh (the first time, the newest EVENTS_KEPT of
+    them, through the partial index history_events of pmgr/store/sqlite.py when the file has
+    it: a walk back over the few event rows, not over every unit's).
+  - StoreReader: any other store (MongoDB) through the StateStore API: counts by the store's
+    aggregate (`unit_counts`), the latest events by `last_events`; nothing it reads grows
+    with the session's finished units.
 """
 
 from __future__ import annotations
@@ -144,8 +148,8 @@ class SqliteReader:
 
 
 class StoreReader:
-    """Any other store (MongoDB), through the StateStore API: each refresh reads the pilot's
-    units and the session's history whole, so it suits sessions of moderate size."""
+    """Any other store (MongoDB), through the StateStore API: counts by aggregate, events the
+    latest EVENTS_KEPT (their units' docs fetched by uid), the EXECUTING units' docs."""
 
     def __init__(self, store) -> None:
         self.store = store
@@ -160,11 +164,7 @@ class StoreReader:
         return self.store.find("partitions", pilot=pilot)
 
     def unit_counts(self, session: str, pilot: str) -> dict:
-        counts: dict = {}
-        for u in self.store.find("units", session=session, pilot=pilot):
-            key = (u.get("partition"), u["state"])
-            counts[key] = counts.get(key, 0) + 1
-        return counts
+        return self.store.unit_counts(session, pilot=pilot, by=("partition", "state"))
 
     def executing(self, session: str, pilot: str) -> list[dict]:
         return self.store.find("units", session=session, state=S.EXECUTING, pilot=pilot)
@@ -173,16 +173,10 @@ class StoreReader:
         return [(r["state"], r["ts"]) for r in self.store.history(uid=uid)]
 
     def events(self, session: str) -> list[dict]:
-        rows = [
-            r
-            for r in self.store.history(session=session)
-            if r["kind"] != "units" or r["state"] == S.FAILED
-        ][-EVENTS_KEPT:]
-        units = {
-            u["uid"]: u
-            for uid in {r["uid"] for r in rows if r["kind"] == "units"}
-            for u in [self.store.get("units", uid) or {}]
-        }
+        rows = self.store.last_events(session, EVENTS_KEPT)
+        units = self.store.get_many(
+            "units", {r["uid"] for r in rows if r["kind"] == "units"}, ("pilot", "partition")
+        )
         return [
             {
                 **{k: r.get(k) for k in ("kind", "uid", "state", "ts", "reason")},

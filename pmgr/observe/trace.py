@@ -22,6 +22,12 @@ state to its final one (to the session's last change while not final), args: sta
 child slice per state it passed through (cat "unit.state", named by the state), so its
 EXECUTING phase is a slice of its own.  "M" events name the processes and threads.  (A unit
 without history rows, which the client never writes, would have no time to be drawn at.)
+
+A session of more than MAX_UNITS units: the trace holds the first MAX_UNITS to change (a
+viewer loads a few hundred MB of JSON at most; Perfetto's in-browser limit is about 2 GB), and
+says how many it left out in otherData (units, units_in_trace, units_left_out) and, through
+`write`'s return value, on the command's stderr.  `write` streams the events to the file as
+they are made, so memory holds the loaded units, not their events.
 """
 
 from __future__ import annotations
@@ -34,26 +40,40 @@ from typing import TextIO
 from pilot.pmgr.observe.timeline import Entity, Timeline, UnitRow
 from pilot.states import FINAL
 
+MAX_UNITS = 200_000  # units in one trace, at most (~2.5 KB of JSON each: ~500 MB)
 PILOTS_PID = 1  # (not 0: a trace's pid 0 may be taken for the kernel's idle task)
 Micros = Callable[[float], float]  # epoch s -> us since the session started
 
 
 def trace(tl: Timeline) -> dict:
     """The Trace Event Format document of Timeline `tl`."""
+    return {"traceEvents": list(events(tl)), "displayTimeUnit": "ms", "otherData": other(tl)}
+
+
+def events(tl: Timeline):
+    """The trace's events, one at a time."""
 
     def us(ts: float) -> float:
         return round(max(0.0, ts - tl.start) * 1e6, 3)
 
-    events = _pilot_events(tl, us)
+    yield from _pilot_events(tl, us)
     pids = {p.uid: i for i, p in enumerate(tl.partitions, start=PILOTS_PID + 1)}
     for p in tl.partitions:
-        events += _partition_events(p, pids[p.uid], tl.end, us)
-    events += _unit_events(tl, pids, us)
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"session": tl.session, "start": tl.start},
-    }
+        yield from _partition_events(p, pids[p.uid], tl.end, us)
+    yield from _unit_events(tl, pids, us)
+
+
+def other(tl: Timeline) -> dict:
+    """otherData: the session, its start, and (when some were left out) the unit counts."""
+    data = {"session": tl.session, "start": tl.start}
+    if tl.left_out:
+        data.update(
+            units=tl.units_total,
+            units_in_trace=len(tl.units),
+            units_left_out=tl.left_out,
+            note=f"only the first {len(tl.units)} units to change are in this trace",
+        )
+    return data
 
 
 def _pilot_events(tl: Timeline, us: Micros) -> list[dict]:
@@ -108,10 +128,9 @@ def _partition_events(p: Entity, pid: int, end: float, us: Micros) -> list[dict]
     return events
 
 
-def _unit_events(tl: Timeline, pids: dict[str, int], us: Micros) -> list[dict]:
+def _unit_events(tl: Timeline, pids: dict[str, int], us: Micros):
     """Every unit with a history, in order of its first change, on a lane of its node in its
     partition's process (units at no partition: the "not placed" process after them)."""
-    events = []
     unplaced = PILOTS_PID + len(pids) + 1
     lanes = Lanes()
     for u in sorted((u for u in tl.units if u.history), key=lambda u: u.history[0][1]):
@@ -119,12 +138,11 @@ def _unit_events(tl: Timeline, pids: dict[str, int], us: Micros) -> list[dict]:
         first, last = u.history[0][1], u.history[-1][1] if u.state in FINAL else tl.end
         tid, named = lanes.take(pid, _node_name(u.node), first, max(first, last))
         if named:
-            events.append(_name("thread_name", pid, tid, named))
-        events.append(_unit_slice(u, first, last, pid, tid, us))
-        events += _phases(u.history, last, us, pid, tid, "unit.state")
+            yield _name("thread_name", pid, tid, named)
+        yield _unit_slice(u, first, last, pid, tid, us)
+        yield from _phases(u.history, last, us, pid, tid, "unit.state")
     if lanes.used(unplaced):
-        events.append(_name("process_name", unplaced, 0, "not placed"))
-    return events
+        yield _name("process_name", unplaced, 0, "not placed")
 
 
 def _unit_slice(u: UnitRow, first: float, last: float, pid: int, tid: int, us: Micros) -> dict:
@@ -149,9 +167,14 @@ def _unit_slice(u: UnitRow, first: float, last: float, pid: int, tid: int, us: M
     }
 
 
-def write(tl: Timeline, out: TextIO) -> None:
-    json.dump(trace(tl), out, separators=(",", ":"), allow_nan=False)  # strict JSON
-    out.write("\n")
+def write(tl: Timeline, out: TextIO) -> int:
+    """Write the trace of `tl` to `out`, event by event; returns the units left out."""
+    encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode  # strict JSON
+    out.write('{"traceEvents":[')
+    for i, event in enumerate(events(tl)):
+        out.write(("," if i else "") + encode(event))
+    out.write('],"displayTimeUnit":"ms","otherData":' + encode(other(tl)) + "}\n")
+    return tl.left_out
 
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict:

@@ -21,12 +21,16 @@ history row whose (uid, seq) is stored already is not stored again, so a batch r
 failure that left part of it written (a server killed mid-write) duplicates nothing.  A doc in
 a batch is an upsert of the fields it holds: `description` is sent once, when an object is
 first written, and kept from then on.
-Reads serve recovery, the CLI and tests.
+Reads serve recovery, the CLI and tests.  The views of a session of 10^7 units (`pilot
+status`, `export`, `plot`, `top`, the chrome trace) read through the streaming and aggregating
+ones (`iter_history`, `history_span`, `unit_counts`, `last_events`, `get_many`), which hold a
+page of rows or a count per group, never a list of the session's units or history.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 FINAL = ("DONE", "FAILED", "CANCELED")  # (pilot/states.py's: the store needs no import)
@@ -65,6 +69,7 @@ FIELDS = {
 STRUCTURED = frozenset(("description", "size", "resources", "slots", "node", "kept"))
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
+PAGE = 10_000  # rows a streaming read fetches at a time
 
 
 @dataclass
@@ -103,6 +108,62 @@ class StateStore(ABC):
     def open_units(self, session: str) -> list[dict]:
         """The docs of the session's units that are not in a final state."""
         return [d for d in self.find("units", session=session) if d["state"] not in FINAL]
+
+    def iter_history(self, session: str, kinds: Iterable[str] | None = None) -> Iterator[tuple]:
+        """`session`'s history rows (tuples in HISTORY order), of `kinds` only if given, oldest
+        first (sqlite: in the order written; MongoDB: by ts, rows of one ts in no set order),
+        read PAGE rows at a time."""
+        wanted = set(kinds) if kinds is not None else None
+        for row in self.history(session=session):
+            if wanted is None or row["kind"] in wanted:
+                yield tuple(row[k] for k in HISTORY)
+
+    def history_span(self, session: str) -> tuple[float | None, float | None]:
+        """(first ts, last ts) of `session`'s history; (None, None) without one."""
+        lo = hi = None
+        for row in self.iter_history(session):
+            ts = row[4]
+            lo = ts if lo is None or ts < lo else lo
+            hi = ts if hi is None or ts > hi else hi
+        return lo, hi
+
+    def unit_counts(
+        self, session: str, pilot: str | None = None, by: tuple[str, ...] = ("partition", "state")
+    ) -> dict[tuple, int]:
+        """{(values of `by`): number of `session`'s units (of `pilot`, if given)}, counted
+        where the data is (SQL GROUP BY, an aggregation pipeline)."""
+        check_kind("units", dict.fromkeys(by))
+        where = {"session": session} if pilot is None else {"session": session, "pilot": pilot}
+        counts: dict[tuple, int] = {}
+        for doc in self.find("units", **where):
+            key = tuple(doc.get(f) for f in by)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def last_events(self, session: str, n: int) -> list[dict]:
+        """The last `n` (by ts) of `session`'s history rows that are a pilot's or a
+        partition's change or a unit's FAILED, oldest first (what `pilot top` lists)."""
+        rows = [
+            r
+            for r in self.history(session=session)
+            if r["kind"] != "units" or r["state"] == "FAILED"
+        ]
+        rows.sort(key=lambda r: (r["ts"], r["seq"]))
+        return rows[-n:] if n > 0 else []
+
+    def get_many(
+        self, kind: str, uids: Iterable[str], fields: tuple[str, ...] | None = None
+    ) -> dict[str, dict]:
+        """{uid: doc} of the `uids` that are stored (only `fields` and uid, if given),
+        fetched in chunks.  For reading: docs may share a structured value (a description
+        stored alike), so change none."""
+        check_kind(kind, dict.fromkeys(fields or ()))
+        out = {}
+        for uid in uids:
+            doc = self.get(kind, uid)
+            if doc is not None:
+                out[uid] = doc if fields is None else {f: doc.get(f) for f in ("uid", *fields)}
+        return out
 
     def reserve(self, counter: str, n: int) -> int:
         """Reserve `n` numbers of `counter` for this caller alone (atomically, across every

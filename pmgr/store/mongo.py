@@ -25,12 +25,14 @@ from pilot.pmgr.store.base import (
     HISTORY,
     KEPT,
     KINDS,
+    PAGE,
     Batch,
     StateStore,
     check_kind,
 )
 
 CONNECT_TIMEOUT = 3.0
+FAILED_BY_UID = 5_000  # last_events: FAILED units up to this many are read by uid
 DEFAULT_DB = "pilot"
 _INDEXES = {
     "pilots": [[("session", ASCENDING)]],
@@ -123,6 +125,62 @@ class MongoStore(StateStore):
     def unit_states(self, session: str):
         for raw in self.db.units.find({"session": session}, {"state": 1}).sort("_id", 1):
             yield raw["_id"], raw.get("state")
+
+    def iter_history(self, session: str, kinds=None):
+        query: dict = {"session": session}
+        if kinds is not None:
+            query["kind"] = {"$in": list(kinds)}
+        # one cursor, PAGE rows a batch, in the order of the (session, ts) index
+        cursor = self.db.history.find(query, {"_id": 0}).sort("ts", 1).batch_size(PAGE)
+        with cursor:
+            for r in cursor:
+                yield tuple(r.get(k) for k in HISTORY)
+
+    def history_span(self, session: str):
+        ends = []
+        for order in (1, -1):  # (the ends of the (session, ts) index)
+            row = self.db.history.find_one({"session": session}, {"ts": 1}, sort=[("ts", order)])
+            ends.append(row["ts"] if row else None)
+        return ends[0], ends[1]
+
+    def unit_counts(self, session: str, pilot=None, by=("partition", "state")):
+        check_kind("units", dict.fromkeys(by))
+        match = {"session": session} if pilot is None else {"session": session, "pilot": pilot}
+        group = {"_id": {f: f"${f}" for f in by}, "n": {"$sum": 1}}
+        rows = self.db.units.aggregate([{"$match": match}, {"$group": group}])
+        return {tuple(r["_id"].get(f) for f in by): r["n"] for r in rows}
+
+    def last_events(self, session: str, n: int) -> list[dict]:
+        """Pilots' and partitions' rows by their uids (few), FAILED units' through the
+        (session, state) index of units: by uid while they are few, else the newest FAILED
+        rows of the history."""
+        if n <= 0:
+            return []
+        uids = [d["_id"] for k in ("pilots", "partitions")
+                for d in self.db[k].find({"session": session}, {"_id": 1})]  # fmt: skip
+        rows = list(self.db.history.find({"uid": {"$in": uids}}, {"_id": 0})) if uids else []
+        failed = {"session": session, "state": "FAILED"}
+        if self.db.units.count_documents(failed, limit=FAILED_BY_UID + 1) <= FAILED_BY_UID:
+            ids = [d["_id"] for d in self.db.units.find(failed, {"_id": 1})]
+            if ids:
+                rows += self.db.history.find({"uid": {"$in": ids}, "state": "FAILED"}, {"_id": 0})
+        else:
+            rows += self.db.history.find(failed, {"_id": 0}).sort("ts", -1).limit(n)
+        rows.sort(key=lambda r: (r.get("ts") or 0, r.get("seq") or 0))
+        return [{k: r.get(k) for k in HISTORY} for r in rows[-n:]]
+
+    def get_many(self, kind: str, uids, fields=None) -> dict[str, dict]:
+        check_kind(kind, dict.fromkeys(fields or ()))
+        proj = None if fields is None else dict.fromkeys((f for f in fields if f != "uid"), 1)
+        out = {}
+        uids = list(uids)
+        for i in range(0, len(uids), 1000):  # (an $in of 1,000: one short query each)
+            for raw in self.db[kind].find({"_id": {"$in": uids[i : i + 1000]}}, proj):
+                doc = self._doc(kind, raw)
+                out[doc["uid"]] = (
+                    doc if fields is None else {f: doc.get(f) for f in ("uid", *fields)}
+                )
+        return out
 
     def open_units(self, session: str) -> list[dict]:
         query = {"session": session, "state": {"$nin": list(FINAL)}}
