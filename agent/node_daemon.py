@@ -3,11 +3,14 @@
     python -m pilot.agent.node_daemon --bootstrap tcp://HOST:PORT --pulse tcp://HOST:PORT
                                 --pilot UID --session SID
                                 [--hint I] [--name NAME] [--timeout S] [--table-timeout S]
-                                [--watch-parent]
+                                [--watch-parent | --watch-pid PID]
                                 [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
 
-Started by the bootstrap through the resource's launch method (partition/launch/: srun,
-fork, or a network-namespace host).  Every wait is bounded; nothing here waits forever.
+Started by the bootstrap through the resource's launch method (partition/launch/: srun, exec,
+or a network-namespace host), or forked ready-imported by the node zygote (agent/node_zygote.py,
+launch method fork), which calls main() with the same arguments.  --watch-parent: halt when
+the parent process is gone; --watch-pid: when process PID is (a forked daemon's parent is the
+zygote: it watches the bootstrap).  Every wait is bounded; nothing here waits forever.
 
 Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>"):
     -> up      {hint, pid, endpoint, node: descriptor}   this node (pilot/network.py) and the
@@ -27,7 +30,7 @@ Liveness (the pulse: this daemon's DEALER, identity "d<hint>", to the bootstrap'
 ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/liveness.py):
     <- hb {} and -> hb {} every PULSE s.  Nothing from the bootstrap (on either channel) for
        --timeout + REJOIN seconds, the same tolerance the bootstrap gives this node, or the
-       parent process gone (fork/netns launches): the daemon kills its units and exits (the
+       bootstrap process gone (fork/exec/netns launches): the daemon kills its units and exits (the
        pilot is gone).  Time this process did not run is not the bootstrap's silence.
     <- halt {reason}   on the pulse too: this node was declared lost (see below)
 Life (the node channel):
@@ -118,6 +121,7 @@ class NodeDaemon:
         self.ranks = NodeRanks(self.spawner, self.name, self.poller)  # (agent/node_ranks.py)
         self.silence = liveness.Silence(liveness.tolerance(args.timeout))  # of the bootstrap
         self.ppid = os.getppid()
+        self.watched = processes.Watched(args.watch_pid) if args.watch_pid else None
         self.wake_r, self.wake_w = socket.socketpair()
         for s in (self.wake_r, self.wake_w):
             s.setblocking(False)
@@ -300,7 +304,7 @@ class NodeDaemon:
 
     def why_halt(self, now: float) -> str | None:
         """Why the pilot is gone (nothing from the bootstrap for --timeout + REJOIN seconds
-        once the table came, or with --watch-parent its process gone), or None."""
+        once the table came, or with --watch-parent / --watch-pid its process gone), or None."""
         silent = self.silence.silent()  # (every turn: a turn that came late is no silence)
         if BOOTSTRAP in silent:
             return (
@@ -309,6 +313,8 @@ class NodeDaemon:
             )
         if self.args.watch_parent and os.getppid() != self.ppid:
             return "the bootstrap process is gone"
+        if self.watched is not None and self.watched.gone():
+            return f"the bootstrap process (pid {self.watched.pid}) is gone"
         return None
 
     def halt(self) -> int:
@@ -342,6 +348,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--table-timeout", type=float, default=None)
     p.add_argument("--watch-parent", action="store_true")
+    p.add_argument("--watch-pid", type=int, default=None, help="halt when this process ends")
     p.add_argument("--curve", default=None, help="the session's key directory (CURVE)")
     args = p.parse_args(argv)
     if args.hint is None:  # srun: one task per node, SLURM numbers them

@@ -1,28 +1,37 @@
 """Multi-node bring-up time against node count, and unit throughput across four logical nodes.
 
-    python bench/bringup.py [--nodes 4,16,64] [--reps 2] [--units 2000]
+    python bench/bringup.py [--nodes 4,16,64] [--reps 2] [--units 2000] [--methods exec,fork]
 
-Bring-up: a pilot of N nodes (node daemons started by fork on this machine, one per logical
-node, fan-out width 8), four partitions of N/4 nodes each.  Measured from submit_pilots() to
-every partition ACTIVE; the bootstrap's own figures (daemons up, table broadcast, bytes of the
-compressed channel table, tree depth, copies the bootstrap sends) come from its log.
-Baseline in the same run: starting N `python -c "import zmq"` processes at once and waiting
-for them, i.e. the interpreter start-up that any daemon-per-node design pays on this machine.
-Target: grows no worse than linearly in N; broadcast depth log_8(N), the bootstrap sending at
-most 8 copies of the table whatever N is.
+Bring-up: a pilot of N logical nodes on this machine, a real node daemon each (no stand-in:
+agent/node_daemon.py with its CURVE keys, pulse channel and log), fan-out width 8, four
+partitions of N/4 nodes each.  Measured from submit_pilots() to every partition ACTIVE, for
+each launch method named in --methods, same run:
+    exec   every daemon a fresh `python -m pilot.agent.node_daemon` (an interpreter start and
+           its imports per node, all on this host's cores): the baseline
+    fork   one node zygote (agent/node_zygote.py) imports the daemon's code once and forks
+           every daemon (partition/launch/fork.py): what resources with launch_method fork use
+Where the time goes, from the bootstrap's log (its timestamps against the client's clock):
+    job     submit -> the bootstrap's channels bound (boot.connect: the pilot job's start)
+    launch  -> every daemon process started (exec: N Popen; fork: the zygote's start and N forks)
+    up      -> every daemon reported `up` (boot.nodes.up)
+    table   -> the channel table confirmed by every node (boot.nodes.table)
+    agents  -> every partition ACTIVE (four agents forked, each connected to its nodes)
+On a real cluster each node's daemon starts on its own host in parallel; here every start is
+paid on the same cores, so `launch` + `up` is what a daemon costs this host, times N.
+Target (issue 36): Flux boots 256 brokers in 0.3-0.8 s on a desktop.
 
-Throughput: --units /bin/true units on a single-node pilot (local.localhost, the agent spawns
-them itself) and on four logical nodes (local.nodes4, every unit through a node daemon, its
-output captured and forwarded), same run.
+Throughput (--units > 0): /bin/true units on a single-node pilot (local.localhost, the agent
+spawns them itself) and on four logical nodes (local.nodes4, launch method fork, every unit
+through a node daemon, its output captured and forwarded), same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,14 +45,23 @@ import pilot as rp  # noqa: E402
 CPD = rp.ComputePartitionDescription
 
 
-def resource_file(tmp: str, n: int) -> str:
-    path = os.path.join(tmp, f"fork{n}.yaml")
+PHASES = ["job", "launch", "up", "table", "agents"]
+MARKS = [  # the bootstrap log line that ends each phase but the last (see the docstring)
+    "boot.connect:",
+    "daemon(s) by",  # boot.nodes.launch: N daemon(s) by METHOD
+    "boot.nodes.up:",
+    "boot.nodes.table:",
+]
+
+
+def resource_file(tmp: str, n: int, method: str) -> str:
+    path = os.path.join(tmp, f"{method}{n}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(
             {
                 "description": f"{n} logical nodes, a daemon each",
                 "batch_system": "local",
-                "launch_method": "fork",
+                "launch_method": method,
                 "node_daemons": True,
                 "nodes": n,
                 "cores_per_node": 1,
@@ -55,8 +73,15 @@ def resource_file(tmp: str, n: int) -> str:
     return path
 
 
-def bring_up(session, res: str, n: int) -> tuple[float, dict]:
-    t0 = time.perf_counter()
+def stamp(line: str) -> float:
+    """The wall-clock time of a log line ("2026-01-01 12:00:00,123 ...")."""
+    when = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return when.timestamp()
+
+
+def bring_up(session, res: str, n: int) -> tuple[float, dict, dict]:
+    """(submit -> all ACTIVE s, the bootstrap's table stats, seconds per phase)."""
+    t0 = time.time()
     pilot = rp.PilotManager(session).submit_pilots(
         rp.ComputePilotDescription(
             resource=res, parts=[CPD(nodes=n // 4) for _ in range(4)], runtime=10
@@ -64,20 +89,18 @@ def bring_up(session, res: str, n: int) -> tuple[float, dict]:
     )
     for part in pilot.partitions:
         assert part.wait(rp.ACTIVE, timeout=600) == rp.ACTIVE, part.reason
-    took = time.perf_counter() - t0
+    t1 = time.time()
+    marks = {}
     with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
-        line = next(x for x in f if "boot.nodes.table:" in x)
-    stats = ast.literal_eval(line.split("boot.nodes.table: ", 1)[1])
+        for line in f:
+            for mark in MARKS:
+                if mark in line and mark not in marks:
+                    marks[mark] = line
+    stats = ast.literal_eval(marks["boot.nodes.table:"].split("boot.nodes.table: ", 1)[1])
+    ends = [stamp(marks[m]) for m in MARKS] + [t1]
+    phases = dict(zip(PHASES, [b - a for a, b in zip([t0, *ends], ends)]))
     pilot.cancel(timeout=120)
-    return took, stats
-
-
-def baseline(n: int) -> float:
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", "import zmq"]) for _ in range(n)]
-    for p in procs:
-        p.wait(timeout=300)
-    return time.perf_counter() - t0
+    return t1 - t0, stats, phases
 
 
 def throughput(session, resource: str, parts, units: int) -> float:
@@ -106,47 +129,58 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", default="4,16,64")
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--units", type=int, default=2000)
+    ap.add_argument("--units", type=int, default=2000, help="0: no throughput runs")
+    ap.add_argument("--methods", default="exec,fork", help="launch methods, baseline first")
     args = ap.parse_args()
     counts = [int(x) for x in args.nodes.split(",")]
-    rows = []
+    methods = args.methods.split(",")
+    rows = {}  # (n, method) -> (median s, stats, median phases)
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         with rp.Session(dir=tmp, database_url="null://") as session:
             for n in counts:
-                res = resource_file(tmp, n)
-                took, base, stats = [], [], None
-                for _ in range(args.reps):
-                    t, stats = bring_up(session, res, n)
-                    took.append(t)
-                    base.append(baseline(n))
-                rows.append((n, med(took), med(base), stats))
-            single = [
-                throughput(session, "local.localhost", [CPD(cores=2)], args.units)
-                for _ in range(args.reps)
-            ]
-            multi = [
-                throughput(session, "local.nodes4", [CPD(nodes=2), CPD(nodes=2)], args.units)
-                for _ in range(args.reps)
-            ]
-    print(f"\nbring-up (median of {args.reps}; fan-out width {rows[0][3]['fanout']})\n")
+                for method in methods:
+                    res = resource_file(tmp, n, method)
+                    runs = [bring_up(session, res, n) for _ in range(args.reps)]
+                    phases = {p: med([r[2][p] for r in runs]) for p in PHASES}
+                    rows[n, method] = (med([r[0] for r in runs]), runs[-1][1], phases)
+            if args.units:
+                single = [
+                    throughput(session, "local.localhost", [CPD(cores=2)], args.units)
+                    for _ in range(args.reps)
+                ]
+                multi = [
+                    throughput(session, "local.nodes4", [CPD(nodes=2), CPD(nodes=2)], args.units)
+                    for _ in range(args.reps)
+                ]
+    load.append(os.getloadavg()[0])
+    width = next(iter(rows.values()))[1]["fanout"]
     print(
-        "| nodes | submit -> all partitions ACTIVE s | daemons up s | table s | baseline "
-        "N x python s | ours / baseline | s per node | table bytes (json) | tree depth | "
-        "bootstrap sends |"
+        f"\nbring-up, N logical nodes, a real node daemon each (median of {args.reps}; "
+        f"fan-out width {width}; load average {load[0]:.1f} before, {load[1]:.1f} after, on "
+        f"{os.cpu_count()} cores)\n"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for n, t, b, st in rows:
+    print(
+        "| nodes | daemons started by | submit -> all partitions ACTIVE s | "
+        + " | ".join(f"{p} s" for p in PHASES)
+        + f" | vs {methods[0]} | s per node | table bytes (json) | tree depth | bootstrap sends |"
+    )
+    print("|---" * (8 + len(PHASES)) + "|")
+    for (n, method), (t, st, ph) in rows.items():
+        base = rows[n, methods[0]][0]
         print(
-            f"| {n} | {t:.2f} | {st['up_s']:.2f} | {st['table_s']:.3f} | {b:.2f} | {t / b:.2f} | "
-            f"{t / n:.3f} | {st['table_bytes']} ({st['table_json_bytes']}) | "
-            f"{st['tree_depth']} | {st['bootstrap_sends']} |"
+            f"| {n} | {method} | {t:.2f} | "
+            + " | ".join(f"{ph[p]:.2f}" for p in PHASES)
+            + f" | {t / base:.2f} | {t / n:.3f} | {st['table_bytes']} "
+            f"({st['table_json_bytes']}) | {st['tree_depth']} | {st['bootstrap_sends']} |"
         )
-    if len(rows) > 1:
-        (n0, t0, _, _), (n1, t1, _, _) = rows[0], rows[-1]
-        print(
-            f"\ngrowth {n0} -> {n1} nodes: x{t1 / t0:.2f} in time for x{n1 / n0:.0f} nodes "
-            f"(linear would be x{n1 / n0:.0f})"
-        )
+    for method in methods:
+        if len(counts) > 1:
+            t0, t1 = rows[counts[0], method][0], rows[counts[-1], method][0]
+            n0, n1 = counts[0], counts[-1]
+            print(f"\n{method}: {n0} -> {n1} nodes x{t1 / t0:.2f} in time for x{n1 / n0:.0f} nodes")
+    if not args.units:
+        return 0
     print(f"\nthroughput, {args.units} /bin/true units (median of {args.reps})\n")
     print("| pilot | units/s | vs single node |")
     print("|---|---|---|")

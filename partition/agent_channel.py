@@ -90,7 +90,7 @@ class AgentChannel:
         """The processes this bootstrap started itself (never taken for orphans)."""
         pids = self.forker.pids()
         if self.nodeset is not None:
-            pids.update(p.pid for p in self.nodeset.launch.procs.values())
+            pids.update(self.nodeset.launch.pids())
         return pids
 
     def agent_lost(self, uid: str, why: str) -> None:

@@ -140,7 +140,7 @@ class Bootstrap(ClientLink, AgentChannel):
     def node_lost(self, index: int, reason: str) -> None:
         self.pool.mark_down(index)
         name = self.pool.nodes[index].name
-        orphans.end_orphans(  # units of a daemon that died here (fork/netns launches)
+        orphans.end_orphans(  # units of a daemon that died here (fork/exec/netns)
             {"PILOT_PILOT_ID": self.uid, "PILOT_NODE_NAME": name}, self.own_children()
         )
         for part in self.pm.live():
@@ -248,9 +248,11 @@ class Bootstrap(ClientLink, AgentChannel):
             poller.register(s, zmq.POLLIN)
         zygote_fd = self.forker.fd  # (it changes when a zygote that died is replaced)
         poller.register(zygote_fd, zmq.POLLIN)
+        launch_fd = None  # the node zygote's reports (launch method fork)
         if self.nodeset is not None:
             for sock in self.nodeset.sockets():
                 poller.register(sock, zmq.POLLIN)
+            launch_fd = _repoll(poller, None, self.nodeset.launch_fd())
         next_hb = time.monotonic()
         while True:
             events = dict(poller.poll(200))
@@ -261,7 +263,8 @@ class Bootstrap(ClientLink, AgentChannel):
                 self._drain(self.control, self.on_control)
             zygote_fd = self._watch_zygote(poller, zygote_fd, events)
             if self.nodeset is not None:
-                self._watch_nodes(events)
+                self._watch_nodes(events)  # (reads the launch's fd: check() asks exited())
+                launch_fd = _repoll(poller, launch_fd, self.nodeset.launch_fd())
             self.check_agents()
             self.pm.check_stuck()
             self.data.expire()
@@ -299,13 +302,7 @@ class Bootstrap(ClientLink, AgentChannel):
         one's fd instead.  Returns the fd polled now."""
         if fd is not None and fd in events:
             self.forker.read()
-        if self.forker.fd != fd:
-            if fd is not None:
-                poller.unregister(fd)
-            fd = self.forker.fd
-            if fd is not None:
-                poller.register(fd, zmq.POLLIN)
-        return fd
+        return _repoll(poller, fd, self.forker.fd)
 
     def _check_clocks(self, now: float) -> None:
         """Teardown when the runtime is over, the client silent for client_timeout s, or (with
@@ -358,6 +355,16 @@ class Bootstrap(ClientLink, AgentChannel):
         self.keys.close()
         self.ctx.term()
         return 0 if state != FAILED else 1
+
+
+def _repoll(poller: zmq.Poller, old: int | None, new: int | None) -> int | None:
+    """Poll descriptor `new` instead of `old` (either may be None); returns `new`."""
+    if new != old:
+        if old is not None:
+            poller.unregister(old)
+        if new is not None:
+            poller.register(new, zmq.POLLIN)
+    return new
 
 
 def main(argv: list[str]) -> int:

@@ -24,7 +24,7 @@ Liveness is a channel of its own beside this one, a pulse per daemon (partition/
 the protocol in pilot/liveness.py): `hb` both ways every PULSE s on a connection that ZeroMQ
 ends and makes anew when it stalls, so TCP's back-off after an outage delays no heartbeat.  A
 node whose daemon was silent (on both channels) for node_timeout + REJOIN seconds, or whose
-daemon process ended (fork / netns launches), is lost: `check()` reports it once.
+daemon process ended (fork / exec / netns launches), is lost: `check()` reports it once.
     down.nodes         `halt` to every live daemon, gather `bye` until a deadline, then the
                        launch method ends whatever still runs (SIGTERM, SIGKILL)
 """
@@ -314,6 +314,11 @@ class NodeSet:
     def sockets(self) -> list[zmq.Socket]:
         """What the bootstrap's loop polls for `on_readable`: the node channel and the pulse."""
         return [self.sock, self.pulse.sock]
+
+    def launch_fd(self) -> int | None:
+        """What the bootstrap's loop polls beside them, to call `check()` at once when a daemon
+        process ends (the node zygote's reports, launch method fork); it may change."""
+        return self.launch.fd
 
     def read(self, timeout: float) -> None:
         """Take what the daemons sent, waiting up to `timeout` s for something."""

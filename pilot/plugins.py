@@ -20,6 +20,7 @@ import importlib
 
 LAUNCH_METHODS = {
     "fork": "pilot.partition.launch.fork:ForkLaunch",
+    "exec": "pilot.partition.launch.exec:ExecLaunch",
     "netns": "pilot.partition.launch.netns:NetnsLaunch",
     "srun": "pilot.partition.launch.srun:SrunLaunch",
 }

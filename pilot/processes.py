@@ -6,6 +6,7 @@ Every process the system starts with `python -m` is named here (the folders are 
     AGENT            pilot.agent                 one partition's agent (agent/agent.py)
     ZYGOTE           pilot.agent.zygote          forks agents that have their code imported
     NODE_DAEMON      pilot.agent.node_daemon     one per node of a multi-node pilot
+    NODE_ZYGOTE      pilot.agent.node_zygote     forks node daemons (launch method fork)
     FUNCTION_WORKER  pilot.agent.function_worker a partition's Python worker for function units
     CLI              pilot                       the `pilot` command line
 
@@ -17,6 +18,7 @@ was still there.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 
@@ -24,6 +26,7 @@ BOOTSTRAP = "pilot.partition.bootstrap"
 AGENT = "pilot.agent"
 ZYGOTE = "pilot.agent.zygote"
 NODE_DAEMON = "pilot.agent.node_daemon"
+NODE_ZYGOTE = "pilot.agent.node_zygote"
 FUNCTION_WORKER = "pilot.agent.function_worker"
 CLI = "pilot"
 
@@ -57,3 +60,31 @@ def signal_name(n: int) -> str:
         return signal.Signals(n).name
     except ValueError:
         return str(n)
+
+
+class Watched:
+    """Whether process `pid`, not necessarily this one's parent, has ended: its pidfd polls
+    readable when it does (Linux 5.3+); without pidfds, the pid's absence says so."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.fd: int | None = None
+        self.ended = False
+        try:
+            self.fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.ended = True
+        except (AttributeError, OSError):  # no pidfds here: kill(pid, 0) below
+            pass
+
+    def gone(self) -> bool:
+        if not self.ended and self.fd is not None:
+            self.ended = bool(select.select([self.fd], [], [], 0)[0])
+        elif not self.ended:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.ended = True
+            except PermissionError:  # someone else's process has it: not ours
+                self.ended = True
+        return self.ended

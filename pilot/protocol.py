@@ -51,7 +51,10 @@ Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity
 
 Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node daemons; the
 messages are documented in partition/node_set.py and agent/node_daemon.py, the keys that guard
-them beyond loopback in pilot/security.py.
+them beyond loopback in pilot/security.py.  Node liveness is not on these channels: each
+daemon has a pulse channel of its own to the bootstrap, `hb` both ways every liveness.PULSE
+(0.5 s), a node lost after node_timeout + liveness.REJOIN s of silence (pilot/liveness.py,
+partition/node_pulse.py).
 
 Start journal (agent -> bootstrap, through the pilot sandbox): before an agent starts a unit,
 it appends the unit's uid and a newline to PILOT_SANDBOX/<partition uid>.started.  When the
@@ -74,7 +77,7 @@ import zmq
 
 from pilot.checks import Invalid
 
-HEARTBEAT = 1.0  # seconds between heartbeats, on the pilot link and the node channels
+HEARTBEAT = 1.0  # seconds between heartbeats on the pilot link (node pulses: liveness.PULSE)
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _loads = json.loads

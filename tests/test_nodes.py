@@ -12,6 +12,7 @@ import yaml
 
 import pilot as rp
 from tests.conftest import active_pilot
+from tests.faults import processes_with
 
 
 def nodes4(session, parts=None, resource="local.nodes4", runtime=5):
@@ -306,3 +307,89 @@ def test_agents_needing_a_node_run_there_under_its_daemon(session, tmp_path):
     assert second.state == rp.ACTIVE
     u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
     assert u.wait(timeout=20) == rp.DONE and u.part == second.uid
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _gone(pids, seconds: float) -> list[int]:
+    """The pids still running (not zombies) after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (live := [p for p in pids if os.path.exists(f"/proc/{p}") and not _zombie(p)]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    return live
+
+
+def test_fork_daemons_come_from_one_zygote_and_leave_nothing_behind(session):
+    """launch_method fork: every daemon is a child of the node zygote (not of the bootstrap),
+    runs its own log, and pilot end leaves neither daemons nor the zygote running."""
+    pilot, umgr = nodes4(session)
+    daemons = sandbox_json(pilot, "daemons.json")
+    parents = {_ppid(d["pid"]) for d in daemons.values()}
+    assert len(parents) == 1
+    (zygote,) = parents
+    assert zygote != pilot.job.pid and _ppid(zygote) == pilot.job.pid
+    with open(f"/proc/{zygote}/cmdline", "rb") as f:
+        assert b"pilot.agent.node_zygote" in f.read()
+    for d in daemons.values():
+        with open(os.path.join(pilot.sandbox, "nodes", f"node.{d['hint']}.log")) as f:
+            assert f"{d['name']}: up, pid {d['pid']}" in f.read()
+        with open(f"/proc/{d['pid']}/cmdline", "rb") as f:
+            assert b"node_zygote" in f.read()  # forked, not a fresh interpreter
+    more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 8)
+    assert [u.wait(timeout=20) for u in more] == [rp.DONE] * 8
+    pilot.cancel(timeout=30)
+    assert _gone([zygote, *(d["pid"] for d in daemons.values())], 15) == []
+
+
+def test_exec_launch_starts_each_daemon_as_a_fresh_interpreter(session, tmp_path):
+    """launch_method exec (the old fork path, bench/bringup.py's baseline)."""
+    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, launch_method="exec"))
+    daemons = sandbox_json(pilot, "daemons.json")
+    for d in daemons.values():
+        assert _ppid(d["pid"]) == pilot.job.pid
+        with open(f"/proc/{d['pid']}/cmdline", "rb") as f:
+            assert b"pilot.agent.node_daemon" in f.read()
+    u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    assert u.wait(timeout=20) == rp.DONE
+    pilot.cancel(timeout=30)
+    assert _gone([d["pid"] for d in daemons.values()], 15) == []
+
+
+def test_a_killed_node_zygote_leaves_its_daemons_running_and_reaped(session):
+    """The zygote dies (SIGKILL): its daemons go on (the bootstrap adopts them), units still
+    run on every node, and pilot end reaps them all."""
+    pilot, umgr = nodes4(session)
+    daemons = sandbox_json(pilot, "daemons.json")
+    (zygote,) = {_ppid(d["pid"]) for d in daemons.values()}
+    os.kill(zygote, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while {_ppid(d["pid"]) for d in daemons.values()} != {pilot.job.pid}:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 8)
+    assert [u.wait(timeout=20) for u in more] == [rp.DONE] * 8
+    assert all(p.state == rp.ACTIVE for p in pilot.partitions)
+    pilot.cancel(timeout=30)
+    assert _gone([d["pid"] for d in daemons.values()], 15) == []
+
+
+def test_forked_daemons_halt_when_the_bootstrap_is_killed(session):
+    """The bootstrap dies (SIGKILL): its forked daemons (whose parent is the zygote) notice
+    (--watch-pid) and halt, the zygote exits, nothing is left running."""
+    pilot, umgr = nodes4(session)
+    u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["60"]))
+    assert u.wait(rp.EXECUTING, timeout=20) == rp.EXECUTING
+    daemons = sandbox_json(pilot, "daemons.json")
+    (zygote,) = {_ppid(d["pid"]) for d in daemons.values()}
+    assert processes_with(f"PILOT_SESSION_ID={session.uid}")  # the unit (the marker works)
+    os.kill(pilot.job.pid, signal.SIGKILL)
+    assert pilot.wait(timeout=30) == rp.FAILED
+    assert _gone([zygote, *(d["pid"] for d in daemons.values())], 15) == []
+    assert _gone(processes_with(f"PILOT_SESSION_ID={session.uid}"), 10) == []  # its units too
+    with open(os.path.join(pilot.sandbox, "nodes", f"node.{daemons['1']['hint']}.log")) as f:
+        assert "the bootstrap process (pid" in f.read()

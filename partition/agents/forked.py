@@ -112,7 +112,7 @@ class AgentForker:
         self.zygote.stdout.close()
         self.fd = None
         why = f"could not be forked: the agent zygote {AgentExit.of_code(code).why}"
-        last = _last_line(self.log_path)
+        last = last_line(self.log_path)
         if last:
             why += f": {last}"
         log.error("%s; %d agent(s) not forked", why, len(self.by_cfg))
@@ -194,7 +194,7 @@ class AgentForker:
                 self.zygote.wait()
 
 
-def _last_line(path: str) -> str:
+def last_line(path: str) -> str:
     """The last non-empty line of a (small) log file, or ""."""
     try:
         with open(path, "rb") as f:

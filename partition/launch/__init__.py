@@ -1,7 +1,10 @@
 """Launch methods: how the bootstrap starts one node daemon (agent/node_daemon.py) per node.
 
     fork    partition/launch/fork.py    a daemon process per node on this machine (logical
-                                        nodes named by the resource config's node_names)
+                                        nodes named by the resource config's node_names),
+                                        each forked from one node zygote (agent/node_zygote.py)
+    exec    partition/launch/exec.py    the same, each daemon a fresh interpreter (the
+                                        baseline of bench/bringup.py)
     netns   partition/launch/netns.py   a daemon per node, each inside the network namespace
                                         the resource config's `hosts` names (test hosts)
     srun    partition/launch/srun.py    one `srun` step over the SLURM allocation, one daemon

@@ -1,10 +1,14 @@
 """The launch-method interface (`NodeLaunch`) and what the methods share.
 
-Every launch method is a `NodeLaunch`: `start()` returns at once; `names()` are the nodes
-expected, by hint (what an error names when one does not report); `exited()` maps the hints
-whose process has ended to its exit code (a launch of one process for all nodes, srun, reports
-hint ALL_NODES); `stop()` ends whatever still runs: SIGTERM, then SIGKILL after a grace period,
-every wait bounded.  `partition.launch.for_resource()` picks the method a resource names.
+Every launch method is a `NodeLaunch`: `start()` returns once the daemons' processes are
+started (not once they report up); `names()` are the nodes expected, by hint (what an error
+names when one does not report); `exited()` maps the hints whose process has ended to its exit
+code (a launch of one process for all nodes, srun, reports hint ALL_NODES); `pids()` are the
+processes the launch started (never taken for orphans); `fd`, when not None, is a descriptor the
+bootstrap polls: readable when `exited()` may have news (fork: its zygote's reports; it may
+change, to None when the zygote is gone); `stop()` ends whatever still runs:
+SIGTERM, then SIGKILL after a grace period, every wait bounded.
+`partition.launch.for_resource()` picks the method a resource names.
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ log = logging.getLogger("bootstrap.nodes")
 ALL_NODES = -1  # the hint of a launch process that runs the daemons of every node (srun)
 
 
+class Launched(Protocol):  # one launch process: a subprocess.Popen, or a forked daemon
+    pid: int | None  # (None: not forked yet)
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+
 class NodeLaunch(Protocol):
     method: str
-    procs: dict[int, subprocess.Popen]  # by hint (ALL_NODES for one process for all)
+    fd: int | None  # readable when exited() may have news (None: nothing to poll)
+    procs: dict[int, Launched]  # by hint (ALL_NODES for one process for all)
 
     @classmethod
     def for_nodes(
@@ -35,6 +47,8 @@ class NodeLaunch(Protocol):
     def names(self) -> list[str]: ...
 
     def exited(self) -> dict[int, int]: ...
+
+    def pids(self) -> set[int]: ...
 
     def stop(self, grace: float = 3.0) -> None: ...
 
@@ -61,7 +75,12 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
     return processes.python_m(processes.NODE_DAEMON, *args, python=rcfg.python)
 
 
-def exit_codes(procs: dict[int, subprocess.Popen]) -> dict[int, int]:
+def launched_pids(procs: dict[int, Launched]) -> set[int]:
+    """The pids of the launch processes (those started so far)."""
+    return {p.pid for p in procs.values() if p.pid is not None}
+
+
+def exit_codes(procs: dict[int, Launched]) -> dict[int, int]:
     """hint -> exit code of the launch processes that have ended."""
     return {h: p.returncode for h, p in procs.items() if p.poll() is not None}
 

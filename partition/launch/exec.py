@@ -1,8 +1,12 @@
-"""The `fork` launch method: one node daemon process per (logical) node on this machine.
+"""The `exec` launch method: one node daemon per (logical) node on this machine, each a fresh
+interpreter (`python -m pilot.agent.node_daemon ...`).
 
-For tests, benchmarks and single-host runs: node i is a daemon started with `--hint i --name
-NAME --watch-parent` (it halts when the bootstrap is gone); its output goes to
-LOG_DIR/node.<i>.log.  The NodeLaunch interface is in partition/launch/base.py.
+What `fork` did before it forked daemons from a zygote (partition/launch/fork.py), kept as the
+baseline bench/bringup.py measures `fork` against, and as the base of `netns`, whose daemons
+start under nsenter.  Node i is a daemon started with `--hint i --name NAME --watch-parent` (it
+halts when the bootstrap is gone); its output goes to LOG_DIR/node.<i>.log.  Each start costs
+an interpreter and the daemon's imports (~0.1-0.3 s of CPU), all paid on this host.  The
+NodeLaunch interface is in partition/launch/base.py.
 """
 
 from __future__ import annotations
@@ -10,11 +14,11 @@ from __future__ import annotations
 import os
 import subprocess
 
-from pilot.partition.launch.base import exit_codes, stop_processes
+from pilot.partition.launch.base import exit_codes, launched_pids, stop_processes
 
 
-class ForkLaunch:
-    method = "fork"
+class ExecLaunch:
+    method = "exec"
 
     @classmethod
     def for_nodes(cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
@@ -26,6 +30,7 @@ class ForkLaunch:
         self.log_dir = log_dir
         self.env = env
         self._names = list(names)
+        self.fd = None  # (the bootstrap's own children: exited() polls them)
         self.procs: dict[int, subprocess.Popen] = {}  # hint -> its daemon
 
     def names(self) -> list[str]:
@@ -46,6 +51,9 @@ class ForkLaunch:
                     stderr=subprocess.STDOUT,
                     close_fds=True,
                 )
+
+    def pids(self) -> set[int]:
+        return launched_pids(self.procs)
 
     def exited(self) -> dict[int, int]:
         return exit_codes(self.procs)

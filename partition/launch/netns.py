@@ -2,16 +2,17 @@
 
 The resource config's `hosts` names one namespace per node (test hosts made with `ip netns`
 and veth, tests/netns.py); the daemon of node i runs under `nsenter --net=/run/netns/HOST_i`,
-otherwise as with `fork`.  The bootstrap and its agents stay in the namespace they were
+otherwise as with `exec` (a fresh interpreter per daemon: the node zygote of `fork` forks in
+the bootstrap's namespace).  The bootstrap and its agents stay in the namespace they were
 started in.  The NodeLaunch interface is in partition/launch/base.py.
 """
 
 from __future__ import annotations
 
-from pilot.partition.launch.fork import ForkLaunch
+from pilot.partition.launch.exec import ExecLaunch
 
 
-class NetnsLaunch(ForkLaunch):
+class NetnsLaunch(ExecLaunch):
     method = "netns"
 
     @classmethod

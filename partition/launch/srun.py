@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from pilot.partition.launch.base import ALL_NODES, exit_codes, stop_processes
+from pilot.partition.launch.base import ALL_NODES, exit_codes, launched_pids, stop_processes
 
 
 def expand_hostlist(spec: str) -> list[str]:
@@ -57,6 +57,7 @@ class SrunLaunch:
         self.argv = argv
         self.log_dir = log_dir
         self.env = env
+        self.fd = None  # (the bootstrap's own children: exited() polls them)
         self.procs: dict[int, subprocess.Popen] = {}  # ALL_NODES -> the srun step
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
         names = expand_hostlist(nodelist) if nodelist else []
@@ -80,6 +81,9 @@ class SrunLaunch:
         self.procs[ALL_NODES] = subprocess.Popen(
             cmd, env=self.env, stdin=subprocess.DEVNULL, close_fds=True
         )
+
+    def pids(self) -> set[int]:
+        return launched_pids(self.procs)
 
     def exited(self) -> dict[int, int]:
         return exit_codes(self.procs)
