@@ -75,7 +75,8 @@ def test_full_sandboxes_are_named_in_the_reason_and_the_log(tmp_path):
     for uid, _, code, reason, _ in failed:
         assert code == 0  # (they ran to their end: only their output was lost)
         assert "No space left on device" in reason, reason
-        assert f"{uid}.out" in reason, reason  # where
+        # where: its stdout file, or its stderr file when that write was the one refused
+        assert f"{uid}.out" in reason or f"{uid}.err" in reason, reason
         assert "bytes lost" in reason, reason
     for uid, state, _, _, stderr in units:
         if state == "DONE":
