@@ -8,8 +8,8 @@
 
 Protocol: a feeder (a thread of its own for a lazy stream, the caller's thread otherwise) pulls
 up to CHUNK descriptions at a time and submits them through the manager's list path (checked,
-made, routed: the same rules as a list), but only while the manager has fewer than `window`
-units in flight (not final, or final with callbacks still to run: `UnitTable.open`); else it
+made, routed: the same rules as a list), but only while the manager holds fewer than `window`
+units as objects (in flight, or ended and not let go of yet: `UnitTable.live`); else it
 waits on the session's condition, which every settled unit notifies.  So a generator of 10^7
 descriptions is never in memory at once, and nor are its units: a stream remembers the uids it
 made as ranges of consecutive numbers.  A description the list path refuses (ValueError) or an
@@ -125,10 +125,17 @@ class UnitStream:
                 return
 
     def _room(self) -> None:
-        umgr, cond = self.umgr, self.umgr.session.cond
-        with cond:
-            while umgr.units.open >= self.window and not self.stopped:
-                cond.wait(1.0)
+        """Until the manager holds fewer than `window` units as objects (in flight, or ended
+        and not let go of yet: a store writer that falls behind holds the stream back too)."""
+        session, table = self.umgr.session, self.umgr.units
+        while len(table.live) >= self.window and not self.stopped:
+            if session.releasable:  # (the store has them: let go of as the lock is let go of)
+                with session.locked():
+                    pass
+                if len(table.live) < self.window:
+                    return
+            with session.cond:
+                session.cond.wait(0.05)
 
     def _note(self, units: list) -> None:
         if self.kept is not None:
