@@ -119,6 +119,9 @@ def run(
             console.print(render(source.poll(), height=console.height))
             return 0
         old = signal.signal(signal.SIGTERM, _on_sigterm)
+        # Ctrl-C quits, even when started with SIGINT ignored (a job started in the background
+        # of a non-interactive shell inherits that, and Python then keeps it)
+        old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             if console.is_interactive:
                 return _live(source, console, interval)
@@ -127,6 +130,7 @@ def run(
             return 0
         finally:
             signal.signal(signal.SIGTERM, old)
+            signal.signal(signal.SIGINT, old_int)
     finally:
         source.close()
 
