@@ -69,6 +69,9 @@ $(DOCS_STAMP): $(STAMP)
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)       ## the manual into build/site (mkdocs build --strict)
+	@# build/docs-src (the installed package's layout, in symlinks) must exist before mkdocs
+	@# reads its config: mkdocstrings drops a search path that does not exist yet
+	$(PY) -c "import sys; sys.path.insert(0, 'docs'); import hooks; hooks.source_tree()"
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(STAMP)           ## throughput, workloads, reconfig, scheduler, store, bring-up, executors (~12 min)
