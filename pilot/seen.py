@@ -18,7 +18,7 @@ class SeenUnits:
         self.others: set[str] = set()
 
     def add(self, uid: str) -> None:
-        prefix, n = _number(uid)
+        prefix, n = uid_number(uid)
         if n is None:
             self.others.add(uid)
             return
@@ -29,7 +29,7 @@ class SeenUnits:
         bits[byte] |= 1 << (n & 7)
 
     def __contains__(self, uid: str) -> bool:
-        prefix, n = _number(uid)
+        prefix, n = uid_number(uid)
         if n is None:
             return uid in self.others
         bits = self.bits[prefix]
@@ -37,7 +37,8 @@ class SeenUnits:
         return byte < len(bits) and bool(bits[byte] & (1 << (n & 7)))
 
 
-def _number(uid: str) -> tuple[str, int | None]:
+def uid_number(uid: str) -> tuple[str, int | None]:
+    """(prefix, number) of a generated uid in its canonical form; (prefix, None) for any other."""
     prefix, _, digits = uid.partition(".")
     if prefix in PREFIXES and 6 <= len(digits) <= 12 and digits.isdigit():
         if len(digits) == 6 or digits[0] != "0":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from pilot import states as S
+import pilot.states as S
 from pilot.pmgr.entities import Unit
 from pilot.rp1_names import TASK_STATE
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 
-from pilot import states as S
+import pilot.states as S
 from pilot.pmgr.entities import Unit
 from pilot.pmgr.routing import Routing
 

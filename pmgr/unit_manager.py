@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from pilot import states as S
+import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.entities import UNIT_STATE, Unit, callback
 from pilot.pmgr.unit_events import UnitEvents

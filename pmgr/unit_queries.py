@@ -12,7 +12,7 @@ run) as one byte each.  So:
 
 from __future__ import annotations
 
-from pilot import states as S
+import pilot.states as S
 from pilot.pmgr.entities import Unit
 
 

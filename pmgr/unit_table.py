@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 from pilot import states as S
 from pilot.seen import PREFIXES
+from pilot.seen import uid_number as _number
 
 FINAL_CODES = (S.DONE, S.FAILED, S.CANCELED)
 _CODE = {state: i + 1 for i, state in enumerate(FINAL_CODES)}
@@ -121,14 +122,6 @@ def _next_nonzero(codes: bytearray, start: int) -> int:
             return start + len(chunk) - len(stripped)
         start = end
     return -1
-
-
-def _number(uid: str) -> tuple[str, int | None]:
-    prefix, _, digits = uid.partition(".")
-    if prefix in PREFIXES and 6 <= len(digits) <= 12 and digits.isdigit():
-        if len(digits) == 6 or digits[0] != "0":
-            return prefix, int(digits)
-    return prefix, None
 
 
 class UnitTable:

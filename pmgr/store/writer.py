@@ -38,7 +38,7 @@ import queue
 import threading
 import time
 
-from pilot import checks
+import pilot.checks as checks
 from pilot.pmgr.store.base import Batch, StateStore
 
 log = logging.getLogger("pmgr.store")
