@@ -7,12 +7,12 @@ the modules that import them from here.
 Binding: the process is on the unit's cores before the program's first instruction.  The spawn
 goes through agent/_spawn-src/vfork_spawn.c (built with the package), whose child sets its own
 mask between vfork and exec.  Where that module was not built (no C compiler), posix_spawn
-starts it and it is bound as soon as posix_spawn returns, in its dynamic loader, before its
-main() can start threads or children: correct, but the kernel must stop the running process and
-move it, which measured 80-95 us of the agent's loop per unit on 2 busy cores.  (Binding the
-spawner itself before the spawn, so that the child inherits the mask, forces it to migrate onto
-a busy core for every unit: measured 25-30% lower throughput on 2 cores.)  Logical core ids (a
-config may declare more cores than the machine has) map onto the real ones round-robin.
+starts it from a thread that has taken the unit's mask for the spawn (the child inherits it),
+which forces the spawning thread onto a busy core for every unit: 25-30% lower throughput on 2
+cores, the price of the fallback.  (Binding the child once posix_spawn has returned is cheaper
+but too late: a short program had read its own mask before the agent moved it, seen in CI.)
+Logical core ids (a config may declare more cores than the machine has) map onto the real ones
+round-robin.
 
 Not waiting: `spawn` returns once the child has exec'd (vfork), and a child bound to a busy core
 keeps the agent waiting for it (280-360 us a unit measured on 2 busy cores).  `start` (x86-64
@@ -203,7 +203,12 @@ class Spawner:
             if fd < 3 and fd != t:
                 moved.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3))
                 fds = [moved[-1] if f == fd else f for f in fds]
+        # the child inherits the mask of the thread that spawns it: this thread takes the
+        # unit's mask for the spawn and gets its own back after (see the header)
+        own = os.sched_getaffinity(0) if mask is not None else None
         try:
+            if mask is not None:
+                os.sched_setaffinity(0, mask)
             os.chdir(cwd)
             pid = os.posix_spawn(
                 path,
@@ -215,16 +220,10 @@ class Spawner:
                 setsigmask=(),
             )
         finally:
+            if own is not None:
+                os.sched_setaffinity(0, own)
             for fd in moved:
                 os.close(fd)
-        if mask is not None:
-            try:
-                os.sched_setaffinity(pid, mask)
-            except ProcessLookupError:
-                pass  # it has exited already
-            except OSError:
-                os.kill(pid, signal.SIGKILL)  # (reaped by the caller's loop)
-                raise
         return pid
 
     def which(self, name: str, search: str | None = None) -> str:

@@ -42,9 +42,12 @@ def check_exactly_once(session, units, log: str, restartable: bool = False) -> C
         if u.state == rp.DONE:
             assert starts[u.uid] == 1 and ends[u.uid] == 1, f"{u.uid} DONE but the log says not"
         if ends[u.uid] and u.state != rp.DONE:
-            assert u.reason and ("outcome is unknown" in u.reason or "killed" in u.reason), (
-                f"{u.uid} finished but is {u.state}: {u.reason}"
-            )
+            # its last line written, it was killed before it exited (a cancel's or a stop's
+            # SIGTERM: the exit code says so), or its agent died and the outcome is unknown
+            killed = u.state == rp.CANCELED and u.exit_code is not None and u.exit_code < 0
+            assert killed or (
+                u.reason and ("outcome is unknown" in u.reason or "killed" in u.reason)
+            ), f"{u.uid} finished but is {u.state}: {u.reason} (exit code {u.exit_code})"
         if u.state != rp.DONE:
             assert u.reason, f"{u.uid} is {u.state} without a reason"
         finals = [s for s, _ in u.history if s in rp.FINAL]
