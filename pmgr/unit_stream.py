@@ -26,6 +26,7 @@ import threading
 import time
 
 from pilot import states as S
+from pilot.seen import uid_number
 
 log = logging.getLogger("pmgr.units")
 CHUNK = 256
@@ -142,8 +143,7 @@ class UnitStream:
             self.kept.extend(units)
         ranges = self.ranges
         for unit in units:
-            prefix, _, digits = unit.uid.partition(".")
-            n = int(digits) if digits.isdigit() and len(digits) == 6 else None
+            prefix, n = uid_number(unit.uid)  # (a uid past unit.999999 has more digits)
             last = ranges[-1] if ranges else None
             if n is not None and last and last[0] == prefix and last[2] + 1 == n:
                 last[2] = n

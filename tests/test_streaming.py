@@ -200,3 +200,16 @@ def test_tasks_and_executor_map_pull_lazily(session):
         assert list(ex.map(abs, range(-5, 0), chunksize=2, buffersize=1)) == [5, 4, 3, 2, 1]
         with pytest.raises(ValueError, match="buffersize"):
             ex.map(abs, [1], buffersize=0)
+
+
+def test_a_stream_past_unit_999999_keeps_its_uids_as_ranges(session):
+    """uids grow a digit after unit.999999: the stream still keeps them as one range (a
+    list of 10^7 uid strings would be most of the client's memory)."""
+    session.store.reserve(f"{session.uid}/unit", 999_990)  # (the next block starts there)
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    stream = umgr.submit_units((CUD(executable="/bin/true") for _ in range(20)), lazy=True)
+    assert stream.wait(timeout=60) == {rp.DONE: 20}
+    uids = list(stream.uids())
+    assert uids[0] == "unit.999990" and uids[-1] == "unit.1000009", uids
+    assert len(stream.ranges) == 1 and not stream.others
+    assert [u.uid for u in stream] == uids
