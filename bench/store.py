@@ -13,6 +13,9 @@
            does), alone and beside a busy Python thread (the client's other threads): sqlite3
            lets go of the interpreter for every statement, and getting it back waits for the
            busy thread's switch interval
+  views    sqlite: the CPU the store writer spends a unit over its life (five upserts, five
+           history rows) without the views' bookkeeping (unit_tally, units_executing: the
+           baseline, same run), with the tally, and with both
 Target: the embedded store lowers unit throughput by no more than 10% against persistence off.
 """
 
@@ -104,6 +107,52 @@ def rows_batch(multi: bool, busy: bool, batches: int = 10) -> tuple[float, float
     return wall * 1e3 / batches, cpu * 1e3 / batches
 
 
+def lifecycle(n: int, variant: str) -> float:
+    """CPU us a unit of sqlite writes as the store writer makes them: every unit upserted in
+    each of its states (NEW with its description, SCHEDULING, QUEUED with its partition,
+    EXECUTING, DONE with its slots), a state a batch of 256 units, with its history rows.
+    variant: "without" (no unit_tally, no units_executing: the store before them, the
+    baseline), "tally" (unit_tally only), "both" (what the store does)."""
+    from pilot.pmgr.store import sqlite as sq
+
+    states = ("NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE")
+    desc = {"executable": "/bin/true"}
+    size, batches = 256, []
+    groups = n // size
+    for k in range(groups + len(states) - 1):  # batch k: group k NEW, k-1 SCHEDULING, ...
+        b = Batch()
+        for stage, state in enumerate(states):
+            g = k - stage
+            if not 0 <= g < groups:
+                continue
+            for i in range(g * size, (g + 1) * size):
+                uid = f"unit.{i:06d}"
+                b.history.append(("bench", "units", uid, state, 1.7e9 + i, None, stage))
+                doc = {"uid": uid, "session": "bench", "pilot": "pilot.0000", "state": state}
+                doc["partition"] = "pilot.0000.part.0000" if stage >= 2 else None
+                if stage == 0:
+                    doc["description"] = desc
+                if stage >= 3:
+                    doc.update(node="localhost", slots={"cpus": [i % 2]})
+                b.docs["units"][uid] = doc
+        batches.append(b)
+    saved = sq.INDEXES, sq.SqliteStore.tally
+    if variant != "both":
+        sq.INDEXES = sq.INDEXES.split("CREATE INDEX IF NOT EXISTS units_executing")[0]
+    if variant == "without":
+        sq.SqliteStore.tally = lambda self, docs: {}
+    try:
+        store = sq.SqliteStore(f"sqlite:///{tempfile.mkdtemp()}/life.db")
+        t0 = time.process_time()
+        for b in batches:
+            store.write_batch(b)
+        cpu = time.process_time() - t0
+        store.close()
+    finally:
+        sq.INDEXES, sq.SqliteStore.tally = saved
+    return cpu * 1e6 / (groups * size)
+
+
 def unit_run(url: str, n: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
         pd = rp.ComputePilotDescription(
@@ -186,6 +235,26 @@ def main() -> int:
                 f"{'a busy Python thread' if busy else 'nothing'} | {w:,.1f} | {c:.1f} | "
                 f"{w / base_wall:.2f} x |"
             )
+    print(
+        "\nsqlite, the views' bookkeeping: CPU us a unit of the writer's writes over a unit's "
+        f"life, N={args.n} (median of {max(3, args.reps)}, interleaved)\n"
+    )
+    print("| store | CPU us a unit | vs without |")
+    print("|---|---|---|")
+    variants = ("without", "tally", "both")
+    life = {v: [] for v in variants}
+    for _ in range(max(3, args.reps)):
+        for v in variants:
+            life[v].append(lifecycle(args.n, v))
+    base_life = statistics.median(life["without"])
+    names = {
+        "without": "without unit_tally and units_executing (baseline)",
+        "tally": "with unit_tally",
+        "both": "with unit_tally and units_executing (the store)",
+    }
+    for v in variants:
+        m = statistics.median(life[v])
+        print(f"| {names[v]} | {m:.1f} | {m - base_life:+.1f} us |")
     return 0
 
 

@@ -4,10 +4,12 @@ Only the client writes the store, from its writer thread in batches, so what is 
 trails the pilot by the writer's lag and stops moving when the client process is gone.  Two
 readers answer the same questions (pilots, partitions, units per partition and state, the
 EXECUTING units' slots, state times, the latest events):
-  - SqliteReader: the embedded store, opened read-only; counts are SQL aggregates and events
-    the history's new rows since the last refresh (the first time, the newest EVENTS_KEPT of
-    them, through the partial index history_events of pmgr/store/sqlite.py when the file has
-    it: a walk back over the few event rows, not over every unit's).
+  - SqliteReader: the embedded store, opened read-only; counts are unit_tally's rows (a scan
+    of the units in a file made before it), the EXECUTING units come through the partial
+    index of EXECUTING units (pmgr/store/sqlite.py: both cost nothing that grows with the session's
+    finished units), and events the history's new rows since the last refresh (the first
+    time, the newest EVENTS_KEPT of them, through the partial index history_events when the
+    file has it: a walk back over the few event rows, not over every unit's).
   - StoreReader: any other store (MongoDB) through the StateStore API: counts by the store's
     aggregate (`unit_counts`), the latest events by `last_events`; nothing it reads grows
     with the session's finished units.
@@ -22,6 +24,7 @@ from collections import deque
 
 from pilot import states as S
 from pilot.pmgr.session import sessions_dir
+from pilot.pmgr.store.sqlite import EXECUTING_NOW
 
 EVENTS_KEPT = 200
 HELD_FIELDS = (  # the description fields pmgr/observe/timeline.py's held() reads
@@ -66,6 +69,7 @@ class SqliteReader:
         self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         self.tail: deque = deque(maxlen=EVENTS_KEPT)
         self.last_id: int | None = None
+        self.tally: bool | None = None  # whether the file has unit_tally (not known yet)
 
     def close(self) -> None:
         self.db.close()
@@ -94,6 +98,17 @@ class SqliteReader:
         )
 
     def unit_counts(self, session: str, pilot: str) -> dict:
+        """unit_tally's rows (pmgr/store/sqlite.py), a few; a scan of a store without it."""
+        if self.tally is None:
+            found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'unit_tally'"
+            self.tally = bool(self.db.execute(found).fetchone())
+        if self.tally:
+            rows = self.db.execute(
+                "SELECT partition, state, n FROM unit_tally "
+                "WHERE session = ? AND pilot = ? AND n != 0",
+                (session, pilot),
+            )
+            return {(part or None, state or None): n for part, state, n in rows}
         rows = self.db.execute(
             "SELECT partition, state, COUNT(*) FROM units WHERE session = ? AND pilot = ? "
             "GROUP BY partition, state",
@@ -103,9 +118,9 @@ class SqliteReader:
 
     def executing(self, session: str, pilot: str) -> list[dict]:
         """partition, slots and (of the description) what timeline.held reads."""
-        sql = (
+        sql = (  # (through the partial index units_executing, where the file has it)
             "SELECT partition, slots, {} AS description FROM units "
-            "WHERE session = ? AND state = ? AND pilot = ?"
+            f"WHERE {EXECUTING_NOW} AND session = ? AND state = ? AND pilot = ?"
         )
         paths = ", ".join(f"'$.{k}'" for k in HELD_FIELDS)
         try:  # a whole description is long (environment, arguments): only these fields

@@ -4,6 +4,20 @@ One table per kind with a column per field (structured fields as JSON text), and
 table.  A batch is one transaction: an upsert per doc (INSERT ... ON CONFLICT DO UPDATE; a doc
 without `description` keeps the stored one) and one insert per history row, ignored when its
 (uid, seq) is there already (a retried batch).
+
+The views' counts (`pilot status`, `pilot top`) are read from unit_tally, a row per (session,
+pilot, partition, state) with its number of units, kept by write_batch in the same transaction
+as the units' rows: each unit doc's key before and after (the doc itself: an upsert replaces
+every field but `description`).  Before is what this store last wrote of the unit (`placed`,
+kept for units not final: those in flight), else its stored row, read by uid for the batch at
+once (a new unit, or one written by another process); `placed` is forgotten whenever another
+connection has written the file since this one's last batch (PRAGMA data_version).  So the
+counts cost a read of a few rows, not a scan of 10^7, and the writer about a dict lookup a
+unit doc and an index probe a new unit (bench/store.py's `tally` row).  A store made before
+unit_tally gets it filled by one GROUP BY the first time a SqliteStore opens it (in one
+transaction with its creation, so a tally that exists is whole).  The EXECUTING units (what
+`pilot top` shows busy) are read through the partial index units_executing, which holds only
+them.
 """
 
 from __future__ import annotations
@@ -31,19 +45,36 @@ from pilot.pmgr.store.base import (
 # Indexes cost every write (a unit's state changes 5 times): only the ones reads need.  A store
 # file usually holds one session, so no index leads with `session` (measured: those two doubled
 # the cost of a state change, 7 -> 13 us per upsert, 13 -> 26 us per unit's history).
-_INDEXES = """
+INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS history_uid_seq ON history (uid, seq);
 CREATE INDEX IF NOT EXISTS units_partition ON units (partition);
 CREATE INDEX IF NOT EXISTS partitions_pilot ON partitions (pilot);
 CREATE INDEX IF NOT EXISTS pilots_session ON pilots (session);
 CREATE INDEX IF NOT EXISTS history_events ON history (id) WHERE kind != 'units' OR state = 'FAILED';
+CREATE INDEX IF NOT EXISTS units_executing ON units (pilot) WHERE state = 'EXECUTING';
 """
+# units_executing: a query uses it only if its WHERE has this term word for word, not `state = ?`
+EXECUTING_NOW = "state = 'EXECUTING'"
+TALLY = (
+    "CREATE TABLE unit_tally (session TEXT NOT NULL, pilot TEXT NOT NULL, partition TEXT NOT "
+    "NULL, state TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (session, pilot, partition, "
+    "state)) WITHOUT ROWID"
+)
+TALLY_FILL = (  # (a store made before unit_tally: once, as it is created)
+    "INSERT INTO unit_tally SELECT IFNULL(session, ''), IFNULL(pilot, ''), "
+    "IFNULL(partition, ''), IFNULL(state, ''), COUNT(*) FROM units GROUP BY 1, 2, 3, 4"
+)
+TALLY_ADD = (
+    "INSERT INTO unit_tally VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET n = n + excluded.n"
+)
 # history_events is partial: it holds only the rows `pilot top` lists (pilots' and partitions'
 # changes, FAILED units), a few bytes per FAILED unit and nothing for the rest, so the latest
 # events of a session of 10^7 units are an index walk back from its end, not a scan of 5 x 10^7
-# rows.  The views' counts are GROUP BY scans of the units table: no index for them (one on
-# (session, pilot, partition, state) would cost each of a unit's ~4 upserts an index update,
-# for counts that a scan gives in about 0.3 s per 10^6 units, measured by bench/views.py).
+# rows.  The views' counts are unit_tally's (module docstring), not an index on (session,
+# pilot, partition, state), which would cost each of a unit's ~4 upserts an index update.
+# units_executing is partial too: the units running now only, an entry made and dropped a
+# unit (one of every unit not final cost each of its ~4 upserts two changes of it, measured
+# +15-18 us a unit against +6-8 us for this one, tally included: see bench/store.py).
 
 
 def _schema() -> str:
@@ -56,7 +87,7 @@ def _schema() -> str:
         "session TEXT, kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT, seq INTEGER);"
     )
     tables.append("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, next INTEGER);")
-    return "\n".join(tables) + _INDEXES
+    return "\n".join(tables) + INDEXES
 
 
 def _upsert_sql(kind: str) -> str:
@@ -163,7 +194,26 @@ class SqliteStore(StateStore):
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(_schema())
         self._add_columns()
+        self._add_tally()
+        self.placed: dict[str, tuple] = {}  # uid -> its tally key as written here, if not final
+        self.version: int | None = None  # PRAGMA data_version as of this store's last write
         self.inode = os.stat(self.path).st_ino
+
+    def _add_tally(self) -> None:
+        """unit_tally, filled from the units there, if the store has none (module docstring)."""
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'unit_tally'"
+        if self.db.execute(exists).fetchone():
+            return
+        self.db.execute("BEGIN IMMEDIATE")  # (another process may be making it: checked again)
+        try:
+            if not self.db.execute(exists).fetchone():
+                self.db.execute(TALLY)
+                self.db.execute(TALLY_FILL)
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
 
     def _add_columns(self) -> None:
         """A store made by an earlier version lacks the fields added since: added (empty)."""
@@ -181,8 +231,17 @@ class SqliteStore(StateStore):
         if lost:  # sqlite would go on writing to the deleted file, and nobody would know
             raise StoreFileLost(f"the store file {self.path} was deleted or replaced")
         with self.lock:
-            self.db.execute("BEGIN")
+            units = batch.docs["units"]
+            # IMMEDIATE: the tally reads before it writes, and a deferred transaction that
+            # must then take the write lock from another client's would fail at once (BUSY)
+            self.db.execute("BEGIN IMMEDIATE" if units else "BEGIN")
+            placed = None
             try:
+                if units:
+                    version = self.db.execute("PRAGMA data_version").fetchone()[0]
+                    if version != self.version:  # another connection wrote: what is
+                        self.placed.clear()  # remembered may be stale
+                    placed = self.tally(units)
                 for kind in KINDS:
                     docs = batch.docs[kind]
                     if docs:
@@ -195,6 +254,47 @@ class SqliteStore(StateStore):
                 if self.db.in_transaction:  # (sqlite rolls back by itself on a full disk:
                     self.db.execute("ROLLBACK")  # a second ROLLBACK would hide why)
                 raise
+            if placed is not None:  # (once committed: a batch that failed changed nothing)
+                self.version = version  # (this connection's commits leave it as it was)
+                for uid, key in placed.items():
+                    if key is None:
+                        self.placed.pop(uid, None)
+                    else:
+                        self.placed[uid] = key
+
+    def tally(self, docs: dict[str, dict]) -> dict[str, tuple | None]:
+        """unit_tally's changes for these unit docs, written in the open transaction; what
+        `placed` becomes once it commits (None: final, no longer remembered)."""
+        placed, before = self.placed, {}
+        unknown = [uid for uid in docs if uid not in placed]
+        for i in range(0, len(unknown), 500):  # (new units, or not written here since)
+            chunk = unknown[i : i + 500]
+            sql = (
+                "SELECT uid, IFNULL(session, ''), IFNULL(pilot, ''), IFNULL(partition, ''), "
+                f"IFNULL(state, '') FROM units WHERE uid IN ({', '.join('?' * len(chunk))})"
+            )
+            for uid, *key in self.db.execute(sql, chunk):
+                before[uid] = tuple(key)
+        delta: dict[tuple, int] = {}
+        after: dict[str, tuple | None] = {}
+        for uid, d in docs.items():
+            get = d.get
+            key = (
+                get("session") or "",
+                get("pilot") or "",
+                get("partition") or "",
+                get("state") or "",
+            )
+            old = placed.get(uid) or before.get(uid)
+            if old != key:
+                if old is not None:
+                    delta[old] = delta.get(old, 0) - 1
+                delta[key] = delta.get(key, 0) + 1
+            after[uid] = None if key[3] in FINAL else key
+        rows = [(*key, n) for key, n in delta.items() if n]
+        if rows:
+            self.db.executemany(TALLY_ADD, rows)
+        return after
 
     def _docs(self, kind: str, rows) -> list[dict]:
         cols = FIELDS[kind]
@@ -273,9 +373,22 @@ class SqliteStore(StateStore):
 
     def unit_counts(self, session: str, pilot=None, by=("partition", "state")):
         check_kind("units", dict.fromkeys(by))
+        if set(by) <= {"pilot", "partition", "state"}:  # (unit_tally's: a few rows)
+            sql = "SELECT pilot, partition, state, n FROM unit_tally WHERE session = ? AND n != 0"
+            args: tuple = (session,)
+            if pilot is not None:
+                sql, args = sql + " AND pilot = ?", (session, pilot)
+            counts: dict[tuple, int] = {}
+            with self.lock:
+                rows = self.db.execute(sql, args).fetchall()
+            for row in rows:
+                doc = dict(zip(("pilot", "partition", "state"), (v or None for v in row[:3])))
+                key = tuple(doc[f] for f in by)
+                counts[key] = counts.get(key, 0) + row[3]
+            return counts
         cols = ", ".join(by)
         sql = f"SELECT {cols}, COUNT(*) FROM units WHERE session = ?"
-        args: tuple = (session,)
+        args = (session,)
         if pilot is not None:
             sql, args = sql + " AND pilot = ?", (session, pilot)
         with self.lock:
