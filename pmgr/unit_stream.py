@@ -26,6 +26,7 @@ import threading
 import time
 
 from pilot import states as S
+from pilot.pmgr.unit_table import FINAL_CODES, UNKNOWN
 from pilot.seen import uid_number
 
 log = logging.getLogger("pmgr.units")
@@ -181,17 +182,30 @@ class UnitStream:
                 yield unit
 
     def counts(self) -> dict:
-        """Its units by state so far (a walk over its uids: ~1 us each).
+        """Its units by state so far: the released ones counted in their manager's ledger a
+        range at a time (C-speed: ~1 ms a million), the others one by one.
 
         Returns:
             dict[str, int]: state -> how many of its units are in it (states with none are
                 left out).
         """
         out: dict = {}
-        state_of = self.umgr.units.state_of
-        for uid in self.uids():
-            state = state_of(uid)
-            out[state] = out.get(state, 0) + 1
+        table = self.umgr.units
+        state_of = table.state_of
+        for i in list(self.order):
+            if i < 0:
+                state = state_of(self.others[~i])
+                out[state] = out.get(state, 0) + 1
+                continue
+            prefix, first, last = self.ranges[i]
+            span = _span(table.ledger.codes[prefix], first, last)
+            for code, state in enumerate(FINAL_CODES, 1):
+                n = span.count(code)
+                if n:
+                    out[state] = out.get(state, 0) + n
+            for n in _marked(span, _LIVE_OR_UNKNOWN):  # (live: the window's; unknown: an
+                state = state_of(f"{prefix}.{first + n:06d}")  # attach's, read back)
+                out[state] = out.get(state, 0) + 1
         return out
 
     def failed(self):
@@ -200,10 +214,18 @@ class UnitStream:
         Yields:
             Unit: a FAILED unit, in the order they were made (its `reason` says why).
         """
-        state_of, get = self.umgr.units.state_of, self.umgr.units.get
-        for uid in self.uids():
-            if state_of(uid) == S.FAILED:
-                yield get(uid)
+        table = self.umgr.units
+        state_of, get = table.state_of, table.get
+        for i in list(self.order):
+            if i < 0:
+                uids = [self.others[~i]]
+            else:
+                prefix, first, last = self.ranges[i]
+                span = _span(table.ledger.codes[prefix], first, last)
+                uids = (f"{prefix}.{first + n:06d}" for n in _marked(span, _FAILED_OR_OPEN))
+            for uid in uids:
+                if state_of(uid) == S.FAILED:
+                    yield get(uid)
 
     @property
     def done(self) -> bool:
@@ -217,19 +239,35 @@ class UnitStream:
         return unit.state in S.FINAL and unit.settled
 
     def _ended_so_far(self):
-        """A predicate that is True once every unit ended: it walks the uids once in all,
-        resuming at the first that had not ended (ended is for good)."""
+        """A predicate that is True once every unit ended: it skips the released units of a
+        range at C speed (their ledger byte is set) and resumes at the first unit that had
+        not ended (ended is for good), so its calls cost about a look at that unit."""
         if self.thread is not None and self.thread.is_alive():
             return lambda: False
-        walk = self.uids()
-        at = next(walk, None)
+        codes_of = self.umgr.units.ledger.codes
+        k, at = 0, None  # self.order[k]; within a range, the number to look from
 
         def ended() -> bool:
-            nonlocal at
-            while at is not None:
-                if not self._ended(at):
-                    return False
-                at = next(walk, None)
+            nonlocal k, at
+            while k < len(self.order):
+                i = self.order[k]
+                if i < 0:
+                    if not self._ended(self.others[~i]):
+                        return False
+                else:
+                    prefix, first, last = self.ranges[i]
+                    at = first if at is None else at
+                    codes = codes_of[prefix]
+                    while at <= last:
+                        if at < len(codes):  # (past its end: none of them released yet)
+                            n = codes.find(0, at, last + 1)
+                            if n < 0:
+                                break
+                            at = n
+                        if not self._ended(f"{prefix}.{at:06d}"):
+                            return False
+                        at += 1
+                k, at = k + 1, None
             return True
 
         return ended
@@ -277,11 +315,44 @@ class UnitStream:
             self.umgr.session.cond.notify_all()
         if self.thread is not None:
             self.thread.join(30.0)
-        live = self.umgr.units.live
-        open_ = [uid for uid in self.uids() if uid in live and not live[uid].final]
+        table = self.umgr.units
+        live, open_ = table.live, []
+        for i in list(self.order):  # (its units not released: the live ones, found by their
+            if i < 0:  # ledger byte, at C speed)
+                uids = [self.others[~i]]
+            else:
+                prefix, first, last = self.ranges[i]
+                span = _span(table.ledger.codes[prefix], first, last)
+                uids = (f"{prefix}.{first + n:06d}" for n in _marked(span, _LIVE))
+            open_.extend(uid for uid in uids if uid in live and not live[uid].final)
         if open_:
             self.umgr.cancel_units(open_, reason=reason)
 
     def __repr__(self) -> str:
         state = "pulling" if self.thread is not None and self.thread.is_alive() else "pulled"
         return f"<UnitStream {self.count} units, {state}>"
+
+
+def _marks(*codes: int) -> bytes:
+    """A bytes.translate table: 1 for `codes`, 0 for every other byte."""
+    return bytes(1 if c in codes else 0 for c in range(256))
+
+
+_LIVE = _marks(0)  # not in the ledger: live (or not made yet)
+_LIVE_OR_UNKNOWN = _marks(0, UNKNOWN)
+_FAILED_OR_OPEN = _marks(0, UNKNOWN, 1 + FINAL_CODES.index(S.FAILED))
+
+
+def _span(codes: bytearray, first: int, last: int) -> bytes:
+    """The ledger bytes of numbers first..last (zeros past its end)."""
+    span = bytes(codes[first : last + 1])
+    return span + bytes(last + 1 - first - len(span))
+
+
+def _marked(span: bytes, marks: bytes):
+    """The offsets in `span` of the bytes `marks` marks, in order (C-speed search)."""
+    flags = span.translate(marks)
+    n = flags.find(1)
+    while n >= 0:
+        yield n
+        n = flags.find(1, n + 1)

@@ -36,7 +36,7 @@ from pilot.seen import uid_number as _number
 
 FINAL_CODES = (S.DONE, S.FAILED, S.CANCELED)
 _CODE = {state: i + 1 for i, state in enumerate(FINAL_CODES)}
-_UNKNOWN = 255  # a uid of this manager's whose state is only in the store (an attach's)
+UNKNOWN = 255  # a uid of this manager's whose state is only in the store (an attach's)
 
 
 class Ledger:
@@ -50,7 +50,7 @@ class Ledger:
         self.by_state = dict.fromkeys(FINAL_CODES, 0)
 
     def put(self, uid: str, state: str) -> None:
-        code = _CODE.get(state, _UNKNOWN)
+        code = _CODE.get(state, UNKNOWN)
         prefix, n = _number(uid)
         if n is None:
             old = self.others.get(uid, 0)
@@ -63,9 +63,9 @@ class Ledger:
             codes[n] = code
         if not old:
             self.count += 1
-        elif old != _UNKNOWN:
+        elif old != UNKNOWN:
             self.by_state[FINAL_CODES[old - 1]] -= 1
-        if code != _UNKNOWN:
+        if code != UNKNOWN:
             self.by_state[state] += 1
 
     def code(self, uid: str) -> int:
@@ -87,7 +87,7 @@ class Ledger:
         else:
             self.codes[prefix][n] = 0
         self.count -= 1
-        if code != _UNKNOWN:
+        if code != UNKNOWN:
             self.by_state[FINAL_CODES[code - 1]] -= 1
 
     def keyed(self) -> Iterator[tuple]:
@@ -215,7 +215,7 @@ class UnitTable:
         code = self.ledger.code(uid)
         if not code:
             return None
-        if code == _UNKNOWN:
+        if code == UNKNOWN:
             unit = self.get(uid)
             return unit.state if unit is not None else None
         return FINAL_CODES[code - 1]

@@ -213,3 +213,39 @@ def test_a_stream_past_unit_999999_keeps_its_uids_as_ranges(session):
     assert uids[0] == "unit.999990" and uids[-1] == "unit.1000009", uids
     assert len(stream.ranges) == 1 and not stream.others
     assert [u.uid for u in stream] == uids
+
+
+def test_a_streams_counts_failed_and_cancel_read_its_ledger_as_a_walk_would(session):
+    """Released units are counted and skipped a range at a time (their ledger bytes); the
+    answers are those of a walk over every uid, with units released, live and running."""
+    pilot, umgr = active_pilot(session, parts=((2,),))
+
+    def descriptions():
+        for i in range(300):
+            if i % 7 == 3:
+                yield CUD(executable="/bin/sh", arguments=["-c", "exit 1"])
+            else:
+                yield CUD(executable="/bin/true")
+        for _ in range(2):
+            yield CUD(executable="/bin/sleep", arguments=["30"])
+
+    stream = umgr.submit_units(descriptions(), lazy=True)
+    stream.thread.join(30)
+    table = umgr.units
+    deadline = time.monotonic() + 60
+    while table.state_of(list(stream.uids())[-1]) != rp.EXECUTING or table.released < 250:
+        assert time.monotonic() < deadline, (table.released, stream.counts())
+        _released(umgr, min(300, table.released + 1))
+        time.sleep(0.05)
+    uids = list(stream.uids())
+    walked: dict = {}
+    for uid in uids:
+        walked[table.state_of(uid)] = walked.get(table.state_of(uid), 0) + 1
+    assert stream.counts() == walked and walked[rp.FAILED] == 43
+    assert [u.uid for u in stream.failed()] == [
+        uid for uid in uids if table.state_of(uid) == rp.FAILED
+    ]
+    assert not stream.done
+    stream.cancel()
+    assert stream.wait(timeout=30) == {rp.DONE: 257, rp.FAILED: 43, rp.CANCELED: 2}
+    assert stream.done
