@@ -11,9 +11,10 @@ it fits.  At most SCAN queued units are looked at per round.
 
 Priority: a unit's `priority` (an integer, default 0) puts it ahead of every queued unit of a
 lower one, behind those of its own or a higher one (a stable order).  `enqueue(unit)` appends;
-when a unit of a higher priority than the one before it came, `unsorted` is set: the agent takes
-back what its runner holds ahead and `reorder()` (once per batch of arrivals) sorts the queue
-again; units without priorities never pay for it.
+when a unit of a higher priority than the queue's tail came (`tail`: the lowest priority queued
+or held ahead by the runner since the last sort), `unsorted` is set: the agent takes back what
+its runner holds ahead and `reorder()` (once per batch of arrivals) sorts the queue again;
+units without priorities never pay for it.
 """
 
 from __future__ import annotations
@@ -31,14 +32,17 @@ class Scheduler:
         self.pool = PartitionPool(nodes, agent_node)
         self.queue: deque[dict] = deque()
         self._failed_shapes: set = set()
-        self.unsorted = False  # a unit of a higher priority than the last one was appended
-        self.last_priority = 0  # the priority of the unit enqueued last
+        self.unsorted = False  # a unit of a higher priority than the tail was appended
+        # the priority of the queue's tail: its last unit in order, which may be held ahead by
+        # the runner's lanes now (None: nothing queued or held since the last sort)
+        self.tail: int | None = None
 
     def enqueue(self, unit: dict) -> None:
         p = unit.get("priority", 0)
-        if p > self.last_priority:  # (the last may be held ahead by the runner's lanes now)
-            self.unsorted = True
-        self.last_priority = p
+        if self.tail is not None and p > self.tail:
+            self.unsorted = True  # (the tail stays: it is still the queue's lowest)
+        else:
+            self.tail = p
         self.queue.append(unit)
 
     def reorder(self) -> None:
@@ -48,6 +52,7 @@ class Scheduler:
         q.clear()
         q.extend(ranked)
         self.unsorted = False
+        self.tail = ranked[-1].get("priority", 0) if ranked else None
 
     def check(self, unit: dict) -> str | None:
         return self.pool.never_fits(unit)

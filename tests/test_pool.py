@@ -140,3 +140,36 @@ def test_large_units_are_not_starved_by_small_ones():
     assert "big" in started, "the 4-core unit never started"
     overtook = started.index("big") - 1  # small ones started after it was queued
     assert 0 < overtook <= MAX_OVERTAKES
+
+
+def test_a_higher_priority_after_a_sort_is_sorted_in_too():
+    """Priorities arriving in two batches: the second batch's high unit goes ahead of the low
+    ones the first sort left at the tail (it was appended behind them, and the third of three
+    high units started after a low one)."""
+    sched = Scheduler([node(0, cores=1, gpus=0)])
+
+    def arrive(*units):
+        for uid, p in units:
+            sched.enqueue(UnitRecord.at_agent(dict(req(cpus=1), uid=uid, priority=p)))
+        if sched.unsorted:
+            sched.reorder()
+
+    arrive(("low0", 0), ("low1", 0))
+    assert not sched.unsorted
+    arrive(("high0", 5), ("high1", 5))
+    arrive(("high2", 5))
+    arrive(("mid", 3), ("low2", 0))
+    assert [u["uid"] for u in sched.queue] == [
+        "high0",
+        "high1",
+        "high2",
+        "mid",
+        "low0",
+        "low1",
+        "low2",
+    ]
+    # taken ahead by a lane (out of the queue), the tail is still the lowest held
+    taken = [sched.queue.popleft() for _ in range(len(sched.queue))]
+    assert taken[-1]["uid"] == "low2"
+    sched.enqueue(UnitRecord.at_agent(dict(req(cpus=1), uid="high3", priority=5)))
+    assert sched.unsorted

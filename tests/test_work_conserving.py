@@ -155,10 +155,9 @@ def test_a_higher_priority_starts_before_the_lower_ones_queued_at_the_agent(sess
     started = {u.uid: dict(u.history)[rp.EXECUTING] for u in blockers + low + high}
     order = sorted(started, key=started.get)
     after_blockers = [uid for uid in order if uid not in {u.uid for u in blockers}]
-    # the two cores freed by the blockers go to high units (lanes held low ones ahead: taken
-    # back).  (The third high unit has been seen to start just after the first low one in full
-    # suite runs, never alone: a race at the agent not found yet, so not asserted here.)
-    assert set(after_blockers[:2]) <= {u.uid for u in high}, after_blockers
+    # the cores freed by the blockers go to the high units first (lanes held low ones ahead:
+    # taken back), also when the high ones reach the agent in two batches (tests/test_pool.py)
+    assert set(after_blockers[:3]) == {u.uid for u in high}, after_blockers
     # equal priorities in their order of arrival: two cores may start two of them at the same
     # moment (two lanes), in either order, never a later one a unit (50 ms) before an earlier one
     for a, b in zip(low, low[1:]):
