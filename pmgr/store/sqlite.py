@@ -13,7 +13,7 @@ kept for units not final: those in flight), else its stored row, read by uid for
 once (a new unit, or one written by another process); `placed` is forgotten whenever another
 connection has written the file since this one's last batch (PRAGMA data_version).  So the
 counts cost a read of a few rows, not a scan of 10^7, and the writer about a dict lookup a
-unit doc and an index probe a new unit (bench/store.py's `tally` row).  A store made before
+unit doc and an index probe a new unit (bench/store.py's views table).  A store made before
 unit_tally gets it filled by one GROUP BY the first time a SqliteStore opens it (in one
 transaction with its creation, so a tally that exists is whole).  The EXECUTING units (what
 `pilot top` shows busy) are read through the partial index units_executing, which holds only
