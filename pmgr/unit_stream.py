@@ -198,8 +198,8 @@ class UnitStream:
                 out[state] = out.get(state, 0) + 1
                 continue
             prefix, first, last = self.ranges[i]
-            span = _span(table.ledger.codes[prefix], first, last)
-            for code, state in enumerate(FINAL_CODES, 1):
+            span = _span(table.ledger.codes[prefix], first, last)  # (one read: counted and
+            for code, state in enumerate(FINAL_CODES, 1):  # scanned alike)
                 n = span.count(code)
                 if n:
                     out[state] = out.get(state, 0) + n
@@ -214,18 +214,22 @@ class UnitStream:
         Yields:
             Unit: a FAILED unit, in the order they were made (its `reason` says why).
         """
-        table = self.umgr.units
-        state_of, get = table.state_of, table.get
+        state_of, get = self.umgr.units.state_of, self.umgr.units.get
+        for uid in self._uids_marked(_FAILED_OR_OPEN):
+            if state_of(uid) == S.FAILED:
+                yield get(uid)
+
+    def _uids_marked(self, marks: bytes):
+        """Its uids whose ledger byte `marks` marks (see _marks), in order, and every uid not
+        numbered: the others are skipped a range at a time (C-speed byte scans)."""
+        codes_of = self.umgr.units.ledger.codes
         for i in list(self.order):
             if i < 0:
-                uids = [self.others[~i]]
-            else:
-                prefix, first, last = self.ranges[i]
-                span = _span(table.ledger.codes[prefix], first, last)
-                uids = (f"{prefix}.{first + n:06d}" for n in _marked(span, _FAILED_OR_OPEN))
-            for uid in uids:
-                if state_of(uid) == S.FAILED:
-                    yield get(uid)
+                yield self.others[~i]
+                continue
+            prefix, first, last = self.ranges[i]
+            for n in _marked(_span(codes_of[prefix], first, last), marks):
+                yield f"{prefix}.{first + n:06d}"
 
     @property
     def done(self) -> bool:
@@ -315,16 +319,8 @@ class UnitStream:
             self.umgr.session.cond.notify_all()
         if self.thread is not None:
             self.thread.join(30.0)
-        table = self.umgr.units
-        live, open_ = table.live, []
-        for i in list(self.order):  # (its units not released: the live ones, found by their
-            if i < 0:  # ledger byte, at C speed)
-                uids = [self.others[~i]]
-            else:
-                prefix, first, last = self.ranges[i]
-                span = _span(table.ledger.codes[prefix], first, last)
-                uids = (f"{prefix}.{first + n:06d}" for n in _marked(span, _LIVE))
-            open_.extend(uid for uid in uids if uid in live and not live[uid].final)
+        live = self.umgr.units.live  # (its units not released: found by their ledger byte)
+        open_ = [uid for uid in self._uids_marked(_LIVE) if uid in live and not live[uid].final]
         if open_:
             self.umgr.cancel_units(open_, reason=reason)
 
