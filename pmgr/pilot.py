@@ -31,6 +31,7 @@ from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
 
 log = logging.getLogger("pmgr.pilots")
+ORPHANS_KEPT = 100_000  # unit updates kept for the UnitManager that has not come yet
 
 
 class Pilot(Stateful):
@@ -60,6 +61,9 @@ class Pilot(Stateful):
         self.description = description
         self.pmgr = pmgr
         self.umgr: UnitRouter | None = None  # the UnitManager that routes units to it
+        # unit updates heard before a UnitManager used it (an attach: the agent's updates
+        # come before the new client made its UnitManager), handed to the first that does
+        self.orphans: list = []
         self.size = dict(size)
         self.resource = resource
         # its sandbox: in the session directory, or under the description's `sandbox` (RP's
@@ -272,6 +276,8 @@ class Pilot(Stateful):
                 self.on_partition_state(uid, state, ts, info)
             elif umgr is not None:
                 umgr.on_unit_state(uid, state, ts, info)
+            elif len(self.orphans) < ORPHANS_KEPT:  # (not acknowledged: the pilot keeps them)
+                self.orphans.append([kind, uid, state, ts, info])
             else:
                 log.warning("%s: state of unit %s, but no UnitManager uses it", self.uid, uid)
         if umgr is not None:
@@ -279,6 +285,13 @@ class Pilot(Stateful):
             ended = [r[1] for r in updates if r[0] == "unit" and umgr.has_ended(r[1])]
             if ended:  # the pilot keeps their outcomes until the store has them
                 self.session.writer.then(lambda: self._ack(ended), urgent=False)
+
+    def hand_orphans(self) -> None:
+        """(session lock held, a UnitManager uses it now) The unit updates heard before, in
+        the order they came: a unit's node, slots and exit code are not lost to an attach."""
+        orphans, self.orphans = self.orphans, []
+        if orphans and self.umgr is not None:
+            self.on_states(orphans)
 
     def _ack(self, uids: list[str]) -> None:
         """(store writer thread) These units' final states are written: the pilot may let go

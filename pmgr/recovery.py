@@ -169,6 +169,9 @@ class Recovery:
                     umgr.pilots.append(p)
             for doc in docs:
                 self._adopt(umgr, doc, ask)
+            for p in self.pilots.values():
+                if p.umgr is umgr:
+                    p.hand_orphans()
             for pilot, units in ask.items():
                 pilot.command(
                     {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}

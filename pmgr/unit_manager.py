@@ -155,6 +155,7 @@ class UnitManager(UnitQueries, UnitEvents):
                 if p.umgr is None:
                     p.umgr = self
                     self.pilots.append(p)
+                    p.hand_orphans()
             self.route()
 
     def submit_units(self, descriptions, lazy: bool = False, window: int | None = None):
