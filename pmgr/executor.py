@@ -218,6 +218,7 @@ class Executor(Feeding, futures.Executor):
         self._sent = {}
         self._took = {}
         self._queue = collections.deque()
+        self._transit = []
         self._wake = threading.Event()
         self._lock = threading.Lock()  # submit against shutdown
         self._shutdown = False

@@ -85,6 +85,8 @@ class Feeding:
     _bundling: bool
     _busy: int  # calls in flight above which a trickle lingers
     _queue: deque  # (future, Call | ComputeUnitDescription), oldest first
+    _transit: list  # what the feeder took from _queue and is submitting now
+    _lock: threading.Lock  # guards _queue against _transit (and submit against shutdown)
     _sent: dict[int, Sent]  # id(description) -> what was submitted, not final yet
     _took: dict[str, float | None]  # a function's pickle -> seconds a call takes (None: unknown)
     _wake: threading.Event  # the feeder has work
@@ -122,10 +124,15 @@ class Feeding:
         """Submit what is queued, at once; how many futures that was."""
         batch = []
         queue = self._queue
-        while queue:
-            batch.append(queue.popleft())
-        if batch:
-            self._submit_batch(batch)
+        with self._lock:  # (a future is always in one of _queue, _transit, _sent: _pending)
+            while queue:
+                batch.append(queue.popleft())
+            self._transit = batch
+        try:
+            if batch:
+                self._submit_batch(batch)
+        finally:
+            self._transit = []
         return len(batch)
 
     def _submit_batch(self, batch: list) -> None:
@@ -306,9 +313,12 @@ class Feeding:
             self.cancel_units([unit], f"its runtime limit of {fut.runtime} s was reached")
 
     def _pending(self) -> list:
-        """Futures not done: submitted ones oldest first, then queued ones."""
-        out = [f for s in list(self._sent.values()) for f, _ in s.items]
-        return out + [f for f, _ in list(self._queue)]
+        """Futures not done: submitted ones oldest first, then those being submitted, then
+        queued ones."""
+        with self._lock:
+            sent = [f for s in list(self._sent.values()) for f, _ in s.items]
+            later = [f for f, _ in self._transit] + [f for f, _ in self._queue]
+        return list(dict.fromkeys(sent + later))
 
 
 def _executing_s(unit) -> float | None:

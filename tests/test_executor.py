@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent import futures
 
@@ -149,6 +150,29 @@ def test_shutdown_semantics(tmp_path):
     while not ex2.pilot.final and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ex2.pilot.final
+
+
+def test_shutdown_sees_the_calls_being_submitted(monkeypatch):
+    """cancel_futures and wait cover the calls the feeder has taken and is still packing."""
+    from pilot.pmgr import executor_feed, remote_call
+
+    packing, slow = executor_feed.remote_call.packed, threading.Event()
+
+    def packed(calls, cwd):
+        slow.set()
+        time.sleep(0.5)  # shutdown() runs meanwhile
+        return packing(calls, cwd)
+
+    with rp.Executor(max_workers=1) as ex:
+        assert ex.submit(pow, 2, 3).result(timeout=60) == 8
+        monkeypatch.setattr(remote_call, "packed", packed)
+        fs = [ex.submit(nap, 0.05, i) for i in range(10)]
+        assert slow.wait(10)
+        ex.shutdown(wait=True, cancel_futures=True)
+        assert all(f.done() for f in fs)
+        canceled = [f for f in fs if f.cancelled()]
+        assert len(canceled) == len(fs) - 1, [f.cancelled() for f in fs]
+        assert fs[0].result() == 0
 
 
 def test_max_workers_is_checked():
