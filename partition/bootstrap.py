@@ -30,6 +30,8 @@ Teardown (on runtime expiry, cancel, client loss, node failure, or a signal), ea
     down.agents      every live partition is told to stop (running units end CANCELED)
     down.wait        agents say bye or are killed after the deadline
     down.nodes       node daemons halt (bye) or are ended by the launch method
+    (children)       whatever is still the bootstrap's child is ended (SIGTERM, SIGKILL):
+                     nothing the job started outlives it (partition/orphans.py)
     down.bye         `bye` with the pilot's final state to the client; sockets closed; exit
 Where it lives: the pilot link and the control endpoint in partition/client_link.py, the agents'
 channel, their processes and an agent's death in partition/agent_channel.py (the Bootstrap is
@@ -340,7 +342,7 @@ class Bootstrap(ClientLink, AgentChannel):
         self.forker.close()
         if self.nodeset is not None:
             self.nodeset.halt(reason)
-        orphans.reap(self.own_children())
+        orphans.end_children()  # nothing it started outlives the job (see orphans.py)
         for part in self.pm.live():
             self.pm.end(part, FAILED, "pilot ended before the partition did")
         self.flush()

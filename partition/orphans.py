@@ -7,6 +7,8 @@ hands out again.  When a partition's agent (or a node's daemon) is lost, `end_or
 the bootstrap's children that belong to it (by their PILOT_* environment, read from /proc),
 kills each one's process group (SIGKILL) and reaps it.  Processes the bootstrap started itself
 (the zygote, node daemon launches) are never touched: their pids are passed as `keep`.
+At teardown, last, `end_children` ends whatever is still a child of the bootstrap, so that
+nothing the job started outlives it.
 
 Only Linux has subreapers; elsewhere `become_subreaper` says False and orphans go to init.
 """
@@ -92,12 +94,40 @@ def end_orphans(match: dict[str, str], keep: set[int], timeout: float = 5.0) -> 
     return [uid for _, uid in found]
 
 
-def reap(keep: set[int]) -> None:
-    """Reap children (not in `keep`) that have ended: zombies of adopted processes."""
-    for pid in children():
-        if pid in keep:
-            continue
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+def end_children(grace: float = 2.0) -> list[int]:
+    """(teardown, last) End every process still a child of this one: agents whose partition
+    ended without their bye, adopted units, a zygote.  A subreaper that exits before them
+    hands them to init, outside the batch job (SLURM's process tracking no longer sees them
+    and the job ends with them still running).  SIGTERM, SIGKILL (and the process group of
+    a group leader) after `grace` s, each reaped; returns the pids that were still running."""
+    left = [pid for pid in children() if not _ended(pid)]
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        alive = [pid for pid in left if not _ended(pid)]
+        if not alive:
+            break
+        for pid in alive:
+            if sig == signal.SIGKILL and _leads_group(pid):
+                processes.signal_group(pid, sig)
+            processes.signal_process(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not all(_ended(pid) for pid in alive):
+            time.sleep(0.02)
+    if left:
+        log.warning("teardown: %d process(es) still ran and were ended: %s", len(left), left)
+    return left
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def _ended(pid: int) -> bool:
+    """The child `pid` has ended (reaped now, or not ours / gone)."""
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not os.path.exists(f"/proc/{pid}")
+    return done != 0
