@@ -102,6 +102,24 @@ def no_internal_errors(sessions_dir, request):
         assert not seen, "internal errors (bugs of our own, not bad input):\n" + "\n".join(seen)
 
 
+def _described(pid: int) -> str:
+    """A leftover process as `pid (ppid P, PILOT_UNIT_ID/PARTITION_ID...): cmdline`."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = f.read().rsplit(b")", 1)[-1].split()[1].decode()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(
+                kv.decode(errors="replace").partition("=")[::2]
+                for kv in f.read().split(b"\0")
+                if kv.startswith((b"PILOT_UNIT_ID=", b"PILOT_PARTITION_ID=", b"PILOT_ROLE="))
+            )
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} (ppid {ppid}, {env}): {cmd}"
+
+
 @pytest.fixture
 def make_session():
     """make_session(**kw) -> an open Session; all are closed after the test (even on failure),
@@ -120,7 +138,7 @@ def make_session():
     for uid in dict.fromkeys(s.uid for s in made):
         left = reaper.session_processes(uid)
         if left:
-            leftovers[uid] = left
+            leftovers[uid] = [_described(pid) for pid in left]
             reaper.kill_session_processes(uid)
     assert not leftovers, f"processes left behind after close: {leftovers}"
 

@@ -40,15 +40,20 @@ def slurm():
     up = subprocess.run(["bash", SCRIPT, "up"], capture_output=True, text=True, timeout=600)
     assert up.returncode == 0, up.stderr[-2000:]
     env = dict(line[len("export ") :].split("=", 1) for line in up.stdout.splitlines())
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+    # every node is this host: the pilot reaches its client on loopback, and the traffic of
+    # these tests stays on 127.0.0.0/8 (a cluster of hosts, where the job probes the login
+    # node's addresses with nothing configured, is tests/test_cluster.py's)
+    mine = {"SLURM_CONF": env["SLURM_CONF"], "PILOT_CLIENT_ADDRESS": "127.0.0.1"}
+    old = {key: os.environ.get(key) for key in mine}
+    os.environ.update(mine)
     try:
         yield env
     finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         if not was_up:
             subprocess.run(["bash", SCRIPT, "down"], capture_output=True, timeout=120)
 
