@@ -14,8 +14,9 @@
            lets go of the interpreter for every statement, and getting it back waits for the
            busy thread's switch interval
   views    sqlite: the CPU the store writer spends a unit over its life (five upserts, five
-           history rows) without the views' bookkeeping (unit_tally, units_executing: the
-           baseline, same run), with the tally, and with both
+           history rows) without the views' bookkeeping (unit_tally, units_executing,
+           unit_flow: the baseline, same run), with the tally, with units_executing, and with
+           unit_flow (the plot's series) and session_span
 Target: the embedded store lowers unit throughput by no more than 10% against persistence off.
 """
 
@@ -111,8 +112,9 @@ def lifecycle(n: int, variant: str) -> float:
     """CPU us a unit of sqlite writes as the store writer makes them: every unit upserted in
     each of its states (NEW with its description, SCHEDULING, QUEUED with its partition,
     EXECUTING, DONE with its slots), a state a batch of 256 units, with its history rows.
-    variant: "without" (no unit_tally, no units_executing: the store before them, the
-    baseline), "tally" (unit_tally only), "both" (what the store does)."""
+    variant: "without" (no unit_tally, no units_executing, no unit_flow: the store before
+    them, the baseline), "tally" (unit_tally only), "both" (unit_tally and units_executing),
+    "flow" (and unit_flow with session_span: what the store does)."""
     from pilot.pmgr.store import sqlite as sq
 
     states = ("NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE")
@@ -127,7 +129,8 @@ def lifecycle(n: int, variant: str) -> float:
                 continue
             for i in range(g * size, (g + 1) * size):
                 uid = f"unit.{i:06d}"
-                b.history.append(("bench", "units", uid, state, 1.7e9 + i, None, stage))
+                ts = 1.7e9 + i / 2000 + stage * 0.05  # (2,000 units/s, each stage 50 ms)
+                b.history.append(("bench", "units", uid, state, ts, None, stage))
                 doc = {"uid": uid, "session": "bench", "pilot": "pilot.0000", "state": state}
                 doc["partition"] = "pilot.0000.part.0000" if stage >= 2 else None
                 if stage == 0:
@@ -136,11 +139,15 @@ def lifecycle(n: int, variant: str) -> float:
                     doc.update(node="localhost", slots={"cpus": [i % 2]})
                 b.docs["units"][uid] = doc
         batches.append(b)
-    saved = sq.INDEXES, sq.SqliteStore.tally
-    if variant != "both":
+    store_class = sq.SqliteStore
+    saved = sq.INDEXES, store_class.tally, store_class.keep_flows, store_class.keep_spans
+    if variant in ("without", "tally"):
         sq.INDEXES = sq.INDEXES.split("CREATE INDEX IF NOT EXISTS units_executing")[0]
     if variant == "without":
         sq.SqliteStore.tally = lambda self, docs: {}
+    if variant != "flow":
+        store_class.keep_flows = lambda self, units, new: None
+        store_class.keep_spans = lambda self, history: None
     try:
         store = sq.SqliteStore(f"sqlite:///{tempfile.mkdtemp()}/life.db")
         t0 = time.process_time()
@@ -149,7 +156,7 @@ def lifecycle(n: int, variant: str) -> float:
         cpu = time.process_time() - t0
         store.close()
     finally:
-        sq.INDEXES, sq.SqliteStore.tally = saved
+        sq.INDEXES, store_class.tally, store_class.keep_flows, store_class.keep_spans = saved
     return cpu * 1e6 / (groups * size)
 
 
@@ -241,16 +248,17 @@ def main() -> int:
     )
     print("| store | CPU us a unit | vs without |")
     print("|---|---|---|")
-    variants = ("without", "tally", "both")
+    variants = ("without", "tally", "both", "flow")
     life = {v: [] for v in variants}
     for _ in range(max(3, args.reps)):
         for v in variants:
             life[v].append(lifecycle(args.n, v))
     base_life = statistics.median(life["without"])
     names = {
-        "without": "without unit_tally and units_executing (baseline)",
+        "without": "without unit_tally, units_executing, unit_flow (baseline)",
         "tally": "with unit_tally",
-        "both": "with unit_tally and units_executing (the store)",
+        "both": "with unit_tally and units_executing",
+        "flow": "with unit_tally, units_executing, unit_flow, session_span (the store)",
     }
     for v in variants:
         m = statistics.median(life[v])

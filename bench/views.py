@@ -11,8 +11,9 @@ unit leaves: five history rows (NEW, SCHEDULING, QUEUED, EXECUTING, DONE; FAILED
 ComputeUnitDescription.to_stored gives it), written in batches of WINDOW units in time order
 (as the store writer does with streaming submission's window in flight), plus a pilot with
 two partitions.  Each view then runs as the CLI runs it, in a fresh process (`pilot status`,
-`pilot export`, `pilot export --format chrome-trace`, `pilot plot`); `pilot top` needs a
-running pilot, so its store reads (top_snapshot's reader: pilots, partitions, unit counts,
+`pilot export`, `pilot export --format chrome-trace`, `pilot plot`, and the plot drawn without
+the store's unit_flow, from the history streamed: "plot-streamed", the baseline); `pilot top`
+needs a running pilot, so its store reads (top_snapshot's reader: pilots, partitions, unit counts,
 EXECUTING units, latest events) run in a fresh process instead, and one frame is drawn.
 Printed: N, view, seconds, peak RSS (MB, /usr/bin/time's %M of the child), and the store's bytes per
 unit: the sqlite file's size / N; for MongoDB dataSize + indexSize of dbStats (or of each
@@ -37,7 +38,7 @@ PILOT = "pilot.0000"
 PARTS = (f"{PILOT}.part.0000", f"{PILOT}.part.0001")
 CORES = 64  # per partition: units run CORES at a time in each
 WINDOW = 20_000  # units a batch (streaming submission's window)
-VIEWS = ("status", "export", "trace", "plot", "top")
+VIEWS = ("status", "export", "trace", "plot", "plot-streamed", "top")
 
 TOP_SCRIPT = """
 import sys, time
@@ -52,6 +53,17 @@ for _ in range(2):  # a first refresh and a second (top's steady state)
     busy = _busy_per_partition(r.executing(session, pilot))
     events = describe_events(r.events(session), pilot, {p["uid"]: p for p in parts}, 2)
 print(sum(counts.values()), "units", len(events), "events")
+"""
+
+
+PLOT_STREAMED = """
+import sys
+from pilot.pmgr.observe import plot
+from pilot.pmgr.store import open_store
+session, url, out = sys.argv[1:4]
+store = open_store(url)
+store.unit_flow = lambda session: None  # (as without unit_flow: the history streamed)
+print(plot.plot_session(store, session, out))
 """
 
 
@@ -134,6 +146,7 @@ def run_view(view: str, url: str, out: str) -> tuple[float, float, str]:
             f"{out}.json",
         ],  # fmt: skip
         "plot": [*pilot_cli, "plot", SESSION, "--database-url", url, "-o", f"{out}.png"],
+        "plot-streamed": [sys.executable, "-c", PLOT_STREAMED, SESSION, url, f"{out}.png"],
         "top": [sys.executable, "-c", TOP_SCRIPT, SESSION, PILOT, url],
     }[view]
     rusage = f"{out}.time"  # (/usr/bin/time's %M: a child's ru_maxrss would include ours,
@@ -235,10 +248,10 @@ def main() -> int:
         store.close()
         per = f"{size / args.n:.0f}" if size else "?"
         print(f"# {args.n} units built in {built:.0f} s; store bytes/unit {per} ({how})")
-        print(f"{'N':>10} {'view':8} {'seconds':>8} {'peak RSS MB':>12}  output")
+        print(f"{'N':>10} {'view':13} {'seconds':>8} {'peak RSS MB':>12}  output")
         for view in args.views.split(","):
             took, rss, last = run_view(view, url, os.path.join(work, view))
-            print(f"{args.n:>10} {view:8} {took:8.1f} {rss:12.0f}  {last[:70]}", flush=True)
+            print(f"{args.n:>10} {view:13} {took:8.1f} {rss:12.0f}  {last[:70]}", flush=True)
     finally:
         if server is not None:
             server.stop()

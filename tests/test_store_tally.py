@@ -100,9 +100,9 @@ def test_a_failed_batch_changes_no_count(path, monkeypatch):
     real = sq.execute_rows
 
     def fail_on_history(db, sql, rows):
-        if sql == sq.HISTORY_INSERT:
+        if sql.startswith(sq.HISTORY_INSERT):
             raise sqlite3.OperationalError("disk I/O error")
-        real(db, sql, rows)
+        return real(db, sql, rows)
 
     monkeypatch.setattr(sq, "execute_rows", fail_on_history)
     b = Batch()

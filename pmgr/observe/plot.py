@@ -14,10 +14,11 @@ than ten; a series with more than MAX_STEPS changes (more than the pixels can sh
 as the time-weighted mean of each of BINS bins, and the axis says so.  matplotlib is imported
 here only, on the Agg canvas (no display needed).
 
-A session of more than EXACT_UNITS units is not loaded: its units' rows are streamed through
-bins.py, which gives the same time-weighted mean of each of BINS bins in O(BINS) memory per
-series (what the dense plot above would draw), and the axes and the title say "mean per
-bin" (`plot_session` picks the way).
+A session of more than EXACT_UNITS units is not loaded: bins.py gives the time-weighted mean
+of each of BINS bins (what the dense plot above would draw), and the axes and the title say
+"mean per bin" (`plot_session` picks the way): from the store's unit_flow, the series the
+store writer keeps as it writes (pmgr/store/flow.py; sqlite), in bins of whole seconds; else
+from the units' history rows streamed through it in O(BINS) memory per series.
 """
 
 from __future__ import annotations
@@ -45,12 +46,19 @@ STATE_COLORS = {
 
 def plot_session(store, session: str, path: str, exact_units: int = EXACT_UNITS) -> dict:
     """Draw `session` of `store` into `path`: exactly when it has at most `exact_units` units,
-    else as bin means streamed from the store; returns what was drawn."""
+    else as bin means: from the store's unit_flow when it keeps one for the session (a few
+    thousand rows), or streamed from its history; returns what was drawn."""
     from pilot.pmgr.observe import bins, timeline
 
     ext = output_format(path)
-    tl = timeline.load(store, session, max_units=exact_units)
-    binned = bins.aggregate(store, tl, BINS) if tl.left_out else None
+    total = sum(store.unit_counts(session, by=("state",)).values())
+    flow = store.unit_flow(session) if total > exact_units else None
+    if flow is not None:
+        tl = timeline.load(store, session, max_units=0)
+        binned = bins.from_flow(flow, tl, BINS)
+    else:
+        tl = timeline.load(store, session, max_units=exact_units)
+        binned = bins.aggregate(store, tl, BINS) if tl.left_out else None
     fig, drawn = figure(tl, binned)
     fig.savefig(path, format=ext)
     return drawn
@@ -96,7 +104,11 @@ def figure(tl, binned=None):
     fig.suptitle(
         f"{tl.session}: {n_units} units, {len(tl.partitions)} partitions, "
         f"{len(tl.reconfigs)} reconfig(s)"
-        + (f"; units as means per {binned.width:.2g} s bin (of {BINS})" if binned else "")
+        + (
+            f"; units as means per {binned.width:.2g} s bin (of {len(binned.edges) - 1})"
+            if binned
+            else ""
+        )
     )
     return fig, {
         "units": n_units,

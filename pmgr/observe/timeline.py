@@ -238,7 +238,12 @@ def requested(desc: dict) -> tuple[float, float]:
 
 def held(slots, desc: dict) -> tuple[float, float]:
     """(cores, gpus) a unit holds: its granted slots if any, else what it asked for."""
-    cores, gpus = requested(desc)
+    return held_of(slots, requested(desc))
+
+
+def held_of(slots, asked: tuple[float, float]) -> tuple[float, float]:
+    """`held`, from the request (cores, gpus) of the unit's description."""
+    cores, gpus = asked
     if not slots:
         return cores, gpus
     ranks = slots if isinstance(slots, list) else [slots]

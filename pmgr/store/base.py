@@ -118,6 +118,11 @@ class StateStore(ABC):
             if wanted is None or row["kind"] in wanted:
                 yield tuple(row[k] for k in HISTORY)
 
+    def unit_flow(self, session: str) -> list[tuple] | None:
+        """`session`'s unit_flow rows (series, tick, s1, s2: pmgr/store/flow.py), or None when
+        this store does not keep them for it (then a plot streams the history)."""
+        return None
+
     def history_span(self, session: str) -> tuple[float | None, float | None]:
         """(first ts, last ts) of `session`'s history; (None, None) without one."""
         lo = hi = None

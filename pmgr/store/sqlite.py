@@ -41,6 +41,7 @@ from pilot.pmgr.store.base import (
     StateStore,
     check_kind,
 )
+from pilot.pmgr.store.flow import FlowKeeper
 
 # Indexes cost every write (a unit's state changes 5 times): only the ones reads need.  A store
 # file usually holds one session, so no index leads with `session` (measured: those two doubled
@@ -66,6 +67,20 @@ TALLY_FILL = (  # (a store made before unit_tally: once, as it is created)
 )
 TALLY_ADD = (
     "INSERT INTO unit_tally VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET n = n + excluded.n"
+)
+FLOW = (  # (pmgr/store/flow.py; unit_flow_since: the last history row before it was kept)
+    "CREATE TABLE unit_flow (session TEXT NOT NULL, series TEXT NOT NULL, tick INTEGER NOT "
+    "NULL, s1 REAL NOT NULL, s2 REAL NOT NULL, PRIMARY KEY (session, series, tick)) WITHOUT ROWID"
+)
+FLOW_SINCE = "CREATE TABLE unit_flow_since (id INTEGER NOT NULL)"
+SPAN = "CREATE TABLE session_span (session TEXT PRIMARY KEY, lo REAL, hi REAL) WITHOUT ROWID"
+SPAN_ADD = (
+    "INSERT INTO session_span VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET "
+    "lo = MIN(lo, excluded.lo), hi = MAX(hi, excluded.hi)"
+)
+FLOW_ADD = (
+    "INSERT INTO unit_flow VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+    "s1 = s1 + excluded.s1, s2 = s2 + excluded.s2"
 )
 # history_events is partial: it holds only the rows `pilot top` lists (pilots' and partitions'
 # changes, FAILED units), a few bytes per FAILED unit and nothing for the rest, so the latest
@@ -108,6 +123,8 @@ HISTORY_INSERT = (
     "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, seq) VALUES "
     "(?, ?, ?, ?, ?, ?, ?)"
 )
+# the rows it inserted, when it ignored some (a retry): what unit_flow counts
+HISTORY_SINCE = "SELECT session, kind, uid, state, ts, reason, seq FROM history WHERE id > ?"
 
 # Rows go in statements of several rows each (sizes from this set, so few statements are ever
 # prepared): sqlite3 lets other threads run while each statement steps, and a writer thread that
@@ -195,6 +212,8 @@ class SqliteStore(StateStore):
         self.db.executescript(_schema())
         self._add_columns()
         self._add_tally()
+        self._add_flow()
+        self.flow = FlowKeeper()  # unit_flow's changes (pmgr/store/flow.py)
         self.placed: dict[str, tuple] = {}  # uid -> its tally key as written here, if not final
         self.version: int | None = None  # PRAGMA data_version as of this store's last write
         self.inode = os.stat(self.path).st_ino
@@ -209,6 +228,28 @@ class SqliteStore(StateStore):
             if not self.db.execute(exists).fetchone():
                 self.db.execute(TALLY)
                 self.db.execute(TALLY_FILL)
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+
+    def _add_flow(self) -> None:
+        """unit_flow and session_span (each session's first and last history ts), kept from
+        now on: sessions whose history began before are not in them (unit_flow_since), and
+        their plots and spans stream the history instead."""
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'unit_flow'"
+        if self.db.execute(exists).fetchone():
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            if not self.db.execute(exists).fetchone():
+                self.db.execute(FLOW)
+                self.db.execute(SPAN)
+                self.db.execute(FLOW_SINCE)
+                self.db.execute(
+                    "INSERT INTO unit_flow_since SELECT IFNULL(MAX(id), 0) FROM history"
+                )
             self.db.execute("COMMIT")
         except BaseException:
             if self.db.in_transaction:
@@ -241,6 +282,7 @@ class SqliteStore(StateStore):
                     version = self.db.execute("PRAGMA data_version").fetchone()[0]
                     if version != self.version:  # another connection wrote: what is
                         self.placed.clear()  # remembered may be stale
+                        self.flow.forget()
                     placed = self.tally(units)
                 for kind in KINDS:
                     docs = batch.docs[kind]
@@ -248,7 +290,8 @@ class SqliteStore(StateStore):
                         rows = [_row(kind, d) for d in docs.values()]
                         execute_rows(self.db, UPSERT[kind], rows)
                 if batch.history:
-                    execute_rows(self.db, HISTORY_INSERT, batch.history)
+                    self.keep_flows(units, self._insert_history(batch.history))
+                    self.keep_spans(batch.history)
                 self.db.execute("COMMIT")
             except BaseException:
                 if self.db.in_transaction:  # (sqlite rolls back by itself on a full disk:
@@ -261,6 +304,64 @@ class SqliteStore(StateStore):
                         self.placed.pop(uid, None)
                     else:
                         self.placed[uid] = key
+
+    def _insert_history(self, history: list) -> list:
+        """Insert the rows (a row stored already is ignored); the rows inserted, in order."""
+        last = self.db.execute("SELECT MAX(id) FROM history").fetchone()[0] or 0
+        changes = self.db.total_changes
+        execute_rows(self.db, HISTORY_INSERT, history)
+        if self.db.total_changes - changes == len(history):
+            return history  # (all of them: a batch not retried)
+        return self.db.execute(HISTORY_SINCE + " ORDER BY id", (last,)).fetchall()
+
+    def keep_flows(self, units: dict, new: list) -> None:
+        """unit_flow's changes for the history rows this batch inserted (`new`)."""
+        changes = self.flow.changes(units, new, self._rows_of, self._placement_of)
+        if changes:
+            self.db.executemany(FLOW_ADD, [(*key, s1, s2) for key, (s1, s2) in changes.items()])
+
+    def keep_spans(self, history: list) -> None:
+        spans: dict[str, list] = {}
+        for row in history:
+            session, ts = row[0], row[4]
+            span = spans.get(session)
+            if span is None:
+                spans[session] = [ts, ts]
+            elif ts < span[0]:
+                span[0] = ts
+            elif ts > span[1]:
+                span[1] = ts
+        self.db.executemany(SPAN_ADD, [(s, lo, hi) for s, (lo, hi) in spans.items() if s])
+
+    def _rows_of(self, uids: list[str]) -> dict:
+        """(unit_flow) {uid: [(seq, state, ts), ...]}: the stored history of these units."""
+        out: dict = {}
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            sql = (
+                "SELECT uid, seq, state, ts FROM history "
+                f"WHERE uid IN ({', '.join('?' * len(chunk))})"
+            )
+            for uid, seq, state, ts in self.db.execute(sql, chunk):
+                out.setdefault(uid, []).append((seq, state, ts))
+        return out
+
+    def _placement_of(self, uids: list[str]) -> dict:
+        """(unit_flow) {uid: {partition, slots, description}} as stored."""
+        out = {}
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            sql = (
+                "SELECT uid, partition, slots, description FROM units "
+                f"WHERE uid IN ({', '.join('?' * len(chunk))})"
+            )
+            for uid, part, slots, desc in self.db.execute(sql, chunk):
+                out[uid] = {
+                    "partition": part,
+                    "slots": json.loads(slots) if slots else None,
+                    "description": json.loads(desc) if desc else {},
+                }
+        return out
 
     def tally(self, docs: dict[str, dict]) -> dict[str, tuple | None]:
         """unit_tally's changes for these unit docs, written in the open transaction; what
@@ -364,8 +465,32 @@ class SqliteStore(StateStore):
             for row in rows:
                 yield row[1:]
 
+    def _kept(self, session: str) -> bool:
+        """unit_flow and session_span hold `session` whole (its history began after they
+        were made).  Called with the lock held."""
+        since = self.db.execute("SELECT id FROM unit_flow_since").fetchone()[0]
+        if not since:
+            return True
+        first = self.db.execute(
+            "SELECT id FROM history WHERE session = ? ORDER BY id LIMIT 1", (session,)
+        ).fetchone()
+        return first is not None and first[0] > since
+
+    def unit_flow(self, session: str):
+        with self.lock:
+            if not self._kept(session):
+                return None
+            return self.db.execute(
+                "SELECT series, tick, s1, s2 FROM unit_flow WHERE session = ?", (session,)
+            ).fetchall()
+
     def history_span(self, session: str):
         with self.lock:
+            if self._kept(session):
+                row = self.db.execute(
+                    "SELECT lo, hi FROM session_span WHERE session = ?", (session,)
+                ).fetchone()
+                return (row[0], row[1]) if row else (None, None)
             lo, hi = self.db.execute(
                 "SELECT MIN(ts), MAX(ts) FROM history WHERE session = ?", (session,)
             ).fetchone()
