@@ -430,5 +430,15 @@ def test_a_big_session_is_binned_and_its_trace_capped(database_url, tmp_path, ca
     err = capsys.readouterr().err
     assert "pilot export: 350 of 600 units left out of the trace" in err
     assert json.loads(out.read_text())["otherData"]["units_left_out"] == 350
+    trace_cmd = ["export", *common, "--format", "chrome-trace", "-o", str(out)]
+    assert cli.main([*trace_cmd, "--max-units", "100"]) == 0
+    assert "500 of 600 units left out of the trace" in capsys.readouterr().err
+    assert json.loads(out.read_text())["otherData"]["units_in_trace"] == 100
+    assert cli.main([*trace_cmd, "--max-units", "0"]) == 0  # every unit
+    assert "left out" not in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert len([e for e in doc["traceEvents"] if e.get("cat") == "unit"]) == 600
+    assert cli.main([*trace_cmd, "--max-units", "-1"]) != 0
+    assert "--max-units=-1 must be 0 (all units) or more" in capsys.readouterr().err
     assert cli.main(["status", *common]) == 0
     assert "units: 600, DONE 599, FAILED 1" in capsys.readouterr().out  # (k % 1000 == 7)

@@ -23,11 +23,12 @@ child slice per state it passed through (cat "unit.state", named by the state), 
 EXECUTING phase is a slice of its own.  "M" events name the processes and threads.  (A unit
 without history rows, which the client never writes, would have no time to be drawn at.)
 
-A session of more than MAX_UNITS units: the trace holds the first MAX_UNITS to change (a
-viewer loads a few hundred MB of JSON at most; Perfetto's in-browser limit is about 2 GB), and
-says how many it left out in otherData (units, units_in_trace, units_left_out) and, through
-`write`'s return value, on the command's stderr.  `write` streams the events to the file as
-they are made, so memory holds the loaded units, not their events.
+A session of more than MAX_UNITS units (or `pilot export --max-units N`): the trace holds the
+first MAX_UNITS to change (~125 MB of JSON, written in ~5 s whatever the session's size;
+Perfetto's in-browser limit is about 2 GB), and says how many it left out in otherData
+(units, units_in_trace, units_left_out) and, through `write`'s return value, on the command's
+stderr.  `write` streams the events to the file as they are made, a chunk at a time, so memory
+holds the loaded units, not their events.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import TextIO
 from pilot.pmgr.observe.timeline import Entity, Timeline, UnitRow
 from pilot.states import FINAL
 
-MAX_UNITS = 200_000  # units in one trace, at most (~2.5 KB of JSON each: ~500 MB)
+MAX_UNITS = 50_000  # units in a trace unless asked for more (~2.5 KB of JSON each: ~125 MB)
 PILOTS_PID = 1  # (not 0: a trace's pid 0 may be taken for the kernel's idle task)
 Micros = Callable[[float], float]  # epoch s -> us since the session started
 
@@ -139,25 +140,27 @@ def _unit_events(tl: Timeline, pids: dict[str, int], us: Micros):
         tid, named = lanes.take(pid, _node_name(u.node), first, max(first, last))
         if named:
             yield _name("thread_name", pid, tid, named)
-        yield _unit_slice(u, first, last, pid, tid, us)
-        yield from _phases(u.history, last, us, pid, tid, "unit.state")
+        stamps = [us(ts) for _, ts in u.history]  # (each change's us, once)
+        yield _unit_slice(u, stamps, first, last, pid, tid)
+        yield from _phases(u.history, last, us, pid, tid, "unit.state", stamps)
     if lanes.used(unplaced):
         yield _name("process_name", unplaced, 0, "not placed")
 
 
-def _unit_slice(u: UnitRow, first: float, last: float, pid: int, tid: int, us: Micros) -> dict:
-    """Unit `u`'s one complete slice, from `first` to `last`, with what is known of it."""
+def _unit_slice(u: UnitRow, stamps: list, first: float, last: float, pid: int, tid: int) -> dict:
+    """Unit `u`'s one complete slice, from `first` to `last`, with what is known of it
+    (`stamps`: its changes' times in us)."""
     return {
         "ph": "X",
         "name": u.uid,
         "cat": "unit",
-        "ts": us(first),
+        "ts": stamps[0],
         "dur": round(max(0.0, last - first) * 1e6, 3),
         "pid": pid,
         "tid": tid,
         "args": {
             "state": u.state,
-            "states": [[s, us(ts)] for s, ts in u.history],
+            "states": [[s, t] for (s, _), t in zip(u.history, stamps)],
             "partition": u.partition,
             "node": u.node,
             "slots": u.slots,
@@ -167,12 +170,20 @@ def _unit_slice(u: UnitRow, first: float, last: float, pid: int, tid: int, us: M
     }
 
 
-def write(tl: Timeline, out: TextIO) -> int:
-    """Write the trace of `tl` to `out`, event by event; returns the units left out."""
+def write(tl: Timeline, out: TextIO, chunk: int = 2000) -> int:
+    """Write the trace of `tl` to `out`, `chunk` events an encoding (one encoder call per
+    event cost as much as the encoding); returns the units left out."""
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode  # strict JSON
     out.write('{"traceEvents":[')
-    for i, event in enumerate(events(tl)):
-        out.write(("," if i else "") + encode(event))
+    buf: list[dict] = []
+    sep = ""
+    for event in events(tl):
+        buf.append(event)
+        if len(buf) >= chunk:
+            out.write(sep + encode(buf)[1:-1])
+            sep, buf = ",", []
+    if buf:
+        out.write(sep + encode(buf)[1:-1])
     out.write('],"displayTimeUnit":"ms","otherData":' + encode(other(tl)) + "}\n")
     return tl.left_out
 
@@ -181,20 +192,27 @@ def _name(kind: str, pid: int, tid: int, name: str) -> dict:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def _phases(history, end: float, us: Micros, pid: int, tid: int, cat: str) -> list[dict]:
-    """One slice per non-final state: from its change until the next (or `end`)."""
+def _phases(
+    history, end: float, us: Micros, pid: int, tid: int, cat: str, stamps: list | None = None
+) -> list[dict]:
+    """One slice per non-final state: from its change until the next (or `end`); `stamps`:
+    the changes' times in us, if made already."""
+    if stamps is None:
+        stamps = [us(ts) for _, ts in history]
     out = []
-    for i, (state, ts) in enumerate(history):
+    n = len(history)
+    for i, (state, _) in enumerate(history):
         if state in FINAL:
             break
-        nxt = history[i + 1][1] if i + 1 < len(history) else end
+        start = stamps[i]
+        nxt = stamps[i + 1] if i + 1 < n else us(end)
         out.append(
             {
                 "ph": "X",
                 "name": state,
                 "cat": cat,
-                "ts": us(ts),
-                "dur": max(0.0, us(nxt) - us(ts)),
+                "ts": start,
+                "dur": max(0.0, nxt - start),
                 "pid": pid,
                 "tid": tid,
             }
