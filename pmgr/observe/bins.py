@@ -1,6 +1,9 @@
-"""Time-weighted means per time bin, streamed from the store: what `pilot plot` draws of a
-session with more units than plot.EXACT_UNITS (series.py's exact steps hold every state
-change in memory; this holds O(bins) numbers per series).
+"""Time-weighted means per time bin: what `pilot plot` draws of a session with more units than
+plot.EXACT_UNITS (series.py's exact steps hold every state change in memory; this holds
+O(bins) numbers per series).  `from_flow` computes them from the per-second series the sqlite
+store's writer keeps (pmgr/store/flow.py: a few thousand rows, bins of whole seconds);
+`aggregate` streams the units' history rows (MongoDB, a session older than its file's
+series; below).
 
     aggregate(store, tl, bins) -> Binned
         edges       bins + 1 times, seconds since the session's start (0 .. its end)
