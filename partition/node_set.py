@@ -47,6 +47,7 @@ from pilot.protocol import ProtocolError, drain, msg, pack, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
+BYE_WAIT = 1.0  # s a daemon that exited 0 is given for its `bye` to be read (check)
 
 
 class BringUpError(RuntimeError):
@@ -375,8 +376,13 @@ class NodeSet:
         """Nodes lost since the last call: [(index, reason)]."""
         silent = self.pulse.silent()
         exited = self.launch.exited()
-        if any(exited.get(h) == 0 for h in self.live_hints()):
-            self.read(0.1)  # a daemon that halted itself said why (`bye`) before its exit
+        # a daemon that halted itself said why (`bye`) before it exited 0: its words may still
+        # be on their way (they are read here, bounded), so its node is lost for its reason
+        halted = [h for h in self.live_hints() if exited.get(h) == 0]
+        deadline = time.monotonic() + BYE_WAIT
+        while halted and time.monotonic() < deadline:
+            self.read(deadline - time.monotonic())
+            halted = [h for h in halted if h not in self.byes]
         lost = []
         for h in self.live_hints():
             index = self.index_of[h]
