@@ -2,12 +2,13 @@
 
     python bench/store.py [--n 5000] [--reps 3]
 
-  writes   updates/s persisted by each backend: one batch of N unit docs + 4N history rows,
-           the shape of N units' lifetimes (sqlite file; MongoDB through SecantusDB started
-           here, or MONGODB_URI)
+  writes   updates/s persisted by each backend: N unit docs + 4N history rows in batches of
+           the store writer's size, the shape of N units' lifetimes (sqlite file; MongoDB
+           through SecantusDB started here, or MONGODB_URI)
   units    N null units through the whole path on a 2-core localhost pilot (sandboxes on
            tmpfs), with persistence off (null://, the baseline, same run), the embedded sqlite
-           store, and MongoDB; the write lag is the largest age of a record when written
+           store, MongoDB, and sqlite without unit_flow (what the plot's series cost a
+           workload); the write lag is the largest age of a record when written
   rows     sqlite: one batch of 200 unit upserts + 400 history rows written one row per
            statement (executemany, the baseline) and several rows per statement (what the store
            does), alone and beside a busy Python thread (the client's other threads): sqlite3
@@ -38,8 +39,12 @@ from pilot.pmgr.store.base import Batch  # noqa: E402
 
 
 def write_rate(url: str, n: int) -> float:
+    """Records/s a backend takes: N units' docs and 4 N history rows, in batches of the store
+    writer's size (MAX_BATCH records: a unit's doc and a row count as one record each)."""
+    from pilot.pmgr.store.writer import MAX_BATCH
+
     store = open_store(url)
-    b = Batch()
+    batches, b = [], Batch()
     now = time.time()
     for i in range(n):
         uid = f"unit.{i:06d}"
@@ -52,11 +57,17 @@ def write_rate(url: str, n: int) -> float:
         }
         for seq, s in enumerate(("SCHEDULING", "QUEUED", "EXECUTING", "DONE"), 1):
             b.history.append(("bench", "units", uid, s, now, None, seq))
+        if len(b) >= MAX_BATCH:
+            batches.append(b)
+            b = Batch()
+    if len(b):
+        batches.append(b)
     t0 = time.perf_counter()
-    store.write_batch(b)
+    for b in batches:
+        store.write_batch(b)
     dt = time.perf_counter() - t0
     store.close()
-    return len(b) / dt
+    return sum(len(b) for b in batches) / dt
 
 
 def rows_batch(multi: bool, busy: bool, batches: int = 10) -> tuple[float, float]:
@@ -160,7 +171,22 @@ def lifecycle(n: int, variant: str) -> float:
     return cpu * 1e6 / (groups * size)
 
 
-def unit_run(url: str, n: int) -> tuple[float, float]:
+def unit_run(url: str, n: int, flows: bool = True) -> tuple[float, float]:
+    """(units/s, the writer's largest lag) of N null units on a 2-core local pilot; flows=False:
+    the sqlite store without unit_flow and session_span (what they cost a running workload)."""
+    from pilot.pmgr.store import sqlite as sq
+
+    saved = sq.SqliteStore.keep_flows, sq.SqliteStore.keep_spans
+    if not flows:
+        sq.SqliteStore.keep_flows = lambda self, units, new: None
+        sq.SqliteStore.keep_spans = lambda self, history: None
+    try:
+        return _unit_run(url, n)
+    finally:
+        sq.SqliteStore.keep_flows, sq.SqliteStore.keep_spans = saved
+
+
+def _unit_run(url: str, n: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
         pd = rp.ComputePilotDescription(
             resource="local.localhost",
@@ -182,6 +208,9 @@ def unit_run(url: str, n: int) -> tuple[float, float]:
             rate = n / (time.perf_counter() - t0)
             s.writer.flush(timeout=600)
             return rate, s.writer.max_lag
+
+
+NO_FLOW = "sqlite without unit_flow"
 
 
 def main() -> int:
@@ -210,10 +239,11 @@ def main() -> int:
             k: [write_rate(f(i), args.n) for i in range(args.reps)] for k, f in backends.items()
         }
         rows = {"off (null://)": lambda i: "null://", **backends}
+        rows[NO_FLOW] = lambda i: f"sqlite:///{tmp}/noflow{i}.db"
         runs = {k: [] for k in rows}
         for i in range(args.reps):  # interleaved
             for k, f in rows.items():
-                runs[k].append(unit_run(f(100 + i), args.n))
+                runs[k].append(unit_run(f(100 + i), args.n, flows=k != NO_FLOW))
     finally:
         if server:
             server.stop()
