@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 
 import pilot as rp  # noqa: E402
 from pilot.pmgr.store import open_store  # noqa: E402
-from pilot.pmgr.store.base import Batch  # noqa: E402
+from pilot.pmgr.store.base import FIELDS, Batch  # noqa: E402
 
 
 def write_rate(url: str, n: int) -> float:
@@ -90,11 +90,16 @@ def rows_batch(multi: bool, busy: bool, batches: int = 10) -> tuple[float, float
     try:
         for b in range(batches):
             uids = [f"unit.{b * 200 + i:07d}" for i in range(200)]
-            docs = [
-                [u, "bench", "pilot.0000", "pilot.0000.part.0000", "EXECUTING", None, 0]
-                + ["localhost", '{"cpus":[0]}', None, None]
-                for u in uids
-            ]
+            row = {  # (the units table's columns, structured ones as JSON text)
+                "session": "bench",
+                "pilot": "pilot.0000",
+                "partition": "pilot.0000.part.0000",
+                "state": "EXECUTING",
+                "exit_code": 0,
+                "node": '"localhost"',
+                "slots": '{"cpus":[0]}',
+            }
+            docs = [[u] + [row.get(c) for c in FIELDS["units"][1:]] for u in uids]
             hist = [
                 ("bench", "units", u, s, time.time(), None, q)
                 for u in uids
