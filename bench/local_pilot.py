@@ -51,12 +51,17 @@ class PilotRun:
 
 
 @contextmanager
-def two_core_pilot(where: str | None = None, runtime: int = 30, warm: int = 4):
+def two_core_pilot(
+    where: str | None = None, runtime: int = 30, warm: int = 4, keep: str | None = None
+):
     """A session in a fresh directory under `where` (default: the temp dir) with one pilot of
-    one 2-core partition, ACTIVE, after `warm` units of /bin/true have run; canceled after."""
+    one 2-core partition, ACTIVE, after `warm` units of /bin/true have run; canceled after.
+    With `keep`, the session lives in that directory and stays there (for the views after)."""
     import pilot as rp
 
-    with tempfile.TemporaryDirectory(dir=where) as tmp:
+    if keep is not None:
+        os.makedirs(keep, exist_ok=True)
+    with _kept(keep) if keep is not None else tempfile.TemporaryDirectory(dir=where) as tmp:
         pd = rp.ComputePilotDescription(
             resource="local.localhost",
             parts=[rp.ComputePartitionDescription(cores=2)],
@@ -80,14 +85,27 @@ def two_core_pilot(where: str | None = None, runtime: int = 30, warm: int = 4):
                 pilot.wait(timeout=30)
 
 
-def in_fresh_process(script: str, args: list[str], timeout: float) -> dict | None:
+@contextmanager
+def _kept(path: str):
+    yield path
+
+
+def in_fresh_process(
+    script: str, args: list[str], timeout: float, stream_stderr: bool = False
+) -> dict | None:
     """Run `script --one ARGS` in a new interpreter (a measured run starts from nothing) and
-    return the JSON its last line prints; None, with its stderr shown, when it failed."""
+    return the JSON its last line prints; None, with its stderr shown, when it failed.  With
+    `stream_stderr` its stderr (progress lines) goes to ours as it is written."""
     out = subprocess.run(
-        [sys.executable, script, "--one", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, script, "--one", *args],
+        stdout=subprocess.PIPE,
+        stderr=None if stream_stderr else subprocess.PIPE,
+        text=True,
+        timeout=timeout,
     )
     if out.returncode != 0:
-        print(out.stderr, file=sys.stderr)
+        if out.stderr:
+            print(out.stderr, file=sys.stderr)
         return None
     return json.loads(out.stdout.strip().splitlines()[-1])
 

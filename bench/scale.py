@@ -1,7 +1,7 @@
 """A million units through one client: memory per process, throughput first to last, the store.
 
     python bench/scale.py [--n 1000000] [--kind func|exec] [--window 20000]
-                          [--bringup 64,128,256] [--views]
+                          [--bringup 64,128,256] [--views] [--dir D]
 
 One fresh process: Session + 2-core local.localhost pilot (sqlite store, the default); N units
 of a no-op function (func) or of /bin/true (exec) submitted from a generator (submit_units(gen,
@@ -42,10 +42,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARKS = (0.1, 0.2, 0.5, 1.0)
 
 
-def one_run(n: int, kind: str, window: int) -> dict:
+def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
     import pilot as rp
 
-    with two_core_pilot(runtime=24 * 60, warm=0) as run:
+    with two_core_pilot(runtime=24 * 60, warm=0, keep=keep) as run:
         umgr, table = run.umgr, run.umgr.units
         procs = {"client": os.getpid(), "bootstrap": run.bootstrap, "agent": run.agents()[0]}
 
@@ -109,8 +109,8 @@ def one_run(n: int, kind: str, window: int) -> dict:
             "run_s": run_s,
             "at": {str(k): v for k, v in at.items()},
             "peak": {name: status_mb(pid, "VmHWM") for name, pid in procs.items()},
-            "first_10": (n // 10) / tenths[1],
-            "last_10": (n - 9 * n // 10) / (run_s - tenths[9]),
+            "first_10": (n // 10) / max(tenths[1], 1e-3),
+            "last_10": (n - 9 * n // 10) / max(run_s - tenths[9], 1e-3),
             "store_bytes": store_bytes,
             # CPU ms a unit of each process over the first and the last 10 % (load-proof)
             "cpu_first": {k: (cpu[1][k] - cpu0[k]) * 1000 / (n // 10) for k in procs},
@@ -158,15 +158,18 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=20_000)
     ap.add_argument("--bringup", default="", help="node counts, e.g. 64,128,256")
     ap.add_argument("--views", action="store_true")
+    ap.add_argument("--dir", default=None, help="make the session here and keep it")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.n, args.kind, args.window)))
+        print(json.dumps(one_run(args.n, args.kind, args.window, args.dir)))
         return 0
     r = in_fresh_process(
         __file__,
-        ["--n", str(args.n), "--kind", args.kind, "--window", str(args.window)],
+        ["--n", str(args.n), "--kind", args.kind, "--window", str(args.window)]
+        + (["--dir", os.path.abspath(args.dir)] if args.dir else []),
         timeout=24 * 3600,
+        stream_stderr=args.dir is not None,
     )
     if r is None:
         return 1
