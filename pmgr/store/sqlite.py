@@ -131,6 +131,7 @@ HISTORY_SINCE = "SELECT session, kind, uid, state, ts, reason, seq FROM history 
 # waits to get back into Python once per row crawls while the client's other threads are busy
 # (measured: 200 rows, one at a time, 43 ms while units were being made; 2 ms alone).
 _SIZES = (256, 64, 16, 4, 1)
+UID_CHUNK = 500  # uids bound in one `WHERE uid IN (...)`
 _MULTI: dict = {}  # (sql, rows) -> that statement for so many rows
 
 
@@ -336,31 +337,34 @@ class SqliteStore(StateStore):
     def _rows_of(self, uids: list[str]) -> dict:
         """(unit_flow) {uid: [(seq, state, ts), ...]}: the stored history of these units."""
         out: dict = {}
-        for i in range(0, len(uids), 500):
-            chunk = uids[i : i + 500]
-            sql = (
-                "SELECT uid, seq, state, ts FROM history "
-                f"WHERE uid IN ({', '.join('?' * len(chunk))})"
-            )
-            for uid, seq, state, ts in self.db.execute(sql, chunk):
-                out.setdefault(uid, []).append((seq, state, ts))
+        for uid, seq, state, ts in self._of_uids("SELECT uid, seq, state, ts FROM history", uids):
+            out.setdefault(uid, []).append((seq, state, ts))
         return out
+
+    def _of_uids(self, select: str, uids: list[str], lock: bool = False):
+        """The rows of `select` (no WHERE) for these uids: `WHERE uid IN (...)` in chunks of
+        UID_CHUNK (under sqlite's limit on bound parameters), each chunk's rows fetched at once;
+        `lock`: take the store's lock for each chunk (a caller outside write_batch)."""
+        for i in range(0, len(uids), UID_CHUNK):
+            chunk = uids[i : i + UID_CHUNK]
+            sql = f"{select} WHERE uid IN ({', '.join('?' * len(chunk))})"
+            if lock:
+                with self.lock:
+                    rows = self.db.execute(sql, chunk).fetchall()
+            else:
+                rows = self.db.execute(sql, chunk).fetchall()
+            yield from rows
 
     def _placement_of(self, uids: list[str]) -> dict:
         """(unit_flow) {uid: {partition, slots, description}} as stored."""
         out = {}
-        for i in range(0, len(uids), 500):
-            chunk = uids[i : i + 500]
-            sql = (
-                "SELECT uid, partition, slots, description FROM units "
-                f"WHERE uid IN ({', '.join('?' * len(chunk))})"
-            )
-            for uid, part, slots, desc in self.db.execute(sql, chunk):
-                out[uid] = {
-                    "partition": part,
-                    "slots": json.loads(slots) if slots else None,
-                    "description": json.loads(desc) if desc else {},
-                }
+        select = "SELECT uid, partition, slots, description FROM units"
+        for uid, part, slots, desc in self._of_uids(select, uids):
+            out[uid] = {
+                "partition": part,
+                "slots": json.loads(slots) if slots else None,
+                "description": json.loads(desc) if desc else {},
+            }
         return out
 
     def tally(self, docs: dict[str, dict]) -> dict[str, tuple | None]:
@@ -368,14 +372,12 @@ class SqliteStore(StateStore):
         `placed` becomes once it commits (None: final, no longer remembered)."""
         placed, before = self.placed, {}
         unknown = [uid for uid in docs if uid not in placed]
-        for i in range(0, len(unknown), 500):  # (new units, or not written here since)
-            chunk = unknown[i : i + 500]
-            sql = (
-                "SELECT uid, IFNULL(session, ''), IFNULL(pilot, ''), IFNULL(partition, ''), "
-                f"IFNULL(state, '') FROM units WHERE uid IN ({', '.join('?' * len(chunk))})"
-            )
-            for uid, *key in self.db.execute(sql, chunk):
-                before[uid] = tuple(key)
+        select = (  # (new units, or not written here since)
+            "SELECT uid, IFNULL(session, ''), IFNULL(pilot, ''), IFNULL(partition, ''), "
+            "IFNULL(state, '') FROM units"
+        )
+        for uid, *key in self._of_uids(select, unknown):
+            before[uid] = tuple(key)
         delta: dict[tuple, int] = {}
         after: dict[str, tuple | None] = {}
         for uid, d in docs.items():
@@ -535,26 +537,19 @@ class SqliteStore(StateStore):
         cols = FIELDS[kind] if fields is None else ("uid", *(f for f in fields if f != "uid"))
         out: dict[str, dict] = {}
         decoded: dict[str, object] = {}  # (many units share a description: decoded once)
-        uids = list(uids)
-        for i in range(0, len(uids), 500):
-            chunk = uids[i : i + 500]
-            sql = (
-                f"SELECT {', '.join(cols)} FROM {kind} WHERE uid IN ({', '.join('?' * len(chunk))})"
-            )
-            with self.lock:
-                rows = self.db.execute(sql, chunk).fetchall()
-            for row in rows:
-                doc = dict(zip(cols, row))
-                for c in STRUCTURED.intersection(cols):
-                    text = doc[c]
-                    if text is not None:
-                        value = decoded.get(text)
-                        if value is None:
-                            value = json.loads(text)
-                            if len(decoded) < 10_000:
-                                decoded[text] = value
-                        doc[c] = value
-                out[doc["uid"]] = doc
+        structured = STRUCTURED.intersection(cols)
+        for row in self._of_uids(f"SELECT {', '.join(cols)} FROM {kind}", list(uids), lock=True):
+            doc = dict(zip(cols, row))
+            for c in structured:
+                text = doc[c]
+                if text is not None:
+                    value = decoded.get(text)
+                    if value is None:
+                        value = json.loads(text)
+                        if len(decoded) < 10_000:
+                            decoded[text] = value
+                    doc[c] = value
+            out[doc["uid"]] = doc
         return out
 
     def open_units(self, session: str) -> list[dict]:
