@@ -3,6 +3,8 @@
 
     python bench/views.py [--n 1000000] [--mongodb] [--dir DIR] [--views status,export,...]
     python bench/views.py --real 3000          # bytes per unit of a real run's sqlite store
+    python bench/views.py --dir D --no-build   # the views of a real run's session kept in D
+                                               # (bench/scale.py --dir D), its only session
 
 The session is written straight into the store (sqlite by default; --mongodb: a SecantusDB
 started on 127.0.0.1 as tests/mongo_server.py starts it, or $MONGODB_URI) with the rows a real
@@ -128,8 +130,11 @@ def build(store, n: int, window: int = WINDOW) -> None:
         store.write_batch(b)
 
 
-def run_view(view: str, url: str, out: str) -> tuple[float, float, str]:
+def run_view(
+    view: str, url: str, out: str, session: str = SESSION, pilot: str = PILOT
+) -> tuple[float, float, str]:
     """(seconds, peak RSS MB, last line of output) of `view` in a fresh process."""
+    SESSION, PILOT = session, pilot  # noqa: N806 (the built session's names, or a real one's)
     pilot_cli = [sys.executable, "-m", "pilot.cli"]
     cmd = {
         "status": [*pilot_cli, "status", SESSION, "--database-url", url],
@@ -245,12 +250,21 @@ def main() -> int:
             how, size = mongo_bytes(store)
         else:
             how, size = "file size", os.path.getsize(store.path)
+        session, pilot = SESSION, PILOT
+        if args.no_build:  # (a real run's store: its only session and its first pilot)
+            sessions = [d["uid"] for d in store.find("sessions")]
+            if len(sessions) != 1:
+                raise SystemExit(f"--no-build: the store holds {len(sessions)} sessions, not 1")
+            session = sessions[0]
+            pilot = min(d["uid"] for d in store.find("pilots", session=session))
+            args.n = sum(store.unit_counts(session, by=("state",)).values())
         store.close()
         per = f"{size / args.n:.0f}" if size else "?"
-        print(f"# {args.n} units built in {built:.0f} s; store bytes/unit {per} ({how})")
+        made = f"session {session} read" if args.no_build else f"built in {built:.0f} s"
+        print(f"# {args.n} units, {made}; store bytes/unit {per} ({how})")
         print(f"{'N':>10} {'view':13} {'seconds':>8} {'peak RSS MB':>12}  output")
         for view in args.views.split(","):
-            took, rss, last = run_view(view, url, os.path.join(work, view))
+            took, rss, last = run_view(view, url, os.path.join(work, view), session, pilot)
             print(f"{args.n:>10} {view:13} {took:8.1f} {rss:12.0f}  {last[:70]}", flush=True)
     finally:
         if server is not None:
