@@ -99,13 +99,17 @@ class AgentChannel:
         killed = orphans.end_orphans(
             {"PILOT_PILOT_ID": self.uid, "PILOT_PARTITION_ID": uid}, self.own_children()
         )
-        try:
+        try:  # (streamed: one line per unit it ever started; those the client has are left)
             with open(journal_path(self.sandbox, uid)) as f:
-                started = [line.strip() for line in f if line.strip()]
+                started = list(self.outbox.not_acknowledged(f))
         except FileNotFoundError:
             started = []
         log.warning(
-            "%s: %s; %d unit(s) had started, %d killed", uid, why, len(started), len(killed)
+            "%s: %s; %d unit(s) had started with no outcome acknowledged, %d killed",
+            uid,
+            why,
+            len(started),
+            len(killed),
         )
         self.flush()
         self.to_client(

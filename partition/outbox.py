@@ -9,11 +9,15 @@ asks with `sync` (partition/control.py), and the records here answer first; an a
 answer that names units it no longer knows (they ended) is answered from here too.  A unit is
 "outcome unknown" at the client only when no record of it is left anywhere that outlived it.
 Memory: one record per unit that ended and was not acknowledged yet (with a client attached,
-about the last second's worth).
+about the last second's worth), and one bit per unit acknowledged (pilot/seen.py): when an agent
+dies, its start journal holds every unit it ever started (10^7 lines after 10^7 units), and
+`not_acknowledged` streams it down to the units whose outcome the client may not have (in
+flight, or ended and not acknowledged), the only ones the `lost` message needs to name.
 """
 
 from __future__ import annotations
 
+from pilot.seen import SeenUnits
 from pilot.states import FINAL
 
 
@@ -21,6 +25,7 @@ class Outbox:
     def __init__(self) -> None:
         self.kept: dict[str, list] = {}  # uid -> its final record [kind, uid, state, ts, info]
         self.acked = 0
+        self.acknowledged = SeenUnits()  # a bit per unit whose outcome the client's store has
 
     def add(self, batch: list) -> None:
         """Keep the final unit records of an agent's `state` batch (checked)."""
@@ -33,6 +38,16 @@ class Outbox:
         for uid in uids:
             if self.kept.pop(uid, None) is not None:
                 self.acked += 1
+                self.acknowledged.add(uid)
+
+    def not_acknowledged(self, lines):
+        """The uids of a start journal's `lines` whose outcome the client's store may not have
+        (a unit the client acknowledged is final there: its journal line says nothing new)."""
+        acknowledged = self.acknowledged
+        for line in lines:
+            uid = line.strip()
+            if uid and uid not in acknowledged:
+                yield uid
 
     def answer(self, uids: list[str]) -> tuple[list, list[str]]:
         """(the kept records of these units, the uids it has none of)."""

@@ -1,0 +1,47 @@
+"""The bootstrap's outbox (partition/outbox.py): outcomes kept until the client acknowledges
+them, and a lost agent's start journal narrowed to the units whose outcome the client may not
+have, without holding the journal in memory."""
+
+from __future__ import annotations
+
+import io
+
+from pilot.partition.outbox import Outbox
+
+
+def _final(uid: str, state: str = "DONE") -> list:
+    return ["unit", uid, state, 1.0, {}]
+
+
+def test_acknowledged_outcomes_are_let_go_of_and_left_out_of_a_lost_journal():
+    box = Outbox()
+    box.add([_final("unit.000001"), _final("unit.000002", "FAILED"), _final("mine.7")])
+    box.add([["unit", "unit.000003", "EXECUTING", 1.0, {}]])  # (not final: not kept)
+    assert set(box.kept) == {"unit.000001", "unit.000002", "mine.7"}
+    box.ack(["unit.000001", "mine.7", "unit.000009"])  # (000009: never kept here)
+    assert set(box.kept) == {"unit.000002"} and box.acked == 2
+    journal = io.StringIO(
+        "unit.000001\nunit.000002\nunit.000003\nmine.7\n\nunit.000009\nunit.000010\n"
+    )
+    # 000001 and mine.7: acknowledged (final in the client's store); 000002: ended, kept, not
+    # acknowledged (the client may not have it); 000003 and 000010: in flight; 000009: the
+    # client acknowledged an outcome this bootstrap never kept: it stays named
+    assert list(box.not_acknowledged(journal)) == [
+        "unit.000002",
+        "unit.000003",
+        "unit.000009",
+        "unit.000010",
+    ]
+
+
+def test_a_long_journal_is_streamed_down_to_the_units_in_flight():
+    box = Outbox()
+    n = 300_000
+    for first in range(0, n, 1000):
+        uids = [f"unit.{k:06d}" for k in range(first, first + 1000)]
+        box.add([_final(u) for u in uids])
+        box.ack(uids[:-1] if first == n - 1000 else uids)  # the very last one not acked
+    assert len(box.kept) == 1
+    assert sum(len(b) for b in box.acknowledged.bits.values()) <= n // 4  # (a bit, doubling)
+    lines = (f"unit.{k:06d}\n" for k in range(n + 5))  # 5 more started, none ended
+    assert list(box.not_acknowledged(lines)) == [f"unit.{k:06d}" for k in range(n - 1, n + 5)]
