@@ -82,8 +82,10 @@ def kill(pid: int) -> None:
         pass
 
 
-def processes_with(marker: str) -> list[int]:
-    """Pids of live processes whose environment holds `marker` (e.g. PILOT_PARTITION_ID=...)."""
+def processes_with(*markers: str) -> list[int]:
+    """Pids of live processes whose environment holds every one of `markers` (e.g.
+    PILOT_SESSION_ID=..., PILOT_PARTITION_ID=...: name the session too, as uids like
+    pilot.0000.part.0000 repeat in every session on the machine)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -93,6 +95,6 @@ def processes_with(marker: str) -> list[int]:
             stat = open(f"/proc/{name}/stat", "rb").read()
         except OSError:
             continue
-        if stat.rsplit(b")", 1)[-1].split()[0] != b"Z" and marker.encode() in env:
+        if stat.rsplit(b")", 1)[-1].split()[0] != b"Z" and all(m.encode() in env for m in markers):
             found.append(int(name))
     return found

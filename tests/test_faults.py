@@ -37,7 +37,9 @@ def test_agent_killed_mid_run(session, tmp_path, seed):
     states = check_exactly_once(session, units, log)
     assert states[rp.DONE] >= 20, states  # most ran, in one partition or the other
     assert any(u.part == other.uid and u.state == rp.DONE for u in units)
-    assert processes_with(f"PILOT_PARTITION_ID={victim.uid}") == []  # no orphan runs on
+    assert (
+        processes_with(f"PILOT_SESSION_ID={session.uid}", f"PILOT_PARTITION_ID={victim.uid}") == []
+    )  # no orphan runs on
     assert other.state == rp.ACTIVE and pilot.state == rp.ACTIVE
 
 
@@ -121,7 +123,9 @@ def test_node_daemon_killed_mid_run(session, tmp_path, seed):
     umgr.wait_units(timeout=90)
     states = check_exactly_once(session, units, log)
     assert states[rp.DONE] >= 25, (states, Counter(u.reason for u in units))
-    assert processes_with(f"PILOT_NODE_NAME={node['name']}") == []  # no unit runs on there
+    assert (
+        processes_with(f"PILOT_SESSION_ID={session.uid}", f"PILOT_NODE_NAME={node['name']}") == []
+    )  # no unit runs on there
     assert other.state == rp.ACTIVE and pilot.state == rp.ACTIVE
 
 
@@ -140,8 +144,10 @@ def test_bootstrap_killed_mid_run(session, tmp_path):
     umgr.wait_units(timeout=30)
     check_exactly_once(session, units, log)
     deadline = time.monotonic() + 10  # agents see their parent gone and end their units
-    while processes_with(f"PILOT_PILOT_ID={pilot.uid}"):
-        assert time.monotonic() < deadline, processes_with(f"PILOT_PILOT_ID={pilot.uid}")
+    while processes_with(f"PILOT_SESSION_ID={session.uid}", f"PILOT_PILOT_ID={pilot.uid}"):
+        assert time.monotonic() < deadline, processes_with(
+            f"PILOT_SESSION_ID={session.uid}", f"PILOT_PILOT_ID={pilot.uid}"
+        )
         time.sleep(0.1)
 
 
