@@ -20,10 +20,12 @@ The worker finds modules where the client does: the client's own directories (it
 its PYTHONPATH's: pilot/functions.py `client_path`) come after its own first entry, from
 PILOT_FUNCTION_PATH, which it removes from its environment.
 A call runs with `env` in os.environ (the unit's ids, PILOT_* and RP_* names; the unit's own
-variables, `own`, are set back afterwards), bound to `cpus`, and with sys.stdout / sys.stderr
-captured (OUTPUT_MAX characters each are kept and sent back).  Only writes through sys.stdout /
-sys.stderr during the call are captured: a subprocess's output, a logging handler made earlier
-or a thread writing after the call goes to the workers' log file.  The worker exits at
+variables, `own`, are taken out afterwards; set through agent/worker_env.py, which reuses a
+buffer per name: os.environ's setenv kept a copy of every value, ~440 bytes a call), bound
+to `cpus`, and with sys.stdout / sys.stderr captured (OUTPUT_MAX characters each are kept and
+sent back).  Only writes through sys.stdout / sys.stderr during the call are captured: a
+subprocess's output, a logging handler made earlier or a thread writing after the call goes to
+the workers' log file.  The worker exits at
 end-of-file (its agent is gone or closed it) or when it is killed (a canceled unit, a stopped
 partition).
 """
@@ -81,7 +83,8 @@ def _call(msg: dict, state: dict) -> dict:
     uid = msg.get("uid")
     env = msg.get("env") or {}
     own = msg.get("own") or ()  # the unit's own variables: set back afterwards
-    os.environ.update(env)
+    environ = state["environ"]
+    environ.update(env)  # (agent/worker_env.py: os.environ's setenv kept every value)
     cpus = msg.get("cpus")
     mask = set(cpus) if cpus else state["all"]
     if mask != state["mask"]:
@@ -110,7 +113,7 @@ def _call(msg: dict, state: dict) -> dict:
     finally:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         for k in own:
-            os.environ.pop(k, None)
+            environ.unset(k)
     reply["stdout"] = out.getvalue()[:OUTPUT_MAX]
     text = err.getvalue()
     reply["stderr"] = (
@@ -131,7 +134,9 @@ def main(argv: list[str]) -> int:
     os.close(inherited)
     rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
     allowed = os.sched_getaffinity(0)
-    state = {"base": dict(os.environ), "all": allowed, "mask": allowed, "pid": os.getpid()}
+    from pilot.agent.worker_env import WorkerEnviron
+
+    state = {"environ": WorkerEnviron(), "all": allowed, "mask": allowed, "pid": os.getpid()}
     while True:
         head = _read_exact(rfile, 4)
         if head is None:

@@ -6,7 +6,8 @@
 One fresh process: Session + 2-core local.localhost pilot (sqlite store, the default); N units
 of a no-op function (func) or of /bin/true (exec) submitted from a generator (submit_units(gen,
 lazy=True): nothing of the workload is in memory at once) and waited for.  Sampled every
-0.25 s: units ended, the RSS of the client, the bootstrap and the agent.  Printed:
+0.25 s: units ended, the RSS of the client, the bootstrap, the agent and the largest of the
+agent's function workers ("workers"; their CPU is summed).  Printed:
 
   - RSS of each process when 10 %, 20 %, 50 % and 100 % of the units had ended (at N = 1 M:
     100 k, 200 k, 500 k, 1 M), the peak (VmHWM), and the slope between 20 % and 100 % in KB a
@@ -40,6 +41,44 @@ from bench.local_pilot import cpu_s, in_fresh_process, status_mb, two_core_pilot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKS = (0.1, 0.2, 0.5, 1.0)
+NAMES = ("client", "bootstrap", "agent", "workers")  # workers: the agent's function workers
+
+
+def _workers(agent: int) -> list[int]:
+    """The agent's children (its function workers)."""
+    pids = []
+    for tid in os.listdir(f"/proc/{agent}/task"):
+        try:
+            with open(f"/proc/{agent}/task/{tid}/children") as f:
+                pids.extend(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+def _mem(procs: dict, key: str) -> dict:
+    """VmRSS or VmHWM (MB) of each process; for the workers, the largest of them."""
+    out = {name: status_mb(pid, key) for name, pid in procs.items()}
+    sizes = []
+    for pid in _workers(procs["agent"]):
+        try:
+            sizes.append(status_mb(pid, key))
+        except OSError:  # (gone meanwhile)
+            pass
+    out["workers"] = max(sizes, default=0.0)
+    return out
+
+
+def _cpu(procs: dict) -> dict:
+    """CPU seconds of each process; for the workers, all of them together."""
+    out = {name: cpu_s(pid)["own"] for name, pid in procs.items()}
+    out["workers"] = 0.0
+    for pid in _workers(procs["agent"]):
+        try:
+            out["workers"] += cpu_s(pid)["own"]
+        except OSError:
+            pass
+    return out
 
 
 def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
@@ -60,7 +99,7 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
         tenths = {}  # k -> seconds when k x 10 % of the units had ended
         cpu = {}  # k -> CPU seconds of each process then
         stop = threading.Event()
-        start_cpu = {name: cpu_s(pid)["own"] for name, pid in procs.items()}
+        start_cpu = _cpu(procs)
         t0 = time.perf_counter()
         stream = umgr.submit_units(descriptions(), lazy=True, window=window)
 
@@ -71,8 +110,8 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
                 for k in range(1, 11):
                     if ended >= k * n // 10 and k not in tenths:
                         tenths[k] = t
-                        cpu[k] = {name: cpu_s(pid)["own"] for name, pid in procs.items()}
-                        rss = {name: status_mb(pid, "VmRSS") for name, pid in procs.items()}
+                        cpu[k] = _cpu(procs)
+                        rss = _mem(procs, "VmRSS")
                         print(
                             json.dumps(
                                 {"ended": ended, "s": round(t, 1), "rss": rss, "cpu": cpu[k]}
@@ -82,7 +121,7 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
                         )
                 while marks and ended >= marks[0]:
                     m = marks.pop(0)
-                    at[m] = {name: status_mb(pid, "VmRSS") for name, pid in procs.items()}
+                    at[m] = _mem(procs, "VmRSS")
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -91,10 +130,10 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
         sampler.join(5)
         run_s = time.perf_counter() - t0
         for m in marks:  # (ended between the last sample and the wait's return)
-            at[m] = {name: status_mb(pid, "VmRSS") for name, pid in procs.items()}
+            at[m] = _mem(procs, "VmRSS")
         for k in range(1, 11):
             tenths.setdefault(k, run_s)
-            cpu.setdefault(k, {name: cpu_s(pid)["own"] for name, pid in procs.items()})
+            cpu.setdefault(k, _cpu(procs))
         cpu0 = start_cpu
         run.session.writer.flush(timeout=600)
         db = run.session.url.split("://", 1)[1]
@@ -108,13 +147,13 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
             "counts": counts,
             "run_s": run_s,
             "at": {str(k): v for k, v in at.items()},
-            "peak": {name: status_mb(pid, "VmHWM") for name, pid in procs.items()},
+            "peak": _mem(procs, "VmHWM"),
             "first_10": (n // 10) / max(tenths[1], 1e-3),
             "last_10": (n - 9 * n // 10) / max(run_s - tenths[9], 1e-3),
             "store_bytes": store_bytes,
             # CPU ms a unit of each process over the first and the last 10 % (load-proof)
-            "cpu_first": {k: (cpu[1][k] - cpu0[k]) * 1000 / (n // 10) for k in procs},
-            "cpu_last": {k: (cpu[10][k] - cpu[9][k]) * 1000 / (n - 9 * n // 10) for k in procs},
+            "cpu_first": {k: (cpu[1][k] - cpu0[k]) * 1000 / (n // 10) for k in NAMES},
+            "cpu_last": {k: (cpu[10][k] - cpu[9][k]) * 1000 / (n - 9 * n // 10) for k in NAMES},
         }
 
 
@@ -131,7 +170,7 @@ def report(r: dict) -> None:
     )
     print("|---|" + "---|" * (len(marks) + 2))
     lo, hi = marks[1] if len(marks) > 1 else marks[0], marks[-1]
-    for name in ("client", "bootstrap", "agent"):
+    for name in NAMES:
         rss = [r["at"][str(m)][name] for m in marks]
         slope = (r["at"][str(hi)][name] - r["at"][str(lo)][name]) * 1024 / max(1, hi - lo)
         print(
@@ -145,7 +184,7 @@ def report(r: dict) -> None:
     print(f"| {first:.0f} | {last:.0f} | {last / first:.2f} |")
     print("\n| CPU ms a unit | first 10 % | last 10 % | last / first |")
     print("|---|---|---|---|")
-    for name in ("client", "bootstrap", "agent"):
+    for name in NAMES:
         a, b = r["cpu_first"][name], r["cpu_last"][name]
         print(f"| {name} | {a:.3f} | {b:.3f} | {b / a if a else float('nan'):.2f} |")
     print(f"\nstore: {r['store_bytes'] / n:.0f} bytes a unit (sqlite file, history rows in)")
