@@ -6,6 +6,9 @@ queued, builds one doc per changed object (`obj.as_doc(full)`, full the first ti
 description is encoded once per object) and writes the batch in one transaction.  `lag` is the
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
 `flush()` waits (bounded) until everything queued so far is written.
+A batch takes at most MAX_BATCH records, or BEHIND_BATCH once its oldest record has waited
+longer than BEHIND (the writer is behind: each commit costs its fsyncs whatever its size, so
+fewer, larger ones catch up; a send joining such a batch waits for it, ~0.1 s).
 
 A batch of state changes alone waits up to LINGER seconds for more (a unit's QUEUED, EXECUTING
 and DONE then often share one batch, and its record is written once instead of three times:
@@ -46,7 +49,9 @@ _STOP = object()
 _WAKE = object()  # (an urgent send_after arrived: the batch being gathered ends)
 _SOON = object()  # (a send_after that may wait for the batch's linger)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
-MAX_BATCH = 500  # records a batch takes at most (a send joining it waits for no more)
+MAX_BATCH = 2_000  # records a batch takes at most (a send joining it waits for no more)
+BEHIND = 0.25  # seconds: a batch whose oldest record waited longer is the writer behind...
+BEHIND_BATCH = 5_000  # ...and may take this many records (one commit, one fsync, for all)
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
@@ -66,12 +71,14 @@ class BatchWriter:
         store: StateStore,
         max_batch: int = MAX_BATCH,
         max_buffer: int = 1_000_000,
+        behind_batch: int = BEHIND_BATCH,
         linger: float = LINGER,
     ) -> None:
         self.store = store
         self.linger = linger
         self.flushing = 0  # flush() callers waiting: no lingering
         self.max_batch = max_batch
+        self.behind_batch = max(max_batch, behind_batch)
         self.max_buffer = max_buffer
         self.pending: list = []  # records a failed write left behind, oldest first
         self.dropped = 0
@@ -133,6 +140,7 @@ class BatchWriter:
             items = self.pending
             self.pending = []
             linger_until = time.monotonic() + self.linger
+            most = self.max_batch
             while item is not None:
                 if item is _STOP:
                     stop = True
@@ -142,7 +150,12 @@ class BatchWriter:
                     items.append(item)
                     if type(item[1]) is _Then and item[1].urgent:
                         break  # written now: what came after it waits for the next batch
-                if len(items) >= self.max_batch or time.monotonic() > linger_until:
+                if len(items) >= most:
+                    if most < self.behind_batch and time.monotonic() - items[0][0] > BEHIND:
+                        most = self.behind_batch  # behind: catch up in fewer, larger commits
+                    else:
+                        break
+                if time.monotonic() > linger_until:
                     break
                 try:
                     item = self.q.get_nowait()
