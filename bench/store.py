@@ -40,10 +40,10 @@ from pilot.pmgr.store.base import FIELDS, Batch  # noqa: E402
 
 def write_rate(url: str, n: int) -> float:
     """Records/s a backend takes: N units' docs and 4 N history rows, in batches of the store
-    writer's size (MAX_BATCH records: a unit's doc and a row count as one record each)."""
-    from pilot.pmgr.store.writer import MAX_BATCH
-
+    writer's size (the store's BATCH_RECORDS[0]: a unit's doc and a row count as one record
+    each)."""
     store = open_store(url)
+    most = store.BATCH_RECORDS[0]
     batches, b = [], Batch()
     now = time.time()
     for i in range(n):
@@ -57,7 +57,7 @@ def write_rate(url: str, n: int) -> float:
         }
         for seq, s in enumerate(("SCHEDULING", "QUEUED", "EXECUTING", "DONE"), 1):
             b.history.append(("bench", "units", uid, s, now, None, seq))
-        if len(b) >= MAX_BATCH:
+        if len(b) >= most:
             batches.append(b)
             b = Batch()
     if len(b):

@@ -61,7 +61,7 @@ def test_a_send_does_not_wait_behind_a_backlog():
         assert ran.wait(10)
         waited = time.monotonic() - t0
         assert seen["had_doc"], "the send ran before its unit's doc was written"
-        # (it waits for the batch being written and the one it ends: MAX_BATCH records each)
+        # (it waits for the batch being written and the one it ends: max_batch records each)
         assert waited < 1.0, f"the send waited {waited:.2f} s behind unrelated records"
         assert seen["rows_then"] < 20000  # (the backlog was not written first)
         assert w.flush(timeout=30)  # flush counts the send and its doc too

@@ -86,6 +86,9 @@ class StateStore(ABC):
     picks one by URL.  The contract tests (tests/test_store_contract.py) hold for each."""
 
     url: str
+    # records the store writer puts in one write_batch, and once it is behind (pmgr/store/
+    # writer.py); a store whose commit has a fixed cost (sqlite's fsyncs) takes more
+    BATCH_RECORDS: tuple[int, int] = (500, 500)
 
     @abstractmethod
     def write_batch(self, batch: Batch) -> None: ...

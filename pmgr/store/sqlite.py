@@ -194,6 +194,10 @@ class StoreFileLost(OSError):
 
 
 class SqliteStore(StateStore):
+    # a commit costs ~3 ms of fsyncs (rollback journal, synchronous=FULL) whatever its size:
+    # 2,000 records a batch, 5,000 once the writer is behind (pmgr/store/writer.py)
+    BATCH_RECORDS = (2_000, 5_000)
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.path = url[len("sqlite:///") :]  # sqlite:///rel.db, sqlite:////abs/path.db

@@ -6,9 +6,10 @@ queued, builds one doc per changed object (`obj.as_doc(full)`, full the first ti
 description is encoded once per object) and writes the batch in one transaction.  `lag` is the
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
 `flush()` waits (bounded) until everything queued so far is written.
-A batch takes at most MAX_BATCH records, or BEHIND_BATCH once its oldest record has waited
-longer than BEHIND (the writer is behind: each commit costs its fsyncs whatever its size, so
-fewer, larger ones catch up; a send joining such a batch waits for it, ~0.1 s).
+A batch takes at most the store's BATCH_RECORDS[0] records (sqlite 2,000, MongoDB 500), or
+BATCH_RECORDS[1] once its oldest record has waited longer than BEHIND (the writer is behind:
+sqlite's commit costs its fsyncs whatever its size, so fewer, larger ones catch up; a send
+joining such a batch waits for it, ~0.1 s).
 
 A batch of state changes alone waits up to LINGER seconds for more (a unit's QUEUED, EXECUTING
 and DONE then often share one batch, and its record is written once instead of three times:
@@ -24,7 +25,7 @@ before it leaves the client, and a send does not wait behind the records of unit
 going nowhere yet (measured: while 5,000 units were being submitted, sends waited 90-320 ms
 behind them and the partition's cores idled for a third of that time).  Its docs and callback
 join the batch being gathered, which an urgent one ends at once; a batch also ends after LINGER
-of gathering or MAX_BATCH records, so none waits long.  A callback is never dropped:
+of gathering or max_batch records, so none waits long.  A callback is never dropped:
 during an outage it waits for the database, with its batch.
 
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
@@ -49,9 +50,7 @@ _STOP = object()
 _WAKE = object()  # (an urgent send_after arrived: the batch being gathered ends)
 _SOON = object()  # (a send_after that may wait for the batch's linger)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
-MAX_BATCH = 2_000  # records a batch takes at most (a send joining it waits for no more)
-BEHIND = 0.25  # seconds: a batch whose oldest record waited longer is the writer behind...
-BEHIND_BATCH = 5_000  # ...and may take this many records (one commit, one fsync, for all)
+BEHIND = 0.25  # seconds: a batch whose oldest record waited longer is the writer behind
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
@@ -69,16 +68,17 @@ class BatchWriter:
     def __init__(
         self,
         store: StateStore,
-        max_batch: int = MAX_BATCH,
+        max_batch: int | None = None,
         max_buffer: int = 1_000_000,
-        behind_batch: int = BEHIND_BATCH,
+        behind_batch: int | None = None,
         linger: float = LINGER,
     ) -> None:
         self.store = store
         self.linger = linger
         self.flushing = 0  # flush() callers waiting: no lingering
-        self.max_batch = max_batch
-        self.behind_batch = max(max_batch, behind_batch)
+        most, behind = store.BATCH_RECORDS  # (the store's own sizes, unless given)
+        self.max_batch = most if max_batch is None else max_batch
+        self.behind_batch = max(self.max_batch, behind if behind_batch is None else behind_batch)
         self.max_buffer = max_buffer
         self.pending: list = []  # records a failed write left behind, oldest first
         self.dropped = 0
