@@ -82,7 +82,7 @@ def _call(msg: dict, state: dict) -> dict:
 
     uid = msg.get("uid")
     env = msg.get("env") or {}
-    own = msg.get("own") or ()  # the unit's own variables: set back afterwards
+    own = msg.get("own") or ()  # the unit's own variables: taken out afterwards
     environ = state["environ"]
     environ.update(env)  # (agent/worker_env.py: os.environ's setenv kept every value)
     cpus = msg.get("cpus")
