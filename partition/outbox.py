@@ -9,7 +9,8 @@ asks with `sync` (partition/control.py), and the records here answer first; an a
 answer that names units it no longer knows (they ended) is answered from here too.  A unit is
 "outcome unknown" at the client only when no record of it is left anywhere that outlived it.
 Memory: one record per unit that ended and was not acknowledged yet (with a client attached,
-about the last second's worth), and one bit per unit acknowledged (pilot/seen.py): when an agent
+about the last second's worth), and one bit per unit acknowledged (pilot/seen.py; a uid of the
+user's own, not numbered, is not remembered and stays named, which is only cautious): when an agent
 dies, its start journal holds every unit it ever started (10^7 lines after 10^7 units), and
 `not_acknowledged` streams it down to the units whose outcome the client may not have (in
 flight, or ended and not acknowledged), the only ones the `lost` message needs to name.
@@ -17,7 +18,7 @@ flight, or ended and not acknowledged), the only ones the `lost` message needs t
 
 from __future__ import annotations
 
-from pilot.seen import SeenUnits
+from pilot.seen import SeenUnits, uid_number
 from pilot.states import FINAL
 
 
@@ -38,7 +39,8 @@ class Outbox:
         for uid in uids:
             if self.kept.pop(uid, None) is not None:
                 self.acked += 1
-                self.acknowledged.add(uid)
+                if uid_number(uid)[1] is not None:  # (a user's own uid would be a string
+                    self.acknowledged.add(uid)  # kept per unit: it stays named, harmlessly)
 
     def not_acknowledged(self, lines):
         """The uids of a start journal's `lines` whose outcome the client's store may not have
