@@ -208,9 +208,13 @@ def test_a_spare_that_a_unit_names_as_its_sandbox_is_never_moved_under_it(sessio
         CUD(executable="/bin/sh", sandbox=spare.uid, arguments=["-c", "sleep 1; echo b > b.txt"])
     )
     time.sleep(0.3)
-    later = umgr.submit_units(CUD(executable="/bin/sh", arguments=["-c", "sleep 1.5"]))
+    # (it leaves a file: an empty sandbox of a unit that ended becomes a spare, and spares go
+    # after a second without a take, which could be before the listing below)
+    later = umgr.submit_units(
+        CUD(executable="/bin/sh", arguments=["-c", "sleep 1.5; echo l > l.txt"])
+    )
     assert umgr.wait_units(timeout=30)[-2:] == [rp.DONE, rp.DONE]
-    assert os.listdir(later.sandbox) == []  # not the named unit's directory
+    assert os.listdir(later.sandbox) == ["l.txt"]  # not the named unit's directory
     assert open(os.path.join(named.sandbox, "b.txt")).read() == "b\n"
     time.sleep(2.5)  # idle: the spares go, never the named unit's directory
     assert os.listdir(named.sandbox) == ["b.txt"]
