@@ -227,3 +227,9 @@ def test_a_slurm_controller_that_stays_unreachable_ends_the_pilot_with_the_reaso
     ).stdout.strip():
         assert time.monotonic() < deadline, "the pilot's job still runs"
         time.sleep(0.5)
+    # its processes end too, bounded: the job leaves squeue first, and the bootstrap then ends
+    # its own children (SIGTERM, SIGKILL after 2 s: partition/orphans.py) before it exits
+    deadline = time.monotonic() + 15
+    while left := reaper.session_processes(session.uid):
+        assert time.monotonic() < deadline, f"the canceled job's processes still run: {left}"
+        time.sleep(0.2)
