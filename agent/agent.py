@@ -147,7 +147,7 @@ class Agent(Reporting, Stopping):
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 reason = f"malformed unit: {exc}"
             if u.get("function"):
-                if reason is None and not hasattr(self.execu, "functions"):
+                if reason is None and not self.execu.runs_functions:
                     reason = (
                         "function units run on single-node partitions; this one spans "
                         f"{len(self.cfg['nodes'])} nodes"
@@ -201,10 +201,9 @@ class Agent(Reporting, Stopping):
                 # journaled before it can start (a failure after this only errs on the safe
                 # side: a unit in the journal is never started again)
                 os.write(self.journal, f"{unit['uid']}\n".encode())
-                if unit.get("function"):
-                    run = self.execu.spawn(unit, self.execu.functions.workdir, alloc)
-                else:
-                    run = self.execu.spawn(unit, self.stager.take(unit), alloc)
+                # (a call runs in its worker's directory: the runner's)
+                sandbox = None if unit.get("function") else self.stager.take(unit)
+                run = self.execu.spawn(unit, sandbox, alloc)
             except (OSError, ValueError) as exc:  # ValueError: what posix_spawn cannot pass
                 self.sched.release(alloc)
                 self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})

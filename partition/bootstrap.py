@@ -135,6 +135,7 @@ class Bootstrap(ClientLink, AgentChannel):
             "resource": self.cfg["resource"],
             "curve": self.cfg.get("curve"),
             "mpi_command": self.rcfg.mpi_command,
+            "unit_launch": self.rcfg.unit_launch,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)

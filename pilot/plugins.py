@@ -31,6 +31,7 @@ BATCH_SYSTEMS = {
 RUNNERS = {
     "local": "pilot.agent.runners.local:LocalRunner",
     "daemons": "pilot.agent.runners.daemons:DaemonRunner",
+    "zero": "pilot.agent.runners.zero:ZeroRunner",
 }
 STORES = {
     "sqlite": "pilot.pmgr.store.sqlite:SqliteStore",

@@ -17,6 +17,7 @@ from pathlib import Path
 from pilot import plugins
 
 NODE_FAILURE = ("continue", "fail")
+UNIT_LAUNCH = ("spawn", "zero")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
 MPI_COMMANDS = ("mpirun", "mpiexec", "srun")
 RENAMED = {"mpi_launcher": "mpi_command"}  # old key -> its name now (the old one still works)
@@ -142,6 +143,7 @@ class ResourceConfig:
     node_timeout: float = opt(10, _seconds)
     node_failure: str = opt("continue", _one_of(NODE_FAILURE))
     mpi_command: str | None = opt(BY_BATCH, _mpi_command)  # srun under SLURM, else mpirun
+    unit_launch: str = opt("spawn", _one_of(UNIT_LAUNCH))  # zero: agent/runners/zero.py
 
     def node_name(self, index: int) -> str:
         if self.node_names:
@@ -185,6 +187,10 @@ def _consistent(where: str, c: ResourceConfig) -> None:
     """The checks that involve more than one key."""
     if c.node_names and len(c.node_names) != c.nodes:
         raise ValueError(f"{where}: node_names has {len(c.node_names)} entries, nodes={c.nodes}")
+    if c.unit_launch == "zero" and c.node_daemons:
+        raise ValueError(
+            f"{where}: unit_launch=zero runs units nowhere: it needs node_daemons: false"
+        )
     if not c.node_daemons and c.launch_method != "fork":
         raise ValueError(
             f"{where}: launch_method={c.launch_method!r} starts node daemons; "

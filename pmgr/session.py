@@ -152,7 +152,8 @@ class Session:
         if attach and url.startswith("sqlite:///") and not os.path.exists(url[10:]):
             raise ValueError(f"Session: uid={uid!r} not found: no store at {url[10:]}")
         if not attach:
-            private_dir(os.path.dirname(self.dir))
+            if dir is None:  # the sessions' own directory (never a `dir=`'s parent: /tmp)
+                private_dir(os.path.dirname(self.dir))
             private_dir(self.dir)  # 0700: the keys, the store and the sandboxes are the user's
         self.store = open_store(url)
         doc = self.store.get("sessions", self.uid) if attach else None

@@ -62,6 +62,19 @@ def test_session_files_are_the_users_alone(session):
     assert stat.S_IMODE(os.stat(os.path.join(session.dir, "keys")).st_mode) == 0o700
 
 
+def test_a_session_dir_given_leaves_its_parent_as_it_was(tmp_path):
+    """Session(dir=D) makes D the user's alone, and never touches D's parent (as root, a
+    session in /tmp/x once made /tmp itself 0700: nobody else could use /tmp)."""
+    import pilot as rp
+
+    parent = tmp_path / "shared"
+    parent.mkdir(mode=0o777)
+    os.chmod(parent, 0o1777)
+    with rp.Session(dir=str(parent / "mine")) as s:
+        assert stat.S_IMODE(os.stat(s.dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(parent).st_mode) == 0o1777
+
+
 def test_a_peer_without_the_keys_is_refused_on_every_pilot_socket(session):
     """Loopback is no boundary: a local peer without the session's keys gets no answer from
     the control socket, nothing it sends to the pilot link or the control socket is acted

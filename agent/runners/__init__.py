@@ -4,6 +4,8 @@ are in agent/runners/base.py).
     local     the agent spawns units itself            LocalRunner + SandboxStager
     daemons   node daemons spawn them on their nodes   DaemonRunner + NoStager
               (every node of the partition has a daemon endpoint: multi-node pilots)
+    zero      no process at all: units end DONE once   ZeroRunner + ZeroStager
+              placed (resource config unit_launch: zero, a benchmark of the stack alone)
 (named once, in pilot/plugins.py: RUNNERS; each runner's `for_partition` makes it and its stager)
 """
 
@@ -17,5 +19,8 @@ def for_partition(cfg: dict, ctx, journal: int) -> tuple[UnitRunner, Stager]:
     """The runner and stager for the partition an agent config `cfg` describes; `journal` is
     the start journal (what a runner starts on its own it journals there first)."""
     daemons = cfg["nodes"] and all("endpoint" in n for n in cfg["nodes"])
-    runner = plugins.load(plugins.RUNNERS, "daemons" if daemons else "local", "runner")
+    name = "daemons" if daemons else "local"
+    if cfg.get("unit_launch") == "zero":
+        name = "zero"
+    runner = plugins.load(plugins.RUNNERS, name, "runner")
     return runner.for_partition(cfg, ctx, journal)

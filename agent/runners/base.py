@@ -81,12 +81,15 @@ class UnitRunner(Protocol):
     output: list  # [uid, node, rank, stream, text] waiting to be sent to the client
     running: dict  # rank -> its unit's Run, while it runs
     sigchld: bool  # whether the agent must hear SIGCHLD (else it leaves it at its default)
+    runs_functions: bool  # whether it runs function units (single-node partitions)
 
     def describe(self) -> str: ...  # how units start (the agent's log, `pilot top`)
 
     def summary(self) -> str: ...  # what it did, for the agent's last log lines
 
-    def spawn(self, unit: dict, sandbox: str, alloc) -> Run: ...  # OSError: nothing left running
+    # `sandbox`: the stager's, None for a function unit (its worker's directory is the runner's);
+    # OSError: nothing left running
+    def spawn(self, unit: dict, sandbox: str | None, alloc) -> Run: ...
 
     # Units held ahead: the runner may take units from the head of the agent's queue, in order,
     # to start them itself the moment a slot that fits frees (the local runner's lanes); it

@@ -61,6 +61,8 @@ class NoStager:
 
 
 class DaemonRunner:
+    runs_functions = False  # (function workers are the local runner's)
+
     @classmethod
     def for_partition(cls, cfg: dict, ctx, journal: int):
         """The runner and its stager for an agent config (its daemons journal their starts)."""

@@ -56,6 +56,8 @@ def _pidfds_work() -> bool:
 class LocalRunner(LaneFeed):
     """Units on this node, spawned by the agent itself (the lanes' methods: LaneFeed)."""
 
+    runs_functions = True  # (in its FunctionWorkers)
+
     @classmethod
     def for_partition(cls, cfg: dict, ctx, journal: int) -> tuple[LocalRunner, SandboxStager]:
         """The runner and its stager (agent/runners/stager.py) for an agent config."""
@@ -167,7 +169,7 @@ class LocalRunner(LaneFeed):
         if self.lanes is not None:
             self.lanes.close()
 
-    def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
+    def spawn(self, unit: dict, sandbox: str | None, alloc) -> Run:
         """Start every rank of `unit` in its staged sandbox (a function unit: hand its call to
         a worker).  Raises OSError (e.g. executable not found) with nothing left running."""
         run = Run(unit, alloc)
