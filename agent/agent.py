@@ -112,66 +112,93 @@ class Agent(Reporting, Stopping):
 
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
+        """A `units` message: records, or bulks of units that share their fields (checked and
+        judged once a bulk: pilot/unit_record.py); each unit QUEUED, or FAILED at once with
+        the reason it can never run here; then what fits starts."""
         found: dict = {}  # (program, PATH) -> where it is: looked up once per batch
-        for i, data in enumerate(checks.items("units", units)):
-            if i % SERVE_EVERY == SERVE_EVERY - 1:
-                try:  # a large batch must not leave cores idle meanwhile
-                    self.serve_running()
-                except Exception:  # (nothing of the running units may cost this batch)
-                    log.exception("%s: serving running units failed", self.uid)
-            u, malformed = UnitRecord.arrived(data)
-            if u is None:
+        n = 0
+        for data in checks.items("units", units):
+            bulk = isinstance(data, dict) and "uids" in data
+            if bulk:
+                first, uids, malformed = UnitRecord.arrived_bulk(data)
+            else:
+                first, malformed = UnitRecord.arrived(data)
+                uids = [first["uid"]] if first is not None else []
+            if not uids:
                 log.error("%s: %s dropped", self.uid, malformed)
                 continue
-            uid = u["uid"]
-            if uid in self.known:  # sent again: it is here already, or has run: never twice
-                log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
-                self.say_again(uid)
+            if first is None:  # (a bulk whose template is not even a mapping)
+                for uid in uids:
+                    self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
                 continue
-            if uid in self.ended:
-                log.warning("%s: unit %s arrived again after its end: not run twice", self.uid, uid)
-                continue
-            if malformed is not None:
-                self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
-                continue
-            if self.canceled_early:
-                early = self.canceled_early.pop(u["uid"], None)
-                if early is not None:
-                    self.update(u["uid"], CANCELED, {"reason": early})
-                    continue
-            if self.stopping:
-                self.late.append(u)
-                continue
-            try:
-                reason = self.sched.check(u)
-            except (TypeError, ValueError, KeyError, AttributeError) as exc:
-                reason = f"malformed unit: {exc}"
-            if u.get("function"):
-                if reason is None and not self.execu.runs_functions:
-                    reason = (
-                        "function units run on single-node partitions; this one spans "
-                        f"{len(self.cfg['nodes'])} nodes"
-                    )
-            elif reason is None and self._which(found, u["executable"], u.path) is None:
-                if u.get("shell") is False:
-                    reason = f"executable={u['executable']!r} not found on PATH"
-                else:  # as under RP: the shell says so on its stderr and exits 127
-                    u.not_found = True
+            reason = malformed and f"malformed unit: {malformed}"
             if reason is None:
-                reason = check_environment(u.get("environment"), self.sched.pool.types)
-            if reason is not None:
-                self.update(u["uid"], FAILED, {"reason": reason})
-                continue
-            self.update(u["uid"], QUEUED)
-            self.sched.enqueue(u)
-            if not u.get("function"):  # a call runs in a worker's directory
-                self.stager.submit(u)
+                reason = self._never_runs(first, found)
+            for i, uid in enumerate(uids):
+                n += 1
+                if n % SERVE_EVERY == 0:
+                    try:  # a large batch must not leave cores idle meanwhile
+                        self.serve_running()
+                    except Exception:  # (nothing of the running units may cost this batch)
+                        log.exception("%s: serving running units failed", self.uid)
+                self._arrived(first if i == 0 else first.copy_for(uid), reason)
         if self.sched.unsorted:  # a higher priority came: what lanes hold ahead goes back first
             self.take_back()
             self.sched.reorder()
         if self.stopping:
             self.release_late()
         self.start_ready()
+
+    def _never_runs(self, u: UnitRecord, found: dict) -> str | None:
+        """Why a (well-formed) unit can never run in this partition, or None (then `u` may
+        be marked not_found: its shell says so).  The same for every unit of a bulk."""
+        try:
+            reason = self.sched.check(u)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            reason = f"malformed unit: {exc}"
+        if u.get("function"):
+            if reason is None and not self.execu.runs_functions:
+                reason = (
+                    "function units run on single-node partitions; this one spans "
+                    f"{len(self.cfg['nodes'])} nodes"
+                )
+        elif reason is None and self._which(found, u["executable"], u.path) is None:
+            if u.get("shell") is False:
+                reason = f"executable={u['executable']!r} not found on PATH"
+            else:  # as under RP: the shell says so on its stderr and exits 127
+                u.not_found = True
+        if reason is None:
+            reason = check_environment(u.get("environment"), self.sched.pool.types)
+        return reason
+
+    def _arrived(self, u: UnitRecord, reason: str | None) -> None:
+        """One unit of a `units` message, its fate judged (`reason`: why it can never run)."""
+        uid = u["uid"]
+        if uid in self.known:  # sent again: it is here already, or has run: never twice
+            log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
+            self.say_again(uid)
+            return
+        if uid in self.ended:
+            log.warning("%s: unit %s arrived again after its end: not run twice", self.uid, uid)
+            return
+        if reason is not None and reason.startswith("malformed unit"):
+            self.update(uid, FAILED, {"reason": reason})
+            return
+        if self.canceled_early:
+            early = self.canceled_early.pop(uid, None)
+            if early is not None:
+                self.update(uid, CANCELED, {"reason": early})
+                return
+        if self.stopping:
+            self.late.append(u)
+            return
+        if reason is not None:
+            self.update(uid, FAILED, {"reason": reason})
+            return
+        self.update(uid, QUEUED)
+        self.sched.enqueue(u)
+        if not u.get("function"):  # a call runs in a worker's directory
+            self.stager.submit(u)
 
     def _which(self, found: dict, executable: str, search: str | None) -> str | None:
         key = (executable, search)

@@ -8,15 +8,16 @@ agent's attributes declared in the class body.  Messages, on the agent's DEALER 
     output  [[uid, node, rank, stream, text], ...]   the runner's forwarded output, sent by
                                                      `flush` ahead of the state updates, so a
                                                      unit's output precedes its end
-    state   [[kind, uid, state, ts, info], ...]      the moves `update` recorded, each checked
-                                                     against the unit state machine (pilot/
-                                                     states.py UNIT_MACHINE: an illegal one
-                                                     raises); `flush` sends them at most
-                                                     FLUSH_EVERY seconds after the first, at
-                                                     once when FLUSH_SIZE are waiting, or when
-                                                     forced (the agent forces it when its
-                                                     partition has gone idle: nothing else is
-                                                     coming that they could wait for)
+    ustates HEAD TIMES                               the moves `update` recorded, in columns
+                                                     (pilot/updates.py), each checked against
+                                                     the unit state machine (pilot/states.py
+                                                     UNIT_MACHINE: an illegal one raises);
+                                                     `flush` sends them at most FLUSH_EVERY
+                                                     seconds after the first, at once when
+                                                     FLUSH_SIZE are waiting, or when forced
+                                                     (the agent forces it when its partition
+                                                     has gone idle: nothing else is coming
+                                                     that they could wait for)
     synced  {cid, part, unknown: [uids]}             `sync`: every update of these units said
                                                      again (sent first), and the ones this agent
                                                      does not know (never had, or ended)
@@ -46,12 +47,14 @@ from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.protocol import msg, pack
 from pilot.seen import SeenUnits
 from pilot.states import CANCELED, DONE, FAILED, FINAL, SCHEDULING, UNIT_MACHINE, check_move
+from pilot.updates import Moves
 
 # state updates wait at most this long to go in one message: each message costs the agent, the
 # bootstrap and the client's channel and store threads a turn of their own (measured, 5,000 null
 # units on 2 cores: 0.05 s gives 2.7-5% more units a second than 0.02 s; 0.1 s no more)
 FLUSH_EVERY = 0.05
 FLUSH_SIZE = 1000
+_DONE = {"exit_code": 0}  # (shared: a batch of plain ends carries it once, pilot/updates.py)
 KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
 log = logging.getLogger("agent")
 
@@ -68,7 +71,7 @@ class Reporting:
 
     def _init_reports(self) -> None:
         """Nothing said yet."""
-        self.updates: list = []
+        self.updates = Moves()
         self.first_pending = 0.0  # (monotonic) when the oldest of `updates` was recorded
         self.known: dict[str, list] = {}  # units here and not final -> what was said of them
         self.ended = SeenUnits()  # units whose final state was said
@@ -81,10 +84,11 @@ class Reporting:
             self.states.pop(uid, None)
         else:
             self.states[uid] = state
-        if not self.updates:
+        updates = self.updates
+        if not updates.n:
             self.first_pending = time.monotonic()
-        rec = ("unit", uid, state, at or time.time(), info or {})
-        self.updates.append(rec)
+        rec = (uid, state, at or time.time(), info)
+        updates.add(*rec)
         if state in FINAL:  # (the bootstrap keeps it now: partition/outbox.py)
             self.known.pop(uid, None)
             self.ended.add(uid)
@@ -101,9 +105,10 @@ class Reporting:
         recs = self.known.get(uid)
         if not recs:
             return False
-        if not self.updates:
+        if not self.updates.n:
             self.first_pending = time.monotonic()
-        self.updates.extend(recs)
+        for rec in recs:
+            self.updates.add(*rec)
         return True
 
     def sync(self, cid: str, uids: list[str]) -> None:
@@ -118,13 +123,13 @@ class Reporting:
         if output:  # ahead of the state updates, so a unit's output precedes its end
             self.sock.send_multipart([b"output", pack(output)])
             self.execu.output = []
-        if self.updates and (
+        if self.updates.n and (
             force
-            or len(self.updates) >= FLUSH_SIZE
+            or self.updates.n >= FLUSH_SIZE
             or time.monotonic() - self.first_pending >= FLUSH_EVERY
         ):
-            self.sock.send_multipart([b"state", pack(self.updates)])
-            self.updates = []
+            self.sock.send_multipart(self.updates.frames())
+            self.updates = Moves()
 
     # -- a unit's end -----------------------------------------------------------------------
     def report_end(self, r: Run, code: int, at: float) -> None:
@@ -151,7 +156,7 @@ class Reporting:
                 info["lost"] = True  # a restartable unit may run again elsewhere
             self.update(uid, FAILED, info, at)
         elif code == 0:  # it completed, even when a cancel came too late to stop it
-            self.update(uid, DONE, {"exit_code": 0, **kept}, at)
+            self.update(uid, DONE, {"exit_code": 0, **kept} if kept else _DONE, at)
         elif r.cancel_reason is not None:
             info = {"exit_code": code, "reason": r.cancel_reason, **kept}
             self.update(uid, CANCELED, info, at)

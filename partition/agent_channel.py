@@ -9,8 +9,9 @@ daemons, on the node address too, for agents on other nodes (OS-chosen ports); e
 DEALER has its partition's uid for identity.
     agent -> bootstrap
         ready             to the partition manager (ACTIVE; its buffered units forwarded)
-        state, back,      to the client unchanged, after the partition updates waiting
-          synced          (flush: partition updates stay ahead of the unit updates that follow)
+        ustates, back,    to the client unchanged, after the partition updates waiting
+          synced          (flush: partition updates stay ahead of the unit updates that follow);
+                          the final moves of `ustates` are kept until the client has them
         output            to the client unchanged
         bye               to the partition manager (the partition ends in the state it names)
     bootstrap -> agent    units, cancel, sync, node_lost, stop: `send_agent`; an agent that is
@@ -34,10 +35,10 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, messages, network, processes
+from pilot import checks, messages, network, processes, updates
 from pilot.partition import orphans
 from pilot.partition.manager import AgentProcess
-from pilot.protocol import ProtocolError, journal_path, msg, pack
+from pilot.protocol import ProtocolError, journal_path, msg
 
 if TYPE_CHECKING:
     from pilot.partition.agents.forked import AgentForker
@@ -149,12 +150,16 @@ class AgentChannel:
         if len(frames) < 2:
             raise ProtocolError(f"a message of {len(frames)} frame(s) from an agent")
         uid, kind = checks.uid("agent", frames[0].decode(errors="replace")), frames[1]
-        body = messages.body(messages.FROM_AGENT, kind, frames[2] if len(frames) > 2 else None)
-        if kind == b"state":
+        if kind == b"ustates":  # (two frames: pilot/updates.py checks them)
+            if len(frames) != 4:
+                raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
+            groups = updates.read(frames[2], frames[3])
             self.flush()  # keep partition updates ahead of the unit updates that follow them
-            self.outbox.add(body)  # its outcomes, kept until the client has them
-            self.to_client([b"state", frames[2]])
-        elif kind == b"ready":
+            self.outbox.add(groups)  # its outcomes, kept until the client has them
+            self.to_client(frames[1:])
+            return
+        body = messages.body(messages.FROM_AGENT, kind, frames[2] if len(frames) > 2 else None)
+        if kind == b"ready":
             self.pm.on_ready(uid, body.get("runner"))
         elif kind == b"back":
             self.flush()
@@ -163,7 +168,7 @@ class AgentChannel:
             found, rest = self.outbox.answer(body["unknown"])
             self.flush()
             if found:
-                self.to_client([b"state", pack(found)])
+                self.to_client(updates.of_records(found).frames())
             self.to_client(msg(b"synced", {**body, "unknown": rest}))
         elif kind == b"output":
             self.to_client([b"output", frames[2]])

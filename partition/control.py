@@ -29,7 +29,7 @@ import time
 
 import zmq
 
-from pilot import checks
+from pilot import checks, updates
 from pilot.ids import ALL
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.states import CANCELED, FINAL
@@ -193,7 +193,7 @@ def sync(boot, cid, args: dict) -> dict:
         kept += found
     if kept:
         boot.flush()
-        boot.to_client([b"state", pack(kept)])
+        boot.to_client(updates.of_records(kept).frames())
     for part_uid, uids in units.items():
         part = boot.pm.parts.get(part_uid)
         if part is not None and part.state not in FINAL and part.uid in boot.procs:

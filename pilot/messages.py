@@ -13,7 +13,8 @@ with its traceback (checks.InternalErrors), and the test suite fails on one.
     TO_AGENT     what an agent gets from its bootstrap (units: pilot/unit_record.py checks each)
     TO_DAEMON    what a node daemon gets from the bootstrap and from agents
     FROM_DAEMON  what the bootstrap gets from node daemons
-A kind missing from its table is a bad message too.
+A kind missing from its table is a bad message too.  `ustates` (unit moves in columns: two
+frames) is checked by pilot/updates.py's `read` instead, wherever it arrives.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _state_batch(where: str, value) -> None:
     for i, rec in enumerate(checks.items(where, value)):
         if not isinstance(rec, list) or len(rec) != 5:
             raise checks.bad(f"{where}[{i}]", rec, "[kind, uid, state, ts, info]")
-        if rec[0] not in ("unit", "part"):
-            raise checks.bad(f"{where}[{i}].kind", rec[0], "unit or part")
+        if rec[0] != "part":  # (units' moves come in columns: pilot/updates.py)
+            raise checks.bad(f"{where}[{i}].kind", rec[0], "part")
         checks.uid(f"{where}[{i}].uid", rec[1])
         checks.text(f"{where}[{i}].state", rec[2], optional=False)
         _number(f"{where}[{i}].ts", rec[3])
@@ -106,7 +107,6 @@ FROM_CLIENT = {
 }
 FROM_AGENT = {
     b"ready": fields(pid=_number, runner=_text),
-    b"state": _state_batch,
     b"back": fields(part=_uid, units=_list),
     b"output": _output,
     b"synced": fields(cid=_text, part=_uid, unknown=_uids),

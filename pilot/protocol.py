@@ -10,7 +10,10 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
   bootstrap -> client
     hello   {pilot, pid, control, size, attach,      bootstrap is up: pilot ACTIVE; nodes:
              nodes: {index: {name, state}}}          multi-node pilots, up or down
-    state   [[kind, uid, state, ts, info], ...]      batched state updates (kind: part | unit)
+    state   [[kind, uid, state, ts, info], ...]      batched partition state updates (kind:
+                                                     part)
+    ustates HEAD TIMES                               unit moves in columns (pilot/updates.py),
+                                                     an agent's forwarded raw
     back    {part, units: [unit dicts]}              units a partition handed back (route again)
     lost    {part, started, killed, reason}          the partition's agent died: `started` (its
                                                      start journal) may have run, the others
@@ -34,8 +37,9 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
 Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)
   agent -> bootstrap
     ready   {pid}                                    agent is up: partition ACTIVE
-    state   [[kind, uid, state, ts, info], ...]      forwarded raw to the client; its final
-                                                     unit states are kept (partition/outbox.py)
+    ustates HEAD TIMES                               unit moves in columns (pilot/updates.py):
+                                                     forwarded raw to the client; its final
+                                                     moves are kept (partition/outbox.py)
     back    {part, units}                            queued units handed back when stopping
     output  [[uid, node, rank, stream, text], ...]   forwarded raw to the client
     synced  {cid, part, unknown}                     answer to sync (after its state updates):

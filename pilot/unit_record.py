@@ -6,6 +6,10 @@ fields are attributes (`__slots__`), declared below and never sent.  The client 
 a description (`for_description`, once per unit, at submit); the agent checks what arrived
 (`UnitRecord.arrived`: every field it uses, named in the error) before it queues the unit.
 
+A `units` message is a list of such records, or of bulks {"of": the fields every unit of the
+bulk shares, "uids": [uid, ...]} (the client sends units made from one description and routed
+together that way: the fields are checked once a bulk, `arrived_bulk`).
+
 FIELDS (wire key: what it is; default when absent)
     uid          the unit's id                                                  (required)
     executable   the program (not with `function`)
@@ -61,9 +65,17 @@ class UnitRecord(dict):
     def for_description(cls, uid: str, description, stored: dict) -> UnitRecord:
         """What the agent gets for a unit of `description` (`stored`: its to_stored(), the
         policy in it as merged at construction): defaults are left out."""
+        rec = cls(uid=uid)
+        rec.update(cls.template_of(description, stored))
+        return rec
+
+    @classmethod
+    def template_of(cls, description, stored: dict) -> UnitRecord:
+        """`for_description` without the uid: what every unit of `description` shares (the
+        client sends units that share it as one bulk: `expand`)."""
         d = description
         pol = d.policy
-        rec = cls(uid=uid)
+        rec = cls()
         if d.function is not None:  # a call for a Python worker (pilot/functions.py)
             rec["function"] = stored["function"]
         else:
@@ -113,6 +125,33 @@ class UnitRecord(dict):
             self["keep_output"] = True
 
     # -- the agent's side ----------------------------------------------------------------------
+    @classmethod
+    def arrived_bulk(cls, data) -> tuple[UnitRecord | None, list, str | None]:
+        """A bulk {"of": template, "uids": [...]} as it arrived: (the template as a record
+        checked with its first uid, the uids, None) or (None or the record, the uids, what is
+        wrong): every unit of a bulk fails alike.  (None, [], reason) when not even its uids
+        can be read."""
+        uids = data.get("uids")
+        of = data.get("of")
+        if (
+            not isinstance(uids, list)
+            or not uids
+            or len(uids) > checks.LIST_MAX
+            or not all(type(u) is str and checks.UID.match(u) for u in uids)
+        ):
+            return None, [], f"a bulk of units without valid uids: {uids!r:.80}"
+        if not isinstance(of, dict) or "uid" in of or "uids" in of or "of" in of:
+            return None, uids, f"a bulk of units without a valid template: {of!r:.80}"
+        rec, why = cls.arrived({**of, "uid": uids[0]})
+        return rec, uids, why
+
+    def copy_for(self, uid: str) -> UnitRecord:
+        """This (checked) record for another unit of its bulk."""
+        rec = UnitRecord(self)
+        rec["uid"] = uid
+        rec.taken_sandbox, rec.not_found, rec.overtaken = None, self.not_found, 0
+        return rec
+
     @classmethod
     def arrived(cls, data) -> tuple[UnitRecord | None, str | None]:
         """(the record, None) for a unit that arrived well-formed, else (None or the record,
@@ -222,3 +261,16 @@ def _placing(policy: dict) -> dict:
         if key is not None and len(_PLACING) < 1024:
             _PLACING[key] = placing
     return placing
+
+
+def uids_of(items: list) -> list[str]:
+    """The uids a `units` message's body names (records and bulks; anything else skipped)."""
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if "uids" in item and isinstance(item["uids"], list):
+            out.extend(u for u in item["uids"] if isinstance(u, str))
+        elif isinstance(item.get("uid"), str):
+            out.append(item["uid"])
+    return out

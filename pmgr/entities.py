@@ -16,9 +16,10 @@ import math
 import os
 import time
 
-from pilot import functions, staging
+from pilot import functions
 from pilot import states as S
 from pilot.agent.unit_command import output_names
+from pilot.pmgr.blueprint import Blueprint
 from pilot.unit_record import UnitRecord
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
@@ -163,21 +164,29 @@ class Unit(Stateful):
     KIND = "units"
     MACHINE = S.UNIT_MACHINE
 
-    def __init__(self, session, uid: str, description, umgr, created: float | None = None):
+    def __init__(
+        self,
+        session,
+        uid: str,
+        description,
+        umgr,
+        created: float | None = None,
+        blueprint: Blueprint | None = None,
+    ):
         super().__init__(session, uid, created)
         self.description = description
-        self._desc = description.to_stored()  # captured at submit; later edits change nothing
-        self._wire = UnitRecord.for_description(uid, description, self._desc)
+        # what the units of its description share, captured at submit (pmgr/blueprint.py)
+        self.blueprint = bp = blueprint or Blueprint(description)
         self.value: str | None = None  # a function unit's packed return value (as stored)
         self.exception: str | None = None  # a function unit's exception, "Type: message"
-        self.client_in = tuple(s for s in description.peek("input_staging") if staging.at_client(s))
-        self.client_out = tuple(
-            s for s in description.peek("output_staging") if staging.at_client(s)
-        )
+        self.client_in = bp.client_in
+        self.client_out = bp.client_out
         self.staged_on = None  # the Pilot its client inputs were transferred to
         self.staging_out = False  # its client outputs are being transferred
         self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
         self.umgr = umgr
+        self.asked = bp.asked  # (cores, GPUs) it asks for over all its ranks (unit_flow)
+        self.held: tuple | None = None  # (partition, cores, GPUs) it holds, once EXECUTING
         self.bound = None  # round robin: the Pilot it waits for (pmgr/routing.py)
         self.after: Unit | None = None  # `tag`: the earlier unit it runs beside
         self.part: str | None = None
@@ -222,7 +231,9 @@ class Unit(Stateful):
 
     def wire(self) -> UnitRecord:
         """What the agent gets: the unit as placed and run there."""
-        return self._wire
+        rec = UnitRecord(self.blueprint.wire)
+        rec["uid"] = self.uid
+        return rec
 
     @property
     def sandbox(self) -> str | None:
@@ -251,13 +262,13 @@ class Unit(Stateful):
         """What it wrote to stdout: kept at the client for a `cleanup` unit and a function
         unit (read back from the store once released), else read from the file in its
         sandbox as this host sees it; "" when there is none (yet)."""
-        return self._read("stdout", output_names(self._wire)[0])
+        return self._read("stdout", output_names(self.wire())[0])
 
     @property
     def stderr(self) -> str:
         """What it wrote to stderr, as `stdout`; a function unit's traceback when it
         FAILED."""
-        return self._read("stderr", output_names(self._wire)[1])
+        return self._read("stderr", output_names(self.wire())[1])
 
     def cancel(self) -> None:
         """Cancel this unit (`UnitManager.cancel_units`): killed if it runs; a final unit is
@@ -308,25 +319,18 @@ class Unit(Stateful):
                 "reason": self.reason,
                 "metadata": self.metadata,
                 "description": type(self.description)
-                .from_stored(self._desc or self._description_as_stored())
+                .from_stored(self.blueprint.stored.value)
                 .as_dict(),
             }
         out["stdout"] = self.stdout
         out["stderr"] = self.stderr
         return out
 
-    def _description_as_stored(self) -> dict:
-        """As it was at submit (the description object may have been changed since)."""
-        doc = self.session.read_store().get("units", self.uid)
-        return doc["description"] if doc else self.description.to_stored()
-
     def _stored_description(self, full: bool):
-        if full:
-            return self._desc
-        self._desc = None  # stored once already (it is asked again only after): not kept twice
-        return None
+        return self.blueprint.stored if full else None
 
     def as_doc(self, full: bool = True) -> dict:
+        final = self.state in S.FINAL
         return {
             "uid": self.uid,
             "session": self.session.uid,
@@ -341,6 +345,7 @@ class Unit(Stateful):
             "return_value": self.value,
             "exception": self.exception,
             "kept": self.kept or None,
+            "times": self.history if final else None,  # (read back with it: unit_from_doc)
         }
 
 

@@ -63,7 +63,8 @@ class Pilot(Stateful):
         self.umgr: UnitRouter | None = None  # the UnitManager that routes units to it
         # unit updates heard before a UnitManager used it (an attach: the agent's updates
         # come before the new client made its UnitManager), handed to the first that does
-        self.orphans: list = []
+        self.orphans: list = []  # [groups, ...] (pilot/updates.py)
+        self.orphaned = 0  # unit moves in them
         self.size = dict(size)
         self.resource = resource
         # its sandbox: in the session directory, or under the description's `sandbox` (RP's
@@ -269,29 +270,33 @@ class Pilot(Stateful):
         pass  # liveness only: the session notes when it last heard from the pilot
 
     def on_states(self, updates: list) -> None:
-        """Batched state updates [[kind, uid, state, ts, info], ...] (kind: part | unit)."""
+        """Batched partition state updates [["part", uid, state, ts, info], ...]."""
+        for _kind, uid, state, ts, info in updates:
+            self.on_partition_state(uid, state, ts, info)
+
+    def on_unit_moves(self, groups: list) -> None:
+        """A batch of unit moves (pilot/updates.py's Groups) from one of its agents, or the
+        outbox's answer to a sync."""
         umgr = self.umgr
-        for kind, uid, state, ts, info in updates:
-            if kind == "part":
-                self.on_partition_state(uid, state, ts, info)
-            elif umgr is not None:
-                umgr.on_unit_state(uid, state, ts, info)
-            elif len(self.orphans) < ORPHANS_KEPT:  # (not acknowledged: the pilot keeps them)
-                self.orphans.append([kind, uid, state, ts, info])
+        if umgr is None:  # (not acknowledged: the pilot keeps them, and so do we, for a while)
+            if self.orphaned + sum(len(g) for g in groups) <= ORPHANS_KEPT:
+                self.orphans.append(groups)
+                self.orphaned += sum(len(g) for g in groups)
             else:
-                log.warning("%s: state of unit %s, but no UnitManager uses it", self.uid, uid)
-        if umgr is not None:
-            umgr.route()  # units ended: their partitions have room again
-            ended = [r[1] for r in updates if r[0] == "unit" and umgr.has_ended(r[1])]
-            if ended:  # the pilot keeps their outcomes until the store has them
-                self.session.writer.then(lambda: self._ack(ended), urgent=False)
+                log.warning("%s: unit moves, but no UnitManager uses it: dropped", self.uid)
+            return
+        ended = umgr.on_unit_moves(groups)
+        umgr.route()  # units ended: their partitions have room again
+        if ended:  # the pilot keeps their outcomes until the store has them
+            self.session.writer.then(lambda: self._ack(ended), urgent=False)
 
     def hand_orphans(self) -> None:
-        """(session lock held, a UnitManager uses it now) The unit updates heard before, in
+        """(session lock held, a UnitManager uses it now) The unit moves heard before, in
         the order they came: a unit's node, slots and exit code are not lost to an attach."""
-        orphans, self.orphans = self.orphans, []
-        if orphans and self.umgr is not None:
-            self.on_states(orphans)
+        orphans, self.orphans, self.orphaned = self.orphans, [], 0
+        if self.umgr is not None:
+            for groups in orphans:
+                self.on_unit_moves(groups)
 
     def _ack(self, uids: list[str]) -> None:
         """(store writer thread) These units' final states are written: the pilot may let go

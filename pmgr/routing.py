@@ -23,7 +23,8 @@ How a batch is sent (persist, then send):
                 (`send_after`) to write those units' records first
     writer      once they are in the store, calls `_send_persisted` on its thread: for each
                 partition, `units` messages [b"units", part uid, packed records] of at most
-                SEND_CHUNK units go to the pilot on the channel
+                SEND_CHUNK units go to the pilot on the channel; units in a row made from one
+                description go as one bulk (`wire_list`: their shared fields once, then uids)
     refused     a unit the store refused for good is not sent: it ends FAILED
 A unit with input files at the client goes to its partition's pilot first (pmgr/transfers.py)
 and is sent once they are there, or routed again if the partition went away meanwhile.
@@ -219,7 +220,7 @@ class Routing:
             if unit.client_in and unit.staged_on is not target.pilot:
                 self._stage_in(unit, target)  # sent once its files are there
                 continue
-            batches.setdefault(target, []).append(unit.wire())
+            batches.setdefault(target, []).append(unit)
             sent.append(unit)
         pending.extendleft(reversed(skipped))
         return batches, sent
@@ -241,6 +242,7 @@ class Routing:
                 if done is not None:
                     done.set()
 
+        self.session.hand_moves()  # (their first moves join the batch their docs go in)
         self.session.writer.send_after(sent, send, short)
         return done
 
@@ -251,11 +253,12 @@ class Routing:
         send = self.session.channel.send
         for part, units in batches.items():
             if refused:
-                kept = [u for u in units if u["uid"] not in refused]
-                self._not_persisted(part, [u["uid"] for u in units if u["uid"] in refused])
+                kept = [u for u in units if u.uid not in refused]
+                self._not_persisted(part, [u.uid for u in units if u.uid in refused])
                 units = kept
             for i in range(0, len(units), SEND_CHUNK):
-                send(part.pilot.uid, [b"units", part.uid.encode(), pack(units[i : i + SEND_CHUNK])])
+                body = pack(wire_list(units[i : i + SEND_CHUNK]))
+                send(part.pilot.uid, [b"units", part.uid.encode(), body])
 
     def _not_persisted(self, part, uids: list[str]) -> None:
         if not uids:
@@ -290,8 +293,24 @@ class Routing:
                     self.pending.appendleft(unit)  # routed again (its files are on that pilot)
                 else:
                     unit.staged_on = target.pilot
-                    batch = {target: [unit.wire()]}
+                    batch = {target: [unit]}
                     self.session.writer.then(lambda: self._send_persisted(batch))
                 self.route()
 
         self.session.transfers.stage(unit, target.pilot, unit.client_in, then)
+
+
+def wire_list(units: list[Unit]) -> list[dict]:
+    """A `units` message's body (pilot/unit_record.py): units in a row that share their
+    blueprint's wire form go as one bulk {"of": it, "uids": [...]}, a unit alone as its
+    record."""
+    runs: list[tuple] = []
+    for u in units:
+        w = u.blueprint.wire
+        if runs and runs[-1][0] is w:
+            runs[-1][1].append(u.uid)
+        else:
+            runs.append((w, [u.uid]))
+    return [
+        {"of": w, "uids": uids} if len(uids) > 1 else {**w, "uid": uids[0]} for w, uids in runs
+    ]

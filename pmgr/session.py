@@ -25,6 +25,7 @@ import _thread
 import atexit
 import datetime
 import functools
+import itertools
 import logging
 import os
 import socket
@@ -34,7 +35,7 @@ import uuid
 from collections import deque
 from contextlib import contextmanager
 
-from pilot import checks, ids, messages, network, security
+from pilot import checks, ids, messages, network, security, updates
 from pilot import states as S
 from pilot.errors import StoreUnavailable
 from pilot.pmgr import pilot_files, reaper
@@ -44,7 +45,7 @@ from pilot.pmgr.recovery import Recovery
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.writer import BatchWriter
 from pilot.pmgr.transfers import Transfers
-from pilot.protocol import unpack
+from pilot.protocol import ProtocolError, unpack
 
 log = logging.getLogger("pmgr.session")
 
@@ -228,6 +229,33 @@ class Session:
                 self._reserve_ahead(prefix)
         return f"{prefix}.{n:0{width}d}"
 
+    def uid_numbers(self, prefix: str, n: int):
+        """An iterator of the next `n` numbers next_uid(prefix) would give (one take of the
+        lock and the reserved blocks for a chunk of units, not one a unit)."""
+        if prefix not in FROM_STORE:
+            with self.lock:
+                first = self.counters.get(prefix, 0)
+                self.counters[prefix] = first + n
+            return iter(range(first, first + n))
+        if n <= 0:
+            return iter(())
+        taken = []
+        with self.lock:
+            self._reserve(prefix, n)
+            blocks = self.blocks[prefix]
+            while n:
+                nxt, end = blocks[0]
+                k = min(n, end - nxt)
+                taken.append(range(nxt, nxt + k))
+                n -= k
+                if nxt + k == end:
+                    blocks.pop(0)
+                else:
+                    blocks[0][0] = nxt + k
+            if self._left(prefix) < ID_BLOCK // 2:
+                self._reserve_ahead(prefix)
+        return itertools.chain.from_iterable(taken)
+
     def reserve_uids(self, prefix: str, n: int) -> None:
         """Make sure the next `n` next_uid(prefix) need nothing more of the store: a call
         that makes `n` objects asks this first, so it fails before it made any, never
@@ -282,9 +310,28 @@ class Session:
 
     # -- state changes (called with the lock held) ---------------------------------------------
     def persist_state(self, obj, state: str, ts: float) -> None:
+        """(lock held) `obj` moved to `state` (its history has it): its record goes to the
+        store; a unit's with the others made while the lock is held, in one list (the
+        outermost `locked()` hands it to the writer: pmgr/store/writer.py `moved`)."""
         reason = obj.reason if state in S.FINAL else None
         seq = len(obj.history) - 1  # the change's place in the object's history
-        self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts, reason, seq), obj)
+        if obj.KIND != "units":
+            self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts, reason, seq), obj)
+            return
+        prev = obj.history[-2][0] if seq else None
+        moves = getattr(self.firing, "moves", None)
+        if moves is None:  # (no locked() around it: written on its own)
+            self.writer.moved([(obj, state, ts, seq, prev, reason)])
+        else:
+            moves.append((obj, state, ts, seq, prev, reason))
+
+    def hand_moves(self) -> None:
+        """(lock held) The units' changes gathered so far in this `locked()` go to the writer
+        now (not at its end): what is queued after them is written after them."""
+        moves = getattr(self.firing, "moves", None)
+        if moves:
+            self.writer.moved(moves)
+            self.firing.moves = []
 
     def wait_for(self, predicate, timeout: float | None, describe) -> None:
         if self.channel.in_thread():
@@ -312,26 +359,35 @@ class Session:
         with self.lock:
             outer = not getattr(tl, "holding", False)
             if outer:
-                tl.holding, tl.pending = True, []
+                tl.holding, tl.pending, tl.moves, tl.moved = True, [], [], False
             try:
                 yield
             finally:
                 if outer:
+                    if tl.moves:  # (units' changes, to the store writer in one list)
+                        self.writer.moved(tl.moves)
+                    tl.moves = None
                     if self.releasable:
                         self._release()
                     tl.holding = False
                     pending, tl.pending = tl.pending, []
-                    if pending:
+                    if pending or tl.moved:
+                        tl.moved = False
                         self.cond.notify_all()
         if outer and pending:
             self.fire(pending)
 
     def changed(self, obj, state: str) -> None:
-        """`obj` moved to `state` (lock held, inside `locked()`): its callbacks run after."""
+        """`obj` moved to `state` (lock held, inside `locked()`): its callbacks run after (a
+        change nothing is called for, the object's own or its manager's, and that is not final,
+        only wakes the waiters)."""
         tl = self.firing
         if not getattr(tl, "holding", False):
             raise RuntimeError(f"{obj.uid} -> {state} outside session.locked()")
-        tl.pending.append((obj, state))
+        if obj.callbacks or state in S.FINAL or obj.manager_callbacks():
+            tl.pending.append((obj, state))
+        else:
+            tl.moved = True
 
     def fire(self, fired: list) -> None:
         """Run callbacks for objects that changed (outside the lock): the object's own, then
@@ -340,7 +396,8 @@ class Session:
         self.firing.depth = getattr(self.firing, "depth", 0) + 1
         try:
             for obj, state in fired:
-                for cb in (*obj.callbacks, *obj.manager_callbacks()):
+                own, theirs = obj.callbacks, obj.manager_callbacks()
+                for cb in (*own, *theirs) if own else theirs:
                     try:
                         cb(obj, state)
                     except Exception:
@@ -398,6 +455,18 @@ class Session:
         if kind == b"unsent":  # our own send failed: that is no word from the pilot
             with self.locked():
                 self.on_unsent(pilot, frames[1:])
+            return
+        if kind == b"ustates":  # unit moves, in columns (pilot/updates.py checks them)
+            try:
+                if len(frames) != 3:
+                    raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
+                groups = updates.read(frames[1], frames[2])
+            except checks.Invalid as exc:
+                self.channel.bad.report(f"bad message {kind!r} from {pilot_uid}: {exc}")
+                return
+            pilot.last_heard = time.monotonic()
+            with self.locked():
+                pilot.on_unit_moves(groups)
             return
         try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
             body = messages.body(messages.FROM_PILOT, kind, frames[1] if len(frames) > 1 else None)

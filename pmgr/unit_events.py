@@ -25,6 +25,7 @@ import time
 import pilot.states as S
 from pilot.pmgr.entities import Unit
 from pilot.pmgr.routing import Routing
+from pilot.unit_record import uids_of
 
 log = logging.getLogger("pmgr.units")
 
@@ -57,6 +58,20 @@ class UnitEvents(Routing):
                     log.exception("output callback %r failed", cb)
 
     # -- events (lock held, channel thread) ---------------------------------------------------
+    def on_unit_moves(self, groups: list) -> list[str]:
+        """A batch of moves (pilot/updates.py's Groups, each unit's in its order); returns
+        the uids of its units that are final here now (the pilot may let go of their
+        outcomes once the store has them)."""
+        ended = []
+        final_here = self.units.state_of
+        for g in groups:
+            state, ts = g.state, g.ts
+            for i, uid in enumerate(g.uids):
+                self.on_unit_state(uid, state, ts[i], g.info(i))
+            if state in S.FINAL:
+                ended += [uid for uid in g.uids if final_here(uid) in S.FINAL]
+        return ended
+
     def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
         """One state update from an agent.  One the unit's state machine refuses changes
         nothing: said again (a sync after an attach repeats what the unit has passed) it is
@@ -159,8 +174,8 @@ class UnitEvents(Routing):
         stopping = self.find_partition(part_uid)
         if stopping is not None:
             stopping.accepting = False  # it is going away: send it nothing more
-        for d in units:
-            unit = self.units.live.get(d["uid"])
+        for uid in uids_of(units):
+            unit = self.units.live.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
                 continue
             part = unit.pilot.parts.get(part_uid)

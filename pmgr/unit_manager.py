@@ -14,6 +14,7 @@ from collections import deque
 
 import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
+from pilot.pmgr.blueprint import Blueprints
 from pilot.pmgr.entities import UNIT_STATE, Unit, callback
 from pilot.pmgr.unit_events import UnitEvents
 from pilot.pmgr.unit_queries import UnitQueries
@@ -213,7 +214,10 @@ class UnitManager(UnitQueries, UnitEvents):
     def _submit_list(self, descs: list) -> list:
         """(submit_units) A list of descriptions, all checked before any unit is made."""
         earlier: set = set()  # names and uids (a TaskDescription's) of the call's units so far
+        checked: set = set()  # (ids of) the description objects checked: a repeat is the same
         for i, d in enumerate(descs):
+            if id(d) in checked and not d.tag:  # ([desc] * n: one check)
+                continue
             if isinstance(d, dict):
                 descs[i] = d = ComputeUnitDescription(d)
             if not isinstance(d, ComputeUnitDescription):
@@ -240,10 +244,12 @@ class UnitManager(UnitQueries, UnitEvents):
                     f"is not a partition of this manager's pilots "
                     f"{[p.uid for p in self.pilots]}"
                 )
+            checked.add(id(d))
         session = self.session
         session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
         units: list[Unit] = []
         named: dict[str, Unit] = {}
+        blueprints = Blueprints()  # (the call holds every description: ids are theirs)
         start = 0
         yields = not session.in_callback()  # (a callback holds up the channel: it never waits)
         while start < len(descs):  # in chunks: the first ones run while the rest are made
@@ -251,33 +257,37 @@ class UnitManager(UnitQueries, UnitEvents):
             chunk = descs[start : start + size]
             start += size
             with session.locked():
-                self._submit_chunk(chunk, named, units)
+                self._submit_chunk(chunk, named, units, blueprints)
                 sent = self.route()
             if sent is not None and start < len(descs) and yields:
                 sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
         return units
 
-    def _submit_chunk(self, descs: list, named: dict, units: list) -> None:
+    def _submit_chunk(self, descs: list, named: dict, units: list, blueprints=None) -> None:
         """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they
         can never fit), appended to `units`; `named`: the call's units by name so far."""
         session = self.session
         now = time.time()
         verdicts: dict = {}  # (what _never_fits reads) -> its answer: the same for a chunk
+        blueprints = Blueprints() if blueprints is None else blueprints
+        numbers = session.uid_numbers(self.UID_PREFIX, sum(d.uid is None for d in descs))
+        prefix, table, make = self.UID_PREFIX, self.units, self.UNIT
         for d in descs:
-            uid = d.uid or session.next_uid(self.UID_PREFIX, 6)  # (a TaskDescription's own)
-            unit = self.UNIT(session, uid, d, self, now)
-            self.units[unit.uid] = unit
+            uid = d.uid or f"{prefix}.{next(numbers):06d}"  # (a TaskDescription's own)
+            bp = blueprints.of(d)
+            unit = make(session, uid, d, self, now, bp)
+            table[uid] = unit
             if d.name:
                 named[d.name] = unit
             if d.tag is not None:
-                unit.after = self.units.get(d.tag) or named[d.tag]
+                unit.after = table.get(d.tag) or named[d.tag]
             if d.pilot is not None:
                 self.pinned += 1
             units.append(unit)
             session.persist_state(unit, S.NEW, now)
-            self.session.changed(unit, S.NEW)
+            session.changed(unit, S.NEW)
             unit.advance(S.SCHEDULING, now, None)
-            shape = (d.pilot, d.partition, d.rank_cores, d.rank_gpus, d.ranks)
+            shape = bp.shape
             reason = verdicts.get(shape, False)
             if reason is False:
                 reason = verdicts[shape] = self._never_fits(unit)

@@ -155,10 +155,12 @@ class UnitQueries:
         """A released unit made again from its stored doc (UnitTable.get)."""
         session = self.session
         desc = self.DESCRIPTION.from_stored(doc["description"] or {})
-        history = session.read_store().history(uid=doc["uid"])
-        created = history[0]["ts"] if history else None
+        times = doc.get("times")  # (a final unit's history, in its doc)
+        if times is None:
+            times = [(h["state"], h["ts"]) for h in session.read_store().history(uid=doc["uid"])]
+        created = times[0][1] if times else None
         unit = self.UNIT(session, doc["uid"], desc, self, created)
-        unit.history = [(h["state"], h["ts"]) for h in history] or unit.history
+        unit.history = [(state, ts) for state, ts in times] or unit.history
         unit.state = doc["state"]
         unit.reason = doc.get("reason")
         unit.stored = True

@@ -121,6 +121,7 @@ def test_resources_lists_configs():
         "local.localhost",
         "local.nodes4",
         "local.simulated",
+        "local.zero",
         "slurm.localhost",
     ]
 

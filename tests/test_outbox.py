@@ -6,17 +6,27 @@ from __future__ import annotations
 
 import io
 
+from pilot import updates
 from pilot.partition.outbox import Outbox
 
 
-def _final(uid: str, state: str = "DONE") -> list:
-    return ["unit", uid, state, 1.0, {}]
+def _moves(*moves) -> list:
+    """The Groups of an agent's `ustates` batch of these (uid, state) moves, as they arrive."""
+    batch = updates.Moves()
+    for uid, state in moves:
+        batch.add(uid, state, 1.0, {"exit_code": 0} if state == "DONE" else None)
+    _, head, times = batch.frames()
+    return updates.read(head, times)
+
+
+def _final(uid: str, state: str = "DONE") -> tuple:
+    return (uid, state)
 
 
 def test_acknowledged_outcomes_are_let_go_of_and_left_out_of_a_lost_journal():
     box = Outbox()
-    box.add([_final("unit.000001"), _final("unit.000002", "FAILED"), _final("mine.7")])
-    box.add([["unit", "unit.000003", "EXECUTING", 1.0, {}]])  # (not final: not kept)
+    box.add(_moves(_final("unit.000001"), _final("unit.000002", "FAILED"), _final("mine.7")))
+    box.add(_moves(("unit.000003", "EXECUTING")))  # (not final: not kept)
     assert set(box.kept) == {"unit.000001", "unit.000002", "mine.7"}
     box.ack(["unit.000001", "mine.7", "unit.000009"])  # (000009: never kept here)
     assert set(box.kept) == {"unit.000002"} and box.acked == 2
@@ -42,9 +52,22 @@ def test_a_long_journal_is_streamed_down_to_the_units_in_flight():
     n = 300_000
     for first in range(0, n, 1000):
         uids = [f"unit.{k:06d}" for k in range(first, first + 1000)]
-        box.add([_final(u) for u in uids])
+        box.add(_moves(*[_final(u) for u in uids]))
         box.ack(uids[:-1] if first == n - 1000 else uids)  # the very last one not acked
     assert len(box.kept) == 1
     assert sum(len(b) for b in box.acknowledged.bits.values()) <= n // 4  # (a bit, doubling)
     lines = (f"unit.{k:06d}\n" for k in range(n + 5))  # 5 more started, none ended
     assert list(box.not_acknowledged(lines)) == [f"unit.{k:06d}" for k in range(n - 1, n + 5)]
+
+
+def test_a_sync_is_answered_with_the_kept_outcomes_as_they_came():
+    box = Outbox()
+    box.add(_moves(("unit.000001", "EXECUTING"), ("unit.000001", "DONE"), ("u.2", "FAILED")))
+    found, rest = box.answer(["unit.000001", "u.2", "unit.000005"])
+    assert rest == ["unit.000005"]
+    assert found == [("unit.000001", "DONE", 1.0, {"exit_code": 0}), ("u.2", "FAILED", 1.0, {})]
+    groups = updates.read(*updates.of_records(found).frames()[1:])
+    assert [(g.state, g.uids, g.info(0)) for g in groups] == [
+        ("DONE", ["unit.000001"], {"exit_code": 0}),
+        ("FAILED", ["u.2"], {}),
+    ]

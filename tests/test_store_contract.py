@@ -7,7 +7,7 @@ import time
 import pytest
 
 from pilot.pmgr.store import open_store
-from pilot.pmgr.store.base import HISTORY, Batch
+from pilot.pmgr.store.base import HISTORY, Batch, Template, UnitMoves
 
 
 @pytest.fixture
@@ -159,9 +159,33 @@ def test_batches_of_every_size_keep_each_row_and_its_values(store, n):
     )
 
 
-def _views_session(store, n=23):
+def _as_moves(rows: list[tuple], key: str) -> list[UnitMoves]:
+    """Units' history rows of one batch as the writer sends them: in columns, a record per
+    state (each unit's rows keep their order: a unit moves through the states in order)."""
+    by_state: dict = {}
+    for session, _, uid, state, ts, reason, seq in rows:
+        by_state.setdefault((session, state), []).append((uid, ts, reason, seq))
+    out = []
+    for (session, state), got in by_state.items():
+        uids, ts, reasons, seqs = (list(c) for c in zip(*got))
+        out.append(
+            UnitMoves(
+                session,
+                state,
+                uids,
+                ts,
+                seqs if len(set(seqs)) > 1 else seqs[0],
+                reasons if any(reasons) else None,
+                key=f"{key}.{state}",
+            )
+        )
+    return out
+
+
+def _views_session(store, n=23, columns=False):
     """A pilot, two partitions and `n` units of session s1 (unit 3 and 7 FAILED, one unit of
-    s2), each change a history row, written a few units a batch."""
+    s2), each change a history row (or, `columns`, the units' rows in columns as the client's
+    writer sends them), written a few units a batch."""
     t = time.time()
     b = Batch()
     b.docs["pilots"]["pilot.0000"] = {"uid": "pilot.0000", "session": "s1", "state": "ACTIVE"}
@@ -181,6 +205,8 @@ def _views_session(store, n=23):
             path += [final] if final != "EXECUTING" else []
             b.history += [("s1", "units", uid, s, t + 3 + k + i / 10, f"r{k}" if s == "FAILED"
                            else None, i) for i, s in enumerate(path)]  # fmt: skip
+        if columns:
+            b.moves, b.history = _as_moves(b.history, f"batch{first}"), []
         store.write_batch(b)
     b = Batch()
     b.docs["units"]["other"] = unit_doc("other", "FAILED", session="s2")
@@ -189,24 +215,45 @@ def _views_session(store, n=23):
     return t
 
 
+@pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])
 @pytest.mark.parametrize("page", [7, 10_000])
-def test_iter_history_streams_the_session_oldest_first_in_pages(store, monkeypatch, page):
+def test_iter_history_streams_the_session_oldest_first_in_pages(
+    store, monkeypatch, page, columns
+):
+    """Oldest first: rows in the order written (MongoDB: by ts), each unit's in its order,
+    whether they were written a row a change or in columns."""
     import pilot.pmgr.store.mongo as mongo_mod
     import pilot.pmgr.store.sqlite as sqlite_mod
 
     monkeypatch.setattr(sqlite_mod, "PAGE", page)
     monkeypatch.setattr(mongo_mod, "PAGE", page)
-    t = _views_session(store)
+    t = _views_session(store, columns=columns)
     rows = list(store.iter_history("s1"))
     whole = [tuple(r[k] for k in HISTORY) for r in store.history(session="s1")]
-    assert rows == whole and len(rows) == 3 + 2 + 21 * 5 + 2 * 4
-    assert [r[4] for r in rows] == sorted(r[4] for r in rows)  # oldest first
+    assert sorted(rows, key=repr) == sorted(whole, key=repr)
+    assert len(rows) == 3 + 2 + 21 * 5 + 2 * 4
+    if not columns:
+        assert rows == whole
+        assert [r[4] for r in rows] == sorted(r[4] for r in rows)  # oldest first
     units = list(store.iter_history("s1", kinds=("units",)))
     assert len(units) == 21 * 5 + 2 * 4 and {r[1] for r in units} == {"units"}
-    assert units[:2] == [
+    for uid in {r[2] for r in units}:  # each unit's rows in its order
+        mine = [r for r in units if r[2] == uid]
+        assert [r[6] for r in mine] == list(range(len(mine)))
+        assert [r[4] for r in mine] == sorted(r[4] for r in mine)
+    first = [r for r in units if r[2] == "unit.000000"]
+    assert first[:2] == [
         ("s1", "units", "unit.000000", "NEW", pytest.approx(t + 3), None, 0),
         ("s1", "units", "unit.000000", "SCHEDULING", pytest.approx(t + 3.1), None, 1),
     ]
+    assert [r["state"] for r in store.history(uid="unit.000007")] == [
+        "NEW",
+        "SCHEDULING",
+        "QUEUED",
+        "EXECUTING",
+        "FAILED",
+    ]
+    assert store.history(uid="unit.000007")[-1]["reason"] == "r7"
     assert list(store.iter_history("s1", kinds=("pilots",)))[-1][3] == "ACTIVE"
     assert list(store.iter_history("nobody")) == []
     lo, hi = store.history_span("s1")
@@ -235,8 +282,9 @@ def test_unit_counts_are_aggregates_by_the_fields_asked(store):
         store.unit_counts("s1", by=("colour",))
 
 
-def test_last_events_are_the_newest_pilot_partition_and_failed_rows(store):
-    t = _views_session(store)
+@pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])
+def test_last_events_are_the_newest_pilot_partition_and_failed_rows(store, columns):
+    t = _views_session(store, columns=columns)
     rows = store.last_events("s1", 200)
     got = [(r["kind"], r["uid"], r["state"]) for r in rows]
     assert got == [
@@ -272,3 +320,41 @@ def test_get_many_fetches_the_stored_ones_by_uid(store):
     assert store.get_many("units", []) == {}
     with pytest.raises(ValueError, match=r"cannot filter on \['colour'\]"):
         store.get_many("units", uids, ("colour",))
+
+
+def test_units_that_share_a_description_store_it_once(store):
+    """The writer hands the store a Template for units made from one description: a read
+    gives each unit the description back as a dict, and it is kept across later upserts."""
+    shared = Template({"executable": "/bin/true", "policy": {"placement": None}})
+    b = Batch()
+    for i in range(50):
+        b.docs["units"][f"u{i:02d}"] = unit_doc(f"u{i:02d}", description=False)
+        b.docs["units"][f"u{i:02d}"]["description"] = shared
+    b.docs["units"]["odd"] = unit_doc("odd")  # a plain dict: its own
+    store.write_batch(b)
+    b = Batch()
+    b.docs["units"]["u07"] = unit_doc("u07", "DONE", description=False, times=[["NEW", 1.0]])
+    store.write_batch(b)
+    doc = store.get("units", "u07")
+    assert doc["description"] == shared.value and doc["state"] == "DONE"
+    assert doc["times"] == [["NEW", 1.0]]
+    assert store.get("units", "odd")["description"] == {"executable": "/bin/true",
+                                                        "arguments": ["a"]}  # fmt: skip
+    docs = store.get_many("units", ["u00", "u49", "odd"])
+    assert [docs[u]["description"] for u in ("u00", "u49")] == [shared.value] * 2
+    assert [d["description"] for d in store.find("units", session="s1")].count(shared.value) == 50
+    assert len(store.open_units("s1")) == 50  # (u07 is DONE)
+
+
+def test_moves_written_twice_are_stored_once(store):
+    """A record of moves (its key) retried after a failure is not stored again."""
+    m = UnitMoves("s1", "DONE", ["u1", "u2"], [1.0, 2.0], 4, ["r1", None], key="w.1")
+    b = Batch()
+    b.moves.append(m)
+    store.write_batch(b)
+    store.write_batch(b)
+    assert [(r["uid"], r["reason"], r["seq"]) for r in store.history(session="s1")] == [
+        ("u1", "r1", 4),
+        ("u2", None, 4),
+    ]
+    assert [r["ts"] for r in store.history(uid="u2")] == [2.0]

@@ -100,7 +100,7 @@ def test_a_failed_batch_changes_no_count(path, monkeypatch):
     real = sq.execute_rows
 
     def fail_on_history(db, sql, rows):
-        if sql.startswith(sq.HISTORY_INSERT):
+        if sql.startswith(sq.sql.HISTORY_INSERT):
             raise sqlite3.OperationalError("disk I/O error")
         return real(db, sql, rows)
 

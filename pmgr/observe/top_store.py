@@ -24,7 +24,8 @@ from collections import deque
 
 from pilot import states as S
 from pilot.pmgr.session import sessions_dir
-from pilot.pmgr.store.sqlite import EXECUTING_NOW
+from pilot.pmgr.store.sqlite import EXECUTING_NOW, expand_row
+from pilot.pmgr.store.sqlite_schema import DESCRIPTION, ROW
 
 EVENTS_KEPT = 200
 HELD_FIELDS = (  # the description fields pmgr/observe/timeline.py's held() reads
@@ -70,6 +71,7 @@ class SqliteReader:
         self.tail: deque = deque(maxlen=EVENTS_KEPT)
         self.last_id: int | None = None
         self.tally: bool | None = None  # whether the file has unit_tally (not known yet)
+        self.templates: bool | None = None  # whether units name templates (not known yet)
 
     def close(self) -> None:
         self.db.close()
@@ -119,19 +121,26 @@ class SqliteReader:
     def executing(self, session: str, pilot: str) -> list[dict]:
         """partition, slots and (of the description) what timeline.held reads."""
         sql = (  # (through the partial index units_executing, where the file has it)
-            "SELECT partition, slots, {} AS description FROM units "
+            "SELECT partition, slots, {} AS description FROM units u "
             f"WHERE {EXECUTING_NOW} AND session = ? AND state = ? AND pilot = ?"
         )
         paths = ", ".join(f"'$.{k}'" for k in HELD_FIELDS)
+        desc = DESCRIPTION if self._has_templates() else "description"
         try:  # a whole description is long (environment, arguments): only these fields
             docs = self._docs(
-                sql.format(f"json_extract(description, {paths})"), session, S.EXECUTING, pilot
+                sql.format(f"json_extract({desc}, {paths})"), session, S.EXECUTING, pilot
             )
         except sqlite3.OperationalError:  # an sqlite without its JSON functions
-            return self._docs(sql.format("description"), session, S.EXECUTING, pilot)
+            return self._docs(sql.format(desc), session, S.EXECUTING, pilot)
         for doc in docs:
             doc["description"] = dict(zip(HELD_FIELDS, doc["description"] or ()))
         return docs
+
+    def _has_templates(self) -> bool:
+        if self.templates is None:
+            cols = {row[1] for row in self.db.execute("PRAGMA table_info(units)")}
+            self.templates = "template" in cols
+        return self.templates
 
     def state_times(self, uid: str) -> list[tuple[str, float]]:
         rows = self.db.execute("SELECT state, ts FROM history WHERE uid = ? ORDER BY seq", (uid,))
@@ -139,26 +148,44 @@ class SqliteReader:
 
     def events(self, session: str) -> list[dict]:
         """Pilot and partition state changes and FAILED units (with the unit's pilot and
-        partition), oldest first; only the rows added since the last call are read."""
+        partition), oldest first; only the rows added since the last call are read (a
+        record of units' moves is a row: its FAILED units are read out of it)."""
+        bulk = self._has_templates()  # (a file with records of moves has templates too)
         select_ = (
-            "SELECT h.id, h.kind, h.uid, h.state, h.ts, h.reason, u.pilot, u.partition "
-            "FROM history h LEFT JOIN units u ON h.kind = 'units' AND u.uid = h.uid "
-            "WHERE +h.session = ? AND (h.kind != 'units' OR h.state = 'FAILED') "
+            f"SELECT id, {ROW if bulk else ROW.split(', uids')[0]} FROM history "
+            "WHERE +session = ? AND (kind != 'units' OR state = 'FAILED') "
         )
         if self.last_id is None:  # the newest ones: a scan back from the end, once
             self.last_id = self.db.execute("SELECT COALESCE(MAX(id), 0) FROM history").fetchone()[0]
-            rows = self.db.execute(
-                select_ + "AND h.id <= ? ORDER BY h.id DESC LIMIT ?",
+            found = self.db.execute(
+                select_ + "AND id <= ? ORDER BY id DESC LIMIT ?",
                 (session, self.last_id, EVENTS_KEPT),
             ).fetchall()[::-1]
         else:  # the rowid range after the last one seen
-            rows = self.db.execute(
-                select_ + "AND h.id > ? ORDER BY h.id", (session, self.last_id)
+            found = self.db.execute(
+                select_ + "AND id > ? ORDER BY id", (session, self.last_id)
             ).fetchall()
-        for row in rows:
+        rows = []
+        for row in found:
             self.last_id = max(self.last_id, row[0])
-            self.tail.append(dict(zip(("kind", "uid", "state", "ts", "reason"), row[1:6])))
-            self.tail[-1].update(pilot=row[6], partition=row[7])
+            rows += expand_row(row[1:]) if bulk else [row[1:8]]
+        rows = rows[-EVENTS_KEPT:]
+        uids = [r[2] for r in rows if r[1] == "units"]
+        where: dict = {}
+        for i in range(0, len(uids), 500):
+            chunk = uids[i : i + 500]
+            where.update(
+                (u, (pilot, part))
+                for u, pilot, part in self.db.execute(
+                    "SELECT uid, pilot, partition FROM units "
+                    f"WHERE uid IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
+        for r in rows:
+            self.tail.append(dict(zip(("kind", "uid", "state", "ts", "reason"), r[1:6])))
+            pilot, part = where.get(r[2], (None, None)) if r[1] == "units" else (None, None)
+            self.tail[-1].update(pilot=pilot, partition=part)
         return list(self.tail)
 
 

@@ -7,13 +7,20 @@ Data model (one table / collection per kind; field names are the ones a person r
     units       uid, session, pilot, partition, state, reason, exit_code, node, slots*,
                 description*, return_value (a function unit's, base64 of its pickle),
                 exception (a function unit's, "Type: message"), kept* (the stdout / stderr
-                that travelled with its final state: a function's, a `cleanup` unit's)
+                that travelled with its final state: a function's, a `cleanup` unit's),
+                times* (its history [[state, ts], ...], once it is final: a unit read back
+                needs no search of the history)
     history     session, kind, uid, state, ts, reason, seq: one row per state change; seq is
                 the change's place in the object's history (0 = NEW), so (uid, seq) is unique
 (* structured: JSON text in sqlite, sub-documents in MongoDB.)
 A unit's description holds the fields not at their default, its policy whole
-(ComputeUnitDescription.to_stored; from_dict fills in the rest): 5,000 units stored theirs in
-a third of the time, 5 against 11 us each.
+(ComputeUnitDescription.to_stored; from_dict fills in the rest).  Units made from one
+description share it: the writer hands the store a `Template` (its JSON text made once) and
+the store keeps each distinct text once (sqlite: a row of `templates`, the unit's row names
+it; MongoDB: a document of `templates`); a read gives the description back as a dict, as
+ever.  Units' state changes come in columns (`UnitMoves`: the moves of a batch to one state),
+one history record a group instead of a row a move; every read of the history (`history`,
+`iter_history`, `last_events`) gives them back as rows, so a reader cannot tell the two apart.
 
 Writes come in batches (`write_batch`), each applied as one transaction (sqlite) or one bulk
 write (MongoDB); only the client writes.  Every write is idempotent: docs are upserts and a
@@ -29,9 +36,12 @@ page of rows or a count per group, never a list of the session's units or histor
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 FINAL = ("DONE", "FAILED", "CANCELED")  # (pilot/states.py's: the store needs no import)
 
@@ -64,21 +74,79 @@ FIELDS = {
         "return_value",
         "exception",
         "kept",
+        "times",
     ),
 }
-STRUCTURED = frozenset(("description", "size", "resources", "slots", "node", "kept"))
+STRUCTURED = frozenset(("description", "size", "resources", "slots", "node", "kept", "times"))
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
 PAGE = 10_000  # rows a streaming read fetches at a time
+
+
+class Template:
+    """A description many units share: its value (a dict) and its JSON text, made once."""
+
+    __slots__ = ("value", "text")
+
+    def __init__(self, value: dict) -> None:
+        self.value = value
+        self.text = _dumps(value)
+
+
+@dataclass
+class UnitMoves:
+    """Units that moved to one state, in one batch: their history rows in columns.
+
+    `seqs`, `reasons` and `prev` are lists aligned with `uids`, or one value for all (a
+    reason None for all: None).  `prev` is the state each unit left (None: its first row)
+    and `held` (sqlite's unit_flow) what each holds while EXECUTING, (partition, cores, gpus),
+    for a move into or out of EXECUTING (else None); None for all when no move has one.
+    `key` names the record once for good: a retried write stores it once."""
+
+    session: str
+    state: str
+    uids: list
+    ts: list
+    seqs: object
+    reasons: object = None
+    prev: object = None
+    held: list | None = None
+    key: str | None = None
+
+    def rows(self) -> Iterator[tuple]:
+        """Its rows in HISTORY order."""
+        seqs, reasons = self.seqs, self.reasons
+        one_seq = not isinstance(seqs, list)
+        one_reason = not isinstance(reasons, list)
+        session, state = self.session, self.state
+        for i, uid in enumerate(self.uids):
+            yield (
+                session,
+                "units",
+                uid,
+                state,
+                self.ts[i],
+                reasons if one_reason else reasons[i],
+                seqs if one_seq else seqs[i],
+            )
+
+    def column(self, name: str) -> list:
+        v = getattr(self, name)
+        return v if isinstance(v, list) else [v] * len(self.uids)
 
 
 @dataclass
 class Batch:
     docs: dict[str, dict[str, dict]] = field(default_factory=lambda: {k: {} for k in KINDS})
     history: list[tuple] = field(default_factory=list)  # rows in HISTORY order
+    moves: list[UnitMoves] = field(default_factory=list)  # units' rows, in columns
 
     def __len__(self) -> int:
-        return sum(len(d) for d in self.docs.values()) + len(self.history)
+        return (
+            sum(len(d) for d in self.docs.values())
+            + len(self.history)
+            + sum(len(m.uids) for m in self.moves)
+        )
 
 
 class StateStore(ABC):

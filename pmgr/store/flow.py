@@ -200,3 +200,72 @@ def _add(out: dict, key: tuple, v: float, into: float) -> None:
     else:
         sums[0] += v
         sums[1] += v * into
+
+
+def moves_flow(moves: list, out: dict | None = None) -> dict:
+    """{(session, series, tick): [s1, s2]} of units' moves in columns (store.base.UnitMoves):
+    +1 for the state each unit moved to, -1 for the one it left (`prev`), and, into or out of
+    EXECUTING, what it holds (`held`: partition, cores, gpus) taken or given back.  What the
+    writer knows of each unit comes with its moves: nothing is remembered or read here.
+    Summed a tick at a time (the moves of a batch mostly fall into one or two seconds)."""
+    out = {} if out is None else out
+    for m in moves:
+        session, state = m.session, m.state
+        ts = m.ts
+        prev, held = m.prev, m.held
+        sign = 1.0 if state == EXECUTING else -1.0
+        # the moves by tick: [count, sum of (ts - tick)] each
+        by_tick = _by_tick(ts)
+        for tick, (n, into) in by_tick.items():
+            _add_sums(out, (session, _SERIES[state], tick), n, into)
+        if isinstance(prev, list):
+            for i, p in enumerate(prev):
+                if p is not None:
+                    t = ts[i]
+                    _add(out, (session, _SERIES[p], int(t)), -1.0, t - int(t))
+        elif prev is not None:
+            series = _SERIES[prev]
+            for tick, (n, into) in by_tick.items():
+                _add_sums(out, (session, series, tick), -n, -into)
+        if held is not None and held[0] is not None and held.count(held[0]) == len(held):
+            part, cores, gpus = held[0]  # (all hold the same: the usual group)
+            for tick, (n, into) in by_tick.items() if part else ():
+                if cores:
+                    _add_sums(out, (session, "cores:" + part, tick), sign * cores * n,
+                              sign * cores * into)  # fmt: skip
+                if gpus:
+                    _add_sums(out, (session, "gpus:" + part, tick), sign * gpus * n,
+                              sign * gpus * into)  # fmt: skip
+        elif held is not None:
+            for i, h in enumerate(held):
+                if h is not None and h[0]:
+                    part, cores, gpus = h
+                    t = ts[i]
+                    tick = int(t)
+                    if cores:
+                        _add(out, (session, "cores:" + part, tick), sign * cores, t - tick)
+                    if gpus:
+                        _add(out, (session, "gpus:" + part, tick), sign * gpus, t - tick)
+    return out
+
+
+def _by_tick(ts: list) -> dict:
+    lo, hi = int(min(ts)), int(max(ts))
+    if lo == hi:  # (one second: the usual batch)
+        return {lo: (float(len(ts)), sum(ts) - lo * len(ts))}
+    out: dict = {}
+    for t in ts:
+        tick = int(t)
+        got = out.get(tick)
+        out[tick] = (1.0, t - tick) if got is None else (got[0] + 1.0, got[1] + t - tick)
+    return out
+
+
+def _add_sums(out: dict, key: tuple, n: float, into: float) -> None:
+    """A tick's n moves (+1 each, or -1 each with n < 0) whose (ts - tick) sum to `into`."""
+    sums = out.get(key)
+    if sums is None:
+        out[key] = [n, into]
+    else:
+        sums[0] += n
+        sums[1] += into

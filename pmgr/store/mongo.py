@@ -1,10 +1,13 @@
 """The MongoDB state store (pymongo).
 
 One collection per kind (sessions, pilots, partitions, units) with `_id` = uid, plus `history`
-(one document per state change).  Indexes: pilots by session; partitions by session, pilot and
-state; units by session+state and by partition; history by uid and by session.  A batch is one
-`bulk_write` per collection (UpdateOne with $set and upsert: a doc without `description` keeps
-the stored one), history rows included (_id = uid#seq, $setOnInsert: a retry adds nothing).
+(one document per state change, or per units' moves to one state in a batch: `uids`, `tss`,
+`seqs`, `reasons` in columns, `_id` the record's key) and `templates` (the descriptions units
+share, `_id` the SHA-1 of the text: a unit's doc names it in `template`).  Indexes: pilots by
+session; partitions by session, pilot and state; units by session+state and by partition;
+history by uid and by session.  A batch is one `bulk_write` per collection (UpdateOne with $set
+and upsert: a doc without `description` keeps the stored one), history rows included (_id =
+uid#seq, $setOnInsert: a retry adds nothing).
 Writes are journaled (w=1, j=True): a write the server acknowledged survives its SIGKILL.
 The schema is documented in docs/store.md.
 
@@ -13,6 +16,10 @@ unreachable URL fails the session's start at once with the reason, instead of ha
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+import time
 
 import pymongo
 from bson.errors import InvalidDocument
@@ -28,6 +35,8 @@ from pilot.pmgr.store.base import (
     PAGE,
     Batch,
     StateStore,
+    Template,
+    UnitMoves,
     check_kind,
 )
 
@@ -68,26 +77,51 @@ class MongoStore(StateStore):
         for coll, indexes in _INDEXES.items():
             for keys in indexes:
                 db[coll].create_index(keys)
+        self.templates: dict[str, str] = {}  # a description's text -> its id, stored
+        self.texts: dict[str, dict] = {}  # a template's id -> its description, read
+
+    def _template(self, d, made: dict) -> str:
+        """The id of the templates doc of a unit's description (made in this batch if new)."""
+        text = d.text if type(d) is Template else json.dumps(d, separators=(",", ":"))
+        tid = self.templates.get(text)
+        if tid is None:
+            tid = hashlib.sha1(text.encode()).hexdigest()
+            made[text] = tid
+        return tid
 
     def write_batch(self, batch: Batch) -> None:
+        made: dict[str, str] = {}
         for kind in KINDS:
             docs = batch.docs[kind]
             if docs:
-                ops = [
-                    UpdateOne(
-                        {"_id": uid},
-                        {
-                            "$set": {
-                                k: v
-                                for k, v in d.items()
-                                if k != "uid" and not (k in KEPT and v is None)
-                            }
-                        },
-                        upsert=True,
+                ops = []
+                for uid, d in docs.items():
+                    fields = {
+                        k: v for k, v in d.items() if k != "uid" and not (k in KEPT and v is None)
+                    }
+                    if kind == "units" and fields.get("description") is not None:
+                        fields["template"] = self._template(fields.pop("description"), made)
+                    ops.append(UpdateOne({"_id": uid}, {"$set": fields}, upsert=True))
+                if made:  # (the templates first: a unit never names one that is not there)
+                    self.db.templates.bulk_write(
+                        [
+                            UpdateOne({"_id": tid}, {"$setOnInsert": {"text": text}}, upsert=True)
+                            for text, tid in made.items()
+                        ],
+                        ordered=False,
                     )
-                    for uid, d in docs.items()
-                ]
                 self.db[kind].bulk_write(ops, ordered=False)
+        self.templates.update(made)
+        if batch.moves:  # _id = the record's key: a retried record is found, not stored twice
+            # ts: when written (the history is read by ts, then seq: the records of a batch
+            # in their order, after every earlier batch's), lo / hi: the moves' first and last
+            written = time.time()
+            self.db.history.bulk_write(
+                [UpdateOne({"_id": _key(m)}, {"$setOnInsert": _moves_doc(m, written, i)},
+                           upsert=True)
+                 for i, m in enumerate(batch.moves)],
+                ordered=True,
+            )  # fmt: skip
         if batch.history:  # _id = uid#seq: a retried row is found, not stored twice
             self.db.history.bulk_write(
                 [
@@ -101,11 +135,22 @@ class MongoStore(StateStore):
                 ordered=False,
             )
 
-    @staticmethod
-    def _doc(kind: str, raw: dict) -> dict:
+    def _doc(self, kind: str, raw: dict) -> dict:
         doc = {c: raw.get(c) for c in FIELDS[kind]}
         doc["uid"] = raw["_id"]
+        tid = raw.get("template")
+        if tid is not None and doc.get("description") is None:
+            doc["description"] = self._described(tid)
         return doc
+
+    def _described(self, tid: str) -> dict | None:
+        desc = self.texts.get(tid)
+        if desc is None:
+            found = self.db.templates.find_one({"_id": tid})
+            desc = json.loads(found["text"]) if found else None
+            if desc is not None and len(self.texts) < 10_000:
+                self.texts[tid] = desc
+        return desc
 
     def get(self, kind: str, uid: str) -> dict | None:
         check_kind(kind)
@@ -119,8 +164,12 @@ class MongoStore(StateStore):
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
         query = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
-        rows = self.db.history.find(query, {"_id": 0}).sort([("ts", 1), ("seq", 1)])
-        return [{k: r.get(k) for k in HISTORY} for r in rows]
+        if uid is not None:  # (its moves too: documents that list it)
+            query = {k: v for k, v in query.items() if k != "uid"}
+            query["$or"] = [{"uid": uid}, {"uids": uid}]
+        found = self.db.history.find(query, {"_id": 0}).sort([("ts", 1), ("seq", 1)])
+        rows = [r for doc in found for r in _expand(doc) if uid is None or r[2] == uid]
+        return [dict(zip(HISTORY, r)) for r in rows]
 
     def unit_states(self, session: str):
         for raw in self.db.units.find({"session": session}, {"state": 1}).sort("_id", 1):
@@ -131,16 +180,26 @@ class MongoStore(StateStore):
         if kinds is not None:
             query["kind"] = {"$in": list(kinds)}
         # one cursor, PAGE rows a batch, in the order of the (session, ts) index
-        cursor = self.db.history.find(query, {"_id": 0}).sort("ts", 1).batch_size(PAGE)
+        cursor = (
+            self.db.history.find(query, {"_id": 0}).sort([("ts", 1), ("seq", 1)]).batch_size(PAGE)
+        )
         with cursor:
-            for r in cursor:
-                yield tuple(r.get(k) for k in HISTORY)
+            for doc in cursor:
+                yield from _expand(doc)
 
     def history_span(self, session: str):
         ends = []
-        for order in (1, -1):  # (the ends of the (session, ts) index)
-            row = self.db.history.find_one({"session": session}, {"ts": 1}, sort=[("ts", order)])
-            ends.append(row["ts"] if row else None)
+        for order, end in ((1, "lo"), (-1, "hi")):  # (the ends of the (session, ts) index)
+            found = []
+            for bulk in (False, True):  # (a record of moves: its first and last move)
+                row = self.db.history.find_one(
+                    {"session": session, "uids": {"$exists": bulk}},
+                    {"ts": 1, end: 1},
+                    sort=[("ts", order)],
+                )
+                if row is not None:
+                    found.append(row[end] if bulk else row["ts"])
+            ends.append((min if order == 1 else max)(found) if found else None)
         return ends[0], ends[1]
 
     def unit_counts(self, session: str, pilot=None, by=("partition", "state")):
@@ -158,16 +217,20 @@ class MongoStore(StateStore):
             return []
         uids = [d["_id"] for k in ("pilots", "partitions")
                 for d in self.db[k].find({"session": session}, {"_id": 1})]  # fmt: skip
-        rows = list(self.db.history.find({"uid": {"$in": uids}}, {"_id": 0})) if uids else []
+        docs = list(self.db.history.find({"uid": {"$in": uids}}, {"_id": 0})) if uids else []
         failed = {"session": session, "state": "FAILED"}
         if self.db.units.count_documents(failed, limit=FAILED_BY_UID + 1) <= FAILED_BY_UID:
             ids = [d["_id"] for d in self.db.units.find(failed, {"_id": 1})]
             if ids:
-                rows += self.db.history.find({"uid": {"$in": ids}, "state": "FAILED"}, {"_id": 0})
+                docs += self.db.history.find(
+                    {"$or": [{"uid": {"$in": ids}}, {"uids": {"$in": ids}}], "state": "FAILED"},
+                    {"_id": 0},
+                )
         else:
-            rows += self.db.history.find(failed, {"_id": 0}).sort("ts", -1).limit(n)
-        rows.sort(key=lambda r: (r.get("ts") or 0, r.get("seq") or 0))
-        return [{k: r.get(k) for k in HISTORY} for r in rows[-n:]]
+            docs += self.db.history.find(failed, {"_id": 0}).sort("ts", -1).limit(n)
+        rows = [r for doc in docs for r in _expand(doc)]
+        rows.sort(key=lambda r: (r[4] or 0, r[6] or 0))
+        return [dict(zip(HISTORY, r)) for r in rows[-n:]]
 
     def get_many(self, kind: str, uids, fields=None) -> dict[str, dict]:
         check_kind(kind, dict.fromkeys(fields or ()))
@@ -202,3 +265,33 @@ class MongoStore(StateStore):
         return isinstance(exc, (ConnectionFailure, OperationFailure)) and not isinstance(
             exc, InvalidDocument
         )
+
+
+def _key(m: UnitMoves) -> str:
+    return m.key or f"{m.session}#{m.state}#{m.uids[0]}#{m.ts[0]!r}"
+
+
+def _moves_doc(m: UnitMoves, written: float, i: int) -> dict:
+    return {
+        "session": m.session,
+        "kind": "units",
+        "uid": None,
+        "state": m.state,
+        "ts": written,
+        "seq": i,
+        "lo": min(m.ts),
+        "hi": max(m.ts),
+        "uids": list(m.uids),
+        "tss": list(m.ts),
+        "seqs": m.seqs,
+        "reasons": m.reasons,
+    }
+
+
+def _expand(doc: dict) -> list[tuple]:
+    """A history document as HISTORY rows: itself, or a moves document's unit rows."""
+    uids = doc.get("uids")
+    if doc.get("uid") is not None or uids is None:
+        return [tuple(doc.get(k) for k in HISTORY)]
+    m = UnitMoves(doc["session"], doc["state"], uids, doc["tss"], doc["seqs"], doc["reasons"])
+    return list(m.rows())

@@ -1,9 +1,12 @@
 """The embedded state store: one sqlite file (rollback journal) in the session directory.
 
-One table per kind with a column per field (structured fields as JSON text), and a history
-table.  A batch is one transaction: an upsert per doc (INSERT ... ON CONFLICT DO UPDATE; a doc
-without `description` keeps the stored one) and one insert per history row, ignored when its
-(uid, seq) is there already (a retried batch).
+One table per kind with a column per field (structured fields as JSON text), a history table,
+and the descriptions units share (`templates`): pmgr/store/sqlite_schema.py has them all.  A
+batch is one transaction: an upsert per doc (INSERT ... ON CONFLICT DO UPDATE; a doc without
+`description` keeps the stored one), one insert per history row, ignored when its (uid, seq)
+is there already (a retried batch), and one per units' moves to a state (UnitMoves), ignored
+when its key is there already.  A unit's description goes into `templates` once per distinct
+text (a Template's text is made once by the writer; a plain dict's here), its row names it.
 
 The views' counts (`pilot status`, `pilot top`) are read from unit_tally, a row per (session,
 pilot, partition, state) with its number of units, kept by write_batch in the same transaction
@@ -22,145 +25,44 @@ them.
 
 from __future__ import annotations
 
-import itertools
+import array
 import json
 import operator
 import os
 import sqlite3
+import sys
 import threading
 
+from pilot.pmgr.store import sqlite_schema as sql
 from pilot.pmgr.store.base import (
     FIELDS,
     FINAL,
     HISTORY,
-    KEPT,
     KINDS,
     PAGE,
     STRUCTURED,
     Batch,
     StateStore,
+    Template,
     check_kind,
 )
-from pilot.pmgr.store.flow import FlowKeeper
+from pilot.pmgr.store.flow import FlowKeeper, moves_flow
+from pilot.pmgr.store.sqlite_schema import EXECUTING_NOW, execute_rows  # noqa: F401 (views)
 
-# Indexes cost every write (a unit's state changes 5 times): only the ones reads need.  A store
-# file usually holds one session, so no index leads with `session` (measured: those two doubled
-# the cost of a state change, 7 -> 13 us per upsert, 13 -> 26 us per unit's history).
-INDEXES = """
-CREATE UNIQUE INDEX IF NOT EXISTS history_uid_seq ON history (uid, seq);
-CREATE INDEX IF NOT EXISTS units_partition ON units (partition);
-CREATE INDEX IF NOT EXISTS partitions_pilot ON partitions (pilot);
-CREATE INDEX IF NOT EXISTS pilots_session ON pilots (session);
-CREATE INDEX IF NOT EXISTS history_events ON history (id) WHERE kind != 'units' OR state = 'FAILED';
-CREATE INDEX IF NOT EXISTS units_executing ON units (pilot) WHERE state = 'EXECUTING';
-"""
-# units_executing: a query uses it only if its WHERE has this term word for word, not `state = ?`
-EXECUTING_NOW = "state = 'EXECUTING'"
-TALLY = (
-    "CREATE TABLE unit_tally (session TEXT NOT NULL, pilot TEXT NOT NULL, partition TEXT NOT "
-    "NULL, state TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (session, pilot, partition, "
-    "state)) WITHOUT ROWID"
-)
-TALLY_FILL = (  # (a store made before unit_tally: once, as it is created)
-    "INSERT INTO unit_tally SELECT IFNULL(session, ''), IFNULL(pilot, ''), "
-    "IFNULL(partition, ''), IFNULL(state, ''), COUNT(*) FROM units GROUP BY 1, 2, 3, 4"
-)
-TALLY_ADD = (
-    "INSERT INTO unit_tally VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET n = n + excluded.n"
-)
-FLOW = (  # (pmgr/store/flow.py; unit_flow_since: the last history row before it was kept)
-    "CREATE TABLE unit_flow (session TEXT NOT NULL, series TEXT NOT NULL, tick INTEGER NOT "
-    "NULL, s1 REAL NOT NULL, s2 REAL NOT NULL, PRIMARY KEY (session, series, tick)) WITHOUT ROWID"
-)
-FLOW_SINCE = "CREATE TABLE unit_flow_since (id INTEGER NOT NULL)"
-SPAN = "CREATE TABLE session_span (session TEXT PRIMARY KEY, lo REAL, hi REAL) WITHOUT ROWID"
-SPAN_ADD = (
-    "INSERT INTO session_span VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET "
-    "lo = MIN(lo, excluded.lo), hi = MAX(hi, excluded.hi)"
-)
-FLOW_ADD = (
-    "INSERT INTO unit_flow VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
-    "s1 = s1 + excluded.s1, s2 = s2 + excluded.s2"
-)
-# history_events is partial: it holds only the rows `pilot top` lists (pilots' and partitions'
-# changes, FAILED units), a few bytes per FAILED unit and nothing for the rest, so the latest
-# events of a session of 10^7 units are an index walk back from its end, not a scan of 5 x 10^7
-# rows.  The views' counts are unit_tally's (module docstring), not an index on (session,
-# pilot, partition, state), which would cost each of a unit's ~4 upserts an index update.
-# units_executing is partial too: the units running now only, an entry made and dropped a
-# unit (one of every unit not final cost each of its ~4 upserts two changes of it, measured
-# +15-18 us a unit against +6-8 us for this one, tally included: see bench/store.py).
-
-
-def _schema() -> str:
-    tables = []
-    for kind in KINDS:
-        cols = ", ".join(f"{c} TEXT PRIMARY KEY" if c == "uid" else c for c in FIELDS[kind])
-        tables.append(f"CREATE TABLE IF NOT EXISTS {kind} ({cols});")
-    tables.append(
-        "CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-        "session TEXT, kind TEXT, uid TEXT, state TEXT, ts REAL, reason TEXT, seq INTEGER);"
-    )
-    tables.append("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, next INTEGER);")
-    return "\n".join(tables) + INDEXES
-
-
-def _upsert_sql(kind: str) -> str:
-    cols = FIELDS[kind]
-    sets = ", ".join(
-        f"{c} = COALESCE(excluded.{c}, {kind}.{c})" if c in KEPT else f"{c} = excluded.{c}"
-        for c in cols
-        if c != "uid"
-    )
-    return (
-        f"INSERT INTO {kind} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-        f"ON CONFLICT(uid) DO UPDATE SET {sets}"
-    )
-
-
-UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
-HISTORY_INSERT = (
-    "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, seq) VALUES "
-    "(?, ?, ?, ?, ?, ?, ?)"
-)
-# the rows it inserted, when it ignored some (a retry): what unit_flow counts
-HISTORY_SINCE = "SELECT session, kind, uid, state, ts, reason, seq FROM history WHERE id > ?"
-
-# Rows go in statements of several rows each (sizes from this set, so few statements are ever
-# prepared): sqlite3 lets other threads run while each statement steps, and a writer thread that
-# waits to get back into Python once per row crawls while the client's other threads are busy
-# (measured: 200 rows, one at a time, 43 ms while units were being made; 2 ms alone).
-_SIZES = (256, 64, 16, 4, 1)
 UID_CHUNK = 500  # uids bound in one `WHERE uid IN (...)`
-_MULTI: dict = {}  # (sql, rows) -> that statement for so many rows
-
-
-def _multi_sql(sql: str, n: int) -> str:
-    key = (sql, n)
-    text = _MULTI.get(key)
-    if text is None:
-        head, rest = sql.split(" VALUES ", 1)
-        one, _, tail = rest.partition(")")
-        text = _MULTI[key] = f"{head} VALUES {', '.join([one + ')'] * n)}{tail}"
-    return text
-
-
-def execute_rows(db, sql: str, rows: list) -> None:
-    """`sql` (one row's INSERT ... VALUES (...) ...) for every row, several rows a statement."""
-    i, n = 0, len(rows)
-    for size in _SIZES:
-        if n - i < size:
-            continue
-        text = _multi_sql(sql, size)
-        while n - i >= size:
-            db.execute(text, list(_flat(rows[i : i + size])))
-            i += size
-
-
-_flat = itertools.chain.from_iterable
+_LITTLE = sys.byteorder == "little"
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-_ENCODED = {kind: [i for i, c in enumerate(FIELDS[kind]) if c in STRUCTURED] for kind in KINDS}
+_UNIT_COLS = FIELDS["units"] + ("template",)
+_ENCODED = {  # (a unit's `times`: its own packed form, `_pack_times`)
+    kind: [i for i, c in enumerate(FIELDS[kind]) if c in STRUCTURED and c != "times"]
+    for kind in KINDS
+}
+_TIMES = FIELDS["units"].index("times")
+_UPDATED = operator.itemgetter(  # (a unit row's values for sqlite_schema.UNIT_UPDATE)
+    FIELDS["units"].index("uid"), *[FIELDS["units"].index(c) for c in sql.UNIT_UPDATED]
+)
 _FIELDS_OF = {kind: operator.itemgetter(*FIELDS[kind]) for kind in KINDS}
+_DESCRIPTION = FIELDS["units"].index("description")
 _TEXT_JSON: dict[str, str] = {}  # a structured field that is a string (a node's name): as JSON
 _TEXT_JSON_MAX = 4096
 
@@ -177,16 +79,68 @@ def _row(kind: str, doc: dict) -> list:
         v = row[i]
         if v is None:
             continue
-        if type(v) is str:
+        t = type(v)
+        if t is str:
             text = _TEXT_JSON.get(v)
             if text is None:
                 text = _dumps(v)
                 if len(_TEXT_JSON) < _TEXT_JSON_MAX:
                     _TEXT_JSON[v] = text
             row[i] = text
-        else:
+        elif t is not Template:  # (a description's: made a template's row by the store)
             row[i] = _dumps(v)
+    if kind == "units" and row[_TIMES] is not None:
+        row[_TIMES] = _pack_times(row[_TIMES])
     return row
+
+
+def _pack_times(times: list) -> bytes:
+    """A unit's history [(state, ts), ...] as a BLOB: the states, comma-joined, a NUL, then
+    the times as float64 (JSON's float repr cost ~1 us a time: 5 us a unit)."""
+    ts = array.array("d", [t for _, t in times])
+    if not _LITTLE:
+        ts.byteswap()
+    return ",".join([s for s, _ in times]).encode() + b"\0" + ts.tobytes()
+
+
+def _unpack_times(blob) -> list | None:
+    if blob is None:
+        return None
+    if isinstance(blob, str):  # (JSON, as a plain store writes it)
+        return json.loads(blob)
+    states, _, raw = bytes(blob).partition(b"\0")
+    ts = array.array("d")
+    ts.frombytes(raw)
+    if not _LITTLE:
+        ts.byteswap()
+    return [[s, t] for s, t in zip(states.decode().split(","), ts)]
+
+
+def expand_row(row: tuple) -> list[tuple]:
+    """A history row as read (sqlite_schema.ROW): itself in HISTORY order, or a moves row's
+    unit rows."""
+    if row[2] is not None or row[7] is None:
+        return [row[:7]]
+    session, _, _, state, _, _, _, uids, tss, seqs, reasons = row
+    ts = array.array("d")
+    ts.frombytes(tss)
+    if not _LITTLE:
+        ts.byteswap()
+    uids, seqs = json.loads(uids), json.loads(seqs)
+    reasons = json.loads(reasons) if reasons is not None else None
+    one_seq, one_reason = not isinstance(seqs, list), not isinstance(reasons, list)
+    return [
+        (
+            session,
+            "units",
+            uid,
+            state,
+            ts[i],
+            reasons if one_reason else reasons[i],
+            seqs if one_seq else seqs[i],
+        )
+        for i, uid in enumerate(uids)
+    ]
 
 
 class StoreFileLost(OSError):
@@ -214,60 +168,12 @@ class SqliteStore(StateStore):
         # slower end to end; raw batch writes 25 -> 15 k units/s (the writer needs ~1.5 k/s)
         self.db.execute("PRAGMA journal_mode=TRUNCATE")
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(_schema())
-        self._add_columns()
-        self._add_tally()
-        self._add_flow()
-        self.flow = FlowKeeper()  # unit_flow's changes (pmgr/store/flow.py)
+        sql.bring_up_to_date(self.db)
+        self.flow = FlowKeeper()  # unit_flow's changes of history rows (pmgr/store/flow.py)
         self.placed: dict[str, tuple] = {}  # uid -> its tally key as written here, if not final
         self.version: int | None = None  # PRAGMA data_version as of this store's last write
         self.inode = os.stat(self.path).st_ino
-
-    def _add_tally(self) -> None:
-        """unit_tally, filled from the units there, if the store has none (module docstring)."""
-        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'unit_tally'"
-        if self.db.execute(exists).fetchone():
-            return
-        self.db.execute("BEGIN IMMEDIATE")  # (another process may be making it: checked again)
-        try:
-            if not self.db.execute(exists).fetchone():
-                self.db.execute(TALLY)
-                self.db.execute(TALLY_FILL)
-            self.db.execute("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise
-
-    def _add_flow(self) -> None:
-        """unit_flow and session_span (each session's first and last history ts), kept from
-        now on: sessions whose history began before are not in them (unit_flow_since), and
-        their plots and spans stream the history instead."""
-        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'unit_flow'"
-        if self.db.execute(exists).fetchone():
-            return
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            if not self.db.execute(exists).fetchone():
-                self.db.execute(FLOW)
-                self.db.execute(SPAN)
-                self.db.execute(FLOW_SINCE)
-                self.db.execute(
-                    "INSERT INTO unit_flow_since SELECT IFNULL(MAX(id), 0) FROM history"
-                )
-            self.db.execute("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise
-
-    def _add_columns(self) -> None:
-        """A store made by an earlier version lacks the fields added since: added (empty)."""
-        for kind in KINDS:
-            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({kind})")}
-            for col in FIELDS[kind]:
-                if col not in have:
-                    self.db.execute(f"ALTER TABLE {kind} ADD COLUMN {col}")
+        self.templates: dict[str, int] = {}  # a description's text -> its templates row
 
     def write_batch(self, batch: Batch) -> None:
         try:
@@ -282,6 +188,7 @@ class SqliteStore(StateStore):
             # must then take the write lock from another client's would fail at once (BUSY)
             self.db.execute("BEGIN IMMEDIATE" if units else "BEGIN")
             placed = None
+            made: dict[str, int] = {}  # templates made in this transaction (kept once it commits)
             try:
                 if units:
                     version = self.db.execute("PRAGMA data_version").fetchone()[0]
@@ -291,17 +198,25 @@ class SqliteStore(StateStore):
                     placed = self.tally(units)
                 for kind in KINDS:
                     docs = batch.docs[kind]
-                    if docs:
-                        rows = [_row(kind, d) for d in docs.values()]
-                        execute_rows(self.db, UPSERT[kind], rows)
+                    if not docs:
+                        continue
+                    if kind == "units":
+                        self._write_units(docs, made)
+                    else:
+                        execute_rows(
+                            self.db, sql.UPSERT[kind], [_row(kind, d) for d in docs.values()]
+                        )
                 if batch.history:
                     self.keep_flows(units, self._insert_history(batch.history))
-                    self.keep_spans(batch.history)
+                    self.keep_spans((r[0], r[4]) for r in batch.history)
+                if batch.moves:
+                    self._insert_moves(batch.moves)
                 self.db.execute("COMMIT")
             except BaseException:
                 if self.db.in_transaction:  # (sqlite rolls back by itself on a full disk:
                     self.db.execute("ROLLBACK")  # a second ROLLBACK would hide why)
                 raise
+            self.templates.update(made)
             if placed is not None:  # (once committed: a batch that failed changed nothing)
                 self.version = version  # (this connection's commits leave it as it was)
                 for uid, key in placed.items():
@@ -310,25 +225,97 @@ class SqliteStore(StateStore):
                     else:
                         self.placed[uid] = key
 
+    def _write_units(self, docs: dict, made: dict) -> None:
+        """Units' docs: a doc with its description is upserted (a unit's first write), one
+        without it updates the unit's row by uid, which is there (it is upserted if not)."""
+        fresh, known = [], []
+        for d in docs.values():
+            (known if d.get("description") is None else fresh).append(_row("units", d))
+        if fresh:
+            self._templates(fresh, made)
+            execute_rows(self.db, sql.UPSERT["units"], fresh)
+        if known:
+            pick = _UPDATED
+            before = self.db.total_changes
+            execute_rows(self.db, sql.UNIT_UPDATE, [pick(r) for r in known])
+            if self.db.total_changes - before != len(known):  # (a row not there after all)
+                there = {
+                    u for (u,) in self._of_uids("SELECT uid FROM units", [r[0] for r in known])
+                }
+                missing = [r for r in known if r[0] not in there]
+                self._templates(missing, made)
+                execute_rows(self.db, sql.UPSERT["units"], missing)
+
+    def _templates(self, rows: list, made: dict) -> None:
+        """Each unit row's description as the id of its templates row (one per distinct
+        text: made, or found when another process made it); the row gets a `template` column."""
+        known = self.templates
+        for row in rows:
+            d = row[_DESCRIPTION]
+            if d is None:
+                row.append(None)
+                continue
+            text = d.text if type(d) is Template else d
+            tid = known.get(text) or made.get(text)
+            if tid is None:
+                found = self.db.execute(sql.TEMPLATE_FIND, (text,)).fetchone()
+                if found is not None:
+                    tid = found[0]
+                else:
+                    tid = self.db.execute(sql.TEMPLATE_ADD, (text,)).lastrowid
+                made[text] = tid
+            row[_DESCRIPTION] = None
+            row.append(tid)
+
+    def _insert_moves(self, moves: list) -> None:
+        """Units' moves, a history row per record (sqlite_schema's header), their unit_flow
+        and span; a record stored already (its key) is not stored or counted again."""
+        new = []
+        for m in moves:
+            ts = array.array("d", m.ts)
+            if not _LITTLE:
+                ts.byteswap()
+            reasons = m.reasons
+            args = (
+                m.session,
+                m.state,
+                min(m.ts),
+                _dumps(m.uids),
+                ts.tobytes(),
+                _dumps(m.seqs),
+                None if reasons is None else _dumps(reasons),
+                m.key,
+            )
+            if self.db.execute(sql.MOVES_INSERT, args).rowcount:
+                new.append(m)
+        if not new:
+            return
+        changes = moves_flow(new)
+        if changes:
+            rows = [(*key, s1, s2) for key, (s1, s2) in changes.items()]
+            self.db.executemany(sql.FLOW_ADD, rows)
+        self.keep_spans((m.session, t) for m in new for t in (min(m.ts), max(m.ts)))
+
     def _insert_history(self, history: list) -> list:
         """Insert the rows (a row stored already is ignored); the rows inserted, in order."""
         last = self.db.execute("SELECT MAX(id) FROM history").fetchone()[0] or 0
         changes = self.db.total_changes
-        execute_rows(self.db, HISTORY_INSERT, history)
+        execute_rows(self.db, sql.HISTORY_INSERT, history)
         if self.db.total_changes - changes == len(history):
             return history  # (all of them: a batch not retried)
-        return self.db.execute(HISTORY_SINCE + " ORDER BY id", (last,)).fetchall()
+        return self.db.execute(sql.HISTORY_SINCE + " ORDER BY id", (last,)).fetchall()
 
     def keep_flows(self, units: dict, new: list) -> None:
         """unit_flow's changes for the history rows this batch inserted (`new`)."""
         changes = self.flow.changes(units, new, self._rows_of, self._placement_of)
         if changes:
-            self.db.executemany(FLOW_ADD, [(*key, s1, s2) for key, (s1, s2) in changes.items()])
+            rows = [(*key, s1, s2) for key, (s1, s2) in changes.items()]
+            self.db.executemany(sql.FLOW_ADD, rows)
 
-    def keep_spans(self, history: list) -> None:
+    def keep_spans(self, points) -> None:
+        """session_span's ends for these (session, ts) of the batch."""
         spans: dict[str, list] = {}
-        for row in history:
-            session, ts = row[0], row[4]
+        for session, ts in points:
             span = spans.get(session)
             if span is None:
                 spans[session] = [ts, ts]
@@ -336,7 +323,7 @@ class SqliteStore(StateStore):
                 span[0] = ts
             elif ts > span[1]:
                 span[1] = ts
-        self.db.executemany(SPAN_ADD, [(s, lo, hi) for s, (lo, hi) in spans.items() if s])
+        self.db.executemany(sql.SPAN_ADD, [(s, lo, hi) for s, (lo, hi) in spans.items() if s])
 
     def _rows_of(self, uids: list[str]) -> dict:
         """(unit_flow) {uid: [(seq, state, ts), ...]}: the stored history of these units."""
@@ -351,18 +338,18 @@ class SqliteStore(StateStore):
         `lock`: take the store's lock for each chunk (a caller outside write_batch)."""
         for i in range(0, len(uids), UID_CHUNK):
             chunk = uids[i : i + UID_CHUNK]
-            sql = f"{select} WHERE uid IN ({', '.join('?' * len(chunk))})"
+            query = f"{select} WHERE uid IN ({', '.join('?' * len(chunk))})"
             if lock:
                 with self.lock:
-                    rows = self.db.execute(sql, chunk).fetchall()
+                    rows = self.db.execute(query, chunk).fetchall()
             else:
-                rows = self.db.execute(sql, chunk).fetchall()
+                rows = self.db.execute(query, chunk).fetchall()
             yield from rows
 
     def _placement_of(self, uids: list[str]) -> dict:
         """(unit_flow) {uid: {partition, slots, description}} as stored."""
         out = {}
-        select = "SELECT uid, partition, slots, description FROM units"
+        select = f"SELECT u.uid, u.partition, u.slots, {sql.DESCRIPTION} FROM units u"
         for uid, part, slots, desc in self._of_uids(select, uids):
             out[uid] = {
                 "partition": part,
@@ -400,17 +387,20 @@ class SqliteStore(StateStore):
             after[uid] = None if key[3] in FINAL else key
         rows = [(*key, n) for key, n in delta.items() if n]
         if rows:
-            self.db.executemany(TALLY_ADD, rows)
+            self.db.executemany(sql.TALLY_ADD, rows)
         return after
 
     def _docs(self, kind: str, rows) -> list[dict]:
         cols = FIELDS[kind]
         out = []
+        structured = STRUCTURED.intersection(cols) - {"times"}
         for row in rows:
             doc = dict(zip(cols, row))
-            for c in STRUCTURED.intersection(cols):
+            for c in structured:
                 if doc[c] is not None:
                     doc[c] = json.loads(doc[c])
+            if "times" in doc:
+                doc["times"] = _unpack_times(doc["times"])
             out.append(doc)
         return out
 
@@ -418,28 +408,47 @@ class SqliteStore(StateStore):
         check_kind(kind)
         with self.lock:
             rows = self.db.execute(
-                f"SELECT {', '.join(FIELDS[kind])} FROM {kind} WHERE uid = ?", (uid,)
+                f"SELECT {sql.columns_of(kind)} FROM {kind} u WHERE u.uid = ?", (uid,)
             ).fetchall()
         docs = self._docs(kind, rows)
         return docs[0] if docs else None
 
     def find(self, kind: str, **where) -> list[dict]:
         check_kind(kind, where)
-        sql = f"SELECT {', '.join(FIELDS[kind])} FROM {kind}"
+        query = f"SELECT {sql.columns_of(kind)} FROM {kind} u"
         if where:
-            sql += " WHERE " + " AND ".join(f"{k} = ?" for k in where)
+            query += " WHERE " + " AND ".join(f"u.{k} = ?" for k in where)
         with self.lock:
-            rows = self.db.execute(sql + " ORDER BY uid", tuple(where.values())).fetchall()
+            rows = self.db.execute(query + " ORDER BY u.uid", tuple(where.values())).fetchall()
         return self._docs(kind, rows)
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
+        """Rows in the order written (a unit's from its own rows and the moves rows that name
+        it: those are searched for its uid, a scan of the session's moves; a unit read back
+        has its history in its doc, `times`, once final)."""
         cond = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
-        sql = f"SELECT {', '.join(HISTORY)} FROM history"
-        if cond:
-            sql += " WHERE " + " AND ".join(f"{k} = ?" for k in cond)
+        where = " AND ".join(f"{k} = ?" for k in cond)
         with self.lock:
-            rows = self.db.execute(sql + " ORDER BY id", tuple(cond.values())).fetchall()
-        return [dict(zip(HISTORY, r)) for r in rows]
+            found = self.db.execute(
+                f"SELECT id, {sql.ROW} FROM history{' WHERE ' + where if where else ''} "
+                "ORDER BY id",
+                tuple(cond.values()),
+            ).fetchall()
+            if uid is not None:  # (its moves: rows with no uid of their own)
+                scan = "uid IS NULL AND uids IS NOT NULL AND instr(uids, ?) > 0"
+                args: tuple = (_dumps(uid),)
+                if session is not None:
+                    scan, args = scan + " AND session = ?", (*args, session)
+                found += self.db.execute(
+                    f"SELECT id, {sql.ROW} FROM history WHERE {scan}", args
+                ).fetchall()
+                found.sort()
+        out = []
+        for row in found:
+            for r in expand_row(row[1:]):
+                if uid is None or r[2] == uid:
+                    out.append(dict(zip(HISTORY, r)))
+        return out
 
     def unit_states(self, session: str):
         after = ""  # (pages by uid: each query is short, the writer is never held up long)
@@ -457,19 +466,19 @@ class SqliteStore(StateStore):
 
     def iter_history(self, session: str, kinds=None):
         kinds = tuple(kinds) if kinds is not None else None
-        sql = f"SELECT id, {', '.join(HISTORY)} FROM history WHERE session = ? AND id > ?"
+        query = f"SELECT id, {sql.ROW} FROM history WHERE session = ? AND id > ?"
         if kinds is not None:
-            sql += f" AND kind IN ({', '.join('?' * len(kinds))})"
-        sql += f" ORDER BY id LIMIT {PAGE}"
+            query += f" AND kind IN ({', '.join('?' * len(kinds))})"
+        query += f" ORDER BY id LIMIT {PAGE}"
         after = 0  # (keyset pages by rowid: each query is short, the writer waits little)
         while True:
             with self.lock:
-                rows = self.db.execute(sql, (session, after, *(kinds or ()))).fetchall()
+                rows = self.db.execute(query, (session, after, *(kinds or ()))).fetchall()
             if not rows:
                 return
             after = rows[-1][0]
             for row in rows:
-                yield row[1:]
+                yield from expand_row(row[1:])
 
     def _kept(self, session: str) -> bool:
         """unit_flow and session_span hold `session` whole (its history began after they
@@ -505,44 +514,52 @@ class SqliteStore(StateStore):
     def unit_counts(self, session: str, pilot=None, by=("partition", "state")):
         check_kind("units", dict.fromkeys(by))
         if set(by) <= {"pilot", "partition", "state"}:  # (unit_tally's: a few rows)
-            sql = "SELECT pilot, partition, state, n FROM unit_tally WHERE session = ? AND n != 0"
+            query = "SELECT pilot, partition, state, n FROM unit_tally WHERE session = ? AND n != 0"
             args: tuple = (session,)
             if pilot is not None:
-                sql, args = sql + " AND pilot = ?", (session, pilot)
+                query, args = query + " AND pilot = ?", (session, pilot)
             counts: dict[tuple, int] = {}
             with self.lock:
-                rows = self.db.execute(sql, args).fetchall()
+                rows = self.db.execute(query, args).fetchall()
             for row in rows:
                 doc = dict(zip(("pilot", "partition", "state"), (v or None for v in row[:3])))
                 key = tuple(doc[f] for f in by)
                 counts[key] = counts.get(key, 0) + row[3]
             return counts
         cols = ", ".join(by)
-        sql = f"SELECT {cols}, COUNT(*) FROM units WHERE session = ?"
+        query = f"SELECT {cols}, COUNT(*) FROM units WHERE session = ?"
         args = (session,)
         if pilot is not None:
-            sql, args = sql + " AND pilot = ?", (session, pilot)
+            query, args = query + " AND pilot = ?", (session, pilot)
         with self.lock:
-            rows = self.db.execute(sql + f" GROUP BY {cols}", args).fetchall()
+            rows = self.db.execute(query + f" GROUP BY {cols}", args).fetchall()
         return {tuple(r[:-1]): r[-1] for r in rows}
 
     def last_events(self, session: str, n: int) -> list[dict]:
-        sql = (  # (the WHERE of the partial index history_events, so the planner takes it)
-            f"SELECT {', '.join(HISTORY)} FROM history "
+        query = (  # (the WHERE of the partial index history_events, so the planner takes it)
+            f"SELECT {sql.ROW} FROM history "
             "WHERE (kind != 'units' OR state = 'FAILED') AND session = ? "
             "ORDER BY id DESC LIMIT ?"
         )
-        with self.lock:
-            rows = self.db.execute(sql, (session, max(0, n))).fetchall()
-        return [dict(zip(HISTORY, r)) for r in reversed(rows)]
+        if n <= 0:
+            return []
+        with self.lock:  # (a moves row holds many: its units' FAILED rows count each)
+            rows = self.db.execute(query, (session, n)).fetchall()
+        out: list[tuple] = []
+        for row in rows:
+            out[:0] = expand_row(row)
+            if len(out) >= n:
+                break
+        return [dict(zip(HISTORY, r)) for r in out[-n:]]
 
     def get_many(self, kind: str, uids, fields=None) -> dict[str, dict]:
         check_kind(kind, dict.fromkeys(fields or ()))
         cols = FIELDS[kind] if fields is None else ("uid", *(f for f in fields if f != "uid"))
+        listed = sql.columns_of(kind, cols)
         out: dict[str, dict] = {}
         decoded: dict[str, object] = {}  # (many units share a description: decoded once)
-        structured = STRUCTURED.intersection(cols)
-        for row in self._of_uids(f"SELECT {', '.join(cols)} FROM {kind}", list(uids), lock=True):
+        structured = STRUCTURED.intersection(cols) - {"times"}
+        for row in self._of_uids(f"SELECT {listed} FROM {kind} u", list(uids), lock=True):
             doc = dict(zip(cols, row))
             for c in structured:
                 text = doc[c]
@@ -553,17 +570,19 @@ class SqliteStore(StateStore):
                         if len(decoded) < 10_000:
                             decoded[text] = value
                     doc[c] = value
+            if "times" in doc:
+                doc["times"] = _unpack_times(doc["times"])
             out[doc["uid"]] = doc
         return out
 
     def open_units(self, session: str) -> list[dict]:
         marks = ", ".join("?" * len(FINAL))
-        sql = (
-            f"SELECT {', '.join(FIELDS['units'])} FROM units "
-            f"WHERE session = ? AND state NOT IN ({marks}) ORDER BY uid"
+        query = (
+            f"SELECT {sql.UNIT_COLUMNS} FROM units u "
+            f"WHERE u.session = ? AND u.state NOT IN ({marks}) ORDER BY u.uid"
         )
         with self.lock:
-            rows = self.db.execute(sql, (session, *FINAL)).fetchall()
+            rows = self.db.execute(query, (session, *FINAL)).fetchall()
         return self._docs("units", rows)
 
     def reserve(self, counter: str, n: int) -> int:

@@ -1,7 +1,10 @@
 """Batched, off-the-hot-path writes: a thread that drains a queue into `write_batch` calls.
 
 Producers call `changed(obj)` after an object changed and `hist(row, obj)` for each state
-change: a SimpleQueue put each, nothing else on the hot path.  The writer thread takes everything
+change of a pilot or a partition: a SimpleQueue put each, nothing else on the hot path.  Units'
+state changes come a list at a time (`moved`: what the session gathered while its lock was
+held), and are written in columns: one UnitMoves a state per batch (pmgr/store/base.py),
+with each unit's doc.  The writer thread takes everything
 queued, builds one doc per changed object (`obj.as_doc(full)`, full the first time only, so the
 description is encoded once per object) and writes the batch in one transaction.  `lag` is the
 age of the oldest record in a batch when it was written; `max_lag` the largest so far.
@@ -37,13 +40,18 @@ uids kept in `unpersisted` (exactly what was not persisted), and `dropped` count
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import queue
 import threading
 import time
+import uuid
 
 import pilot.checks as checks
-from pilot.pmgr.store.base import Batch, StateStore
+from pilot.pmgr.observe.timeline import held_of
+from pilot.pmgr.store.base import Batch, StateStore, UnitMoves
+from pilot.states import UNIT_STATES
 
 log = logging.getLogger("pmgr.store")
 _STOP = object()
@@ -52,6 +60,12 @@ _SOON = object()  # (a send_after that may wait for the batch's linger)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
 BEHIND = 0.25  # seconds: a batch whose oldest record waited longer is the writer behind
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
+
+
+class _Moved(list):
+    """Units' state changes [(unit, state, ts, seq, prev, reason), ...], in order."""
+
+    __slots__ = ()
 
 
 class _Then:
@@ -95,6 +109,8 @@ class BatchWriter:
         self.max_lag = 0.0
         self._enqueued = 0
         self._done = 0
+        self.token = uuid.uuid4().hex[:12]  # (names this writer's records of moves)
+        self.keys = 0
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="pmgr-store-writer", daemon=True)
         self._thread.start()
@@ -108,6 +124,12 @@ class BatchWriter:
         """Write a plain doc (no object behind it)."""
         self.q.put((time.monotonic(), (kind, doc)))
         self._enqueued += 1
+
+    def moved(self, moves: list) -> None:
+        """Units' state changes [(unit, state, ts, seq, prev, reason), ...] (each unit's in
+        its order), with their docs: in columns (the module's header)."""
+        self.q.put((time.monotonic(), _Moved(moves)))
+        self._enqueued += len(moves)
 
     def hist(self, row: tuple, obj=None) -> None:
         """A state change (a HISTORY row); with `obj`, also `changed(obj)`, in one put."""
@@ -194,10 +216,10 @@ class BatchWriter:
             kept = [i for i in lost if isinstance(i[1], _Then)]  # callbacks are never dropped
             lost = [i for i in lost if not isinstance(i[1], _Then)]
             items = kept + items
-            self.dropped += len(lost)
-            self.unpersisted.update(_uid(rec) for _, rec in lost)
+            self.dropped += _weight(lost)
+            self.unpersisted.update(uid for _, rec in lost for uid in _uids(rec))
             with self._cv:
-                self._done += len(lost)
+                self._done += _weight(lost)
                 self._cv.notify_all()
         self.pending = items
 
@@ -217,7 +239,7 @@ class BatchWriter:
         for obj in objs.values():
             obj.stored = True
         if self.unpersisted:  # written now, after all (a retry, a write one by one)
-            uids = {_uid(rec) for _, rec in items if type(rec) is tuple}
+            uids = {u for _, rec in items if type(rec) in (tuple, _Moved) for u in _uids(rec)}
             uids.update(o.uid for o in objs.values() if o.uid not in unbuilt)
             self.unpersisted.difference_update(uids)
         self.written += len(items)
@@ -230,7 +252,7 @@ class BatchWriter:
             except Exception:  # a callback's failure must not stop the writer
                 log.exception("store writer: callback %r failed", callback)
         with self._cv:
-            self._done += len(items)
+            self._done += _weight(items)
             self._cv.notify_all()
         return True
 
@@ -241,8 +263,11 @@ class BatchWriter:
         objs = {}
         thens = []
         history = batch.history
+        moved: dict = {}  # (session, state) -> its columns
         for _, rec in items:
-            if type(rec) is tuple:
+            if type(rec) is _Moved:
+                self._columns(rec, moved, objs)
+            elif type(rec) is tuple:
                 n = len(rec)
                 if n == 8:  # a state change and its object
                     objs[id(rec[7])] = rec[7]
@@ -255,6 +280,9 @@ class BatchWriter:
                 thens.append(rec.callback)
             else:
                 objs[id(rec)] = rec
+        for session, _, state in sorted(moved, key=_ORDER):
+            cols = moved[(session, _, state)]
+            batch.moves.append(_unit_moves(session, state, cols, self._next_key()))
         unbuilt = set()
         for obj in objs.values():
             try:
@@ -264,6 +292,44 @@ class BatchWriter:
                 self.unpersisted.add(obj.uid)
                 self.refusals.report(f"record of {obj.uid} could not be built: {exc!r}")
         return batch, objs, thens, unbuilt
+
+    def _columns(self, moves: _Moved, moved: dict, objs: dict) -> None:
+        """(_batch) Units' changes into the batch's columns, their units' docs with them (a
+        run of changes to one state at a time: what one group of an agent's batch made)."""
+        for state, run in itertools.groupby(moves, _STATE):
+            run = list(run)
+            units = [m[0] for m in run]
+            objs.update(zip(map(id, units), units))
+            seqs = [m[3] for m in run]
+            if seqs.count(seqs[0]) != len(seqs):  # (units at different places of their
+                for _, part in itertools.groupby(run, _SEQ):  # histories: restarted ones)
+                    self._columns(_Moved(part), moved, objs)
+                continue
+            # a group per (state, place in the history): the batch's groups go in that order,
+            # so each unit's rows keep theirs (a restarted unit is SCHEDULING again, later)
+            key = (units[0].session.uid, seqs[0], state)
+            cols = moved.get(key)
+            if cols is None:
+                cols = moved[key] = ([], [], [], [], [], [])
+            cols[0].extend([u.uid for u in units])
+            cols[1].extend([m[2] for m in run])
+            cols[2].extend(seqs)
+            cols[3].extend([m[5] for m in run])
+            prev = [m[4] for m in run]
+            cols[4].extend(prev)
+            if state == "EXECUTING" or "EXECUTING" in prev:  # (unit_flow: what they hold)
+                cols[5].extend(
+                    [
+                        _held(u) if state == "EXECUTING" or p == "EXECUTING" else None
+                        for u, p in zip(units, prev)
+                    ]
+                )
+            else:
+                cols[5].extend([None] * len(units))
+
+    def _next_key(self) -> str:
+        self.keys += 1
+        return f"{self.token}.{self.keys}"
 
     def _not_written(self, items: list, exc: Exception) -> bool:
         """(_write) The store refused `items`: a transient failure keeps them to retry (False);
@@ -277,14 +343,14 @@ class BatchWriter:
                 self._write([item])
             return True
         if not self.store.transient(exc):
-            self.unpersisted.add(_uid(items[0][1]))
-            self.refusals.report(f"store refused the record of {_uid(items[0][1])}: {exc}")
+            self.unpersisted.update(_uids(items[0][1]))
+            self.refusals.report(f"store refused the record of {_uids(items[0][1])[0]}: {exc}")
             with self._cv:
-                self._done += 1
+                self._done += _weight(items)
                 self._cv.notify_all()
             return True
         self.failed += 1
-        self.held = {_uid(rec) for _, rec in items if not isinstance(rec, _Then)}
+        self.held = {u for _, rec in items if not isinstance(rec, _Then) for u in _uids(rec)}
         if not self.retrying:
             log.error(
                 "store write of %d records failed, keeping them to retry: %s", len(items), exc
@@ -315,11 +381,61 @@ class BatchWriter:
                 break
             if rec is not _STOP:
                 left.append(rec)
-        self.unpersisted.update(_uid(rec) for _, rec in left if not isinstance(rec, _Then))
+        self.unpersisted.update(
+            u for _, rec in left if not isinstance(rec, _Then) for u in _uids(rec)
+        )
         return set(self.unpersisted)
 
 
-def _uid(rec) -> str:
+_STATE = operator.itemgetter(1)
+_SEQ = operator.itemgetter(3)
+_RANK = {s: i for i, s in enumerate(UNIT_STATES)}
+
+
+def _ORDER(key: tuple) -> tuple:
+    """A batch's groups of moves: by place in the units' histories, then by state."""
+    return key[1], _RANK.get(key[2], len(_RANK))
+
+
+def _held(unit) -> tuple:
+    """(partition, cores, gpus) an EXECUTING unit holds (unit_flow), made once a unit."""
+    held = unit.held
+    if held is None or held[0] != unit.part:
+        held = unit.held = (unit.part or "", *held_of(unit.slots, unit.asked))
+    return held
+
+
+def _uids(rec) -> list[str]:
+    """The uids a queued record is about."""
+    if type(rec) is _Moved:
+        return [m[0].uid for m in rec]
     if isinstance(rec, tuple):
-        return rec[1]["uid"] if len(rec) == 2 else rec[2]
-    return rec.uid
+        return [rec[1]["uid"] if len(rec) == 2 else rec[2]]
+    return [rec.uid]
+
+
+def _weight(items: list) -> int:
+    """Records these queue items count for (`flush` waits for every one)."""
+    return sum(len(rec) if type(rec) is _Moved else 1 for _, rec in items)
+
+
+def _unit_moves(session: str, state: str, cols: tuple, key: str) -> UnitMoves:
+    """A batch's columns of one state as a UnitMoves (one value where all are the same)."""
+    uids, ts, seqs, reasons, prev, held = cols
+    return UnitMoves(
+        session,
+        state,
+        uids,
+        ts,
+        _one(seqs),
+        reasons if any(r is not None for r in reasons) else None,
+        _one(prev),
+        held if any(h is not None for h in held) else None,
+        key,
+    )
+
+
+def _one(values: list):
+    """The value every item has, or the list."""
+    first = values[0]
+    return first if values.count(first) == len(values) else values
