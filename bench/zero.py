@@ -149,7 +149,9 @@ def main() -> int:
         rate = med(r["rate"] for r in rs)
         client = med(sum(r["rows"][k] for k in client_keys if k in r["rows"]) for r in rs)
         cells = [f"{med(r['rows'].get(k, 0.0) for r in rs):.1f}" for k in client_keys]
-        rss = " / ".join(f"{med(r['rss'][k] for r in rs):.0f}" for k in ("client", "bootstrap", "agent"))
+        rss = " / ".join(
+            f"{med(r['rss'][k] for r in rs):.0f}" for k in ("client", "bootstrap", "agent")
+        )
         print(
             f"| {p} | {rate:,.0f} | {client:.1f} | {' | '.join(cells)} | "
             f"{med(r['rows']['bootstrap'] for r in rs):.1f} | "

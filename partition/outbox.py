@@ -1,21 +1,21 @@
 """Outcomes the pilot keeps until its client has them (DESIGN.md, "Guarantees").
 
-A unit's final state reaches the bootstrap from its agent (a `ustates` batch, on its way to
-the client: pilot/updates.py); the bootstrap keeps that record here until the client
-acknowledges that its store has it (`ack {uids}` on the pilot link, which the client sends
-once its store writer has written those states).  So an outcome outlives the agent that reported it (a partition stopped by a
-reconfig, an agent that died after reporting) and the client's absence: a client that attaches
-asks with `sync` (partition/control.py), and the records here answer first; an agent's `synced`
-answer that names units it no longer knows (they ended) is answered from here too.  A unit is
-"outcome unknown" at the client only when no record of it is left anywhere that outlived it.
-Memory: one entry per unit that ended and was not acknowledged yet (with a client attached,
-about the last second's worth: its group of the batch that said it, and its place there; a
-group is let go of with its last unit), and one bit per unit acknowledged (pilot/seen.py; a
-uid of the user's own, not numbered, is not remembered and stays named, which is only
-cautious): when an agent
-dies, its start journal holds every unit it ever started (10^7 lines after 10^7 units), and
-`not_acknowledged` streams it down to the units whose outcome the client may not have (in
-flight, or ended and not acknowledged), the only ones the `lost` message needs to name.
+A unit's final state reaches the bootstrap from its agent (a `ustates` batch, on its way to the
+client: pilot/updates.py); the bootstrap keeps that record here until the client acknowledges
+that its store has it (`ack {uids}` on the pilot link, which the client sends once its store
+writer has written those states). So an outcome outlives the agent that reported it (a
+partition stopped by a reconfig, an agent that died after reporting) and the client's absence:
+a client that attaches asks with `sync` (partition/control.py), and the records here answer
+first; an agent's `synced` answer that names units it no longer knows (they ended) is answered
+from here too. A unit is "outcome unknown" at the client only when no record of it is left
+anywhere that outlived it. Memory: one entry per unit that ended and was not acknowledged yet
+(with a client attached, about the last second's worth: its group of the batch that said it,
+and its place there; a group is let go of with its last unit), and one bit per unit
+acknowledged (pilot/seen.py; a uid of the user's own, not numbered, is not remembered and stays
+named, which is only cautious): when an agent dies, its start journal holds every unit it ever
+started (10^7 lines after 10^7 units), and `not_acknowledged` streams it down to the units
+whose outcome the client may not have (in flight, or ended and not acknowledged), the only ones
+the `lost` message needs to name.
 """
 
 from __future__ import annotations

@@ -311,6 +311,4 @@ def wire_list(units: list[Unit]) -> list[dict]:
             runs[-1][1].append(u.uid)
         else:
             runs.append((w, [u.uid]))
-    return [
-        {"of": w, "uids": uids} if len(uids) > 1 else {**w, "uid": uids[0]} for w, uids in runs
-    ]
+    return [{"of": w, "uids": uids} if len(uids) > 1 else {**w, "uid": uids[0]} for w, uids in runs]

@@ -217,9 +217,7 @@ def _views_session(store, n=23, columns=False):
 
 @pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])
 @pytest.mark.parametrize("page", [7, 10_000])
-def test_iter_history_streams_the_session_oldest_first_in_pages(
-    store, monkeypatch, page, columns
-):
+def test_iter_history_streams_the_session_oldest_first_in_pages(store, monkeypatch, page, columns):
     """Oldest first: rows in the order written (MongoDB: by ts), each unit's in its order,
     whether they were written a row a change or in columns."""
     import pilot.pmgr.store.mongo as mongo_mod
