@@ -38,10 +38,43 @@ class Blueprint:
 
 
 class Blueprints(dict):
-    """A submit call's blueprints, by description object (id: the call holds every one)."""
+    """A submit call's blueprints, by description object (id: the call holds every one), and
+    by content: descriptions alike (a list of 100,000 made in a loop) share one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alike: dict = {}  # content key -> Blueprint
 
     def of(self, description) -> Blueprint:
         bp = self.get(id(description))
         if bp is None:
-            bp = self[id(description)] = Blueprint(description)
+            key = _content(description)
+            bp = self.alike.get(key) if key is not None else None
+            if bp is None:
+                bp = Blueprint(description)
+                if key is not None and len(self.alike) < 10_000:
+                    self.alike[key] = bp
+            self[id(description)] = bp
         return bp
+
+
+def _content(description) -> tuple | None:
+    """A key equal for descriptions of equal fields (None: one that has no such key, as a
+    staging directive's dict in a list): the fields a description holds (its non-defaults),
+    each a hashable value; its policy's fields (captured at construction)."""
+    items = [type(description)]
+    for name, value in description.__dict__.items():
+        t = type(value)
+        if t is list:
+            value = tuple(value)
+        elif t is dict:
+            value = tuple(value.items())
+        elif name == "policy":
+            value = tuple(tuple(v) if type(v) is list else v for v in value.__dict__.values())
+        items.append((name, t, value))
+    key = tuple(items)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key

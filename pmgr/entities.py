@@ -20,6 +20,7 @@ from pilot import functions
 from pilot import states as S
 from pilot.agent.unit_command import output_names
 from pilot.pmgr.blueprint import Blueprint
+from pilot.pmgr.store.base import FIELDS, UnitDoc
 from pilot.unit_record import UnitRecord
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
@@ -138,6 +139,39 @@ class Stateful:
         return f"<{type(self).__name__} {self.uid} {self.state}>"
 
 
+assert FIELDS["units"] == (  # (Unit.as_doc makes them in this order)
+    "uid", "session", "pilot", "partition", "state", "reason", "exit_code", "node", "slots",
+    "description", "return_value", "exception", "kept", "times",
+)  # fmt: skip
+
+
+def advance_together(session, units: list, state: str, ts) -> None:
+    """(lock held, inside session.locked()) Each of `units` moves to `state` at `ts` (one time
+    for all, or a list), one direct step of the unit machine each (the caller checked: see
+    DIRECT; a unit class that changes `advance` goes its own way): Unit.advance's short way
+    for a batch: one record for the store (pmgr/store/writer.py MovedTogether), callbacks
+    queued for the units that have any, and for every final state."""
+    final = state in S.FINAL
+    prevs = [u.state for u in units]
+    seqs = []
+    one_ts = type(ts) is not list
+    for i, u in enumerate(units):
+        u.state = state
+        h = u.history
+        h.append((state, ts if one_ts else ts[i]))
+        seqs.append(len(h) - 1)
+    if final:
+        for u in units:
+            u.settled = False  # Session.fire settles it
+    reasons = [u.reason for u in units] if final else None
+    session.persist_together(state, units, ts, seqs, prevs, reasons)
+    session.changed_together(units, state)
+
+
+# the unit moves a single step of the machine makes (advance_together's)
+DIRECT = frozenset(S.legal_moves(S.UNIT_MACHINE))
+
+
 class Unit(Stateful):
     """A unit's handle: its state and history, where it ran, and its outcome.  Made by
     `UnitManager.submit_units` (not directly).
@@ -163,6 +197,7 @@ class Unit(Stateful):
 
     KIND = "units"
     MACHINE = S.UNIT_MACHINE
+    TOGETHER = True  # its moves may go advance_together's way (its `advance` is Unit's)
 
     def __init__(
         self,
@@ -187,6 +222,9 @@ class Unit(Stateful):
         self.umgr = umgr
         self.asked = bp.asked  # (cores, GPUs) it asks for over all its ranks (unit_flow)
         self.held: tuple | None = None  # (partition, cores, GPUs) it holds, once EXECUTING
+        # (state, partition) its doc in the store has, and is being written with (the writer's)
+        self.written: tuple | None = None
+        self.writing: tuple | None = None
         self.bound = None  # round robin: the Pilot it waits for (pmgr/routing.py)
         self.after: Unit | None = None  # `tag`: the earlier unit it runs beside
         self.part: str | None = None
@@ -326,27 +364,28 @@ class Unit(Stateful):
         out["stderr"] = self.stderr
         return out
 
-    def _stored_description(self, full: bool):
-        return self.blueprint.stored if full else None
-
-    def as_doc(self, full: bool = True) -> dict:
+    def as_doc(self, full: bool = True) -> UnitDoc:
+        """Its doc for the store (the store's FIELDS["units"], in order): its description
+        the first time only (`full`), its history once final (read back with it)."""
         final = self.state in S.FINAL
-        return {
-            "uid": self.uid,
-            "session": self.session.uid,
-            "pilot": self.pilot.uid if self.pilot else None,
-            "partition": self.part,
-            "state": self.state,
-            "description": self._stored_description(full),
-            "exit_code": self.exit_code,
-            "reason": self.reason,
-            "node": self.node,
-            "slots": self.slots,
-            "return_value": self.value,
-            "exception": self.exception,
-            "kept": self.kept or None,
-            "times": self.history if final else None,  # (read back with it: unit_from_doc)
-        }
+        return UnitDoc(
+            (
+                self.uid,
+                self.session.uid,
+                self.pilot.uid if self.pilot else None,
+                self.part,
+                self.state,
+                self.reason,
+                self.exit_code,
+                self.node,
+                self.slots,
+                self.blueprint.stored if full else None,
+                self.value,
+                self.exception,
+                self.kept or None,
+                self.history if final else None,
+            )
+        )
 
 
 class Partition(Stateful):

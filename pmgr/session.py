@@ -43,7 +43,7 @@ from pilot.pmgr.channel import Channel
 from pilot.pmgr.pilot import Pilot
 from pilot.pmgr.recovery import Recovery
 from pilot.pmgr.store import open_store
-from pilot.pmgr.store.writer import BatchWriter
+from pilot.pmgr.store.writer import BatchWriter, MovedTogether
 from pilot.pmgr.transfers import Transfers
 from pilot.protocol import ProtocolError, unpack
 
@@ -324,6 +324,27 @@ class Session:
             self.writer.moved([(obj, state, ts, seq, prev, reason)])
         else:
             moves.append((obj, state, ts, seq, prev, reason))
+
+    def persist_together(self, state, units, ts, seqs, prevs, reasons) -> None:
+        """(lock held) persist_state for units that moved together (advance_together's), as
+        one record."""
+        rec = MovedTogether(state, units, ts, seqs, prevs, reasons)
+        moves = getattr(self.firing, "moves", None)
+        if moves is None:
+            self.writer.moved([rec])
+        else:
+            moves.append(rec)
+
+    def changed_together(self, units: list, state: str) -> None:
+        """`changed` for each of `units` (of one manager)."""
+        tl = self.firing
+        if not getattr(tl, "holding", False):
+            raise RuntimeError(f"{len(units)} units -> {state} outside session.locked()")
+        if state in S.FINAL or (units and units[0].manager_callbacks()):
+            tl.pending.extend([(u, state) for u in units])
+        else:
+            tl.pending.extend([(u, state) for u in units if u.callbacks])
+            tl.moved = True
 
     def hand_moves(self) -> None:
         """(lock held) The units' changes gathered so far in this `locked()` go to the writer

@@ -38,6 +38,7 @@ class Task(Unit):
     """
 
     origin = "client"
+    TOGETHER = False  # (its `advance` notes each change for bulk callbacks)
     virtual = False  # True: no process runs it (a Raptor or its worker, pmgr/raptor.py)
 
     @property

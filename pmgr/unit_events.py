@@ -23,11 +23,21 @@ import logging
 import time
 
 import pilot.states as S
-from pilot.pmgr.entities import Unit
+from pilot.pmgr.entities import DIRECT, Unit, advance_together
 from pilot.pmgr.routing import Routing
 from pilot.unit_record import uids_of
 
 log = logging.getLogger("pmgr.units")
+# what a move may carry beyond an exit code, a node, slots and a reason (on_unit_state's)
+_RARE = frozenset(("lost", "stdout", "stderr", "value", "exception"))
+# the moves along the unit machine a unit may make at its agent's word (on_unit_moves' short
+# way): onwards, from where it is to a later state it can reach
+_PATHS = frozenset(
+    (src, dst)
+    for i, src in enumerate(S.UNIT_STATES)
+    for dst in S.UNIT_STATES[i + 1 :]
+    if src not in S.FINAL and S.reachable(S.UNIT_MACHINE, src, dst)
+)
 
 
 class UnitEvents(Routing):
@@ -61,16 +71,62 @@ class UnitEvents(Routing):
     def on_unit_moves(self, groups: list) -> list[str]:
         """A batch of moves (pilot/updates.py's Groups, each unit's in its order); returns
         the uids of its units that are final here now (the pilot may let go of their
-        outcomes once the store has them)."""
-        ended = []
-        final_here = self.units.state_of
+        outcomes once the store has them).  A move of a live unit that goes on along the
+        unit machine with no more than an exit code, a node and slots, and a reason takes
+        the short way (`_moves`); any other is `on_unit_state`'s."""
+        ended: list[str] = []
         for g in groups:
-            state, ts = g.state, g.ts
+            if _RARE.isdisjoint(g.cols) and _RARE.isdisjoint(g.same):
+                self._moves(g, ended)
+                continue
+            final = g.state in S.FINAL
             for i, uid in enumerate(g.uids):
-                self.on_unit_state(uid, state, ts[i], g.info(i))
-            if state in S.FINAL:
-                ended += [uid for uid in g.uids if final_here(uid) in S.FINAL]
+                self.on_unit_state(uid, g.state, g.ts[i], g.info(i))
+                if final and self.units.state_of(uid) in S.FINAL:
+                    ended.append(uid)
         return ended
+
+    def _moves(self, g, ended: list) -> None:
+        """(on_unit_moves) A group of plain moves, each applied as on_unit_state would: the
+        units that make one direct step together (advance_together), the others one by one."""
+        live = self.units.live
+        state, ts, uids = g.state, g.ts, g.uids
+        final = state in S.FINAL
+        codes, nodes = g.column("exit_code"), g.column("node")
+        slots, reasons = g.column("slots"), g.column("reason")
+        paths = _PATHS
+        together, when = [], []
+        for i, uid in enumerate(uids):
+            unit = live.get(uid)
+            if (
+                unit is None
+                or unit.part is None
+                or (unit.state, state) not in paths
+                or (state == S.DONE and unit.client_out)
+            ):
+                self.on_unit_state(uid, state, ts[i], g.info(i))
+                if final and self.units.state_of(uid) in S.FINAL:
+                    ended.append(uid)
+                continue
+            if codes is not None and codes[i] is not None:
+                unit.exit_code = codes[i]
+            if nodes is not None and nodes[i] is not None:
+                unit.node = nodes[i]
+                unit.slots = slots[i] if slots is not None else None
+            reason = reasons[i] if reasons is not None else None
+            if unit.TOGETHER and (unit.state, state) in DIRECT and not (final and reason):
+                together.append(unit)
+                when.append(ts[i])
+            else:
+                unit.advance(state, ts[i], reason)
+            if final:
+                ended.append(uid)
+                part = unit.pilot.parts.get(unit.part)
+                if part is not None:
+                    part.outstanding -= 1
+                    part.ended += 1
+        if together:
+            advance_together(self.session, together, state, when)
 
     def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
         """One state update from an agent.  One the unit's state machine refuses changes

@@ -15,7 +15,7 @@ from collections import deque
 import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.blueprint import Blueprints
-from pilot.pmgr.entities import UNIT_STATE, Unit, callback
+from pilot.pmgr.entities import UNIT_STATE, Unit, advance_together, callback
 from pilot.pmgr.unit_events import UnitEvents
 from pilot.pmgr.unit_queries import UnitQueries
 from pilot.pmgr.unit_stream import UnitStream
@@ -272,10 +272,10 @@ class UnitManager(UnitQueries, UnitEvents):
         blueprints = Blueprints() if blueprints is None else blueprints
         numbers = session.uid_numbers(self.UID_PREFIX, sum(d.uid is None for d in descs))
         prefix, table, make = self.UID_PREFIX, self.units, self.UNIT
+        made = []
         for d in descs:
             uid = d.uid or f"{prefix}.{next(numbers):06d}"  # (a TaskDescription's own)
-            bp = blueprints.of(d)
-            unit = make(session, uid, d, self, now, bp)
+            unit = make(session, uid, d, self, now, blueprints.of(d))
             table[uid] = unit
             if d.name:
                 named[d.name] = unit
@@ -283,11 +283,20 @@ class UnitManager(UnitQueries, UnitEvents):
                 unit.after = table.get(d.tag) or named[d.tag]
             if d.pilot is not None:
                 self.pinned += 1
-            units.append(unit)
-            session.persist_state(unit, S.NEW, now)
-            session.changed(unit, S.NEW)
-            unit.advance(S.SCHEDULING, now, None)
-            shape = bp.shape
+            made.append(unit)
+        units.extend(made)
+        if made and made[0].TOGETHER:  # (NEW and SCHEDULING: one record each for the chunk)
+            session.persist_together(S.NEW, made, now, 0, None, None)
+            session.changed_together(made, S.NEW)
+            advance_together(session, made, S.SCHEDULING, now)
+        else:
+            for unit in made:
+                session.persist_state(unit, S.NEW, now)
+                session.changed(unit, S.NEW)
+                unit.advance(S.SCHEDULING, now, None)
+        for unit in made:
+            d = unit.description
+            shape = unit.blueprint.shape
             reason = verdicts.get(shape, False)
             if reason is False:
                 reason = verdicts[shape] = self._never_fits(unit)

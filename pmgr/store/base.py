@@ -80,7 +80,28 @@ FIELDS = {
 STRUCTURED = frozenset(("description", "size", "resources", "slots", "node", "kept", "times"))
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
+_UNIT_INDEX = {f: i for i, f in enumerate(FIELDS["units"])}
 PAGE = 10_000  # rows a streaming read fetches at a time
+
+
+class UnitDoc(tuple):
+    """A unit's doc as the client's writer makes it: its fields in FIELDS["units"] order (a
+    tuple costs a fraction of a dict to make, and the sqlite store takes it as its row), read
+    like a dict with `get` and `items` (a field by index: d[FIELDS["units"].index(name)]).
+    One made with its description is the unit's first: the unit is new to the store (its
+    uid was reserved there)."""
+
+    __slots__ = ()
+
+    def get(self, key: str, default=None):
+        i = _UNIT_INDEX.get(key)
+        return default if i is None else tuple.__getitem__(self, i)
+
+    def items(self):
+        return zip(FIELDS["units"], self)
+
+    def keys(self):
+        return FIELDS["units"]
 
 
 class Template:

@@ -33,6 +33,7 @@ it is not final.  Memory: units in flight only.
 from __future__ import annotations
 
 from pilot.pmgr.observe.timeline import held_of, requested
+from pilot.pmgr.store.base import Template
 from pilot.states import EXECUTING, FINAL
 
 TICK = 1.0  # seconds a row of unit_flow covers (the keeper's int(ts) takes it to be 1)
@@ -63,6 +64,7 @@ class FlowKeeper:
         for uid, d in docs.items():
             if uid not in asked:
                 desc = d.get("description")
+                desc = desc.value if isinstance(desc, Template) else desc
                 if desc:
                     asked[uid] = requested(desc)
         out: dict = {}

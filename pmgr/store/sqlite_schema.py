@@ -128,14 +128,7 @@ UPSERT = {kind: _upsert_sql(kind) for kind in KINDS}
 # a unit written before, again without its description: its row is there, an UPDATE by uid
 # (no conflict handling; a row not there after all is upserted instead: sqlite.py)
 UNIT_UPDATED = tuple(c for c in FIELDS["units"] if c not in ("uid", "session", "description"))
-# (several rows a statement, as execute_rows makes it: one step, one hand-off of the
-# interpreter, per statement instead of per row; column1 is the uid)
-UNIT_UPDATE = (
-    "UPDATE units SET "
-    + ", ".join(f"{c} = v.column{i + 2}" for i, c in enumerate(UNIT_UPDATED))
-    + f" FROM ( VALUES ({', '.join('?' * (len(UNIT_UPDATED) + 1))})) AS v"
-    " WHERE units.uid = v.column1"
-)
+# (its statement: unit_update())
 HISTORY_INSERT = (
     "INSERT OR IGNORE INTO history (session, kind, uid, state, ts, reason, seq) VALUES "
     "(?, ?, ?, ?, ?, ?, ?)"
@@ -227,3 +220,47 @@ def bring_up_to_date(db) -> None:
             "INSERT INTO unit_flow_since SELECT IFNULL(MAX(id), 0) FROM history",
         ],
     )
+
+
+_SPARSE: dict = {}  # (statement, columns given) -> its text
+
+
+def unit_upsert(given: tuple[bool, ...]) -> str:
+    """UPSERT["units"] binding only the columns `given` (the others are NULL, as excluded.c in
+    its update: the same row as the whole statement with None bound for them)."""
+    key = ("upsert", given)
+    text = _SPARSE.get(key)
+    if text is None:
+        cols = [c for c, g in zip(FIELDS["units"] + ("template",), given) if g]
+        kept = KEPT | {"template"}
+        sets = ", ".join(
+            f"{c} = COALESCE(excluded.{c}, units.{c})" if c in kept else f"{c} = excluded.{c}"
+            for c in FIELDS["units"] + ("template",)
+            if c != "uid"
+        )
+        text = _SPARSE[key] = (
+            f"INSERT INTO units ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT(uid) DO UPDATE SET {sets}"
+        )
+    return text
+
+
+def unit_update(given: tuple[bool, ...]) -> str:
+    """An UPDATE of units' rows by uid, several rows a statement (as execute_rows makes it:
+    one step, one hand-off of the interpreter, per statement instead of per row; column1 is
+    the uid), binding only the columns `given` of UNIT_UPDATED (the others set NULL)."""
+    key = ("update", given)
+    text = _SPARSE.get(key)
+    if text is None:
+        sets, k = [], 2
+        for c, g in zip(UNIT_UPDATED, given):
+            if g:
+                sets.append(f"{c} = v.column{k}")
+                k += 1
+            else:
+                sets.append(f"{c} = NULL")
+        text = _SPARSE[key] = (
+            f"UPDATE units SET {', '.join(sets)} FROM ( VALUES ({', '.join('?' * (k - 1))})) "
+            "AS v WHERE units.uid = v.column1"
+        )
+    return text

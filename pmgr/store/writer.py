@@ -1,7 +1,11 @@
 """Batched, off-the-hot-path writes: a thread that drains a queue into `write_batch` calls.
 
 Producers call `changed(obj)` after an object changed and `hist(row, obj)` for each state
-change of a pilot or a partition: a SimpleQueue put each, nothing else on the hot path.  Units'
+change of a pilot or a partition: a SimpleQueue put each, nothing else on the hot path.
+An object has KIND, uid, `stored` (written once: its description need not go again) and
+`as_doc(full)`; a unit also has `writing` and `written`, the (state, partition) its doc is
+being written with and has in the store: the moves of a unit whose doc says the same already
+(it was written ahead, with its send) are written without it.  Units'
 state changes come a list at a time (`moved`: what the session gathered while its lock was
 held), and are written in columns: one UnitMoves a state per batch (pmgr/store/base.py),
 with each unit's doc.  The writer thread takes everything
@@ -63,9 +67,26 @@ LINGER = 0.02  # seconds a batch of state changes alone waits for more
 
 
 class _Moved(list):
-    """Units' state changes [(unit, state, ts, seq, prev, reason), ...], in order."""
+    """Units' state changes [(unit, state, ts, seq, prev, reason) | MovedTogether, ...], in
+    order; `weight`: how many changes (what `flush` counts)."""
 
-    __slots__ = ()
+    __slots__ = ("weight",)
+
+    def __init__(self, moves=()) -> None:
+        super().__init__(moves)
+        self.weight = sum(len(m.units) if type(m) is MovedTogether else 1 for m in self)
+
+
+class MovedTogether:
+    """Units that moved to one state at once, each one direct step (the session's short way:
+    a group of an agent's batch, a chunk submitted): `ts`, `seqs`, `prevs` and `reasons` a
+    list each or one value for all."""
+
+    __slots__ = ("state", "units", "ts", "seqs", "prevs", "reasons")
+
+    def __init__(self, state: str, units: list, ts, seqs, prevs, reasons) -> None:
+        self.state, self.units, self.ts = state, units, ts
+        self.seqs, self.prevs, self.reasons = seqs, prevs, reasons
 
 
 class _Then:
@@ -128,8 +149,9 @@ class BatchWriter:
     def moved(self, moves: list) -> None:
         """Units' state changes [(unit, state, ts, seq, prev, reason), ...] (each unit's in
         its order), with their docs: in columns (the module's header)."""
-        self.q.put((time.monotonic(), _Moved(moves)))
-        self._enqueued += len(moves)
+        moved = _Moved(moves)
+        self.q.put((time.monotonic(), moved))
+        self._enqueued += moved.weight
 
     def hist(self, row: tuple, obj=None) -> None:
         """A state change (a HISTORY row); with `obj`, also `changed(obj)`, in one put."""
@@ -238,6 +260,8 @@ class BatchWriter:
             self.held = set()
         for obj in objs.values():
             obj.stored = True
+            if hasattr(obj, "writing"):  # (a Unit: its doc skipped while it says the same)
+                obj.written = obj.writing
         if self.unpersisted:  # written now, after all (a retry, a write one by one)
             uids = {u for _, rec in items if type(rec) in (tuple, _Moved) for u in _uids(rec)}
             uids.update(o.uid for o in objs.values() if o.uid not in unbuilt)
@@ -263,10 +287,11 @@ class BatchWriter:
         objs = {}
         thens = []
         history = batch.history
-        moved: dict = {}  # (session, state) -> its columns
+        moved: dict = {}  # (session, seq, state) -> its columns
+        units: dict = {}  # the units moves are about (their docs, unless written as they are)
         for _, rec in items:
             if type(rec) is _Moved:
-                self._columns(rec, moved, objs)
+                self._columns(rec, moved, units)
             elif type(rec) is tuple:
                 n = len(rec)
                 if n == 8:  # a state change and its object
@@ -283,9 +308,14 @@ class BatchWriter:
         for session, _, state in sorted(moved, key=_ORDER):
             cols = moved[(session, _, state)]
             batch.moves.append(_unit_moves(session, state, cols, self._next_key()))
+        for key, unit in units.items():  # (a doc written since in its state: not again)
+            if key not in objs and unit.written != (unit.state, unit.part):
+                objs[key] = unit
         unbuilt = set()
         for obj in objs.values():
             try:
+                if hasattr(obj, "writing"):  # (a Unit: what its doc says; `written` once
+                    obj.writing = (obj.state, obj.part)  # it is stored: see the header)
                 batch.docs[obj.KIND][obj.uid] = obj.as_doc(not obj.stored)
             except Exception as exc:  # a bug in one object must not stop the writer
                 unbuilt.add(obj.uid)
@@ -294,38 +324,72 @@ class BatchWriter:
         return batch, objs, thens, unbuilt
 
     def _columns(self, moves: _Moved, moved: dict, objs: dict) -> None:
-        """(_batch) Units' changes into the batch's columns, their units' docs with them (a
-        run of changes to one state at a time: what one group of an agent's batch made)."""
-        for state, run in itertools.groupby(moves, _STATE):
-            run = list(run)
-            units = [m[0] for m in run]
-            objs.update(zip(map(id, units), units))
-            seqs = [m[3] for m in run]
-            if seqs.count(seqs[0]) != len(seqs):  # (units at different places of their
-                for _, part in itertools.groupby(run, _SEQ):  # histories: restarted ones)
-                    self._columns(_Moved(part), moved, objs)
+        """(_batch) Units' changes into the batch's columns, their units into `objs`: a
+        MovedTogether as it is, single changes a run of one state at a time."""
+        for together, run in itertools.groupby(moves, _IS_GROUP):
+            if together:
+                for g in run:
+                    self._group(g.state, g.units, g.ts, g.seqs, g.prevs, g.reasons, moved, objs)
                 continue
-            # a group per (state, place in the history): the batch's groups go in that order,
-            # so each unit's rows keep theirs (a restarted unit is SCHEDULING again, later)
-            key = (units[0].session.uid, seqs[0], state)
-            cols = moved.get(key)
-            if cols is None:
-                cols = moved[key] = ([], [], [], [], [], [])
-            cols[0].extend([u.uid for u in units])
-            cols[1].extend([m[2] for m in run])
-            cols[2].extend(seqs)
-            cols[3].extend([m[5] for m in run])
-            prev = [m[4] for m in run]
-            cols[4].extend(prev)
-            if state == "EXECUTING" or "EXECUTING" in prev:  # (unit_flow: what they hold)
-                cols[5].extend(
-                    [
-                        _held(u) if state == "EXECUTING" or p == "EXECUTING" else None
-                        for u, p in zip(units, prev)
-                    ]
+            for state, same in itertools.groupby(run, _STATE):
+                same = list(same)
+                self._group(
+                    state,
+                    [m[0] for m in same],
+                    [m[2] for m in same],
+                    [m[3] for m in same],
+                    [m[4] for m in same],
+                    [m[5] for m in same],
+                    moved,
+                    objs,
                 )
-            else:
-                cols[5].extend([None] * len(units))
+
+    def _group(self, state, units, ts, seqs, prevs, reasons, moved: dict, objs: dict) -> None:
+        """(_columns) Units' changes to `state`: into the batch's group of (state, place in
+        the history), so the batch's groups go in that order and each unit's rows keep theirs
+        (a restarted unit is SCHEDULING again, later)."""
+        objs.update(zip(map(id, units), units))
+        n = len(units)
+        if type(ts) is not list:
+            ts = [ts] * n
+        if type(seqs) is not list:
+            seqs = [seqs] * n
+        elif seqs.count(seqs[0]) != n:  # (units at different places of their histories)
+            at = 0
+            for seq, same in itertools.groupby(seqs):
+                k = len(list(same))
+                cut = slice(at, at + k)
+                self._group(
+                    state,
+                    units[cut],
+                    ts[cut],
+                    seq,
+                    prevs[cut] if type(prevs) is list else prevs,
+                    reasons[cut] if type(reasons) is list else reasons,
+                    moved,
+                    objs,
+                )
+                at += k
+            return
+        key = (units[0].session.uid, seqs[0], state)
+        cols = moved.get(key)
+        if cols is None:
+            cols = moved[key] = ([], [], [], [], [], [])
+        cols[0].extend([u.uid for u in units])
+        cols[1].extend(ts)
+        cols[2].extend(seqs)
+        cols[3].extend(reasons if type(reasons) is list else [reasons] * n)
+        prevs = prevs if type(prevs) is list else [prevs] * n
+        cols[4].extend(prevs)
+        if state == "EXECUTING" or "EXECUTING" in prevs:  # (unit_flow: what they hold)
+            cols[5].extend(
+                [
+                    _held(u) if state == "EXECUTING" or p == "EXECUTING" else None
+                    for u, p in zip(units, prevs)
+                ]
+            )
+        else:
+            cols[5].extend([None] * n)
 
     def _next_key(self) -> str:
         self.keys += 1
@@ -379,7 +443,7 @@ class BatchWriter:
                 rec = self.q.get_nowait()
             except queue.Empty:
                 break
-            if rec is not _STOP:
+            if type(rec) is tuple:  # (not a marker: _STOP, _WAKE, _SOON)
                 left.append(rec)
         self.unpersisted.update(
             u for _, rec in left if not isinstance(rec, _Then) for u in _uids(rec)
@@ -388,7 +452,12 @@ class BatchWriter:
 
 
 _STATE = operator.itemgetter(1)
-_SEQ = operator.itemgetter(3)
+
+
+def _IS_GROUP(rec) -> bool:
+    return type(rec) is MovedTogether
+
+
 _RANK = {s: i for i, s in enumerate(UNIT_STATES)}
 
 
@@ -408,7 +477,7 @@ def _held(unit) -> tuple:
 def _uids(rec) -> list[str]:
     """The uids a queued record is about."""
     if type(rec) is _Moved:
-        return [m[0].uid for m in rec]
+        return [u.uid for m in rec for u in (m.units if type(m) is MovedTogether else (m[0],))]
     if isinstance(rec, tuple):
         return [rec[1]["uid"] if len(rec) == 2 else rec[2]]
     return [rec.uid]
@@ -416,7 +485,7 @@ def _uids(rec) -> list[str]:
 
 def _weight(items: list) -> int:
     """Records these queue items count for (`flush` waits for every one)."""
-    return sum(len(rec) if type(rec) is _Moved else 1 for _, rec in items)
+    return sum(rec.weight if type(rec) is _Moved else 1 for _, rec in items)
 
 
 def _unit_moves(session: str, state: str, cols: tuple, key: str) -> UnitMoves:
