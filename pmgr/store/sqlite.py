@@ -107,6 +107,55 @@ def _row(kind: str, doc: dict) -> list:
     return row
 
 
+# the columns a unit's first doc binds on the short way: a new unit placed in its partition
+_PLACED = tuple(c in ("uid", "session", "pilot", "partition", "state", "template")
+                for c in FIELDS["units"] + ("template",))  # fmt: skip
+# and a unit's doc once it ended plainly (no reason, value, exception or kept output)
+_ENDED = tuple(c in ("pilot", "partition", "state", "exit_code", "node", "slots", "times")
+               for c in sql.UNIT_UPDATED)  # fmt: skip
+_NONE4 = (None, None, None, None)
+_NONE3 = (None, None, None)
+_ONE_CORE: dict[int, str] = {}  # a core's id -> the slots text of a unit that holds it alone
+
+
+def _placed_row(d: UnitDoc, template, made: dict) -> tuple | None:
+    """A unit's first doc as the short way binds it (_PLACED), or None when it has more to
+    say (it has moved on meanwhile) and goes the general way."""
+    if d[5:9] != _NONE4 or d[10:] != _NONE4:
+        return None
+    return (d[0], d[1], d[2], d[3], d[4], template(d[9], made))
+
+
+def _ended_row(d: UnitDoc) -> tuple | None:
+    """A unit's doc once it ended plainly, as the short way binds it (_ENDED), or None."""
+    if d[5] is not None or d[10:13] != _NONE3 or None in (d[2], d[3], d[6], d[7], d[8], d[13]):
+        return None
+    return (d[0], d[2], d[3], d[4], d[6], _text_json(d[7]), _slots_text(d[8]), _pack_times(d[13]))
+
+
+def _text_json(v) -> str:
+    if type(v) is not str:
+        return _dumps(v)
+    text = _TEXT_JSON.get(v)
+    if text is None:
+        text = _dumps(v)
+        if len(_TEXT_JSON) < _TEXT_JSON_MAX:
+            _TEXT_JSON[v] = text
+    return text
+
+
+def _slots_text(slots) -> str:
+    """Slots as JSON; a unit of one core's made once per core ({"cpus": [7]}: most units)."""
+    if type(slots) is dict and len(slots) == 1:
+        cores = slots.get("cpus")
+        if type(cores) is list and len(cores) == 1 and type(cores[0]) is int:
+            text = _ONE_CORE.get(cores[0])
+            if text is None:
+                text = _ONE_CORE[cores[0]] = _dumps(slots)
+            return text
+    return _dumps(slots)
+
+
 def _sparse_rows(db, statement, rows: list, first: int = 0) -> None:
     """Rows through the statement `statement(given)` makes for the columns a row has (not
     None; the first `first` always bound): rows alike in that go together, their None
@@ -257,45 +306,65 @@ class SqliteStore(StateStore):
 
     def _write_units(self, docs: dict, made: dict) -> None:
         """Units' docs: a doc with its description is upserted (a unit's first write), one
-        without it updates the unit's row by uid, which is there (it is upserted if not)."""
-        fresh, known = [], []
+        without it updates the unit's row by uid, which is there (it is upserted if not).
+        The client's two usual docs take a short way (`_placed_row`, `_ended_row`: their
+        columns picked, no None bound), any other the general one (`_row`, `_sparse_rows`)."""
+        fresh, placed, known, ended = [], [], [], []
         for d in docs.values():
-            (known if d.get("description") is None else fresh).append(_row("units", d))
+            mine = type(d) is UnitDoc
+            if d.get("description") is None:
+                row = _ended_row(d) if mine else None
+                if row is not None:
+                    ended.append(row)
+                else:
+                    known.append(_UPDATED(_row("units", d)))
+            else:
+                row = _placed_row(d, self._template, made) if mine else None
+                if row is not None:
+                    placed.append(row)
+                else:
+                    fresh.append(_row("units", d))
+        if placed:
+            execute_rows(self.db, sql.unit_upsert(_PLACED), placed)
         if fresh:
             self._templates(fresh, made)
             _sparse_rows(self.db, sql.unit_upsert, fresh)
+        if not (known or ended):
+            return
+        before = self.db.total_changes
+        if ended:
+            execute_rows(self.db, sql.unit_update(_ENDED), ended)
         if known:
-            pick = _UPDATED
-            before = self.db.total_changes
-            _sparse_rows(self.db, sql.unit_update, [pick(r) for r in known], first=1)
-            if self.db.total_changes - before != len(known):  # (a row not there after all)
-                there = {
-                    u for (u,) in self._of_uids("SELECT uid FROM units", [r[0] for r in known])
-                }
-                missing = [r for r in known if r[0] not in there]
-                self._templates(missing, made)
-                _sparse_rows(self.db, sql.unit_upsert, missing)
+            _sparse_rows(self.db, sql.unit_update, known, first=1)
+        if self.db.total_changes - before != len(known) + len(ended):  # (a row not there)
+            uids = [r[0] for r in ended] + [r[0] for r in known]
+            there = {u for (u,) in self._of_uids("SELECT uid FROM units", uids)}
+            missing = [_row("units", docs[u]) for u in uids if u not in there]
+            self._templates(missing, made)
+            _sparse_rows(self.db, sql.unit_upsert, missing)
+
+    def _template(self, d, made: dict) -> int:
+        """The id of the templates row of description `d` (a Template or a dict's JSON text):
+        known, found (another process made it) or made now (in `made` until it commits)."""
+        text = d.text if type(d) is Template else d
+        tid = self.templates.get(text) or made.get(text)
+        if tid is None:
+            found = self.db.execute(sql.TEMPLATE_FIND, (text,)).fetchone()
+            tid = (
+                found[0]
+                if found is not None
+                else self.db.execute(sql.TEMPLATE_ADD, (text,)).lastrowid
+            )
+            made[text] = tid
+        return tid
 
     def _templates(self, rows: list, made: dict) -> None:
         """Each unit row's description as the id of its templates row (one per distinct
         text: made, or found when another process made it); the row gets a `template` column."""
-        known = self.templates
         for row in rows:
             d = row[_DESCRIPTION]
-            if d is None:
-                row.append(None)
-                continue
-            text = d.text if type(d) is Template else d
-            tid = known.get(text) or made.get(text)
-            if tid is None:
-                found = self.db.execute(sql.TEMPLATE_FIND, (text,)).fetchone()
-                if found is not None:
-                    tid = found[0]
-                else:
-                    tid = self.db.execute(sql.TEMPLATE_ADD, (text,)).lastrowid
-                made[text] = tid
             row[_DESCRIPTION] = None
-            row.append(tid)
+            row.append(None if d is None else self._template(d, made))
 
     def _insert_moves(self, moves: list) -> None:
         """Units' moves, a history row per record (sqlite_schema's header), their unit_flow
