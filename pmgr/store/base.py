@@ -157,17 +157,57 @@ class UnitMoves:
 
 
 @dataclass
+class UnitsPlaced:
+    """Units whose docs are written together: new ones (`template`: their description; their
+    first write, every other field empty), or ones the store has whose pilot and partition
+    alone changed (`template` None: a unit that waited at the client, placed now).  A store
+    may write them as the docs `docs()` gives (as MongoDB does); sqlite writes each as one
+    statement."""
+
+    session: str
+    state: str
+    pilot: str | None
+    partition: str | None
+    uids: list
+    template: Template | None = None
+
+    def docs(self) -> Iterator[tuple[str, dict]]:
+        for uid in self.uids:
+            doc = {
+                "uid": uid,
+                "session": self.session,
+                "pilot": self.pilot,
+                "partition": self.partition,
+                "state": self.state,
+            }
+            if self.template is not None:
+                doc["description"] = self.template
+            yield uid, doc
+
+
+@dataclass
 class Batch:
     docs: dict[str, dict[str, dict]] = field(default_factory=lambda: {k: {} for k in KINDS})
     history: list[tuple] = field(default_factory=list)  # rows in HISTORY order
     moves: list[UnitMoves] = field(default_factory=list)  # units' rows, in columns
+    placed: list[UnitsPlaced] = field(default_factory=list)  # units' docs, together
 
     def __len__(self) -> int:
         return (
             sum(len(d) for d in self.docs.values())
             + len(self.history)
             + sum(len(m.uids) for m in self.moves)
+            + sum(len(p.uids) for p in self.placed)
         )
+
+    def unit_docs(self) -> dict[str, dict]:
+        """The units' docs, those of `placed` included (for a store that writes docs only)."""
+        if not self.placed:
+            return self.docs["units"]
+        out = dict(self.docs["units"])
+        for p in self.placed:
+            out.update(p.docs())
+        return out
 
 
 class StateStore(ABC):

@@ -92,7 +92,7 @@ class MongoStore(StateStore):
     def write_batch(self, batch: Batch) -> None:
         made: dict[str, str] = {}
         for kind in KINDS:
-            docs = batch.docs[kind]
+            docs = batch.unit_docs() if kind == "units" else batch.docs[kind]
             if docs:
                 ops = []
                 for uid, d in docs.items():

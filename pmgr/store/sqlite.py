@@ -265,16 +265,17 @@ class SqliteStore(StateStore):
             units = batch.docs["units"]
             # IMMEDIATE: the tally reads before it writes, and a deferred transaction that
             # must then take the write lock from another client's would fail at once (BUSY)
-            self.db.execute("BEGIN IMMEDIATE" if units else "BEGIN")
+            self.db.execute("BEGIN IMMEDIATE" if units or batch.placed else "BEGIN")
             placed = None
             made: dict[str, int] = {}  # templates made in this transaction (kept once it commits)
             try:
-                if units:
+                if units or batch.placed:
                     version = self.db.execute("PRAGMA data_version").fetchone()[0]
                     if version != self.version:  # another connection wrote: what is
                         self.placed.clear()  # remembered may be stale
                         self.flow.forget()
-                    placed = self.tally(units)
+                    placed = self.tally(units, batch.placed)
+                    self._write_placed(batch.placed, made)
                 for kind in KINDS:
                     docs = batch.docs[kind]
                     if not docs:
@@ -342,6 +343,23 @@ class SqliteStore(StateStore):
             missing = [_row("units", docs[u]) for u in uids if u not in there]
             self._templates(missing, made)
             _sparse_rows(self.db, sql.unit_upsert, missing)
+
+    def _write_placed(self, together: list, made: dict) -> None:
+        """UnitsPlaced: a statement each (sqlite_schema.units_new, UNITS_PLACED); a unit said
+        to be there and not found is written as its doc would be."""
+        for p in together:
+            uids = _dumps(p.uids)
+            if p.template is not None:
+                args = (p.session, p.pilot, p.partition, p.state, self._template(p.template, made))
+                self.db.execute(sql.units_new(), (*args, uids))
+                continue
+            before = self.db.total_changes
+            self.db.execute(sql.UNITS_PLACED, (p.pilot, p.partition, p.state, uids))
+            if self.db.total_changes - before != len(p.uids):  # (one not there after all)
+                there = {u for (u,) in self._of_uids("SELECT uid FROM units", p.uids)}
+                missing = [_row("units", d) for u, d in p.docs() if u not in there]
+                self._templates(missing, made)
+                _sparse_rows(self.db, sql.unit_upsert, missing)
 
     def _template(self, d, made: dict) -> int:
         """The id of the templates row of description `d` (a Template or a dict's JSON text):
@@ -457,25 +475,36 @@ class SqliteStore(StateStore):
             }
         return out
 
-    def tally(self, docs: dict[str, dict]) -> dict[str, tuple | None]:
-        """unit_tally's changes for these unit docs, written in the open transaction; what
-        `placed` becomes once it commits (None: final, no longer remembered)."""
+    def tally(self, docs: dict[str, dict], together: list) -> dict[str, tuple | None]:
+        """unit_tally's changes for these unit docs and UnitsPlaced, written in the open
+        transaction; what `placed` becomes once it commits (None: final, no longer
+        remembered)."""
         placed, before = self.placed, {}
         unknown = [  # (a client's first doc of a unit: new to the store, nothing to read)
             uid
             for uid, d in docs.items()
             if uid not in placed and not (type(d) is UnitDoc and d[_DESCRIPTION] is not None)
         ]
+        delta: dict[tuple, int] = {}
+        after: dict[str, tuple | None] = {}
+        for p in together:
+            key = (p.session or "", p.pilot or "", p.partition or "", p.state or "")
+            if p.template is not None:  # (new: nothing was counted for them)
+                delta[key] = delta.get(key, 0) + len(p.uids)
+                after.update(dict.fromkeys(p.uids, key))
+                continue
+            unknown += [uid for uid in p.uids if uid not in placed]
+            docs = {**docs, **dict.fromkeys(p.uids, key)}  # (their keys, as docs say them)
         select = (  # (new units, or not written here since)
             "SELECT uid, IFNULL(session, ''), IFNULL(pilot, ''), IFNULL(partition, ''), "
             "IFNULL(state, '') FROM units"
         )
         for uid, *key in self._of_uids(select, unknown):
             before[uid] = tuple(key)
-        delta: dict[tuple, int] = {}
-        after: dict[str, tuple | None] = {}
         for uid, d in docs.items():
-            if type(d) is UnitDoc:
+            if type(d) is tuple:  # (a key: of UnitsPlaced)
+                key = d
+            elif type(d) is UnitDoc:
                 key = (d[1] or "", d[2] or "", d[3] or "", d[4] or "")
             else:
                 get = d.get

@@ -264,3 +264,23 @@ def unit_update(given: tuple[bool, ...]) -> str:
             "AS v WHERE units.uid = v.column1"
         )
     return text
+
+
+def units_new(*_) -> str:
+    """New units of one session, state, pilot, partition and template, their uids a JSON
+    list (json_each: the rows are made in sqlite, none bound one by one); a unit there already
+    (not this store's writer's: a retried batch rolled back) is updated as an upsert would."""
+    return (
+        "INSERT INTO units (uid, session, pilot, partition, state, template) "
+        "SELECT value, ?, ?, ?, ?, ? FROM json_each(?) WHERE true "
+        "ON CONFLICT(uid) DO UPDATE SET session = excluded.session, pilot = excluded.pilot, "
+        "partition = excluded.partition, state = excluded.state, "
+        "template = COALESCE(excluded.template, units.template)"
+    )
+
+
+UNITS_PLACED = (  # units the store has: their pilot and partition (their uids a JSON list)
+    "UPDATE units SET pilot = ?, partition = ?, state = ? "
+    "WHERE uid IN (SELECT value FROM json_each(?))"
+)
+

@@ -54,7 +54,7 @@ import uuid
 
 import pilot.checks as checks
 from pilot.pmgr.observe.timeline import held_of
-from pilot.pmgr.store.base import Batch, StateStore, UnitMoves
+from pilot.pmgr.store.base import Batch, StateStore, UnitMoves, UnitsPlaced
 from pilot.states import UNIT_STATES
 
 log = logging.getLogger("pmgr.store")
@@ -312,15 +312,25 @@ class BatchWriter:
             if key not in objs and unit.written != (unit.state, unit.part):
                 objs[key] = unit
         unbuilt = set()
+        together: dict = {}  # (UnitsPlaced's fields) -> its uids
         for obj in objs.values():
             try:
                 if hasattr(obj, "writing"):  # (a Unit: what its doc says; `written` once
                     obj.writing = (obj.state, obj.part)  # it is stored: see the header)
+                    key = _together(obj)
+                    if key is not None:
+                        got = together.get(key)
+                        if got is None:
+                            got = together[key] = []
+                        got.append(obj.uid)
+                        continue
                 batch.docs[obj.KIND][obj.uid] = obj.as_doc(not obj.stored)
             except Exception as exc:  # a bug in one object must not stop the writer
                 unbuilt.add(obj.uid)
                 self.unpersisted.add(obj.uid)
                 self.refusals.report(f"record of {obj.uid} could not be built: {exc!r}")
+        for (session, state, pilot, part, template), uids in together.items():
+            batch.placed.append(UnitsPlaced(session, state, pilot, part, uids, template))
         return batch, objs, thens, unbuilt
 
     def _columns(self, moves: _Moved, moved: dict, objs: dict) -> None:
@@ -464,6 +474,23 @@ _RANK = {s: i for i, s in enumerate(UNIT_STATES)}
 def _ORDER(key: tuple) -> tuple:
     """A batch's groups of moves: by place in the units' histories, then by state."""
     return key[1], _RANK.get(key[2], len(_RANK))
+
+
+def _together(unit) -> tuple | None:
+    """The UnitsPlaced a unit's doc goes with (its fields but the uid), or None (its own
+    doc): a new unit not placed or placed (SCHEDULING, nothing else known of it), or one the
+    store has as SCHEDULING whose partition alone changed (it waited here, placed now)."""
+    if unit.state != "SCHEDULING" or unit.node is not None or unit.exit_code is not None:
+        return None
+    if unit.reason is not None or unit.value is not None or unit.kept or unit.slots is not None:
+        return None
+    pilot = unit.pilot.uid if unit.pilot is not None else None
+    if not unit.stored:
+        return unit.session.uid, "SCHEDULING", pilot, unit.part, unit.blueprint.stored
+    written = unit.written
+    if written is not None and written[0] == "SCHEDULING" and written[1] != unit.part:
+        return unit.session.uid, "SCHEDULING", pilot, unit.part, None
+    return None
 
 
 def _held(unit) -> tuple:
