@@ -61,7 +61,8 @@ class Blueprints(dict):
 def _content(description) -> tuple | None:
     """A key equal for descriptions of equal fields (None: one that has no such key, as a
     staging directive's dict in a list): the fields a description holds (its non-defaults),
-    each a hashable value; its policy's fields (captured at construction)."""
+    each a hashable value; its policy's fields (captured at construction).  The key holds ids:
+    it is good while the call holds the descriptions."""
     items = [type(description)]
     for name, value in description.__dict__.items():
         t = type(value)
@@ -69,8 +70,9 @@ def _content(description) -> tuple | None:
             value = tuple(value)
         elif t is dict:
             value = tuple(value.items())
-        elif name == "policy":
-            value = tuple(tuple(v) if type(v) is list else v for v in value.__dict__.values())
+        elif name == "policy":  # (by identity: its values are mostly the global policy's
+            # own, copied at construction, and enum members, whose hash is Python code)
+            value = tuple([tuple(v) if type(v) is list else id(v) for v in value.__dict__.values()])
         items.append((name, t, value))
     key = tuple(items)
     try:

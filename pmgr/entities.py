@@ -21,6 +21,7 @@ from pilot import states as S
 from pilot.agent.unit_command import output_names
 from pilot.pmgr.blueprint import Blueprint
 from pilot.pmgr.store.base import FIELDS, UnitDoc
+from pilot.seen import uid_number
 from pilot.unit_record import UnitRecord
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
@@ -207,8 +208,11 @@ class Unit(Stateful):
         umgr,
         created: float | None = None,
         blueprint: Blueprint | None = None,
+        number: tuple | None = None,
     ):
         super().__init__(session, uid, created)
+        # (prefix, number) of its uid, (prefix, None) for a uid of the user's own (seen.py)
+        self.number = number if number is not None else uid_number(uid)
         self.description = description
         # what the units of its description share, captured at submit (pmgr/blueprint.py)
         self.blueprint = bp = blueprint or Blueprint(description)

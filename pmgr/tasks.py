@@ -28,6 +28,7 @@ from pilot.pmgr import raptor
 from pilot.pmgr.rp1_pilots import RPPilot
 from pilot.pmgr.task import Task, wanted_states
 from pilot.pmgr.task_events import TaskEvents
+from pilot.pmgr.unit_list import UnitList
 from pilot.pmgr.unit_manager import UnitManager
 from pilot.rp1_names import RAPTOR_MASTER, RAPTOR_WORKER
 from pilot.task_description import TaskDescription
@@ -106,7 +107,7 @@ class TaskManager(TaskEvents, UnitManager):
         if isinstance(descriptions, (TaskDescription, dict)):
             return self._submit_tasks([descriptions])[0]
         if isinstance(descriptions, (list, tuple)) and not lazy:
-            return self._submit_tasks(list(descriptions))
+            return UnitList.of(self, self._submit_tasks(list(descriptions)))
         if not hasattr(descriptions, "__iter__"):
             raise ValueError(
                 f"submit_tasks: {descriptions!r} must be a TaskDescription or an iterable of them"
@@ -128,7 +129,7 @@ class TaskManager(TaskEvents, UnitManager):
             order.sort(key=lambda i: -forms[i].priority)
         known = self.know_orders(forms)
         try:
-            units = self.submit_units([forms[i] for i in order])
+            units = self._submit_list([forms[i] for i in order])
         except ValueError:
             self.orders = known  # (none of them was made)
             raise

@@ -17,6 +17,7 @@ from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.blueprint import Blueprints
 from pilot.pmgr.entities import UNIT_STATE, Unit, advance_together, callback
 from pilot.pmgr.unit_events import UnitEvents
+from pilot.pmgr.unit_list import UnitList
 from pilot.pmgr.unit_queries import UnitQueries
 from pilot.pmgr.unit_stream import UnitStream
 from pilot.pmgr.unit_table import UnitTable
@@ -195,21 +196,20 @@ class UnitManager(UnitQueries, UnitEvents):
         if isinstance(descriptions, (ComputeUnitDescription, dict)):
             return self._submit_list([descriptions])[0]
         if isinstance(descriptions, (list, tuple)) and not lazy:
-            return self._submit_list(list(descriptions))
+            return UnitList.of(self, self._submit_list(list(descriptions)))
         return self.stream(descriptions, self._submit_list, lazy, window)
 
     def stream(self, descriptions, submit_list, lazy: bool, window: int | None):
         """(submit_units, submit_tasks) An iterable of descriptions, pulled in chunks that
         `submit_list` submits while the window has room: a UnitStream (lazy) or the list of
-        its units once all are submitted."""
+        its units (a UnitList) once all are submitted."""
         stream = UnitStream(self, descriptions, submit_list, window)
         if lazy:
             return stream.start()
-        stream.kept = []
         stream.feed()
         if stream.error is not None:
             raise stream.error
-        return stream.kept
+        return stream.units()
 
     def _submit_list(self, descs: list) -> list:
         """(submit_units) A list of descriptions, all checked before any unit is made."""
@@ -274,8 +274,12 @@ class UnitManager(UnitQueries, UnitEvents):
         prefix, table, make = self.UID_PREFIX, self.units, self.UNIT
         made = []
         for d in descs:
-            uid = d.uid or f"{prefix}.{next(numbers):06d}"  # (a TaskDescription's own)
-            unit = make(session, uid, d, self, now, blueprints.of(d))
+            if d.uid is None:
+                n = next(numbers)
+                uid, number = f"{prefix}.{n:06d}", (prefix, n)
+            else:  # (a TaskDescription's own)
+                uid, number = d.uid, None
+            unit = make(session, uid, d, self, now, blueprints.of(d), number)
             table[uid] = unit
             if d.name:
                 named[d.name] = unit

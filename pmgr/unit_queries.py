@@ -110,9 +110,8 @@ class UnitQueries:
         Returns:
             list[str]: the states.
         """
-        table = self.units
         with self.session.lock:
-            return [table.state_of(uid) for uid in table]
+            return self.units.states()
 
     # RADICAL-Pilot's listing names
     def list_units(self) -> list[str]:

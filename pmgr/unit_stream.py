@@ -26,8 +26,8 @@ import threading
 import time
 
 from pilot import states as S
+from pilot.pmgr.unit_list import UidRuns, UnitList
 from pilot.pmgr.unit_table import FINAL_CODES, UNKNOWN
-from pilot.seen import uid_number
 
 log = logging.getLogger("pmgr.units")
 CHUNK = 256
@@ -68,15 +68,11 @@ class UnitStream:
         self.window = WINDOW if window is None else int(window)
         if self.window < 1:
             raise ValueError(f"submit_units: window={window!r} must be a positive integer")
-        self.ranges: list[list] = []  # [prefix, first, last] runs of numbered uids, in order
-        self.others: list[str] = []  # uids not numbered (a user's own), in order
-        self.order: list[int] = []  # its runs in order: i into ranges, or ~i into others
-        self.count = 0
+        self.runs = UidRuns()  # its uids, in order (pmgr/unit_list.py)
         self.exhausted = False
         self.error: BaseException | None = None
         self.stopped = False
         self.thread: threading.Thread | None = None
-        self.kept: list | None = None  # the units themselves, for a caller that asked
 
     # -- feeding ----------------------------------------------------------------------------
     def start(self) -> UnitStream:
@@ -140,25 +136,17 @@ class UnitStream:
                 session.cond.wait(0.05)
 
     def _note(self, units: list) -> None:
-        if self.kept is not None:
-            self.kept.extend(units)
-        ranges = self.ranges
+        add = self.runs.add
         for unit in units:
-            prefix, n = uid_number(unit.uid)  # (a uid past unit.999999 has more digits)
-            last = ranges[-1] if ranges else None
-            if n is not None and last and last[0] == prefix and last[2] + 1 == n:
-                last[2] = n
-            elif n is not None:
-                ranges.append([prefix, n, n])
-                self.order.append(len(ranges) - 1)
-            else:
-                self.others.append(unit.uid)
-                self.order.append(~(len(self.others) - 1))
-        self.count += len(units)
+            add(unit.uid, unit.number)
+
+    @property
+    def count(self) -> int:
+        return len(self.runs)
 
     # -- the user's side --------------------------------------------------------------------
     def __len__(self) -> int:
-        return self.count
+        return len(self.runs)
 
     def uids(self):
         """The uids of its units so far, in the order they were made.
@@ -166,20 +154,14 @@ class UnitStream:
         Yields:
             str: a uid.
         """
-        for i in list(self.order):
-            if i >= 0:
-                prefix, first, last = self.ranges[i]
-                for n in range(first, last + 1):
-                    yield f"{prefix}.{n:06d}"
-            else:
-                yield self.others[~i]
+        yield from self.runs
 
     def __iter__(self):
-        table = self.umgr.units
-        for uid in self.uids():
-            unit = table.get(uid)
-            if unit is not None:
-                yield unit
+        return iter(UnitList(self.umgr, self.runs))
+
+    def units(self) -> UnitList:
+        """Its units so far, as the list submit_units returns (pmgr/unit_list.py)."""
+        return UnitList(self.umgr, self.runs)
 
     def counts(self) -> dict:
         """Its units by state so far: the released ones counted in their manager's ledger a
@@ -192,12 +174,12 @@ class UnitStream:
         out: dict = {}
         table = self.umgr.units
         state_of = table.state_of
-        for i in list(self.order):
-            if i < 0:
-                state = state_of(self.others[~i])
+        for run in self.runs.spans():
+            if type(run) is str:
+                state = state_of(run)
                 out[state] = out.get(state, 0) + 1
                 continue
-            prefix, first, last = self.ranges[i]
+            prefix, first, last = run
             span = _span(table.ledger.codes[prefix], first, last)  # (one read: counted and
             for code, state in enumerate(FINAL_CODES, 1):  # scanned alike)
                 n = span.count(code)
@@ -223,11 +205,11 @@ class UnitStream:
         """Its uids whose ledger byte `marks` marks (see _marks), in order, and every uid not
         numbered: the others are skipped a range at a time (C-speed byte scans)."""
         codes_of = self.umgr.units.ledger.codes
-        for i in list(self.order):
-            if i < 0:
-                yield self.others[~i]
+        for run in self.runs.spans():
+            if type(run) is str:
+                yield run
                 continue
-            prefix, first, last = self.ranges[i]
+            prefix, first, last = run
             for n in _marked(_span(codes_of[prefix], first, last), marks):
                 yield f"{prefix}.{first + n:06d}"
 
@@ -249,17 +231,18 @@ class UnitStream:
         if self.thread is not None and self.thread.is_alive():
             return lambda: False
         codes_of = self.umgr.units.ledger.codes
-        k, at = 0, None  # self.order[k]; within a range, the number to look from
+        runs = self.runs.runs
+        k, at = 0, None  # runs[k]; within a range, the number to look from
 
         def ended() -> bool:
             nonlocal k, at
-            while k < len(self.order):
-                i = self.order[k]
-                if i < 0:
-                    if not self._ended(self.others[~i]):
+            while k < len(runs):
+                run = runs[k]
+                if type(run) is str:
+                    if not self._ended(run):
                         return False
                 else:
-                    prefix, first, last = self.ranges[i]
+                    prefix, first, last = run
                     at = first if at is None else at
                     codes = codes_of[prefix]
                     while at <= last:

@@ -38,6 +38,8 @@ from pilot.seen import uid_number as _number
 FINAL_CODES = (S.DONE, S.FAILED, S.CANCELED)
 _CODE = {state: i + 1 for i, state in enumerate(FINAL_CODES)}
 UNKNOWN = 255  # a uid of this manager's whose state is only in the store (an attach's)
+_LIVE = 254  # (states(): a live unit's place)
+_STATE = (None, *FINAL_CODES) + (None,) * (256 - 1 - len(FINAL_CODES))  # code -> state
 
 
 class Ledger:
@@ -50,9 +52,9 @@ class Ledger:
         self.count = 0
         self.by_state = dict.fromkeys(FINAL_CODES, 0)
 
-    def put(self, uid: str, state: str) -> None:
+    def put(self, uid: str, state: str, number: tuple | None = None) -> None:
         code = _CODE.get(state, UNKNOWN)
-        prefix, n = _number(uid)
+        prefix, n = number if number is not None else _number(uid)
         if n is None:
             old = self.others.get(uid, 0)
             self.others[uid] = code
@@ -149,7 +151,7 @@ class UnitTable:
                 self.ledger.drop(uid)  # (an attach adopting a unit it had as a byte)
             if not unit.final:
                 self.open += 1
-            n = _number(uid)[1]
+            n = unit.number[1]
             if n is None:
                 self.after[uid] = (self.last, 1, next(self.seq))
             elif n > self.last:
@@ -178,6 +180,21 @@ class UnitTable:
             raise KeyError(uid)
         return unit
 
+    def get_all(self, uids: list[str]) -> list:
+        """The units of `uids` (of this manager), in order: those not live or held made again
+        from the store in one read (UnitList's pages)."""
+        live, held = self.live, self.held
+        found = [live.get(uid) or held.get(uid) for uid in uids]
+        missing = [uid for uid, unit in zip(uids, found) if unit is None]
+        if missing:
+            docs = self.umgr.session.read_store().get_many("units", missing)
+            for i, uid in enumerate(uids):
+                if found[i] is None:
+                    doc = docs.get(uid)
+                    if doc is not None and self.ledger.code(uid):
+                        found[i] = self.held[uid] = self.umgr.unit_from_doc(doc)
+        return [unit for unit in found if unit is not None]
+
     def __contains__(self, uid) -> bool:
         return uid in self.live or bool(self.ledger.code(uid))
 
@@ -205,6 +222,33 @@ class UnitTable:
         return list(self.live.values())
 
     # -- states ------------------------------------------------------------------------------
+    def states(self) -> list[str]:
+        """Every unit's state, in the order they were made: the released ones' read off the
+        ledger a byte at a time (a comprehension over its bytes: 10^7 units in ~0.5 s), the
+        live ones' merged in by number; a table with uids of the user's own, or units an
+        attach knows only as in the store, goes uid by uid."""
+        ledger = self.ledger
+        prefixes = [p for p, codes in ledger.codes.items() if codes]
+        live = self.live
+        if (
+            ledger.others
+            or self.after
+            or len(prefixes) > 1
+            or any(u.number[0] not in prefixes[:1] for u in live.values())
+            or any(codes.find(UNKNOWN) >= 0 for codes in ledger.codes.values())
+        ):
+            return [self.state_of(uid) for uid in self]
+        if not prefixes:
+            return [u.state for u in live.values()]
+        codes = bytearray(ledger.codes[prefixes[0]])
+        mine = sorted((u.number[1], u.state) for u in live.values())
+        if mine and mine[-1][0] >= len(codes):
+            codes.extend(bytes(mine[-1][0] + 1 - len(codes)))
+        for n, _ in mine:
+            codes[n] = _LIVE
+        more = iter([state for _, state in mine]).__next__
+        return [_STATE[c] if c != _LIVE else more() for c in codes if c]
+
     def state_of(self, uid: str) -> str | None:
         unit = self.live.get(uid)
         if unit is not None:
@@ -227,8 +271,8 @@ class UnitTable:
         if self.live.get(unit.uid) is not unit or not unit.final or not unit.settled:
             return
         del self.live[unit.uid]
-        after = self.after.pop(unit.uid, None)
-        self.ledger.put(unit.uid, unit.state)
+        after = self.after.pop(unit.uid, None) if self.after else None
+        self.ledger.put(unit.uid, unit.state, unit.number)
         if after is not None:
             self.ledger.after[unit.uid] = after
         self.held[unit.uid] = unit

@@ -211,7 +211,7 @@ def test_a_stream_past_unit_999999_keeps_its_uids_as_ranges(session):
     assert stream.wait(timeout=60) == {rp.DONE: 20}
     uids = list(stream.uids())
     assert uids[0] == "unit.999990" and uids[-1] == "unit.1000009", uids
-    assert len(stream.ranges) == 1 and not stream.others
+    assert stream.runs.runs == [["unit", 999_990, 1_000_009]]
     assert [u.uid for u in stream] == uids
 
 
