@@ -22,7 +22,8 @@ A batch of state changes alone waits up to LINGER seconds for more (a unit's QUE
 and DONE then often share one batch, and its record is written once instead of three times:
 two upserts fewer per unit, measured 14 us each); a batch ends at an urgent callback (`then`:
 units to send to a partition that is running short of them), which is written at once, and so
-is a batch with a flush waiting.
+is a batch with a flush waiting.  An urgent send's docs go in a transaction of their own,
+ahead of what was gathered (a call's round trip waits for that commit: its fewest statements).
 
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
 been written (or refused for good: see `unpersisted`).  `send_after(objs, callback)` runs it
@@ -176,20 +177,27 @@ class BatchWriter:
     def _run(self) -> None:
         stop = False
         backoff = RETRY_MIN
+        deferred = False  # (pending holds what an urgent send went ahead of, not a retry)
         while not stop or self.pending:
             try:
-                item = self.q.get(timeout=backoff) if self.pending else self.q.get()
+                if self.pending:
+                    item = self.q.get(timeout=self.linger if deferred else backoff)
+                else:
+                    item = self.q.get()
             except queue.Empty:
                 item = None
+            deferred = False
             items = self.pending
             self.pending = []
             linger_until = time.monotonic() + self.linger
             most = self.max_batch
+            urgent = False
             while item is not None:
                 if item is _STOP:
                     stop = True
                 elif item is _WAKE:
-                    break  # a send waits: this batch goes as it is, after it
+                    urgent = True  # a send waits: it goes first, alone, then this batch
+                    break
                 elif item is not _SOON:
                     items.append(item)
                     if type(item[1]) is _Then and item[1].urgent:
@@ -211,7 +219,16 @@ class BatchWriter:
                         item = self.q.get(timeout=left)
                     except queue.Empty:
                         break
-            items = self._with_sends(items)
+            sends = self._with_sends([])
+            if urgent and sends and items:
+                # (its docs alone: the fewest statements before the send; what was gathered
+                # goes next, its units' earlier moves among it)
+                if self._write(sends):  # (the rest after a linger: the interpreter is the
+                    self.pending, deferred = items, True  # channel thread's, to send them)
+                    items = item = sends = None
+                    continue
+                items, sends = sends + items, []  # (the store failed: kept, the send's first)
+            items = items + sends
             if items and not self._write(items):
                 self._keep(items)
                 backoff = min(backoff * 2, RETRY_MAX)
