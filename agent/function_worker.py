@@ -4,15 +4,20 @@ call at a time (started by agent/runners/functions.py: `python -m pilot.agent.fu
 
 Protocol, over the stream socket it inherits as fd 3 (one end of a socketpair whose other end
 only its agent holds: no address exists that anyone else could reach, so there is nothing to
-authenticate).  Every message is a 4-byte big-endian length and that many bytes of JSON.
+authenticate, and both ends are ours: messages are pickles, ~5x cheaper than JSON here).
+Every message is a 4-byte big-endian length and that many bytes of a pickled dict.
     agent -> worker  {uid, call: the packed call (pilot/functions.py: the function or its dotted
                       name, and args, kwargs),
-                      env: {name: value}, own: [the unit's own names in env],
-                      cpus: [core ids] | null}
-    worker -> agent  {uid, ok: true,  value: base64 cloudpickle of the return value, stdout,
+                      env: {name: value} that changed since its last call, unset: [names to
+                      take out first], own: [the unit's own names in env],
+                      cpus: [core ids] | None}
+    worker -> agent  {uid, ok: True,  value: base64 cloudpickle of the return value, stdout,
                       stderr}
-                     {uid, ok: false, exception: "Type: message", stderr: ... + traceback,
+                     {uid, ok: False, exception: "Type: message", stderr: ... + traceback,
                       stdout}
+(stdout, stderr: left out when empty.)  A worker keeps the environment of its last call: the
+agent sends what differs (a unit's ids, mostly), and a function's pickle unpickled once (the
+last FN_KEPT functions, by their pickle).
 The socket is moved off fd 3 at start (to a close-on-exec descriptor above 63), so a call that
 writes to fd 3 or starts programs reaches nothing of the worker's.  A child the call forks ends
 when the call returns in it: only the worker itself answers.
@@ -34,8 +39,8 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import os
+import pickle
 import struct
 import sys
 import traceback
@@ -84,6 +89,8 @@ def _call(msg: dict, state: dict) -> dict:
     env = msg.get("env") or {}
     own = msg.get("own") or ()  # the unit's own variables: taken out afterwards
     environ = state["environ"]
+    for k in msg.get("unset") or ():
+        environ.unset(k)
     environ.update(env)  # (agent/worker_env.py: os.environ's setenv kept every value)
     cpus = msg.get("cpus")
     mask = set(cpus) if cpus else state["all"]
@@ -93,7 +100,7 @@ def _call(msg: dict, state: dict) -> dict:
     out, err = _Capture(), _Capture()
     sys.stdout, sys.stderr = out, err
     try:
-        f, args, kwargs = unpack_call(msg["call"])
+        f, args, kwargs = unpack_call(msg["call"], state["fns"])
         if isinstance(f, str):
             f = resolve(f)
         value = f(*args, **kwargs)
@@ -114,11 +121,13 @@ def _call(msg: dict, state: dict) -> dict:
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         for k in own:
             environ.unset(k)
-    reply["stdout"] = out.getvalue()[:OUTPUT_MAX]
-    text = err.getvalue()
-    reply["stderr"] = (
-        text if len(text) <= OUTPUT_MAX else text[: OUTPUT_MAX // 2] + text[-OUTPUT_MAX // 2 :]
-    )
+    if out.size:
+        reply["stdout"] = out.getvalue()[:OUTPUT_MAX]
+    if err.size:
+        text = err.getvalue()
+        reply["stderr"] = (
+            text if len(text) <= OUTPUT_MAX else text[: OUTPUT_MAX // 2] + text[-OUTPUT_MAX // 2 :]
+        )
     return reply
 
 
@@ -136,7 +145,13 @@ def main(argv: list[str]) -> int:
     allowed = os.sched_getaffinity(0)
     from pilot.agent.worker_env import WorkerEnviron
 
-    state = {"environ": WorkerEnviron(), "all": allowed, "mask": allowed, "pid": os.getpid()}
+    state = {
+        "environ": WorkerEnviron(),
+        "all": allowed,
+        "mask": allowed,
+        "pid": os.getpid(),
+        "fns": {},  # a function's pickle -> the function (pilot/functions.py unpack_call)
+    }
     while True:
         head = _read_exact(rfile, 4)
         if head is None:
@@ -145,12 +160,15 @@ def main(argv: list[str]) -> int:
         if body is None:
             return 0
         try:
-            reply = _call(json.loads(body), state)
+            msg = pickle.loads(body)
+            if not isinstance(msg, dict):
+                raise TypeError(f"a {type(msg).__name__}, not a dict")
+            reply = _call(msg, state)
         except Exception as exc:  # a message that is not a call: say so, go on
             reply = {"uid": None, "ok": False, "exception": f"bad call message: {exc!r}"[:4096]}
         if os.getpid() != state["pid"]:
             os._exit(0)
-        data = json.dumps(reply).encode()
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(_HEAD.pack(len(data)) + data)
         while view:
             view = view[os.write(fd, view) :]

@@ -153,3 +153,44 @@ def unit_vars(unit: dict, sandbox: str) -> dict:
 def grant_ids(node_types: Iterable[str], grant: dict) -> dict:
     """{type: "id,id"} for every pool type of the node (empty string for types not granted)."""
     return {t: _ids(grant.get(t, ())) for t in node_types}
+
+
+_BASE_VARS = ("PILOT_UNIT_SANDBOX", "RP_UNIT_SANDBOX", "RP_TASK_SANDBOX", "RP_RANK", "RP_RANKS")
+
+
+def call_base_env(workdir: str, node_name: str) -> dict:
+    """The part of rank_env's environment every function call on a node has alike (their
+    sandbox is their workers' directory; one rank): call_unit_env has the rest."""
+    return {
+        "PILOT_UNIT_SANDBOX": workdir,
+        "RP_UNIT_SANDBOX": workdir,
+        "RP_TASK_SANDBOX": workdir,
+        "PILOT_NODE_NAME": node_name,
+        "PILOT_RANK": "0",
+        "RP_RANK": "0",
+        "PILOT_RANKS": "1",
+        "RP_RANKS": "1",
+    }
+
+
+def call_unit_env(unit: dict, ids: dict, has_gpus: bool) -> tuple[dict, str | None]:
+    """The rest of a function call's rank_env (its unit's ids and its allocation's: with
+    call_base_env, what rank_env gives for it), and the GPU variable's name, as rank_env."""
+    env = {}
+    user = unit.get("environment")
+    if user:
+        mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
+        env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
+    for t, v in ids.items():
+        env[ids_var(t)] = v
+    uid = unit["uid"]
+    name = unit.get("name") or uid
+    env["PILOT_UNIT_ID"] = env["RP_UNIT_ID"] = env["RP_TASK_ID"] = uid
+    env["RP_UNIT_NAME"] = env["RP_TASK_NAME"] = name
+    var = None
+    if has_gpus or ids.get("gpus"):
+        var = (unit.get("policy") or {}).get("gpu_env_str") or "CUDA_VISIBLE_DEVICES"
+        env[var] = ids.get("gpus", "")
+    if ids.get("gpus"):
+        env["RP_GPU_ID"] = ids["gpus"]
+    return env, var

@@ -101,6 +101,23 @@ class Description:
             raise AttributeError(f"{type(self).__name__} has no field {name!r}")
         return getattr(self, field)
 
+    def with_fields(self, **changes: Any):
+        """A copy with `changes` set (each validated, then `check()`); the other fields are
+        this one's as they are, held by both (a layer that makes many descriptions alike, as
+        rp.Executor a unit per call, copies one instead of building each: ~4x cheaper)."""
+        out = object.__new__(type(self))
+        object.__setattr__(out, "__dict__", dict(self.__dict__))
+        fields = self.FIELDS
+        for name, value in changes.items():
+            name = self.ALIASES.get(name, name)
+            if name not in fields:
+                raise ValueError(
+                    f"{type(self).__name__}: unknown key {name!r}; accepted: {sorted(fields)}"
+                )
+            out.__dict__[name] = fields[name][1](out, name, value)
+        out.check()
+        return out
+
     # dict-style access, as RP scripts write it: desc["executable"] = "/bin/date"
     def __getitem__(self, name: str) -> Any:
         name = self.ALIASES.get(name, name)

@@ -137,16 +137,27 @@ def _b64(f: Any, what: str, obj: Any) -> str:
     return base64.b64encode(blob).decode()
 
 
-def unpack_call(packed: dict) -> tuple:
-    """(f, args, kwargs) of a packed call (either stored form)."""
+FN_KEPT = 128  # functions a worker keeps unpickled (by their pickle)
+
+
+def unpack_call(packed: dict, kept: dict | None = None) -> tuple:
+    """(f, args, kwargs) of a packed call (either stored form); `kept`: functions unpickled
+    before, by their pickle (a worker's: the same function's calls unpickle it once)."""
     import cloudpickle
 
+    text = packed["pickle"]
     if "args" not in packed:
-        obj = cloudpickle.loads(base64.b64decode(packed["pickle"]))
+        obj = cloudpickle.loads(base64.b64decode(text))
         if isinstance(obj, tuple) and len(obj) == 3:  # the older form: the whole call
             return obj
         return obj, (), {}
-    f = cloudpickle.loads(base64.b64decode(packed["pickle"]))
+    f = kept.get(text) if kept is not None else None
+    if f is None:
+        f = cloudpickle.loads(base64.b64decode(text))
+        if kept is not None and len(text) <= FN_CACHE_BYTES:
+            if len(kept) >= FN_KEPT:
+                kept.pop(next(iter(kept)))
+            kept[text] = f
     args, kwargs = cloudpickle.loads(base64.b64decode(packed["args"]))
     return f, args, kwargs
 

@@ -209,7 +209,7 @@ class Executor(Feeding, futures.Executor):
             self._fields["partition"] = self._partition.uid
         else:
             self._fields["pilot"] = self._pilot.uid
-        ComputeUnitDescription(function="math.gcd", **self._fields)  # checks cores, gpus
+        self._proto = ComputeUnitDescription(function="math.gcd", **self._fields)  # (checks)
         self._reruns = reruns
         self._bundling = bundle
         self._busy = max(1, self._pilot.size["cores"])  # in flight: a trickle lingers (_feed)

@@ -80,6 +80,7 @@ class Feeding:
 
     _umgr: object  # the UnitManager
     _fields: dict  # unit fields of every call
+    _proto: ComputeUnitDescription | None  # a description with them: each unit's is a copy
     _cwd: str | None
     _reruns: int
     _bundling: bool
@@ -148,7 +149,7 @@ class Feeding:
             for f, _ in s.items:
                 f.runs += 1
         try:
-            units = self._umgr.submit_units([s.desc for s in sent])
+            units = self._umgr.make_units([s.desc for s in sent])
         except Exception as exc:  # (a description the UnitManager refused; a closed session)
             for s in sent:
                 if self._sent.pop(id(s.desc), None) is not None:
@@ -200,8 +201,13 @@ class Feeding:
                 return None
         first = group[0][1]
         function = remote_call.packed([c for _, c in group], self._cwd)
-        fields = self._fields if first.fields is None else first.fields
-        desc = ComputeUnitDescription(function=function, **fields)
+        if first.fields is None:  # (a copy of the executor's own, only its call set)
+            proto = self._proto
+            if proto is None:
+                proto = self._proto = ComputeUnitDescription(function="math.gcd", **self._fields)
+            desc = proto.with_fields(function=function)
+        else:
+            desc = ComputeUnitDescription(function=function, **first.fields)
         return Sent(desc, group, len(group) > 1)
 
     @staticmethod

@@ -114,6 +114,21 @@ class TaskManager(TaskEvents, UnitManager):
             )
         return self.stream(descriptions, self._submit_tasks, lazy, window)
 
+    def make_tasks(self, descriptions: list) -> list[Task]:
+        """submit_tasks for the layers on top (EnTK): a list of descriptions submitted, the
+        Task objects themselves back (the caller holds them).
+
+        Args:
+            descriptions (list[TaskDescription | dict]): the tasks.
+
+        Returns:
+            list[Task]: the tasks, in order.
+
+        Raises:
+            ValueError: as submit_tasks.
+        """
+        return self._submit_tasks(list(descriptions))
+
     def _submit_tasks(self, descs: list) -> list:
         """(submit_tasks) A list of descriptions, all checked before any task is made."""
         for i, d in enumerate(descs):

@@ -28,8 +28,9 @@ from pilot.pmgr.routing import Routing
 from pilot.unit_record import uids_of
 
 log = logging.getLogger("pmgr.units")
-# what a move may carry beyond an exit code, a node, slots and a reason (on_unit_state's)
-_RARE = frozenset(("lost", "stdout", "stderr", "value", "exception"))
+# what a move may carry beyond an exit code, a node, slots, a reason, output, a value or an
+# exception (on_unit_state's)
+_RARE = frozenset(("lost",))
 # the moves along the unit machine a unit may make at its agent's word (on_unit_moves' short
 # way): onwards, from where it is to a later state it can reach
 _PATHS = frozenset(
@@ -94,6 +95,8 @@ class UnitEvents(Routing):
         final = state in S.FINAL
         codes, nodes = g.column("exit_code"), g.column("node")
         slots, reasons = g.column("slots"), g.column("reason")
+        outs, errs = g.column("stdout"), g.column("stderr")  # (a function's, a cleanup unit's)
+        values, raised = g.column("value"), g.column("exception")
         paths = _PATHS
         together, when = [], []
         for i, uid in enumerate(uids):
@@ -113,6 +116,14 @@ class UnitEvents(Routing):
             if nodes is not None and nodes[i] is not None:
                 unit.node = nodes[i]
                 unit.slots = slots[i] if slots is not None else None
+            if outs is not None and isinstance(outs[i], str):
+                unit.kept["stdout"] = outs[i]
+            if errs is not None and isinstance(errs[i], str):
+                unit.kept["stderr"] = errs[i]
+            if values is not None and isinstance(values[i], str):  # (packed: base64)
+                unit.value = values[i]
+            if raised is not None and isinstance(raised[i], str):
+                unit.exception = raised[i]
             reason = reasons[i] if reasons is not None else None
             if unit.TOGETHER and (unit.state, state) in DIRECT and not (final and reason):
                 together.append(unit)

@@ -199,6 +199,23 @@ class UnitManager(UnitQueries, UnitEvents):
             return UnitList.of(self, self._submit_list(list(descriptions)))
         return self.stream(descriptions, self._submit_list, lazy, window)
 
+    def make_units(self, descriptions: list) -> list[Unit]:
+        """submit_units for the layers on top (rp.Executor, EnTK): a list of descriptions,
+        submitted as submit_units submits them, and the Unit objects themselves back (the
+        caller holds them: a UnitList would read units that ended meanwhile back from the
+        store).
+
+        Args:
+            descriptions (list[ComputeUnitDescription | dict]): the units.
+
+        Returns:
+            list[Unit]: the units, in order.
+
+        Raises:
+            ValueError: as submit_units.
+        """
+        return self._submit_list(list(descriptions))
+
     def stream(self, descriptions, submit_list, lazy: bool, window: int | None):
         """(submit_units, submit_tasks) An iterable of descriptions, pulled in chunks that
         `submit_list` submits while the window has room: a UnitStream (lazy) or the list of

@@ -16,8 +16,8 @@ exception (Run.fail_reason), with what it printed.
 
 from __future__ import annotations
 
-import json
 import os
+import pickle
 import signal
 import socket
 import struct
@@ -30,17 +30,18 @@ from pilot.agent.runners.base import Run
 from pilot.functions import VALUE_MAX
 
 _HEAD = struct.Struct(">I")
-# the longest reply: a value (base64), its output (JSON-escaped, up to 4 bytes a character) and
-# the rest
+# the longest reply: a value (base64), its output (up to 4 bytes a character) and the rest
 FRAME_MAX = 4 * VALUE_MAX // 3 + 4 * 2 * OUTPUT_MAX + 65536
 
 
 class Worker:
-    __slots__ = ("pid", "sock", "buf", "run", "cpus")
+    __slots__ = ("pid", "sock", "buf", "run", "cpus", "base", "mine")
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock, self.buf, self.run = pid, sock, bytearray(), None
         self.cpus: list | None = None  # the cores its last call was bound to (None: all)
+        self.base: dict | None = None  # the environment its calls share (the object sent)
+        self.mine: dict = {}  # its last call's own variables, as set
 
 
 class FunctionWorkers:
@@ -106,9 +107,11 @@ class FunctionWorkers:
         w.sock.close()
 
     # -- calls ----------------------------------------------------------------------------------
-    def call(self, run: Run, env: dict, own: list, cpus: list | None) -> None:
+    def call(self, run: Run, base: dict, mine: dict, own: list, cpus: list | None) -> None:
         """Hand `run`'s call to an idle worker (started if none is idle); OSError if none can
-        take it."""
+        take it.  The call's environment is `base` (the same object for the calls of a node:
+        sent to a worker once) and `mine` (its unit's: what differs from the worker's last
+        call is sent); `own` are the unit's own names, taken out after the call."""
         idle = [w for w in self.workers.values() if w.run is None]
         # one bound to these cores already, if any: a worker that moves migrates (measured)
         w = next((w for w in idle if w.cpus == cpus), idle[0] if idle else None)
@@ -116,12 +119,23 @@ class FunctionWorkers:
             if len(self.workers) >= self.most:
                 raise OSError(f"all {self.most} function workers are busy")
             w = self._start()
-        msg = {"uid": run.unit["uid"], "call": run.unit["function"], "env": env}
+        had = w.mine  # (what differs from its last call goes: a unit's ids, mostly)
+        msg = {"uid": run.unit["uid"], "call": run.unit["function"]}
+        delta = {k: v for k, v in mine.items() if had.get(k) != v}
+        if w.base is not base:
+            delta = {**base, **delta}
+            w.base = base
+        if delta:
+            msg["env"] = delta
+        gone = [k for k in had if k not in mine and k not in base]
+        if gone:
+            msg["unset"] = gone
         if own:
             msg["own"] = own
         if cpus:
             msg["cpus"] = cpus
-        data = json.dumps(msg).encode()
+        w.mine = {k: v for k, v in mine.items() if k not in own} if own else mine
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         frame = _HEAD.pack(len(data)) + data
         try:
             sent = w.sock.send(frame)  # an idle worker's socket takes a call at once, mostly
@@ -189,14 +203,17 @@ class FunctionWorkers:
             if run is None:
                 continue  # (a reply for a unit already ended: its worker was killed meanwhile)
             try:
-                reply = json.loads(body)
-            except ValueError:
+                reply = pickle.loads(body)
+            except Exception:  # (a worker's pickle that does not load: not a reply)
                 reply = None
             if not isinstance(reply, dict) or reply.get("uid") != run.unit["uid"]:
                 self._broken(w, "a reply that is not for its call")
                 return
             w.run = None
-            extra = {"stdout": str(reply.get("stdout", "")), "stderr": str(reply.get("stderr", ""))}
+            extra = {}
+            for key in ("stdout", "stderr"):  # (left out when empty)
+                if reply.get(key):
+                    extra[key] = str(reply[key])
             run.codes[w.pid] = 0 if reply.get("ok") else 1
             if reply.get("ok"):
                 extra["value"] = reply.get("value")

@@ -33,7 +33,13 @@ from collections.abc import Iterator
 
 from pilot import processes
 from pilot.agent import unit_command
-from pilot.agent.rank_env import grant_ids, rank_env, rp_pilot_vars
+from pilot.agent.rank_env import (
+    call_base_env,
+    call_unit_env,
+    grant_ids,
+    rank_env,
+    rp_pilot_vars,
+)
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.functions import FunctionWorkers
 from pilot.agent.runners.lane_feed import LaneFeed, lane_shape
@@ -100,6 +106,7 @@ class LocalRunner(LaneFeed):
         # Linux 5.3, or a filter refuses them); otherwise it leaves SIGCHLD at its default
         self.sigchld = not _pidfds_work()
         self.functions.watch_child = self.watch_child
+        self.call_env: dict[str, dict] = {}  # node -> what its calls see alike (call_base_env)
         if journal >= 0 and os.environ.get("PILOT_AGENT_LANES") != "0":
             self.use_lanes(journal)
 
@@ -214,12 +221,15 @@ class LocalRunner(LaneFeed):
     def _call(self, unit: dict, run: Run) -> Run:
         node, grant = run.alloc.ranks[0]
         ids = grant_ids(node.cap, grant)
-        env, var = rank_env(unit, self.functions.workdir, node.name, ids, 0, 1, self.has_gpus)
+        base = self.call_env.get(node.name)
+        if base is None:  # (what every call on the node sees alike: rank_env's, sent once)
+            base = self.call_env[node.name] = call_base_env(self.functions.workdir, node.name)
+        mine, var = call_unit_env(unit, ids, self.has_gpus)
         if var is not None:  # (what the call adds to the worker's own environment)
-            env[var] = self.spawner.visible(var, env[var])
+            mine[var] = self.spawner.visible(var, mine[var])
         mask = self.spawner.mask([c for c, _ in grant.get("cpus", ())])
         own = list(unit.get("environment") or ())
-        self.functions.call(run, env, own, sorted(mask) if mask else None)
+        self.functions.call(run, base, mine, own, sorted(mask) if mask else None)
         return run
 
     def _spawn_mpi(self, unit: dict, run: Run, sandbox: str, out: int, err: int) -> Run:

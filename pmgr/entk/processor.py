@@ -186,7 +186,7 @@ class Processor:
         for stage in stages:
             if stage.state == states.SCHEDULING:
                 self.move(stage, states.SCHEDULED)
-        for (task, stage, pipe), rts in zip(batch, self.tmgr.submit_tasks(descs)):
+        for (task, stage, pipe), rts in zip(batch, self.tmgr.make_tasks(descs)):
             self.running[rts.uid] = (task, stage, pipe)
             self.move(task, states.SUBMITTING)
 

@@ -110,11 +110,14 @@ def _row(kind: str, doc: dict) -> list:
 # the columns a unit's first doc binds on the short way: a new unit placed in its partition
 _PLACED = tuple(c in ("uid", "session", "pilot", "partition", "state", "template")
                 for c in FIELDS["units"] + ("template",))  # fmt: skip
-# and a unit's doc once it ended plainly (no reason, value, exception or kept output)
+# and a unit's doc once it ended plainly (no reason, exception or kept output), a function
+# unit's with its value
 _ENDED = tuple(c in ("pilot", "partition", "state", "exit_code", "node", "slots", "times")
                for c in sql.UNIT_UPDATED)  # fmt: skip
+_ENDED_VALUE = tuple(c in ("pilot", "partition", "state", "exit_code", "node", "slots", "times",
+                           "return_value") for c in sql.UNIT_UPDATED)  # fmt: skip
 _NONE4 = (None, None, None, None)
-_NONE3 = (None, None, None)
+_NONE2 = (None, None)
 _ONE_CORE: dict[int, str] = {}  # a core's id -> the slots text of a unit that holds it alone
 
 
@@ -127,10 +130,14 @@ def _placed_row(d: UnitDoc, template, made: dict) -> tuple | None:
 
 
 def _ended_row(d: UnitDoc) -> tuple | None:
-    """A unit's doc once it ended plainly, as the short way binds it (_ENDED), or None."""
-    if d[5] is not None or d[10:13] != _NONE3 or None in (d[2], d[3], d[6], d[7], d[8], d[13]):
+    """A unit's doc once it ended plainly, as the short way binds it (_ENDED, or _ENDED_VALUE
+    with a function's value: the row's first item says which), or None."""
+    if d[5] is not None or d[11:13] != _NONE2 or None in (d[2], d[3], d[6], d[7], d[8], d[13]):
         return None
-    return (d[0], d[2], d[3], d[4], d[6], _text_json(d[7]), _slots_text(d[8]), _pack_times(d[13]))
+    row = (d[0], d[2], d[3], d[4], d[6], _text_json(d[7]), _slots_text(d[8]))
+    if d[10] is None:
+        return (*row, _pack_times(d[13]))
+    return (*row, d[10], _pack_times(d[13]))
 
 
 def _text_json(v) -> str:
@@ -340,7 +347,12 @@ class SqliteStore(StateStore):
             return
         before = self.db.total_changes
         if ended:
-            execute_rows(self.db, sql.unit_update(_ENDED), ended)
+            plain = [r for r in ended if len(r) == 8]
+            if plain:
+                execute_rows(self.db, sql.unit_update(_ENDED), plain)
+            if len(plain) < len(ended):
+                valued = [r for r in ended if len(r) == 9]
+                execute_rows(self.db, sql.unit_update(_ENDED_VALUE), valued)
         if known:
             _sparse_rows(self.db, sql.unit_update, known, first=1)
         if self.db.total_changes - before != len(known) + len(ended):  # (a row not there)
