@@ -52,20 +52,26 @@ class PilotRun:
 
 @contextmanager
 def two_core_pilot(
-    where: str | None = None, runtime: int = 30, warm: int = 4, keep: str | None = None
+    where: str | None = None,
+    runtime: int = 30,
+    warm: int = 4,
+    keep: str | None = None,
+    resource: str = "local.localhost",
+    cores: int = 2,
 ):
     """A session in a fresh directory under `where` (default: the temp dir) with one pilot of
     one 2-core partition, ACTIVE, after `warm` units of /bin/true have run; canceled after.
-    With `keep`, the session lives in that directory and stays there (for the views after)."""
+    With `keep`, the session lives in that directory and stays there (for the views after);
+    `resource` / `cores`: another resource and partition size (local.zero, 64: zero-launch)."""
     import pilot as rp
 
     if keep is not None:
         os.makedirs(keep, exist_ok=True)
     with _kept(keep) if keep is not None else tempfile.TemporaryDirectory(dir=where) as tmp:
         pd = rp.ComputePilotDescription(
-            resource="local.localhost",
-            parts=[rp.ComputePartitionDescription(cores=2)],
-            cores=2,
+            resource=resource,
+            parts=[rp.ComputePartitionDescription(cores=cores)],
+            cores=cores,
             runtime=runtime,
         )
         t0 = time.perf_counter()

@@ -1,11 +1,15 @@
 """A million units through one client: memory per process, throughput first to last, the store.
 
-    python bench/scale.py [--n 1000000] [--kind func|exec] [--window 20000]
-                          [--bringup 64,128,256] [--views] [--dir D]
+    python bench/scale.py [--n 1000000] [--kind func|exec|zero] [--api lazy|list]
+                          [--window 20000] [--bringup 64,128,256] [--views] [--dir D]
 
 One fresh process: Session + 2-core local.localhost pilot (sqlite store, the default); N units
-of a no-op function (func) or of /bin/true (exec) submitted from a generator (submit_units(gen,
-lazy=True): nothing of the workload is in memory at once) and waited for.  Sampled every
+of a no-op function (func) or of /bin/true (exec), or zero-launch units on a 64-core local.zero
+partition (zero: the stack alone, no process started), submitted from a generator and waited
+for: with --api lazy (the default) by `submit_units(gen, lazy=True)` and the stream's wait
+(nothing of the workload is in memory at once), with --api list by the plain call
+`units = submit_units(gen)` and `wait_units()`, the returned list held to the end (a sequence
+backed by the unit table: what it costs once the units are released is the point).  Sampled every
 0.25 s: units ended, the RSS of the client, the bootstrap, the agent and the largest of the
 agent's function workers ("workers"; their CPU is summed).  Printed:
 
@@ -81,10 +85,11 @@ def _cpu(procs: dict) -> dict:
     return out
 
 
-def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
+def one_run(n: int, kind: str, window: int, keep: str | None = None, api: str = "lazy") -> dict:
     import pilot as rp
 
-    with two_core_pilot(runtime=24 * 60, warm=0, keep=keep) as run:
+    where = {"resource": "local.zero", "cores": 64} if kind == "zero" else {}
+    with two_core_pilot(runtime=24 * 60, warm=0, keep=keep, **where) as run:
         umgr, table = run.umgr, run.umgr.units
         procs = {"client": os.getpid(), "bootstrap": run.bootstrap, "agent": run.agents()[0]}
 
@@ -101,7 +106,6 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
         stop = threading.Event()
         start_cpu = _cpu(procs)
         t0 = time.perf_counter()
-        stream = umgr.submit_units(descriptions(), lazy=True, window=window)
 
         def sample() -> None:
             while not stop.wait(0.25):
@@ -125,7 +129,16 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        counts = stream.wait(timeout=24 * 3600)
+        if api == "lazy":
+            stream = umgr.submit_units(descriptions(), lazy=True, window=window)
+        else:
+            held = umgr.submit_units(descriptions())  # (held to the end: its cost is measured)
+        if api == "lazy":
+            counts = stream.wait(timeout=24 * 3600)
+        else:  # (the plain call returned once the generator was drawn: most units ran by then)
+            states = umgr.wait_units(timeout=24 * 3600)
+            counts = {s: states.count(s) for s in set(states)}
+            del states
         stop.set()
         sampler.join(5)
         run_s = time.perf_counter() - t0
@@ -140,9 +153,12 @@ def one_run(n: int, kind: str, window: int, keep: str | None = None) -> dict:
         store_bytes = sum(
             os.path.getsize(p) for p in (db, db + "-journal", db + "-wal") if os.path.exists(p)
         )
+        if api != "lazy":
+            assert len(held) == n, (len(held), n)
         return {
             "n": n,
             "kind": kind,
+            "api": api,
             "window": window,
             "counts": counts,
             "run_s": run_s,
@@ -161,8 +177,10 @@ def report(r: dict) -> None:
     n = r["n"]
     marks = sorted(int(k) for k in r["at"])
     print(
-        f"\n{n:,} {r['kind']} units from a generator (window {r['window']:,}), 2-core local "
-        f"pilot, sqlite: {r['run_s']:.0f} s, {r['counts']}\n"
+        f"\n{n:,} {r['kind']} units from a generator ("
+        + (f"lazy, window {r['window']:,}" if r["api"] == "lazy" else "the plain call, list held")
+        + f"), {'64-core local.zero' if r['kind'] == 'zero' else '2-core local'} pilot, "
+        f"sqlite: {r['run_s']:.0f} s, {r['counts']}\n"
     )
     print(
         "| process | " + " | ".join(f"RSS MB at {m:,}" for m in marks) + " | peak MB | "
@@ -193,7 +211,8 @@ def report(r: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--kind", choices=("func", "exec"), default="func")
+    ap.add_argument("--kind", choices=("func", "exec", "zero"), default="func")
+    ap.add_argument("--api", choices=("lazy", "list"), default="lazy")
     ap.add_argument("--window", type=int, default=20_000)
     ap.add_argument("--bringup", default="", help="node counts, e.g. 64,128,256")
     ap.add_argument("--views", action="store_true")
@@ -201,11 +220,12 @@ def main() -> int:
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.n, args.kind, args.window, args.dir)))
+        print(json.dumps(one_run(args.n, args.kind, args.window, args.dir, args.api)))
         return 0
     r = in_fresh_process(
         __file__,
         ["--n", str(args.n), "--kind", args.kind, "--window", str(args.window)]
+        + ["--api", args.api]
         + (["--dir", os.path.abspath(args.dir)] if args.dir else []),
         timeout=24 * 3600,
         stream_stderr=args.dir is not None,
