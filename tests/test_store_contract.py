@@ -356,3 +356,43 @@ def test_moves_written_twice_are_stored_once(store):
         ("u2", None, 4),
     ]
     assert [r["ts"] for r in store.history(uid="u2")] == [2.0]
+
+
+def test_a_sweep_of_distinct_descriptions_keeps_each_and_holds_a_bounded_few(store):
+    """A description a unit (a sweep of arguments): each is read back as written, found again
+    when a later batch names it (one template each), and the store remembers only a bounded
+    number of texts (a sweep of 10^7 units holds no 10^7 texts in the client)."""
+    from pilot.pmgr.store.base import TextIds
+
+    n = TextIds.MOST + 50
+    for lo in range(0, n, 1000):
+        b = Batch()
+        for i in range(lo, min(n, lo + 1000)):
+            b.docs["units"][f"u{i:05d}"] = unit_doc(f"u{i:05d}", description=False)
+            b.docs["units"][f"u{i:05d}"]["description"] = Template(
+                {"executable": "/bin/echo", "arguments": [str(i)]}
+            )
+        store.write_batch(b)
+    assert len(store.templates.ids) <= TextIds.MOST
+    b = Batch()  # the first ones again (forgotten by the client): found, not made twice
+    for i in range(3):
+        b.docs["units"][f"v{i}"] = unit_doc(f"v{i}", description=False)
+        b.docs["units"][f"v{i}"]["description"] = Template(
+            {"executable": "/bin/echo", "arguments": [str(i)]}
+        )
+    store.write_batch(b)
+    docs = store.get_many("units", ["u00000", "u04100", "v0", "v2"])
+    assert [docs[u]["description"]["arguments"] for u in docs] == [["0"], ["4100"], ["0"], ["2"]]
+    import sqlite3
+
+    if isinstance(store.db, sqlite3.Connection):  # sqlite: found by an index lookup
+        from pilot.pmgr.store import sqlite_schema as sql
+
+        (count,) = store.db.execute("SELECT COUNT(*) FROM templates").fetchone()
+        assert count == n
+        plan = " ".join(
+            str(r) for r in store.db.execute("EXPLAIN QUERY PLAN " + sql.TEMPLATE_FIND, (0, ""))
+        )
+        assert "templates_key" in plan, plan
+    else:
+        assert store.db.templates.count_documents({}) == n

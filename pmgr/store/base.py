@@ -37,6 +37,7 @@ page of rows or a count per group, never a list of the session's units or histor
 from __future__ import annotations
 
 import json
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -102,6 +103,38 @@ class UnitDoc(tuple):
 
     def keys(self):
         return FIELDS["units"]
+
+
+def text_key(text: str) -> int:
+    """A description text's lookup key: its length and CRC-32 (texts that share one are told
+    apart by their text; a store finds a template by an index on it, not a scan)."""
+    data = text.encode()
+    return (len(data) << 32) | zlib.crc32(data)
+
+
+class TextIds:
+    """The templates a store wrote, by text -> id: what the next unit of a description finds
+    without a read.  Bounded (a sweep makes a description a unit): the oldest go first, and a
+    text over TEXT_MAX characters (a call's large arguments) is not kept at all."""
+
+    MOST = 4096
+    TEXT_MAX = 16_384
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids: dict[str, object] = {}
+
+    def get(self, text: str):
+        return self.ids.get(text)
+
+    def update(self, made: dict) -> None:
+        ids = self.ids
+        for text, tid in made.items():
+            if len(text) <= self.TEXT_MAX:
+                if len(ids) >= self.MOST:
+                    del ids[next(iter(ids))]
+                ids[text] = tid
 
 
 class Template:

@@ -36,6 +36,7 @@ from pilot.pmgr.store.base import (
     Batch,
     StateStore,
     Template,
+    TextIds,
     UnitMoves,
     check_kind,
 )
@@ -77,7 +78,7 @@ class MongoStore(StateStore):
         for coll, indexes in _INDEXES.items():
             for keys in indexes:
                 db[coll].create_index(keys)
-        self.templates: dict[str, str] = {}  # a description's text -> its id, stored
+        self.templates = TextIds()  # a description's text -> its id, stored (some)
         self.texts: dict[str, dict] = {}  # a template's id -> its description, read
 
     def _template(self, d, made: dict) -> str:
@@ -148,7 +149,9 @@ class MongoStore(StateStore):
         if desc is None:
             found = self.db.templates.find_one({"_id": tid})
             desc = json.loads(found["text"]) if found else None
-            if desc is not None and len(self.texts) < 10_000:
+            if desc is not None:
+                if len(self.texts) >= 1024:  # (bounded: the oldest go)
+                    del self.texts[next(iter(self.texts))]
                 self.texts[tid] = desc
         return desc
 

@@ -44,8 +44,10 @@ from pilot.pmgr.store.base import (
     Batch,
     StateStore,
     Template,
+    TextIds,
     UnitDoc,
     check_kind,
+    text_key,
 )
 from pilot.pmgr.store.flow import FlowKeeper, moves_flow
 from pilot.pmgr.store.sqlite_schema import EXECUTING_NOW, execute_rows  # noqa: F401 (views)
@@ -265,7 +267,7 @@ class SqliteStore(StateStore):
         self.placed: dict[str, tuple] = {}  # uid -> its tally key as written here, if not final
         self.version: int | None = None  # PRAGMA data_version as of this store's last write
         self.inode = os.stat(self.path).st_ino
-        self.templates: dict[str, int] = {}  # a description's text -> its templates row
+        self.templates = TextIds()  # a description's text -> its templates row (some)
 
     def write_batch(self, batch: Batch) -> None:
         try:
@@ -385,11 +387,12 @@ class SqliteStore(StateStore):
         text = d.text if type(d) is Template else d
         tid = self.templates.get(text) or made.get(text)
         if tid is None:
-            found = self.db.execute(sql.TEMPLATE_FIND, (text,)).fetchone()
+            key = text_key(text)
+            found = self.db.execute(sql.TEMPLATE_FIND, (key, text)).fetchone()
             tid = (
                 found[0]
                 if found is not None
-                else self.db.execute(sql.TEMPLATE_ADD, (text,)).lastrowid
+                else self.db.execute(sql.TEMPLATE_ADD, (key, text)).lastrowid
             )
             made[text] = tid
         return tid

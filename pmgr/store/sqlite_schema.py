@@ -67,9 +67,15 @@ FLOW_ADD = (
     "INSERT INTO unit_flow VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
     "s1 = s1 + excluded.s1, s2 = s2 + excluded.s2"
 )
-TEMPLATES = "CREATE TABLE IF NOT EXISTS templates (id INTEGER PRIMARY KEY, text TEXT NOT NULL)"
-TEMPLATE_ADD = "INSERT INTO templates (text) VALUES (?)"
-TEMPLATE_FIND = "SELECT id FROM templates WHERE text = ?"
+# a template is found by its key (base.text_key: length and CRC-32 of the text), then its text:
+# a store of 10^6 distinct descriptions (a sweep of arguments) finds one in an index lookup
+TEMPLATES = (
+    "CREATE TABLE IF NOT EXISTS templates "
+    "(id INTEGER PRIMARY KEY, key INTEGER NOT NULL, text TEXT NOT NULL)"
+)
+TEMPLATES_KEY = "CREATE INDEX IF NOT EXISTS templates_key ON templates (key)"
+TEMPLATE_ADD = "INSERT INTO templates (key, text) VALUES (?, ?)"
+TEMPLATE_FIND = "SELECT id FROM templates WHERE key = ? AND text = ?"
 # physical columns beyond the fields: units.template, history's columns of unit moves
 EXTRA_COLUMNS = {
     "units": ("template",),
@@ -107,6 +113,7 @@ def schema() -> str:
     )
     tables.append("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, next INTEGER);")
     tables.append(TEMPLATES + ";")
+    tables.append(TEMPLATES_KEY + ";")
     return "\n".join(tables) + INDEXES
 
 
