@@ -340,7 +340,12 @@ class Agent(Reporting, Stopping):
     def handle(self, frames: list[bytes]) -> None:
         kind = frames[0]
         try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
-            body = messages.body(messages.TO_AGENT, kind, frames[1] if len(frames) > 1 else None)
+            body = messages.body(
+                messages.TO_AGENT,
+                kind,
+                frames[1] if len(frames) > 1 else None,
+                frames[2:] if kind == b"units" else (),  # (a call's large arguments)
+            )
         except checks.Invalid as exc:
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
             return

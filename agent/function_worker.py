@@ -11,8 +11,8 @@ Every message is a 4-byte big-endian length and that many bytes of a pickled dic
                       env: {name: value} that changed since its last call, unset: [names to
                       take out first], own: [the unit's own names in env],
                       cpus: [core ids] | None}
-    worker -> agent  {uid, ok: True,  value: base64 cloudpickle of the return value, stdout,
-                      stderr}
+    worker -> agent  {uid, ok: True,  value: cloudpickle of the return value (pilot/functions.py
+                      `wrap`: base64, or bytes from LARGE on), stdout, stderr}
                      {uid, ok: False, exception: "Type: message", stderr: ... + traceback,
                       stdout}
 (stdout, stderr: left out when empty.)  A worker keeps the environment of its last call: the
@@ -37,7 +37,6 @@ partition).
 
 from __future__ import annotations
 
-import base64
 import io
 import os
 import pickle
@@ -81,9 +80,7 @@ class _Capture(io.TextIOBase):
 
 
 def _call(msg: dict, state: dict) -> dict:
-    import cloudpickle
-
-    from pilot.functions import VALUE_MAX, resolve, unpack_call
+    from pilot.functions import VALUE_MAX, dumps, resolve, unpack_call, wrap
 
     uid = msg.get("uid")
     env = msg.get("env") or {}
@@ -105,7 +102,7 @@ def _call(msg: dict, state: dict) -> dict:
             f = resolve(f)
         value = f(*args, **kwargs)
         try:
-            blob = cloudpickle.dumps(value)
+            blob = dumps(value)
         except Exception as exc:
             raise TypeError(f"the return value cannot be pickled: {exc}") from None
         if len(blob) > VALUE_MAX:
@@ -113,7 +110,7 @@ def _call(msg: dict, state: dict) -> dict:
                 f"the return value pickles to {len(blob)} bytes, more than {VALUE_MAX} "
                 "(write it to a file and return its path)"
             )
-        reply = {"uid": uid, "ok": True, "value": base64.b64encode(blob).decode()}
+        reply = {"uid": uid, "ok": True, "value": wrap(blob)}
     except BaseException as exc:  # SystemExit and KeyboardInterrupt in user code end the unit
         err.write(traceback.format_exc())
         reply = {"uid": uid, "ok": False, "exception": f"{type(exc).__name__}: {exc}"[:4096]}
@@ -129,6 +126,17 @@ def _call(msg: dict, state: dict) -> dict:
             text if len(text) <= OUTPUT_MAX else text[: OUTPUT_MAX // 2] + text[-OUTPUT_MAX // 2 :]
         )
     return reply
+
+
+def _write_all(fd: int, head: bytes, data: bytes) -> None:
+    """head and data, whole (gathered: a large reply is not copied to join them)."""
+    views = [memoryview(head), memoryview(data)]
+    while views:
+        n = os.writev(fd, views)
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if views and n:
+            views[0] = views[0][n:]
 
 
 def main(argv: list[str]) -> int:
@@ -169,9 +177,7 @@ def main(argv: list[str]) -> int:
         if os.getpid() != state["pid"]:
             os._exit(0)
         data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(_HEAD.pack(len(data)) + data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, _HEAD.pack(len(data)), data)
 
 
 if __name__ == "__main__":

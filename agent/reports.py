@@ -128,7 +128,8 @@ class Reporting:
             or self.updates.n >= FLUSH_SIZE
             or time.monotonic() - self.first_pending >= FLUSH_EVERY
         ):
-            self.sock.send_multipart(self.updates.frames())
+            frames = self.updates.frames()  # (with data frames: sent without a copy)
+            self.sock.send_multipart(frames, copy=len(frames) <= 3)
             self.updates = Moves()
 
     # -- a unit's end -----------------------------------------------------------------------

@@ -123,7 +123,8 @@ class Stopping:
             for u in self.late:  # routed again by the client: no longer this agent's
                 self.states.pop(u["uid"], None)
             self.flush(force=True)
-            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": self.late}))
+            back = [{"uid": u["uid"]} for u in self.late]  # (the client has the rest)
+            self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": back}))
         else:
             for u in self.late:
                 self.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})

@@ -119,7 +119,8 @@ class AgentChannel:
 
     def send_agent(self, uid: str, frames: list[bytes]) -> None:
         try:
-            self.agents.send_multipart([uid.encode()] + frames)
+            # (a message with data frames, a call's large arguments: sent without a copy)
+            self.agents.send_multipart([uid.encode()] + frames, copy=len(frames) <= 3)
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
             log.error("%s: cannot reach agent: %s", uid, exc)
 
@@ -150,10 +151,10 @@ class AgentChannel:
         if len(frames) < 2:
             raise ProtocolError(f"a message of {len(frames)} frame(s) from an agent")
         uid, kind = checks.uid("agent", frames[0].decode(errors="replace")), frames[1]
-        if kind == b"ustates":  # (two frames: pilot/updates.py checks them)
-            if len(frames) != 4:
+        if kind == b"ustates":  # (head, times, data: pilot/updates.py checks them)
+            if len(frames) < 4:
                 raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
-            groups = updates.read(frames[2], frames[3])
+            groups = updates.read(frames[2], frames[3], frames[4:])
             self.flush()  # keep partition updates ahead of the unit updates that follow them
             self.outbox.add(groups)  # its outcomes, kept until the client has them
             self.to_client(frames[1:])

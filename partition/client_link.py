@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, messages, network
+from pilot import checks, framed, messages, network
 from pilot.partition import control
 from pilot.partition.client_probe import first_answering
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack
@@ -111,7 +111,8 @@ class ClientLink:
         attached yet) messages queue up to the high-water mark, then are dropped and counted;
         an attaching client reconciles through `sync`, so nothing is decided on them."""
         try:
-            self.client.send_multipart(frames, zmq.NOBLOCK)
+            # (a message with data frames, a function's large value: sent without a copy)
+            self.client.send_multipart(frames, zmq.NOBLOCK, copy=len(frames) <= 3)
         except zmq.Again:
             self.dropped += 1
 
@@ -125,9 +126,9 @@ class ClientLink:
         checks.Invalid, a bad message); what a handler raises after that is our own bug."""
         self.last_heard = time.monotonic()
         kind = frames[0]
-        if kind == b"units" and len(frames) == 3:
+        if kind == b"units" and 3 <= len(frames) <= 3 + framed.FRAMES_MAX:
             uid = checks.uid("units partition", frames[1].decode(errors="replace"))
-            if not self.pm.take_buffered_or_bounce(uid, frames[2]):
+            if not self.pm.take_buffered_or_bounce(uid, frames[2:]):
                 self.flush()
                 back = checks.items("units", unpack(frames[2]))
                 self.to_client(msg(b"back", {"part": uid, "units": back}))

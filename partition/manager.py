@@ -94,7 +94,7 @@ class Part:
     state: str = PENDING  # moved by the partition manager through PARTITION_MACHINE only
     alloc: PartitionResources | None = None
     proc: AgentProcess | None = None
-    buffered: list = field(default_factory=list)  # unit batches (raw JSON) waiting for ACTIVE
+    buffered: list = field(default_factory=list)  # unit batches (raw frames) waiting for ACTIVE
     final: str | None = None  # the final state asked for by a stop
     hand_back: bool = False  # a stop hands queued units back instead of canceling them
     exit: AgentExit | None = None  # how the agent process ended, once it has
@@ -182,8 +182,8 @@ class PartitionManager:
         part.runner = runner
         self.move(part, ACTIVE)
         self.io.emit(uid, ACTIVE, {})
-        for body in part.buffered:
-            self.io.send_agent(uid, [b"units", body])
+        for batch in part.buffered:
+            self.io.send_agent(uid, [b"units", *batch])
         part.buffered.clear()
         if part.final:  # stopped while it was starting
             self._send_stop(part)
@@ -245,15 +245,16 @@ class PartitionManager:
         self.io.emit(part.uid, state, {"reason": reason} if reason else {})
         log.info("%s %s%s", part.uid, state, f": {reason}" if reason else "")
 
-    def take_buffered_or_bounce(self, uid: str, body: bytes) -> bool:
-        """Units for `uid`: True if forwarded or buffered; False if it cannot take them."""
+    def take_buffered_or_bounce(self, uid: str, batch: list[bytes]) -> bool:
+        """Units for `uid` (their frames: the JSON body and its data): True if forwarded or
+        buffered; False if it cannot take them."""
         part = self.parts.get(uid)
         if part is None or part.state in FINAL or part.final:
             return False
         if part.state == ACTIVE:
-            self.io.send_agent(uid, [b"units", body])
+            self.io.send_agent(uid, [b"units", *batch])
         else:
-            part.buffered.append(body)
+            part.buffered.append(batch)
         return True
 
     def check_stuck(self) -> None:

@@ -19,7 +19,7 @@ frames) is checked by pilot/updates.py's `read` instead, wherever it arrives.
 
 from __future__ import annotations
 
-from pilot import checks
+from pilot import checks, framed
 from pilot.protocol import ProtocolError, unpack
 
 
@@ -166,12 +166,16 @@ FROM_DAEMON = {
 }
 
 
-def body(table: dict, kind: bytes, frame: bytes | None):
+def body(table: dict, kind: bytes, frame: bytes | None, data=()):
     """The decoded body of a message of `kind`, checked; ProtocolError / ValueError (both
-    checks.Invalid) for an unknown kind or a body of the wrong shape."""
+    checks.Invalid) for an unknown kind or a body of the wrong shape.  `data`: the frames of
+    the bytes values the body refers to (pilot/framed.py: a `units` message's)."""
     check = table.get(kind)
     if check is None:
         raise ProtocolError(f"unknown message type {kind[:16]!r}")
-    value = {} if frame is None else unpack(frame)
+    if frame is None:
+        value = {}
+    else:
+        value = framed.loads(frame, data) if data else unpack(frame)
     check(kind.decode(errors="replace"), value)
     return value

@@ -12,7 +12,7 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
              nodes: {index: {name, state}}}          multi-node pilots, up or down
     state   [[kind, uid, state, ts, info], ...]      batched partition state updates (kind:
                                                      part)
-    ustates HEAD TIMES                               unit moves in columns (pilot/updates.py),
+    ustates HEAD TIMES DATA...                       unit moves in columns (pilot/updates.py),
                                                      an agent's forwarded raw
     back    {part, units: [unit dicts]}              units a partition handed back (route again)
     lost    {part, started, killed, reason}          the partition's agent died: `started` (its
@@ -25,7 +25,9 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
     hb      {}                                       liveness, every HEARTBEAT s
     bye     {state, reason}                          the pilot's final state; bootstrap exits
   client -> bootstrap
-    units   [PART_UID, BODY]  (3 frames: units, part uid, JSON list of unit dicts)
+    units   [PART_UID, BODY, DATA...]  (units, part uid, JSON list of unit dicts, and a frame
+                              for each bytes value in them: a call's large arguments,
+                              pilot/framed.py)
     cmd     {cid, op, args}   ops, their args and results: partition/control.py
                               (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
                               sync; attach on the control socket: a new client process
@@ -37,16 +39,16 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
 Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)
   agent -> bootstrap
     ready   {pid}                                    agent is up: partition ACTIVE
-    ustates HEAD TIMES                               unit moves in columns (pilot/updates.py):
+    ustates HEAD TIMES DATA...                       unit moves in columns (pilot/updates.py):
                                                      forwarded raw to the client; its final
                                                      moves are kept (partition/outbox.py)
-    back    {part, units}                            queued units handed back when stopping
+    back    {part, units: [{uid}]}                   queued units handed back when stopping
     output  [[uid, node, rank, stream, text], ...]   forwarded raw to the client
     synced  {cid, part, unknown}                     answer to sync (after its state updates):
                                                      the units it has not, or no longer (ended)
     bye     {state, reason}                          the agent's last word: partition final
   bootstrap -> agent
-    units   BODY                                     forwarded from the client unchanged
+    units   BODY DATA...                             forwarded from the client unchanged
     cancel  {uids, reason}
     sync    {cid, uids}                              say again all updates of these units
     node_lost {index, name, reason}                  units running there end FAILED (reason)

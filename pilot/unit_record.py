@@ -194,8 +194,7 @@ class UnitRecord(dict):
             checks.text("executable", self.get("executable"), optional=False, most=long)
             return
         f = self["function"]
-        most = functions.PACKED_MAX * 4 // 3 + 8  # (base64)
-        if not functions.is_packed(f) or functions.packed_size(f) > most:
+        if not functions.is_packed(f) or functions.packed_size(f) > functions.PACKED_MAX + 8:
             raise checks.bad("function", f, "a call as pilot/functions.py packs it")
         for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
             if self.get(key):

@@ -5,7 +5,7 @@ second a record per move, a JSON row [kind, uid, state, ts, {info}] each, cost e
 to encode and ~1.7 us to decode a move (measured: 100,000 rows).  So the moves of a batch travel
 as columns, one group per state:
 
-    [b"ustates", HEAD, TIMES]
+    [b"ustates", HEAD, TIMES, DATA...]
     HEAD   JSON: [[state, uids, same, cols], ...], one group per state, in the order of the unit
            state machine (QUEUED, EXECUTING, then the final ones): a unit's moves in one batch
            are applied in its own order, whatever order they were recorded in
@@ -16,6 +16,8 @@ as columns, one group per state:
              cols   {key: [value | null, ...]}: what differs, one value per uid (null: that unit
                     has none: no key)
     TIMES  little-endian float64, one per uid, the groups' uids in order: when each moved
+    DATA   the bytes values of HEAD (a function's large return value), a frame each, referred
+           to from HEAD (pilot/framed.py); none in the usual batch
 
 Info keys (what a move carries, as before): exit_code, reason, node, slots, lost, stdout,
 stderr, value, exception.  `Moves` builds a batch (the agent, the bootstrap's outbox when it
@@ -31,7 +33,7 @@ import math
 import re
 import sys
 
-from pilot import checks
+from pilot import checks, framed
 from pilot.protocol import ProtocolError, pack, unpack
 from pilot.states import CANCELED, DONE, EXECUTING, FAILED, QUEUED, SCHEDULING
 
@@ -103,7 +105,11 @@ class Moves:
             times.extend(ts)
         if not _LITTLE:
             times.byteswap()
-        return [kind, pack(head), times.tobytes()]
+        try:
+            return [kind, pack(head), times.tobytes()]
+        except TypeError:  # bytes in it (a large value): each goes as a frame of its own
+            text, data = framed.dumps(head)
+            return [kind, text.encode(), times.tobytes(), *data]
 
 
 def _columns(infos: list) -> tuple[dict, dict]:
@@ -126,9 +132,10 @@ def _columns(infos: list) -> tuple[dict, dict]:
     return same, cols
 
 
-def read(head: bytes, times: bytes) -> list[Group]:
-    """The groups of a `ustates` message, checked (checks.Invalid naming what is wrong)."""
-    body = unpack(head)
+def read(head: bytes, times: bytes, data=()) -> list[Group]:
+    """The groups of a `ustates` message, checked (checks.Invalid naming what is wrong);
+    `data`: the frames after TIMES."""
+    body = framed.loads(head, data) if data else unpack(head)
     if not isinstance(body, list) or len(body) > len(ORDER):
         raise ProtocolError("ustates: the head must be a list of at most one group per state")
     if len(times) % 8:

@@ -135,7 +135,8 @@ class Channel:
                     answer.put(exc)
                 continue
             try:
-                self.sock.send_multipart([ident] + frames)
+                # (with data frames, a call's large arguments: sent without a copy)
+                self.sock.send_multipart([ident] + frames, copy=len(frames) <= 3)
             except zmq.ZMQError as exc:  # EHOSTUNREACH: that pilot is not connected (yet)
                 log.warning("cannot send to %s: %s", ident.decode(), exc)
                 self.on_message(ident.decode(), [b"unsent"] + frames)

@@ -9,9 +9,12 @@ otherwise).  A front door submits a call as a function unit of its own, or sever
 as one unit (a bundle, pmgr/executor.py says when), whose function is `call` or `call_many`:
 
     one     {"name": "mod.user_function", "pickle": base64(cloudpickle(call)),
-             "args": base64(pickle(((fn_text, args_blob, cwd), {})))}
+             "args": wrap(pickle(((fn_text, args_blob, cwd), {})))}
     bundle  {"name": "mod.user_function+", "pickle": base64(cloudpickle(call_many)),
-             "args": base64(pickle((([(fn_text, args_blob), ...], cwd), {})))}
+             "args": wrap(pickle((([(fn_text, args_blob), ...], cwd), {})))}
+
+(pilot/functions.py's `wrap`: base64 text, or the bytes themselves from functions.LARGE on,
+which then cross every hop as a frame of their own.)
 
 (`call` and `call_many` travel by reference: this module.)  In the worker, a user's function
 is unpickled once per worker (kept by its pickle text: one sent again costs a dictionary
@@ -198,7 +201,7 @@ def _packed(runner, name: str, args: tuple) -> dict:
             f"function={name}: the calls pickle to {len(blob)} bytes, more than "
             f"{functions.PACKED_MAX} (put large data in a file and pass its path)"
         )
-    return {"name": name, "pickle": text, "args": base64.b64encode(blob).decode()}
+    return {"name": name, "pickle": text, "args": functions.wrap(blob)}
 
 
 def _function_text(fn) -> str:
@@ -215,20 +218,10 @@ def _function_text(fn) -> str:
 
 
 def _dumps(fn, obj) -> bytes:
-    """pickle's C pickler when it can say it (measured: 1 us against cloudpickle's 7 us for two
-    numbers), else cloudpickle (objects of __main__, lambdas, local functions, modules
-    registered to be pickled by value)."""
-    import cloudpickle
-
-    if not cloudpickle.list_registry_pickle_by_value():
-        try:
-            blob = pickle.dumps(obj, 5)
-        except Exception:  # (what only cloudpickle can say: a lambda, a local class)
-            blob = None
-        if blob is not None and b"__main__" not in blob:
-            return blob
+    """pilot/functions.py's `dumps` (pickle's C pickler when it can say it, measured: 1 us
+    against cloudpickle's 7 us for two numbers; else cloudpickle), its error the user's."""
     try:
-        return cloudpickle.dumps(obj)
+        return functions.dumps(obj)
     except Exception as exc:  # pickling runs user code (__reduce__): any error is theirs
         raise ValueError(
             f"function={functions.name_of(fn)}: its args and kwargs cannot be pickled: {exc}"

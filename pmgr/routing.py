@@ -39,6 +39,7 @@ import time
 from collections import deque
 from typing import Any
 
+from pilot import framed
 from pilot import states as S
 from pilot.pmgr.entities import Unit
 from pilot.pmgr.unit_table import UnitTable
@@ -257,8 +258,13 @@ class Routing:
                 self._not_persisted(part, [u.uid for u in units if u.uid in refused])
                 units = kept
             for i in range(0, len(units), SEND_CHUNK):
-                body = pack(wire_list(units[i : i + SEND_CHUNK]))
-                send(part.pilot.uid, [b"units", part.uid.encode(), body])
+                wire = wire_list(units[i : i + SEND_CHUNK])
+                try:
+                    frames = [b"units", part.uid.encode(), pack(wire)]
+                except TypeError:  # bytes in it (a call's large arguments): frames of their own
+                    text, data = framed.dumps(wire)
+                    frames = [b"units", part.uid.encode(), text.encode(), *data]
+                send(part.pilot.uid, frames)
 
     def _not_persisted(self, part, uids: list[str]) -> None:
         if not uids:

@@ -43,6 +43,7 @@ from pilot.pmgr.channel import Channel
 from pilot.pmgr.pilot import Pilot
 from pilot.pmgr.recovery import Recovery
 from pilot.pmgr.store import open_store
+from pilot.pmgr.store.data_files import DataFiles
 from pilot.pmgr.store.writer import BatchWriter, MovedTogether
 from pilot.pmgr.transfers import Transfers
 from pilot.protocol import ProtocolError, unpack
@@ -163,6 +164,8 @@ class Session:
             raise ValueError(f"Session: uid={uid!r} is not in the store {url}")
         if doc is not None:
             self.dir = doc["dir"]
+        if self.store.data is None:  # (MongoDB: large bytes in the session's directory)
+            self.store.data = DataFiles(os.path.join(self.dir, "data"))
         self.token = uuid.uuid4().hex[:6]  # makes this process's command ids unique
         self.writer = BatchWriter(self.store)
         self.lock = threading.RLock()
@@ -479,9 +482,9 @@ class Session:
             return
         if kind == b"ustates":  # unit moves, in columns (pilot/updates.py checks them)
             try:
-                if len(frames) != 3:
+                if len(frames) < 3:
                     raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
-                groups = updates.read(frames[1], frames[2])
+                groups = updates.read(frames[1], frames[2], frames[3:])
             except checks.Invalid as exc:
                 self.channel.bad.report(f"bad message {kind!r} from {pilot_uid}: {exc}")
                 return
@@ -611,6 +614,8 @@ class Session:
             return self.store
         if self.reader is None:
             self.reader = open_store(self.url)
+            if self.reader.data is None:
+                self.reader.data = self.store.data
         return self.reader
 
     @property

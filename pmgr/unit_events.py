@@ -120,7 +120,7 @@ class UnitEvents(Routing):
                 unit.kept["stdout"] = outs[i]
             if errs is not None and isinstance(errs[i], str):
                 unit.kept["stderr"] = errs[i]
-            if values is not None and isinstance(values[i], str):  # (packed: base64)
+            if values is not None and isinstance(values[i], (str, bytes)):  # (packed)
                 unit.value = values[i]
             if raised is not None and isinstance(raised[i], str):
                 unit.exception = raised[i]
@@ -169,7 +169,7 @@ class UnitEvents(Routing):
         for key in ("stdout", "stderr"):  # kept output of a `cleanup` unit, a function's
             if isinstance(info.get(key), str):
                 unit.kept[key] = info[key]
-        if isinstance(info.get("value"), str):  # a function unit's return value, packed
+        if isinstance(info.get("value"), (str, bytes)):  # a function's return value, packed
             unit.value = info["value"]
         if isinstance(info.get("exception"), str):
             unit.exception = info["exception"]

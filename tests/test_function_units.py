@@ -147,6 +147,52 @@ def test_large_values_come_back_whole(session):
     assert units[0].return_value == b"x" * 10 and units[1].return_value == b"x" * (3 << 20)
 
 
+def digest_and_back(blob, n):
+    import hashlib
+
+    return hashlib.sha256(blob).hexdigest(), blob[:n]
+
+
+def test_large_arguments_and_values_cross_as_bytes_and_are_kept_as_files(session):
+    """From functions.LARGE bytes on, a call's arguments and its value are bytes on every hop
+    (frames of their own) and files beside the store: read back from the store, the unit's
+    description and value are whole."""
+    import gc
+    import hashlib
+
+    from pilot import functions
+    from pilot.pmgr.store import open_store
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    blob = os.urandom(3 << 20)
+    unit = umgr.submit_units(CUD(function=digest_and_back, args=(blob, 2 << 20)))
+    assert umgr.wait_units(unit.uid, timeout=60) == [rp.DONE]
+    assert unit.return_value == (hashlib.sha256(blob).hexdigest(), blob[: 2 << 20])
+    uid = unit.uid
+    session.writer.flush(timeout=30)
+    store = open_store(session.url)
+    try:
+        doc = store.get("units", uid)
+        assert type(doc["return_value"]) is bytes  # (its file's bytes: no base64)
+        assert functions.unpack_value(doc["return_value"])[1] == blob[: 2 << 20]
+        call = doc["description"]["function"]
+        assert type(call["args"]) is bytes and len(call["args"]) > len(blob)
+        f, args, kwargs = functions.unpack_call(call)
+        assert args[0] == blob
+        if session.url.startswith("sqlite:///"):  # the store file holds references only
+            assert os.path.getsize(session.url[10:]) < len(blob)
+            assert len(os.listdir(os.path.join(session.dir, "data"))) == 2
+    finally:
+        store.close()
+    del unit
+    gc.collect()
+    deadline = time.monotonic() + 10  # released (a byte in the ledger), then made again
+    while umgr.units.live.get(uid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (again,) = umgr.get_units([uid])
+    assert again.return_value[1] == blob[: 2 << 20]
+
+
 def test_a_dead_worker_fails_its_unit_and_is_replaced(session):
     pilot, umgr = active_pilot(session, parts=((1,),))
     units = umgr.submit_units(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -396,3 +397,25 @@ def test_a_sweep_of_distinct_descriptions_keeps_each_and_holds_a_bounded_few(sto
         assert "templates_key" in plan, plan
     else:
         assert store.db.templates.count_documents({}) == n
+
+
+def test_bytes_in_a_description_and_a_value_come_back_whole(store):
+    """A call's large arguments (bytes in the description) and a large return value (bytes):
+    a file each beside the store when it has a data directory, else in the doc."""
+    args, value = os.urandom(300_000), os.urandom(200_000)
+    described = {"function": {"name": "m.f", "pickle": "eA==", "args": args}}
+    b = Batch()
+    b.docs["units"]["u1"] = unit_doc("u1", description=False)
+    b.docs["units"]["u1"]["description"] = Template(described)
+    b.docs["units"]["u2"] = unit_doc("u2", description=False)
+    b.docs["units"]["u2"]["description"] = Template({**described, "cpus": 2})
+    store.write_batch(b)
+    b = Batch()
+    b.docs["units"]["u1"] = unit_doc("u1", "DONE", description=False, return_value=value)
+    store.write_batch(b)
+    doc = store.get("units", "u1")
+    assert doc["description"] == described and doc["return_value"] == value
+    docs = store.get_many("units", ["u1", "u2"])
+    assert docs["u2"]["description"]["function"]["args"] == args
+    assert docs["u1"]["return_value"] == value
+    assert [d["uid"] for d in store.find("units", session="s1")] == ["u1", "u2"]

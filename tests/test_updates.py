@@ -96,3 +96,29 @@ def test_kept_outcomes_go_again_as_one_batch():
         ("DONE", ["unit.000001"], [1.0], {"exit_code": 0}),
         ("CANCELED", ["x.2"], [2.0], {}),
     ]
+
+
+def test_a_large_value_goes_as_a_frame_of_its_own_and_comes_back_whole():
+    m = updates.Moves()
+    blob = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    m.add("unit.000001", "DONE", 1.0, {"exit_code": 0, "value": blob})
+    m.add("unit.000002", "DONE", 2.0, {"exit_code": 0, "value": "c21hbGw="})
+    kind, head, times, *data = m.frames()
+    assert len(data) == 1 and data[0] is blob and len(head) < 300  # (no base64 of it)
+    (g,) = updates.read(head, times, data)
+    assert g.column("value") == [blob, "c21hbGw="]
+
+
+@pytest.mark.parametrize(
+    "value, data, says",
+    [
+        ({"\u0000frame": 1}, [b"x"], "frame 1 of 1"),
+        ({"\u0000frame": "0"}, [b"x"], "frame '0'"),
+        ({"\u0000frame": -1}, [b"x"], "frame -1"),
+        ("plain", [b"x"], "1 data frame"),  # (a frame nothing refers to)
+    ],
+)
+def test_data_frames_that_do_not_match_their_references_are_refused_whole(value, data, says):
+    head = json.dumps([["DONE", ["unit.000001"], {}, {"value": [value]}]]).encode()
+    with pytest.raises(checks.Invalid, match=says):
+        updates.read(head, array.array("d", [1.0]).tobytes(), data)

@@ -136,18 +136,20 @@ class FunctionWorkers:
             msg["cpus"] = cpus
         w.mine = {k: v for k, v in mine.items() if k not in own} if own else mine
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = _HEAD.pack(len(data)) + data
-        try:
-            sent = w.sock.send(frame)  # an idle worker's socket takes a call at once, mostly
+        head = _HEAD.pack(len(data))
+        try:  # (gathered: a call's large arguments are not copied to join them)
+            sent = w.sock.sendmsg([head, data])  # an idle worker takes a call at once, mostly
         except BlockingIOError:
             sent = 0
         except OSError as exc:
             self._refused(w, exc)
-        if sent < len(frame):  # the rest, bounded so a hang is seen
+        if sent < 4 + len(data):  # the rest, bounded so a hang is seen
             w.sock.setblocking(True)
             w.sock.settimeout(30.0)
             try:
-                w.sock.sendall(frame[sent:])
+                if sent < 4:
+                    w.sock.sendall(head[sent:])
+                w.sock.sendall(memoryview(data)[max(0, sent - 4) :])
             except OSError as exc:
                 self._refused(w, exc)
             finally:
@@ -198,7 +200,9 @@ class FunctionWorkers:
                 return
             if len(w.buf) < 4 + n:
                 return
-            body, w.buf = bytes(w.buf[4 : 4 + n]), w.buf[4 + n :]
+            with memoryview(w.buf) as view:  # (one copy of a large reply, not three)
+                body = bytes(view[4 : 4 + n])
+            del w.buf[: 4 + n]
             run = w.run
             if run is None:
                 continue  # (a reply for a unit already ended: its worker was killed meanwhile)

@@ -22,6 +22,7 @@ import os
 import sqlite3
 from collections import deque
 
+from pilot import framed
 from pilot import states as S
 from pilot.pmgr.session import sessions_dir
 from pilot.pmgr.store.sqlite import EXECUTING_NOW, expand_row
@@ -56,6 +57,8 @@ def open_reader(session: str, url: str | None) -> SqliteReader | StoreReader:
 
 
 def _json(text):
+    if isinstance(text, bytes):  # (a description holding a call's large arguments)
+        return framed.decode(text)
     return json.loads(text) if isinstance(text, str) else text
 
 
@@ -128,12 +131,22 @@ class SqliteReader:
         desc = DESCRIPTION if self._has_templates() else "description"
         try:  # a whole description is long (environment, arguments): only these fields
             docs = self._docs(
-                sql.format(f"json_extract({desc}, {paths})"), session, S.EXECUTING, pilot
+                sql.format(  # (a framed one, a BLOB, is read whole: pilot/framed.py)
+                    f"CASE WHEN typeof({desc}) = 'blob' THEN {desc} "
+                    f"ELSE json_extract({desc}, {paths}) END"
+                ),
+                session,
+                S.EXECUTING,
+                pilot,
             )
         except sqlite3.OperationalError:  # an sqlite without its JSON functions
             return self._docs(sql.format(desc), session, S.EXECUTING, pilot)
         for doc in docs:
-            doc["description"] = dict(zip(HELD_FIELDS, doc["description"] or ()))
+            d = doc["description"]
+            if isinstance(d, dict):
+                doc["description"] = {k: d[k] for k in HELD_FIELDS if k in d}
+            else:
+                doc["description"] = dict(zip(HELD_FIELDS, d or ()))
         return docs
 
     def _has_templates(self) -> bool:

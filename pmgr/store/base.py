@@ -42,6 +42,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from pilot import framed
+
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 FINAL = ("DONE", "FAILED", "CANCELED")  # (pilot/states.py's: the store needs no import)
@@ -105,10 +107,10 @@ class UnitDoc(tuple):
         return FIELDS["units"]
 
 
-def text_key(text: str) -> int:
+def text_key(text: str | bytes) -> int:
     """A description text's lookup key: its length and CRC-32 (texts that share one are told
     apart by their text; a store finds a template by an index on it, not a scan)."""
-    data = text.encode()
+    data = text if type(text) is bytes else text.encode()
     return (len(data) << 32) | zlib.crc32(data)
 
 
@@ -137,14 +139,28 @@ class TextIds:
                 ids[text] = tid
 
 
+def encode(value) -> str | bytes:
+    """A structured field as stored when no data files are at hand: JSON text, or (holding
+    bytes) one BLOB of JSON and its frames (pilot/framed.py)."""
+    try:
+        return _dumps(value)
+    except TypeError:
+        return framed.encode(value)
+
+
 class Template:
-    """A description many units share: its value (a dict) and its JSON text, made once."""
+    """A description many units share: its value (a dict) and its JSON text, made once; text
+    None when it holds bytes (a call's large arguments: the store writes those as files,
+    pmgr/store/data_files.py, and gives the template a row of its own)."""
 
     __slots__ = ("value", "text")
 
     def __init__(self, value: dict) -> None:
         self.value = value
-        self.text = _dumps(value)
+        try:
+            self.text = _dumps(value)
+        except TypeError:
+            self.text = None
 
 
 @dataclass
@@ -248,6 +264,7 @@ class StateStore(ABC):
     picks one by URL.  The contract tests (tests/test_store_contract.py) hold for each."""
 
     url: str
+    data = None  # pmgr/store/data_files.py's DataFiles: where large bytes go (None: in the doc)
     # records the store writer puts in one write_batch, and once it is behind (pmgr/store/
     # writer.py); a store whose commit has a fixed cost (sqlite's fsyncs) takes more
     BATCH_RECORDS: tuple[int, int] = (500, 500)

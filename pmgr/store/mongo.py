@@ -18,7 +18,6 @@ unreachable URL fails the session's start at once with the reason, instead of ha
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 
 import pymongo
@@ -26,6 +25,7 @@ from bson.errors import InvalidDocument
 from pymongo import ASCENDING, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
+from pilot.pmgr.store import data_files
 from pilot.pmgr.store.base import (
     FIELDS,
     FINAL,
@@ -83,10 +83,13 @@ class MongoStore(StateStore):
 
     def _template(self, d, made: dict) -> str:
         """The id of the templates doc of a unit's description (made in this batch if new)."""
-        text = d.text if type(d) is Template else json.dumps(d, separators=(",", ":"))
+        if type(d) is Template:
+            text = d.text if d.text is not None else data_files.encode(d.value, self.data)
+        else:
+            text = data_files.encode(d, self.data)
         tid = self.templates.get(text)
         if tid is None:
-            tid = hashlib.sha1(text.encode()).hexdigest()
+            tid = hashlib.sha1(text if type(text) is bytes else text.encode()).hexdigest()
             made[text] = tid
         return tid
 
@@ -100,6 +103,10 @@ class MongoStore(StateStore):
                     fields = {
                         k: v for k, v in d.items() if k != "uid" and not (k in KEPT and v is None)
                     }
+                    if kind == "units" and type(fields.get("return_value")) is bytes:
+                        fields["return_value"] = data_files.store_value(
+                            fields["return_value"], self.data
+                        )
                     if kind == "units" and fields.get("description") is not None:
                         fields["template"] = self._template(fields.pop("description"), made)
                     ops.append(UpdateOne({"_id": uid}, {"$set": fields}, upsert=True))
@@ -142,13 +149,15 @@ class MongoStore(StateStore):
         tid = raw.get("template")
         if tid is not None and doc.get("description") is None:
             doc["description"] = self._described(tid)
+        if kind == "units" and doc.get("return_value") is not None:
+            doc["return_value"] = data_files.value(doc["return_value"], self.data)
         return doc
 
     def _described(self, tid: str) -> dict | None:
         desc = self.texts.get(tid)
         if desc is None:
             found = self.db.templates.find_one({"_id": tid})
-            desc = json.loads(found["text"]) if found else None
+            desc = data_files.decode(found["text"], self.data) if found else None
             if desc is not None:
                 if len(self.texts) >= 1024:  # (bounded: the oldest go)
                     del self.texts[next(iter(self.texts))]

@@ -33,6 +33,7 @@ import sqlite3
 import sys
 import threading
 
+from pilot.pmgr.store import data_files
 from pilot.pmgr.store import sqlite_schema as sql
 from pilot.pmgr.store.base import (
     FIELDS,
@@ -47,6 +48,7 @@ from pilot.pmgr.store.base import (
     TextIds,
     UnitDoc,
     check_kind,
+    encode,
     text_key,
 )
 from pilot.pmgr.store.flow import FlowKeeper, moves_flow
@@ -103,7 +105,7 @@ def _row(kind: str, doc: dict) -> list:
                     _TEXT_JSON[v] = text
             row[i] = text
         elif t is not Template:  # (a description's: made a template's row by the store)
-            row[i] = _dumps(v)
+            row[i] = encode(v)
     if kind == "units" and row[_TIMES] is not None:
         row[_TIMES] = _pack_times(row[_TIMES])
     return row
@@ -121,6 +123,16 @@ _ENDED_VALUE = tuple(c in ("pilot", "partition", "state", "exit_code", "node", "
 _NONE4 = (None, None, None, None)
 _NONE2 = (None, None)
 _ONE_CORE: dict[int, str] = {}  # a core's id -> the slots text of a unit that holds it alone
+
+
+_VALUE = FIELDS["units"].index("return_value")
+
+
+def _with_value(d, value):
+    """Doc `d` with another return_value."""
+    if type(d) is UnitDoc:
+        return UnitDoc((*d[:_VALUE], value, *d[_VALUE + 1 :]))
+    return {**d, "return_value": value}
 
 
 def _placed_row(d: UnitDoc, template, made: dict) -> tuple | None:
@@ -268,6 +280,10 @@ class SqliteStore(StateStore):
         self.version: int | None = None  # PRAGMA data_version as of this store's last write
         self.inode = os.stat(self.path).st_ino
         self.templates = TextIds()  # a description's text -> its templates row (some)
+        # large bytes (a call's arguments, a return value): files beside the store file
+        self.data = data_files.DataFiles(
+            os.path.join(os.path.dirname(os.path.abspath(self.path)), "data")
+        )
 
     def write_batch(self, batch: Batch) -> None:
         try:
@@ -326,8 +342,11 @@ class SqliteStore(StateStore):
         The client's two usual docs take a short way (`_placed_row`, `_ended_row`: their
         columns picked, no None bound), any other the general one (`_row`, `_sparse_rows`)."""
         fresh, placed, known, ended = [], [], [], []
-        for d in docs.values():
+        for uid, d in docs.items():
             mine = type(d) is UnitDoc
+            if type(d.get("return_value")) is bytes:  # a large value: a file, named here
+                d = docs[uid] = _with_value(d, data_files.store_value(d.get("return_value"),
+                                                                     self.data))  # fmt: skip
             if d.get("description") is None:
                 row = _ended_row(d) if mine else None
                 if row is not None:
@@ -385,6 +404,9 @@ class SqliteStore(StateStore):
         """The id of the templates row of description `d` (a Template or a dict's JSON text):
         known, found (another process made it) or made now (in `made` until it commits)."""
         text = d.text if type(d) is Template else d
+        if text is None:  # (a Template holding bytes: its own row, the bytes in files)
+            text = data_files.encode(d.value, self.data)
+            return self.db.execute(sql.TEMPLATE_ADD, (text_key(text), text)).lastrowid
         tid = self.templates.get(text) or made.get(text)
         if tid is None:
             key = text_key(text)
@@ -492,7 +514,7 @@ class SqliteStore(StateStore):
             out[uid] = {
                 "partition": part,
                 "slots": json.loads(slots) if slots else None,
-                "description": json.loads(desc) if desc else {},
+                "description": data_files.decode(desc, self.data) if desc else {},
             }
         return out
 
@@ -554,9 +576,11 @@ class SqliteStore(StateStore):
             doc = dict(zip(cols, row))
             for c in structured:
                 if doc[c] is not None:
-                    doc[c] = json.loads(doc[c])
+                    doc[c] = data_files.decode(doc[c], self.data)
             if "times" in doc:
                 doc["times"] = _unpack_times(doc["times"])
+            if doc.get("return_value") is not None:
+                doc["return_value"] = data_files.value(doc["return_value"], self.data)
             out.append(doc)
         return out
 
@@ -722,12 +746,14 @@ class SqliteStore(StateStore):
                 if text is not None:
                     value = decoded.get(text)
                     if value is None:
-                        value = json.loads(text)
+                        value = data_files.decode(text, self.data)
                         if len(decoded) < 10_000:
                             decoded[text] = value
                     doc[c] = value
             if "times" in doc:
                 doc["times"] = _unpack_times(doc["times"])
+            if doc.get("return_value") is not None:
+                doc["return_value"] = data_files.value(doc["return_value"], self.data)
             out[doc["uid"]] = doc
         return out
 

@@ -1,0 +1,112 @@
+"""Large bytes beside the store: a call's arguments and a function's return value, from
+functions.LARGE bytes on, are files of the session's `data` directory; the store keeps a
+reference to each.
+
+A 2 MB value costs sqlite ~5.4 ms to insert and commit (its pages, the write-ahead log and the
+checkpoint that copies them again), a file ~0.6 ms; MongoDB holds no document over 16 MB at
+all.  So the bytes go to a file (written whole under a temporary name, then renamed: a reader
+never sees half of one) before the doc that names it is written, and the doc holds
+
+    {"\\u0000file": NAME}      in a structured field (a description's function `args`)
+    "\\u0000file:NAME"         as a unit's return_value
+
+which a read turns back into the bytes (`decode`, `value`).  Neither form can be a user's:
+JSON escapes the NUL, and a packed value is base64 text or bytes, never a string with a NUL.
+The files live as long as the session's directory; a kill -9 of the client loses none written
+(the doc is written after its file), a power loss may (they are not synced, as the store's own
+writes are not: docs/guarantees.md).  Files of one host: a client that attaches to a MongoDB
+session from another host reads a large value as missing (LookupError naming the file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+from pilot import framed
+
+REF = "\x00file"
+VALUE_REF = "\x00file:"
+_REF_TEXT = '"\\u0000file"'  # (how json writes REF: a text without it needs no file)
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class DataFiles:
+    """The session's data directory: `put` bytes, `get` them back by name."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.made = os.path.isdir(path)
+
+    def put(self, blob: bytes) -> str:
+        """Write `blob` to a new file; its name."""
+        if not self.made:
+            os.makedirs(self.path, mode=0o700, exist_ok=True)
+            self.made = True
+        name = uuid.uuid4().hex
+        tmp = os.path.join(self.path, f".{name}")
+        with open(tmp, "wb") as f:
+            f.write(blob)
+        os.rename(tmp, os.path.join(self.path, name))
+        return name
+
+    def get(self, name: str) -> bytes:
+        if not name.isalnum():  # (a name from the store: never a path)
+            raise LookupError(f"data file {name!r}: not a name this store makes")
+        try:
+            with open(os.path.join(self.path, name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise LookupError(
+                f"data file {name} is not in {self.path} (the session's directory of another "
+                "host, or removed)"
+            ) from None
+
+
+def encode(value, data: DataFiles | None) -> str | bytes:
+    """A structured field as stored: JSON text; its bytes values as files of `data` (no
+    `data`: one BLOB of JSON and its frames, pilot/framed.py)."""
+    try:
+        return _dumps(value)
+    except TypeError:
+        if data is None:
+            return framed.encode(value)
+
+    def ref(o):
+        if type(o) is bytes or type(o) is bytearray or type(o) is memoryview:
+            return {REF: data.put(o)}
+        raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+    return json.JSONEncoder(separators=(",", ":"), default=ref).encode(value)
+
+
+def decode(value: str | bytes, data: DataFiles | None):
+    """`encode`'s value back, each file's bytes in place of its reference (a reference
+    without `data` stays as it is)."""
+    if type(value) is bytes:
+        return framed.decode(value)
+    if data is None or _REF_TEXT not in value:
+        return json.loads(value)
+
+    def hook(d: dict):
+        if len(d) == 1 and REF in d and type(d[REF]) is str:
+            return data.get(d[REF])
+        return d
+
+    return json.loads(value, object_hook=hook)
+
+
+def store_value(value, data: DataFiles | None):
+    """A unit's return value as its column holds it: base64 text as it is, bytes as a file's
+    reference (no `data`: the bytes themselves)."""
+    if type(value) is bytes and data is not None:
+        return VALUE_REF + data.put(value)
+    return value
+
+
+def value(stored, data: DataFiles | None):
+    """`store_value`'s form back: the bytes of a file it names, else the value."""
+    if type(stored) is str and stored.startswith(VALUE_REF) and data is not None:
+        return data.get(stored[len(VALUE_REF) :])
+    return stored
