@@ -74,7 +74,9 @@ docs: $(DOCS_STAMP)       ## the manual into build/site (mkdocs build --strict)
 	$(PY) -c "import sys; sys.path.insert(0, 'docs'); import hooks; hooks.source_tree()"
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-bench: $(STAMP)           ## throughput, workloads, reconfig, scheduler, store, bring-up, executors (~12 min)
+bench: $(STAMP)           ## zero-launch, latency, throughput, workloads, reconfig, scheduler, store, bring-up, executors (~16 min)
+	$(PY) bench/zero.py
+	$(PY) bench/latency.py
 	$(PY) bench/throughput.py
 	$(PY) bench/workloads.py
 	$(PY) bench/reconfig.py

@@ -7,10 +7,13 @@
 1. parsl-perf (`python -m parsl.benchmark.perf`, Parsl's own benchmark: submit n no-op python
    apps, wait for all) with tests/parsl_pilot_config.py (PilotExecutor, a local pilot of all
    cores) against Parsl's htex_local test config (HighThroughputExecutor, LocalProvider, one
-   block), the same explicit iteration sizes for both; the rate of the last iteration counts.
-2. `--calls` x submit(pow, 2, 10) through rp.Executor() (a local pilot of all cores) against
-   concurrent.futures.ProcessPoolExecutor(max_workers=<cores>): submit all, then every result;
-   one warm-up round of 200 first (the pilot and the pool are up), startup not counted.
+   block) and against Parsl's own ceiling, its DataFlowKernel with an in-process
+   ThreadPoolExecutor(<cores>) (no process boundary at all), the same explicit iteration sizes
+   for all; the rate of the last iteration counts.
+2. `--calls` x submit(pow, 2, 10) through rp.Executor() (a local pilot of all cores; bundled
+   calls, and bundle=False: a unit a call) against concurrent.futures.ProcessPoolExecutor(
+   max_workers=<cores>): submit all, then every result; one warm-up round of 200 first (the
+   pilot and the pool are up), startup not counted.
 Every measurement is a fresh process; rounds alternate ours and theirs, so a noisy minute on
 the shared machine hits both; the table shows medians over rounds and ratio = ours / theirs.
 """
@@ -45,6 +48,21 @@ def env() -> dict:
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
         "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
+
+
+THREADS_CONFIG = """
+import os
+from parsl.config import Config
+from parsl.executors import ThreadPoolExecutor
+config = Config(executors=[ThreadPoolExecutor(max_threads=os.cpu_count())])
+"""
+
+
+def threads_config(tmp: str) -> str:
+    path = os.path.join(tmp, "threads_config.py")
+    with open(path, "w") as f:
+        f.write(THREADS_CONFIG)
+    return path
 
 
 def parsl_perf(config: str, sizes: str) -> float:
@@ -84,10 +102,10 @@ def calls(kind: str, n: int) -> float:
 def one(kind: str, n: int) -> None:
     """(in the fresh process) Measure and print {"rate": calls/s}."""
     cores = os.cpu_count() or 1
-    if kind == "ours":
+    if kind in ("ours", "unbundled"):
         import pilot as rp
 
-        ex = rp.Executor()
+        ex = rp.Executor(bundle=kind == "ours")
     else:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -135,7 +153,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--parsl", default="1000,4000", help="parsl-perf --iterate sizes")
-    ap.add_argument("--one", choices=("ours", "pool"), help=argparse.SUPPRESS)
+    ap.add_argument("--one", choices=("ours", "unbundled", "pool"), help=argparse.SUPPRESS)
     ap.add_argument("--peers-row", action="store_true")
     args = ap.parse_args()
     if args.one:
@@ -143,13 +161,17 @@ def main() -> int:
         return 0
     if args.peers_row:
         return peers_row()
-    rows: dict[str, list[float]] = {k: [] for k in ("pp", "htex", "ours", "pool")}
-    for r in range(args.rounds):
-        rows["pp"].append(parsl_perf(OURS_CONFIG, args.parsl))
-        rows["htex"].append(parsl_perf(htex_config(), args.parsl))
-        rows["ours"].append(calls("ours", args.calls))
-        rows["pool"].append(calls("pool", args.calls))
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in rows.items()))
+    names = ("pp", "htex", "threads", "ours", "unbundled", "pool")
+    rows: dict[str, list[float]] = {k: [] for k in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        threads = threads_config(tmp)
+        for r in range(args.rounds):
+            rows["pp"].append(parsl_perf(OURS_CONFIG, args.parsl))
+            rows["htex"].append(parsl_perf(htex_config(), args.parsl))
+            rows["threads"].append(parsl_perf(threads, args.parsl))
+            for kind in ("ours", "unbundled", "pool"):
+                rows[kind].append(calls(kind, args.calls))
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in rows.items()))
     med = {k: statistics.median(v) for k, v in rows.items()}
     cores = os.cpu_count()
     print()
@@ -160,9 +182,19 @@ def main() -> int:
         f"(htex_local) | {med['pp']:.0f} | {med['htex']:.0f} | {med['pp'] / med['htex']:.2f} |"
     )
     print(
+        f"| parsl-perf --iterate {args.parsl}: PilotExecutor vs Parsl's ceiling (DataFlowKernel "
+        f"+ ThreadPoolExecutor({cores}), in process) | {med['pp']:.0f} | {med['threads']:.0f} | "
+        f"{med['pp'] / med['threads']:.2f} |"
+    )
+    print(
         f"| {args.calls} x submit(pow, 2, 10): rp.Executor() vs "
         f"ProcessPoolExecutor({cores}) | {med['ours']:.0f} | {med['pool']:.0f} | "
         f"{med['ours'] / med['pool']:.2f} |"
+    )
+    print(
+        f"| {args.calls} x submit(pow, 2, 10): rp.Executor(bundle=False), a unit a call, vs "
+        f"ProcessPoolExecutor({cores}) | {med['unbundled']:.0f} | {med['pool']:.0f} | "
+        f"{med['unbundled'] / med['pool']:.2f} |"
     )
     return 0
 
