@@ -163,6 +163,7 @@ class PilotManager:
         for note in pilot.resource.notes:  # what of an RP resource config does not map
             log.warning("%s: %s", pilot.uid, note)
         try:
+            self.before_job(pilot)
             job = submitter(pilot.resource.batch_system)(
                 argv,
                 env,
@@ -184,6 +185,10 @@ class PilotManager:
                 part.advance(S.PENDING, time.time(), None)
         log.info("%s submitted: %s", pilot.uid, pilot.size)
         return pilot
+
+    def before_job(self, pilot: Pilot) -> None:
+        """(_submit) What is done in the pilot's sandbox before its job is submitted (RP 1.x's
+        input_staging: pmgr/rp1_pilots.py); an OSError fails the pilot with it."""
 
     def _write_bootstrap_config(self, pilot: Pilot, plan) -> str:
         """(_submit) The pilot's bootstrap.json, in its sandbox; returns its path."""
