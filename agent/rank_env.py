@@ -7,7 +7,9 @@ Environment a rank sees, besides the spawning process's own and the unit's `envi
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
     PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
     RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
-    RP_PARTITION_ID RP_RESOURCE RP_SESSION_SANDBOX
+    RP_PARTITION_ID RP_RESOURCE RP_SESSION_SANDBOX RP_RESOURCE_SANDBOX
+    RP_PROF RP_GTOD    commands: `$RP_PROF EVENT [MSG]` appends a trace line to the task's
+                       <uid>.prof, `$RP_GTOD` prints the time (pilot/rp_bin/)
     RP_GPU_ID          RADICAL-Pilot's names (RP_GPU_ID: its GPU ids, when it holds GPUs)
     RP_TASK_ID RP_TASK_NAME RP_TASK_SANDBOX RP_RANK RP_RANKS   RADICAL-Pilot 1.x's (a task is
                        a unit there; an MPI unit's ranks share one environment: RP_RANK is 0
@@ -28,6 +30,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+
+import pilot
 
 
 def type_key(t: str) -> str:
@@ -105,15 +109,23 @@ def rank_env(
     return env, var
 
 
+# RP_PROF / RP_GTOD: the commands RP 1.x gives tasks for their own trace events (pilot/rp_bin/)
+RP_BIN = os.path.join(os.path.dirname(os.path.abspath(pilot.__file__)), "rp_bin")
+
+
 def rp_pilot_vars(cfg: dict) -> dict:
     """RADICAL-Pilot's variables that name a unit's pilot and partition (an agent's config)."""
+    session_sandbox = os.path.dirname(cfg["pilot_sandbox"].rstrip("/"))
     return {
         "RP_SESSION_ID": cfg["session"],
         "RP_PILOT_ID": cfg["pilot"],
         "RP_PARTITION_ID": cfg["uid"],
         "RP_RESOURCE": cfg.get("resource") or "",
         "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
-        "RP_SESSION_SANDBOX": os.path.dirname(cfg["pilot_sandbox"].rstrip("/")),
+        "RP_SESSION_SANDBOX": session_sandbox,
+        "RP_RESOURCE_SANDBOX": os.path.dirname(session_sandbox),
+        "RP_PROF": os.path.join(RP_BIN, "prof"),
+        "RP_GTOD": os.path.join(RP_BIN, "gtod"),
     }
 
 

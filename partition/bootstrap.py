@@ -87,7 +87,10 @@ class Bootstrap(ClientLink, AgentChannel):
         self.uid = cfg["pilot"]
         self.state = PENDING  # the pilot's state, moved through PILOT_MACHINE: up at hello
         self.sandbox = cfg["sandbox"]
-        self.rcfg = resource_config.load(cfg["resource"])
+        if cfg.get("resource_config"):  # the config as the client read it (an RP one too)
+            self.rcfg = resource_config.parse(cfg["resource"], cfg["resource_config"])
+        else:
+            self.rcfg = resource_config.load(cfg["resource"])
         self.ctx = zmq.Context.instance()
         self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/security.py
         self._open_client_link()

@@ -5,7 +5,8 @@ other end).  One chunk is in flight per transfer: the client sends the next when
 answered, so a 1 GB file never sits in memory or in a socket queue, on either side.
     -> put  {id, target, unit, sandbox, offset, last, tar}  + a chunk of bytes
             written at `offset` of the target (created, parents made, truncated at offset 0);
-            on the last chunk of a tar, unpacked into the target directory and removed
+            on the last chunk of a tar, unpacked so that the target ends as a COPY of the
+            source leaves it (pilot/staging.py untar_as_copy) and removed
     <- put_ack {id, offset, error}
     -> get  {id, source, unit, sandbox, offset, tar}
             at offset 0 of a tar: the source (file or directory) is packed first
@@ -65,9 +66,7 @@ class DataPort:
                 del self.open[tid]
                 if t["tar"]:
                     try:
-                        os.makedirs(t["path"], exist_ok=True)
-                        with tarfile.open(t["file"]) as tf:
-                            tf.extractall(t["path"], filter="data")
+                        staging.untar_as_copy(t["file"], t["path"])
                     finally:
                         os.unlink(t["file"])
         except (OSError, ValueError, tarfile.TarError) as exc:

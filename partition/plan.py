@@ -15,6 +15,8 @@ Errors are ValueError naming the description and the field; nothing has been sta
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 from pilot import network as net
@@ -57,13 +59,44 @@ def with_parts(pd: ComputePilotDescription) -> ComputePilotDescription:
     return ComputePilotDescription.from_stored(whole)
 
 
+def with_sandbox(
+    where: str, pd: ComputePilotDescription, cfg: ResourceConfig
+) -> ComputePilotDescription:
+    """`pd` checked for the fields the resource requires, with the resource's `sandbox` (its
+    $VARS and %(pd.project)s filled in) when it names none; ValueError naming what is missing."""
+    for key in cfg.required:
+        if getattr(pd, key) in (None, 0, ""):
+            raise ValueError(f"{where}: resource {pd.resource!r} requires {key}= (now unset)")
+    if pd.sandbox is not None or cfg.sandbox is None:
+        return pd
+    path = cfg.sandbox
+    if "%(pd.project)s" in path:
+        if not pd.project:
+            raise ValueError(
+                f"{where}: resource {pd.resource!r}: sandbox {path!r} names the project: "
+                "give project="
+            )
+        path = path.replace("%(pd.project)s", pd.project)
+    path = os.path.expanduser(path)
+    unset = sorted(set(re.findall(r"\$\{?(\w+)", path)) - set(os.environ))
+    if unset:
+        raise ValueError(
+            f"{where}: resource {pd.resource!r}: sandbox {cfg.sandbox!r} needs "
+            f"{', '.join('$' + v for v in unset)}, unset here; give sandbox="
+        )
+    stored = pd.to_stored()
+    stored["sandbox"] = os.path.expandvars(path)
+    return type(pd).from_stored(stored)
+
+
 def plan_pilot(pd: ComputePilotDescription) -> PilotPlan:
     where = "ComputePilotDescription"
     pd = with_parts(pd)
     try:
-        cfg = resource_config.load(pd.resource)
+        cfg = resource_config.load(pd.resource, pd.access_schema)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
+    pd = with_sandbox(where, pd, cfg)
     for i, part in enumerate(pd.parts):
         check_partition(f"{where}(resource={pd.resource!r}): parts[{i}]", part, cfg.gpus_per_node)
     size = pilot_size(pd, cfg)

@@ -93,10 +93,13 @@ __version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
 
 
 def __getattr__(name: str):
+    import importlib
+
+    if name == "utils":  # rp.utils: RP 1.x's resource-config look-ups (pilot/utils.py)
+        return importlib.import_module("pilot.utils")
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'pilot' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(where), name)
     globals()[name] = value
@@ -104,7 +107,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+    return sorted(set(globals()) | set(_WHERE) | {"utils"})
 
 
 __all__ = [

@@ -111,8 +111,6 @@ PILOT_REFUSED = {
     "job_name": "the batch job is named after the pilot's uid",
     "app_comm": "no application channels are made; the tasks' own sockets or files serve",
     "backup_nodes": "no nodes are held back for failures",
-    "input_staging": "stage files into the pilot sandbox with pilot.stage_in()",
-    "output_staging": "stage files out of the pilot sandbox with pilot.stage_out()",
     "services": "service tasks are not run here; run the service as a task of its own",
     "enable_ep": "no function endpoint is run",
     "reconfig_src": "resource configs are YAML files in configs/ or a path as resource=",
@@ -139,12 +137,16 @@ class PilotDescription(ComputePilotDescription):
         partitions (list[ComputePartitionDescription]): the initial partitions (`parts`).
         prepare_env (dict[str, dict]): {name: spec}: as pilot.prepare_env(name, spec) for
             each, once submitted (default {}).
+        input_staging (list): directives (pilot.stage_in's): files copied into the pilot
+            sandbox before the pilot's job is submitted (a bare name: client -> pilot).
+        output_staging (list): directives (pilot.stage_out's): files copied back once the
+            pilot is final.
 
     Raises:
         ValueError: an unknown field or a value not accepted.  Refused at submit
             (`submit_error`), each saying why: the keys of PILOT_REFUSED (uid, job_name,
-            app_comm, backup_nodes, input_staging, output_staging, services, enable_ep,
-            reconfig_src) set to anything but their default.
+            app_comm, backup_nodes, services, enable_ep, reconfig_src) set to anything but
+            their default.
     """
 
     FIELDS = {

@@ -23,10 +23,14 @@ LAUNCH_METHODS = {
     "exec": "pilot.partition.launch.exec:ExecLaunch",
     "netns": "pilot.partition.launch.netns:NetnsLaunch",
     "srun": "pilot.partition.launch.srun:SrunLaunch",
+    "mpiexec": "pilot.partition.launch.mpiexec:MpiexecLaunch",
+    "ssh": "pilot.partition.launch.ssh:SshLaunch",
 }
 BATCH_SYSTEMS = {
     "local": "pilot.pmgr.batch.local:submit",
     "slurm": "pilot.pmgr.batch.slurm:submit",
+    "pbs": "pilot.pmgr.batch.pbs:submit",
+    "lsf": "pilot.pmgr.batch.lsf:submit",
 }
 RUNNERS = {
     "local": "pilot.agent.runners.local:LocalRunner",

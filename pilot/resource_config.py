@@ -2,6 +2,9 @@
 
 A resource is named `SITE.NAME` and found in `configs/SITE.yaml` under key NAME, or given as the
 path of a YAML file holding one resource config (the keys documented in configs/local.yaml).
+RADICAL-Pilot's resource_SITE.json configs are read too (pilot/rp_resources.py: RP's sites as
+shipped in configs/rp/, and the user's ~/.radical/pilot/configs/, which win over every other):
+they become the same ResourceConfig, with `notes` naming what of them did not map.
 Agent configs (how a partition's agent runs its units) are in configs/agents.yaml.
 (yaml is imported where a file is read: node daemons and agents never pay for it.)
 """
@@ -102,6 +105,32 @@ def _mapping(where, key, value):
     return value
 
 
+def _lines(where, key, value):
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
+        raise _bad(where, key, value, "a list of shell lines")
+    return tuple(value)
+
+
+def _batch_options(where, key, value):
+    value = value or {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and "." in k and isinstance(v, (str, int)) for k, v in value.items()
+    ):
+        raise _bad(where, key, value, 'a mapping of PSI/J custom attributes {"pbs.l": "..."}')
+    return {k: str(v) for k, v in value.items()}
+
+
+def _required(where, key, value):
+    accepted = ("project", "queue", "runtime", "nodes", "cores", "gpus", "memory")
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not set(value) <= set(accepted):
+        raise _bad(where, key, value, f"a list of pilot description fields among {accepted}")
+    return tuple(value)
+
+
 def opt(default, check, doc: str = ""):
     """A resource config key: its default (a value as the YAML would give it) and its check."""
     return field(default=default, metadata={"check": check, "doc": doc})
@@ -134,7 +163,7 @@ class ResourceConfig:
     account: str | None = opt(None, _text("a project or account name"))
     psij_executor: str | None = opt(None, _text("a PSI/J executor name"))
     queue_poll_interval: float = opt(30, _seconds)
-    node_daemons: bool = opt(BY_BATCH, _flag)  # true under SLURM
+    node_daemons: bool = opt(BY_BATCH, _flag)  # true under a batch system (slurm, pbs, lsf)
     hosts: tuple[str, ...] = opt((), _names)
     address: str = opt("127.0.0.1", _text("an IP address, an interface name or 'auto'"))
     client_address: str | None = opt(None, _text("an IP address, an interface name or 'auto'"))
@@ -144,6 +173,13 @@ class ResourceConfig:
     node_failure: str = opt("continue", _one_of(NODE_FAILURE))
     mpi_command: str | None = opt(BY_BATCH, _mpi_command)  # srun under SLURM, else mpirun
     unit_launch: str = opt("spawn", _one_of(UNIT_LAUNCH))  # zero: agent/runners/zero.py
+    sandbox: str | None = opt(None, _text("a directory ($VARS, %(pd.project)s)"))
+    pre_bootstrap: tuple[str, ...] = opt((), _lines)  # shell lines before the bootstrap
+    batch_options: dict = opt(None, _batch_options)  # PSI/J custom attributes
+    launcher: str | None = opt(None, _text("a command"))  # mpiexec / ssh: which one
+    launcher_options: tuple[str, ...] = opt((), _lines)  # its options
+    required: tuple[str, ...] = opt((), _required)  # pilot fields that must be given
+    notes: tuple[str, ...] = field(default=(), metadata={"check": None})  # (RP keys not used)
 
     def node_name(self, index: int) -> str:
         if self.node_names:
@@ -154,9 +190,10 @@ class ResourceConfig:
 KEYS = tuple(f.name for f in fields(ResourceConfig) if f.metadata.get("check"))
 
 
-def parse(name: str, raw: dict) -> ResourceConfig:
+def parse(name: str, raw: dict, notes: tuple[str, ...] = ()) -> ResourceConfig:
     """A resource config from its YAML mapping: every key checked by its field's check, the
-    defaults that follow from other keys filled in, then the keys checked together."""
+    defaults that follow from other keys filled in, then the keys checked together.  `notes`:
+    what of an RP config did not map (pilot/rp_resources.py), said at submit."""
     where = f"resource config {name}"
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: must be a mapping, got {type(raw).__name__}")
@@ -168,14 +205,14 @@ def parse(name: str, raw: dict) -> ResourceConfig:
     unknown = set(raw) - set(KEYS)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; accepted: {sorted(KEYS)}")
-    values = {"name": name}
+    values = {"name": name, "notes": tuple(notes)}
     for f in fields(ResourceConfig):
         check = f.metadata.get("check")
         value = raw.get(f.name, f.default)
         if check is not None and value is not BY_BATCH:
             values[f.name] = check(where, f.name, value)
     slurm = values["batch_system"] == "slurm"
-    values.setdefault("node_daemons", slurm)
+    values.setdefault("node_daemons", values["batch_system"] != "local")
     values.setdefault("mpi_command", "srun" if slurm else "mpirun")
     values["resource_pool"] = parse_pool(where, values["resource_pool"], values["gpus_per_node"])
     cfg = ResourceConfig(**values)
@@ -195,6 +232,11 @@ def _consistent(where: str, c: ResourceConfig) -> None:
         raise ValueError(
             f"{where}: launch_method={c.launch_method!r} starts node daemons; "
             "set node_daemons: true (or use launch_method: fork)"
+        )
+    if c.launch_method in ("mpiexec", "ssh") and c.batch_system == "local" and not c.hosts:
+        raise ValueError(
+            f"{where}: launch_method={c.launch_method} outside a batch job needs `hosts` (the "
+            "host of each node; in a PBS or LSF job they come from its node file)"
         )
     if c.launch_method == "netns" and len(c.hosts) < c.nodes:
         raise ValueError(
@@ -277,7 +319,8 @@ def check_agent_config(where: str, name: str | None) -> None:
         raise ValueError(f"{where}.config={name!r} must be one of {sorted(agent_configs())}")
 
 
-def known_resources() -> list[str]:
+def native_resources() -> list[str]:
+    """The resources of this project's YAML configs (configs/SITE.yaml)."""
     names = []
     for entry in sorted(_configs_dir().iterdir()):
         site = entry.name[: -len(".yaml")]
@@ -287,8 +330,28 @@ def known_resources() -> list[str]:
     return sorted(names)
 
 
-def load(resource: str) -> ResourceConfig:
-    """The config of `resource` (SITE.NAME or a path to a YAML file); ValueError if unknown."""
+def known_resources() -> list[str]:
+    """Every resource a pilot may name: the YAML configs' and RP's (pilot/rp_resources.py)."""
+    from pilot import rp_resources
+
+    return sorted(set(native_resources()) | set(rp_resources.known()))
+
+
+def _native_raw(resource: str) -> dict | None:
+    site, _, name = resource.partition(".")
+    entry = _configs_dir() / f"{site}.yaml"
+    if not site or site in NOT_RESOURCES or not entry.is_file():
+        return None
+    data = _yaml(entry.read_text()) or {}
+    return data.get(name) if name else None
+
+
+def load(resource: str, schema: str | None = None) -> ResourceConfig:
+    """The config of `resource` (SITE.NAME or a path to a YAML file); ValueError if unknown.
+    `schema`: an RP config's access schema (its default_schema by default; a YAML config has
+    none and takes any)."""
+    from pilot import rp_resources
+
     if not isinstance(resource, str) or not resource:
         raise ValueError(f"resource={resource!r} must be a non-empty string")
     if resource.endswith((".yaml", ".yml")) or os.sep in resource:
@@ -296,13 +359,30 @@ def load(resource: str) -> ResourceConfig:
         if not path.is_file():
             raise ValueError(f"resource={resource!r}: no such config file")
         return parse(path.stem, _yaml(path.read_text()) or {})
-    site, _, name = resource.partition(".")
-    entry = _configs_dir() / f"{site}.yaml"
-    known = site and site not in NOT_RESOURCES and entry.is_file()
-    data = _yaml(entry.read_text()) if known else {}
-    if not name or name not in (data or {}):
+    raw = None if rp_resources.users(resource) else _native_raw(resource)
+    if raw is not None:
+        return parse(resource, raw)
+    rp = rp_resources.find(resource)
+    if rp is None:
         raise ValueError(
             f"resource={resource!r} is unknown; known resources: "
             f"{known_resources()} (or the path of a YAML config)"
         )
-    return parse(resource, data[name])
+    mapping, notes = rp_resources.native(resource, rp, schema)
+    return parse(resource, mapping, tuple(notes))
+
+
+def to_raw(c: ResourceConfig) -> dict:
+    """The YAML mapping `c` was parsed from, resolved (parse(c.name, to_raw(c)) == c but for
+    notes): what a pilot's bootstrap is given, so it reads the config its client read."""
+    out = {}
+    for f in fields(ResourceConfig):
+        if not f.metadata.get("check"):
+            continue
+        value = getattr(c, f.name)
+        if f.name == "agent_overhead":
+            value = {k.name: getattr(value, k.name) for k in fields(AgentOverhead)}
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out

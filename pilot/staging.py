@@ -15,8 +15,9 @@ end (input source, output target: a relative one from its working directory, an 
 it is) and in the unit sandbox for the other.
 Actions: TRANSFER moves data between the client and the pilot over the pilot link, in chunks
 (pmgr/transfers.py, partition/data_port.py); TARBALL does the same with a tar of the source,
-unpacked into the target directory; COPY, LINK and MOVE act on the pilot's (shared) file
-system, done by the agent before the unit starts (input) or after it ended (output).  A
+unpacked so that the target ends as COPY leaves it (`untar_as_copy`); COPY, LINK and MOVE act
+on the pilot's (shared) file system, done by the agent before the unit starts (input) or after
+it ended (output).  A
 TRANSFER with no client end is a COPY.  Flags: CREATE_PARENTS (the default; parent
 directories of the target are made), SKIP_FAILED / NON_FATAL (a failed step is logged and the
 unit goes on), RECURSIVE (accepted: directories are always copied whole).
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tarfile
+import tempfile
 
 TRANSFER, COPY, LINK, MOVE, TARBALL = "Transfer", "Copy", "Link", "Move", "Tarball"
 ACTIONS = (TRANSFER, COPY, LINK, MOVE, TARBALL)
@@ -206,3 +209,31 @@ def check_wire(where: str, value) -> list:
         ):
             raise ValueError(f"{where}[{i}]={d!r:.120} is not a pilot-side directive")
     return value
+
+
+def untar_as_copy(tar_path: str, target: str) -> None:
+    """Unpack a TARBALL's tar (one entry at its top: the source, under its own name) so that
+    `target` ends as COPY leaves it (`act`): a directory's content merged into `target`; a file
+    at `target`, or in it when `target` is a directory.  Unpacked beside `target` first, so a
+    broken tar leaves nothing half-placed."""
+    parent = os.path.dirname(target) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".untar.", dir=parent)
+    try:
+        with tarfile.open(tar_path) as tf:
+            tf.extractall(tmp, filter="data")
+        top = os.listdir(tmp)
+        if len(top) != 1:
+            raise StagingError(f"{target}: a TARBALL holds one entry at its top, got {top[:5]}")
+        src = os.path.join(tmp, top[0])
+        if os.path.isdir(src) and not os.path.islink(src):
+            if os.path.isdir(target):
+                shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
+            else:
+                os.replace(src, target)
+        elif os.path.isdir(target):
+            os.replace(src, os.path.join(target, top[0]))
+        else:
+            os.replace(src, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -15,6 +15,8 @@ pilots and raptors):
     pre_exec / post_exec {rank: [lines]}   `if [ "$RP_RANK" = rank ]; then ... fi`
     pre_launch / post_launch   lines before pre_exec / after post_exec (one-rank tasks only)
     named_env        the lines that make (once, under a lock) and enter the environment
+    stdout / stderr  a process task's output files in its sandbox: as named, else RP 1.x's
+                     <uid>.out / <uid>.err (a unit's default is STDOUT / STDERR)
     input DOWNLOAD   a line that fetches the URL into place before the task (one rank only)
     tags colocate    tag = the uid of the first task with that key (run in its partition)
     partition        an index: the uid of that partition of the task's pilot
@@ -83,6 +85,11 @@ def unit_form(td: TaskDescription, uid: str, ctx: TaskContext) -> TaskDescriptio
         _function_mode(form, td, mode)
     else:
         _process(form, td, mode, ctx)
+        # RP 1.x's names for a task's output in its sandbox: <uid>.out / <uid>.err
+        if td.stdout is None:
+            form.stdout = f"{uid}.out"
+        if td.stderr is None:
+            form.stderr = f"{uid}.err"
     if td.gpu_type is not None:
         form.policy = Policy.from_dict({**td.policy.to_dict(), "gpu_env_str": GPU_ENV[td.gpu_type]})
     _placement(form, td, uid, form.pilot, ctx)

@@ -15,12 +15,12 @@ import logging
 import os
 import time
 
-from pilot import functions, processes
+from pilot import functions, processes, resource_config
 from pilot import states as S
 from pilot.agent import native
 from pilot.descriptions import ComputePilotDescription
 from pilot.partition.plan import plan_pilot
-from pilot.pmgr.batch import submitter
+from pilot.pmgr.batch import job_script, submitter
 from pilot.pmgr.entities import PILOT_STATE, callback
 from pilot.pmgr.pilot import Pilot
 
@@ -159,7 +159,11 @@ class PilotManager:
         # added to PYTHONPATH, which units would inherit)
         env = dict(os.environ, PILOT_SESSION_ID=session.uid)
         argv = processes.python_m(processes.BOOTSTRAP, cfg_path, python=pilot.resource.python)
+        argv = job_script.wrap(argv, pilot.resource, pilot.sandbox)  # (its pre_bootstrap lines)
+        for note in pilot.resource.notes:  # what of an RP resource config does not map
+            log.warning("%s: %s", pilot.uid, note)
         try:
+            self.before_job(pilot)
             job = submitter(pilot.resource.batch_system)(
                 argv,
                 env,
@@ -182,6 +186,10 @@ class PilotManager:
         log.info("%s submitted: %s", pilot.uid, pilot.size)
         return pilot
 
+    def before_job(self, pilot: Pilot) -> None:
+        """(_submit) What is done in the pilot's sandbox before its job is submitted (RP 1.x's
+        input_staging: pmgr/rp1_pilots.py); an OSError fails the pilot with it."""
+
     def _write_bootstrap_config(self, pilot: Pilot, plan) -> str:
         """(_submit) The pilot's bootstrap.json, in its sandbox; returns its path."""
         session = self.session
@@ -192,6 +200,7 @@ class PilotManager:
             "client": pilot.client_endpoint(),
             "sandbox": pilot.sandbox,
             "resource": pd.resource,
+            "resource_config": resource_config.to_raw(pilot.resource),  # (as read here)
             "size": pilot.size,
             "runtime": pd.runtime * 60.0,
             "network": {str(k): v for k, v in (plan.network or {}).items()},

@@ -60,7 +60,7 @@ class Recovery:
         session = self.session
         for doc in self.pilot_docs:
             desc = ComputePilotDescription.from_stored(doc["description"])
-            config = resource_config.load(desc.resource)
+            config = resource_config.load(desc.resource, desc.access_schema)
             pilot = pmgr.PILOT(session, doc["uid"], desc, pmgr, doc["size"], config)
             self._restore(pilot, doc)
             pilot.control = doc.get("control")

@@ -50,6 +50,17 @@ SEND_CHUNK = 2000
 log = logging.getLogger("pmgr.units")
 
 
+class _NotAdded:
+    """The pilot of a unit pinned (`pilot=`) to a pilot its manager does not have: RP 1.x keeps
+    such a task TMGR_SCHEDULING until that pilot is added."""
+
+    final = False
+    uid = None
+
+
+NOT_ADDED = _NotAdded()
+
+
 class Routing:
     """Routing state and methods of a UnitManager (which sets the attributes below)."""
 
@@ -71,7 +82,7 @@ class Routing:
     def _never_fits(self, unit: Unit) -> str | None:
         d = unit.description
         if d.pilot is not None:
-            pinned = next(p for p in self.pilots if p.uid == d.pilot)
+            pinned = next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
             if pinned.final:
                 return f"pilot={d.pilot!r} is {pinned.state}"
         if d.partition is not None:
@@ -103,10 +114,11 @@ class Routing:
         return None
 
     def _pilot_for(self, unit: Unit):
-        """The pilot a unit must run on (`pilot=`, or its round-robin turn), or None (any)."""
+        """The pilot a unit must run on (`pilot=`, or its round-robin turn), or None (any);
+        NOT_ADDED: pinned to a pilot this manager does not have (yet): it waits for it."""
         d = unit.description
         if d.pilot is not None:
-            return next(p for p in self.pilots if p.uid == d.pilot)
+            return next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
         if self.scheduler != SCHEDULER_ROUND_ROBIN:
             return None
         if unit.bound is None or unit.bound.final:
@@ -134,7 +146,11 @@ class Routing:
         if self.pilots and all(p.final for p in self.pilots):
             now = time.time()
             for unit in self.pending:
-                unit.advance(S.FAILED, now, "no live pilot is left to run it")
+                pinned = unit.description.pilot
+                why = "no live pilot is left to run it"
+                if pinned and self._pilot_for(unit) is NOT_ADDED:
+                    why = f"pilot={pinned!r} was never added to this manager"
+                unit.advance(S.FAILED, now, why)
             self.pending.clear()
             return None
         if self.pinned and any(p.final for p in self.pilots):  # units pinned to a pilot that ended
@@ -195,6 +211,9 @@ class Routing:
                     continue
             else:
                 pilot = self._pilot_for(unit)
+                if pilot is NOT_ADDED:  # (waits until add_pilots adds it)
+                    skipped.append(unit)
+                    continue
                 if pilot is not None and pilot.final:  # pinned to a pilot that ended
                     unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
                     continue

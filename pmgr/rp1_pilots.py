@@ -5,18 +5,25 @@ pilot can do beyond this project's Pilot: named environments (prepare_env), Rapt
 rp.PilotManager is this PilotManager for RP 0.90 and 1.x scripts alike: a ComputePilotDescription
 is submitted as it is, a PilotDescription as its ComputePilotDescription (`as_pilot`; the keys
 RP 1.x has that are not run here are refused, each naming itself), and every pilot it makes is
-an RPPilot.
+an RPPilot.  A PilotDescription's input_staging is copied into the pilot sandbox before its
+job is submitted, its output_staging back once the pilot is final (pmgr/pilot_staging.py).
 
 Named environments are pmgr/named_envs.py's.
 """
 
 from __future__ import annotations
 
+import os
+from collections import deque
+
+from pilot import resource_config
+from pilot import states as S
 from pilot.descriptions import ComputePilotDescription
 from pilot.pilot_description import PilotDescription
-from pilot.pmgr import named_envs, pilot_manager
+from pilot.pmgr import named_envs, pilot_manager, pilot_staging
 from pilot.pmgr.entities import PILOT_STATE
 from pilot.pmgr.pilot import Pilot
+from pilot.pmgr.pilot_transfers import directives
 from pilot.pmgr.task_events import bulk_from_env
 
 
@@ -28,6 +35,12 @@ class RPPilot(Pilot):
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
         self.named_envs: dict = {}  # name -> spec (prepare_env)
+        self.workdir = os.getcwd()  # RP's client sandbox: where the script runs
+
+    @property
+    def client_sandbox(self) -> str:
+        """RP 1.x's client sandbox: the working directory the pilot was submitted from."""
+        return self.workdir
 
     def prepare_env(self, env_name: str, env_spec: dict) -> None:
         """RP 1.x's named environment (pmgr/named_envs.py): made by the first task that names
@@ -74,6 +87,23 @@ class PilotManager(pilot_manager.PilotManager):
 
     PILOT = RPPilot
 
+    def __init__(self, session) -> None:
+        super().__init__(session)
+        self.staging_in: deque = deque()  # input steps of the pilots being submitted, in order
+        self.staging_out: dict = {}  # pilot uid -> output steps, done once it is final
+        self.callbacks.append(self._stage_out)
+
+    def before_job(self, pilot) -> None:
+        """RP 1.x's input_staging: into the pilot sandbox before the job (pmgr/pilot_staging)."""
+        steps, out = self.staging_in.popleft() if self.staging_in else ([], [])
+        if out:
+            self.staging_out[pilot.uid] = out
+        pilot_staging.stage_in(pilot, steps)
+
+    def _stage_out(self, pilot, state) -> None:
+        if state in S.FINAL and pilot.uid in self.staging_out:
+            pilot_staging.stage_out(pilot, self.staging_out.pop(pilot.uid))
+
     def register_callback(self, cb, cb_data=None, metric=PILOT_STATE) -> None:
         """`cb(pilot, state[, cb_data])` after every state change of this manager's pilots;
         RP 1.x's order (cb, cb_data, metric), and RP 0.90's (cb, metric, cb_data) when the
@@ -108,7 +138,7 @@ class PilotManager(pilot_manager.PilotManager):
         """
         single = not isinstance(descriptions, (list, tuple))
         descs = [descriptions] if single else list(descriptions)
-        envs = []
+        envs, steps = [], []
         for i, d in enumerate(descs):
             if isinstance(d, dict):
                 d = PilotDescription(d)
@@ -117,15 +147,38 @@ class PilotManager(pilot_manager.PilotManager):
                 if error:
                     raise ValueError(f"submit_pilots: descriptions[{i}]: {error}")
                 envs.append(d.prepare_env)
-                descs[i] = d.as_pilot()
+                steps.append(
+                    (directives(d.input_staging, True), directives(d.output_staging, False))
+                )
+                descs[i] = _rp_sandbox(d.as_pilot())
             elif isinstance(d, ComputePilotDescription):
                 envs.append({})
+                steps.append(([], []))
             else:
                 raise ValueError(
                     f"submit_pilots: descriptions[{i}]={d!r} must be a PilotDescription"
                 )
-        pilots = super().submit_pilots(descs)
+        self.staging_in = deque(steps)  # (taken in order by before_job)
+        try:
+            pilots = super().submit_pilots(descs)
+        finally:
+            self.staging_in = deque()
         for pilot, spec in zip(pilots, envs):
             for name, one in spec.items():
                 pilot.prepare_env(name, one)
         return pilots[0] if single else pilots
+
+
+def _rp_sandbox(pd: ComputePilotDescription) -> ComputePilotDescription:
+    """RP 1.x's pilot sandbox, $HOME/radical.pilot.sandbox/<session>/<pilot>, when neither the
+    description nor its resource config (`sandbox`, RP's default_remote_workdir) names one."""
+    if pd.sandbox is not None:
+        return pd
+    try:
+        if resource_config.load(pd.resource, pd.access_schema).sandbox is not None:
+            return pd
+    except ValueError:
+        return pd  # (planning names the error)
+    stored = pd.to_stored()
+    stored["sandbox"] = os.path.join(os.path.expanduser("~"), "radical.pilot.sandbox")
+    return ComputePilotDescription.from_stored(stored)

@@ -521,6 +521,21 @@ class Session:
                 pilot.tick()
 
     # -- end ------------------------------------------------------------------------------------
+    def get_resource_config(self, resource: str, schema: str | None = None) -> dict:
+        """RADICAL-Pilot 1.x's: the RP config of `resource` with its access schema's endpoints
+        laid over it (pilot/utils.py `session_config`).
+
+        Args:
+            resource (str): SITE.NAME.
+            schema (str | None): the access schema (default: the config's default_schema).
+
+        Raises:
+            RuntimeError: an unknown resource or schema (RP's error).
+        """
+        from pilot import utils
+
+        return utils.session_config(resource, schema)
+
     def close(
         self,
         timeout: float = 30.0,

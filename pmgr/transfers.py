@@ -160,8 +160,6 @@ class Transfers:
                     break
         if tar:
             try:
-                os.makedirs(path, exist_ok=True)
-                with tarfile.open(into) as tf:
-                    tf.extractall(path, filter="data")
+                staging.untar_as_copy(into, path)  # the target as COPY leaves it
             finally:
                 os.unlink(into)

@@ -12,7 +12,7 @@ run, and its units one byte each in their manager once released.
 
 It is a `collections.abc.Sequence`: len, [i], [i:j] (a list), iteration, `in`, index, count,
 reversed; == compares with any sequence of the same units in the same order; `+` gives a
-list; `uids` the uids.
+list; `uids` the uids; `append` / `extend` add units of the same manager, as to RP's list.
 """
 
 from __future__ import annotations
@@ -96,6 +96,15 @@ class UnitList(Sequence):
     def uids(self) -> list[str]:
         """The units' uids, in order."""
         return list(self.runs)
+
+    def append(self, unit) -> None:
+        """A unit of the same manager at the end (RP returns a list, and scripts append to
+        it: RP's multiple_pilots tutorial)."""
+        self.runs.add(unit.uid, unit.number)
+
+    def extend(self, units) -> None:
+        for unit in units:
+            self.append(unit)
 
     def __len__(self) -> int:
         return len(self.runs)

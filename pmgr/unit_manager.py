@@ -9,6 +9,7 @@ with the guarantee that every unit ends in exactly one final state.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 
@@ -22,6 +23,8 @@ from pilot.pmgr.unit_queries import UnitQueries
 from pilot.pmgr.unit_stream import UnitStream
 from pilot.pmgr.unit_table import UnitTable
 from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULERS
+
+log = logging.getLogger("pmgr.units")
 
 # submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
 # units are on their way (persisted, then sent) while the rest are made (measured: 2,000
@@ -76,6 +79,7 @@ class UnitManager(UnitQueries, UnitEvents):
         self.units = UnitTable(self)  # live units as objects, released ones as a byte each
         self.feeding = 0  # lazy streams still pulling (pmgr/unit_stream.py)
         self.pending: deque[Unit] = deque()
+        self.waiting_for: set[str] = set()  # pilots units are pinned to, not added (yet)
         self.ranked = False  # a unit with a priority was submitted: pending is kept in order
         self.callbacks: list = []
         self.registered_cbs: list[tuple] = []  # (cb as given, as called): unregister_callback
@@ -245,10 +249,7 @@ class UnitManager(UnitQueries, UnitEvents):
             if error:
                 raise ValueError(f"submit_units: descriptions[{i}]: {error}")
             if d.pilot is not None and d.pilot not in {p.uid for p in self.pilots}:
-                raise ValueError(
-                    f"submit_units: descriptions[{i}].pilot={d.pilot!r} is not a pilot of "
-                    f"this manager; known: {[p.uid for p in self.pilots]}"
-                )
+                self.pinned_to_unknown(d.pilot)  # (it waits for that pilot: pmgr/routing.py)
             if d.tag is not None and d.tag not in self.units and d.tag not in earlier:
                 raise ValueError(
                     f"submit_units: descriptions[{i}].tag={d.tag!r} must be the uid (or, "
@@ -279,6 +280,17 @@ class UnitManager(UnitQueries, UnitEvents):
             if sent is not None and start < len(descs) and yields:
                 sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
         return units
+
+    def pinned_to_unknown(self, pilot: str) -> None:
+        """A unit is pinned to `pilot`, which this manager does not have: it waits (SCHEDULING,
+        RP 1.x's TMGR_SCHEDULING) until add_pilots adds it; said once per pilot."""
+        if pilot not in self.waiting_for:
+            self.waiting_for.add(pilot)
+            log.warning(
+                "%s: units pinned to pilot %r, which is not added (yet): they wait for it",
+                self.uid,
+                pilot,
+            )
 
     def _submit_chunk(self, descs: list, named: dict, units: list, blueprints=None) -> None:
         """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 SUBNET = "10.214.0"
 
@@ -155,3 +156,106 @@ class TestHosts:
         """Namespaces of this tag that still exist."""
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         return [line.split()[0] for line in out.splitlines() if line.startswith(self.tag)]
+
+
+SSH_OPTIONS = (
+    "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR",
+    "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5",
+)  # fmt: skip
+
+
+def sshd_unavailable() -> str | None:
+    for tool in ("/usr/sbin/sshd", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"ssh test hosts need `{tool}` (apt install openssh-server openssh-client)"
+    return unavailable()
+
+
+class Sshd:
+    """An OpenSSH server in each host namespace of `hosts` (listening on the host's address,
+    port 22), taking one key made here for root: the ssh and mpiexec launch methods' test
+    hosts.  `options` are what an ssh client needs to reach them; `wrapper` is an ssh command
+    with those options (for mpiexec's `-launcher-exec`).  Servers are started and stopped by
+    pid, each wait bounded."""
+
+    __test__ = False
+
+    def __init__(self, hosts: TestHosts, folder) -> None:
+        self.hosts = hosts
+        self.dir = str(folder)
+        self.procs: list[subprocess.Popen] = []
+        key = os.path.join(self.dir, "id_ed25519")
+        self.options = ["-i", key, *SSH_OPTIONS]
+        self.wrapper = os.path.join(self.dir, "ssh")
+
+    def __enter__(self) -> Sshd:
+        os.makedirs(self.dir, exist_ok=True)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation
+        for name in ("id_ed25519", "host_ed25519"):
+            path = os.path.join(self.dir, name)
+            if not os.path.exists(path):
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path],
+                    check=True,
+                    capture_output=True,
+                    timeout=20,
+                )
+        shutil.copy(os.path.join(self.dir, "id_ed25519.pub"), os.path.join(self.dir, "keys"))
+        conf = os.path.join(self.dir, "sshd_config")
+        with open(conf, "w") as f:
+            f.write(
+                f"HostKey {self.dir}/host_ed25519\nAuthorizedKeysFile {self.dir}/keys\n"
+                "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+                "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n"
+                "LogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
+            )
+        with open(self.wrapper, "w") as f:
+            f.write(f'#!/bin/sh\nexec ssh {" ".join(self.options)} "$@"\n')
+        os.chmod(self.wrapper, 0o755)
+        try:
+            for i, host in enumerate(self.hosts.hosts, 1):
+                argv = ["/usr/sbin/sshd", "-D", "-e", "-f", conf]
+                argv += ["-o", f"ListenAddress={self.hosts.addr(i)}"]
+                with open(os.path.join(self.dir, f"sshd.{i}.log"), "ab") as log:
+                    self.procs.append(
+                        subprocess.Popen(
+                            ["nsenter", f"--net=/run/netns/{host}", *argv],
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                        )
+                    )
+            self._wait_up()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_up(self, timeout: float = 20.0) -> None:
+        """Each server answers (ssh true from the client namespace), within `timeout`."""
+        deadline = time.monotonic() + timeout
+        for i in range(1, len(self.hosts.hosts) + 1):
+            while True:
+                out = self.hosts.run_in(
+                    self.hosts.ctl,
+                    ["ssh", *self.options, self.hosts.addr(i), "true"],
+                    capture_output=True,
+                    timeout=20,
+                )
+                if out.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd on host {i} did not answer: {out.stderr[-300:]}")
+                time.sleep(0.1)
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        self.procs.clear()

@@ -24,7 +24,8 @@ NAMES = sorted(f[:-3] for f in os.listdir(SCRIPTS) if f.endswith(".py"))
 @pytest.mark.parametrize("name", NAMES)
 def test_rp1_script_runs_to_its_end(name, tmp_path):
     sessions = tmp_path / "sessions"
-    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_SESSIONS_DIR=str(sessions))
+    # (HOME: RP 1.x's pilot sandboxes are under ~/radical.pilot.sandbox)
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_SESSIONS_DIR=str(sessions), HOME=str(tmp_path))
     env.pop("RADICAL_PILOT_BULK_CB", None)
     out = subprocess.run(
         [sys.executable, os.path.join(SCRIPTS, f"{name}.py")],

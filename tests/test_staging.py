@@ -119,3 +119,89 @@ def test_failed_steps_fail_the_unit_naming_the_directive_unless_skipped(session,
     assert no_output.reason.startswith("output staging: Transfer unit://never.dat")
     assert no_copy.state == rp.FAILED and "input staging: Copy pilot:///missing" in no_copy.reason
     assert skipped.state == rp.DONE, skipped.reason
+
+
+def _tree(root, kind: str) -> None:
+    """A source: a file, or a directory holding a file and a subdirectory."""
+    if kind == "file":
+        root.write_text("data\n")
+        return
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text("a\n")
+    (root / "sub" / "b.txt").write_text("b\n")
+
+
+def _listing(root) -> dict:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            out[os.path.relpath(path, root)] = open(path).read()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+@pytest.mark.parametrize("target", ["new", "existing_dir", "nested/new"])
+def test_a_tarball_leaves_what_copy_leaves(tmp_path, kind, target):
+    """TARBALL's unpacking (pilot/staging.py untar_as_copy) against COPY (staging.act) on the
+    same source and target: the same files, in the same places."""
+    import tarfile
+
+    from pilot import staging
+
+    src = tmp_path / "src" / "input.dat"
+    src.parent.mkdir()
+    _tree(src, kind)
+    results = []
+    for how in ("copy", "tar"):
+        box = tmp_path / how
+        box.mkdir()
+        if target == "existing_dir":
+            (box / "existing_dir").mkdir()
+            (box / "existing_dir" / "kept.txt").write_text("kept\n")
+        dst = str(box / target)
+        if how == "copy":
+            d = {"source": f"file://{src}", "target": f"file://{dst}", "action": rp.COPY}
+            assert staging.act({**d, "flags": [rp.CREATE_PARENTS]}, str(box), str(box)) is None
+        else:
+            packed = tmp_path / "t.tar"
+            with tarfile.open(packed, "w") as tf:
+                tf.add(src, arcname=src.name)
+            staging.untar_as_copy(str(packed), dst)
+        results.append(_listing(box))
+    assert results[0] == results[1] and results[0]
+    assert not [n for n in os.listdir(tmp_path / "tar") if n.startswith(".untar")]
+
+
+def test_a_tarball_to_a_task_file_leaves_the_file(session, tmp_path, monkeypatch):
+    """RP 1.x's 11_task_input_data_tar: TARBALL client:///input.dat -> task:///input.dat puts
+    the file at its target (not a directory input.dat/ holding it), and back to the client."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input.dat").write_text("0123456789\n")
+    _tree(tmp_path / "tree", "dir")
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    u = umgr.submit_units(
+        CUD(
+            executable="/bin/sh",
+            arguments=["-c", "wc -c < input.dat; cat tree/sub/b.txt; cp input.dat back.dat"],
+            input_staging=[
+                {
+                    "source": "client:///input.dat",
+                    "target": "task:///input.dat",
+                    "action": rp.TARBALL,
+                },
+                {"source": "client:///tree", "target": "task:///tree", "action": rp.TARBALL},
+            ],
+            output_staging=[
+                {
+                    "source": "task:///back.dat",
+                    "target": "client:///out/back.dat",
+                    "action": rp.TARBALL,
+                },
+            ],
+        )
+    )
+    assert u.wait(timeout=60) == rp.DONE, (u.reason, u.stderr)
+    assert os.path.isfile(os.path.join(u.sandbox, "input.dat"))
+    assert u.stdout.split() == ["11", "b"]
+    assert (tmp_path / "out" / "back.dat").read_text() == "0123456789\n"

@@ -2,6 +2,8 @@
 
     local   pmgr/batch/local.py   the pilot job is a process tree on this machine
     slurm   pmgr/batch/slurm.py   through PSI/J's SLURM executor
+    pbs     pmgr/batch/pbs.py     through PSI/J's PBS Pro executor
+    lsf     pmgr/batch/lsf.py     through PSI/J's LSF executor
 (named once, in pilot/plugins.py: BATCH_SYSTEMS)
 
 Each module has `submit(argv, env, sandbox, *, nodes, runtime, queue, project, rcfg)` (a

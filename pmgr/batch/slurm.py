@@ -28,6 +28,7 @@ answers starts the count again.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -47,7 +48,18 @@ QUERY_FAILED = (
 )
 
 
+PSIJ_CONFIGS = {  # each PSI/J batch executor's own config class
+    "slurm": "psij.executors.batch.slurm:SlurmExecutorConfig",
+    "pbs": "psij.executors.batch.pbs:PBSExecutorConfig",
+    "lsf": "psij.executors.batch.lsf:LsfExecutorConfig",
+}
+
+
 class SlurmJob:
+    SYSTEM = "SLURM"  # (pmgr/batch/pbs.py and lsf.py follow their jobs with this class)
+    CANCEL = "scancel"
+    EXCLUSIVE = False  # whole nodes asked for explicitly (SLURM: the partition's own policy)
+
     def __init__(self, job, executor, sandbox: str, interval: float = 30.0) -> None:
         self.job = job
         self.executor = executor
@@ -79,7 +91,8 @@ class SlurmJob:
             last = status.message.strip().splitlines()[-1][:300]
             if self.failed_queries >= QUERY_TRIES:
                 self.gave_up = (
-                    f"SLURM could not be asked about job {self.pid}: {self.failed_queries} "
+                    f"{self.SYSTEM} could not be asked about job {self.pid}: "
+                    f"{self.failed_queries} "
                     f"queries failed in a row over {now - self.first_failed:.0f} s ({last})"
                 )
                 log.error("%s; the job is canceled", self.gave_up)
@@ -87,7 +100,8 @@ class SlurmJob:
                 return False
             delay = self.interval * 2 ** (self.failed_queries - 1)
             log.warning(
-                "SLURM job %s: a query failed (%d of %d), asking again in %g s: %s",
+                "%s job %s: a query failed (%d of %d), asking again in %g s: %s",
+                self.SYSTEM,
                 self.pid,
                 self.failed_queries,
                 QUERY_TRIES,
@@ -112,7 +126,7 @@ class SlurmJob:
         if self._query_failed(status):
             return None if self._follow(status) else 1
         if str(status.state) != "NEW" and self.failed_queries:
-            log.info("SLURM job %s: answered again (%s)", self.pid, status.state)
+            log.info("%s job %s: answered again (%s)", self.SYSTEM, self.pid, status.state)
             self.failed_queries, self.first_failed = 0, None
         if not status.state.final:
             return None
@@ -133,11 +147,11 @@ class SlurmJob:
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))  # (a retried query)
 
     def _scancel(self) -> None:
-        """scancel, bounded, whatever PSI/J thinks of the job's state."""
+        """scancel (qdel, bkill), bounded, whatever PSI/J thinks of the job's state."""
         try:
-            subprocess.run(["scancel", str(self.pid)], capture_output=True, timeout=30)
+            subprocess.run([self.CANCEL, str(self.pid)], capture_output=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            log.error("scancel of job %s failed: %s", self.pid, exc)
+            log.error("%s of job %s failed: %s", self.CANCEL, self.pid, exc)
 
     def cancel(self) -> None:
         if self._canceled or self.gave_up:
@@ -152,14 +166,14 @@ class SlurmJob:
         try:
             self.executor.cancel(self.job)
         except Exception as exc:  # PSI/J raises SubmitException and others
-            log.error("scancel of job %s failed: %s", self.pid, exc)
+            log.error("%s of job %s failed: %s", self.CANCEL, self.pid, exc)
 
     def kill(self) -> None:
         self.cancel()
 
     def describe(self) -> str:
         status = self.job.status
-        parts = [self.gave_up or f"SLURM job {self.pid} {status.state}"]
+        parts = [self.gave_up or f"{self.SYSTEM} job {self.pid} {status.state}"]
         if status.message and not self.gave_up:
             parts.append(status.message.strip())
         try:
@@ -183,24 +197,38 @@ def submit(
     rcfg=None,
     **_,
 ) -> SlurmJob:
+    """A Submitter (pmgr/batch/__init__.py): the pilot job through PSI/J's SLURM executor."""
+    return submit_psij("slurm", SlurmJob, argv, env, sandbox, nodes, runtime, queue, project, rcfg)
+
+
+def submit_psij(
+    name: str, job_class, argv, env, sandbox, nodes, runtime, queue, project, rcfg
+) -> SlurmJob:
+    """The pilot job through PSI/J's executor `name` (the resource's psij_executor wins): whole
+    nodes, the runtime plus TIME_MARGIN, the queue and account, the resource's batch_options
+    as PSI/J custom attributes ("pbs.l": ... -> `#PBS -l ...`); followed by `job_class`."""
     try:
         from psij import Job, JobAttributes, JobExecutor, JobSpec, ResourceSpecV1
-        from psij.executors.batch.slurm import SlurmExecutorConfig
+        from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
     except ImportError as exc:  # the `batch` extra
         raise OSError(
-            f"psij-python is needed for SLURM pilots (pip install psij-python): {exc}"
+            f"psij-python is needed for {job_class.SYSTEM} pilots (pip install psij-python): {exc}"
         ) from None
     poll = int(rcfg.queue_poll_interval) if rcfg else 30
     work = Path(sandbox) / "psij"
     work.mkdir(parents=True, exist_ok=True)
-    config = SlurmExecutorConfig(
+    config_class = BatchSchedulerExecutorConfig
+    if name in PSIJ_CONFIGS:
+        module, _, attr = PSIJ_CONFIGS[name].partition(":")
+        config_class = getattr(importlib.import_module(module), attr)
+    config = config_class(
         work_directory=work,
         queue_polling_interval=poll,
         initial_queue_polling_delay=1,
         keep_files=True,
     )
     executor = JobExecutor.get_instance(
-        (rcfg.psij_executor if rcfg else None) or "slurm", config=config
+        (rcfg.psij_executor if rcfg else None) or name, config=config
     )
     minutes = math.ceil((runtime + TIME_MARGIN) / 60)
     spec = JobSpec(
@@ -211,17 +239,26 @@ def submit(
         inherit_environment=True,
         stdout_path=Path(sandbox) / "bootstrap.out",
         stderr_path=Path(sandbox) / "bootstrap.log",
-        resources=ResourceSpecV1(node_count=nodes, processes_per_node=1),
+        resources=ResourceSpecV1(
+            node_count=nodes, processes_per_node=1, exclusive_node_use=job_class.EXCLUSIVE
+        ),
         attributes=JobAttributes(
             duration=timedelta(minutes=minutes),
             queue_name=queue or (rcfg.queue if rcfg else None),
             account=project or (rcfg.account if rcfg else None),
+            custom_attributes=dict(rcfg.batch_options) if rcfg and rcfg.batch_options else None,
         ),
     )
     job = Job(spec)
     try:
         executor.submit(job)
-    except Exception as exc:  # psij.SubmitException: sbatch refused it (bad queue, too big)
-        raise OSError(f"sbatch refused the pilot job: {exc}") from None
-    log.info("pilot job submitted to SLURM: %s (%d nodes, %d min)", job.native_id, nodes, minutes)
-    return SlurmJob(job, executor, sandbox, poll)
+    except Exception as exc:  # psij.SubmitException: the batch system refused it
+        raise OSError(f"{job_class.SYSTEM} refused the pilot job: {exc}") from None
+    log.info(
+        "pilot job submitted to %s: %s (%d nodes, %d min)",
+        job_class.SYSTEM,
+        job.native_id,
+        nodes,
+        minutes,
+    )
+    return job_class(job, executor, sandbox, poll)

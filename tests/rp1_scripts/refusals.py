@@ -36,7 +36,7 @@ try:
     assert tmgr.list_tasks() == []
     for key, value in (
         ("services", [rp.TaskDescription()]),
-        ("input_staging", ["in.dat"]),
+        ("app_comm", ["chan"]),
         ("job_name", "mine"),
     ):
         try:

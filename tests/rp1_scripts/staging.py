@@ -73,7 +73,7 @@ try:
             "executable": "/bin/sh",
             "arguments": ["-c", "cat tree/sub/leaf.txt here.dat"],
             "input_staging": [
-                {"source": "client:///tree", "target": "task:///", "action": rp.TARBALL},
+                {"source": "client:///tree", "target": "task:///tree", "action": rp.TARBALL},
                 {"source": moving, "target": "task:///here.dat", "action": rp.MOVE},
             ],
         }

@@ -4,6 +4,8 @@
 
 spread   two partitions (2 nodes + 1 node) over three hosts; multi-rank units on each
 silent   one host never reports: the pilot goes on without it (or fails, per the config)
+four     a pilot of four nodes (one partition over all of it), ACTIVE; a unit on every core of
+         every node, each saying where it ran (tests/test_launch_methods.py: ssh, mpiexec)
 """
 
 from __future__ import annotations
@@ -130,11 +132,37 @@ def silent(session, resource: str, network_config: str | None = None) -> dict:
     return out
 
 
+def four(session, resource: str) -> dict:
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(resource=resource, nodes=4, runtime=2)
+    )
+    state = pilot.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED, rp.DONE], timeout=60)
+    out = {"state": state, "reason": pilot.reason, "pilot": pilot, "units": []}
+    if state != rp.ACTIVE:
+        return out
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    units = umgr.submit_units(
+        [
+            rp.ComputeUnitDescription(
+                executable="/bin/sh", arguments=["-c", "echo $PILOT_NODE_NAME; sleep 0.5"]
+            )
+            for _ in range(8)
+        ]
+    )
+    umgr.wait_units(timeout=60)
+    out["units"] = [{"state": u.state, "node": u.node, "out": u.stdout.strip()} for u in units]
+    out["nodes"] = pilot.nodes
+    return out
+
+
 def main() -> int:
     scenario, resource = sys.argv[1], sys.argv[2]
     session = rp.Session(database_url="null://")
     try:
-        result = {"spread": spread, "silent": silent}[scenario](session, resource, *sys.argv[3:])
+        result = {"spread": spread, "silent": silent, "four": four}[scenario](
+            session, resource, *sys.argv[3:]
+        )
         pilot = result.pop("pilot")
     finally:
         session.close()

@@ -1,0 +1,330 @@
+"""RADICAL-Pilot 1.x's resource configs (resource_<site>.json) read as this project's.
+
+Where they come from, per SITE (the file resource_SITE.json), the later laid over the earlier
+key by key (RP's own merge: a user's entry may change one key of a shipped one):
+    configs/rp/resource_SITE.json    RP 1.103's site configs as RP ships them (MIT: its
+                                     notice is configs/rp/LICENSE.md)
+    $RADICAL_CONFIG_USER_DIR/.radical/pilot/configs/resource_SITE.json   the user's
+                                     (RADICAL_CONFIG_USER_DIR defaults to $HOME)
+A resource SITE.NAME is looked up in the user's files first, then in this project's YAML
+configs (configs/SITE.yaml, the native form), then in the shipped RP files
+(pilot/resource_config.py `load`).  Lines starting with `#` are comments, as RP reads them.
+
+What RP's keys become (`native`: the mapping pilot/resource_config.py parses, and the notes
+naming what does not map; the access schema picks the entry of `schemas`):
+    job_manager_endpoint   its scheme is the batch system: slurm:// -> slurm, pbspro:// /
+                           pbs:// -> pbs, lsf:// -> lsf, fork:// -> local (a process tree
+                           here, inside an allocation when the resource manager has one);
+                           ssh, gsissh and `+ssh` schemes are refused: submit from the
+                           machine's login node with its local schema
+    resource_manager       which node file names the allocation's nodes, and how node
+                           daemons start (launch_method): SLURM -> srun, PBSPRO -> mpiexec
+                           (PALS) or ssh, LSF -> ssh (jsrun starts no daemon of ours),
+                           FORK -> fork (one node)
+    launch_methods.order   the first MPI launcher is mpi_command (MPIRUN mpirun, MPIEXEC
+                           mpiexec, SRUN srun); a method's pre_exec_cached runs in the job
+                           before the bootstrap (pre_bootstrap), so every task inherits it
+    cores_per_node x system_architecture.smt, minus blocked_cores -> cores_per_node;
+    gpus_per_node minus blocked_gpus -> gpus_per_node; default_queue -> queue
+    default_remote_workdir -> sandbox: <it>/radical.pilot.sandbox/<session>/<pilot>
+    pre_bootstrap_0, pre_bootstrap_1, task_pre_exec -> pre_bootstrap (in that order)
+    virtenv (virtenv_mode use / update / local) -> python <virtenv>/bin/python3;
+    python_interpreter -> python
+    system_architecture.options -> batch_options (slurm --constraint a&b, PBS -l a,b,
+                           LSF -alloc_flags "a b"); mandatory_args -> required
+    description -> description; keys whose effect is this project's own here (SAME: notes,
+    rp_version, agent_scheduler CONTINUOUS, ...) are taken silently; the others (IGNORED:
+    forward_tunnel_endpoint, numa_domain_map, another agent_spawner, ...) are noted as not
+    used, with why
+Every RP key is named in KEYS; an unknown key is noted too, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+BATCH = {"slurm": "slurm", "pbspro": "pbs", "pbs": "pbs", "torque": "pbs", "lsf": "lsf"}
+BATCH.update({"fork": "local", "local": "local"})
+RM_LAUNCH = {"SLURM": "srun", "PBSPRO": "mpiexec", "LSF": "ssh", "FORK": "fork"}
+NODES = 100_000  # RP's configs name no node count: a pilot's own size (cores=, nodes=) decides
+MPI_LMS = {"MPIRUN": "mpirun", "MPIEXEC": "mpiexec", "SRUN": "srun"}
+REMOTE = "submission from another host (ssh) is not done here: run the client on the machine"
+# RP keys whose effect is this project's own here: silent with these values (any value: None)
+SAME = {
+    "notes": None,
+    "rp_version": None,  # nothing of RP is installed on the resource: this project runs there
+    "python_dist": None,  # the pilot runs on `python` (default: the client's interpreter)
+    "raptor": None,  # Raptor runs as function workers here (RP's heartbeat settings)
+    "fake_resources": None,  # cores_per_node and gpus_per_node are used as given
+    "lfs_path_per_node": None,  # (no task may ask for node-local storage here:
+    "lfs_size_per_node": None,  # lfs_per_rank and mem_per_rank are refused at submit)
+    "mem_per_node": None,
+    "agent_config": ("default", "default_sa"),
+    "agent_scheduler": ("CONTINUOUS",),
+    "agent_spawner": ("POPEN",),
+    "job_manager_hop": ("fork://localhost/", "fork://localhost"),
+    "task_pre_launch": ([],),
+    "task_post_launch": ([],),
+    "task_post_exec": ([],),
+}
+# RP keys that do not map: why (named at submit, when their value is not one of SAME's)
+IGNORED = {
+    "agent_config": "agents here are this project's (configs/agents.yaml)",
+    "agent_scheduler": "the agent's scheduler here is this project's (work-conserving)",
+    "agent_spawner": "units are spawned by this project's node daemons and agents",
+    "forward_tunnel_endpoint": "no tunnel is made: the compute nodes must reach the client",
+    "job_manager_hop": "the batch system is reached from this machine",
+    "numa_domain_map": "no NUMA domains are accounted",
+    "n_partitions": "a pilot's partitions are its description's (partitions=)",
+    "network_interface": "where channels listen is the native `address` key",
+    "new_session_per_task": "every unit runs in a process group of its own",
+    "task_pre_launch": "pre_launch lines are a task's own here",
+    "task_post_launch": "post_launch lines are a task's own here",
+    "task_post_exec": "post_exec lines are a task's own here",
+    "task_tmp": "tasks use the node's TMPDIR",
+    "scattered": "units are placed by the agent (policy=)",
+}
+KEYS = set(IGNORED) | set(SAME) | {
+    "label", "description", "default_schema", "schemas", "job_manager_endpoint",
+    "filesystem_endpoint", "default_queue", "resource_manager", "launch_methods",
+    "cores_per_node", "gpus_per_node", "system_architecture", "default_remote_workdir",
+    "pre_bootstrap_0", "pre_bootstrap_1", "task_pre_exec", "virtenv", "virtenv_mode",
+    "python_interpreter", "mandatory_args",
+}  # fmt: skip
+
+
+def shipped_dir() -> Path:
+    import pilot.configs
+
+    return Path(pilot.configs.__file__).parent / "rp"
+
+
+def user_dir() -> Path:
+    base = os.environ.get("RADICAL_CONFIG_USER_DIR") or os.path.expanduser("~")
+    return Path(base) / ".radical" / "pilot" / "configs"
+
+
+def _read(path: Path) -> dict:
+    text = "\n".join(x for x in path.read_text().splitlines() if not x.lstrip().startswith("#"))
+    try:
+        data = json.loads(text or "{}")
+    except ValueError as exc:
+        raise ValueError(f"RP resource config {path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"RP resource config {path}: must map resource names to mappings")
+    return data
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    if not folder.is_dir():
+        return {}
+    return {
+        p.name[len("resource_") : -len(".json")]: p for p in sorted(folder.glob("resource_*.json"))
+    }
+
+
+def site_configs() -> dict[str, dict]:
+    """{site: {name: RP config}}: the shipped files with the user's laid over them."""
+    sites: dict[str, dict] = {}
+    for folder in (shipped_dir(), user_dir()):
+        for site, path in _files(folder).items():
+            sites[site] = _merge(sites.get(site, {}), _read(path))
+    return sites
+
+
+def users(resource: str) -> bool:
+    """The user's own files name SITE.NAME (they win over every other config)."""
+    site, _, name = resource.partition(".")
+    path = _files(user_dir()).get(site)
+    return path is not None and name in _read(path)
+
+
+def find(resource: str) -> dict | None:
+    """The RP config of SITE.NAME (shipped and user's merged), or None."""
+    site, _, name = resource.partition(".")
+    entry = site_configs().get(site, {}).get(name)
+    return copy.deepcopy(entry) if entry is not None else None
+
+
+def known() -> list[str]:
+    return sorted(f"{s}.{n}" for s, names in site_configs().items() for n in names)
+
+
+def with_schema(resource: str, rcfg: dict, schema: str | None) -> dict:
+    """RP's session.get_resource_config: the entry of `schema` (default_schema by default)
+    laid over the config, and `label`; ValueError naming an unknown schema."""
+    schemas = rcfg.get("schemas") or {}
+    schema = schema or rcfg.get("default_schema")
+    out = copy.deepcopy(rcfg)
+    if schema:
+        entry = schemas.get(schema)
+        if isinstance(entry, str):  # (an alias: "batch": "interactive")
+            entry = schemas.get(entry)
+        if not isinstance(entry, dict):
+            raise ValueError(
+                f"resource {resource!r}: access_schema={schema!r} must be one of {sorted(schemas)}"
+            )
+        out.update(copy.deepcopy(entry))
+    out["label"] = resource
+    return out
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
+
+
+def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, list[str]]:
+    """(the native mapping pilot/resource_config.py parses, notes on what did not map).
+    ValueError naming the key when the resource cannot run here at all."""
+    where = f"RP resource config {resource}"
+    cfg = with_schema(resource, rcfg, schema)
+    notes: list[str] = []
+    out: dict = {"description": cfg.get("description") or f"RP's {resource}"}
+
+    def note(key: str, why: str, value=None) -> None:
+        value = cfg.get(key) if value is None else value
+        notes.append(f"{where}: {key}={value!r:.80} is not used: {why}")
+
+    url = cfg.get("job_manager_endpoint") or "fork://localhost/"
+    scheme = _scheme(url)
+    if "ssh" in scheme or scheme not in BATCH:
+        raise ValueError(
+            f"{where}: job_manager_endpoint={url!r} (access_schema "
+            f"{schema or cfg.get('default_schema')!r}) is not supported: "
+            + (REMOTE if "ssh" in scheme else f"its scheme must be one of {sorted(BATCH)}")
+        )
+    out["batch_system"] = BATCH[scheme]
+    out["nodes"] = NODES
+    rm = str(cfg.get("resource_manager") or "FORK").upper()
+    if rm not in RM_LAUNCH:
+        raise ValueError(
+            f"{where}: resource_manager={rm!r} is not supported: one of {sorted(RM_LAUNCH)}"
+        )
+    order = [str(x).upper() for x in (cfg.get("launch_methods") or {}).get("order", [])]
+    launch = RM_LAUNCH[rm]
+    if rm == "PBSPRO" and "MPIEXEC" not in order and "MPIRUN" not in order:
+        launch = "ssh"
+    out["launch_method"] = launch
+    out["node_daemons"] = launch != "fork"
+    if launch != "fork":
+        out["address"] = "auto"
+    mpi = [MPI_LMS[m] for m in order if m in MPI_LMS]
+    if mpi:
+        out["mpi_command"] = mpi[0]
+    others = [m for m in order if m not in MPI_LMS and m != "FORK"]
+    if others:
+        note("launch_methods", f"{others}: tasks start through this project's node daemons")
+    pre = [str(x) for x in cfg.get("pre_bootstrap_0") or []]
+    lms = cfg.get("launch_methods") or {}
+    for m in order:
+        pre += [str(x) for x in (lms.get(m) or {}).get("pre_exec_cached") or []]
+    pre += [str(x) for x in cfg.get("pre_bootstrap_1") or []]
+    pre += [str(x) for x in cfg.get("task_pre_exec") or []]
+    if pre:
+        out["pre_bootstrap"] = pre
+    _cores(cfg, out, note)
+    if cfg.get("default_queue"):
+        out["queue"] = cfg["default_queue"]
+    if cfg.get("default_remote_workdir"):
+        out["sandbox"] = f"{str(cfg['default_remote_workdir']).rstrip('/')}/radical.pilot.sandbox"
+    _python(cfg, out, note)
+    options = [str(x) for x in (cfg.get("system_architecture") or {}).get("options") or []]
+    if options:
+        out["batch_options"] = _options(out["batch_system"], options, note)
+    if cfg.get("mandatory_args"):
+        out["required"] = [str(x) for x in cfg["mandatory_args"]]
+    for key in sorted(set(cfg) - {"label", "filesystem_endpoint", "job_manager_endpoint"}):
+        same = SAME.get(key, ())
+        if key in SAME and (same is None or cfg[key] in same):
+            continue
+        if key in IGNORED:
+            note(key, IGNORED[key])
+        elif key not in KEYS:
+            note(key, "an RP key unknown here")
+    return out, notes
+
+
+def _cores(cfg: dict, out: dict, note) -> None:  # (cores_per_node x smt - blocked_cores)
+    arch = cfg.get("system_architecture") or {}
+    smt = arch.get("smt") or 1
+    if cfg.get("cores_per_node"):
+        cores = int(cfg["cores_per_node"]) * int(smt)
+        blocked = arch.get("blocked_cores") or []
+        if blocked:
+            note(
+                "system_architecture.blocked_cores",
+                f"their count is left out (cores_per_node {cores} -> {cores - len(blocked)}), "
+                "not which cores: units are bound to the node's first cores",
+                blocked,
+            )
+        out["cores_per_node"] = cores - len(blocked)
+    if cfg.get("gpus_per_node") is not None:
+        gpus = int(cfg["gpus_per_node"]) - len(arch.get("blocked_gpus") or [])
+        out["gpus_per_node"] = max(gpus, 0)
+    # (exclusive: a pilot's nodes are whole nodes; oversubscribe: logical cores may exceed)
+    for key in sorted(set(arch) - {"smt", "blocked_cores", "blocked_gpus", "options"}):
+        if key not in ("exclusive", "oversubscribe"):
+            why = "not applied to the batch job or the placement"
+            note(f"system_architecture.{key}", why, arch[key])
+
+
+def _python(cfg: dict, out: dict, note) -> None:
+    mode = cfg.get("virtenv_mode") or "local"
+    if cfg.get("python_interpreter"):
+        out["python"] = cfg["python_interpreter"]
+    if cfg.get("virtenv") and mode in ("use", "update", "local", "recreate", "create"):
+        out["python"] = f"{str(cfg['virtenv']).rstrip('/')}/bin/python3"
+        if mode in ("update", "recreate", "create"):
+            note("virtenv_mode", f"{mode}: the virtualenv is used as it is, never made here")
+    elif mode in ("create", "recreate", "update"):
+        note("virtenv_mode", f"{mode}: no virtualenv is made; the pilot runs on `python`")
+
+
+def _options(batch: str, options: list[str], note) -> dict:
+    if batch == "slurm":
+        return {"slurm.constraint": "&".join(options)}
+    if batch == "pbs":
+        # (place=: the job's own placement is scatter:exclhost, whole nodes: pmgr/batch/pbs.py)
+        rest = [o for o in options if not o.startswith("place=")]
+        return {"pbs.l": ",".join(rest)} if rest else {}
+    if batch == "lsf":
+        return {"lsf.alloc_flags": " ".join(options)}
+    note("system_architecture.options", "the job is no batch job here", options)
+    return {}
+
+
+def rp_view(resource: str, c) -> dict:
+    """An RP-shaped config of a native ResourceConfig `c` (for rp.utils.get_resource_config on
+    this project's YAML resources)."""
+    scheme = {"local": "fork", "pbs": "pbspro"}.get(c.batch_system, c.batch_system)
+    rm = {"local": "FORK", "slurm": "SLURM", "pbs": "PBSPRO", "lsf": "LSF"}[c.batch_system]
+    lms = ["FORK"] + [k for k, v in MPI_LMS.items() if v == os.path.basename(c.mpi_command or "")]
+    return {
+        "label": resource,
+        "description": c.description or "",
+        "default_schema": "local",
+        "schemas": {
+            "local": {
+                "job_manager_endpoint": f"{scheme}://localhost/",
+                "filesystem_endpoint": "file://localhost/",
+            }
+        },
+        "resource_manager": rm,
+        "default_queue": c.queue,
+        "cores_per_node": c.cores_per_node,
+        "gpus_per_node": c.gpus_per_node,
+        "launch_methods": {"order": lms, **{m: {} for m in lms}},
+        "default_remote_workdir": c.sandbox or "$HOME",
+        "pre_bootstrap_0": list(c.pre_bootstrap),
+        "virtenv_mode": "local",
+    }

@@ -1,0 +1,68 @@
+"""`rp.utils`: RADICAL-Pilot 1.x's look-ups of resource configs, over this project's.
+
+    get_resource_configs()                    {site: {name: config}}: every resource
+    get_resource_config(resource)             one resource's RP config (a dict), or None
+    get_resource_job_url(resource, schema)    its schema's job_manager_endpoint
+    get_resource_fs_url(resource, schema)     its schema's filesystem_endpoint
+
+RP's configs (pilot/rp_resources.py: the shipped resource_*.json and the user's) are given as
+RP reads them; this project's YAML resources as the RP config they amount to (`rp_view`).  The
+user's own win, as they win for a pilot.  `Session.get_resource_config` is here too
+(`session_config`): the schema's entry laid over the config, and its `label`.
+"""
+
+from __future__ import annotations
+
+from pilot import resource_config, rp_resources
+
+
+def get_resource_configs() -> dict[str, dict]:
+    """Every resource's RP config, by site and name."""
+    out: dict[str, dict] = {}
+    for name in resource_config.known_resources():
+        site, _, res = name.partition(".")
+        cfg = get_resource_config(name)
+        if cfg is not None:
+            out.setdefault(site, {})[res] = cfg
+    return out
+
+
+def get_resource_config(resource: str) -> dict | None:
+    """The RP config of `resource` (SITE.NAME), or None when there is none."""
+    if not isinstance(resource, str) or "." not in resource:
+        return None
+    if not rp_resources.users(resource) and resource in resource_config.native_resources():
+        return rp_resources.rp_view(resource, resource_config.load(resource))
+    return rp_resources.find(resource)
+
+
+def _endpoint(resource: str, schema: str | None, key: str) -> str | None:
+    cfg = get_resource_config(resource)
+    if cfg is None:
+        return None
+    try:
+        return rp_resources.with_schema(resource, cfg, schema).get(key)
+    except ValueError:
+        return None
+
+
+def get_resource_job_url(resource: str, schema: str | None = None) -> str | None:
+    """The job_manager_endpoint of `resource`'s access schema (default: its default_schema)."""
+    return _endpoint(resource, schema, "job_manager_endpoint")
+
+
+def get_resource_fs_url(resource: str, schema: str | None = None) -> str | None:
+    """The filesystem_endpoint of `resource`'s access schema (default: its default_schema)."""
+    return _endpoint(resource, schema, "filesystem_endpoint")
+
+
+def session_config(resource: str, schema: str | None = None) -> dict:
+    """RP's session.get_resource_config: RuntimeError (RP's) for an unknown resource or
+    schema."""
+    cfg = get_resource_config(resource)
+    if cfg is None:
+        raise RuntimeError(f"resource {resource!r} is unknown")
+    try:
+        return rp_resources.with_schema(resource, cfg, schema)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None

@@ -1,0 +1,287 @@
+"""RADICAL-Pilot's sites here: its resource_*.json configs read as ours (pilot/rp_resources.py),
+PBS Pro and LSF pilot jobs through PSI/J (pmgr/batch/pbs.py, lsf.py), and the node daemons'
+launch methods for sites without srun: mpiexec and ssh (partition/launch/).
+
+There is no PBS or LSF server here: the job scripts are PSI/J's own, rendered by a real
+submission whose qsub / bsub (and qstat / bjobs, qdel / bkill) are stand-ins in a folder put
+first on PATH: they keep the script, answer with a job id and a queued state, and record a
+cancel.  The launch methods run for real across four network-namespace test hosts, each with
+an OpenSSH server (tests/netns.py Sshd), mpiexec being MPICH's hydra."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+import yaml
+
+import pilot as rp
+from pilot import resource_config
+from pilot.pmgr import reaper
+from tests import netns
+from tests.conftest import ROOT
+
+FAKE = {  # name -> shell body; $D is the folder the stand-ins keep their files in
+    "qsub": 'cp "$1" "$D/job.script"; echo 4242.pbs',
+    "qstat": (
+        'if [ -e "$D/canceled" ]; then s=F; x=265; else s=Q; x=0; fi; '
+        'echo "{\\"Jobs\\": {\\"4242.pbs\\": {\\"job_state\\": \\"$s\\", '
+        '\\"Exit_status\\": $x}}}"'
+    ),
+    "qdel": 'echo "$@" > "$D/canceled"',
+    "bsub": 'cp "$1" "$D/job.script"; echo "Job <4343> is submitted to queue <pbatch>."',
+    "bjobs": (
+        'if [ -e "$D/canceled" ]; then s=EXIT; else s=PEND; fi; '
+        'echo "{\\"RECORDS\\": [{\\"JOBID\\": \\"4343\\", \\"STAT\\": \\"$s\\", '
+        '\\"EXIT_REASON\\": \\"\\", \\"KILL_REASON\\": \\"\\", \\"SUSPEND_REASON\\": \\"\\"}]}"'
+    ),
+    "bkill": 'echo "$@" > "$D/canceled"',
+}
+
+
+@pytest.fixture
+def fake_batch(tmp_path, monkeypatch):
+    folder = tmp_path / "fakebin"
+    folder.mkdir()
+    for name, body in FAKE.items():
+        path = folder / name
+        path.write_text(f"#!/bin/sh\nD={folder}\n{body}\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return folder
+
+
+@pytest.fixture
+def user_configs(tmp_path, monkeypatch):
+    """An empty user config folder (the real ~/.radical is never read or written)."""
+    monkeypatch.setenv("RADICAL_CONFIG_USER_DIR", str(tmp_path / "user"))
+    folder = tmp_path / "user" / ".radical" / "pilot" / "configs"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def test_rp_site_configs_become_ours(user_configs, monkeypatch):
+    frontier = resource_config.load("ornl.frontier")
+    assert (frontier.batch_system, frontier.launch_method, frontier.node_daemons) == (
+        "slurm",
+        "srun",
+        True,
+    )
+    assert (frontier.cores_per_node, frontier.gpus_per_node, frontier.queue) == (112, 8, "batch")
+    assert frontier.pre_bootstrap == ("module load cray-python",)
+    assert frontier.sandbox == "$MEMBERWORK/%(pd.project)s/radical.pilot.sandbox"
+    (blocked,) = frontier.notes  # 128 logical cores, 16 left out: which ones is not kept
+    assert "system_architecture.blocked_cores=[0, 8," in blocked and "128 -> 112" in blocked
+    polaris = resource_config.load("anl.polaris")
+    assert (polaris.batch_system, polaris.launch_method, polaris.mpi_command) == (
+        "pbs",
+        "mpiexec",
+        "mpiexec",
+    )
+    assert polaris.batch_options == {"pbs.l": "filesystems=grand:home"}
+    assert polaris.pre_bootstrap == ("module use /soft/modulefiles", "module load conda")
+    assert resource_config.load("nersc.perlmutter").batch_options == {"slurm.constraint": "cpu"}
+    lassen = resource_config.load("llnl.lassen")  # LSF, jsrun: daemons start over ssh
+    assert (lassen.batch_system, lassen.launch_method) == ("lsf", "ssh")
+    assert any("launch_methods=" in n and "JSRUN" in n for n in lassen.notes)
+    frontera = resource_config.load("tacc.frontera")
+    assert frontera.required == ("project",) and frontera.mpi_command == "mpirun"
+    assert frontera.pre_bootstrap[-1] == "module load   impi"  # MPIRUN's pre_exec_cached
+    # an access schema picks the batch system; one over ssh is refused, naming it
+    batch = resource_config.load("nersc.perlmutter", "interactive")
+    assert (batch.batch_system, batch.launch_method) == ("local", "srun")
+    with pytest.raises(ValueError, match=r"job_manager_endpoint='slurm\+ssh://.*ssh"):
+        resource_config.load("tacc.frontera", "ssh")
+    with pytest.raises(ValueError, match=r"access_schema='nope' must be one of \['local'\]"):
+        resource_config.load("ornl.frontier", "nope")
+    # the native YAML configs keep their names; RP's other sites are known too
+    assert resource_config.load("local.localhost").batch_system == "local"
+    known = set(resource_config.known_resources())
+    assert {"ornl.frontier", "anl.aurora", "local.localhost"} <= known
+
+
+def test_the_users_configs_win(user_configs):
+    (user_configs / "resource_ornl.json").write_text(
+        "# a comment line, as RP allows\n"
+        + json.dumps(
+            {"frontier": {"default_queue": "debug"}, "mine": {"cores_per_node": 3}},
+        )
+    )
+    (user_configs / "resource_local.json").write_text(
+        json.dumps({"localhost": {"cores_per_node": 5, "resource_manager": "FORK"}})
+    )
+    frontier = resource_config.load("ornl.frontier")  # laid over RP's, key by key
+    assert (frontier.queue, frontier.cores_per_node) == ("debug", 112)
+    assert resource_config.load("ornl.mine").cores_per_node == 3
+    assert resource_config.load("local.localhost").cores_per_node == 5  # over our YAML too
+
+
+def test_rp_utils_and_the_session_give_rp_configs(user_configs, session):
+    cfg = rp.utils.get_resource_config(resource="anl.polaris")
+    assert cfg["resource_manager"] == "PBSPRO" and cfg["schemas"]["local"]
+    assert str(rp.utils.get_resource_job_url("anl.polaris")) == "pbspro://localhost/"
+    assert str(rp.utils.get_resource_fs_url("anl.polaris", schema="interactive")) == (
+        "file://localhost/"
+    )
+    assert rp.utils.get_resource_config(resource="nowhere.none") is None
+    local = rp.utils.get_resource_config(resource="local.localhost")  # a YAML one, RP-shaped
+    assert local["resource_manager"] == "FORK" and local["launch_methods"]["order"][0] == "FORK"
+    one = session.get_resource_config("nersc.perlmutter", schema="batch")
+    assert one["label"] == "nersc.perlmutter"
+    assert one["job_manager_endpoint"] == "fork://localhost/"
+    with pytest.raises(RuntimeError, match="unknown"):
+        session.get_resource_config("nowhere.none")
+
+
+def test_a_pilot_on_an_rp_site_needs_what_it_requires(user_configs, session, monkeypatch):
+    pmgr = rp.PilotManager(session)
+    with pytest.raises(ValueError, match=r"resource 'tacc.frontera' requires project="):
+        pmgr.submit_pilots(rp.PilotDescription({"resource": "tacc.frontera", "nodes": 1}))
+    monkeypatch.delenv("MEMBERWORK", raising=False)
+    with pytest.raises(ValueError, match=r"needs \$MEMBERWORK, unset here"):
+        pmgr.submit_pilots(
+            rp.PilotDescription({"resource": "ornl.frontier", "nodes": 1, "project": "p1"})
+        )
+
+
+def _script(fake_batch) -> str:
+    return (fake_batch / "job.script").read_text()
+
+
+def test_a_pbs_pilot_job(user_configs, fake_batch, session, tmp_path, caplog):
+    """RP's anl.polaris as it would be submitted there: PSI/J's PBS Pro script, the
+    pre_bootstrap lines before the bootstrap, qdel when the pilot is canceled."""
+    pd = rp.PilotDescription(
+        {"resource": "anl.polaris", "nodes": 4, "project": "proj", "runtime": 30,
+         "sandbox": str(tmp_path / "work")}
+    )  # fmt: skip
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    assert pilot.state == rp.PENDING, pilot.reason
+    script = _script(fake_batch)
+    for line in (
+        "#PBS -l select=4:ncpus=1:mpiprocs=1",
+        "#PBS -l place=scatter:exclhost",
+        "#PBS -l walltime=0:32:0",
+        "#PBS -A proj",
+        "#PBS -q debug-scaling",
+        '#PBS -l "filesystems=grand:home"',
+    ):
+        assert line in script.splitlines(), (line, script)
+    assert f"/bin/bash {pilot.sandbox}/bootstrap.sh" in script
+    boot = open(os.path.join(pilot.sandbox, "bootstrap.sh")).read()
+    assert boot.index("module use /soft/modulefiles") < boot.index("module load conda")
+    assert boot.rstrip().splitlines()[-1].startswith("exec ")
+    assert pilot.sandbox == str(tmp_path / "work" / session.uid / pilot.uid)
+    notes = [r.getMessage() for r in caplog.records if "is not used" in r.getMessage()]
+    assert notes == [], notes  # polaris' keys all map (place=scatter is the script's own)
+    pilot.cancel(timeout=20)
+    assert (fake_batch / "canceled").read_text().split() == ["4242.pbs"]
+
+
+def test_an_lsf_pilot_job(user_configs, fake_batch, session, tmp_path):
+    pd = rp.PilotDescription(
+        {"resource": "llnl.lassen", "nodes": 2, "project": "acct", "runtime": 10,
+         "sandbox": str(tmp_path / "work")}
+    )  # fmt: skip
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    assert pilot.state == rp.PENDING, pilot.reason
+    lines = _script(fake_batch).splitlines()
+    for line in ("#BSUB -nnodes 2", '#BSUB -q "pbatch"', '#BSUB -P "acct"', "#BSUB -W 0:12"):
+        assert line in lines, (line, lines)
+    pilot.cancel(timeout=20)
+    assert (fake_batch / "canceled").read_text().split() == ["4343"]
+
+
+def test_a_failing_pre_bootstrap_line_ends_the_pilot_naming_it(session, tmp_path):
+    lines = ["true", "test -d /no/such/dir"]
+    cfg = {"batch_system": "local", "cores_per_node": 1, "pre_bootstrap": lines}
+    path = tmp_path / "res.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(resource=str(path), cores=1, runtime=1)
+    )
+    assert pilot.wait([rp.FAILED, rp.DONE, rp.CANCELED], timeout=30) == rp.FAILED
+    assert "pre_bootstrap failed (exit 1): test -d /no/such/dir" in pilot.reason + pilot.stderr
+
+
+# ---- the launch methods for real, across network-namespace test hosts ------------------------
+WHY_NOT = netns.sshd_unavailable()
+
+
+@pytest.fixture
+def ssh_hosts(tmp_path):
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    with netns.TestHosts(4) as hosts, netns.Sshd(hosts, tmp_path / "ssh") as sshd:
+        yield hosts, sshd
+    assert not hosts.left(), "namespaces left behind"
+
+
+def four_nodes(hosts, sshd, tmp_path, method: str) -> dict:
+    cfg = {
+        "batch_system": "local",
+        "launch_method": method,
+        "node_daemons": True,
+        "nodes": 4,
+        "hosts": [hosts.addr(i) for i in range(1, 5)],
+        "node_names": hosts.hosts,
+        "address": hosts.addr(0),
+        "cores_per_node": 2,
+        "bringup_timeout": 10,
+        "node_timeout": 6,
+    }
+    if method == "ssh":
+        cfg["launcher_options"] = sshd.options
+    else:  # hydra reaches the hosts over ssh, and tells them its address on the bridge
+        cfg["launcher"] = "mpiexec.hydra"
+        cfg["launcher_options"] = ["-launcher", "ssh", "-launcher-exec", sshd.wrapper]
+        cfg["launcher_options"] += ["-iface", "br0"]
+    path = tmp_path / f"{method}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = hosts.run_in(
+        hosts.ctl,
+        [sys.executable, "-m", "tests.scenarios.netns_client", "four", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    left = reaper.session_processes(result["session"])
+    if left:
+        reaper.kill_session_processes(result["session"])
+    assert not left, f"processes left behind: {left}"
+    return result
+
+
+def check_four(r: dict, hosts) -> None:
+    assert r["state"] == rp.ACTIVE, (r["reason"], r.get("log"))
+    assert [r["nodes"][str(i)] for i in range(4)] == [
+        {"name": h, "state": "up"} for h in hosts.hosts
+    ]
+    assert [u["state"] for u in r["units"]] == [rp.DONE] * 8, r["units"]
+    assert all(u["out"] == u["node"] for u in r["units"])
+    assert {u["node"] for u in r["units"]} == set(hosts.hosts)  # every node ran units
+    assert "down.bye" in r["log"]
+
+
+def test_ssh_starts_the_daemons_of_a_four_node_pilot(ssh_hosts, tmp_path):
+    hosts, sshd = ssh_hosts
+    r = four_nodes(hosts, sshd, tmp_path, "ssh")
+    check_four(r, hosts)
+    assert "boot.nodes.launch: 4 daemon(s) by ssh" in r["log"]
+
+
+@pytest.mark.skipif(
+    shutil.which("mpiexec.hydra") is None, reason="needs MPICH's mpiexec.hydra (apt install mpich)"
+)
+def test_mpiexec_starts_the_daemons_of_a_four_node_pilot(ssh_hosts, tmp_path):
+    hosts, sshd = ssh_hosts
+    r = four_nodes(hosts, sshd, tmp_path, "mpiexec")
+    check_four(r, hosts)
+    assert "boot.nodes.launch: 4 daemon(s) by mpiexec" in r["log"]
