@@ -27,11 +27,10 @@ A placeholder that cannot be filled is found when the unit arrives and fails it 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Iterable
-
-import pilot
 
 
 def type_key(t: str) -> str:
@@ -110,7 +109,8 @@ def rank_env(
 
 
 # RP_PROF / RP_GTOD: the commands RP 1.x gives tasks for their own trace events (pilot/rp_bin/)
-RP_BIN = os.path.join(os.path.dirname(os.path.abspath(pilot.__file__)), "rp_bin")
+# found without importing the client (the agent never loads the face)
+RP_BIN = os.path.join(importlib.util.find_spec("pilot").submodule_search_locations[0], "rp_bin")
 
 
 def rp_pilot_vars(cfg: dict) -> dict:
