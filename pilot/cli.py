@@ -37,13 +37,14 @@ import sys
 import time
 from contextlib import closing, contextmanager
 
-import zmq
-
-from pilot import resource_config, security
-from pilot.descriptions import ALL, FILL, ComputePartitionDescription
-from pilot.protocol import pack, unpack
-
-REPLY_TIMEOUT = 10.0
+from pilot import resource_config
+from pilot.control_client import (  # (the dashboard reaches a pilot the same way)
+    REPLY_TIMEOUT,
+    UsageError,
+    command,
+    parse_size,  # noqa: F401 (pilot.cli.parse_size: the sizes --start takes)
+    reconfig_args,
+)
 
 
 def sessions_dir() -> str:
@@ -52,10 +53,6 @@ def sessions_dir() -> str:
     )
 
     return sessions_dir()
-
-
-class UsageError(Exception):
-    pass
 
 
 def find_pilot(name: str) -> dict:
@@ -108,62 +105,6 @@ def _stale(path: str) -> bool:
     except PermissionError:
         pass
     return False
-
-
-def parse_size(text: str) -> ComputePartitionDescription:
-    """'50%', 'fill', 'cores=4,gpus=1', 'nodes=2', 'gpus=all' -> a partition description."""
-    t = text.strip()
-    if t.lower() == "fill":
-        return ComputePartitionDescription(FILL)
-    if t.endswith("%"):
-        return ComputePartitionDescription(t)
-    kwargs: dict = {}
-    for item in t.split(","):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in ("cores", "gpus", "nodes", "config"):
-            raise ValueError(
-                f"--start {text!r}: {item!r} must be cores=N, gpus=N|all, nodes=N "
-                "or config=NAME (or use 50% / fill)"
-            )
-        value = value.strip()
-        if key in kwargs:
-            raise ValueError(f"--start {text!r}: {key}= is given twice")
-        if key == "config":
-            kwargs[key] = value
-        elif key == "gpus" and value.lower() == "all":
-            kwargs[key] = ALL
-        elif value.isdigit():
-            kwargs[key] = int(value)
-        else:
-            raise ValueError(f"--start {text!r}: {key}={value!r} must be a whole number")
-    return ComputePartitionDescription(**kwargs)
-
-
-def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVTIMEO, int(REPLY_TIMEOUT * 1000))
-    try:
-        try:
-            security.load(control["keys"]).client(sock)  # the pilot admits the session's keys
-        except OSError as exc:
-            raise UsageError(
-                f"cannot read the session's keys ({exc}): only the user who runs "
-                f"{control['pilot']} may command it"
-            ) from None
-        sock.connect(control["endpoint"])
-        cid = cid or f"cli.{os.getpid()}.{os.urandom(4).hex()}"
-        sock.send(pack({"cid": cid, "op": op, "args": args}))
-        try:
-            return unpack(sock.recv())
-        except zmq.Again:
-            raise UsageError(
-                f"{control['pilot']} did not answer within {REPLY_TIMEOUT:g} s"
-            ) from None
-    finally:
-        sock.close()
 
 
 def settled(control: dict, started: list[str], timeout: float = REPLY_TIMEOUT) -> dict:
@@ -232,9 +173,7 @@ def run_reconfig(args: argparse.Namespace) -> int:
     control = find_pilot(args.pilot)
     if not args.stop and not args.start:
         raise UsageError("reconfig: give --stop and/or --start")
-    stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
-    start = [parse_size(s).to_stored() for s in args.start]
-    reply = command(control, "reconfig", {"stop": stop, "start": start}, args.id)
+    reply = command(control, "reconfig", reconfig_args(args.stop, args.start), args.id)
     if _refused(control, reply):
         return 1
     listing = settled(control, [s["uid"] for s in reply["result"]["started"]])
