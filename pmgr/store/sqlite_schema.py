@@ -283,4 +283,3 @@ UNITS_PLACED = (  # units the store has: their pilot and partition (their uids a
     "UPDATE units SET pilot = ?, partition = ?, state = ? "
     "WHERE uid IN (SELECT value FROM json_each(?))"
 )
-
