@@ -78,13 +78,15 @@ def reconfig_args(stop: list[str], start: list[str], field: str = "--start") -> 
     }
 
 
-def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
+def command(
+    control: dict, op: str, args: dict, cid: str | None = None, timeout: float = REPLY_TIMEOUT
+) -> dict:
     """Send one command to the pilot of `control` (control.json plus "keys": the session's
-    key directory) and return its reply (module docstring)."""
+    key directory) and return its reply, waiting at most `timeout` s (module docstring)."""
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVTIMEO, int(REPLY_TIMEOUT * 1000))
+    sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
     try:
         try:
             security.load(control["keys"]).client(sock)  # the pilot admits the session's keys
@@ -99,8 +101,6 @@ def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
         try:
             return unpack(sock.recv())
         except zmq.Again:
-            raise UsageError(
-                f"{control['pilot']} did not answer within {REPLY_TIMEOUT:g} s"
-            ) from None
+            raise UsageError(f"{control['pilot']} did not answer within {timeout:g} s") from None
     finally:
         sock.close()
