@@ -13,6 +13,8 @@
                                                 and units per state over time, one figure
     pilot top [SESSION|PILOT] [--once]          a live view of a running pilot (default: the
                                                 newest): partitions, units, latest events; q quits
+    pilot dashboard [SESSION|PILOT] [--port N]  the same and more in a browser, live, with
+                                                reconfig; prints its URL (with a token) first
     pilot network-config [--format yaml|json] [--output FILE] [--this-node]
                                                    (in a SLURM allocation: every node's)
                                                 this node's descriptor for a pilot's bring-up
@@ -290,6 +292,14 @@ def run_top(args: argparse.Namespace) -> int:
     return top.run(args.target, args.once, args.interval, args.database_url)
 
 
+def run_dashboard(args: argparse.Namespace) -> int:
+    """`pilot dashboard [SESSION|PILOT]` (pmgr/observe/dashboard.py)."""
+    from pilot.pmgr.observe import dashboard
+
+    session = dashboard.session_of(args.target, args.database_url)
+    return dashboard.run(session, args.port, args.interval, args.database_url)
+
+
 def run_network_config(args: argparse.Namespace) -> int:
     """`pilot network-config`: this node's (or the allocation's nodes') descriptor."""
     from pilot import network
@@ -311,6 +321,7 @@ SUB_COMMANDS = {
     "export": run_export,
     "plot": run_plot,
     "top": run_top,
+    "dashboard": run_dashboard,
     "network-config": run_network_config,
 }
 
@@ -362,6 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--once", action="store_true", help="print one frame and exit")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     tp.add_argument("--database-url")
+    db = sub.add_parser("dashboard", help="a session, live in a browser (reconfig included)")
+    db.add_argument(
+        "target", nargs="?", help="SESSION, PILOT or SESSION/PILOT (default: the newest running)"
+    )
+    db.add_argument("--port", type=int, default=0, help="on 127.0.0.1 (default 0: a free one)")
+    db.add_argument("--interval", type=float, default=1.0, help="seconds between looks")
+    db.add_argument("--database-url")
     nc = sub.add_parser("network-config", help="this node's descriptor (name, host_id, ...)")
     nc.add_argument("--format", choices=("yaml", "json"), default="yaml")
     nc.add_argument("--output", "-o", help="file to write (default: standard output)")
