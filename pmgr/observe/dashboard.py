@@ -25,7 +25,7 @@ on the server; the browser never sees them).
                                            points from index `from` on replace the client's)
                            event: problem  a poll failed: its error (the next poll tries again)
                          a new client gets the last state and the whole series first
-    GET  /api/state      the last state as JSON (polls once if none yet)
+    GET  /api/state      the state as JSON, from a poll made after the request
     POST /api/reconfig   {"pilot": uid, "stop": [partition uid | "all"], "start": [size],
                           "id": optional command id}; sizes as `pilot reconfig --start` takes
                           them (50%, fill, cores=2,gpus=1 ...).  200 {ok, result: {stopped,
@@ -75,7 +75,7 @@ COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
         "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
@@ -100,8 +100,8 @@ class Hub:
         loop = asyncio.get_running_loop()
         while True:
             if not self.clients and self.state is not None:
-                self.wake.clear()
                 await self.wake.wait()
+            self.wake.clear()  # (a wake during the poll below makes another one at once)
             try:
                 look = await loop.run_in_executor(self.pool, self.watch.poll)
             except Exception as exc:  # noqa: BLE001 (a poll's failure is shown; the next tries)
@@ -110,7 +110,6 @@ class Hub:
             else:
                 self.publish(look)
             self.polled.set()
-            self.wake.clear()
             try:
                 await asyncio.wait_for(self.wake.wait(), self.interval)
             except asyncio.TimeoutError:
@@ -157,9 +156,10 @@ class Hub:
         return q
 
     async def current(self) -> dict:
-        if self.state is None:
-            self.wake.set()
-            await asyncio.wait_for(self.polled.wait(), 30)
+        """The state after a poll that ended after this call (at most 30 s)."""
+        self.polled.clear()
+        self.wake.set()
+        await asyncio.wait_for(self.polled.wait(), 30)
         return self.state or {}
 
 
