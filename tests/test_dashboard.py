@@ -461,3 +461,32 @@ def test_the_series_are_the_plots_means_however_they_are_read(tmp_path, monkeypa
     last = (end - g0 + 1) - (len(t) - 1) * width
     finished = sum(r * width for r in cols["rate"][:-1]) + cols["rate"][-1] * last
     assert finished == pytest.approx(30_000, abs=0.1)
+
+
+def test_a_session_on_mongodb_is_sampled(make_session, mongo_url, tmp_path):
+    """MongoDB keeps no per-second series: the dashboard samples its own, from the counts
+    and the running units, and says so; the rest is as on sqlite."""
+    session = make_session(database_url=mongo_url)
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+    p0 = pilot.partitions[0].uid
+    sleeps = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["60"], partition=p0)])
+    umgr.wait_units([u.uid for u in sleeps], state=rp.EXECUTING, timeout=30)
+    session.writer.flush(timeout=30)
+    dash = Dashboard(
+        session.uid, "--database-url", mongo_url, "--interval", "0.3", log_dir=tmp_path
+    )
+    try:
+        for _ in range(2):
+            state = json.loads(http(f"{dash.base}/api/state?token={dash.token}")[1])
+        with urllib.request.urlopen(f"{dash.base}/events?token={dash.token}", timeout=10) as r:
+            lines = [r.readline() for _ in range(8)]
+    finally:
+        assert dash.stop() == 0, dash.stderr()
+    (shown,) = state["pilots"]
+    assert shown["live"] and state["units"] == {"EXECUTING": 1}
+    assert [p["busy"] for p in shown["partitions"]] == [[1, 0], [0, 0]]
+    busy = [c for c in shown["nodes"]["nodes"][0]["cores"] if c[2]]
+    assert [c[1:] for c in busy] == [[p0, sleeps[0].uid]]
+    series = json.loads(next(ln for ln in lines if ln.startswith(b'data: {"reset"'))[6:])
+    assert series["kept"].startswith("sampled by the dashboard")
+    assert series["cols"][f"cores:{p0}"][-1] == 1
