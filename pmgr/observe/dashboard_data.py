@@ -263,7 +263,7 @@ class Watch:
         self.flow = FlowSeries(self.reader, session) if self._keeps_flow() else None
         self.sampled = SampledSeries() if self.flow is None else None
         self.reconfigs: list[dict] = []
-        self.seen: dict[str, dict] = {}  # partition uid -> state, for find_reconfigs
+        self.seen: dict[str, str] = {}  # pilot / partition uid -> state (find_reconfigs)
         self.finals: deque = deque()  # (monotonic s, units in a final state)
         self.controls: dict[str, dict] = {}
 
@@ -293,9 +293,9 @@ class Watch:
             shown.append(one)
             for s, n in one["units"].items():
                 totals[s] = totals.get(s, 0) + n
-            for puid, p in stored.items():  # (the store's states: its histories are read)
-                if self.seen.get(puid) != p.get("state"):
-                    self.seen[puid] = p.get("state")
+            for uid, p in [(doc["uid"], doc), *stored.items()]:  # (as stored: its histories
+                if self.seen.get(uid) != p.get("state"):  # are what find_reconfigs reads)
+                    self.seen[uid] = p.get("state")
                     changed = True
             n_initial = len((doc.get("description") or {}).get("parts") or ())
             described += describe_events(
