@@ -36,20 +36,16 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.local_pilot import cpu_s, in_fresh_process, status_mb, threads_cpu_s  # noqa: E402
+from bench.local_pilot import (  # noqa: E402
+    PilotRun,
+    cpu_s,
+    in_fresh_process,
+    status_mb,
+    threads_cpu_s,
+)
+from pilot.pmgr.observe.dashboard import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 CORES, PARTS = 64, 2
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LOOKS = 5  # polls the big session's page waits for
 READER = """
 import sys, urllib.request
@@ -127,21 +123,6 @@ class Served:
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
-def _agents(pilot, session) -> list[int]:
-    import re
-
-    from pilot.pmgr import reaper
-
-    live = set(reaper.session_processes(session.uid))
-    out = []
-    for part in pilot.partitions:
-        with open(os.path.join(pilot.sandbox, f"{part.uid}.agent.log")) as f:
-            found = re.search(r": up, pid (\d+)", f.read())
-        if found is not None and int(found[1]) in live:
-            out.append(int(found[1]))
-    return out
-
-
 def one_run(n: int, mode: str) -> dict:
     """N zero-launch units with the dashboard (mode: browser | events) or without (none)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,7 +148,8 @@ def one_run(n: int, mode: str) -> dict:
                 else:
                     time.sleep(5)  # (the page loaded, its stream open, a few pushes drawn)
             descs = [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(n)]
-            agents, boot, me = _agents(pilot, session), pilot.job.pid, os.getpid()
+            agents = PilotRun(session, pilot, umgr, 0.0).agents()
+            boot, me = pilot.job.pid, os.getpid()
 
             def sample() -> dict:
                 return {

@@ -28,18 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import pilot as rp  # noqa: E402
+from pilot.pmgr.observe.dashboard import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def wave(p0: str, rng: random.Random) -> list:
@@ -57,7 +48,7 @@ def screenshot(url: str, path: str) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS))
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(url)

@@ -34,34 +34,13 @@ import pytest
 import pilot as rp
 from tests.conftest import ROOT, active_pilot
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_FLAGS = [  # (without the background-networking ones it keeps calling out, refused)
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--remote-debugging-port=0",
-]
 DEADLINE = 30.0  # s for a process to come up
 SHOWN_WITHIN = 2.0  # s: a change made from a shell is on the page by then (the bound)
 CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
 
 pytest.importorskip("tornado")
-
-
-def pilot_cli(*args, timeout=60):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "pilot", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+from pilot.pmgr.observe.dashboard import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
+from tests.test_cli import cli as pilot_cli  # noqa: E402
 
 
 class Dashboard:
@@ -148,7 +127,13 @@ def browser():
     marker = os.path.basename(profile)
     log = open(os.path.join(profile, "chromium.log"), "w")
     proc = subprocess.Popen(
-        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            "--remote-debugging-port=0",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
         stdout=log,
         stderr=log,
         start_new_session=True,  # (its own process group)

@@ -72,6 +72,20 @@ MAX_BODY = 64 * 1024  # bytes of a request body
 MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
 START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
 COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# The system's Chromium opening the page headless on a machine with no internet (the tests,
+# bench/dashboard.py and examples/dashboard_demo.py): without the background-networking flags
+# it keeps calling out, refused; a fresh --user-data-dir is given beside these.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 HEADERS = {
     "Cache-Control": "no-store",
     "Content-Security-Policy": (
