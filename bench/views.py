@@ -45,14 +45,14 @@ VIEWS = ("status", "export", "trace", "plot", "plot-streamed", "top")
 TOP_SCRIPT = """
 import sys, time
 from pilot.pmgr.observe import top_store
-from pilot.pmgr.observe.top_snapshot import _busy_per_partition, describe_events
+from pilot.pmgr.observe.top_snapshot import busy_per_partition, describe_events
 session, pilot, url = sys.argv[1:4]
 r = top_store.open_reader(session, url)
 for _ in range(2):  # a first refresh and a second (top's steady state)
     pilots = r.pilots(session)
     parts = r.partitions(pilot)
     counts = r.unit_counts(session, pilot)
-    busy = _busy_per_partition(r.executing(session, pilot))
+    busy = busy_per_partition(r.executing(session, pilot))
     events = describe_events(r.events(session), pilot, {p["uid"]: p for p in parts}, 2)
 print(sum(counts.values()), "units", len(events), "events")
 """

@@ -13,6 +13,8 @@
                                                 and units per state over time, one figure
     pilot top [SESSION|PILOT] [--once]          a live view of a running pilot (default: the
                                                 newest): partitions, units, latest events; q quits
+    pilot dashboard [SESSION|PILOT] [--port N]  the same and more in a browser, live, with
+                                                reconfig; prints its URL (with a token) first
     pilot network-config [--format yaml|json] [--output FILE] [--this-node]
                                                    (in a SLURM allocation: every node's)
                                                 this node's descriptor for a pilot's bring-up
@@ -37,13 +39,14 @@ import sys
 import time
 from contextlib import closing, contextmanager
 
-import zmq
-
-from pilot import resource_config, security
-from pilot.descriptions import ALL, FILL, ComputePartitionDescription
-from pilot.protocol import pack, unpack
-
-REPLY_TIMEOUT = 10.0
+from pilot import resource_config
+from pilot.control_client import (  # (the dashboard reaches a pilot the same way)
+    REPLY_TIMEOUT,
+    UsageError,
+    command,
+    parse_size,  # noqa: F401 (pilot.cli.parse_size: the sizes --start takes)
+    reconfig_args,
+)
 
 
 def sessions_dir() -> str:
@@ -52,10 +55,6 @@ def sessions_dir() -> str:
     )
 
     return sessions_dir()
-
-
-class UsageError(Exception):
-    pass
 
 
 def find_pilot(name: str) -> dict:
@@ -108,62 +107,6 @@ def _stale(path: str) -> bool:
     except PermissionError:
         pass
     return False
-
-
-def parse_size(text: str) -> ComputePartitionDescription:
-    """'50%', 'fill', 'cores=4,gpus=1', 'nodes=2', 'gpus=all' -> a partition description."""
-    t = text.strip()
-    if t.lower() == "fill":
-        return ComputePartitionDescription(FILL)
-    if t.endswith("%"):
-        return ComputePartitionDescription(t)
-    kwargs: dict = {}
-    for item in t.split(","):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in ("cores", "gpus", "nodes", "config"):
-            raise ValueError(
-                f"--start {text!r}: {item!r} must be cores=N, gpus=N|all, nodes=N "
-                "or config=NAME (or use 50% / fill)"
-            )
-        value = value.strip()
-        if key in kwargs:
-            raise ValueError(f"--start {text!r}: {key}= is given twice")
-        if key == "config":
-            kwargs[key] = value
-        elif key == "gpus" and value.lower() == "all":
-            kwargs[key] = ALL
-        elif value.isdigit():
-            kwargs[key] = int(value)
-        else:
-            raise ValueError(f"--start {text!r}: {key}={value!r} must be a whole number")
-    return ComputePartitionDescription(**kwargs)
-
-
-def command(control: dict, op: str, args: dict, cid: str | None = None) -> dict:
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVTIMEO, int(REPLY_TIMEOUT * 1000))
-    try:
-        try:
-            security.load(control["keys"]).client(sock)  # the pilot admits the session's keys
-        except OSError as exc:
-            raise UsageError(
-                f"cannot read the session's keys ({exc}): only the user who runs "
-                f"{control['pilot']} may command it"
-            ) from None
-        sock.connect(control["endpoint"])
-        cid = cid or f"cli.{os.getpid()}.{os.urandom(4).hex()}"
-        sock.send(pack({"cid": cid, "op": op, "args": args}))
-        try:
-            return unpack(sock.recv())
-        except zmq.Again:
-            raise UsageError(
-                f"{control['pilot']} did not answer within {REPLY_TIMEOUT:g} s"
-            ) from None
-    finally:
-        sock.close()
 
 
 def settled(control: dict, started: list[str], timeout: float = REPLY_TIMEOUT) -> dict:
@@ -232,9 +175,7 @@ def run_reconfig(args: argparse.Namespace) -> int:
     control = find_pilot(args.pilot)
     if not args.stop and not args.start:
         raise UsageError("reconfig: give --stop and/or --start")
-    stop = ALL if any(s.lower() == "all" for s in args.stop) else args.stop
-    start = [parse_size(s).to_stored() for s in args.start]
-    reply = command(control, "reconfig", {"stop": stop, "start": start}, args.id)
+    reply = command(control, "reconfig", reconfig_args(args.stop, args.start), args.id)
     if _refused(control, reply):
         return 1
     listing = settled(control, [s["uid"] for s in reply["result"]["started"]])
@@ -351,6 +292,14 @@ def run_top(args: argparse.Namespace) -> int:
     return top.run(args.target, args.once, args.interval, args.database_url)
 
 
+def run_dashboard(args: argparse.Namespace) -> int:
+    """`pilot dashboard [SESSION|PILOT]` (pmgr/observe/dashboard.py)."""
+    from pilot.pmgr.observe import dashboard
+
+    session = dashboard.session_of(args.target, args.database_url)
+    return dashboard.run(session, args.port, args.interval, args.database_url)
+
+
 def run_network_config(args: argparse.Namespace) -> int:
     """`pilot network-config`: this node's (or the allocation's nodes') descriptor."""
     from pilot import network
@@ -372,6 +321,7 @@ SUB_COMMANDS = {
     "export": run_export,
     "plot": run_plot,
     "top": run_top,
+    "dashboard": run_dashboard,
     "network-config": run_network_config,
 }
 
@@ -423,6 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--once", action="store_true", help="print one frame and exit")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     tp.add_argument("--database-url")
+    db = sub.add_parser("dashboard", help="a session, live in a browser (reconfig included)")
+    db.add_argument(
+        "target", nargs="?", help="SESSION, PILOT or SESSION/PILOT (default: the newest running)"
+    )
+    db.add_argument("--port", type=int, default=0, help="on 127.0.0.1 (default 0: a free one)")
+    db.add_argument("--interval", type=float, default=1.0, help="seconds between looks")
+    db.add_argument("--database-url")
     nc = sub.add_parser("network-config", help="this node's descriptor (name, host_id, ...)")
     nc.add_argument("--format", choices=("yaml", "json"), default="yaml")
     nc.add_argument("--output", "-o", help="file to write (default: standard output)")

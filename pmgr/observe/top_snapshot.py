@@ -135,11 +135,11 @@ class Source:
         active = next((ts for s, ts in times if s == S.ACTIVE), None)
         ended = times[-1][1] if times and times[-1][0] in S.FINAL else None
         stored = {p["uid"]: p for p in self.reader.partitions(t.pilot)}
-        parts = _merged_partitions(listing, stored)
+        parts = merged_partitions(listing, stored)
         counts = self.reader.unit_counts(t.session, t.pilot)
-        busy = _busy_per_partition(self.reader.executing(t.session, t.pilot))
+        busy = busy_per_partition(self.reader.executing(t.session, t.pilot))
         rows = [
-            _partition_row(uid, parts[uid], stored, busy, counts)
+            partition_row(uid, parts[uid], stored, busy, counts)
             for uid in sorted(parts, key=_natural)
         ]
         totals, unrouted = _unit_totals(counts, parts)
@@ -165,7 +165,7 @@ class Source:
         )
 
 
-def _merged_partitions(listing: dict | None, stored: dict) -> dict:
+def merged_partitions(listing: dict | None, stored: dict) -> dict:
     """The pilot's partitions by uid: the live listing's (else the store's), then those the
     listing lacks as the store has them."""
     parts = {}
@@ -176,7 +176,7 @@ def _merged_partitions(listing: dict | None, stored: dict) -> dict:
     return parts
 
 
-def _busy_per_partition(executing: list[dict]) -> dict:
+def busy_per_partition(executing: list[dict]) -> dict:
     """{partition: (cores, GPUs)} that the EXECUTING units hold."""
     busy: dict = {}
     for u in executing:
@@ -186,7 +186,7 @@ def _busy_per_partition(executing: list[dict]) -> dict:
     return busy
 
 
-def _partition_row(uid: str, p: dict, stored: dict, busy: dict, counts: dict) -> dict:
+def partition_row(uid: str, p: dict, stored: dict, busy: dict, counts: dict) -> dict:
     """One of Snapshot.parts: partition `uid` as listed (`p`) with its units' counts."""
     r = p.get("resources") or (stored.get(uid) or {}).get("resources") or {}
     return {

@@ -13,6 +13,11 @@ EXECUTING units' slots, state times, the latest events):
   - StoreReader: any other store (MongoDB) through the StateStore API: counts by the store's
     aggregate (`unit_counts`), the latest events by `last_events`; nothing it reads grows
     with the session's finished units.
+`pilot dashboard` (pmgr/observe/dashboard_data.py) reads these too, and three more: `span`
+(the session's creation and the first and last ts of its history: session_span's row),
+`flow` (unit_flow's rows of one series in a range of ticks, through its primary key; None where
+the store keeps no such series, MongoDB: then the dashboard samples) and `holding` (the
+EXECUTING units' uid, partition, node and slots, through units_executing, at most `limit`).
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ class SqliteReader:
         self.last_id: int | None = None
         self.tally: bool | None = None  # whether the file has unit_tally (not known yet)
         self.templates: bool | None = None  # whether units name templates (not known yet)
+        self.flow_kept: bool | None = None  # whether unit_flow holds every session (not known)
 
     def close(self) -> None:
         self.db.close()
@@ -201,6 +207,53 @@ class SqliteReader:
             self.tail[-1].update(pilot=pilot, partition=part)
         return list(self.tail)
 
+    def span(self, session: str) -> tuple[float | None, float | None, float | None]:
+        """(created, first ts, last ts) of `session`: its doc and session_span's row."""
+        row = self.db.execute("SELECT created FROM sessions WHERE uid = ?", (session,)).fetchone()
+        created = row[0] if row else None
+        if not self._flow_kept():
+            return created, None, None
+        row = self.db.execute(
+            "SELECT lo, hi FROM session_span WHERE session = ?", (session,)
+        ).fetchone()
+        return (created, row[0], row[1]) if row else (created, None, None)
+
+    def _flow_kept(self) -> bool:
+        """unit_flow and session_span hold every session of the file (it was made with them:
+        pmgr/store/sqlite.py's `_kept`); else the dashboard samples."""
+        if self.flow_kept is None:
+            try:
+                row = self.db.execute("SELECT id FROM unit_flow_since").fetchone()
+            except sqlite3.OperationalError:  # a file made before unit_flow
+                row = (1,)
+            self.flow_kept = row is not None and not row[0]
+        return self.flow_kept
+
+    def flow(self, session: str, series: str, since: int, until: int) -> list[tuple] | None:
+        """(tick, s1, s2) of unit_flow's `series` for ticks in [since, until), by tick (the
+        primary key's range); None when the file does not keep unit_flow for every session."""
+        if not self._flow_kept():
+            return None
+        return self.db.execute(
+            "SELECT tick, s1, s2 FROM unit_flow "
+            "WHERE session = ? AND series = ? AND tick >= ? AND tick < ? ORDER BY tick",
+            (session, series, since, until),
+        ).fetchall()
+
+    def holding(self, session: str, pilot: str, limit: int) -> list[dict]:
+        """uid, partition, node and slots of at most `limit` of the pilot's EXECUTING units."""
+        docs = self._docs(
+            "SELECT uid, partition, node, slots FROM units u "
+            f"WHERE {EXECUTING_NOW} AND session = ? AND state = ? AND pilot = ? LIMIT ?",
+            session,
+            S.EXECUTING,
+            pilot,
+            limit,
+        )
+        for doc in docs:
+            doc["node"] = _json(doc["node"])
+        return docs
+
 
 class StoreReader:
     """Any other store (MongoDB), through the StateStore API: counts by aggregate, events the
@@ -240,3 +293,14 @@ class StoreReader:
             }
             for r in rows
         ]
+
+    def span(self, session: str) -> tuple[float | None, float | None, float | None]:
+        created = (self.store.get("sessions", session) or {}).get("created")
+        return (created, *self.store.history_span(session))
+
+    def flow(self, session: str, series: str, since: int, until: int) -> None:
+        return None  # (no per-second series kept here: the dashboard samples)
+
+    def holding(self, session: str, pilot: str, limit: int) -> list[dict]:
+        docs = self.store.find("units", session=session, state=S.EXECUTING, pilot=pilot)
+        return [{k: d.get(k) for k in ("uid", "partition", "node", "slots")} for d in docs[:limit]]

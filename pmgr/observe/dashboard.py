@@ -1,0 +1,431 @@
+"""`pilot dashboard [SESSION] [--port N]`: a session, live in a browser, served by this process.
+
+Serving: tornado (one process, one asyncio loop, HTTP/1.1 with no other dependency) on
+127.0.0.1 only, port N (0: a free one).  The first line printed is the page's URL with a
+random token, `http://127.0.0.1:N/?token=T` (secrets.token_urlsafe, new at every start, as
+Jupyter does); it works through `ssh -L M:127.0.0.1:N`.  Every asset is served from
+dashboard_static/ (the README there names each library, its version and licence): the page
+never reaches beyond this server.
+
+Who may do what: every request must carry the token, or it is answered 403 and nothing else is
+done (logged on stderr, the token never).  A GET may carry it as `?token=`, which also sets a
+cookie (`pilot-dashboard-N`: HttpOnly, SameSite=Strict) for the page's own later GETs; a POST
+must carry it in the X-Pilot-Token header (the page's script sends it; a form of another site
+cannot, so the cookie alone commands nothing).  Requests whose Host is not a loopback name
+are refused too (DNS rebinding).  A reconfig is sent to the pilot exactly as `pilot reconfig`
+sends it (pilot/control_client.py: the control socket with the session's CURVE keys, read here
+on the server; the browser never sees them).
+
+    GET  /               the page (index.html; the token in a meta tag for its POSTs)
+    GET  /static/NAME    its script, style sheet and uPlot (a fixed list of names)
+    GET  /events         Server-Sent Events, pushed after each poll:
+                           event: state    the whole picture (dashboard_data.Look.state), when
+                                           it changed since the last one sent
+                           event: series   the series' change ({reset, from, width, t, cols}:
+                                           points from index `from` on replace the client's)
+                           event: problem  a poll failed: its error (the next poll tries again)
+                         a new client gets the last state and the whole series first
+    GET  /api/state      the state as JSON, from a poll made after the request
+    POST /api/reconfig   {"pilot": uid, "stop": [partition uid | "all"], "start": [size],
+                          "id": optional command id}; sizes as `pilot reconfig --start` takes
+                          them (50%, fill, cores=2,gpus=1 ...).  200 {ok, result: {stopped,
+                          started}} | 400 {error naming the field, the value and what is
+                          accepted} | 409 {error: the pilot refused, its reason} | 504 {error:
+                          no answer within pilot/control_client.REPLY_TIMEOUT}
+
+Polling: dashboard_data.Watch, in one worker thread (its sqlite connection is that thread's),
+every `interval` s while at least one page listens (none: no poll, no cost to the pilot), and
+at once after a reconfig.  A client whose queue of pushes is full (MAX_QUEUED: a stalled page)
+is dropped; its EventSource reconnects and gets the whole picture again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from pilot.control_client import UsageError, command, reconfig_args
+from pilot.pmgr.observe.dashboard_data import Look, Watch
+from pilot.pmgr.observe.extras import require
+from pilot.pmgr.observe.top_target import resolve
+from pilot.pmgr.session import sessions_dir
+
+log = logging.getLogger("pilot.dashboard")
+
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard_static")
+ASSETS = {  # name -> content type: nothing else is served
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+    "uPlot.iife.min.js": "text/javascript; charset=utf-8",
+    "uPlot.min.css": "text/css; charset=utf-8",
+}
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
+MAX_BODY = 64 * 1024  # bytes of a request body
+MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
+START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
+COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# The system's Chromium opening the page headless on a machine with no internet (the tests,
+# bench/dashboard.py and examples/dashboard_demo.py): without the background-networking flags
+# it keeps calling out, refused; a fresh --user-data-dir is given beside these.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
+        "connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class Hub:
+    """The poller and the pages it pushes to (module docstring)."""
+
+    def __init__(self, watch: Watch, pool: ThreadPoolExecutor, interval: float) -> None:
+        self.watch, self.pool, self.interval = watch, pool, interval
+        self.commands = ThreadPoolExecutor(1, "dashboard-command")  # reconfigs, one at a time
+        self.clients: set[asyncio.Queue] = set()
+        self.state: dict | None = None
+        self.state_text: str | None = None
+        self.wake = asyncio.Event()
+        self.polled = asyncio.Event()
+
+    async def run(self) -> None:
+        """Poll while a page listens (or a state is asked for), push what changed."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.clients and self.state is not None:
+                await self.wake.wait()
+            self.wake.clear()  # (a wake during the poll below makes another one at once)
+            try:
+                look = await loop.run_in_executor(self.pool, self.watch.poll)
+            except Exception as exc:  # noqa: BLE001 (a poll's failure is shown; the next tries)
+                log.exception("poll failed")
+                self.push("problem", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+            else:
+                self.publish(look)
+            self.polled.set()
+            try:
+                await asyncio.wait_for(self.wake.wait(), self.interval)
+            except asyncio.TimeoutError:
+                pass
+
+    def publish(self, look: Look) -> None:
+        text = json.dumps(look.state, separators=(",", ":"))
+        self.state = look.state
+        # (the state's own clock changes every poll: compared without it)
+        same = self.state_text is not None and _without_now(text) == _without_now(self.state_text)
+        self.state_text = text
+        if not same:
+            self.push("state", text)
+        self.push("series", json.dumps(look.series, separators=(",", ":")))
+
+    def push(self, event: str, data: str) -> None:
+        message = f"event: {event}\ndata: {data}\n\n"
+        for q in list(self.clients):
+            if q.qsize() < MAX_QUEUED:
+                q.put_nowait(message)
+            else:  # a stalled page: dropped (its stream ends; its EventSource reconnects)
+                self.drop(q)
+
+    def drop(self, q: asyncio.Queue) -> None:
+        """End a page's stream: what waits for it is thrown away, then None."""
+        self.clients.discard(q)
+        while not q.empty():
+            q.get_nowait()
+        q.put_nowait(None)
+
+    async def subscribe(self) -> asyncio.Queue:
+        """A new page's queue, primed with the last state and the whole series."""
+        q: asyncio.Queue = asyncio.Queue()  # (bounded by push: MAX_QUEUED)
+        if self.state is None:
+            self.clients.add(q)  # (its first pushes are the first poll's)
+            self.wake.set()
+            return q
+        loop = asyncio.get_running_loop()
+        series = await loop.run_in_executor(self.pool, self.watch.series)
+        q.put_nowait(f"event: state\ndata: {self.state_text}\n\n")
+        q.put_nowait(f"event: series\ndata: {json.dumps(series, separators=(',', ':'))}\n\n")
+        self.clients.add(q)
+        self.wake.set()
+        return q
+
+    async def current(self) -> dict:
+        """The state after a poll that ended after this call (at most 30 s)."""
+        self.polled.clear()
+        self.wake.set()
+        await asyncio.wait_for(self.polled.wait(), 30)
+        return self.state or {}
+
+
+def _without_now(text: str) -> str:
+    return re.sub(r'"now":[0-9.e+-]+,', "", text, count=1)
+
+
+def make_app(hub: Hub, token: str, port: int):
+    """The tornado Application: the routes of the module docstring."""
+    web = require("tornado.web", "dashboard")
+    iostream = require("tornado.iostream", "dashboard")
+    cookie = f"pilot-dashboard-{port}"
+    page = open(os.path.join(STATIC, "index.html"), encoding="utf-8").read()
+    assets = {}
+    for name in ASSETS:
+        with open(os.path.join(STATIC, name), "rb") as f:
+            assets[name] = f.read()
+
+    class Base(web.RequestHandler):
+        def set_default_headers(self) -> None:
+            for k, v in HEADERS.items():
+                self.set_header(k, v)
+
+        def prepare(self) -> None:
+            host = self.request.host_name
+            if host not in LOOPBACK:
+                return self._refuse(f"Host {host!r} is not a loopback name")
+            given = self.request.headers.get("X-Pilot-Token")
+            if self.request.method == "GET":
+                given = given or self.get_query_argument("token", None) or self.get_cookie(cookie)
+            if not given or not hmac.compare_digest(given.encode(), token.encode()):
+                return self._refuse("no token" if not given else "a wrong token")
+            if self.get_query_argument("token", None):
+                self.set_cookie(cookie, token, httponly=True, samesite="Strict", path="/")
+
+        def _refuse(self, why: str) -> None:
+            log.warning(
+                "refused %s %s from %s: %s",
+                self.request.method,
+                self.request.path,
+                self.request.remote_ip,
+                why,
+            )
+            self.set_status(403)
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
+            self.finish(
+                "403: this dashboard needs the token of the URL that `pilot dashboard` printed\n"
+            )
+
+        def reply(self, status: int, body: dict) -> None:
+            self.set_status(status)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(body))
+
+    class Page(Base):
+        def get(self) -> None:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.finish(page.replace("{{token}}", token))
+
+    class Asset(Base):
+        def get(self, name: str) -> None:
+            if name not in assets:
+                raise web.HTTPError(404)
+            self.set_header("Content-Type", ASSETS[name])
+            self.finish(assets[name])
+
+    class Events(Base):
+        async def get(self) -> None:
+            self.set_header("Content-Type", "text/event-stream")
+            self.set_header("X-Accel-Buffering", "no")
+            q = self.q = await hub.subscribe()
+            try:
+                self.write("retry: 2000\n\n")
+                await self.flush()
+                while True:
+                    message = await q.get()
+                    if message is None:
+                        break
+                    self.write(message)
+                    await self.flush()
+            except iostream.StreamClosedError:
+                pass
+            finally:
+                hub.clients.discard(q)
+
+        def on_connection_close(self) -> None:
+            q = getattr(self, "q", None)
+            if q is not None:
+                hub.drop(q)  # (its loop above ends)
+
+    class State(Base):
+        async def get(self) -> None:
+            self.reply(200, await hub.current())
+
+    class Reconfig(Base):
+        async def post(self) -> None:
+            try:
+                control, args, cid = self._checked()
+            except ValueError as exc:
+                return self.reply(400, {"error": str(exc)})
+            loop = asyncio.get_running_loop()
+            try:
+                reply = await loop.run_in_executor(
+                    hub.commands, command, control, "reconfig", args, cid
+                )
+            except UsageError as exc:
+                return self.reply(504, {"error": str(exc)})
+            hub.wake.set()
+            if not reply.get("ok"):
+                return self.reply(
+                    409, {"error": f"{control['pilot']} refused: {reply.get('error')}"}
+                )
+            self.reply(200, {"ok": True, "result": reply.get("result")})
+
+        def _checked(self) -> tuple[dict, dict, str]:
+            """The pilot's control record, the reconfig op's args and the command id, each
+            field checked (a ValueError names the field, the value and what is accepted)."""
+            try:
+                body = json.loads(self.request.body or b"null")
+            except ValueError:
+                raise ValueError("body: must be a JSON object {pilot, stop, start}") from None
+            if not isinstance(body, dict):
+                raise ValueError(f"body: {type(body).__name__} must be a JSON object")
+            unknown = set(body) - {"pilot", "stop", "start", "id"}
+            if unknown:
+                raise ValueError(
+                    f"{sorted(unknown)}: unknown field(s); accepted: pilot, stop, start, id"
+                )
+            pilot = body.get("pilot")
+            running = sorted(hub.watch.controls)
+            control = hub.watch.control(pilot) if isinstance(pilot, str) else None
+            if control is None:
+                raise ValueError(
+                    f"pilot: {pilot!r} is not a running pilot of session "
+                    f"{hub.watch.session}; running: {running}"
+                )
+            stop, start = body.get("stop") or [], body.get("start") or []
+            for name, value in (("stop", stop), ("start", start)):
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ValueError(f"{name}: {value!r} must be a list of strings")
+            if len(start) > START_MAX:
+                raise ValueError(f"start: {len(start)} sizes; at most {START_MAX}")
+            known = [
+                p["uid"]
+                for one in (hub.state or {}).get("pilots", [])
+                if one["uid"] == pilot
+                for p in one["partitions"]
+            ]
+            for i, uid in enumerate(stop):
+                if uid.lower() != "all" and uid not in known:
+                    raise ValueError(
+                        f"stop[{i}]: {uid!r} is not a partition of {pilot}; "
+                        f"accepted: one of {known} or 'all'"
+                    )
+            if not stop and not start:
+                raise ValueError("stop, start: give a partition to stop and/or a size to start")
+            args = reconfig_args(stop, start, field="start")
+            cid = body.get("id")
+            if cid is not None and (not isinstance(cid, str) or not COMMAND_ID.match(cid)):
+                raise ValueError(f"id: {cid!r} must be 1-64 of A-Z a-z 0-9 . _ : -")
+            return control, args, cid or f"dashboard.{os.getpid()}.{secrets.token_hex(4)}"
+
+    return web.Application(
+        [
+            (r"/", Page),
+            (r"/static/([A-Za-z0-9._-]+)", Asset),
+            (r"/events", Events),
+            (r"/api/state", State),
+            (r"/api/reconfig", Reconfig),
+        ],
+        compress_response=False,
+        log_function=_log_request,
+    )
+
+
+def _log_request(handler) -> None:
+    """Errors only, and never the query (it may hold the token); refusals say why above."""
+    status = handler.get_status()
+    if status >= 500 or (status >= 400 and status != 403):
+        log.warning("%d %s %s", status, handler.request.method, handler.request.path)
+
+
+def session_of(name: str | None, database_url: str | None = None) -> str:
+    """The session `name` points at: a session's name (its directory, or any name with a
+    database URL), else the session of the running pilot it names (top_target.resolve:
+    PILOT, SESSION/PILOT; none: the newest running pilot)."""
+    if name and "/" not in name:
+        if database_url or os.environ.get("PILOT_DATABASE_URL"):
+            return name
+        if os.path.isdir(os.path.join(sessions_dir(), name)):
+            return name
+    return resolve(name, database_url).session
+
+
+def run(
+    session: str,
+    port: int = 0,
+    interval: float = 1.0,
+    database_url: str | None = None,
+    out=None,
+) -> int:
+    """Serve the dashboard of `session` until SIGINT or SIGTERM; prints the URL first."""
+    require("tornado", "dashboard")
+    if not interval > 0:
+        raise ValueError(f"--interval {interval!r} must be > 0")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port!r} must be 0 (any free port) to 65535")
+    out = out or sys.stdout
+    pool = ThreadPoolExecutor(1, "dashboard-poll")  # (the Watch's thread: its sqlite reader)
+    try:
+        watch = pool.submit(Watch, session, database_url, interval).result()
+    except BaseException:
+        pool.shutdown(wait=False)
+        raise
+    try:
+        return asyncio.run(_serve(watch, pool, port, interval, out))
+    finally:
+        try:
+            pool.submit(watch.close).result(timeout=30)  # (after a poll under way)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _serve(watch: Watch, pool, port: int, interval: float, out) -> int:
+    netutil = require("tornado.netutil", "dashboard")
+    httpserver = require("tornado.httpserver", "dashboard")
+    sockets = netutil.bind_sockets(port, address="127.0.0.1")
+    port = sockets[0].getsockname()[1]
+    token = secrets.token_urlsafe(24)
+    hub = Hub(watch, pool, interval)
+    server = httpserver.HTTPServer(make_app(hub, token, port), max_body_size=MAX_BODY)
+    server.add_sockets(sockets)
+    print(f"http://127.0.0.1:{port}/?token={token}", file=out, flush=True)
+    print(
+        f"pilot dashboard: session {watch.session}; Ctrl-C stops (over SSH: "
+        f"ssh -L {port}:127.0.0.1:{port} HOST, then open the URL here)",
+        file=sys.stderr,
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    poller = asyncio.create_task(hub.run())
+    try:
+        await stop.wait()
+    finally:
+        server.stop()
+        for q in list(hub.clients):
+            hub.drop(q)
+        poller.cancel()
+        hub.commands.shutdown(wait=False, cancel_futures=True)
+        await asyncio.sleep(0)
+        await server.close_all_connections()
+    return 0
