@@ -337,6 +337,29 @@ def known_resources() -> list[str]:
     return sorted(set(native_resources()) | set(rp_resources.known()))
 
 
+_EXAMPLES = ("ornl.frontier", "nersc.perlmutter", "anl.polaris")
+
+
+def _unknown(resource: str) -> str:
+    """The error for a resource nobody has: the native configs by name, RP's sites counted
+    (`pilot resources` lists them all), the nearest names when the name looks mistyped."""
+    import difflib
+
+    from pilot import rp_resources
+
+    native = sorted(native_resources())
+    sites = sorted(set(rp_resources.known()) - set(native))
+    near = difflib.get_close_matches(resource, native + sites, n=3, cutoff=0.75)
+    return (
+        f"resource={resource!r} is unknown"
+        + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
+        + f"; known resources: {native} and {len(sites)} RADICAL-Pilot sites"
+        + f" ({', '.join(([s for s in _EXAMPLES if s in sites] or sites)[:3])}, ...:"
+        + " `pilot resources` lists them)"
+        + " (or the path of a YAML config)"
+    )
+
+
 def _native_raw(resource: str) -> dict | None:
     site, _, name = resource.partition(".")
     entry = _configs_dir() / f"{site}.yaml"
@@ -364,10 +387,7 @@ def load(resource: str, schema: str | None = None) -> ResourceConfig:
         return parse(resource, raw)
     rp = rp_resources.find(resource)
     if rp is None:
-        raise ValueError(
-            f"resource={resource!r} is unknown; known resources: "
-            f"{known_resources()} (or the path of a YAML config)"
-        )
+        raise ValueError(_unknown(resource))
     mapping, notes = rp_resources.native(resource, rp, schema)
     return parse(resource, mapping, tuple(notes))
 

@@ -144,8 +144,10 @@ def test_resource_config_errors(session, tmp_path):
     cfg = tmp_path / "bad.yaml"
     pmgr = rp.PilotManager(session)
     pd = rp.ComputePilotDescription(resource=str(cfg), parts=[CPD(cores=1)])
-    cfg.write_text("batch_system: pbs\n")
-    with pytest.raises(ValueError, match=r"batch_system='pbs' must be one of \('local', 'slurm'\)"):
+    cfg.write_text("batch_system: sge\n")
+    with pytest.raises(
+        ValueError, match=r"batch_system='sge' must be one of \('local', 'slurm', 'pbs', 'lsf'\)"
+    ):
         pmgr.submit_pilots(pd)
     cfg.write_text("cores_per_node: -2\n")
     with pytest.raises(ValueError, match=r"cores_per_node=-2 must be an integer >= 0"):
