@@ -73,7 +73,9 @@ def _url(where: str, value, default_scheme: str, client_dir: str) -> str:
         known = [s + "://" for s in (*SCHEMES, *ALIASES)]
         raise ValueError(f"{where}={value!r}: scheme must be one of {known}")
     if scheme == "client":  # client:///x is x in the client's directory (RP), not /x
+        slash = "/" if path.endswith("/") and path.strip("/") else ""  # (a directory: `into`)
         path = os.path.normpath(os.path.join(client_dir, path.lstrip("/") if explicit else path))
+        path += slash
     elif scheme == "file" and not path.startswith("/"):
         raise ValueError(f"{where}={value!r}: a file:// path must be absolute")
     return f"{scheme}://{path}"
@@ -168,12 +170,20 @@ def resolve(url: str, pilot_sandbox: str, unit_sandbox: str | None) -> str:
     raise StagingError(f"{url}: unknown scheme")
 
 
+def into(target: str, source: str) -> str:
+    """A target that ends in "/" (`unit:///`, `pilot:///inputs/`) names a directory to put the
+    source in under its own name, as `cp -r SOURCE DIR/` does; any other is the path itself."""
+    if target.endswith("/"):
+        return os.path.join(target, os.path.basename(source.rstrip("/")))
+    return target
+
+
 def act(d: dict, pilot_sandbox: str, unit_sandbox: str) -> str | None:
     """Do one pilot-side directive (COPY, LINK, MOVE); the error text, or None.  With
     SKIP_FAILED / NON_FATAL a failure is returned prefixed "skipped: "."""
     try:
         src = resolve(d["source"], pilot_sandbox, unit_sandbox)
-        dst = resolve(d["target"], pilot_sandbox, unit_sandbox)
+        dst = into(resolve(d["target"], pilot_sandbox, unit_sandbox), src)
         if CREATE_PARENTS in d["flags"]:
             os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
         if d["action"] == LINK:
@@ -214,7 +224,8 @@ def check_wire(where: str, value) -> list:
 def untar_as_copy(tar_path: str, target: str) -> None:
     """Unpack a TARBALL's tar (one entry at its top: the source, under its own name) so that
     `target` ends as COPY leaves it (`act`): a directory's content merged into `target`; a file
-    at `target`, or in it when `target` is a directory.  Unpacked beside `target` first, so a
+    at `target`, or in it when `target` is a directory; either under its own name in a
+    `target` that ends in "/" (`into`).  Unpacked beside `target` first, so a
     broken tar leaves nothing half-placed."""
     parent = os.path.dirname(target) or "."
     os.makedirs(parent, exist_ok=True)
@@ -226,6 +237,7 @@ def untar_as_copy(tar_path: str, target: str) -> None:
         if len(top) != 1:
             raise StagingError(f"{target}: a TARBALL holds one entry at its top, got {top[:5]}")
         src = os.path.join(tmp, top[0])
+        target = into(target, top[0])
         if os.path.isdir(src) and not os.path.islink(src):
             if os.path.isdir(target):
                 shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)

@@ -148,7 +148,9 @@ class Transfers:
     def _get(self, pilot, box, hdr: dict, source: str, path: str, tar: bool, d: dict) -> None:
         if staging.CREATE_PARENTS in d["flags"]:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        into = path + ".part.tar" if tar else path
+        if not tar:
+            path = staging.into(path, staging.split(source)[1])
+        into = path.rstrip("/") + ".part.tar" if tar else path
         with open(into, "wb") as f:
             offset = 0
             while True:

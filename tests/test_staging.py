@@ -141,7 +141,9 @@ def _listing(root) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["file", "dir"])
-@pytest.mark.parametrize("target", ["new", "existing_dir", "nested/new"])
+@pytest.mark.parametrize(
+    "target", ["new", "existing_dir", "nested/new", "existing_dir/", "new_dir/"]
+)
 def test_a_tarball_leaves_what_copy_leaves(tmp_path, kind, target):
     """TARBALL's unpacking (pilot/staging.py untar_as_copy) against COPY (staging.act) on the
     same source and target: the same files, in the same places."""
@@ -156,7 +158,7 @@ def test_a_tarball_leaves_what_copy_leaves(tmp_path, kind, target):
     for how in ("copy", "tar"):
         box = tmp_path / how
         box.mkdir()
-        if target == "existing_dir":
+        if target.startswith("existing_dir"):
             (box / "existing_dir").mkdir()
             (box / "existing_dir" / "kept.txt").write_text("kept\n")
         dst = str(box / target)

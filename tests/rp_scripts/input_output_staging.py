@@ -60,7 +60,7 @@ try:
     tar.output_staging = [
         {
             "source": "unit:///collected",
-            "target": "client:///back",
+            "target": "client:///back/",  # a directory to put it in: back/collected
             "action": rp.TARBALL,
         }
     ]
