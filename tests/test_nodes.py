@@ -145,8 +145,13 @@ def test_node_failure_fail_ends_the_pilot_with_the_node_named(session, tmp_path)
     assert pilot.wait(timeout=30) == rp.FAILED
     assert "node1" in pilot.reason
     assert u.state in (rp.FAILED, rp.CANCELED) and u.reason
-    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
-        log = f.read()
+    deadline = time.monotonic() + 10  # (the bootstrap logs its bye after it said it)
+    while True:
+        with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+            log = f.read()
+        if "down.bye" in log or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     steps = ["node.lost", "down.agents", "down.wait", "down.nodes", "down.bye"]
     assert [log.index(s) for s in steps] == sorted(log.index(s) for s in steps)
 
