@@ -373,6 +373,7 @@ class Pilot(Stateful):
             for part in ended:
                 self.umgr.on_partition_changed(part)
             self.umgr.on_pilot_changed(self)
+        self.session.tell_waiting(self)
 
     def lost(self, reason: str) -> None:
         self.end(S.FAILED if not self._cancel_requested else S.CANCELED, reason)

@@ -83,6 +83,8 @@ class Routing:
         d = unit.description
         if d.pilot is not None:
             pinned = next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
+            if pinned is NOT_ADDED:
+                return self._never_added(d.pilot)
             if pinned.final:
                 return f"pilot={d.pilot!r} is {pinned.state}"
         if d.partition is not None:
@@ -111,6 +113,18 @@ class Routing:
                 f"ranks={d.ranks} x cores={cores}, gpus={d.rank_gpus} can never fit: the "
                 f"pilots hold at most {most[0]} cores, {most[1]} GPUs"
             )
+        return None
+
+    def _never_added(self, uid: str) -> str | None:
+        """Why a unit pinned to pilot `uid`, which this manager does not have, can never run
+        here; None while add_pilots may still add it (it waits: RP's TMGR_SCHEDULING)."""
+        pilot = self.session.pilots.get(uid)
+        if pilot is None:
+            return None
+        if pilot.final:
+            return f"pilot={uid!r} is {pilot.state} and was not added to {self.uid}"
+        if pilot.umgr is not None and pilot.umgr is not self:
+            return f"pilot={uid!r} is used by {pilot.umgr.uid}, so {self.uid} cannot add it"
         return None
 
     def _pilot_for(self, unit: Unit):
@@ -149,12 +163,17 @@ class Routing:
                 pinned = unit.description.pilot
                 why = "no live pilot is left to run it"
                 if pinned and self._pilot_for(unit) is NOT_ADDED:
-                    why = f"pilot={pinned!r} was never added to this manager"
+                    why = self._never_added(pinned) or (
+                        f"pilot={pinned!r} was never added to {self.uid}"
+                        if pinned not in self.session.pilots
+                        else f"pilot={pinned!r} is not one of {self.uid}'s pilots (removed, "
+                        "or never added) and none of them is left"
+                    )
                 unit.advance(S.FAILED, now, why)
             self.pending.clear()
             return None
-        if self.pinned and any(p.final for p in self.pilots):  # units pinned to a pilot that ended
-            self._fail_pinned_to_ended()
+        if self.pinned and (self.waiting_for or any(p.final for p in self.pilots)):
+            self._fail_pinned_to_ended()  # (pinned to a pilot that ended, or to another's)
         windows = {
             part: part.window  # (read once: it follows the partition's rate)
             for p in self.pilots
@@ -173,11 +192,20 @@ class Routing:
 
     def _fail_pinned_to_ended(self) -> None:
         """(route) Pending units pinned (`pilot=`) to a pilot that ended: FAILED."""
-        ended = [u for u in self.pending if u.description.pilot and self._pilot_for(u).final]
-        for unit in ended:
-            self.pending.remove(unit)
+        now, ended = time.time(), []
+        for unit in self.pending:
+            uid = unit.description.pilot
+            if uid is None:
+                continue
             pilot = self._pilot_for(unit)
-            unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
+            why = self._never_added(uid) if pilot is NOT_ADDED else None
+            if pilot is not NOT_ADDED and pilot.final:
+                why = f"pilot={uid!r} is {pilot.state}"
+            if why:
+                ended.append((unit, why))
+        for unit, why in ended:
+            self.pending.remove(unit)
+            unit.advance(S.FAILED, now, why)
 
     def _place(self, room: dict) -> tuple[dict, list[Unit]]:
         """(route) Pending units, oldest first, to partitions with `room` (used up as they go):

@@ -376,6 +376,14 @@ class Session:
     # `changed(obj, state)` queues its callbacks on this thread, and the outermost `locked()`
     # wakes the waiters and then, with the lock released (a callback may take its time, or
     # submit more units), runs them in order on the same thread.
+    def tell_waiting(self, pilot) -> None:
+        """(lock held) `pilot` ended or a manager took it: the other managers with units
+        pinned to it, waiting for add_pilots, see whether those can still run
+        (pmgr/routing.py _never_added)."""
+        for umgr in self.umgrs:
+            if umgr is not pilot.umgr and pilot.uid in umgr.waiting_for:
+                umgr.route()
+
     @contextmanager
     def locked(self):
         """The session lock; the callbacks of what changed meanwhile run after its release."""

@@ -162,6 +162,7 @@ class UnitManager(UnitQueries, UnitEvents):
                     p.umgr = self
                     self.pilots.append(p)
                     p.hand_orphans()
+                    self.session.tell_waiting(p)
             self.route()
 
     def submit_units(self, descriptions, lazy: bool = False, window: int | None = None):
