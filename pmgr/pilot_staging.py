@@ -18,8 +18,6 @@ submitted (the pilot ends FAILED with it); one marked SKIP_FAILED / NON_FATAL is
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 
 from pilot import staging
 
@@ -27,21 +25,14 @@ log = logging.getLogger("pmgr.pilots")
 
 
 def _copy(d: dict, pilot) -> None:
-    src = staging.resolve(d["source"], pilot.sandbox, None)
-    dst = staging.resolve(d["target"], pilot.sandbox, None)
-    try:
-        if staging.CREATE_PARENTS in d["flags"]:
-            os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-        if os.path.isdir(src):
-            shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-        else:
-            shutil.copy2(src, dst)
-    except OSError as exc:
-        why = f"{pilot.uid}: {staging.describe(d)} failed: {exc.strerror or exc}"
-        if staging.SKIP_FAILED in d["flags"] or staging.NON_FATAL in d["flags"]:
-            log.warning("%s (skipped)", why)
-            return
-        raise staging.StagingError(why) from None
+    """One directive, done as a unit's COPY is (pilot/staging.py act: the same places)."""
+    why = staging.act(dict(d, action=staging.COPY), pilot.sandbox, None)
+    if why is None:
+        return
+    if why.startswith("skipped: "):
+        log.warning("%s: %s", pilot.uid, why)
+        return
+    raise staging.StagingError(f"{pilot.uid}: {why}")
 
 
 def stage_in(pilot, steps: list[dict]) -> None:

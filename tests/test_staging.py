@@ -207,3 +207,33 @@ def test_a_tarball_to_a_task_file_leaves_the_file(session, tmp_path, monkeypatch
     assert os.path.isfile(os.path.join(u.sandbox, "input.dat"))
     assert u.stdout.split() == ["11", "b"]
     assert (tmp_path / "out" / "back.dat").read_text() == "0123456789\n"
+
+
+def test_a_pilots_staging_lands_where_a_units_copy_would(session, tmp_path, monkeypatch):
+    """PilotDescription input_staging (pmgr/pilot_staging.py) places as COPY does: a target
+    ending in / is a directory the source goes in under its own name."""
+    monkeypatch.chdir(tmp_path)
+    _tree(tmp_path / "data", "dir")
+    (tmp_path / "one.txt").write_text("1\n")
+    pd = rp.PilotDescription(
+        {
+            "resource": "local.localhost",
+            "cores": 1,
+            "runtime": 5,
+            "input_staging": [
+                {"source": "client:///data", "target": "pilot:///inputs/"},
+                {"source": "client:///one.txt", "target": "pilot:///inputs/"},
+                {"source": "client:///data", "target": "pilot:///merged"},
+            ],
+        }
+    )
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    assert pilot.partitions[0].wait(rp.ACTIVE, timeout=20) == rp.ACTIVE
+    box = pilot.sandbox
+    assert _listing(os.path.join(box, "inputs")) == {
+        "data/a.txt": "a\n",
+        "data/sub/b.txt": "b\n",
+        "one.txt": "1\n",
+    }
+    assert _listing(os.path.join(box, "merged")) == {"a.txt": "a\n", "sub/b.txt": "b\n"}
+    pilot.cancel()
