@@ -57,8 +57,8 @@ Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node d
 messages are documented in partition/node_set.py and agent/node_daemon.py, the keys that guard
 them beyond loopback in pilot/security.py.  Node liveness is not on these channels: each
 daemon has a pulse channel of its own to the bootstrap, `hb` both ways every liveness.PULSE
-(0.5 s), a node lost after node_timeout + liveness.REJOIN s of silence (pilot/liveness.py,
-partition/node_pulse.py).
+(0.5 s), a node lost after node_timeout + liveness.REJOIN s of silence while another node
+is heard (pilot/liveness.py, partition/node_pulse.py); a daemon never halts for silence.
 
 Start journal (agent -> bootstrap, through the pilot sandbox): before an agent starts a unit,
 it appends the unit's uid and a newline to PILOT_SANDBOX/<partition uid>.started.  When the
