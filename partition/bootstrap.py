@@ -348,7 +348,13 @@ class Bootstrap(ClientLink, AgentChannel):
             self.pm.end(part, FAILED, "pilot ended before the partition did")
         self.flush()
         self.to_client(msg(b"bye", {"state": state, "reason": reason}))
-        log.info("down.bye: %s (%s)", state, reason)
+        log.info(
+            "down.bye: %s (%s); %d outcome(s) acknowledged by the client, %d not",
+            state,
+            reason,
+            self.outbox.acked,
+            len(self.outbox.kept),
+        )
         try:
             os.unlink(os.path.join(self.sandbox, "control.json"))
         except FileNotFoundError:

@@ -137,8 +137,8 @@ class Channel:
             try:
                 self.sock.send_multipart([ident] + frames)
             except zmq.ZMQError as exc:  # EHOSTUNREACH: that pilot is not connected (yet)
-                log.warning("cannot send to %s: %s", ident.decode(), exc)
-                self.on_message(ident.decode(), [b"unsent"] + frames)
+                # (the session says so, or not: an ack to a pilot that is ending is moot)
+                self.on_message(ident.decode(), [b"unsent", str(exc).encode()] + frames)
 
     def close(self, timeout: float = 5.0) -> None:
         self._stop = True

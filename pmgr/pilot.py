@@ -235,6 +235,11 @@ class Pilot(Stateful):
         else:
             self._queued_cmds.append(cmd)
 
+    @property
+    def ending(self) -> bool:
+        """Final, or asked to cancel: what the pilot is still owed is moot."""
+        return self.final or self._cancel_requested is not None
+
     def request_cancel(self, reason: str) -> None:
         with self.session.lock:
             if self.final or self._cancel_requested:
@@ -303,7 +308,9 @@ class Pilot(Stateful):
         of them (partition/outbox.py); one the store refused for good is not acknowledged."""
         lost = self.session.writer.unpersisted
         kept = [u for u in uids if u not in lost] if lost else uids
-        if kept:
+        if kept and self.final:  # it said bye: its outbox ended with it, nothing to let go of
+            log.debug("%s: ended; the ack of %d outcome(s) is not sent", self.uid, len(kept))
+        elif kept:
             self.session.channel.send(self.uid, msg(b"ack", {"uids": kept}))
 
     def on_output(self, chunks: list) -> None:

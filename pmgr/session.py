@@ -475,7 +475,7 @@ class Session:
             return
         if kind == b"unsent":  # our own send failed: that is no word from the pilot
             with self.locked():
-                self.on_unsent(pilot, frames[1:])
+                self.on_unsent(pilot, frames[2:], frames[1].decode())
             return
         if kind == b"ustates":  # unit moves, in columns (pilot/updates.py checks them)
             try:
@@ -501,9 +501,14 @@ class Session:
         with self.locked():
             HANDLERS[kind](pilot, body)
 
-    def on_unsent(self, pilot, frames: list[bytes]) -> None:
+    def on_unsent(self, pilot, frames: list[bytes], why: str) -> None:
         """A message the channel could not send (the pilot is not connected): units go back to
-        be routed again, a command is answered as failed."""
+        be routed again, a command is answered as failed; said, unless it was an ack or a
+        heartbeat for a pilot that is ending (its outbox ends with it: nothing to let go of)."""
+        if pilot.ending and frames[0] in (b"ack", b"hb"):
+            log.debug("%r to %s, which is ending, not sent: %s", frames[0], pilot.uid, why)
+        else:
+            log.warning("cannot send %r to %s: %s", frames[0][:16], pilot.uid, why)
         if frames[0] == b"units":
             pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])})
         elif frames[0] == b"cmd":
@@ -574,6 +579,10 @@ class Session:
         """(close) Cancel the live pilots, wait for them within `timeout`, end their jobs."""
         # (a pilot another client took over, or that refused to be attached, is not ours)
         live = [p for p in self.pilots.values() if not p.final and not p.released]
+        # what close owes them first: the acknowledgements of outcomes the store is writing
+        # (a writer behind would send them after `cancel_pilot`, to pilots gone by then)
+        if live and not self.writer.flush(timeout=min(10.0, timeout / 3)):
+            log.warning("%s: the store did not catch up before the pilots were canceled", self.uid)
         for p in live:
             p.request_cancel("session closed")
         deadline = time.monotonic() + timeout
