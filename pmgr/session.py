@@ -256,6 +256,17 @@ class Session:
                 self._reserve_ahead(prefix)
         return itertools.chain.from_iterable(taken)
 
+    def reserve_block(self, prefix: str, n: int) -> int:
+        """`n` consecutive numbers of `prefix` (a store-numbered one: FROM_STORE) for the
+        caller alone, reserved now in the store, apart from this session's own blocks (a named
+        stream's segment: pmgr/stream_marks.py); the first of them."""
+        if prefix not in FROM_STORE:
+            raise ValueError(f"reserve_block: prefix={prefix!r} must be one of {FROM_STORE}")
+        try:
+            return self.store.reserve(f"{self.uid}/{prefix}", n)
+        except Exception as exc:
+            raise StoreUnavailable(f"{prefix} ids: the store cannot reserve now: {exc}") from exc
+
     def reserve_uids(self, prefix: str, n: int) -> None:
         """Make sure the next `n` next_uid(prefix) need nothing more of the store: a call
         that makes `n` objects asks this first, so it fails before it made any, never

@@ -356,3 +356,21 @@ def test_moves_written_twice_are_stored_once(store):
         ("u2", None, 4),
     ]
     assert [r["ts"] for r in store.history(uid="u2")] == [2.0]
+
+
+def test_marks_are_kept_replaced_and_found_by_prefix(store, database_url):
+    """put_mark / marks (a named stream's segments: pmgr/stream_marks.py), seen by another
+    connection to the same database."""
+    store.put_mark("s1/stream/a/00000000", "unit:0")
+    store.put_mark("s1/stream/a/00000001", "unit:4096")
+    store.put_mark("s1/stream/ab/00000000", "unit:9")
+    store.put_mark("s1/stream/a/00000001", "unit:8192")
+    other = open_store(database_url)
+    try:
+        assert other.marks("s1/stream/a/") == {
+            "s1/stream/a/00000000": "unit:0",
+            "s1/stream/a/00000001": "unit:8192",
+        }
+        assert other.marks("s2/") == {}
+    finally:
+        other.close()

@@ -313,6 +313,19 @@ class StateStore(ABC):
         counters[counter] = first + n
         return first
 
+    def put_mark(self, name: str, value: str) -> None:
+        """Keep `value` under `name` for good (durably, before it returns; written again, the
+        value is replaced): what a client must find after it died, beside the batches, such
+        as a named stream's segments (pmgr/stream_marks.py).  (This default keeps it in this
+        process only: a store several processes share overrides it, as sqlite and MongoDB
+        do.)"""
+        self.__dict__.setdefault("_marks", {})[name] = value
+
+    def marks(self, prefix: str) -> dict[str, str]:
+        """{name: value} of the marks whose name starts with `prefix`."""
+        kept = self.__dict__.get("_marks", {})
+        return {k: v for k, v in kept.items() if k.startswith(prefix)}
+
     def close(self) -> None:  # noqa: B027 (a store with nothing to close need not say so)
         pass
 

@@ -757,6 +757,20 @@ class SqliteStore(StateStore):
                 raise
         return first
 
+    def put_mark(self, name: str, value: str) -> None:
+        with self.lock:  # (a statement of its own: committed when it returns)
+            self.db.execute(
+                "INSERT OR REPLACE INTO marks (name, value) VALUES (?, ?)", (name, value)
+            )
+
+    def marks(self, prefix: str) -> dict[str, str]:
+        with self.lock:
+            rows = self.db.execute(
+                "SELECT name, value FROM marks WHERE name >= ? AND name < ?",
+                (prefix, prefix + "\U0010ffff"),
+            ).fetchall()
+        return dict(rows)
+
     def close(self) -> None:
         with self.lock:
             self.db.close()
