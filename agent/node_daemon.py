@@ -40,8 +40,9 @@ ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/liveness.py):
     <- halt {reason}   on the pulse too: this node was declared lost (see below)
 Life (the node channel):
     <- drop {part}     a partition ended: kill (SIGKILL) what of its units still runs here
-    <- agent {uid, argv, log}   start a partition's agent on this node (its agent node, when
-                       the resource gives agents nodes of their own); -> agent_exit {uid, code}
+    <- agent {uid, argv, log, cfg, cfg_text}   start a partition's agent on this node (its
+                       agent node, when the resource gives agents nodes of their own), its
+                       config file `cfg` written first from cfg_text; -> agent_exit {uid, code}
                        when it ends (code < 0: signal)
     <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
@@ -174,6 +175,10 @@ class NodeDaemon:
     # -- agents and units ---------------------------------------------------------------------
     def start_agent(self, body: dict) -> None:
         uid = body["uid"]
+        if body.get("cfg") is not None:
+            cfg = os.open(body["cfg"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(cfg, "w") as f:
+                f.write(body.get("cfg_text") or "")
         fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
             pid = self.spawner.spawn(body["argv"], os.path.dirname(body["log"]), fd, fd)

@@ -364,12 +364,15 @@ class NodeSet:
         hint = next((h for h, i in self.index_of.items() if i == index), None)
         return hint is not None and hint in self.by_hint and self._send(hint, frames)
 
-    def start_agent(self, index: int, uid: str, argv: list[str], log_path: str) -> HostedAgent:
+    def start_agent(
+        self, index: int, uid: str, argv: list[str], log_path: str, cfg: tuple[str, str]
+    ) -> HostedAgent:
+        """The agent of partition `uid` started by the daemon of node `index`, which first
+        writes its config `cfg` (path, JSON text)."""
         proc = HostedAgent(self, index, uid)
         self.hosted[uid] = proc
-        if index in self.down or not self.send_index(
-            index, msg(b"agent", {"uid": uid, "argv": argv, "log": log_path})
-        ):
+        body = {"uid": uid, "argv": argv, "log": log_path, "cfg": cfg[0], "cfg_text": cfg[1]}
+        if index in self.down or not self.send_index(index, msg(b"agent", body)):
             proc.lost(f"could not be started: node {self.label.get(index, index)} is down")
         return proc
 
