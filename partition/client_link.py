@@ -83,17 +83,21 @@ class ClientLink:
         self.here = network.source_address(self.cfg["client"])
         self.dropped = 0
 
-    def find_client(self, client: str | list[str]) -> str:
+    def find_client(self, client: str | list[str], waiting: float | None = None) -> str:
         """The client's endpoint: the one given, or the first of its addresses that answers
-        (partition/client_probe.py; a client listening everywhere gives them all)."""
-        if isinstance(client, str):
+        (partition/client_probe.py; a client listening everywhere gives them all).  `waiting`
+        (an attach: the client waits for the answer): the endpoint given is probed too, for at
+        most that many seconds; ClientUnreachable if it does not answer."""
+        if isinstance(client, str) and waiting is None:
             return client
+        endpoints = [client] if isinstance(client, str) else client
         t0 = time.monotonic()
-        found = first_answering(self.ctx, self.keys, client, self.cfg["client_timeout"])
+        timeout = self.cfg["client_timeout"] if waiting is None else waiting
+        found = first_answering(self.ctx, self.keys, endpoints, timeout, waiting is not None)
         log.info(
             "boot.connect: the client answered at %s (%d addresses probed, %.0f ms)",
             found,
-            len(client),
+            len(endpoints),
             1e3 * (time.monotonic() - t0),
         )
         return found

@@ -29,7 +29,7 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
     cmd     {cid, op, args}   ops, their args and results: partition/control.py
                               (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
                               sync; attach on the control socket: a new client process
-                              takes over the pilot link)
+                              takes over the pilot link, once it answered a handshake)
     ack     {uids}            the store has these units' final states: the pilot lets go of
                               them (partition/outbox.py keeps outcomes until then)
     hb      {}
