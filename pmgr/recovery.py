@@ -8,7 +8,9 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
             points its link here, says hello and sends every partition's state again.  A
             pilot whose owner is alive refuses it (rp.PilotOwned, naming the owner) unless
             take_over (the old owner is told and stops acting on it).  A pilot that does not
-            answer within ATTACH_TIMEOUT s is FAILED (lost).
+            answer within ATTACH_TIMEOUT s is FAILED (lost).  One that takes this client is
+            marked as its in the store (pmgr/ownership.py: an old owner that did not hear of
+            the take-over learns it there).
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
             (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
@@ -32,6 +34,7 @@ from pilot.descriptions import (
     ComputePilotDescription,
 )
 from pilot.errors import PilotOwned
+from pilot.pmgr import ownership
 from pilot.pmgr.entities import Partition
 from pilot.protocol import pack, unpack
 
@@ -99,6 +102,8 @@ class Recovery:
         if owner is not None:  # (one owner per pilot: partition/control.py attach)
             pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
             raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
+        if reply and reply.get("ok"):  # (said in the store before this client acts on it)
+            ownership.claim(self.session, pilot.uid)
         pilot.released = None
         with self.session.locked():
             if reply and reply.get("ok"):

@@ -515,9 +515,11 @@ class Session:
     def on_unsent(self, pilot, frames: list[bytes], why: str) -> None:
         """A message the channel could not send (the pilot is not connected): units go back to
         be routed again, a command is answered as failed; said, unless it was an ack or a
-        heartbeat for a pilot that is ending (its outbox ends with it: nothing to let go of)."""
-        if pilot.ending and frames[0] in (b"ack", b"hb"):
-            log.debug("%r to %s, which is ending, not sent: %s", frames[0], pilot.uid, why)
+        heartbeat for a pilot that is ending (its outbox ends with it: nothing to let go of).
+        A pilot another client took over unheard (pmgr/ownership.py) is released first."""
+        pilot.unreachable()
+        if (pilot.ending or pilot.released) and frames[0] in (b"ack", b"hb"):
+            log.debug("%r to %s, ending or not ours, not sent: %s", frames[0], pilot.uid, why)
         else:
             log.warning("cannot send %r to %s: %s", frames[0][:16], pilot.uid, why)
         if frames[0] == b"units":
@@ -588,7 +590,11 @@ class Session:
 
     def _end_pilots(self, timeout: float) -> None:
         """(close) Cancel the live pilots, wait for them within `timeout`, end their jobs."""
-        # (a pilot another client took over, or that refused to be attached, is not ours)
+        # (a pilot another client took over, or that refused to be attached, is not ours;
+        # nor one the store says another client took over while this one did not hear)
+        with self.lock:
+            for p in self.pilots.values():
+                p.taken_over_unheard()
         live = [p for p in self.pilots.values() if not p.final and not p.released]
         # what close owes them first: the acknowledgements of outcomes the store is writing
         # (a writer behind would send them after `cancel_pilot`, to pilots gone by then)

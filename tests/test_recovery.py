@@ -225,3 +225,54 @@ def test_one_owner_per_pilot_and_a_take_over(make_session, tmp_path):
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+def test_an_owner_stopped_through_a_take_over_fails_nothing_when_it_comes_back(
+    make_session, tmp_path
+):
+    """The owning client is stopped (SIGSTOP) for longer than client_timeout; another client
+    attaches meanwhile (the owner counts as gone: it is not told).  Back, the old owner finds
+    its pilot silent: the store's owner mark (pmgr/ownership.py) says who took it over, so it
+    releases the pilot and fails nothing (before: pilot, partition and units FAILED in the
+    store the new owner writes)."""
+    import signal
+    import time
+
+    cfg = tmp_path / "short.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 2\nclient_timeout: 6\n")
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    first = subprocess.Popen(
+        [sys.executable, "-c", LIVE_CLIENT, str(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        said = json.loads(first.stdout.readline())
+        os.kill(first.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        time.sleep(3.5)  # (past OWNER_SILENCE: the owner counts as gone)
+        session = make_session(uid=said["session"], database_url=url)
+        (pilot,) = rp.PilotManager(session).get_pilots()
+        umgr = rp.UnitManager(session)
+        more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 3)
+        time.sleep(max(0.0, stopped + 7.0 - time.monotonic()))  # (past client_timeout)
+        os.kill(first.pid, signal.SIGCONT)
+        first.stdin.write("report\n")
+        first.stdin.flush()
+        late = json.loads(first.stdout.readline())
+        assert late["released"] and f"pid {os.getpid()}" in late["released"], late
+        assert late["pilot"] == rp.ACTIVE and rp.FAILED not in late["states"], late
+        assert first.wait(timeout=30) == 0
+        assert umgr.wait_units([u.uid for u in more], timeout=60) == [rp.DONE] * 3
+        assert pilot.state == rp.ACTIVE and all(p.state == rp.ACTIVE for p in pilot.partitions)
+        session.writer.flush(timeout=30)
+        failed = [h for h in session.store.history(session=session.uid) if h["state"] == "FAILED"]
+        assert not failed, failed
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
+            first.kill()
+            first.wait()
