@@ -123,6 +123,14 @@ def test_every_node_silent_at_once_ends_no_node(hosts, tmp_path):
     assert r["part"] == ["ACTIVE", None]
 
 
+def read_node_logs(pilot) -> str:
+    text = ""
+    for name in sorted(os.listdir(os.path.join(pilot.sandbox, "nodes"))):
+        with open(os.path.join(pilot.sandbox, "nodes", name)) as f:
+            text += f.read()
+    return text
+
+
 def freeze_bootstrap(session, tmp_path, freeze: float, node_timeout: float) -> dict:
     """A 4-node pilot whose bootstrap is stopped (SIGSTOP) for `freeze` s while units run, some
     ending in the freeze; what came of it (the units checked exactly once)."""
@@ -145,10 +153,13 @@ def freeze_bootstrap(session, tmp_path, freeze: float, node_timeout: float) -> d
     states = check_exactly_once(session, units, log)
     with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
         boot = f.read()
-    nodes = ""
-    for name in sorted(os.listdir(os.path.join(pilot.sandbox, "nodes"))):
-        with open(os.path.join(pilot.sandbox, "nodes", name)) as f:
-            nodes += f.read()
+    # (the units may all have ended in the freeze: their outcomes can reach the client before
+    # a daemon hears its first pulse from the bootstrap and logs node.heard)
+    deadline = time.monotonic() + 10
+    nodes = read_node_logs(pilot)
+    while nodes.count("node.heard") < nodes.count("node.silent") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        nodes = read_node_logs(pilot)
     return {"pilot": pilot, "frozen": frozen, "states": states, "boot": boot, "nodes": nodes}
 
 
