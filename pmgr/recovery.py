@@ -53,9 +53,28 @@ class Recovery:
     def _restore(self, obj, doc: dict) -> None:
         obj.state = doc["state"]
         rows = self.session.store.history(uid=obj.uid)  # (its own: never the session's all)
-        obj.history = [(h["state"], h["ts"]) for h in rows] or [(obj.state, time.time())]
+        obj.history = [(h["state"], h["ts"]) for h in rows]
         obj.reason = doc.get("reason")
         obj.stored = True
+        self._fill_history(obj)
+
+    def _fill_history(self, obj) -> None:
+        """The states between the last history row the store has and the state its doc
+        says, added now and written (one row each, at this time): a client that died after it
+        wrote a unit's doc (written ahead of its rows, so that the unit could be sent) and
+        before its NEW and SCHEDULING rows left them out.  Then the store's history and this
+        client's agree row for row, and the next state's row gets the next seq."""
+        last = obj.history[-1][0] if obj.history else None
+        if last == obj.state:
+            return
+        steps = S.legal_path(obj.MACHINE, last or S.NEW, obj.state)
+        if steps is None:  # (a doc behind its rows: left as it was)
+            return
+        now = time.time()
+        for step in ([S.NEW] if last is None else []) + list(steps):
+            obj.history.append((step, now))
+            self.session.persist_state(obj, step, now)
+        log.info("%s: %s, as its doc says, added to its history", obj.uid, obj.state)
 
     def adopt_pilots(self, pmgr) -> list:
         if self.pilots:

@@ -276,3 +276,57 @@ def test_an_owner_stopped_through_a_take_over_fails_nothing_when_it_comes_back(
             os.kill(first.pid, signal.SIGCONT)
             first.kill()
             first.wait()
+
+
+ROWS_BEHIND_CLIENT = r"""
+import json, os, sys, time
+import pilot as rp
+from tests.faults import truth_unit
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+send = s.channel.send
+def sent_then_die(pilot_uid, frames):
+    send(pilot_uid, frames)
+    if frames[0] == b"units":  # (on the store writer: the units' docs are in, their rows wait)
+        time.sleep(0.5)  # (the channel thread sends them)
+        print(json.dumps({"session": s.uid}), flush=True)
+        os._exit(0)  # the client dies before its writer wrote the units' NEW and SCHEDULING
+s.channel.send = sent_then_die
+umgr.submit_units([truth_unit(sys.argv[1], sleep=0.2) for _ in range(4)])
+time.sleep(60)
+"""
+
+
+def test_units_sent_before_their_first_rows_were_written_keep_one_history(make_session, tmp_path):
+    """A unit's doc is written ahead of its first history rows, so that it can be sent at
+    once; the client dies after the send and before the rows.  The next client finds docs
+    without rows: it writes the states they say (NEW, SCHEDULING) as the rows they lack, and
+    the store's history and the client's agree row for row (before: the client's began at
+    SCHEDULING, the store's at QUEUED)."""
+    from tests.faults import check_exactly_once
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-c", ROWS_BEHIND_CLIENT, log],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    uid = json.loads(out.stdout.strip().splitlines()[-1])["session"]
+    session = make_session(uid=uid, database_url=url)
+    assert not [h for h in session.store.history(session=uid) if h["kind"] == "units"]
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 4
+    units = umgr.get_units()
+    check_exactly_once(session, units, log)
+    for u in units:
+        assert [s for s, _ in u.history] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]

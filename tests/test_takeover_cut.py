@@ -152,7 +152,10 @@ def test_a_take_over_cut_short_loses_nothing_and_runs_nothing_twice(make_session
                 [(u.uid, u.state, u.reason) for u in units if u.state != rp.DONE],
                 why,
             )
-            check_exactly_once(session, units, log)
+            try:
+                check_exactly_once(session, units, log)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc} ({why})") from None
             known = {u.uid for u in units}
             starts, _ = read_truth(log)
             assert set(starts) <= known, (set(starts) - known, why)  # (none ran unknown)
