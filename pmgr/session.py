@@ -35,7 +35,7 @@ import uuid
 from collections import deque
 from contextlib import contextmanager
 
-from pilot import checks, ids, messages, network, security, updates
+from pilot import checks, ids, messages, network, processes, security, updates
 from pilot import states as S
 from pilot.errors import StoreUnavailable
 from pilot.pmgr import pilot_files, reaper
@@ -608,9 +608,16 @@ class Session:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except TimeoutError:
                 log.error("%s did not end within %g s; killing it", p.uid, timeout)
+        attached = set()  # the bootstraps of local pilots this process attached to (no child
+        if any(p.job is None and p.final for p in live):  # of its): found by the session's id
+            attached = set(reaper.session_processes(self.uid))
         for p in self.pilots.values():
             if p.job is not None and p.final:  # it said bye: let the job end on its own
                 p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+            elif p in live and p.final and p.job_id in attached:  # (its pid, kept in the store)
+                bootstrap = processes.Watched(p.job_id)
+                bootstrap.wait(max(1.0, min(10.0, deadline - time.monotonic())))
+                bootstrap.close()
             p.kill_job()
 
     def _kill_leftovers(self) -> None:

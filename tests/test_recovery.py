@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def first_client(database_url: str, pilot: str = LOCAL, ranks: int = 1) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir):
+def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir, caplog):
     first = first_client(database_url)
     session = make_session(uid=first["session"], database_url=database_url)
     pmgr = rp.PilotManager(session)
@@ -77,6 +78,9 @@ def test_second_client_attaches_and_takes_over(make_session, database_url, sessi
     session.writer.flush(timeout=60)
     rows = session.store.find("units", session=session.uid)
     assert Counter(r["state"] for r in rows) == {"DONE": 13}
+    with caplog.at_level(logging.WARNING, logger="pmgr"):  # (the bootstrap, not its child,
+        session.close()  # exits on its own after bye: nothing is left to kill)
+    assert not [r.getMessage() for r in caplog.records if "leftover" in r.getMessage()]
 
 
 def test_second_client_takes_over_a_multinode_pilot(make_session, tmp_path, sessions_dir):
