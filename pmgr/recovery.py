@@ -50,9 +50,10 @@ class Recovery:
         self.pilots: dict = {}
         self.units_adopted = False
 
-    def _restore(self, obj, doc: dict) -> None:
+    def _restore(self, obj, doc: dict, rows: list[dict] | None = None) -> None:
         obj.state = doc["state"]
-        rows = self.session.store.history(uid=obj.uid)  # (its own: never the session's all)
+        if rows is None:  # (its own: never the session's all)
+            rows = self.session.store.history(uid=obj.uid)
         obj.history = [(h["state"], h["ts"]) for h in rows]
         obj.reason = doc.get("reason")
         obj.stored = True
@@ -185,6 +186,7 @@ class Recovery:
             if state in S.FINAL:
                 umgr.units.know_final(uid, state)
         docs = session.store.open_units(session.uid)
+        rows = session.store.histories([d["uid"] for d in docs], session.uid)
         ask: dict = {}
         with session.locked():
             for p in self.pilots.values():
@@ -192,7 +194,7 @@ class Recovery:
                     p.umgr = umgr
                     umgr.pilots.append(p)
             for doc in docs:
-                self._adopt(umgr, doc, ask)
+                self._adopt(umgr, doc, ask, rows[doc["uid"]])
             for p in self.pilots.values():
                 if p.umgr is umgr:
                     p.hand_orphans()
@@ -208,13 +210,13 @@ class Recovery:
             sum(len(u) for p in ask.values() for u in p.values()),
         )
 
-    def _adopt(self, umgr, doc: dict, ask: dict) -> None:
+    def _adopt(self, umgr, doc: dict, ask: dict, rows: list[dict]) -> None:
         """(lock held) A unit not final in the store, made again: routed again if it never
         reached a partition, FAILED if its pilot ended, else asked for (`ask`)."""
         session = self.session
         desc = umgr.DESCRIPTION.from_stored(doc["description"])
         unit = umgr.UNIT(session, doc["uid"], desc, umgr)
-        self._restore(unit, doc)
+        self._restore(unit, doc, rows)
         unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
         unit.value = doc.get("return_value")
         unit.node, unit.slots = doc.get("node"), doc.get("slots")

@@ -231,6 +231,12 @@ class StateStore(ABC):
     @abstractmethod
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]: ...
 
+    def histories(self, uids: Iterable[str], session: str | None = None) -> dict[str, list[dict]]:
+        """{uid: history(uid=uid, session=session)} for many units at once (the units an
+        attaching client adopts).  A store whose read of one unit's history scans, as
+        sqlite's does its moves rows, reads them in one pass instead."""
+        return {uid: self.history(uid=uid, session=session) for uid in uids}
+
     def unit_states(self, session: str):
         """(uid, state) of every unit of the session, streamed (an attach to a session of
         10^7 units holds no doc of a final one)."""

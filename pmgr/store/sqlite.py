@@ -62,6 +62,7 @@ sqlite3.register_adapter(type(None), {}.get)
 sqlite3.register_adapter(bytes, bytes)
 _LITTLE = sys.byteorder == "little"
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+MOVES_PAGE = 64  # moves rows `histories` reads at a time (each names up to a batch of units)
 _UNIT_COLS = FIELDS["units"] + ("template",)
 _ENCODED = {  # (a unit's `times`: its own packed form, `_pack_times`)
     kind: [i for i, c in enumerate(FIELDS[kind]) if c in STRUCTURED and c != "times"]
@@ -601,6 +602,42 @@ class SqliteStore(StateStore):
             for r in expand_row(row[1:]):
                 if uid is None or r[2] == uid:
                     out.append(dict(zip(HISTORY, r)))
+        return out
+
+    def histories(self, uids, session: str | None = None) -> dict[str, list[dict]]:
+        """One pass over the moves rows for all of `uids` (history(uid=) scans them once a
+        unit: an attach adopting 384 units of a 200,000-unit session spent 5.2 s there), a
+        page at a time (the lock let go between pages: the writer goes on)."""
+        want = set(uids)
+        out: dict[str, list[dict]] = {uid: [] for uid in want}
+        found = []
+        ids = sorted(want)
+        also = " AND session = ?" if session is not None else ""
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            with self.lock:
+                found += self.db.execute(
+                    f"SELECT id, {sql.ROW} FROM history WHERE uid IN "
+                    f"({', '.join('?' * len(chunk))}){also}",
+                    (*chunk, session) if session is not None else tuple(chunk),
+                ).fetchall()
+        last = 0
+        while want:
+            with self.lock:
+                page = self.db.execute(
+                    f"SELECT id, {sql.ROW} FROM history WHERE id > ? AND uid IS NULL AND "
+                    f"uids IS NOT NULL{also} ORDER BY id LIMIT {MOVES_PAGE}",
+                    (last, session) if session is not None else (last,),
+                ).fetchall()
+            if not page:
+                break
+            last = page[-1][0]
+            found += [row for row in page if not want.isdisjoint(json.loads(row[8]))]
+        found.sort()
+        for row in found:
+            for r in expand_row(row[1:]):
+                if r[2] in want:
+                    out[r[2]].append(dict(zip(HISTORY, r)))
         return out
 
     def unit_states(self, session: str):
