@@ -88,3 +88,4 @@ def test_a_file_system_that_blocks_writes_delays_no_message(make_session, blocki
     assert umgr.wait_units([u.uid for u in units], timeout=30) == [rp.DONE] * 4
     with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
         assert f"{new.uid}: agent requested" in f.read()
+    session.close()  # (before the file system goes: its files there closed, it unmounts at once)
