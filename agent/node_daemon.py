@@ -28,15 +28,21 @@ Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>
     silent node must not take the healthy ones down with it): the daemon logs it and exits 3.
 Liveness (the pulse: this daemon's DEALER, identity "d<hint>", to the bootstrap's pulse
 ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/liveness.py):
-    <- hb {} and -> hb {} every PULSE s.  Nothing from the bootstrap (on either channel) for
-       --timeout + REJOIN seconds, the same tolerance the bootstrap gives this node, or the
-       bootstrap process gone (fork/exec/netns launches): the daemon kills its units and exits (the
-       pilot is gone).  Time this process did not run is not the bootstrap's silence.
+    <- hb {} and -> hb {} every PULSE s.  Silence is not death: the bootstrap may be stalled
+       (stopped, swapped out, its loop behind a slow file system) or its link down, and the
+       batch job that holds this daemon still lives, so its units run on and their outcomes
+       wait in the queues to their agents (ROUTER_MANDATORY, SNDHWM 100,000).  Nothing from
+       the bootstrap for --timeout + REJOIN seconds is logged (node.silent), and so is its
+       first word after it (node.heard: then the heartbeats and the queued exits go on).
+       The daemon ends only when the pilot is gone: `halt`; SIGTERM (the batch system ends
+       the job step, srun); or, without a batch system (fork/exec/netns launches: nothing
+       else would end it), the bootstrap process gone (--watch-parent / --watch-pid).
     <- halt {reason}   on the pulse too: this node was declared lost (see below)
 Life (the node channel):
     <- drop {part}     a partition ended: kill (SIGKILL) what of its units still runs here
-    <- agent {uid, argv, log}   start a partition's agent on this node (its agent node, when
-                       the resource gives agents nodes of their own); -> agent_exit {uid, code}
+    <- agent {uid, argv, log, cfg, cfg_text}   start a partition's agent on this node (its
+                       agent node, when the resource gives agents nodes of their own), its
+                       config file `cfg` written first from cfg_text; -> agent_exit {uid, code}
                        when it ends (code < 0: signal)
     <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
@@ -120,6 +126,7 @@ class NodeDaemon:
         self.poller = zmq.Poller()
         self.ranks = NodeRanks(self.spawner, self.name, self.poller)  # (agent/node_ranks.py)
         self.silence = liveness.Silence(liveness.tolerance(args.timeout))  # of the bootstrap
+        self.silent_since: float | None = None  # (node.silent said; node.heard when it ends)
         self.ppid = os.getppid()
         self.watched = processes.Watched(args.watch_pid) if args.watch_pid else None
         self.wake_r, self.wake_w = socket.socketpair()
@@ -168,6 +175,10 @@ class NodeDaemon:
     # -- agents and units ---------------------------------------------------------------------
     def start_agent(self, body: dict) -> None:
         uid = body["uid"]
+        if body.get("cfg") is not None:
+            cfg = os.open(body["cfg"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(cfg, "w") as f:
+                f.write(body.get("cfg_text") or "")
         fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
             pid = self.spawner.spawn(body["argv"], os.path.dirname(body["log"]), fd, fd)
@@ -276,7 +287,7 @@ class NodeDaemon:
         """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""
         for frames in drain(sock, 200):
             if not from_agent and self.index is not None:
-                self.silence.heard(BOOTSTRAP)
+                self.heard_bootstrap()
             try:
                 self.on_message(frames, from_agent)
             except (checks.Invalid, zlib.error) as exc:  # a peer's bad message
@@ -298,18 +309,35 @@ class NodeDaemon:
                 self.bad_messages.report(f"bad pulse {frames[:2]!r:.120}: {exc}")
                 continue
             if self.index is not None:
-                self.silence.heard(BOOTSTRAP)
+                self.heard_bootstrap()
             if kind == b"halt":
                 self.halting = body.get("reason") or "halt"
 
+    def heard_bootstrap(self) -> None:
+        self.silence.heard(BOOTSTRAP)
+        if self.silent_since is not None:
+            log.info(
+                "%s: node.heard: the bootstrap speaks again after %.1f s of silence",
+                self.name,
+                time.monotonic() - self.silent_since,
+            )
+            self.silent_since = None
+
     def why_halt(self, now: float) -> str | None:
-        """Why the pilot is gone (nothing from the bootstrap for --timeout + REJOIN seconds
-        once the table came, or with --watch-parent / --watch-pid its process gone), or None."""
+        """Why the pilot is gone (with --watch-parent / --watch-pid: its process gone), or
+        None.  The bootstrap's silence is logged here, and never a reason."""
         silent = self.silence.silent()  # (every turn: a turn that came late is no silence)
-        if BOOTSTRAP in silent:
-            return (
-                f"no word from the bootstrap for {silent[BOOTSTRAP]:.1f} s (node_timeout "
-                f"{self.args.timeout:g} s + {liveness.REJOIN:g} s for a link to come back)"
+        if BOOTSTRAP in silent and self.silent_since is None:
+            self.silent_since = now - silent[BOOTSTRAP]
+            log.warning(
+                "%s: node.silent: no word from the bootstrap for %.1f s (node_timeout %g s + "
+                "%g s); %d unit rank(s) run on: a node daemon ends with its pilot, not with "
+                "its silence",
+                self.name,
+                silent[BOOTSTRAP],
+                self.args.timeout,
+                liveness.REJOIN,
+                len(self.ranks.running),
             )
         if self.args.watch_parent and os.getppid() != self.ppid:
             return "the bootstrap process is gone"

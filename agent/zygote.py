@@ -6,7 +6,11 @@ keeps a reconfig under 100 ms.  The zygote is single-threaded and creates no Zer
 forking it is safe; each forked agent creates its own context.
 
 Protocol (JSON lines; bootstrap <-> zygote over the zygote's stdin / stdout):
-    bootstrap -> zygote   {"cfg": PATH, "log": PATH}      fork an agent for that config
+    bootstrap -> zygote   {"cfg": PATH, "log": PATH, "body": TEXT}
+                                                          fork an agent for that config; the
+                                                          child writes `body` (JSON) to PATH
+                                                          first, so the bootstrap's loop never
+                                                          waits on the sandbox's file system
     zygote -> bootstrap   {"started": PATH, "pid": PID}   the agent's pid
                           {"exited": PID, "code": CODE}   an agent ended (CODE < 0: signal)
                           {"error": TEXT, "cfg": PATH}    the fork failed
@@ -31,10 +35,15 @@ for _where in plugins.RUNNERS.values():  # what every agent loads, loaded once h
     importlib.import_module(_where.partition(":")[0])
 
 
-def _child(cfg_path: str, log_path: str) -> None:
-    """In the forked child: become the agent, never return."""
+def _child(cfg_path: str, log_path: str, body: str | None = None) -> None:
+    """In the forked child: write its config (`body`, if given), become the agent, never
+    return."""
     code = 1
     try:
+        if body is not None:
+            fd = os.open(cfg_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(body)
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
@@ -88,7 +97,7 @@ def main() -> int:
                         sel.close()
                         os.close(rfd)
                         os.close(wfd)
-                        _child(req["cfg"], req["log"])
+                        _child(req["cfg"], req["log"], req.get("body"))
                     say({"started": req["cfg"], "pid": pid})
             else:
                 try:

@@ -132,15 +132,16 @@ class AgentChannel:
         path = os.path.join(self.sandbox, f"{uid}.agent.json")
         if self.nodeset is None or cfg.get("agent_host") is None:  # forked by the zygote
             cfg["adopted_by"] = os.getpid()  # its parent, should the zygote die first
-        with open(path, "w") as f:
-            json.dump(cfg, f)
+        # the config file is written by whoever starts the agent (the forked child, the node
+        # daemon), never here: this loop does not wait on the sandbox's file system
+        body = json.dumps(cfg)
         log_path = os.path.join(self.sandbox, f"{uid}.agent.log")
         host = cfg.get("agent_host")
         if self.nodeset is not None and host is not None:  # on its own node, by that daemon
             argv = processes.python_m(processes.AGENT, path, python=self.rcfg.python)
-            proc = self.nodeset.start_agent(host, uid, argv, log_path)
+            proc = self.nodeset.start_agent(host, uid, argv, log_path, (path, body))
         else:
-            proc = self.forker.spawn(path, log_path)
+            proc = self.forker.spawn(path, log_path, body)
         self.procs[uid] = proc
         log.info("%s: agent requested", uid)
         return proc

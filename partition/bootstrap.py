@@ -60,6 +60,7 @@ from pilot.partition.client_link import ClientLink
 from pilot.partition.data_port import DataPort
 from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
 from pilot.partition.node_set import BringUpError, NodeSet
+from pilot.partition.off_loop import LogWriter, OffLoop
 from pilot.partition.outbox import Outbox
 from pilot.partition.pool import Pool
 from pilot.protocol import HEARTBEAT, drain, msg, pack
@@ -76,6 +77,7 @@ from pilot.states import (
 
 log = logging.getLogger("bootstrap")
 TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
+BOOT_FILES_WAIT = 5.0  # seconds bring-up gives control.json, network.json (partition/off_loop.py)
 
 
 class Bootstrap(ClientLink, AgentChannel):
@@ -98,7 +100,8 @@ class Bootstrap(ClientLink, AgentChannel):
         self.internal = checks.InternalErrors(log)
         self._open_agent_channel()
         self._open_control()
-        self.data = DataPort(self.sandbox)  # files from and to the client
+        self.data = DataPort(self.sandbox)  # files from and to the client (on self.files)
+        self.files = OffLoop()  # file-system work off the loop (partition/off_loop.py)
         self.procs: dict[str, AgentProcess] = {}
         self.forker = AgentForker(self.sandbox)
         self.nodeset = (
@@ -192,6 +195,8 @@ class Bootstrap(ClientLink, AgentChannel):
         if self.ending is not None:  # ended (a signal) during bring-up: never up
             return self.finish()
         check_transition(PILOT_MACHINE, self, ACTIVE)
+        if not self.files.wait(BOOT_FILES_WAIT):  # (bring-up: the loop never waits on them)
+            log.warning("boot.hello: the boot files are not written after %g s", BOOT_FILES_WAIT)
         self.hello()
         log.info("boot.hello: sent")
         self._boot_partitions()
@@ -207,18 +212,13 @@ class Bootstrap(ClientLink, AgentChannel):
             self.control_endpoint,
             orphans.become_subreaper(),
         )
-        ctl = os.path.join(self.sandbox, "control.json")
-        fd = os.open(ctl, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(
-                {
-                    "pilot": self.uid,
-                    "endpoint": self.control_endpoint,
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                },
-                f,
-            )
+        control = {
+            "pilot": self.uid,
+            "endpoint": self.control_endpoint,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
+        self.files.run(lambda: _write_json(self.sandbox, "control.json", control, 0o600))
 
     def _boot_nodes(self, nodeset: NodeSet) -> bool:
         """boot.nodes.*: the node daemons up (partition/node_set.py), the pool made again over
@@ -232,10 +232,10 @@ class Bootstrap(ClientLink, AgentChannel):
             self.ending = (FAILED, f"bring-up failed: {exc}")
             return False
         self.make_pool(self.network)
-        with open(os.path.join(self.sandbox, "network.json"), "w") as f:
-            json.dump({str(k): v for k, v in self.network.items()}, f, indent=1)
-        with open(os.path.join(self.sandbox, "daemons.json"), "w") as f:
-            json.dump(nodeset.daemons(), f, indent=1)
+        network = {str(k): v for k, v in self.network.items()}
+        daemons = nodeset.daemons()
+        self.files.run(lambda: _write_json(self.sandbox, "network.json", network))
+        self.files.run(lambda: _write_json(self.sandbox, "daemons.json", daemons))
         return True
 
     def _boot_partitions(self) -> None:
@@ -252,6 +252,8 @@ class Bootstrap(ClientLink, AgentChannel):
         poller = zmq.Poller()
         for s in (self.client, self.agents, self.control):
             poller.register(s, zmq.POLLIN)
+        poller.register(self.files.fd, zmq.POLLIN)
+        next_expire = time.monotonic() + 5.0
         zygote_fd = self.forker.fd  # (it changes when a zygote that died is replaced)
         poller.register(zygote_fd, zmq.POLLIN)
         launch_fd = None  # the node zygote's reports (launch method fork)
@@ -267,14 +269,18 @@ class Bootstrap(ClientLink, AgentChannel):
                     self._drain(sock, handler)
             if self.control in events:
                 self._drain(self.control, self.on_control)
+            if self.files.fd in events:
+                self.files.finish()
             zygote_fd = self._watch_zygote(poller, zygote_fd, events)
             if self.nodeset is not None:
                 self._watch_nodes(events)  # (reads the launch's fd: check() asks exited())
                 launch_fd = _repoll(poller, launch_fd, self.nodeset.launch_fd())
             self.check_agents()
             self.pm.check_stuck()
-            self.data.expire()
             now = time.monotonic()
+            if now >= next_expire:  # (the port's state is the file thread's)
+                next_expire = now + 5.0
+                self.files.run(self.data.expire)
             if self.ending is None:
                 self._check_clocks(now)
             if self.ending is not None:
@@ -351,16 +357,35 @@ class Bootstrap(ClientLink, AgentChannel):
             self.pm.end(part, FAILED, "pilot ended before the partition did")
         self.flush()
         self.to_client(msg(b"bye", {"state": state, "reason": reason}))
-        log.info("down.bye: %s (%s)", state, reason)
-        try:
-            os.unlink(os.path.join(self.sandbox, "control.json"))
-        except FileNotFoundError:
-            pass
+        log.info(
+            "down.bye: %s (%s); %d outcome(s) acknowledged by the client, %d not",
+            state,
+            reason,
+            self.outbox.acked,
+            len(self.outbox.kept),
+        )
+        self.files.run(lambda: _unlink(os.path.join(self.sandbox, "control.json")))
+        if not self.files.close(timeout=2.0):
+            log.warning("down.bye: the sandbox's file system did not take the last writes in 2 s")
         for s in (self.client, self.agents, self.control):
             s.close()
         self.keys.close()
         self.ctx.term()
         return 0 if state != FAILED else 1
+
+
+def _write_json(sandbox: str, name: str, value, mode: int = 0o644) -> None:
+    """(the file thread) PILOT_SANDBOX/name, JSON."""
+    fd = os.open(os.path.join(sandbox, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        json.dump(value, f, indent=1)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _repoll(poller: zmq.Poller, old: int | None, new: int | None) -> int | None:
@@ -379,8 +404,15 @@ def main(argv: list[str]) -> int:
         return 2
     with open(argv[0]) as f:
         cfg = json.load(f)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return Bootstrap(cfg).run()
+    # the log is written by a thread of its own: the loop never waits on the sandbox's file
+    # system (partition/off_loop.py)
+    writer = LogWriter(2)
+    writer.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[writer])
+    try:
+        return Bootstrap(cfg).run()
+    finally:
+        writer.close(timeout=2.0)
 
 
 if __name__ == "__main__":

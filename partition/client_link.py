@@ -83,17 +83,21 @@ class ClientLink:
         self.here = network.source_address(self.cfg["client"])
         self.dropped = 0
 
-    def find_client(self, client: str | list[str]) -> str:
+    def find_client(self, client: str | list[str], waiting: float | None = None) -> str:
         """The client's endpoint: the one given, or the first of its addresses that answers
-        (partition/client_probe.py; a client listening everywhere gives them all)."""
-        if isinstance(client, str):
+        (partition/client_probe.py; a client listening everywhere gives them all).  `waiting`
+        (an attach: the client waits for the answer): the endpoint given is probed too, for at
+        most that many seconds; ClientUnreachable if it does not answer."""
+        if isinstance(client, str) and waiting is None:
             return client
+        endpoints = [client] if isinstance(client, str) else client
         t0 = time.monotonic()
-        found = first_answering(self.ctx, self.keys, client, self.cfg["client_timeout"])
+        timeout = self.cfg["client_timeout"] if waiting is None else waiting
+        found = first_answering(self.ctx, self.keys, endpoints, timeout, waiting is not None)
         log.info(
             "boot.connect: the client answered at %s (%d addresses probed, %.0f ms)",
             found,
-            len(client),
+            len(endpoints),
             1e3 * (time.monotonic() - t0),
         )
         return found
@@ -105,6 +109,18 @@ class ClientLink:
         self.keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
         cport = self.control.bind_to_random_port(f"tcp://{self.here}")
         self.control_endpoint = f"tcp://{self.here}:{cport}"
+
+    def _answer(self, send):
+        """A data port job's callback (on the loop): `send` its result; a job that raised
+        is a bug of our own (the port answers errors itself)."""
+
+        def done(result) -> None:
+            if isinstance(result, Exception):
+                self.internal.report("bootstrap data port", result)
+            else:
+                send(result)
+
+        return done
 
     def to_client(self, frames: list[bytes]) -> None:
         """Send without ever blocking: with no client listening (it died, a new one has not
@@ -132,11 +148,18 @@ class ClientLink:
                 self.flush()
                 back = checks.items("units", unpack(frames[2]))
                 self.to_client(msg(b"back", {"part": uid, "units": back}))
-        elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py)
-            self.to_client(msg(b"put_ack", self.data.put(self._header(frames[1]), frames[2])))
+        elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py),
+            hdr, chunk = self._header(frames[1]), frames[2]  # on the file thread (off_loop.py)
+            self.files.run(
+                lambda: self.data.put(hdr, chunk),
+                self._answer(lambda reply: self.to_client(msg(b"put_ack", reply))),
+            )
         elif kind == b"get" and len(frames) == 2:
-            reply, chunk = self.data.get(self._header(frames[1]))
-            self.to_client([b"got", pack(reply), chunk])
+            hdr = self._header(frames[1])
+            self.files.run(
+                lambda: self.data.get(hdr),
+                self._answer(lambda got: self.to_client([b"got", pack(got[0]), got[1]])),
+            )
         else:
             frame = frames[1] if len(frames) > 1 else None
             body = messages.body(messages.FROM_CLIENT, kind, frame)

@@ -99,7 +99,10 @@ def attach(boot, cid, args: dict) -> dict:
     every partition's current state again (units are reconciled by `sync`).  One owner per
     pilot: refused while the owner is alive (heard from within OWNER_SILENCE s) unless
     args.take_over; the old owner is then told (`taken_over`) and stops acting on the pilot,
-    and the pilot waits (at most RELEASE_WAIT s) for its `released` before it switches."""
+    and the pilot waits (at most RELEASE_WAIT s) for its `released` before it switches.  The
+    attaching client must answer a handshake first (within ATTACH_PROBE s; refused at once
+    when its address refuses): a request still queued here from a client killed since (a
+    take-over cut short) would otherwise take the pilot from the owner that came after it."""
     owner = _owner(args.get("owner"))
     given = args.get("client")
     if isinstance(given, list) and given and len(given) <= 64:
@@ -118,12 +121,12 @@ def attach(boot, cid, args: dict) -> dict:
             "over",
             {**current, "silent": silent, "live_for": OWNER_SILENCE - silent},
         )
-    if live:
-        boot.release_owner(owner, RELEASE_WAIT)
-    try:
-        endpoint = boot.find_client(given)
+    try:  # (a take-over asked by a client killed since is no take-over: the owner keeps it)
+        endpoint = boot.find_client(given, waiting=ATTACH_PROBE)
     except OSError as exc:
         raise ValueError(f"args.client: {exc}") from None
+    if live:
+        boot.release_owner(owner, RELEASE_WAIT)
     old = boot.cfg["client"]
     if endpoint != old:
         try:
@@ -156,6 +159,7 @@ def attach(boot, cid, args: dict) -> dict:
 
 OWNER_SILENCE = 3 * HEARTBEAT  # an owner heard from more recently is alive
 RELEASE_WAIT = 2.0  # seconds a take-over waits for the old owner's `released`
+ATTACH_PROBE = 3.0  # seconds the attaching client has to answer a handshake (it is waiting)
 
 
 class Owned(ValueError):

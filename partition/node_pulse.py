@@ -79,6 +79,10 @@ class NodePulse:
     def silent(self) -> dict[int, float]:
         return self.silence.silent()
 
+    def heard_through(self, hint: int) -> int | None:
+        """A daemon heard steadily while `hint` was silent (liveness.Silence), or None."""
+        return self.silence.heard_through(hint)
+
     def _send(self, hint: int, frames: list[bytes]) -> None:
         try:
             self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)

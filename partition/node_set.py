@@ -23,8 +23,16 @@ Life: `drop` {part} when a partition ends (its daemons kill what of it still run
 Liveness is a channel of its own beside this one, a pulse per daemon (partition/node_pulse.py,
 the protocol in pilot/liveness.py): `hb` both ways every PULSE s on a connection that ZeroMQ
 ends and makes anew when it stalls, so TCP's back-off after an outage delays no heartbeat.  A
-node whose daemon was silent (on both channels) for node_timeout + REJOIN seconds, or whose
-daemon process ended (fork / exec / netns launches), is lost: `check()` reports it once.
+node is lost when it is gone, not when the bootstrap was slow: its daemon process ended
+(fork / exec / netns launches), the batch system ended it (the srun step ended), or its daemon
+was silent (on both channels) for node_timeout + REJOIN seconds while the bootstrap heard
+another node steadily from the start of that silence on (liveness.Silence.heard_through: a
+node heard again only after a common outage is no witness).  Silence of every node at once
+says nothing of the nodes (the bootstrap's own link is down, or it did not run:
+liveness.Silence counts no time it did not run anyway): it is logged (node.silent) and
+nobody is lost for it; the daemons, which never halt for the bootstrap's silence either, run
+their units on.  A single-node pilot's node is never lost for silence alone.  `check()`
+reports each loss once.
     down.nodes         `halt` to every live daemon, gather `bye` until a deadline, then the
                        launch method ends whatever still runs (SIGTERM, SIGKILL)
 """
@@ -91,6 +99,7 @@ class NodeSet:
         self.byes: set[int] = set()
         self.stats: dict = {}
         self.lost_reported: set[int] = set()
+        self.all_silent = False  # every live daemon silent now (logged once: node.silent)
         self.label: dict[int, str] = {}  # node index -> name (for messages about it)
         self.hosted: dict[str, HostedAgent] = {}  # partition uid -> its agent on a node
 
@@ -355,12 +364,15 @@ class NodeSet:
         hint = next((h for h, i in self.index_of.items() if i == index), None)
         return hint is not None and hint in self.by_hint and self._send(hint, frames)
 
-    def start_agent(self, index: int, uid: str, argv: list[str], log_path: str) -> HostedAgent:
+    def start_agent(
+        self, index: int, uid: str, argv: list[str], log_path: str, cfg: tuple[str, str]
+    ) -> HostedAgent:
+        """The agent of partition `uid` started by the daemon of node `index`, which first
+        writes its config `cfg` (path, JSON text)."""
         proc = HostedAgent(self, index, uid)
         self.hosted[uid] = proc
-        if index in self.down or not self.send_index(
-            index, msg(b"agent", {"uid": uid, "argv": argv, "log": log_path})
-        ):
+        body = {"uid": uid, "argv": argv, "log": log_path, "cfg": cfg[0], "cfg_text": cfg[1]}
+        if index in self.down or not self.send_index(index, msg(b"agent", body)):
             proc.lost(f"could not be started: node {self.label.get(index, index)} is down")
         return proc
 
@@ -384,6 +396,7 @@ class NodeSet:
             self.read(deadline - time.monotonic())
             halted = [h for h in halted if h not in self.byes]
         lost = []
+        self._all_silent(silent)
         for h in self.live_hints():
             index = self.index_of[h]
             name = self.table[index]["name"]
@@ -392,14 +405,15 @@ class NodeSet:
                 lost.append((index, f"node {name} lost: its daemon exited with code {code}"))
             elif ALL_NODES in exited:
                 lost.append((index, f"node {name} lost: the srun step ended ({exited[ALL_NODES]})"))
-            elif h in silent:
+            elif h in silent and (heard := self.pulse.heard_through(h)) is not None:
+                heard = self.table[self.index_of[heard]]["name"]
                 lost.append(
                     (
                         index,
                         f"node {name} lost: no word from its daemon for "
                         f"{self.rcfg.node_timeout:g} s (node_timeout), nor in the "
                         f"{liveness.REJOIN:g} s more a link that came back needs "
-                        f"({silent[h]:.1f} s in all)",
+                        f"({silent[h]:.1f} s in all), while node {heard} was heard",
                     )
                 )
         for h in self.by_hint:
@@ -421,6 +435,23 @@ class NodeSet:
             log.error("node.lost: %s", why)
             out.append((index, why))
         return out
+
+    def _all_silent(self, silent: dict) -> None:
+        """node.silent, once, when every live daemon is silent beyond the tolerance."""
+        live = self.live_hints()
+        quiet = [h for h in live if h in silent]
+        if not quiet or len(quiet) < len(live):
+            self.all_silent = False
+            return
+        if not self.all_silent:
+            self.all_silent = True
+            log.warning(
+                "node.silent: no word from any of the %d live daemon(s) for %.1f s or more: "
+                "the bootstrap's own link (or its host) is the likely cause; no node is lost "
+                "for it, their units run on",
+                len(live),
+                min(silent[h] for h in quiet),
+            )
 
     def halt(self, reason: str) -> None:
         hints = [h for h in self.by_hint if h not in self.byes]

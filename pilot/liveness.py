@@ -24,10 +24,14 @@ Pulse channel, one per node daemon, beside the node channel that carries the wor
     Nothing but heartbeats travels here, so a connection dropped loses nothing: the node
     channel keeps its own connection, and TCP delivers what waited there late but whole.
     The daemon sends only on a completed connection (ZMQ_IMMEDIATE): nothing stale queues.
-Tolerance, the same at both ends: a peer silent for node_timeout + REJOIN s is lost (the
-bootstrap ends the node, the daemon kills its units and halts).  REJOIN (3 s) covers the
+Tolerance: a peer silent for node_timeout + REJOIN s is silent.  REJOIN (3 s) covers the
 1.7 s above plus two loop turns and a loaded machine, so an outage (or a freeze of either
-process) shorter than node_timeout never ends a node.
+process) shorter than node_timeout is nobody's silence.  What silence means differs by end.
+The bootstrap loses a silent node only while it hears another node steadily (heard with no
+gap longer than REJOIN from the moment the silent one went quiet: `heard_through`); every
+node silent at once is its own link's fault, and ends none.  A daemon never halts for the
+bootstrap's silence: it logs it and runs its units on, for as long as its pilot lives (its
+batch job; without a batch system, the bootstrap process: agent/node_daemon.py).
 A process that did not run (SIGSTOP, swapped out, a loop turn that took long) does not count
 the time it was away as its peers' silence: between two looks at its clocks more than STALL s
 apart, `Silence` counts only STALL s (a bootstrap frozen for 20 s gives its nodes a fresh
@@ -75,18 +79,38 @@ def pulse_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
 
 
 class Silence:
-    """When each peer was last heard, on a clock that stops while this process is away."""
+    """When each peer was last heard, on a clock that stops while this process is away, and
+    since when it has been heard steadily (no gap longer than REJOIN s)."""
 
     def __init__(self, limit: float) -> None:
         self.limit = limit  # seconds of silence after which a peer is lost
         self.last: dict[Hashable, float] = {}
+        self.since: dict[Hashable, float] = {}  # start of each peer's steady talk
         self.looked = time.monotonic()
 
     def heard(self, peer: Hashable) -> None:
-        self.last[peer] = time.monotonic()
+        now = time.monotonic()
+        t = self.last.get(peer)
+        if t is None or now - t > REJOIN:
+            self.since[peer] = now
+        self.last[peer] = now
 
     def forget(self, peer: Hashable) -> None:
         self.last.pop(peer, None)
+        self.since.pop(peer, None)
+
+    def heard_through(self, peer: Hashable) -> Hashable | None:
+        """A peer heard steadily since `peer` went quiet (so that the silence is `peer`'s own,
+        not this process's link's), or None.  (A peer silent longer than REJOIN is not steady:
+        `peer` itself is never the answer.)"""
+        quiet = self.last.get(peer)
+        if quiet is None:
+            return None
+        now = time.monotonic()
+        for other, t in self.last.items():
+            if now - t <= REJOIN and self.since[other] <= quiet + REJOIN and other != peer:
+                return other
+        return None
 
     def silent(self) -> dict[Hashable, float]:
         """The peers silent for more than `limit` s: {peer: seconds}.  Called every loop turn;
@@ -98,4 +122,5 @@ class Silence:
         if away > 0:
             for peer, t in self.last.items():
                 self.last[peer] = min(now, t + away)
+                self.since[peer] = min(now, self.since[peer] + away)
         return {p: now - t for p, t in self.last.items() if now - t > self.limit}

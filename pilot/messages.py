@@ -125,6 +125,10 @@ def _req_text(w, v):
     return checks.text(w, v, optional=False, most=checks.LINE_MAX)
 
 
+def _line(w, v):
+    return checks.text(w, v, most=checks.LINE_MAX)
+
+
 def _texts(w, v):
     for i, item in enumerate(checks.items(w, v)):
         checks.text(f"{w}[{i}]", item, optional=False, most=checks.LINE_MAX)
@@ -152,7 +156,7 @@ TO_DAEMON = {
     b"kill": fields(uids=_uids, sig=_opt_number),
     b"table": fields(index=_number, width=_number),
     b"hb": _any,
-    b"agent": fields(uid=_uid, argv=_texts, log=_req_text),
+    b"agent": fields(uid=_uid, argv=_texts, log=_req_text, cfg=_text, cfg_text=_line),
     b"agent_kill": fields(uid=_uid),
     b"drop": fields(part=_uid),
     b"halt": fields(reason=_text),

@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 BOOTSTRAP = "pilot.partition.bootstrap"
 AGENT = "pilot.agent"
@@ -76,6 +77,21 @@ class Watched:
             self.ended = True
         except (AttributeError, OSError):  # no pidfds here: kill(pid, 0) below
             pass
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it ended within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not self.gone() and (left := deadline - time.monotonic()) > 0:
+            if self.fd is not None:
+                select.select([self.fd], [], [], left)
+            else:
+                time.sleep(min(left, 0.05))
+        return self.ended
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def gone(self) -> bool:
         if not self.ended and self.fd is not None:

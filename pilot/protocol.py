@@ -31,7 +31,7 @@ bootstrap DEALER (identity = pilot uid; connected to the first client address th
     cmd     {cid, op, args}   ops, their args and results: partition/control.py
                               (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
                               sync; attach on the control socket: a new client process
-                              takes over the pilot link)
+                              takes over the pilot link, once it answered a handshake)
     ack     {uids}            the store has these units' final states: the pilot lets go of
                               them (partition/outbox.py keeps outcomes until then)
     hb      {}
@@ -59,8 +59,8 @@ Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node d
 messages are documented in partition/node_set.py and agent/node_daemon.py, the keys that guard
 them beyond loopback in pilot/security.py.  Node liveness is not on these channels: each
 daemon has a pulse channel of its own to the bootstrap, `hb` both ways every liveness.PULSE
-(0.5 s), a node lost after node_timeout + liveness.REJOIN s of silence (pilot/liveness.py,
-partition/node_pulse.py).
+(0.5 s), a node lost after node_timeout + liveness.REJOIN s of silence while another node
+is heard (pilot/liveness.py, partition/node_pulse.py); a daemon never halts for silence.
 
 Start journal (agent -> bootstrap, through the pilot sandbox): before an agent starts a unit,
 it appends the unit's uid and a newline to PILOT_SANDBOX/<partition uid>.started.  When the

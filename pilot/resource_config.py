@@ -169,7 +169,7 @@ class ResourceConfig:
     client_address: str | None = opt(None, _text("an IP address, an interface name or 'auto'"))
     fanout: int = opt(8, _count(minimum=2))
     bringup_timeout: float = opt(30, _seconds)
-    node_timeout: float = opt(10, _seconds)
+    node_timeout: float = opt(60, _seconds)  # (docs/reference/configuration.md: why 60)
     node_failure: str = opt("continue", _one_of(NODE_FAILURE))
     mpi_command: str | None = opt(BY_BATCH, _mpi_command)  # srun under SLURM, else mpirun
     unit_launch: str = opt("spawn", _one_of(UNIT_LAUNCH))  # zero: agent/runners/zero.py

@@ -138,8 +138,8 @@ class Channel:
                 # (with data frames, a call's large arguments: sent without a copy)
                 self.sock.send_multipart([ident] + frames, copy=len(frames) <= 3)
             except zmq.ZMQError as exc:  # EHOSTUNREACH: that pilot is not connected (yet)
-                log.warning("cannot send to %s: %s", ident.decode(), exc)
-                self.on_message(ident.decode(), [b"unsent"] + frames)
+                # (the session says so, or not: an ack to a pilot that is ending is moot)
+                self.on_message(ident.decode(), [b"unsent", str(exc).encode()] + frames)
 
     def close(self, timeout: float = 5.0) -> None:
         self._stop = True

@@ -25,6 +25,7 @@ from pilot import states as S
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.errors import PilotOwned
 from pilot.partition.plan import check_partition
+from pilot.pmgr import ownership
 from pilot.pmgr.entities import Partition, Stateful
 from pilot.pmgr.unit_router import UnitRouter
 from pilot.protocol import HEARTBEAT, msg, pack
@@ -85,6 +86,7 @@ class Pilot(Stateful):
         self._nodes: dict[int, dict] = {}
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
         self.released: str | None = None  # another client took it over: why (see on_taken_over)
+        self._owner_asked = 0.0  # when the store was last asked who owns it (unreachable)
 
     def manager_callbacks(self) -> list:
         return self.pmgr.callbacks
@@ -235,6 +237,11 @@ class Pilot(Stateful):
         else:
             self._queued_cmds.append(cmd)
 
+    @property
+    def ending(self) -> bool:
+        """Final, or asked to cancel: what the pilot is still owed is moot."""
+        return self.final or self._cancel_requested is not None
+
     def request_cancel(self, reason: str) -> None:
         with self.session.lock:
             if self.final or self._cancel_requested:
@@ -303,7 +310,9 @@ class Pilot(Stateful):
         of them (partition/outbox.py); one the store refused for good is not acknowledged."""
         lost = self.session.writer.unpersisted
         kept = [u for u in uids if u not in lost] if lost else uids
-        if kept:
+        if kept and self.final:  # it said bye: its outbox ended with it, nothing to let go of
+            log.debug("%s: ended; the ack of %d outcome(s) is not sent", self.uid, len(kept))
+        elif kept:
             self.session.channel.send(self.uid, msg(b"ack", {"uids": kept}))
 
     def on_output(self, chunks: list) -> None:
@@ -382,11 +391,33 @@ class Pilot(Stateful):
         """Another client took the pilot over: this one stops acting on it (sends nothing
         more, routes no units there, and fails nothing on its silence: its units' states stay
         as the store has them, the new owner carries on), and says `released`."""
-        by = body.get("by") if isinstance(body.get("by"), dict) else {}
+        self._release(body.get("by") if isinstance(body.get("by"), dict) else {})
+        self.session.channel.send(self.uid, msg(b"released"))
+
+    def taken_over_unheard(self) -> bool:
+        """(lock held) Whether another client took the pilot over without this one hearing
+        of it (stopped or cut off meanwhile): the store's owner mark says so
+        (pmgr/ownership.py); then released, as by `taken_over`."""
+        if self.released or self.final:
+            return bool(self.released)
+        by = ownership.taken_by(self.session, self.uid)
+        if by is None:
+            return False
+        self._release(by, " (its owner mark in the store; this client did not hear of it)")
+        return True
+
+    def unreachable(self) -> None:
+        """(lock held) A send failed: the bootstrap is not connected to this client.  At most
+        once a heartbeat, the store is asked whether another client took the pilot over."""
+        now = time.monotonic()
+        if now >= self._owner_asked + HEARTBEAT and self.linked:
+            self._owner_asked = now
+            self.taken_over_unheard()
+
+    def _release(self, by: dict, how: str = "") -> None:
         self.released = f"taken over by the client on {by.get('host')}, pid {by.get('pid')}"
         self.linked = False
-        log.warning("%s: %s; this client no longer acts on it", self.uid, self.released)
-        self.session.channel.send(self.uid, msg(b"released"))
+        log.warning("%s: %s%s; this client no longer acts on it", self.uid, self.released, how)
 
     def tick(self) -> None:
         if self.final or self.released:
@@ -403,6 +434,8 @@ class Pilot(Stateful):
             return
         if self.state == S.ACTIVE:
             if now - self.last_heard > self.resource.client_timeout:
+                if self.taken_over_unheard():  # (silent to this client: another owns it)
+                    return
                 self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s")
             elif now >= self._next_hb and self.linked:
                 self._next_hb = now + HEARTBEAT

@@ -8,7 +8,9 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
             points its link here, says hello and sends every partition's state again.  A
             pilot whose owner is alive refuses it (rp.PilotOwned, naming the owner) unless
             take_over (the old owner is told and stops acting on it).  A pilot that does not
-            answer within ATTACH_TIMEOUT s is FAILED (lost).
+            answer within ATTACH_TIMEOUT s is FAILED (lost).  One that takes this client is
+            marked as its in the store (pmgr/ownership.py: an old owner that did not hear of
+            the take-over learns it there).
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
             (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
@@ -32,6 +34,7 @@ from pilot.descriptions import (
     ComputePilotDescription,
 )
 from pilot.errors import PilotOwned
+from pilot.pmgr import ownership
 from pilot.pmgr.entities import Partition
 from pilot.protocol import pack, unpack
 
@@ -47,12 +50,32 @@ class Recovery:
         self.pilots: dict = {}
         self.units_adopted = False
 
-    def _restore(self, obj, doc: dict) -> None:
+    def _restore(self, obj, doc: dict, rows: list[dict] | None = None) -> None:
         obj.state = doc["state"]
-        rows = self.session.store.history(uid=obj.uid)  # (its own: never the session's all)
-        obj.history = [(h["state"], h["ts"]) for h in rows] or [(obj.state, time.time())]
+        if rows is None:  # (its own: never the session's all)
+            rows = self.session.store.history(uid=obj.uid)
+        obj.history = [(h["state"], h["ts"]) for h in rows]
         obj.reason = doc.get("reason")
         obj.stored = True
+        self._fill_history(obj)
+
+    def _fill_history(self, obj) -> None:
+        """The states between the last history row the store has and the state its doc
+        says, added now and written (one row each, at this time): a client that died after it
+        wrote a unit's doc (written ahead of its rows, so that the unit could be sent) and
+        before its NEW and SCHEDULING rows left them out.  Then the store's history and this
+        client's agree row for row, and the next state's row gets the next seq."""
+        last = obj.history[-1][0] if obj.history else None
+        if last == obj.state:
+            return
+        steps = S.legal_path(obj.MACHINE, last or S.NEW, obj.state)
+        if steps is None:  # (a doc behind its rows: left as it was)
+            return
+        now = time.time()
+        for step in ([S.NEW] if last is None else []) + list(steps):
+            obj.history.append((step, now))
+            self.session.persist_state(obj, step, now)
+        log.info("%s: %s, as its doc says, added to its history", obj.uid, obj.state)
 
     def adopt_pilots(self, pmgr) -> list:
         if self.pilots:
@@ -99,6 +122,8 @@ class Recovery:
         if owner is not None:  # (one owner per pilot: partition/control.py attach)
             pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
             raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
+        if reply and reply.get("ok"):  # (said in the store before this client acts on it)
+            ownership.claim(self.session, pilot.uid)
         pilot.released = None
         with self.session.locked():
             if reply and reply.get("ok"):
@@ -161,6 +186,7 @@ class Recovery:
             if state in S.FINAL:
                 umgr.units.know_final(uid, state)
         docs = session.store.open_units(session.uid)
+        rows = session.store.histories([d["uid"] for d in docs], session.uid)
         ask: dict = {}
         with session.locked():
             for p in self.pilots.values():
@@ -168,7 +194,7 @@ class Recovery:
                     p.umgr = umgr
                     umgr.pilots.append(p)
             for doc in docs:
-                self._adopt(umgr, doc, ask)
+                self._adopt(umgr, doc, ask, rows[doc["uid"]])
             for p in self.pilots.values():
                 if p.umgr is umgr:
                     p.hand_orphans()
@@ -184,13 +210,13 @@ class Recovery:
             sum(len(u) for p in ask.values() for u in p.values()),
         )
 
-    def _adopt(self, umgr, doc: dict, ask: dict) -> None:
+    def _adopt(self, umgr, doc: dict, ask: dict, rows: list[dict]) -> None:
         """(lock held) A unit not final in the store, made again: routed again if it never
         reached a partition, FAILED if its pilot ended, else asked for (`ask`)."""
         session = self.session
         desc = umgr.DESCRIPTION.from_stored(doc["description"])
         unit = umgr.UNIT(session, doc["uid"], desc, umgr)
-        self._restore(unit, doc)
+        self._restore(unit, doc, rows)
         unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
         unit.value = doc.get("return_value")
         unit.node, unit.slots = doc.get("node"), doc.get("slots")

@@ -35,7 +35,7 @@ import uuid
 from collections import deque
 from contextlib import contextmanager
 
-from pilot import checks, ids, messages, network, security, updates
+from pilot import checks, ids, messages, network, processes, security, updates
 from pilot import states as S
 from pilot.errors import StoreUnavailable
 from pilot.pmgr import pilot_files, reaper
@@ -258,6 +258,17 @@ class Session:
             if self._left(prefix) < ID_BLOCK // 2:
                 self._reserve_ahead(prefix)
         return itertools.chain.from_iterable(taken)
+
+    def reserve_block(self, prefix: str, n: int) -> int:
+        """`n` consecutive numbers of `prefix` (a store-numbered one: FROM_STORE) for the
+        caller alone, reserved now in the store, apart from this session's own blocks (a named
+        stream's segment: pmgr/stream_marks.py); the first of them."""
+        if prefix not in FROM_STORE:
+            raise ValueError(f"reserve_block: prefix={prefix!r} must be one of {FROM_STORE}")
+        try:
+            return self.store.reserve(f"{self.uid}/{prefix}", n)
+        except Exception as exc:
+            raise StoreUnavailable(f"{prefix} ids: the store cannot reserve now: {exc}") from exc
 
     def reserve_uids(self, prefix: str, n: int) -> None:
         """Make sure the next `n` next_uid(prefix) need nothing more of the store: a call
@@ -486,7 +497,7 @@ class Session:
             return
         if kind == b"unsent":  # our own send failed: that is no word from the pilot
             with self.locked():
-                self.on_unsent(pilot, frames[1:])
+                self.on_unsent(pilot, frames[2:], frames[1].decode())
             return
         if kind == b"ustates":  # unit moves, in columns (pilot/updates.py checks them)
             try:
@@ -512,9 +523,16 @@ class Session:
         with self.locked():
             HANDLERS[kind](pilot, body)
 
-    def on_unsent(self, pilot, frames: list[bytes]) -> None:
+    def on_unsent(self, pilot, frames: list[bytes], why: str) -> None:
         """A message the channel could not send (the pilot is not connected): units go back to
-        be routed again, a command is answered as failed."""
+        be routed again, a command is answered as failed; said, unless it was an ack or a
+        heartbeat for a pilot that is ending (its outbox ends with it: nothing to let go of).
+        A pilot another client took over unheard (pmgr/ownership.py) is released first."""
+        pilot.unreachable()
+        if (pilot.ending or pilot.released) and frames[0] in (b"ack", b"hb"):
+            log.debug("%r to %s, ending or not ours, not sent: %s", frames[0], pilot.uid, why)
+        else:
+            log.warning("cannot send %r to %s: %s", frames[0][:16], pilot.uid, why)
         if frames[0] == b"units":
             pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])})
         elif frames[0] == b"cmd":
@@ -598,8 +616,16 @@ class Session:
 
     def _end_pilots(self, timeout: float) -> None:
         """(close) Cancel the live pilots, wait for them within `timeout`, end their jobs."""
-        # (a pilot another client took over, or that refused to be attached, is not ours)
+        # (a pilot another client took over, or that refused to be attached, is not ours;
+        # nor one the store says another client took over while this one did not hear)
+        with self.lock:
+            for p in self.pilots.values():
+                p.taken_over_unheard()
         live = [p for p in self.pilots.values() if not p.final and not p.released]
+        # what close owes them first: the acknowledgements of outcomes the store is writing
+        # (a writer behind would send them after `cancel_pilot`, to pilots gone by then)
+        if live and not self.writer.flush(timeout=min(10.0, timeout / 3)):
+            log.warning("%s: the store did not catch up before the pilots were canceled", self.uid)
         for p in live:
             p.request_cancel("session closed")
         deadline = time.monotonic() + timeout
@@ -608,9 +634,16 @@ class Session:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except TimeoutError:
                 log.error("%s did not end within %g s; killing it", p.uid, timeout)
+        attached = set()  # the bootstraps of local pilots this process attached to (no child
+        if any(p.job is None and p.final for p in live):  # of its): found by the session's id
+            attached = set(reaper.session_processes(self.uid))
         for p in self.pilots.values():
             if p.job is not None and p.final:  # it said bye: let the job end on its own
                 p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+            elif p in live and p.final and p.job_id in attached:  # (its pid, kept in the store)
+                bootstrap = processes.Watched(p.job_id)
+                bootstrap.wait(max(1.0, min(10.0, deadline - time.monotonic())))
+                bootstrap.close()
             p.kill_job()
 
     def _kill_leftovers(self) -> None:

@@ -17,6 +17,7 @@ import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.blueprint import Blueprints
 from pilot.pmgr.entities import UNIT_STATE, Unit, advance_together, callback
+from pilot.pmgr.stream_marks import StreamMarks
 from pilot.pmgr.unit_events import UnitEvents
 from pilot.pmgr.unit_list import UnitList
 from pilot.pmgr.unit_queries import UnitQueries
@@ -165,7 +166,9 @@ class UnitManager(UnitQueries, UnitEvents):
                     self.session.tell_waiting(p)
             self.route()
 
-    def submit_units(self, descriptions, lazy: bool = False, window: int | None = None):
+    def submit_units(
+        self, descriptions, lazy: bool = False, window: int | None = None, name: str | None = None
+    ):
         """Submit one ComputeUnitDescription (returns a Unit), a list or a UnitGroup (returns
         a list, in order), or any other iterable (a generator of 10^7 descriptions): pulled
         only while fewer than `window` units (default 20,000) of this manager are in flight
@@ -185,6 +188,11 @@ class UnitManager(UnitQueries, UnitEvents):
             window (int | None): how many units of this manager may be in flight (not
                 final, or final with callbacks to run) while an iterable is pulled; None:
                 20,000.  A list that is not lazy is not held back by it.
+            name (str | None): a named stream (1-64 letters, digits, `_`, `.`, `-`): its
+                position is kept in the store, so that a client attached to the session
+                after this one died resumes it from the same iterable (the same items in
+                the same order): items whose units the store has are skipped, none runs
+                twice and none is left out (pmgr/stream_marks.py).
 
         Returns:
             Unit | list[Unit] | UnitStream: a Unit for one description; the units in order
@@ -193,16 +201,16 @@ class UnitManager(UnitQueries, UnitEvents):
         Raises:
             ValueError: a description that is not a ComputeUnitDescription or is incomplete,
                 a `pilot`, `partition` or `tag` this manager does not know (naming its index),
-                or a `window` below 1.
+                a `window` below 1, or a `name` that is not one.
             StoreUnavailable: the store could not hand out unit ids for 60 s (a full disk);
                 no unit of the call was made.
             Exception: what a (not lazy) iterable raised, after the units it gave before.
         """
         if isinstance(descriptions, (ComputeUnitDescription, dict)):
             return self._submit_list([descriptions])[0]
-        if isinstance(descriptions, (list, tuple)) and not lazy:
+        if isinstance(descriptions, (list, tuple)) and not lazy and name is None:
             return UnitList.of(self, self._submit_list(list(descriptions)))
-        return self.stream(descriptions, self._submit_list, lazy, window)
+        return self.stream(descriptions, self._submit_list, lazy, window, name)
 
     def make_units(self, descriptions: list) -> list[Unit]:
         """submit_units for the layers on top (rp.Executor, EnTK): a list of descriptions,
@@ -221,11 +229,15 @@ class UnitManager(UnitQueries, UnitEvents):
         """
         return self._submit_list(list(descriptions))
 
-    def stream(self, descriptions, submit_list, lazy: bool, window: int | None):
+    def stream(self, descriptions, submit_list, lazy: bool, window: int | None, name=None):
         """(submit_units, submit_tasks) An iterable of descriptions, pulled in chunks that
         `submit_list` submits while the window has room: a UnitStream (lazy) or the list of
-        its units (a UnitList) once all are submitted."""
-        stream = UnitStream(self, descriptions, submit_list, window)
+        its units (a UnitList) once all are submitted; `name`: a named stream, resumed where
+        the session left it (pmgr/stream_marks.py)."""
+        marks = None if name is None else StreamMarks(self.session, self.UID_PREFIX, name)
+        if marks is not None and marks.resumed:
+            log.info("submit_units: stream %r resumed (%d segment(s) marked)", name, marks.resumed)
+        stream = UnitStream(self, descriptions, submit_list, window, marks)
         if lazy:
             return stream.start()
         stream.feed()
@@ -233,8 +245,10 @@ class UnitManager(UnitQueries, UnitEvents):
             raise stream.error
         return stream.units()
 
-    def _submit_list(self, descs: list) -> list:
-        """(submit_units) A list of descriptions, all checked before any unit is made."""
+    def _submit_list(self, descs: list, numbers: list[int] | None = None) -> list:
+        """(submit_units) A list of descriptions, all checked before any unit is made;
+        `numbers`: their units' uid numbers (a named stream's: reserved by it), else the
+        session's next ones."""
         earlier: set = set()  # names and uids (a TaskDescription's) of the call's units so far
         checked: set = set()  # (ids of) the description objects checked: a repeat is the same
         for i, d in enumerate(descs):
@@ -265,7 +279,9 @@ class UnitManager(UnitQueries, UnitEvents):
                 )
             checked.add(id(d))
         session = self.session
-        session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
+        if numbers is None:
+            session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
+        given = None if numbers is None else iter(numbers)
         units: list[Unit] = []
         named: dict[str, Unit] = {}
         blueprints = Blueprints()  # (the call holds every description: ids are theirs)
@@ -276,7 +292,7 @@ class UnitManager(UnitQueries, UnitEvents):
             chunk = descs[start : start + size]
             start += size
             with session.locked():
-                self._submit_chunk(chunk, named, units, blueprints)
+                self._submit_chunk(chunk, named, units, blueprints, given)
                 sent = self.route()
             if sent is not None and start < len(descs) and yields:
                 sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
@@ -293,14 +309,18 @@ class UnitManager(UnitQueries, UnitEvents):
                 pilot,
             )
 
-    def _submit_chunk(self, descs: list, named: dict, units: list, blueprints=None) -> None:
+    def _submit_chunk(
+        self, descs: list, named: dict, units: list, blueprints=None, numbers=None
+    ) -> None:
         """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they
-        can never fit), appended to `units`; `named`: the call's units by name so far."""
+        can never fit), appended to `units`; `named`: the call's units by name so far;
+        `numbers`: an iterator of their uid numbers, if they are given."""
         session = self.session
         now = time.time()
         verdicts: dict = {}  # (what _never_fits reads) -> its answer: the same for a chunk
         blueprints = Blueprints() if blueprints is None else blueprints
-        numbers = session.uid_numbers(self.UID_PREFIX, sum(d.uid is None for d in descs))
+        if numbers is None:
+            numbers = session.uid_numbers(self.UID_PREFIX, sum(d.uid is None for d in descs))
         prefix, table, make = self.UID_PREFIX, self.units, self.UNIT
         made = []
         for d in descs:

@@ -61,8 +61,11 @@ class UnitStream:
             refused and how many came before it, or the iterable's own exception.
     """
 
-    def __init__(self, umgr, iterable, submit_list, window: int | None = None) -> None:
+    def __init__(self, umgr, iterable, submit_list, window: int | None = None, marks=None) -> None:
         self.umgr = umgr
+        self.marks = marks  # a named stream's (pmgr/stream_marks.py), or None
+        self.pulled = 0  # items taken from the iterable so far
+        self.skipped = 0  # a resumed named stream's items whose units were known
         self.source = iter(iterable)
         self.submit_list = submit_list  # list of descriptions -> list of units (the list path)
         self.window = WINDOW if window is None else int(window)
@@ -113,14 +116,36 @@ class UnitStream:
                 self.exhausted = self.error is None
                 return
             try:
-                units = self.submit_list(chunk)
+                if self.marks is None:
+                    self._note(self.submit_list(chunk))
+                else:
+                    self._submit_marked(chunk)
             except ValueError as exc:
                 self.error = ValueError(f"{exc} (in the stream, after its first {self.count})")
                 log.error("submit_units: %s", self.error)
                 return
-            self._note(units)
+            self.pulled += len(chunk)
             if self.error is not None:
                 return
+
+    def _submit_marked(self, chunk: list) -> None:
+        """(a named stream) The chunk's items numbered by their marks: those whose units are
+        known skipped, the others submitted with the uids the marks give them; all noted in
+        item order."""
+        marks, table = self.marks, self.umgr.units
+        numbers = [marks.number(self.pulled + i) for i in range(len(chunk))]
+        new = [i for i, n in enumerate(numbers) if marks.uid(n) not in table]
+        for i in new:
+            if getattr(chunk[i], "uid", None) is not None:
+                raise ValueError(
+                    f"submit_units: a named stream numbers its units: item {self.pulled + i} "
+                    f"has uid={chunk[i].uid!r}, which must be None"
+                )
+        self.skipped += len(chunk) - len(new)
+        if new:
+            self.submit_list([chunk[i] for i in new], numbers=[numbers[i] for i in new])
+        for n in numbers:
+            self.runs.add(marks.uid(n), (marks.prefix, n))
 
     def _room(self) -> None:
         """Until the manager holds fewer than `window` units as objects (in flight, or ended

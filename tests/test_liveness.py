@@ -3,8 +3,9 @@ pmgr/batch/slurm.py).
 
 - An outage of a node's link shorter than node_timeout never ends the node, though TCP's
   back-off stretches the silence on the node's data channels well past node_timeout.
-- A pilot that lost every node ends FAILED, the nodes named, never ACTIVE with nothing to run
-  on: every node's link silent, or the bootstrap frozen for longer than the daemons wait.
+- Silence is not death: a node is lost for silence only while the bootstrap hears another
+  one; every node silent at once, or the bootstrap frozen for longer than node_timeout, ends
+  no node and no unit (the daemons run their units on and report when it speaks again).
 - A failed batch-system query never ends a pilot: SLURM's controller unreachable for a few
   polls is asked again (back-off); one that stays unreachable ends it with that reason.
 The namespace tests need root (tests/netns.py); the frozen bootstrap runs on logical nodes;
@@ -92,48 +93,91 @@ def test_an_outage_shorter_than_node_timeout_ends_no_node(hosts, tmp_path, secon
 
 
 @needs_netns
-def test_a_pilot_whose_every_node_link_is_silent_ends_failed(hosts, tmp_path):
-    """Every node's link drops everything: each node is lost after node_timeout + REJOIN, and
-    then the pilot ends FAILED naming them (it stayed ACTIVE with nothing to run on); every
-    unit ends once, with the reason."""
+def test_silent_nodes_are_lost_while_another_is_heard(hosts, tmp_path):
+    """The links of nodes 2 and 3 drop everything while node 1's carries on: those two are
+    lost after node_timeout + REJOIN (the bootstrap hears node 1 meanwhile: they are gone,
+    not it), their partition ends FAILED naming them, every unit ends once with the reason;
+    the pilot goes on with node 1."""
     res = resource(tmp_path, hosts, node_timeout=3)
-    r = scenario(hosts, "silent", res, hosts.ctl, "1", "2", "3")
-    state, reason = r["final"]
-    assert state == "FAILED", r["final"]
-    names = ", ".join(hosts.hosts)
-    assert reason.startswith(f"every node of the pilot is lost ({names}): node "), reason
-    assert "no word from its daemon for 3 s (node_timeout)" in reason, reason
+    r = scenario(hosts, "silent", res, hosts.ctl, "2", "3")
+    part_state, part_reason = r["part"]
+    assert part_state == "FAILED" and "lost" in part_reason, r["part"]
+    assert "no word from its daemon for 3 s (node_timeout)" in part_reason, part_reason
+    assert f"while node {hosts.hosts[0]} was heard" in part_reason, part_reason
     assert r["ended_s"] < 3 + 3 + 15, r["ended_s"]  # tolerance, then a bounded teardown
     assert set(r["states"]) <= {"FAILED", "CANCELED"} and sum(r["states"].values()) == 12
-    assert r["part"][0] == "FAILED" and "lost" in r["part"][1], r["part"]
+    assert r["final"][0] == "CANCELED", r["final"]  # (canceled by the scenario, at its end)
 
 
-def test_a_bootstrap_frozen_longer_than_its_daemons_wait_ends_the_pilot_failed(session, tmp_path):
-    """The bootstrap stopped (SIGSTOP) for longer than node_timeout + REJOIN: every node daemon
-    halts itself (the pilot looks gone), and the bootstrap, running again, ends the pilot
-    FAILED with the reason instead of staying ACTIVE with no node; units end once each."""
-    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_timeout=1))
+@needs_netns
+def test_every_node_silent_at_once_ends_no_node(hosts, tmp_path):
+    """Every node's link drops everything for 8 s, node_timeout 3 s: the bootstrap hears none
+    of them, which says nothing of the nodes (its own link is the likely cause), so none is
+    lost; their daemons run their units on, and every unit ends DONE exactly once."""
+    res = resource(tmp_path, hosts, node_timeout=3)
+    r = scenario(hosts, "outage", res, hosts.ctl, "1,2,3", hosts.hosts[0], "8")
+    assert r["silent_s"] >= 8.0
+    assert "node.lost" not in r["log"], r["log"][-3000:]
+    assert "node.silent: no word from any of the 3 live daemon(s)" in r["log"], r["log"][-3000:]
+    assert r["states"] == {"DONE": 18}, (r["states"], r["reasons"])
+    assert r["part"] == ["ACTIVE", None]
+
+
+def read_node_logs(pilot) -> str:
+    text = ""
+    for name in sorted(os.listdir(os.path.join(pilot.sandbox, "nodes"))):
+        with open(os.path.join(pilot.sandbox, "nodes", name)) as f:
+            text += f.read()
+    return text
+
+
+def freeze_bootstrap(session, tmp_path, freeze: float, node_timeout: float) -> dict:
+    """A 4-node pilot whose bootstrap is stopped (SIGSTOP) for `freeze` s while units run, some
+    ending in the freeze; what came of it (the units checked exactly once)."""
+    pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_timeout=node_timeout))
     log = str(tmp_path / "truth.log")
-    units = umgr.submit_units([truth_unit(log, sleep=30) for _ in range(10)])
+    sleep = freeze / 2  # (the first units end during the freeze, the next start after it)
+    units = umgr.submit_units([truth_unit(log, sleep=sleep) for _ in range(12)])
     deadline = time.monotonic() + 20
     while sum(u.state == rp.EXECUTING for u in units) < 8:
         assert time.monotonic() < deadline, [u.state for u in units]
         time.sleep(0.02)
     os.kill(pilot.job.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
     try:
-        time.sleep(1 + 3 + 3)  # node_timeout + REJOIN, and some
+        time.sleep(freeze)
     finally:
         os.kill(pilot.job.pid, signal.SIGCONT)
-    t0 = time.monotonic()
-    assert pilot.wait([rp.FAILED, rp.DONE, rp.CANCELED], timeout=30) == rp.FAILED, pilot.state
-    took = time.monotonic() - t0
-    why = "every node of the pilot is lost (node0, node1, node2, node3): node node0 lost: "
-    assert pilot.reason.startswith(why), pilot.reason
-    assert "its daemon halted: no word from the bootstrap for " in pilot.reason, pilot.reason
-    umgr.wait_units(timeout=30)
+    frozen = time.monotonic() - t0
+    umgr.wait_units(timeout=60)
     states = check_exactly_once(session, units, log)
-    assert set(states) <= {rp.FAILED, rp.CANCELED}, states
-    assert took < 20, took
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        boot = f.read()
+    # (the units may all have ended in the freeze: their outcomes can reach the client before
+    # a daemon hears its first pulse from the bootstrap and logs node.heard)
+    deadline = time.monotonic() + 10
+    nodes = read_node_logs(pilot)
+    while nodes.count("node.heard") < nodes.count("node.silent") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        nodes = read_node_logs(pilot)
+    return {"pilot": pilot, "frozen": frozen, "states": states, "boot": boot, "nodes": nodes}
+
+
+def test_a_bootstrap_frozen_longer_than_node_timeout_ends_no_node_and_no_unit(session, tmp_path):
+    """Silence is not death: the bootstrap stopped for 8 s, node_timeout 2 s (4.8 s of
+    silence is the tolerance): every daemon runs its units on and logs the silence; the units
+    that ended meanwhile are reported when the bootstrap runs again, each exactly once; no node
+    is lost and every unit ends DONE.  (The same with 20 s and node_timeout 10 s: bench/
+    freeze.py.)"""
+    r = freeze_bootstrap(session, tmp_path, freeze=8.0, node_timeout=2.0)
+    assert r["frozen"] >= 8.0
+    assert r["states"] == {rp.DONE: 12}, r["states"]
+    assert "node.lost" not in r["boot"], r["boot"][-3000:]
+    assert r["pilot"].state == rp.ACTIVE, r["pilot"].reason
+    assert all(p.state == rp.ACTIVE for p in r["pilot"].partitions)
+    assert "node.silent: no word from the bootstrap" in r["nodes"], r["nodes"][-3000:]
+    assert "node.heard: the bootstrap speaks again" in r["nodes"], r["nodes"][-3000:]
+    assert "halted" not in r["nodes"]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def first_client(database_url: str, pilot: str = LOCAL, ranks: int = 1) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir):
+def test_second_client_attaches_and_takes_over(make_session, database_url, sessions_dir, caplog):
     first = first_client(database_url)
     session = make_session(uid=first["session"], database_url=database_url)
     pmgr = rp.PilotManager(session)
@@ -77,6 +78,9 @@ def test_second_client_attaches_and_takes_over(make_session, database_url, sessi
     session.writer.flush(timeout=60)
     rows = session.store.find("units", session=session.uid)
     assert Counter(r["state"] for r in rows) == {"DONE": 13}
+    with caplog.at_level(logging.WARNING, logger="pmgr"):  # (the bootstrap, not its child,
+        session.close()  # exits on its own after bye: nothing is left to kill)
+    assert not [r.getMessage() for r in caplog.records if "leftover" in r.getMessage()]
 
 
 def test_second_client_takes_over_a_multinode_pilot(make_session, tmp_path, sessions_dir):
@@ -225,3 +229,108 @@ def test_one_owner_per_pilot_and_a_take_over(make_session, tmp_path):
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+def test_an_owner_stopped_through_a_take_over_fails_nothing_when_it_comes_back(
+    make_session, tmp_path
+):
+    """The owning client is stopped (SIGSTOP) for longer than client_timeout; another client
+    attaches meanwhile (the owner counts as gone: it is not told).  Back, the old owner finds
+    its pilot silent: the store's owner mark (pmgr/ownership.py) says who took it over, so it
+    releases the pilot and fails nothing (before: pilot, partition and units FAILED in the
+    store the new owner writes)."""
+    import signal
+    import time
+
+    cfg = tmp_path / "short.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 2\nclient_timeout: 6\n")
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    first = subprocess.Popen(
+        [sys.executable, "-c", LIVE_CLIENT, str(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        said = json.loads(first.stdout.readline())
+        os.kill(first.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        time.sleep(3.5)  # (past OWNER_SILENCE: the owner counts as gone)
+        session = make_session(uid=said["session"], database_url=url)
+        (pilot,) = rp.PilotManager(session).get_pilots()
+        umgr = rp.UnitManager(session)
+        more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 3)
+        time.sleep(max(0.0, stopped + 7.0 - time.monotonic()))  # (past client_timeout)
+        os.kill(first.pid, signal.SIGCONT)
+        first.stdin.write("report\n")
+        first.stdin.flush()
+        late = json.loads(first.stdout.readline())
+        assert late["released"] and f"pid {os.getpid()}" in late["released"], late
+        assert late["pilot"] == rp.ACTIVE and rp.FAILED not in late["states"], late
+        assert first.wait(timeout=30) == 0
+        assert umgr.wait_units([u.uid for u in more], timeout=60) == [rp.DONE] * 3
+        assert pilot.state == rp.ACTIVE and all(p.state == rp.ACTIVE for p in pilot.partitions)
+        session.writer.flush(timeout=30)
+        failed = [h for h in session.store.history(session=session.uid) if h["state"] == "FAILED"]
+        assert not failed, failed
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
+            first.kill()
+            first.wait()
+
+
+ROWS_BEHIND_CLIENT = r"""
+import json, os, sys, time
+import pilot as rp
+from tests.faults import truth_unit
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+send = s.channel.send
+def sent_then_die(pilot_uid, frames):
+    send(pilot_uid, frames)
+    if frames[0] == b"units":  # (on the store writer: the units' docs are in, their rows wait)
+        time.sleep(0.5)  # (the channel thread sends them)
+        print(json.dumps({"session": s.uid}), flush=True)
+        os._exit(0)  # the client dies before its writer wrote the units' NEW and SCHEDULING
+s.channel.send = sent_then_die
+umgr.submit_units([truth_unit(sys.argv[1], sleep=0.2) for _ in range(4)])
+time.sleep(60)
+"""
+
+
+def test_units_sent_before_their_first_rows_were_written_keep_one_history(make_session, tmp_path):
+    """A unit's doc is written ahead of its first history rows, so that it can be sent at
+    once; the client dies after the send and before the rows.  The next client finds docs
+    without rows: it writes the states they say (NEW, SCHEDULING) as the rows they lack, and
+    the store's history and the client's agree row for row (before: the client's began at
+    SCHEDULING, the store's at QUEUED)."""
+    from tests.faults import check_exactly_once
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-c", ROWS_BEHIND_CLIENT, log],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    uid = json.loads(out.stdout.strip().splitlines()[-1])["session"]
+    session = make_session(uid=uid, database_url=url)
+    assert not [h for h in session.store.history(session=uid) if h["kind"] == "units"]
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 4
+    units = umgr.get_units()
+    check_exactly_once(session, units, log)
+    for u in units:
+        assert [s for s, _ in u.history] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]

@@ -419,3 +419,37 @@ def test_bytes_in_a_description_and_a_value_come_back_whole(store):
     assert docs["u2"]["description"]["function"]["args"] == args
     assert docs["u1"]["return_value"] == value
     assert [d["uid"] for d in store.find("units", session="s1")] == ["u1", "u2"]
+
+
+def test_marks_are_kept_replaced_and_found_by_prefix(store, database_url):
+    """put_mark / marks (a named stream's segments: pmgr/stream_marks.py), seen by another
+    connection to the same database."""
+    store.put_mark("s1/stream/a/00000000", "unit:0")
+    store.put_mark("s1/stream/a/00000001", "unit:4096")
+    store.put_mark("s1/stream/ab/00000000", "unit:9")
+    store.put_mark("s1/stream/a/00000001", "unit:8192")
+    other = open_store(database_url)
+    try:
+        assert other.marks("s1/stream/a/") == {
+            "s1/stream/a/00000000": "unit:0",
+            "s1/stream/a/00000001": "unit:8192",
+        }
+        assert other.marks("s2/") == {}
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])
+def test_histories_are_each_units_history_read_at_once(store, monkeypatch, columns):
+    """histories(uids) (what an attach reads for the units it adopts) says for each uid what
+    history(uid=) says, in one pass; a uid with no rows has an empty history."""
+    import pilot.pmgr.store.sqlite as sqlite_mod
+
+    monkeypatch.setattr(sqlite_mod, "MOVES_PAGE", 2)  # (several pages)
+    _views_session(store, columns=columns)
+    uids = ["unit.000000", "unit.000007", "unit.000021", "unit.000022", "nobody"]
+    got = store.histories(uids, "s1")
+    assert sorted(got) == sorted(uids) and got["nobody"] == []
+    for uid in uids[:-1]:
+        assert got[uid] == store.history(uid=uid), uid
+    assert [r["state"] for r in got["unit.000022"]] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING"]

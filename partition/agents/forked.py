@@ -130,7 +130,9 @@ class AgentForker:
             del self.adopted[pid]
         return {self.zygote.pid, *self.adopted}
 
-    def spawn(self, cfg_path: str, log_path: str) -> ForkedAgent:
+    def spawn(self, cfg_path: str, log_path: str, body: str | None = None) -> ForkedAgent:
+        """Ask the zygote for an agent of config `cfg_path`, which the forked child writes from
+        `body` first when given (no file is written here)."""
         if self.fd is None or self.zygote.poll() is not None:
             if self.fd is not None:
                 self.read()  # what it said before it died; its end-of-file
@@ -140,7 +142,7 @@ class AgentForker:
             self._start()
         proc = ForkedAgent(self, cfg_path)
         self.by_cfg[cfg_path] = proc
-        line = json.dumps({"cfg": cfg_path, "log": log_path}) + "\n"
+        line = json.dumps({"cfg": cfg_path, "log": log_path, "body": body}) + "\n"
         try:
             self.zygote.stdin.write(line.encode())
             self.zygote.stdin.flush()

@@ -281,6 +281,12 @@ class StateStore(ABC):
     @abstractmethod
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]: ...
 
+    def histories(self, uids: Iterable[str], session: str | None = None) -> dict[str, list[dict]]:
+        """{uid: history(uid=uid, session=session)} for many units at once (the units an
+        attaching client adopts).  A store whose read of one unit's history scans, as
+        sqlite's does its moves rows, reads them in one pass instead."""
+        return {uid: self.history(uid=uid, session=session) for uid in uids}
+
     def unit_states(self, session: str):
         """(uid, state) of every unit of the session, streamed (an attach to a session of
         10^7 units holds no doc of a final one)."""
@@ -362,6 +368,19 @@ class StateStore(ABC):
         first = counters.get(counter, 0)
         counters[counter] = first + n
         return first
+
+    def put_mark(self, name: str, value: str) -> None:
+        """Keep `value` under `name` for good (durably, before it returns; written again, the
+        value is replaced): what a client must find after it died, beside the batches, such
+        as a named stream's segments (pmgr/stream_marks.py).  (This default keeps it in this
+        process only: a store several processes share overrides it, as sqlite and MongoDB
+        do.)"""
+        self.__dict__.setdefault("_marks", {})[name] = value
+
+    def marks(self, prefix: str) -> dict[str, str]:
+        """{name: value} of the marks whose name starts with `prefix`."""
+        kept = self.__dict__.get("_marks", {})
+        return {k: v for k, v in kept.items() if k.startswith(prefix)}
 
     def close(self) -> None:  # noqa: B027 (a store with nothing to close need not say so)
         pass

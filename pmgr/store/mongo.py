@@ -270,6 +270,13 @@ class MongoStore(StateStore):
         )
         return doc["next"] - n
 
+    def put_mark(self, name: str, value: str) -> None:
+        self.db.marks.replace_one({"_id": name}, {"_id": name, "value": value}, upsert=True)
+
+    def marks(self, prefix: str) -> dict[str, str]:
+        found = self.db.marks.find({"_id": {"$gte": prefix, "$lt": prefix + "\U0010ffff"}})
+        return {d["_id"]: d["value"] for d in found}
+
     def close(self) -> None:
         self.client.close()
 

@@ -112,6 +112,7 @@ def schema() -> str:
         "uids TEXT, tss BLOB, seqs TEXT, reasons TEXT, bulk TEXT);"
     )
     tables.append("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, next INTEGER);")
+    tables.append("CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY, value TEXT);")
     tables.append(TEMPLATES + ";")
     tables.append(TEMPLATES_KEY + ";")
     return "\n".join(tables) + INDEXES

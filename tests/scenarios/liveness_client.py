@@ -2,9 +2,11 @@
 
     python -m tests.scenarios.liveness_client SCENARIO RESOURCE.yaml CTL_NS [ARGS]
 
-outage LINK NAME SECONDS   one partition over every host; units on them all; host LINK (node
-                           NAME) drops every packet for SECONDS, then carries them again
-silent LINK...             every link given drops every packet until the pilot ends
+outage LINKS NAME SECONDS  one partition over every host; units on them all (on node NAME
+                           too); the hosts LINKS (1 or 1,2,3) drop every packet for SECONDS,
+                           then carry them again
+silent LINK...             every link given drops every packet until the partition ends; then
+                           the pilot is canceled
 The links fail through tests/netns.py (`silence`, `mend`: tc on the bridge side, in CTL_NS).
 Units write a ground-truth log (tests/faults.py), checked here: each ends exactly once.
 Prints one JSON line last.
@@ -53,15 +55,18 @@ def wait_running_on(units, name: str) -> None:
         time.sleep(0.02)
 
 
-def outage(session, resource: str, ctl: str, link: str, name: str, seconds: str) -> dict:
+def outage(session, resource: str, ctl: str, links: str, name: str, seconds: str) -> dict:
     pilot, umgr, log, units = start(session, resource, units=18, sleep=1.0)
     wait_running_on(units, name)
-    netns.silence(ctl, int(link))
+    links = [int(k) for k in links.split(",")]
+    for link in links:
+        netns.silence(ctl, link)
     t0 = time.monotonic()
     try:
         time.sleep(float(seconds))
     finally:
-        netns.mend(ctl, int(link))
+        for link in links:
+            netns.mend(ctl, link)
     mended = time.monotonic()
     umgr.wait_units(timeout=90)
     states = check_exactly_once(session, units, log)
@@ -88,11 +93,12 @@ def silent(session, resource: str, ctl: str, *links: str) -> dict:
         netns.silence(ctl, int(link))
     t0 = time.monotonic()
     try:
-        pilot.wait([rp.DONE, rp.FAILED, rp.CANCELED], timeout=60)
+        pilot.partitions[0].wait([rp.DONE, rp.FAILED, rp.CANCELED], timeout=60)
         ended = time.monotonic() - t0
     finally:
         for link in links:
             netns.mend(ctl, int(link))
+    pilot.cancel(timeout=30)  # (node 1 is left, with no partition: its units end with it)
     umgr.wait_units(timeout=30)
     states = check_exactly_once(session, units, log)
     return {
