@@ -51,7 +51,7 @@ import time
 
 import zmq
 
-from pilot import checks, processes, resource_config, security
+from pilot import checks, liveness, processes, resource_config, security
 from pilot.descriptions import ComputePartitionDescription
 from pilot.partition import orphans
 from pilot.partition.agent_channel import AgentChannel
@@ -123,6 +123,7 @@ class Bootstrap(ClientLink, AgentChannel):
         self.outbox = Outbox()  # outcomes kept until the client has them
         self.deadline = time.monotonic() + cfg["runtime"]
         self.last_heard = time.monotonic()
+        self.looked = self.last_heard  # (_check_clocks: the time this process was away)
         self.ending: tuple[str, str] | None = None
         self.parent = os.getppid() if cfg.get("watch_parent") else None
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -317,9 +318,14 @@ class Bootstrap(ClientLink, AgentChannel):
         return _repoll(poller, fd, self.forker.fd)
 
     def _check_clocks(self, now: float) -> None:
-        """Teardown when the runtime is over, the client silent for client_timeout s, or (with
-        watch_parent) the client process gone."""
+        """Teardown when the runtime is over, the client silent for client_timeout s (time this
+        process did not run, beyond liveness.STALL s between two looks, is not the client's
+        silence), or (with watch_parent) the client process gone."""
         timeout = self.cfg["client_timeout"]
+        away = now - self.looked - liveness.STALL  # (stopped, swapped out: nobody's silence)
+        self.looked = now
+        if away > 0:
+            self.last_heard = min(now, self.last_heard + away)
         if now >= self.deadline:
             self.end(DONE, f"pilot runtime of {self.cfg['runtime'] / 60:g} min expired")
         elif now - self.last_heard > timeout:

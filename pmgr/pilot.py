@@ -78,6 +78,8 @@ class Pilot(Stateful):
         self.job_id = None  # the job's pid or batch id, kept in the store
         self.control: str | None = None
         self.last_heard = time.monotonic()
+        self.born = self.last_heard
+        self._silence_said = False  # (tick: a silent pilot whose job lives, said once)
         self._next_hb = 0.0
         self._queued_cmds: list[dict] = []
         self.linked = False  # its bootstrap said hello to this client process: sends arrive
@@ -433,13 +435,37 @@ class Pilot(Stateful):
                 )
             return
         if self.state == S.ACTIVE:
-            if now - self.last_heard > self.resource.client_timeout:
+            silent = now - self.last_heard
+            if silent > self.resource.client_timeout:
                 if self.taken_over_unheard():  # (silent to this client: another owns it)
                     return
-                self.lost(f"no word from the pilot for {self.resource.client_timeout:g} s")
-            elif now >= self._next_hb and self.linked:
+                if self._job_lives(now):
+                    if not self._silence_said:
+                        self._silence_said = True
+                        log.warning(
+                            "%s: no word from the pilot for %.0f s, but its job %s lives: "
+                            "waiting for it (a stalled pilot is not a dead one)",
+                            self.uid, silent, self.job.describe(),
+                        )  # fmt: skip
+                else:
+                    self.lost(f"no word from the pilot for {silent:.0f} s")
+                    return
+            elif self._silence_said:
+                self._silence_said = False
+                log.warning("%s: the pilot speaks again", self.uid)
+            if now >= self._next_hb and self.linked:
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
+
+    def _job_lives(self, now: float) -> bool:
+        """(tick) This client's pilot job runs (its process, or the batch system says so: a
+        poll that found it ended is handled before) and its runtime, with client_timeout s to
+        say bye, is not over.  A pilot another client started (attached: no job here) or one
+        past its runtime is given up on silence alone."""
+        if self.job is None:
+            return False
+        runtime = float(self.description.runtime or 0) * 60.0
+        return now < self.born + runtime + self.resource.client_timeout
 
     # RADICAL-Pilot's names for the pilot's directories and job output
     @property
