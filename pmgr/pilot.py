@@ -443,9 +443,9 @@ class Pilot(Stateful):
                     if not self._silence_said:
                         self._silence_said = True
                         log.warning(
-                            "%s: no word from the pilot for %.0f s, but its job %s lives: "
+                            "%s: no word from the pilot for %.0f s, but its job (id %s) lives: "
                             "waiting for it (a stalled pilot is not a dead one)",
-                            self.uid, silent, self.job.describe(),
+                            self.uid, silent, self.job.pid,
                         )  # fmt: skip
                 else:
                     self.lost(f"no word from the pilot for {silent:.0f} s")
