@@ -13,10 +13,18 @@ Every wait has a deadline; every process started here is ended by its pid (the d
 with SIGTERM; Chromium, started in a process group of its own, by that group's id), and the
 session's processes are checked by the `session` fixture.  PILOT_SCREENSHOT=FILE keeps the
 screenshot of the page (docs/dashboard.png was made so).
+
+The server's own failures (a poll that fails, a look that cannot be sent, a control socket
+that fails, a page that stops reading) are driven through `Served`: dashboard.serve in a
+thread of this process, over `Looks`, a stand-in for dashboard_data.Watch whose polls the
+test writes, asked over real HTTP sockets.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
 import os
 import select
@@ -25,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +48,9 @@ SHOWN_WITHIN = 2.0  # s: a change made from a shell is on the page by then (the 
 CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
 
 pytest.importorskip("tornado")
+from pilot.pmgr.observe import dashboard  # noqa: E402
 from pilot.pmgr.observe.dashboard import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
+from pilot.pmgr.observe.dashboard_data import Look  # noqa: E402
 from tests.test_cli import cli as pilot_cli  # noqa: E402
 
 
@@ -475,3 +486,118 @@ def test_a_session_on_mongodb_is_sampled(make_session, mongo_url, tmp_path):
     series = json.loads(next(ln for ln in lines if ln.startswith(b'data: {"reset"'))[6:])
     assert series["kept"].startswith("sampled by the dashboard")
     assert series["cols"][f"cores:{p0}"][-1] == 1
+
+
+NO_SERIES = {"reset": True, "from": 0, "width": 1, "t": [], "cols": {}}
+
+
+class Looks:
+    """What dashboard.serve asks of a dashboard_data.Watch (session, controls, control, poll,
+    series); poll n (1, 2, ...) returns make(n)'s Look or raises what it raises."""
+
+    session = "session.test"
+
+    def __init__(self, make, controls: dict | None = None) -> None:
+        self.make, self.n = make, 0
+        self.controls = controls or {}
+
+    def control(self, pilot: str) -> dict | None:
+        return self.controls.get(pilot)
+
+    def poll(self) -> Look:
+        self.n += 1
+        return self.make(self.n)
+
+    def series(self) -> dict:
+        return NO_SERIES
+
+
+def look(n: int, **extra) -> Look:
+    return Look({"now": float(n), "n": n, "pilots": [], **extra}, NO_SERIES)
+
+
+class Served:
+    """dashboard.serve over `watch` in a thread of this process (its own asyncio loop, its
+    poll thread), on a free port; `close` sets its stop event and joins it (DEADLINE)."""
+
+    def __init__(self, watch, interval: float = 0.05) -> None:
+        self.out, self.error = io.StringIO(), None
+        self.started = threading.Event()
+        self.pool = dashboard.ThreadPoolExecutor(1, "test-poll")
+        self.thread = threading.Thread(target=self._run, args=(watch, interval), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + DEADLINE
+        while "\n" not in self.out.getvalue():
+            assert self.thread.is_alive(), f"serve ended: {self.error!r}"
+            assert time.monotonic() < deadline, f"no URL within {DEADLINE} s"
+            time.sleep(0.01)
+        self.url = self.out.getvalue().strip()
+        self.base, _, self.token = self.url.partition("/?token=")
+
+    def _run(self, watch, interval: float) -> None:
+        try:
+            asyncio.run(self._main(watch, interval))
+        except BaseException as exc:  # (raised again by close)
+            self.error = exc
+
+    async def _main(self, watch, interval: float) -> None:
+        self.loop, self.stop = asyncio.get_running_loop(), asyncio.Event()
+        self.started.set()
+        await dashboard.serve(watch, self.pool, 0, interval, self.out, self.stop)
+
+    def close(self) -> None:
+        if self.started.is_set() and self.thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # (its loop closed meanwhile: it ended)
+                self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(DEADLINE)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        assert not self.thread.is_alive(), f"serve did not end within {DEADLINE} s"
+        if self.error is not None:
+            raise self.error
+
+
+def events(response, until, deadline: float = 10.0) -> list[tuple[str, str]]:
+    """(event, data) of a Server-Sent Events response, read until until(event, data) is
+    true; AssertionError if it is not within `deadline` s (or the stream ends)."""
+    seen: list[tuple[str, str]] = []
+    end, name = time.monotonic() + deadline, None
+    while time.monotonic() < end:
+        line = response.readline().decode()
+        assert line, f"the stream ended: {seen}"
+        if line.startswith("event: "):
+            name = line[7:].strip()
+        elif line.startswith("data: ") and name:
+            seen.append((name, line[6:].strip()))
+            if until(name, seen[-1][1]):
+                return seen
+    raise AssertionError(f"not within {deadline} s: {seen}")
+
+
+def test_a_poll_or_a_push_that_fails_is_shown_and_polling_goes_on(caplog):
+    """Poll 2 fails; poll 3's look holds a value JSON cannot write: each is a "problem" on
+    the page and in the log, and polls 4, 5, ... are pushed as before."""
+
+    def make(n: int) -> Look:
+        if n == 2:
+            raise OSError("the store went away")
+        return look(n, odd={"a set"}) if n == 3 else look(n)
+
+    served = Served(Looks(make))
+    try:
+        url = f"{served.base}/events?token={served.token}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            seen = events(r, lambda e, d: e == "state" and json.loads(d)["n"] >= 5)
+        status, body = http(f"{served.base}/api/state?token={served.token}")
+    finally:
+        served.close()
+    problems = [json.loads(d)["error"] for e, d in seen if e == "problem"]
+    assert problems == [
+        "poll: OSError: the store went away",
+        "push: TypeError: Object of type set is not JSON serializable",
+    ], seen
+    assert status == 200 and json.loads(body)["n"] >= 6
+    logged = [r.getMessage() for r in caplog.records if r.name == "pilot.dashboard"]
+    assert [m for m in logged if m.startswith(("poll:", "push:"))] == [
+        f"{p} (the next poll tries again)" for p in problems
+    ]
+    assert served.token not in caplog.text

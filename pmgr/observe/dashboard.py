@@ -23,7 +23,9 @@ on the server; the browser never sees them).
                                            it changed since the last one sent
                            event: series   the series' change ({reset, from, width, t, cols}:
                                            points from index `from` on replace the client's)
-                           event: problem  a poll failed: its error (the next poll tries again)
+                           event: problem  a poll failed, or the push of its look:
+                                           {error: "poll: ..." | "push: ..."} (logged
+                                           too; the next poll tries again)
                          a new client gets the last state and the whole series first
     GET  /api/state      the state as JSON, from a poll made after the request
     POST /api/reconfig   {"pilot": uid, "stop": [partition uid | "all"], "start": [size],
@@ -42,6 +44,7 @@ is dropped; its EventSource reconnects and gets the whole picture again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -110,19 +113,21 @@ class Hub:
         self.polled = asyncio.Event()
 
     async def run(self) -> None:
-        """Poll while a page listens (or a state is asked for), push what changed."""
+        """Poll while a page listens (or a state is asked for), push what changed.  A poll,
+        or the push of its look, that fails is a "problem" (logged, sent to the pages); the
+        next poll tries again: only a cancel ends this loop."""
         loop = asyncio.get_running_loop()
         while True:
             if not self.clients and self.state is not None:
                 await self.wake.wait()
             self.wake.clear()  # (a wake during the poll below makes another one at once)
+            step = "poll"
             try:
                 look = await loop.run_in_executor(self.pool, self.watch.poll)
-            except Exception as exc:  # noqa: BLE001 (a poll's failure is shown; the next tries)
-                log.exception("poll failed")
-                self.push("problem", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
-            else:
+                step = "push"
                 self.publish(look)
+            except Exception as exc:  # noqa: BLE001 (shown to the pages; the next poll tries)
+                self.problem(step, exc)
             self.polled.set()
             try:
                 await asyncio.wait_for(self.wake.wait(), self.interval)
@@ -130,14 +135,23 @@ class Hub:
                 pass
 
     def publish(self, look: Look) -> None:
+        """Push a poll's look: both texts are made before anything is kept or sent."""
         text = json.dumps(look.state, separators=(",", ":"))
+        series = json.dumps(look.series, separators=(",", ":"))
         self.state = look.state
         # (the state's own clock changes every poll: compared without it)
         same = self.state_text is not None and _without_now(text) == _without_now(self.state_text)
         self.state_text = text
         if not same:
             self.push("state", text)
-        self.push("series", json.dumps(look.series, separators=(",", ":")))
+        self.push("series", series)
+
+    def problem(self, step: str, exc: Exception) -> None:
+        """A poll (step "poll") or the push of its look ("push") failed: logged with its
+        traceback (the hub never holds the token) and sent to the pages."""
+        error = f"{step}: {type(exc).__name__}: {exc}"
+        log.error("%s (the next poll tries again)", error, exc_info=exc)
+        self.push("problem", json.dumps({"error": error}))
 
     def push(self, event: str, data: str) -> None:
         message = f"event: {event}\ndata: {data}\n\n"
@@ -389,7 +403,7 @@ def run(
         pool.shutdown(wait=False)
         raise
     try:
-        return asyncio.run(_serve(watch, pool, port, interval, out))
+        return asyncio.run(_until_signal(watch, pool, port, interval, out))
     finally:
         try:
             pool.submit(watch.close).result(timeout=30)  # (after a poll under way)
@@ -397,7 +411,20 @@ def run(
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def _serve(watch: Watch, pool, port: int, interval: float, out) -> int:
+async def _until_signal(watch: Watch, pool, port: int, interval: float, out) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return await serve(watch, pool, port, interval, out, stop)
+
+
+async def serve(
+    watch: Watch, pool: ThreadPoolExecutor, port: int, interval: float, out, stop: asyncio.Event
+) -> int:
+    """Serve `watch` (polled in `pool`, its thread) on 127.0.0.1:`port` until `stop` is set;
+    prints the URL on `out` first.  The poller is awaited with it: its loop outlives every
+    failed poll, so its end is a bug, raised here with its traceback, never left unseen."""
     netutil = require("tornado.netutil", "dashboard")
     httpserver = require("tornado.httpserver", "dashboard")
     sockets = netutil.bind_sockets(port, address="127.0.0.1")
@@ -413,19 +440,19 @@ async def _serve(watch: Watch, pool, port: int, interval: float, out) -> int:
         file=sys.stderr,
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    poller = asyncio.create_task(hub.run())
+    poller = asyncio.create_task(hub.run(), name="dashboard-poller")
+    stopped = asyncio.create_task(stop.wait(), name="dashboard-stop")
     try:
-        await stop.wait()
+        await asyncio.wait({poller, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         server.stop()
         for q in list(hub.clients):
             hub.drop(q)
         poller.cancel()
+        stopped.cancel()
         hub.commands.shutdown(wait=False, cancel_futures=True)
         await asyncio.sleep(0)
         await server.close_all_connections()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller  # (raises what ended it, if not the cancel above)
     return 0
