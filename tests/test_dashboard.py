@@ -601,3 +601,52 @@ def test_a_poll_or_a_push_that_fails_is_shown_and_polling_goes_on(caplog):
         f"{p} (the next poll tries again)" for p in problems
     ]
     assert served.token not in caplog.text
+
+
+def test_a_failed_control_socket_or_no_poll_is_an_answer_and_the_token_is_never_logged(
+    tmp_path, caplog, monkeypatch
+):
+    """A reconfig whose control socket fails is a 502 naming the pilot, the socket and the
+    failure; an internal error is logged with its traceback; a state no poll delivers in
+    STATE_TIMEOUT is a 504.  Every request carries the token in its URI, as the page's GETs
+    do; no log line holds it."""
+    from pilot import security
+
+    monkeypatch.setattr(dashboard, "STATE_TIMEOUT", 0.5)
+    endpoint = "tcp://no-such-host:"  # (ZeroMQ refuses it: Invalid argument)
+    control = {"pilot": "pilot.0000", "endpoint": endpoint, "keys": security.make_keys(tmp_path)}
+    hang = threading.Event()
+
+    class NoSeries(Looks):
+        def series(self) -> dict:
+            raise RuntimeError("no series")
+
+    def make(n: int) -> Look:
+        if n > 1:  # (polls after the first hang until the test ends)
+            hang.wait(DEADLINE)
+        return look(n)
+
+    served = Served(NoSeries(make, {"pilot.0000": control}))
+    try:
+        auth = {"X-Pilot-Token": served.token, "Content-Type": "application/json"}
+        body = json.dumps({"pilot": "pilot.0000", "start": ["cores=1"]}).encode()
+        reconfig = http(f"{served.base}/api/reconfig?token={served.token}", body, auth)
+        internal = http(f"{served.base}/events?token={served.token}")
+        t0 = time.monotonic()
+        state = http(f"{served.base}/api/state?token={served.token}")
+        waited = time.monotonic() - t0
+    finally:
+        hang.set()
+        served.close()
+    assert reconfig[0] == 502, reconfig
+    assert json.loads(reconfig[1])["error"] == (
+        f"pilot.0000: its control socket {endpoint!r} failed: Invalid argument (addr={endpoint!r})"
+    )
+    assert internal[0] == 500 and served.token not in internal[1]
+    assert state == (504, json.dumps({"error": "no poll ended within 0.5 s"}))
+    assert waited < 5
+    errors = [r for r in caplog.records if r.name == "pilot.dashboard" and r.exc_info]
+    assert [r.getMessage() for r in errors] == ["internal error in GET /events"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "pilot.dashboard"]
+    assert "502 POST /api/reconfig" in logged and "504 GET /api/state" in logged, logged
+    assert served.token not in caplog.text

@@ -8,13 +8,14 @@ dashboard_static/ (the README there names each library, its version and licence)
 never reaches beyond this server.
 
 Who may do what: every request must carry the token, or it is answered 403 and nothing else is
-done (logged on stderr, the token never).  A GET may carry it as `?token=`, which also sets a
-cookie (`pilot-dashboard-N`: HttpOnly, SameSite=Strict) for the page's own later GETs; a POST
-must carry it in the X-Pilot-Token header (the page's script sends it; a form of another site
-cannot, so the cookie alone commands nothing).  Requests whose Host is not a loopback name
-are refused too (DNS rebinding).  A reconfig is sent to the pilot exactly as `pilot reconfig`
-sends it (pilot/control_client.py: the control socket with the session's CURVE keys, read here
-on the server; the browser never sees them).
+done (logged on stderr, the token never: every log line of a request, tornado's own included,
+gives its method and path, never its query, headers or cookies).  A GET may carry it as
+`?token=`, which also sets a cookie (`pilot-dashboard-N`: HttpOnly, SameSite=Strict) for the
+page's own later GETs; a POST must carry it in the X-Pilot-Token header (the page's script
+sends it; a form of another site cannot, so the cookie alone commands nothing).  Requests
+whose Host is not a loopback name are refused too (DNS rebinding).  A reconfig is sent to the
+pilot exactly as `pilot reconfig` sends it (pilot/control_client.py: the control socket with
+the session's CURVE keys, read here on the server; the browser never sees them).
 
     GET  /               the page (index.html; the token in a meta tag for its POSTs)
     GET  /static/NAME    its script, style sheet and uPlot (a fixed list of names)
@@ -27,13 +28,16 @@ on the server; the browser never sees them).
                                            {error: "poll: ..." | "push: ..."} (logged
                                            too; the next poll tries again)
                          a new client gets the last state and the whole series first
-    GET  /api/state      the state as JSON, from a poll made after the request
+    GET  /api/state      the state as JSON, from a poll made after the request | 504 {error:
+                         no poll ended within STATE_TIMEOUT}
     POST /api/reconfig   {"pilot": uid, "stop": [partition uid | "all"], "start": [size],
                           "id": optional command id}; sizes as `pilot reconfig --start` takes
                           them (50%, fill, cores=2,gpus=1 ...).  200 {ok, result: {stopped,
                           started}} | 400 {error naming the field, the value and what is
-                          accepted} | 409 {error: the pilot refused, its reason} | 504 {error:
-                          no answer within pilot/control_client.REPLY_TIMEOUT}
+                          accepted} | 409 {error: the pilot refused, its reason} | 502 {error:
+                          the control socket failed, the keys could not be read or the answer
+                          could not be read, naming which} | 504 {error: no answer within
+                          pilot/control_client.REPLY_TIMEOUT}
 
 Polling: dashboard_data.Watch, in one worker thread (its sqlite connection is that thread's),
 every `interval` s while at least one page listens (none: no poll, no cost to the pilot), and
@@ -55,11 +59,14 @@ import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import zmq
+
 from pilot.control_client import UsageError, command, reconfig_args
 from pilot.pmgr.observe.dashboard_data import Look, Watch
 from pilot.pmgr.observe.extras import require
 from pilot.pmgr.observe.top_target import resolve
 from pilot.pmgr.session import sessions_dir
+from pilot.protocol import ProtocolError
 
 log = logging.getLogger("pilot.dashboard")
 
@@ -73,6 +80,7 @@ ASSETS = {  # name -> content type: nothing else is served
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 MAX_BODY = 64 * 1024  # bytes of a request body
 MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
+STATE_TIMEOUT = 30.0  # s /api/state waits for a poll to end
 START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
 COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 # The system's Chromium opening the page headless on a machine with no internet (the tests,
@@ -184,10 +192,11 @@ class Hub:
         return q
 
     async def current(self) -> dict:
-        """The state after a poll that ended after this call (at most 30 s)."""
+        """The state after a poll that ended after this call; asyncio.TimeoutError if none
+        did within STATE_TIMEOUT s."""
         self.polled.clear()
         self.wake.set()
-        await asyncio.wait_for(self.polled.wait(), 30)
+        await asyncio.wait_for(self.polled.wait(), STATE_TIMEOUT)
         return self.state or {}
 
 
@@ -237,6 +246,21 @@ def make_app(hub: Hub, token: str, port: int):
                 "403: this dashboard needs the token of the URL that `pilot dashboard` printed\n"
             )
 
+        def log_exception(self, typ, value, tb) -> None:
+            """Tornado's own logs the request's URI (the token in its query) and its headers
+            (the token in a cookie or X-Pilot-Token); here only the method and the path."""
+            method, path = self.request.method, self.request.path
+            if isinstance(value, web.HTTPError):
+                if value.log_message:
+                    log.warning(
+                        "%d %s %s: %s", value.status_code, method, path, value.get_message()
+                    )
+            else:  # (a bug of ours: an internal error, with its traceback)
+                log.error("internal error in %s %s", method, path, exc_info=(typ, value, tb))
+
+        def _request_summary(self) -> str:  # (where tornado's other log lines put the URI)
+            return f"{self.request.method} {self.request.path} ({self.request.remote_ip})"
+
         def reply(self, status: int, body: dict) -> None:
             self.set_status(status)
             self.set_header("Content-Type", "application/json")
@@ -280,7 +304,11 @@ def make_app(hub: Hub, token: str, port: int):
 
     class State(Base):
         async def get(self) -> None:
-            self.reply(200, await hub.current())
+            try:
+                state = await hub.current()
+            except asyncio.TimeoutError:
+                return self.reply(504, {"error": f"no poll ended within {STATE_TIMEOUT:g} s"})
+            self.reply(200, state)
 
     class Reconfig(Base):
         async def post(self) -> None:
@@ -288,18 +316,26 @@ def make_app(hub: Hub, token: str, port: int):
                 control, args, cid = self._checked()
             except ValueError as exc:
                 return self.reply(400, {"error": str(exc)})
-            loop = asyncio.get_running_loop()
+            pilot, loop = control["pilot"], asyncio.get_running_loop()
             try:
                 reply = await loop.run_in_executor(
                     hub.commands, command, control, "reconfig", args, cid
                 )
-            except UsageError as exc:
+            except TimeoutError as exc:  # (NoAnswer: the pilot did not answer in time)
                 return self.reply(504, {"error": str(exc)})
+            except UsageError as exc:  # (the session's keys could not be read)
+                return self.reply(502, {"error": str(exc)})
+            except zmq.ZMQError as exc:
+                error = f"{pilot}: its control socket {control.get('endpoint')!r} failed: {exc}"
+                return self.reply(502, {"error": error})
+            except ProtocolError as exc:
+                return self.reply(502, {"error": f"{pilot}: its answer could not be read: {exc}"})
             hub.wake.set()
+            if not isinstance(reply, dict):
+                error = f"{pilot}: its answer, a {type(reply).__name__}, is not a reply {{ok, ...}}"
+                return self.reply(502, {"error": error})
             if not reply.get("ok"):
-                return self.reply(
-                    409, {"error": f"{control['pilot']} refused: {reply.get('error')}"}
-                )
+                return self.reply(409, {"error": f"{pilot} refused: {reply.get('error')}"})
             self.reply(200, {"ok": True, "result": reply.get("result")})
 
         def _checked(self) -> tuple[dict, dict, str]:
