@@ -43,12 +43,21 @@ class NoAnswer(UsageError, TimeoutError):
 
 def parse_size(text: str, field: str = "--start") -> ComputePartitionDescription:
     """'50%', 'fill', 'cores=4,gpus=1', 'nodes=2', 'gpus=all' -> a partition description;
-    ValueError naming `field`, the value and what is accepted."""
+    ValueError naming `field`, the value and what is accepted (the description's own errors,
+    cores=0 or 150%, as well)."""
+    fields = _size_fields(text, field)
+    try:
+        return ComputePartitionDescription(**fields)
+    except ValueError as exc:
+        raise ValueError(f"{field} {text!r}: {exc}") from None
+
+
+def _size_fields(text: str, field: str) -> dict:
     t = text.strip()
     if t.lower() == "fill":
-        return ComputePartitionDescription(FILL)
+        return {"size": FILL}
     if t.endswith("%"):
-        return ComputePartitionDescription(t)
+        return {"size": t}
     kwargs: dict = {}
     for item in t.split(","):
         key, eq, value = item.partition("=")
@@ -69,7 +78,7 @@ def parse_size(text: str, field: str = "--start") -> ComputePartitionDescription
             kwargs[key] = int(value)
         else:
             raise ValueError(f"{field} {text!r}: {key}={value!r} must be a whole number")
-    return ComputePartitionDescription(**kwargs)
+    return kwargs
 
 
 def reconfig_args(stop: list[str], start: list[str], field: str = "--start") -> dict:

@@ -376,7 +376,32 @@ def test_bad_reconfig_requests_name_the_field(running):
         400,
         "stop, start: give a partition to stop and/or a size to start",
     )
-    assert post({"pilot": pilot.uid, "start": "50%"})[1] == "start: '50%' must be a list of strings"
+    status, error = post({"pilot": pilot.uid, "start": ["50%", "fill", "cores=0"]})
+    assert status == 400 and error == (
+        "start[2] 'cores=0': ComputePartitionDescription: cores=0, gpus=0 is an empty partition"
+    )
+    sizes = "a size (50%, fill, cores=N,gpus=N|all, nodes=N or config=NAME)"
+    assert post({"pilot": pilot.uid, "start": "50%"}) == (
+        400,
+        f"start: '50%' must be a list, each {sizes}",
+    )
+    for wrong in (0, "", {}, False):  # (not empty lists: refused, naming the field)
+        assert post({"pilot": pilot.uid, "stop": wrong, "start": ["cores=1"]}) == (
+            400,
+            f"stop: {wrong!r} must be a list, each a partition uid of the pilot or 'all'",
+        )
+        assert post({"pilot": pilot.uid, "stop": [p0], "start": wrong}) == (
+            400,
+            f"start: {wrong!r} must be a list, each {sizes}",
+        )
+    assert post({"pilot": pilot.uid, "stop": [p0, 3]}) == (
+        400,
+        "stop[1]: 3 must be a string, a partition uid of the pilot or 'all'",
+    )
+    assert post({"pilot": pilot.uid, "start": ["fill", None]}) == (
+        400,
+        f"start[1]: None must be a string, {sizes}",
+    )
     assert post({"pilot": pilot.uid, "colour": 1})[1].startswith("['colour']: unknown field")
     assert post({"pilot": pilot.uid, "stop": [p0], "id": "no spaces"})[1].startswith("id: ")
     assert [p.uid for p in pilot.partitions] == [p0, pilot.partitions[1].uid]  # (nothing done)

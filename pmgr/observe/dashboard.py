@@ -83,6 +83,10 @@ MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
 STATE_TIMEOUT = 30.0  # s /api/state waits for a poll to end
 START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
 COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+EACH = {  # what each item of a reconfig's lists is (their errors say it)
+    "stop": "a partition uid of the pilot or 'all'",
+    "start": "a size (50%, fill, cores=N,gpus=N|all, nodes=N or config=NAME)",
+}
 # The system's Chromium opening the page headless on a machine with no internet (the tests,
 # bench/dashboard.py and examples/dashboard_demo.py): without the background-networking flags
 # it keeps calling out, refused; a fresh --user-data-dir is given beside these.
@@ -360,10 +364,14 @@ def make_app(hub: Hub, token: str, port: int):
                     f"pilot: {pilot!r} is not a running pilot of session "
                     f"{hub.watch.session}; running: {running}"
                 )
-            stop, start = body.get("stop") or [], body.get("start") or []
+            stop, start = body.get("stop"), body.get("start")  # (absent or null: none)
+            stop, start = [] if stop is None else stop, [] if start is None else start
             for name, value in (("stop", stop), ("start", start)):
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise ValueError(f"{name}: {value!r} must be a list of strings")
+                if not isinstance(value, list):
+                    raise ValueError(f"{name}: {value!r} must be a list, each {EACH[name]}")
+                for i, v in enumerate(value):
+                    if not isinstance(v, str):
+                        raise ValueError(f"{name}[{i}]: {v!r} must be a string, {EACH[name]}")
             if len(start) > START_MAX:
                 raise ValueError(f"start: {len(start)} sizes; at most {START_MAX}")
             known = [
