@@ -30,6 +30,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -675,3 +676,88 @@ def test_a_failed_control_socket_or_no_poll_is_an_answer_and_the_token_is_never_
     logged = [r.getMessage() for r in caplog.records if r.name == "pilot.dashboard"]
     assert "502 POST /api/reconfig" in logged and "504 GET /api/state" in logged, logged
     assert served.token not in caplog.text
+
+
+def tcp_state(local: int, remote: int) -> str | None:
+    """The state of this host's TCP socket 127.0.0.1:local -> 127.0.0.1:remote, as
+    /proc/net/tcp writes it (01 ESTABLISHED, 04 FIN_WAIT1, ...); None: there is none."""
+    ends = (f"0100007F:{local:04X}", f"0100007F:{remote:04X}")
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if (fields[1], fields[2]) == ends:
+                return fields[3]
+    return None
+
+
+@pytest.mark.parametrize(
+    "interval, write_timeout",
+    [(0.02, None), (0.3, 0.5)],
+    ids=["its-queue-fills", "a-write-waits-too-long"],
+)
+def test_a_page_that_stops_reading_is_closed(caplog, monkeypatch, interval, write_timeout):
+    """A client of /events that reads nothing (a small receive buffer, never read): once
+    the sockets' buffers are full, either its queue of pushes fills (MAX_QUEUED, polls every
+    0.02 s) or a push waits WRITE_TIMEOUT for its socket (0.5 s, polls every 0.3 s: the
+    queue would need 10 s): the server closes its end of the connection, and serves the
+    next page as before."""
+    if write_timeout is not None:
+        monkeypatch.setattr(dashboard, "WRITE_TIMEOUT", write_timeout)
+    blob = "x" * 1_000_000  # (a state that changes every poll: every poll pushes 1 MB)
+    served = Served(Looks(lambda n: look(n, blob=blob)), interval=interval)
+    stalled = socket.socket()
+    try:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        port = int(served.base.rsplit(":", 1)[1])
+        stalled.connect(("127.0.0.1", port))
+        stalled.sendall(
+            f"GET /events?token={served.token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        )
+        mine = stalled.getsockname()[1]
+        deadline = time.monotonic() + 10
+        while tcp_state(port, mine) == "01":  # (ESTABLISHED: the server's end still open)
+            assert time.monotonic() < deadline, "the stalled page's connection is still open"
+            time.sleep(0.05)
+        url = f"{served.base}/events?token={served.token}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert events(r, lambda e, d: e == "state")[0][0] == "state"
+    finally:
+        stalled.close()
+        served.close()
+    closed = [r.getMessage() for r in caplog.records if "its connection is closed" in r.message]
+    assert len(closed) == (0 if write_timeout is None else 1), closed
+    assert served.token not in caplog.text
+
+
+def test_the_state_asked_for_is_from_a_poll_that_started_after_the_request():
+    """A request that comes while poll 2 is under way gets poll 3, not poll 2; a request
+    whose poll fails gets 502 and that poll's problem."""
+    under_way, finish = threading.Event(), threading.Event()
+
+    def make(n: int) -> Look:
+        if n == 2:
+            under_way.set()
+            finish.wait(DEADLINE)
+        if n == 4:
+            raise OSError("the store went away")
+        return look(n)
+
+    served = Served(Looks(make))
+    asked = dashboard.ThreadPoolExecutor(2, "test-ask")
+    try:
+        url = f"{served.base}/api/state?token={served.token}"
+        first = asked.submit(http, url)  # (wakes the poller: poll 2 starts, and waits)
+        assert under_way.wait(DEADLINE)
+        second = asked.submit(http, url)
+        time.sleep(0.3)  # (for its handler to ask for the state while poll 2 is under way)
+        finish.set()
+        answers = [json.loads(f.result(DEADLINE)[1]).get("n") for f in (first, second)]
+        failed = http(url)
+        after = http(url)
+    finally:
+        finish.set()
+        asked.shutdown(wait=False, cancel_futures=True)
+        served.close()
+    assert answers == [2, 3]
+    assert failed == (502, json.dumps({"error": "poll: OSError: the store went away"}))
+    assert after[0] == 200 and json.loads(after[1])["n"] == 5

@@ -28,8 +28,9 @@ the session's CURVE keys, read here on the server; the browser never sees them).
                                            {error: "poll: ..." | "push: ..."} (logged
                                            too; the next poll tries again)
                          a new client gets the last state and the whole series first
-    GET  /api/state      the state as JSON, from a poll made after the request | 504 {error:
-                         no poll ended within STATE_TIMEOUT}
+    GET  /api/state      the state as JSON, from a poll that started after the request | 502
+                         {error: that poll failed, the problem it was} | 504 {error: no poll
+                         ended within STATE_TIMEOUT}
     POST /api/reconfig   {"pilot": uid, "stop": [partition uid | "all"], "start": [size],
                           "id": optional command id}; sizes as `pilot reconfig --start` takes
                           them (50%, fill, cores=2,gpus=1 ...).  200 {ok, result: {stopped,
@@ -41,8 +42,11 @@ the session's CURVE keys, read here on the server; the browser never sees them).
 
 Polling: dashboard_data.Watch, in one worker thread (its sqlite connection is that thread's),
 every `interval` s while at least one page listens (none: no poll, no cost to the pilot), and
-at once after a reconfig.  A client whose queue of pushes is full (MAX_QUEUED: a stalled page)
-is dropped; its EventSource reconnects and gets the whole picture again.
+at once after a reconfig; each poll has a number (Hub.started), so /api/state waits for one
+that started after its request, not one already under way.  A page whose queue of pushes is
+full (MAX_QUEUED), or whose socket took nothing of a push for WRITE_TIMEOUT s, is stalled: it
+is dropped and its connection closed (a handler stuck writing to it ends, its socket too); its
+EventSource reconnects and gets the whole picture again.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import zmq
@@ -81,6 +86,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 MAX_BODY = 64 * 1024  # bytes of a request body
 MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
 STATE_TIMEOUT = 30.0  # s /api/state waits for a poll to end
+WRITE_TIMEOUT = 10.0  # s a push to a page may wait for its socket before the page is dropped
 START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
 COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 EACH = {  # what each item of a reconfig's lists is (their errors say it)
@@ -118,11 +124,13 @@ class Hub:
     def __init__(self, watch: Watch, pool: ThreadPoolExecutor, interval: float) -> None:
         self.watch, self.pool, self.interval = watch, pool, interval
         self.commands = ThreadPoolExecutor(1, "dashboard-command")  # reconfigs, one at a time
-        self.clients: set[asyncio.Queue] = set()
+        self.clients: dict[asyncio.Queue, Callable[[], None]] = {}  # -> closes its connection
         self.state: dict | None = None
         self.state_text: str | None = None
         self.wake = asyncio.Event()
-        self.polled = asyncio.Event()
+        self.started = self.ended = 0  # polls started, ended (the generation of each)
+        self.outcome: tuple[dict | None, str | None] = (None, None)  # last ended: state, problem
+        self.polled = asyncio.Condition()  # (notified as each poll ends)
 
     async def run(self) -> None:
         """Poll while a page listens (or a state is asked for), push what changed.  A poll,
@@ -130,17 +138,20 @@ class Hub:
         next poll tries again: only a cancel ends this loop."""
         loop = asyncio.get_running_loop()
         while True:
-            if not self.clients and self.state is not None:
+            if not self.clients and self.ended:  # (the first poll is made at once)
                 await self.wake.wait()
             self.wake.clear()  # (a wake during the poll below makes another one at once)
-            step = "poll"
+            self.started += 1
+            step, failed = "poll", None
             try:
                 look = await loop.run_in_executor(self.pool, self.watch.poll)
                 step = "push"
                 self.publish(look)
             except Exception as exc:  # noqa: BLE001 (shown to the pages; the next poll tries)
-                self.problem(step, exc)
-            self.polled.set()
+                failed = self.problem(step, exc)
+            async with self.polled:
+                self.ended, self.outcome = self.started, (self.state, failed)
+                self.polled.notify_all()
             try:
                 await asyncio.wait_for(self.wake.wait(), self.interval)
             except asyncio.TimeoutError:
@@ -158,12 +169,14 @@ class Hub:
             self.push("state", text)
         self.push("series", series)
 
-    def problem(self, step: str, exc: Exception) -> None:
+    def problem(self, step: str, exc: Exception) -> str:
         """A poll (step "poll") or the push of its look ("push") failed: logged with its
-        traceback (the hub never holds the token) and sent to the pages."""
+        traceback (the hub never holds the token) and sent to the pages; returns what is
+        said of it."""
         error = f"{step}: {type(exc).__name__}: {exc}"
         log.error("%s (the next poll tries again)", error, exc_info=exc)
         self.push("problem", json.dumps({"error": error}))
+        return error
 
     def push(self, event: str, data: str) -> None:
         message = f"event: {event}\ndata: {data}\n\n"
@@ -174,34 +187,53 @@ class Hub:
                 self.drop(q)
 
     def drop(self, q: asyncio.Queue) -> None:
-        """End a page's stream: what waits for it is thrown away, then None."""
-        self.clients.discard(q)
+        """End a page's stream: what waits for it is thrown away, then None, and its
+        connection is closed (a page that stopped reading leaves its handler waiting in a
+        write: the close ends that write, and the socket)."""
+        close = self.clients.pop(q, None)
         while not q.empty():
             q.get_nowait()
         q.put_nowait(None)
+        if close is not None:
+            close()
 
-    async def subscribe(self) -> asyncio.Queue:
-        """A new page's queue, primed with the last state and the whole series."""
+    def leave(self, q: asyncio.Queue) -> None:
+        """A page's stream ended by its handler: no more pushes to it."""
+        self.clients.pop(q, None)
+
+    async def subscribe(self, close: Callable[[], None]) -> asyncio.Queue:
+        """A new page's queue, primed with the last state and the whole series; `close`
+        closes its connection (drop)."""
         q: asyncio.Queue = asyncio.Queue()  # (bounded by push: MAX_QUEUED)
         if self.state is None:
-            self.clients.add(q)  # (its first pushes are the first poll's)
+            self.clients[q] = close  # (its first pushes are the first poll's)
             self.wake.set()
             return q
         loop = asyncio.get_running_loop()
         series = await loop.run_in_executor(self.pool, self.watch.series)
         q.put_nowait(f"event: state\ndata: {self.state_text}\n\n")
         q.put_nowait(f"event: series\ndata: {json.dumps(series, separators=(',', ':'))}\n\n")
-        self.clients.add(q)
+        self.clients[q] = close
         self.wake.set()
         return q
 
     async def current(self) -> dict:
-        """The state after a poll that ended after this call; asyncio.TimeoutError if none
-        did within STATE_TIMEOUT s."""
-        self.polled.clear()
+        """The state of a poll that started after this call (the one under way, if any,
+        started before: the next one); asyncio.TimeoutError if none ended within
+        STATE_TIMEOUT s, LookFailed if the one that did failed."""
+        wanted = self.started + 1
         self.wake.set()
-        await asyncio.wait_for(self.polled.wait(), STATE_TIMEOUT)
-        return self.state or {}
+        async with self.polled:
+            ended = self.polled.wait_for(lambda: self.ended >= wanted)
+            await asyncio.wait_for(ended, STATE_TIMEOUT)
+            state, failed = self.outcome  # (of poll `wanted` or a later one)
+        if failed is not None:
+            raise LookFailed(failed)
+        return state or {}
+
+
+class LookFailed(Exception):
+    """The poll /api/state waited for failed (Hub.problem says how)."""
 
 
 def _without_now(text: str) -> str:
@@ -286,20 +318,33 @@ def make_app(hub: Hub, token: str, port: int):
         async def get(self) -> None:
             self.set_header("Content-Type", "text/event-stream")
             self.set_header("X-Accel-Buffering", "no")
-            q = self.q = await hub.subscribe()
+            q = self.q = await hub.subscribe(self.request.connection.close)
             try:
-                self.write("retry: 2000\n\n")
-                await self.flush()
+                await self.send("retry: 2000\n\n")
                 while True:
                     message = await q.get()
                     if message is None:
                         break
-                    self.write(message)
-                    await self.flush()
+                    await self.send(message)
             except iostream.StreamClosedError:
                 pass
             finally:
-                hub.clients.discard(q)
+                hub.leave(q)
+
+        async def send(self, text: str) -> None:
+            """Write `text` and wait until the socket took it, at most WRITE_TIMEOUT s: a
+            page that read nothing for that long is stalled, and its connection closed."""
+            self.write(text)
+            try:
+                await asyncio.wait_for(self.flush(), WRITE_TIMEOUT)
+            except asyncio.TimeoutError:
+                log.warning(
+                    "GET /events from %s: nothing read for %g s, its connection is closed",
+                    self.request.remote_ip,
+                    WRITE_TIMEOUT,
+                )
+                self.request.connection.close()
+                raise iostream.StreamClosedError() from None
 
         def on_connection_close(self) -> None:
             q = getattr(self, "q", None)
@@ -312,6 +357,8 @@ def make_app(hub: Hub, token: str, port: int):
                 state = await hub.current()
             except asyncio.TimeoutError:
                 return self.reply(504, {"error": f"no poll ended within {STATE_TIMEOUT:g} s"})
+            except LookFailed as exc:
+                return self.reply(502, {"error": str(exc)})
             self.reply(200, state)
 
     class Reconfig(Base):
