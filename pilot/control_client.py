@@ -8,9 +8,11 @@ the user who runs the session can read them; the pilot refuses any other key):
 
     us -> bootstrap   {cid, op, args}                 (pilot/protocol.py's pack)
     bootstrap -> us   {cid, ok: true, result} | {cid, ok: false, error}
-No answer within REPLY_TIMEOUT: UsageError naming the pilot; keys that cannot be read:
-UsageError saying only the session's user may command it.  A retry with the same cid is
-applied once (partition/manager.py).
+No answer within REPLY_TIMEOUT: NoAnswer (a UsageError and a TimeoutError) naming the pilot;
+keys that cannot be read: UsageError saying only the session's user may command it; the socket
+itself failing (a control.json whose endpoint ZeroMQ refuses): zmq.ZMQError; an answer that is
+not JSON: pilot.protocol.ProtocolError.  A retry with the same cid is applied once
+(partition/manager.py).
 
 Sizes of partitions to start are written as the CLI's --start takes them (`parse_size`):
 50% | fill | cores=4,gpus=1 | nodes=2 | gpus=all | config=NAME, and `reconfig_args` turns the
@@ -35,14 +37,27 @@ class UsageError(Exception):
     """A command that cannot be carried out as asked (no such pilot, no answer, no keys)."""
 
 
+class NoAnswer(UsageError, TimeoutError):
+    """The pilot did not answer a command within its timeout."""
+
+
 def parse_size(text: str, field: str = "--start") -> ComputePartitionDescription:
     """'50%', 'fill', 'cores=4,gpus=1', 'nodes=2', 'gpus=all' -> a partition description;
-    ValueError naming `field`, the value and what is accepted."""
+    ValueError naming `field`, the value and what is accepted (the description's own errors,
+    cores=0 or 150%, as well)."""
+    fields = _size_fields(text, field)
+    try:
+        return ComputePartitionDescription(**fields)
+    except ValueError as exc:
+        raise ValueError(f"{field} {text!r}: {exc}") from None
+
+
+def _size_fields(text: str, field: str) -> dict:
     t = text.strip()
     if t.lower() == "fill":
-        return ComputePartitionDescription(FILL)
+        return {"size": FILL}
     if t.endswith("%"):
-        return ComputePartitionDescription(t)
+        return {"size": t}
     kwargs: dict = {}
     for item in t.split(","):
         key, eq, value = item.partition("=")
@@ -63,7 +78,7 @@ def parse_size(text: str, field: str = "--start") -> ComputePartitionDescription
             kwargs[key] = int(value)
         else:
             raise ValueError(f"{field} {text!r}: {key}={value!r} must be a whole number")
-    return ComputePartitionDescription(**kwargs)
+    return kwargs
 
 
 def reconfig_args(stop: list[str], start: list[str], field: str = "--start") -> dict:
@@ -101,6 +116,6 @@ def command(
         try:
             return unpack(sock.recv())
         except zmq.Again:
-            raise UsageError(f"{control['pilot']} did not answer within {timeout:g} s") from None
+            raise NoAnswer(f"{control['pilot']} did not answer within {timeout:g} s") from None
     finally:
         sock.close()

@@ -13,18 +13,28 @@ Every wait has a deadline; every process started here is ended by its pid (the d
 with SIGTERM; Chromium, started in a process group of its own, by that group's id), and the
 session's processes are checked by the `session` fixture.  PILOT_SCREENSHOT=FILE keeps the
 screenshot of the page (docs/dashboard.png was made so).
+
+The server's own failures (a poll that fails, a look that cannot be sent, a control socket
+that fails, a page that stops reading) are driven through `Served`: dashboard.serve in a
+thread of this process, over `Looks`, a stand-in for dashboard_data.Watch whose polls the
+test writes, asked over real HTTP sockets.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
 import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +49,9 @@ SHOWN_WITHIN = 2.0  # s: a change made from a shell is on the page by then (the 
 CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
 
 pytest.importorskip("tornado")
+from pilot.pmgr.observe import dashboard  # noqa: E402
 from pilot.pmgr.observe.dashboard import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
+from pilot.pmgr.observe.dashboard_data import Look  # noqa: E402
 from tests.test_cli import cli as pilot_cli  # noqa: E402
 
 
@@ -365,7 +377,32 @@ def test_bad_reconfig_requests_name_the_field(running):
         400,
         "stop, start: give a partition to stop and/or a size to start",
     )
-    assert post({"pilot": pilot.uid, "start": "50%"})[1] == "start: '50%' must be a list of strings"
+    status, error = post({"pilot": pilot.uid, "start": ["50%", "fill", "cores=0"]})
+    assert status == 400 and error == (
+        "start[2] 'cores=0': ComputePartitionDescription: cores=0, gpus=0 is an empty partition"
+    )
+    sizes = "a size (50%, fill, cores=N,gpus=N|all, nodes=N or config=NAME)"
+    assert post({"pilot": pilot.uid, "start": "50%"}) == (
+        400,
+        f"start: '50%' must be a list, each {sizes}",
+    )
+    for wrong in (0, "", {}, False):  # (not empty lists: refused, naming the field)
+        assert post({"pilot": pilot.uid, "stop": wrong, "start": ["cores=1"]}) == (
+            400,
+            f"stop: {wrong!r} must be a list, each a partition uid of the pilot or 'all'",
+        )
+        assert post({"pilot": pilot.uid, "stop": [p0], "start": wrong}) == (
+            400,
+            f"start: {wrong!r} must be a list, each {sizes}",
+        )
+    assert post({"pilot": pilot.uid, "stop": [p0, 3]}) == (
+        400,
+        "stop[1]: 3 must be a string, a partition uid of the pilot or 'all'",
+    )
+    assert post({"pilot": pilot.uid, "start": ["fill", None]}) == (
+        400,
+        f"start[1]: None must be a string, {sizes}",
+    )
     assert post({"pilot": pilot.uid, "colour": 1})[1].startswith("['colour']: unknown field")
     assert post({"pilot": pilot.uid, "stop": [p0], "id": "no spaces"})[1].startswith("id: ")
     assert [p.uid for p in pilot.partitions] == [p0, pilot.partitions[1].uid]  # (nothing done)
@@ -475,3 +512,252 @@ def test_a_session_on_mongodb_is_sampled(make_session, mongo_url, tmp_path):
     series = json.loads(next(ln for ln in lines if ln.startswith(b'data: {"reset"'))[6:])
     assert series["kept"].startswith("sampled by the dashboard")
     assert series["cols"][f"cores:{p0}"][-1] == 1
+
+
+NO_SERIES = {"reset": True, "from": 0, "width": 1, "t": [], "cols": {}}
+
+
+class Looks:
+    """What dashboard.serve asks of a dashboard_data.Watch (session, controls, control, poll,
+    series); poll n (1, 2, ...) returns make(n)'s Look or raises what it raises."""
+
+    session = "session.test"
+
+    def __init__(self, make, controls: dict | None = None) -> None:
+        self.make, self.n = make, 0
+        self.controls = controls or {}
+
+    def control(self, pilot: str) -> dict | None:
+        return self.controls.get(pilot)
+
+    def poll(self) -> Look:
+        self.n += 1
+        return self.make(self.n)
+
+    def series(self) -> dict:
+        return NO_SERIES
+
+
+def look(n: int, **extra) -> Look:
+    return Look({"now": float(n), "n": n, "pilots": [], **extra}, NO_SERIES)
+
+
+class Served:
+    """dashboard.serve over `watch` in a thread of this process (its own asyncio loop, its
+    poll thread), on a free port; `close` sets its stop event and joins it (DEADLINE)."""
+
+    def __init__(self, watch, interval: float = 0.05) -> None:
+        self.out, self.error = io.StringIO(), None
+        self.started = threading.Event()
+        self.pool = dashboard.ThreadPoolExecutor(1, "test-poll")
+        self.thread = threading.Thread(target=self._run, args=(watch, interval), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + DEADLINE
+        while "\n" not in self.out.getvalue():
+            assert self.thread.is_alive(), f"serve ended: {self.error!r}"
+            assert time.monotonic() < deadline, f"no URL within {DEADLINE} s"
+            time.sleep(0.01)
+        self.url = self.out.getvalue().strip()
+        self.base, _, self.token = self.url.partition("/?token=")
+
+    def _run(self, watch, interval: float) -> None:
+        try:
+            asyncio.run(self._main(watch, interval))
+        except BaseException as exc:  # (raised again by close)
+            self.error = exc
+
+    async def _main(self, watch, interval: float) -> None:
+        self.loop, self.stop = asyncio.get_running_loop(), asyncio.Event()
+        self.started.set()
+        await dashboard.serve(watch, self.pool, 0, interval, self.out, self.stop)
+
+    def close(self) -> None:
+        if self.started.is_set() and self.thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # (its loop closed meanwhile: it ended)
+                self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(DEADLINE)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        assert not self.thread.is_alive(), f"serve did not end within {DEADLINE} s"
+        if self.error is not None:
+            raise self.error
+
+
+def events(response, until, deadline: float = 10.0) -> list[tuple[str, str]]:
+    """(event, data) of a Server-Sent Events response, read until until(event, data) is
+    true; AssertionError if it is not within `deadline` s (or the stream ends)."""
+    seen: list[tuple[str, str]] = []
+    end, name = time.monotonic() + deadline, None
+    while time.monotonic() < end:
+        line = response.readline().decode()
+        assert line, f"the stream ended: {seen}"
+        if line.startswith("event: "):
+            name = line[7:].strip()
+        elif line.startswith("data: ") and name:
+            seen.append((name, line[6:].strip()))
+            if until(name, seen[-1][1]):
+                return seen
+    raise AssertionError(f"not within {deadline} s: {seen}")
+
+
+def test_a_poll_or_a_push_that_fails_is_shown_and_polling_goes_on(caplog):
+    """Poll 2 fails; poll 3's look holds a value JSON cannot write: each is a "problem" on
+    the page and in the log, and polls 4, 5, ... are pushed as before."""
+
+    def make(n: int) -> Look:
+        if n == 2:
+            raise OSError("the store went away")
+        return look(n, odd={"a set"}) if n == 3 else look(n)
+
+    served = Served(Looks(make))
+    try:
+        url = f"{served.base}/events?token={served.token}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            seen = events(r, lambda e, d: e == "state" and json.loads(d)["n"] >= 5)
+        status, body = http(f"{served.base}/api/state?token={served.token}")
+    finally:
+        served.close()
+    problems = [json.loads(d)["error"] for e, d in seen if e == "problem"]
+    assert problems == [
+        "poll: OSError: the store went away",
+        "push: TypeError: Object of type set is not JSON serializable",
+    ], seen
+    assert status == 200 and json.loads(body)["n"] >= 6
+    logged = [r.getMessage() for r in caplog.records if r.name == "pilot.dashboard"]
+    assert [m for m in logged if m.startswith(("poll:", "push:"))] == [
+        f"{p} (the next poll tries again)" for p in problems
+    ]
+    assert served.token not in caplog.text
+
+
+def test_a_failed_control_socket_or_no_poll_is_an_answer_and_the_token_is_never_logged(
+    tmp_path, caplog, monkeypatch
+):
+    """A reconfig whose control socket fails is a 502 naming the pilot, the socket and the
+    failure; an internal error is logged with its traceback; a state no poll delivers in
+    STATE_TIMEOUT is a 504.  Every request carries the token in its URI, as the page's GETs
+    do; no log line holds it."""
+    from pilot import security
+
+    monkeypatch.setattr(dashboard, "STATE_TIMEOUT", 0.5)
+    endpoint = "tcp://no-such-host:"  # (ZeroMQ refuses it: Invalid argument)
+    control = {"pilot": "pilot.0000", "endpoint": endpoint, "keys": security.make_keys(tmp_path)}
+    hang = threading.Event()
+
+    class NoSeries(Looks):
+        def series(self) -> dict:
+            raise RuntimeError("no series")
+
+    def make(n: int) -> Look:
+        if n > 1:  # (polls after the first hang until the test ends)
+            hang.wait(DEADLINE)
+        return look(n)
+
+    served = Served(NoSeries(make, {"pilot.0000": control}))
+    try:
+        auth = {"X-Pilot-Token": served.token, "Content-Type": "application/json"}
+        body = json.dumps({"pilot": "pilot.0000", "start": ["cores=1"]}).encode()
+        reconfig = http(f"{served.base}/api/reconfig?token={served.token}", body, auth)
+        internal = http(f"{served.base}/events?token={served.token}")
+        t0 = time.monotonic()
+        state = http(f"{served.base}/api/state?token={served.token}")
+        waited = time.monotonic() - t0
+    finally:
+        hang.set()
+        served.close()
+    assert reconfig[0] == 502, reconfig
+    assert json.loads(reconfig[1])["error"] == (
+        f"pilot.0000: its control socket {endpoint!r} failed: Invalid argument (addr={endpoint!r})"
+    )
+    assert internal[0] == 500 and served.token not in internal[1]
+    assert state == (504, json.dumps({"error": "no poll ended within 0.5 s"}))
+    assert waited < 5
+    errors = [r for r in caplog.records if r.name == "pilot.dashboard" and r.exc_info]
+    assert [r.getMessage() for r in errors] == ["internal error in GET /events"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "pilot.dashboard"]
+    assert "502 POST /api/reconfig" in logged and "504 GET /api/state" in logged, logged
+    assert served.token not in caplog.text
+
+
+def tcp_state(local: int, remote: int) -> str | None:
+    """The state of this host's TCP socket 127.0.0.1:local -> 127.0.0.1:remote, as
+    /proc/net/tcp writes it (01 ESTABLISHED, 04 FIN_WAIT1, ...); None: there is none."""
+    ends = (f"0100007F:{local:04X}", f"0100007F:{remote:04X}")
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if (fields[1], fields[2]) == ends:
+                return fields[3]
+    return None
+
+
+@pytest.mark.parametrize(
+    "interval, write_timeout",
+    [(0.02, None), (0.3, 0.5)],
+    ids=["its-queue-fills", "a-write-waits-too-long"],
+)
+def test_a_page_that_stops_reading_is_closed(caplog, monkeypatch, interval, write_timeout):
+    """A client of /events that reads nothing (a small receive buffer, never read): once
+    the sockets' buffers are full, either its queue of pushes fills (MAX_QUEUED, polls every
+    0.02 s) or a push waits WRITE_TIMEOUT for its socket (0.5 s, polls every 0.3 s: the
+    queue would need 10 s): the server closes its end of the connection, and serves the
+    next page as before."""
+    if write_timeout is not None:
+        monkeypatch.setattr(dashboard, "WRITE_TIMEOUT", write_timeout)
+    blob = "x" * 1_000_000  # (a state that changes every poll: every poll pushes 1 MB)
+    served = Served(Looks(lambda n: look(n, blob=blob)), interval=interval)
+    stalled = socket.socket()
+    try:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        port = int(served.base.rsplit(":", 1)[1])
+        stalled.connect(("127.0.0.1", port))
+        stalled.sendall(
+            f"GET /events?token={served.token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        )
+        mine = stalled.getsockname()[1]
+        deadline = time.monotonic() + 10
+        while tcp_state(port, mine) == "01":  # (ESTABLISHED: the server's end still open)
+            assert time.monotonic() < deadline, "the stalled page's connection is still open"
+            time.sleep(0.05)
+        url = f"{served.base}/events?token={served.token}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert events(r, lambda e, d: e == "state")[0][0] == "state"
+    finally:
+        stalled.close()
+        served.close()
+    closed = [r.getMessage() for r in caplog.records if "its connection is closed" in r.message]
+    assert len(closed) == (0 if write_timeout is None else 1), closed
+    assert served.token not in caplog.text
+
+
+def test_the_state_asked_for_is_from_a_poll_that_started_after_the_request():
+    """A request that comes while poll 2 is under way gets poll 3, not poll 2; a request
+    whose poll fails gets 502 and that poll's problem."""
+    under_way, finish = threading.Event(), threading.Event()
+
+    def make(n: int) -> Look:
+        if n == 2:
+            under_way.set()
+            finish.wait(DEADLINE)
+        if n == 4:
+            raise OSError("the store went away")
+        return look(n)
+
+    served = Served(Looks(make))
+    asked = dashboard.ThreadPoolExecutor(2, "test-ask")
+    try:
+        url = f"{served.base}/api/state?token={served.token}"
+        first = asked.submit(http, url)  # (wakes the poller: poll 2 starts, and waits)
+        assert under_way.wait(DEADLINE)
+        second = asked.submit(http, url)
+        time.sleep(0.3)  # (for its handler to ask for the state while poll 2 is under way)
+        finish.set()
+        answers = [json.loads(f.result(DEADLINE)[1]).get("n") for f in (first, second)]
+        failed = http(url)
+        after = http(url)
+    finally:
+        finish.set()
+        asked.shutdown(wait=False, cancel_futures=True)
+        served.close()
+    assert answers == [2, 3]
+    assert failed == (502, json.dumps({"error": "poll: OSError: the store went away"}))
+    assert after[0] == 200 and json.loads(after[1])["n"] == 5

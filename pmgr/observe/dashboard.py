@@ -8,13 +8,14 @@ dashboard_static/ (the README there names each library, its version and licence)
 never reaches beyond this server.
 
 Who may do what: every request must carry the token, or it is answered 403 and nothing else is
-done (logged on stderr, the token never).  A GET may carry it as `?token=`, which also sets a
-cookie (`pilot-dashboard-N`: HttpOnly, SameSite=Strict) for the page's own later GETs; a POST
-must carry it in the X-Pilot-Token header (the page's script sends it; a form of another site
-cannot, so the cookie alone commands nothing).  Requests whose Host is not a loopback name
-are refused too (DNS rebinding).  A reconfig is sent to the pilot exactly as `pilot reconfig`
-sends it (pilot/control_client.py: the control socket with the session's CURVE keys, read here
-on the server; the browser never sees them).
+done (logged on stderr, the token never: every log line of a request, tornado's own included,
+gives its method and path, never its query, headers or cookies).  A GET may carry it as
+`?token=`, which also sets a cookie (`pilot-dashboard-N`: HttpOnly, SameSite=Strict) for the
+page's own later GETs; a POST must carry it in the X-Pilot-Token header (the page's script
+sends it; a form of another site cannot, so the cookie alone commands nothing).  Requests
+whose Host is not a loopback name are refused too (DNS rebinding).  A reconfig is sent to the
+pilot exactly as `pilot reconfig` sends it (pilot/control_client.py: the control socket with
+the session's CURVE keys, read here on the server; the browser never sees them).
 
     GET  /               the page (index.html; the token in a meta tag for its POSTs)
     GET  /static/NAME    its script, style sheet and uPlot (a fixed list of names)
@@ -23,25 +24,35 @@ on the server; the browser never sees them).
                                            it changed since the last one sent
                            event: series   the series' change ({reset, from, width, t, cols}:
                                            points from index `from` on replace the client's)
-                           event: problem  a poll failed: its error (the next poll tries again)
+                           event: problem  a poll failed, or the push of its look:
+                                           {error: "poll: ..." | "push: ..."} (logged
+                                           too; the next poll tries again)
                          a new client gets the last state and the whole series first
-    GET  /api/state      the state as JSON, from a poll made after the request
+    GET  /api/state      the state as JSON, from a poll that started after the request | 502
+                         {error: that poll failed, the problem it was} | 504 {error: no poll
+                         ended within STATE_TIMEOUT}
     POST /api/reconfig   {"pilot": uid, "stop": [partition uid | "all"], "start": [size],
                           "id": optional command id}; sizes as `pilot reconfig --start` takes
                           them (50%, fill, cores=2,gpus=1 ...).  200 {ok, result: {stopped,
                           started}} | 400 {error naming the field, the value and what is
-                          accepted} | 409 {error: the pilot refused, its reason} | 504 {error:
-                          no answer within pilot/control_client.REPLY_TIMEOUT}
+                          accepted} | 409 {error: the pilot refused, its reason} | 502 {error:
+                          the control socket failed, the keys could not be read or the answer
+                          could not be read, naming which} | 504 {error: no answer within
+                          pilot/control_client.REPLY_TIMEOUT}
 
 Polling: dashboard_data.Watch, in one worker thread (its sqlite connection is that thread's),
 every `interval` s while at least one page listens (none: no poll, no cost to the pilot), and
-at once after a reconfig.  A client whose queue of pushes is full (MAX_QUEUED: a stalled page)
-is dropped; its EventSource reconnects and gets the whole picture again.
+at once after a reconfig; each poll has a number (Hub.started), so /api/state waits for one
+that started after its request, not one already under way.  A page whose queue of pushes is
+full (MAX_QUEUED), or whose socket took nothing of a push for WRITE_TIMEOUT s, is stalled: it
+is dropped and its connection closed (a handler stuck writing to it ends, its socket too); its
+EventSource reconnects and gets the whole picture again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -50,13 +61,17 @@ import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+
+import zmq
 
 from pilot.control_client import UsageError, command, reconfig_args
 from pilot.pmgr.observe.dashboard_data import Look, Watch
 from pilot.pmgr.observe.extras import require
 from pilot.pmgr.observe.top_target import resolve
 from pilot.pmgr.session import sessions_dir
+from pilot.protocol import ProtocolError
 
 log = logging.getLogger("pilot.dashboard")
 
@@ -70,8 +85,14 @@ ASSETS = {  # name -> content type: nothing else is served
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 MAX_BODY = 64 * 1024  # bytes of a request body
 MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
+STATE_TIMEOUT = 30.0  # s /api/state waits for a poll to end
+WRITE_TIMEOUT = 10.0  # s a push to a page may wait for its socket before the page is dropped
 START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
 COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+EACH = {  # what each item of a reconfig's lists is (their errors say it)
+    "stop": "a partition uid of the pilot or 'all'",
+    "start": "a size (50%, fill, cores=N,gpus=N|all, nodes=N or config=NAME)",
+}
 # The system's Chromium opening the page headless on a machine with no internet (the tests,
 # bench/dashboard.py and examples/dashboard_demo.py): without the background-networking flags
 # it keeps calling out, refused; a fresh --user-data-dir is given beside these.
@@ -103,41 +124,59 @@ class Hub:
     def __init__(self, watch: Watch, pool: ThreadPoolExecutor, interval: float) -> None:
         self.watch, self.pool, self.interval = watch, pool, interval
         self.commands = ThreadPoolExecutor(1, "dashboard-command")  # reconfigs, one at a time
-        self.clients: set[asyncio.Queue] = set()
+        self.clients: dict[asyncio.Queue, Callable[[], None]] = {}  # -> closes its connection
         self.state: dict | None = None
         self.state_text: str | None = None
         self.wake = asyncio.Event()
-        self.polled = asyncio.Event()
+        self.started = self.ended = 0  # polls started, ended (the generation of each)
+        self.outcome: tuple[dict | None, str | None] = (None, None)  # last ended: state, problem
+        self.polled = asyncio.Condition()  # (notified as each poll ends)
 
     async def run(self) -> None:
-        """Poll while a page listens (or a state is asked for), push what changed."""
+        """Poll while a page listens (or a state is asked for), push what changed.  A poll,
+        or the push of its look, that fails is a "problem" (logged, sent to the pages); the
+        next poll tries again: only a cancel ends this loop."""
         loop = asyncio.get_running_loop()
         while True:
-            if not self.clients and self.state is not None:
+            if not self.clients and self.ended:  # (the first poll is made at once)
                 await self.wake.wait()
             self.wake.clear()  # (a wake during the poll below makes another one at once)
+            self.started += 1
+            step, failed = "poll", None
             try:
                 look = await loop.run_in_executor(self.pool, self.watch.poll)
-            except Exception as exc:  # noqa: BLE001 (a poll's failure is shown; the next tries)
-                log.exception("poll failed")
-                self.push("problem", json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
-            else:
+                step = "push"
                 self.publish(look)
-            self.polled.set()
+            except Exception as exc:  # noqa: BLE001 (shown to the pages; the next poll tries)
+                failed = self.problem(step, exc)
+            async with self.polled:
+                self.ended, self.outcome = self.started, (self.state, failed)
+                self.polled.notify_all()
             try:
                 await asyncio.wait_for(self.wake.wait(), self.interval)
             except asyncio.TimeoutError:
                 pass
 
     def publish(self, look: Look) -> None:
+        """Push a poll's look: both texts are made before anything is kept or sent."""
         text = json.dumps(look.state, separators=(",", ":"))
+        series = json.dumps(look.series, separators=(",", ":"))
         self.state = look.state
         # (the state's own clock changes every poll: compared without it)
         same = self.state_text is not None and _without_now(text) == _without_now(self.state_text)
         self.state_text = text
         if not same:
             self.push("state", text)
-        self.push("series", json.dumps(look.series, separators=(",", ":")))
+        self.push("series", series)
+
+    def problem(self, step: str, exc: Exception) -> str:
+        """A poll (step "poll") or the push of its look ("push") failed: logged with its
+        traceback (the hub never holds the token) and sent to the pages; returns what is
+        said of it."""
+        error = f"{step}: {type(exc).__name__}: {exc}"
+        log.error("%s (the next poll tries again)", error, exc_info=exc)
+        self.push("problem", json.dumps({"error": error}))
+        return error
 
     def push(self, event: str, data: str) -> None:
         message = f"event: {event}\ndata: {data}\n\n"
@@ -148,33 +187,53 @@ class Hub:
                 self.drop(q)
 
     def drop(self, q: asyncio.Queue) -> None:
-        """End a page's stream: what waits for it is thrown away, then None."""
-        self.clients.discard(q)
+        """End a page's stream: what waits for it is thrown away, then None, and its
+        connection is closed (a page that stopped reading leaves its handler waiting in a
+        write: the close ends that write, and the socket)."""
+        close = self.clients.pop(q, None)
         while not q.empty():
             q.get_nowait()
         q.put_nowait(None)
+        if close is not None:
+            close()
 
-    async def subscribe(self) -> asyncio.Queue:
-        """A new page's queue, primed with the last state and the whole series."""
+    def leave(self, q: asyncio.Queue) -> None:
+        """A page's stream ended by its handler: no more pushes to it."""
+        self.clients.pop(q, None)
+
+    async def subscribe(self, close: Callable[[], None]) -> asyncio.Queue:
+        """A new page's queue, primed with the last state and the whole series; `close`
+        closes its connection (drop)."""
         q: asyncio.Queue = asyncio.Queue()  # (bounded by push: MAX_QUEUED)
         if self.state is None:
-            self.clients.add(q)  # (its first pushes are the first poll's)
+            self.clients[q] = close  # (its first pushes are the first poll's)
             self.wake.set()
             return q
         loop = asyncio.get_running_loop()
         series = await loop.run_in_executor(self.pool, self.watch.series)
         q.put_nowait(f"event: state\ndata: {self.state_text}\n\n")
         q.put_nowait(f"event: series\ndata: {json.dumps(series, separators=(',', ':'))}\n\n")
-        self.clients.add(q)
+        self.clients[q] = close
         self.wake.set()
         return q
 
     async def current(self) -> dict:
-        """The state after a poll that ended after this call (at most 30 s)."""
-        self.polled.clear()
+        """The state of a poll that started after this call (the one under way, if any,
+        started before: the next one); asyncio.TimeoutError if none ended within
+        STATE_TIMEOUT s, LookFailed if the one that did failed."""
+        wanted = self.started + 1
         self.wake.set()
-        await asyncio.wait_for(self.polled.wait(), 30)
-        return self.state or {}
+        async with self.polled:
+            ended = self.polled.wait_for(lambda: self.ended >= wanted)
+            await asyncio.wait_for(ended, STATE_TIMEOUT)
+            state, failed = self.outcome  # (of poll `wanted` or a later one)
+        if failed is not None:
+            raise LookFailed(failed)
+        return state or {}
+
+
+class LookFailed(Exception):
+    """The poll /api/state waited for failed (Hub.problem says how)."""
 
 
 def _without_now(text: str) -> str:
@@ -223,6 +282,21 @@ def make_app(hub: Hub, token: str, port: int):
                 "403: this dashboard needs the token of the URL that `pilot dashboard` printed\n"
             )
 
+        def log_exception(self, typ, value, tb) -> None:
+            """Tornado's own logs the request's URI (the token in its query) and its headers
+            (the token in a cookie or X-Pilot-Token); here only the method and the path."""
+            method, path = self.request.method, self.request.path
+            if isinstance(value, web.HTTPError):
+                if value.log_message:
+                    log.warning(
+                        "%d %s %s: %s", value.status_code, method, path, value.get_message()
+                    )
+            else:  # (a bug of ours: an internal error, with its traceback)
+                log.error("internal error in %s %s", method, path, exc_info=(typ, value, tb))
+
+        def _request_summary(self) -> str:  # (where tornado's other log lines put the URI)
+            return f"{self.request.method} {self.request.path} ({self.request.remote_ip})"
+
         def reply(self, status: int, body: dict) -> None:
             self.set_status(status)
             self.set_header("Content-Type", "application/json")
@@ -244,20 +318,33 @@ def make_app(hub: Hub, token: str, port: int):
         async def get(self) -> None:
             self.set_header("Content-Type", "text/event-stream")
             self.set_header("X-Accel-Buffering", "no")
-            q = self.q = await hub.subscribe()
+            q = self.q = await hub.subscribe(self.request.connection.close)
             try:
-                self.write("retry: 2000\n\n")
-                await self.flush()
+                await self.send("retry: 2000\n\n")
                 while True:
                     message = await q.get()
                     if message is None:
                         break
-                    self.write(message)
-                    await self.flush()
+                    await self.send(message)
             except iostream.StreamClosedError:
                 pass
             finally:
-                hub.clients.discard(q)
+                hub.leave(q)
+
+        async def send(self, text: str) -> None:
+            """Write `text` and wait until the socket took it, at most WRITE_TIMEOUT s: a
+            page that read nothing for that long is stalled, and its connection closed."""
+            self.write(text)
+            try:
+                await asyncio.wait_for(self.flush(), WRITE_TIMEOUT)
+            except asyncio.TimeoutError:
+                log.warning(
+                    "GET /events from %s: nothing read for %g s, its connection is closed",
+                    self.request.remote_ip,
+                    WRITE_TIMEOUT,
+                )
+                self.request.connection.close()
+                raise iostream.StreamClosedError() from None
 
         def on_connection_close(self) -> None:
             q = getattr(self, "q", None)
@@ -266,7 +353,13 @@ def make_app(hub: Hub, token: str, port: int):
 
     class State(Base):
         async def get(self) -> None:
-            self.reply(200, await hub.current())
+            try:
+                state = await hub.current()
+            except asyncio.TimeoutError:
+                return self.reply(504, {"error": f"no poll ended within {STATE_TIMEOUT:g} s"})
+            except LookFailed as exc:
+                return self.reply(502, {"error": str(exc)})
+            self.reply(200, state)
 
     class Reconfig(Base):
         async def post(self) -> None:
@@ -274,18 +367,26 @@ def make_app(hub: Hub, token: str, port: int):
                 control, args, cid = self._checked()
             except ValueError as exc:
                 return self.reply(400, {"error": str(exc)})
-            loop = asyncio.get_running_loop()
+            pilot, loop = control["pilot"], asyncio.get_running_loop()
             try:
                 reply = await loop.run_in_executor(
                     hub.commands, command, control, "reconfig", args, cid
                 )
-            except UsageError as exc:
+            except TimeoutError as exc:  # (NoAnswer: the pilot did not answer in time)
                 return self.reply(504, {"error": str(exc)})
+            except UsageError as exc:  # (the session's keys could not be read)
+                return self.reply(502, {"error": str(exc)})
+            except zmq.ZMQError as exc:
+                error = f"{pilot}: its control socket {control.get('endpoint')!r} failed: {exc}"
+                return self.reply(502, {"error": error})
+            except ProtocolError as exc:
+                return self.reply(502, {"error": f"{pilot}: its answer could not be read: {exc}"})
             hub.wake.set()
+            if not isinstance(reply, dict):
+                error = f"{pilot}: its answer, a {type(reply).__name__}, is not a reply {{ok, ...}}"
+                return self.reply(502, {"error": error})
             if not reply.get("ok"):
-                return self.reply(
-                    409, {"error": f"{control['pilot']} refused: {reply.get('error')}"}
-                )
+                return self.reply(409, {"error": f"{pilot} refused: {reply.get('error')}"})
             self.reply(200, {"ok": True, "result": reply.get("result")})
 
         def _checked(self) -> tuple[dict, dict, str]:
@@ -310,10 +411,14 @@ def make_app(hub: Hub, token: str, port: int):
                     f"pilot: {pilot!r} is not a running pilot of session "
                     f"{hub.watch.session}; running: {running}"
                 )
-            stop, start = body.get("stop") or [], body.get("start") or []
+            stop, start = body.get("stop"), body.get("start")  # (absent or null: none)
+            stop, start = [] if stop is None else stop, [] if start is None else start
             for name, value in (("stop", stop), ("start", start)):
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise ValueError(f"{name}: {value!r} must be a list of strings")
+                if not isinstance(value, list):
+                    raise ValueError(f"{name}: {value!r} must be a list, each {EACH[name]}")
+                for i, v in enumerate(value):
+                    if not isinstance(v, str):
+                        raise ValueError(f"{name}[{i}]: {v!r} must be a string, {EACH[name]}")
             if len(start) > START_MAX:
                 raise ValueError(f"start: {len(start)} sizes; at most {START_MAX}")
             known = [
@@ -389,7 +494,7 @@ def run(
         pool.shutdown(wait=False)
         raise
     try:
-        return asyncio.run(_serve(watch, pool, port, interval, out))
+        return asyncio.run(_until_signal(watch, pool, port, interval, out))
     finally:
         try:
             pool.submit(watch.close).result(timeout=30)  # (after a poll under way)
@@ -397,7 +502,20 @@ def run(
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def _serve(watch: Watch, pool, port: int, interval: float, out) -> int:
+async def _until_signal(watch: Watch, pool, port: int, interval: float, out) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return await serve(watch, pool, port, interval, out, stop)
+
+
+async def serve(
+    watch: Watch, pool: ThreadPoolExecutor, port: int, interval: float, out, stop: asyncio.Event
+) -> int:
+    """Serve `watch` (polled in `pool`, its thread) on 127.0.0.1:`port` until `stop` is set;
+    prints the URL on `out` first.  The poller is awaited with it: its loop outlives every
+    failed poll, so its end is a bug, raised here with its traceback, never left unseen."""
     netutil = require("tornado.netutil", "dashboard")
     httpserver = require("tornado.httpserver", "dashboard")
     sockets = netutil.bind_sockets(port, address="127.0.0.1")
@@ -413,19 +531,19 @@ async def _serve(watch: Watch, pool, port: int, interval: float, out) -> int:
         file=sys.stderr,
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    poller = asyncio.create_task(hub.run())
+    poller = asyncio.create_task(hub.run(), name="dashboard-poller")
+    stopped = asyncio.create_task(stop.wait(), name="dashboard-stop")
     try:
-        await stop.wait()
+        await asyncio.wait({poller, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         server.stop()
         for q in list(hub.clients):
             hub.drop(q)
         poller.cancel()
+        stopped.cancel()
         hub.commands.shutdown(wait=False, cancel_futures=True)
         await asyncio.sleep(0)
         await server.close_all_connections()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller  # (raises what ended it, if not the cancel above)
     return 0
