@@ -220,7 +220,9 @@ def ssh_hosts(tmp_path):
     assert not hosts.left(), "namespaces left behind"
 
 
-def four_nodes(hosts, sshd, tmp_path, method: str) -> dict:
+def four_nodes(hosts, sshd, tmp_path, method: str, env=None, launcher=None, say=None) -> dict:
+    """A pilot of four nodes over `method` (`launcher`: its command); `env`: more of the
+    client's environment; `say`: what the units echo instead of their node's name."""
     cfg = {
         "batch_system": "local",
         "launch_method": method,
@@ -235,6 +237,8 @@ def four_nodes(hosts, sshd, tmp_path, method: str) -> dict:
     }
     if method == "ssh":
         cfg["launcher_options"] = sshd.options
+        if launcher:
+            cfg["launcher"] = launcher
     else:  # hydra reaches the hosts over ssh, and tells them its address on the bridge
         cfg["launcher"] = "mpiexec.hydra"
         cfg["launcher_options"] = ["-launcher", "ssh", "-launcher-exec", sshd.wrapper]
@@ -243,12 +247,13 @@ def four_nodes(hosts, sshd, tmp_path, method: str) -> dict:
     path.write_text(yaml.safe_dump(cfg))
     out = hosts.run_in(
         hosts.ctl,
-        [sys.executable, "-m", "tests.scenarios.netns_client", "four", str(path)],
+        [sys.executable, "-m", "tests.scenarios.netns_client", "four", str(path)]
+        + ([say] if say else []),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=180,
-        env=dict(os.environ, PYTHONPATH=ROOT),
+        env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -275,6 +280,42 @@ def test_ssh_starts_the_daemons_of_a_four_node_pilot(ssh_hosts, tmp_path):
     r = four_nodes(hosts, sshd, tmp_path, "ssh")
     check_four(r, hosts)
     assert "boot.nodes.launch: 4 daemon(s) by ssh" in r["log"]
+
+
+def test_ssh_sends_the_environment_on_stdin_never_on_the_command_line(ssh_hosts, tmp_path):
+    """The bootstrap's environment reaches the daemons (and their units) without being on
+    ssh's command line, which `ps` shows to everyone: secrets stay out of it, and an
+    environment larger than one argument may be (128 KiB) starts the daemons all the same."""
+    hosts, sshd = ssh_hosts
+    seen = tmp_path / "argv"
+    seen.mkdir()
+    ssh = os.path.realpath(shutil.which("ssh"))
+    wrapper = tmp_path / "ssh-seen"  # ssh, its command line kept once it is ssh (by /proc)
+    wrapper.write_text(
+        "#!/bin/sh\nme=$$\n(for i in $(seq 100); do\n"
+        f'  if [ "$(readlink /proc/$me/exe)" = {ssh} ]; then\n'
+        f"    tr '\\0' '\\n' </proc/$me/cmdline >{seen}/$me; exit 0\n"
+        "  fi; sleep 0.05\ndone) &\n"
+        'exec ssh "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {f"PILOT_TEST_BIG_{i}": f"{i:02}" * 2000 for i in range(40)}  # 160 KB
+    env["PILOT_TEST_TOKEN"] = "s3cret-t0ken 'quoted' \"and\" $not_expanded"
+    say = "$PILOT_NODE_NAME ${#PILOT_TEST_BIG_39}; printenv PILOT_TEST_TOKEN"
+    r = four_nodes(hosts, sshd, tmp_path, "ssh", env, str(wrapper), say)
+    assert r["state"] == rp.ACTIVE, (r["reason"], r.get("log"))
+    assert [u["state"] for u in r["units"]] == [rp.DONE] * 8, r["units"]
+    for u in r["units"]:
+        assert u["out"] == f"{u['node']} 4000\n{env['PILOT_TEST_TOKEN']}", u
+    argvs = [p.read_text().split("\n") for p in sorted(seen.iterdir())]
+    assert len(argvs) == 4, argvs
+    assert sorted(a[a.index("BatchMode=yes") + 1] for a in argvs) == sorted(
+        hosts.addr(i) for i in range(1, 5)
+    )
+    for argv in argvs:
+        assert argv[0] == "ssh" and argv[-3:] == ["bash", "-s", ""], argv
+        for value in env.values():
+            assert not any(value in word for word in argv), argv
 
 
 @pytest.mark.skipif(
