@@ -29,7 +29,8 @@ naming what does not map; the access schema picks the entry of `schemas`):
     default_remote_workdir -> sandbox: <it>/radical.pilot.sandbox/<session>/<pilot>
     pre_bootstrap_0, pre_bootstrap_1, task_pre_exec -> pre_bootstrap (in that order)
     virtenv (virtenv_mode use / update / local) -> python <virtenv>/bin/python3;
-    python_interpreter -> python
+    python_interpreter -> python (their $VARS are the target's: the job's shell expands
+                           them, pmgr/batch/job_script.py)
     system_architecture.options -> batch_options (slurm --constraint a&b, PBS -l a,b,
                            LSF -alloc_flags "a b"); mandatory_args -> required
     description -> description; keys whose effect is this project's own here (SAME: notes,

@@ -207,6 +207,40 @@ def test_a_failing_pre_bootstrap_line_ends_the_pilot_naming_it(session, tmp_path
     assert "pre_bootstrap failed (exit 1): test -d /no/such/dir" in pilot.reason + pilot.stderr
 
 
+def test_the_vars_of_rps_virtenv_are_expanded_where_the_job_runs(
+    user_configs, session, tmp_path, monkeypatch
+):
+    """RP's virtenv `/scratch/gpfs/$USER/ve.rp` (princeton.*): the job's shell expands its
+    $VARS (bootstrap.sh), as RP does on the target; one unset there fails the pilot, named."""
+    ve = tmp_path / "home" / "ve.rp" / "bin"
+    ve.mkdir(parents=True)
+    (ve / "python3").write_text(f'#!/bin/sh\necho ran >>"$0.ran"\nexec {sys.executable} "$@"\n')
+    (ve / "python3").chmod(0o755)
+    cfg = {"job_manager_endpoint": "fork://localhost/", "resource_manager": "FORK"}
+    cfg.update(cores_per_node=1, virtenv="$PILOT_TEST_HOME/ve.rp", virtenv_mode="use")
+    (user_configs / "resource_mine.json").write_text(json.dumps({"ve": cfg}))
+    monkeypatch.setenv("PILOT_TEST_HOME", str(tmp_path / "home"))
+    pd = {"resource": "mine.ve", "cores": 1, "runtime": 1, "sandbox": str(tmp_path / "work")}
+    pd["exit_on_error"] = False
+    pilot = rp.PilotManager(session).submit_pilots(rp.PilotDescription(pd))
+    boot = open(os.path.join(pilot.sandbox, "bootstrap.sh")).read().splitlines()
+    assert boot[-1].startswith(
+        'exec "${PILOT_TEST_HOME}"/ve.rp/bin/python3 -m pilot.partition.bootstrap '
+    ), boot
+    assert pilot.env_lines("rp") == ['export PATH="${PILOT_TEST_HOME}"/ve.rp/bin:"$PATH"']
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    assert unit.wait(timeout=30) == rp.DONE, (unit.reason, pilot.reason)
+    assert (ve / "python3.ran").read_text() == "ran\n"  # the bootstrap; agents run on its python
+    pilot.cancel(timeout=20)
+    monkeypatch.delenv("PILOT_TEST_HOME")
+    pilot = rp.PilotManager(session).submit_pilots(rp.PilotDescription(pd))
+    assert pilot.wait([rp.FAILED, rp.DONE, rp.CANCELED], timeout=30) == rp.FAILED
+    said = "python3' (the resource config's: an RP config's virtenv or python_interpreter) "
+    assert said + "needs $PILOT_TEST_HOME, unset or empty in the job" in pilot.reason, pilot.reason
+
+
 # ---- the launch methods for real, across network-namespace test hosts ------------------------
 WHY_NOT = netns.sshd_unavailable()
 
