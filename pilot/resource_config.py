@@ -116,9 +116,18 @@ def _lines(where, key, value):
 def _batch_options(where, key, value):
     value = value or {}
     if not isinstance(value, dict) or not all(
-        isinstance(k, str) and "." in k and isinstance(v, (str, int)) for k, v in value.items()
+        isinstance(k, str)
+        and "." in k
+        and isinstance(v, (str, int))
+        and not ({'"', "\n"} & set(str(v)))  # (a directive's value is written in "...")
+        for k, v in value.items()
     ):
-        raise _bad(where, key, value, 'a mapping of PSI/J custom attributes {"pbs.l": "..."}')
+        raise _bad(
+            where,
+            key,
+            value,
+            'a mapping of PSI/J custom attributes {"pbs.l": "..."} (values without " or newline)',
+        )
     return {k: str(v) for k, v in value.items()}
 
 

@@ -182,6 +182,11 @@ def test_a_pbs_pilot_job(user_configs, fake_batch, session, tmp_path, caplog):
 
 
 def test_an_lsf_pilot_job(user_configs, fake_batch, session, tmp_path):
+    """RP's llnl.lassen, with system_architecture.options of the user's: `-alloc_flags
+    "gpumps nvme"` is the batch system's words, not PSI/J's shell-quoting of them inside its
+    double quotes; bkill when the pilot is canceled."""
+    over = {"lassen": {"system_architecture": {"options": ["gpumps", "nvme"]}}}
+    (user_configs / "resource_llnl.json").write_text(json.dumps(over))
     pd = rp.PilotDescription(
         {"resource": "llnl.lassen", "nodes": 2, "project": "acct", "runtime": 10,
          "sandbox": str(tmp_path / "work")}
@@ -191,8 +196,12 @@ def test_an_lsf_pilot_job(user_configs, fake_batch, session, tmp_path):
     lines = _script(fake_batch).splitlines()
     for line in ("#BSUB -nnodes 2", '#BSUB -q "pbatch"', '#BSUB -P "acct"', "#BSUB -W 0:12"):
         assert line in lines, (line, lines)
+    flags = [x for x in lines if x.startswith("#BSUB -alloc_flags")]
+    assert flags == ['#BSUB -alloc_flags "gpumps nvme"'], lines
     pilot.cancel(timeout=20)
     assert (fake_batch / "canceled").read_text().split() == ["4343"]
+    with pytest.raises(ValueError, match=r"batch_options=.* \(values without \" or newline\)"):
+        resource_config.parse("x", {"batch_options": {"lsf.alloc_flags": 'a "b"'}})
 
 
 def test_a_failing_pre_bootstrap_line_ends_the_pilot_naming_it(session, tmp_path):
