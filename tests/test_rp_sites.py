@@ -204,6 +204,29 @@ def test_an_lsf_pilot_job(user_configs, fake_batch, session, tmp_path):
         resource_config.parse("x", {"batch_options": {"lsf.alloc_flags": 'a "b"'}})
 
 
+def test_lsfs_launch_node_gets_no_daemon(tmp_path):
+    """LSF's node file (Summit, Lassen) lists the launch node first, once, then each compute
+    node once per slot: the daemons go to the compute nodes only, as RP leaves it out."""
+    from pilot.partition.launch.mpiexec import MpiexecLaunch
+    from pilot.partition.launch.ssh import SshLaunch
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("batch3\n" + "".join(f"lassen{i}\n" * 44 for i in (7, 9)))
+    env = {"LSB_DJOB_HOSTFILE": str(hostfile)}
+    lassen = resource_config.load("llnl.lassen")
+    argv = ["python3", "-m", "pilot.agent.node_daemon"]
+    for method in (SshLaunch, MpiexecLaunch):
+        launch = method.for_nodes(lassen, 2, argv, str(tmp_path), env, ["n0", "n1"])
+        assert launch.names() == ["lassen7", "lassen9"], method
+    with pytest.raises(ValueError, match=r"3 nodes, but only 2 host\(s\) known"):
+        SshLaunch.for_nodes(lassen, 3, argv, str(tmp_path), env, ["n0", "n1", "n2"])
+    hostfile.write_text("lassen7\nlassen7\nlassen9\nlassen9\n")  # no launch node listed
+    assert SshLaunch.for_nodes(lassen, 2, argv, str(tmp_path), env, []).names() == [
+        "lassen7",
+        "lassen9",
+    ]
+
+
 def test_a_failing_pre_bootstrap_line_ends_the_pilot_naming_it(session, tmp_path):
     lines = ["true", "test -d /no/such/dir"]
     cfg = {"batch_system": "local", "cores_per_node": 1, "pre_bootstrap": lines}
