@@ -19,8 +19,13 @@ naming what does not map; the access schema picks the entry of `schemas`):
                            machine's login node with its local schema
     resource_manager       which node file names the allocation's nodes, and how node
                            daemons start (launch_method): SLURM -> srun, PBSPRO -> mpiexec
-                           (PALS) or ssh, LSF -> ssh (jsrun starts no daemon of ours),
-                           FORK -> fork (one node)
+                           when launch_methods.order names MPIEXEC (PALS, hydra: the
+                           daemons' launch passes their -n/--ppn/--hostfile; an MPIRUN,
+                           OpenMPI's say, may not take them), else ssh; LSF -> ssh (jsrun
+                           starts no daemon of ours); FORK -> fork (one node)
+    launcher, launcher_options   this project's keys, for an entry of the user's: a command
+                           that takes mpiexec's flags; with it PBSPRO and LSF sites start
+                           their daemons by mpiexec through it
     launch_methods.order   the first MPI launcher is mpi_command (MPIRUN mpirun, MPIEXEC
                            mpiexec, SRUN srun); a method's pre_exec_cached runs in the job
                            before the bootstrap (pre_bootstrap), so every task inherits it
@@ -93,7 +98,7 @@ KEYS = set(IGNORED) | set(SAME) | {
     "filesystem_endpoint", "default_queue", "resource_manager", "launch_methods",
     "cores_per_node", "gpus_per_node", "system_architecture", "default_remote_workdir",
     "pre_bootstrap_0", "pre_bootstrap_1", "task_pre_exec", "virtenv", "virtenv_mode",
-    "python_interpreter", "mandatory_args",
+    "python_interpreter", "mandatory_args", "launcher", "launcher_options",
 }  # fmt: skip
 
 
@@ -213,8 +218,14 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
         )
     order = [str(x).upper() for x in (cfg.get("launch_methods") or {}).get("order", [])]
     launch = RM_LAUNCH[rm]
-    if rm == "PBSPRO" and "MPIEXEC" not in order and "MPIRUN" not in order:
+    if rm == "PBSPRO" and "MPIEXEC" not in order:
         launch = "ssh"
+    if cfg.get("launcher") and rm in ("PBSPRO", "LSF"):  # (a command taking mpiexec's flags)
+        launch = "mpiexec"
+        out["launcher"] = cfg["launcher"]
+        out["launcher_options"] = cfg.get("launcher_options") or []
+    elif cfg.get("launcher") or cfg.get("launcher_options"):
+        note("launcher", f"resource_manager {rm} starts the node daemons by {launch}")
     out["launch_method"] = launch
     out["node_daemons"] = launch != "fork"
     if launch != "fork":

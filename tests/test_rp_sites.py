@@ -119,6 +119,35 @@ def test_the_users_configs_win(user_configs):
     assert resource_config.load("local.localhost").cores_per_node == 5  # over our YAML too
 
 
+def test_only_rps_mpiexec_starts_the_daemons_of_a_pbs_site(user_configs):
+    """The mpiexec launch passes hydra's / PALS' -n, --ppn, --hostfile: a PBSPRO site whose
+    MPI is MPIRUN (OpenMPI's takes no --ppn) starts its daemons by ssh, unless the user's
+    entry names a `launcher` that takes them."""
+    cheyenne = resource_config.load("ncar.cheyenne")  # PBSPRO, order [FORK, MPIRUN]
+    assert (cheyenne.launch_method, cheyenne.launcher, cheyenne.mpi_command) == (
+        "ssh",
+        None,
+        "mpirun",
+    )
+    assert resource_config.load("anl.polaris").launch_method == "mpiexec"  # [MPIEXEC]
+    over = {"cheyenne": {"launcher": "mpiexec.hydra", "launcher_options": ["-iface", "ib0"]}}
+    (user_configs / "resource_ncar.json").write_text(json.dumps(over))
+    cheyenne = resource_config.load("ncar.cheyenne")
+    assert (cheyenne.launch_method, cheyenne.launcher, cheyenne.launcher_options) == (
+        "mpiexec",
+        "mpiexec.hydra",
+        ("-iface", "ib0"),
+    )
+    assert cheyenne.mpi_command == "mpirun"
+    assert not [n for n in cheyenne.notes if "launcher" in n], cheyenne.notes
+    (user_configs / "resource_ornl.json").write_text(json.dumps({"frontier": {"launcher": "x"}}))
+    frontier = resource_config.load("ornl.frontier")  # srun starts them: the launcher, noted
+    assert frontier.launch_method == "srun" and any(
+        "launcher='x' is not used: resource_manager SLURM starts the node daemons by srun" in n
+        for n in frontier.notes
+    ), frontier.notes
+
+
 def test_rp_utils_and_the_session_give_rp_configs(user_configs, session):
     cfg = rp.utils.get_resource_config(resource="anl.polaris")
     assert cfg["resource_manager"] == "PBSPRO" and cfg["schemas"]["local"]
