@@ -24,7 +24,16 @@ UNIT_LAUNCH = ("spawn", "zero")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
 MPI_COMMANDS = ("mpirun", "mpiexec", "srun")
 RENAMED = {"mpi_launcher": "mpi_command"}  # old key -> its name now (the old one still works)
-BY_BATCH = "(by batch_system)"  # a default that follows from batch_system (parse fills it in)
+BY_BATCH = "(by batch_system)"
+REQUIRED = (
+    "project",
+    "queue",
+    "runtime",
+    "nodes",
+    "cores",
+    "gpus",
+    "memory",
+)  # `required`  # a default that follows from batch_system (parse fills it in)
 log = logging.getLogger("pilot.config")
 
 
@@ -132,11 +141,10 @@ def _batch_options(where, key, value):
 
 
 def _required(where, key, value):
-    accepted = ("project", "queue", "runtime", "nodes", "cores", "gpus", "memory")
     if value is None:
         return ()
-    if not isinstance(value, (list, tuple)) or not set(value) <= set(accepted):
-        raise _bad(where, key, value, f"a list of pilot description fields among {accepted}")
+    if not isinstance(value, (list, tuple)) or not set(value) <= set(REQUIRED):
+        raise _bad(where, key, value, f"a list of pilot description fields among {REQUIRED}")
     return tuple(value)
 
 

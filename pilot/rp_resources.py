@@ -42,7 +42,10 @@ naming what does not map; the access schema picks the entry of `schemas`):
     rp_version, agent_scheduler CONTINUOUS, ...) are taken silently; the others (IGNORED:
     forward_tunnel_endpoint, numa_domain_map, another agent_spawner, ...) are noted as not
     used, with why
-Every RP key is named in KEYS; an unknown key is noted too, never silently dropped.
+Every RP key is named in KEYS; an unknown key is noted too, never silently dropped.  A value
+of the wrong type is a ValueError naming the RP key (`system_architecture.smt`) and what it
+accepts (`_int`, `_list`); a string where RP wants a list of strings is a list of that one, as
+RP casts it (AS_LIST: pre_bootstrap_0, ...), elsewhere (launch_methods.order, options) an error.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ import copy
 import json
 import os
 from pathlib import Path
+
+from pilot.resource_config import REQUIRED
 
 BATCH = {"slurm": "slurm", "pbspro": "pbs", "pbs": "pbs", "torque": "pbs", "lsf": "lsf"}
 BATCH.update({"fork": "local", "local": "local"})
@@ -93,6 +98,8 @@ IGNORED = {
     "task_tmp": "tasks use the node's TMPDIR",
     "scattered": "units are placed by the agent (policy=)",
 }
+# RP keys whose string RP casts to a one-element list (RP's ResourceConfig: [str])
+AS_LIST = ("pre_bootstrap_0", "pre_bootstrap_1", "task_pre_exec", "mandatory_args")
 KEYS = set(IGNORED) | set(SAME) | {
     "label", "description", "default_schema", "schemas", "job_manager_endpoint",
     "filesystem_endpoint", "default_queue", "resource_manager", "launch_methods",
@@ -166,10 +173,63 @@ def known() -> list[str]:
     return sorted(f"{s}.{n}" for s, names in site_configs().items() for n in names)
 
 
+def _at(where: str, cfg: dict, key: str):
+    """The value of RP key `key` (dotted: `system_architecture.smt`), None when unset;
+    ValueError naming a part of it that is no mapping."""
+    value = cfg
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            inner = ".".join(parts[:i])
+            raise ValueError(f"{where}: {inner}={value!r:.80} must be a mapping")
+        value = value.get(part)
+    return value
+
+
+def _list(where: str, cfg: dict, key: str, item: type = str) -> list:
+    """RP key `key` as a list of `item`s ([] when unset); a string is one item where RP casts
+    it so (AS_LIST); ValueError naming the key and what is accepted."""
+    value = _at(where, cfg, key)
+    if value is None:
+        return []
+    if isinstance(value, str) and key in AS_LIST:
+        value = [value]
+    if not isinstance(value, list) or not all(
+        isinstance(x, item) and not isinstance(x, bool) for x in value
+    ):
+        what = "strings" if item is str else "integers"
+        one = " (or one string)" if key in AS_LIST else ""
+        raise ValueError(f"{where}: {key}={value!r:.80} must be a list of {what}{one}")
+    return list(value)
+
+
+def _int(where: str, cfg: dict, key: str, minimum: int = 0) -> int | None:
+    """RP key `key` as an integer >= `minimum` (a string of digits too, as RP casts it), None
+    when unset; ValueError naming the key and what is accepted."""
+    value = _at(where, cfg, key)
+    if value is None:
+        return None
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    if number is None or number < minimum:
+        raise ValueError(f"{where}: {key}={value!r:.80} must be an integer >= {minimum}")
+    return number
+
+
 def with_schema(resource: str, rcfg: dict, schema: str | None) -> dict:
     """RP's session.get_resource_config: the entry of `schema` (default_schema by default)
     laid over the config, and `label`; ValueError naming an unknown schema."""
     schemas = rcfg.get("schemas") or {}
+    if not isinstance(schemas, dict):
+        raise ValueError(
+            f"RP resource config {resource}: schemas={schemas!r:.80} must be a mapping of "
+            "access schema names to their endpoints"
+        )
     schema = schema or rcfg.get("default_schema")
     out = copy.deepcopy(rcfg)
     if schema:
@@ -216,14 +276,14 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
         raise ValueError(
             f"{where}: resource_manager={rm!r} is not supported: one of {sorted(RM_LAUNCH)}"
         )
-    order = [str(x).upper() for x in (cfg.get("launch_methods") or {}).get("order", [])]
+    order = [x.upper() for x in _list(where, cfg, "launch_methods.order")]
     launch = RM_LAUNCH[rm]
     if rm == "PBSPRO" and "MPIEXEC" not in order:
         launch = "ssh"
     if cfg.get("launcher") and rm in ("PBSPRO", "LSF"):  # (a command taking mpiexec's flags)
         launch = "mpiexec"
         out["launcher"] = cfg["launcher"]
-        out["launcher_options"] = cfg.get("launcher_options") or []
+        out["launcher_options"] = _list(where, cfg, "launcher_options")
     elif cfg.get("launcher") or cfg.get("launcher_options"):
         note("launcher", f"resource_manager {rm} starts the node daemons by {launch}")
     out["launch_method"] = launch
@@ -236,25 +296,29 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
     others = [m for m in order if m not in MPI_LMS and m != "FORK"]
     if others:
         note("launch_methods", f"{others}: tasks start through this project's node daemons")
-    pre = [str(x) for x in cfg.get("pre_bootstrap_0") or []]
-    lms = cfg.get("launch_methods") or {}
+    pre = _list(where, cfg, "pre_bootstrap_0")
     for m in order:
-        pre += [str(x) for x in (lms.get(m) or {}).get("pre_exec_cached") or []]
-    pre += [str(x) for x in cfg.get("pre_bootstrap_1") or []]
-    pre += [str(x) for x in cfg.get("task_pre_exec") or []]
+        pre += _list(where, cfg, f"launch_methods.{m}.pre_exec_cached")
+    pre += _list(where, cfg, "pre_bootstrap_1") + _list(where, cfg, "task_pre_exec")
     if pre:
         out["pre_bootstrap"] = pre
-    _cores(cfg, out, note)
+    _cores(where, cfg, out, note)
     if cfg.get("default_queue"):
         out["queue"] = cfg["default_queue"]
     if cfg.get("default_remote_workdir"):
         out["sandbox"] = f"{str(cfg['default_remote_workdir']).rstrip('/')}/radical.pilot.sandbox"
     _python(cfg, out, note)
-    options = [str(x) for x in (cfg.get("system_architecture") or {}).get("options") or []]
+    options = _list(where, cfg, "system_architecture.options")
     if options:
         out["batch_options"] = _options(out["batch_system"], options, note)
-    if cfg.get("mandatory_args"):
-        out["required"] = [str(x) for x in cfg["mandatory_args"]]
+    required = _list(where, cfg, "mandatory_args")
+    if set(required) - set(REQUIRED):
+        raise ValueError(
+            f"{where}: mandatory_args={required!r} must name pilot description fields among "
+            f"{list(REQUIRED)}"
+        )
+    if required:
+        out["required"] = required
     for key in sorted(set(cfg) - {"label", "filesystem_endpoint", "job_manager_endpoint"}):
         same = SAME.get(key, ())
         if key in SAME and (same is None or cfg[key] in same):
@@ -266,12 +330,13 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
     return out, notes
 
 
-def _cores(cfg: dict, out: dict, note) -> None:  # (cores_per_node x smt - blocked_cores)
-    arch = cfg.get("system_architecture") or {}
-    smt = arch.get("smt") or 1
-    if cfg.get("cores_per_node"):
-        cores = int(cfg["cores_per_node"]) * int(smt)
-        blocked = arch.get("blocked_cores") or []
+def _cores(where: str, cfg: dict, out: dict, note) -> None:  # (cores x smt - blocked_cores)
+    arch = _at(where, cfg, "system_architecture") or {}
+    smt = _int(where, cfg, "system_architecture.smt", minimum=1) or 1
+    cores = _int(where, cfg, "cores_per_node")
+    if cores:
+        cores *= smt
+        blocked = _list(where, cfg, "system_architecture.blocked_cores", int)
         if blocked:
             note(
                 "system_architecture.blocked_cores",
@@ -280,8 +345,9 @@ def _cores(cfg: dict, out: dict, note) -> None:  # (cores_per_node x smt - block
                 blocked,
             )
         out["cores_per_node"] = cores - len(blocked)
-    if cfg.get("gpus_per_node") is not None:
-        gpus = int(cfg["gpus_per_node"]) - len(arch.get("blocked_gpus") or [])
+    gpus = _int(where, cfg, "gpus_per_node")
+    if gpus is not None:
+        gpus -= len(_list(where, cfg, "system_architecture.blocked_gpus", int))
         out["gpus_per_node"] = max(gpus, 0)
     # (exclusive: a pilot's nodes are whole nodes; oversubscribe: logical cores may exceed)
     for key in sorted(set(arch) - {"smt", "blocked_cores", "blocked_gpus", "options"}):

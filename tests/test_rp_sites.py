@@ -148,6 +148,49 @@ def test_only_rps_mpiexec_starts_the_daemons_of_a_pbs_site(user_configs):
     ), frontier.notes
 
 
+def test_rp_values_of_the_wrong_type_are_errors_naming_the_rp_key(user_configs):
+    """A string where RP wants a list of lines is one line (RP casts it so); every other
+    wrongly typed value is an error naming the RP key and what it accepts."""
+    base = {"job_manager_endpoint": "fork://localhost/", "resource_manager": "FORK"}
+    cases = {
+        "lines": {"pre_bootstrap_0": "module load a", "task_pre_exec": "export B=1"},
+        "args": {"mandatory_args": "project", "cores_per_node": "64"},  # (RP casts both)
+        "order": {"launch_methods": {"order": "MPIRUN"}},
+        "cached": {"launch_methods": {"order": ["MPIRUN"], "MPIRUN": {"pre_exec_cached": "x"}}},
+        "options": {"system_architecture": {"options": "nvme"}},
+        "cores": {"cores_per_node": "64x"},
+        "smt": {"cores_per_node": 64, "system_architecture": {"smt": "four"}},
+        "blocked": {"cores_per_node": 64, "system_architecture": {"blocked_cores": 3}},
+        "gpus": {"gpus_per_node": 4, "system_architecture": {"blocked_gpus": ["0"]}},
+        "arch": {"system_architecture": "smt4"},
+        "schemas": {"schemas": ["local"], "default_schema": "local"},
+        "fields": {"mandatory_args": ["project", "walltime"]},
+    }
+    (user_configs / "resource_typed.json").write_text(
+        json.dumps({name: {**base, **over} for name, over in cases.items()})
+    )
+    lines = resource_config.load("typed.lines")
+    assert lines.pre_bootstrap == ("module load a", "export B=1")
+    args = resource_config.load("typed.args")
+    assert (args.required, args.cores_per_node) == (("project",), 64)
+    errors = {
+        "order": "launch_methods.order='MPIRUN' must be a list of strings",
+        "cached": "launch_methods.MPIRUN.pre_exec_cached='x' must be a list of strings",
+        "options": "system_architecture.options='nvme' must be a list of strings",
+        "cores": "cores_per_node='64x' must be an integer >= 0",
+        "smt": "system_architecture.smt='four' must be an integer >= 1",
+        "blocked": "system_architecture.blocked_cores=3 must be a list of integers",
+        "gpus": "system_architecture.blocked_gpus=['0'] must be a list of integers",
+        "arch": "system_architecture='smt4' must be a mapping",
+        "schemas": "schemas=['local'] must be a mapping of access schema names",
+        "fields": "mandatory_args=['project', 'walltime'] must name pilot description fields",
+    }
+    for name, error in errors.items():
+        with pytest.raises(ValueError) as info:
+            resource_config.load(f"typed.{name}")
+        assert f"RP resource config typed.{name}: {error}" in str(info.value), str(info.value)
+
+
 def test_rp_utils_and_the_session_give_rp_configs(user_configs, session):
     cfg = rp.utils.get_resource_config(resource="anl.polaris")
     assert cfg["resource_manager"] == "PBSPRO" and cfg["schemas"]["local"]
