@@ -6,9 +6,13 @@ key by key (RP's own merge: a user's entry may change one key of a shipped one):
                                      notice is configs/rp/LICENSE.md)
     $RADICAL_CONFIG_USER_DIR/.radical/pilot/configs/resource_SITE.json   the user's
                                      (RADICAL_CONFIG_USER_DIR defaults to $HOME)
-A resource SITE.NAME is looked up in the user's files first, then in this project's YAML
-configs (configs/SITE.yaml, the native form), then in the shipped RP files
-(pilot/resource_config.py `load`).  Lines starting with `#` are comments, as RP reads them.
+A resource SITE.NAME is looked up in this project's YAML configs (configs/SITE.yaml, the native
+form), then in the RP files (pilot/resource_config.py `load`).  A name that has a YAML config
+(local.localhost) is that config: the user's entry of that name is laid over it, each RP key
+given changing what it maps to and nothing else (`over_native`); RP's shipped entry of that
+name is not used.  Only SITE's two files are read for SITE.NAME: a malformed file is an error
+naming it when a resource of its site is asked for (`known`, listing every site, leaves it
+out with a warning).  Lines starting with `#` are comments, as RP reads them.
 
 What RP's keys become (`native`: the mapping pilot/resource_config.py parses, and the notes
 naming what does not map; the access schema picks the entry of `schemas`):
@@ -52,11 +56,13 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from pathlib import Path
 
 from pilot.resource_config import REQUIRED
 
+log = logging.getLogger("pilot.config")
 BATCH = {"slurm": "slurm", "pbspro": "pbs", "pbs": "pbs", "torque": "pbs", "lsf": "lsf"}
 BATCH.update({"fork": "local", "local": "local"})
 RM_LAUNCH = {"SLURM": "srun", "PBSPRO": "mpiexec", "LSF": "ssh", "FORK": "fork"}
@@ -121,11 +127,11 @@ def user_dir() -> Path:
 
 
 def _read(path: Path) -> dict:
-    text = "\n".join(x for x in path.read_text().splitlines() if not x.lstrip().startswith("#"))
     try:
-        data = json.loads(text or "{}")
-    except ValueError as exc:
-        raise ValueError(f"RP resource config {path}: not JSON: {exc}") from None
+        lines = path.read_text().splitlines()
+        data = json.loads("\n".join(x for x in lines if not x.lstrip().startswith("#")) or "{}")
+    except (OSError, ValueError) as exc:  # (unreadable, not UTF-8, not JSON)
+        raise ValueError(f"RP resource config {path}: not readable as JSON: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"RP resource config {path}: must map resource names to mappings")
     return data
@@ -146,31 +152,47 @@ def _files(folder: Path) -> dict[str, Path]:
     }
 
 
-def site_configs() -> dict[str, dict]:
-    """{site: {name: RP config}}: the shipped files with the user's laid over them."""
-    sites: dict[str, dict] = {}
-    for folder in (shipped_dir(), user_dir()):
-        for site, path in _files(folder).items():
-            sites[site] = _merge(sites.get(site, {}), _read(path))
-    return sites
-
-
-def users(resource: str) -> bool:
-    """The user's own files name SITE.NAME (they win over every other config)."""
+def _entry(folder: Path, resource: str) -> dict | None:
+    """The entry of SITE.NAME in folder's resource_SITE.json (that file only), or None."""
     site, _, name = resource.partition(".")
-    path = _files(user_dir()).get(site)
-    return path is not None and name in _read(path)
+    path = folder / f"resource_{site}.json"
+    return _read(path).get(name) if site and path.is_file() else None
+
+
+def user_entry(resource: str) -> dict | None:
+    """The user's own entry of SITE.NAME, or None."""
+    return _entry(user_dir(), resource)
 
 
 def find(resource: str) -> dict | None:
-    """The RP config of SITE.NAME (shipped and user's merged), or None."""
-    site, _, name = resource.partition(".")
-    entry = site_configs().get(site, {}).get(name)
-    return copy.deepcopy(entry) if entry is not None else None
+    """The RP config of SITE.NAME (the shipped entry with the user's laid over it), or None."""
+    shipped, user = _entry(shipped_dir(), resource), user_entry(resource)
+    if shipped is None or user is None:
+        return shipped if user is None else user
+    return _merge(shipped, user)
 
 
 def known() -> list[str]:
-    return sorted(f"{s}.{n}" for s, names in site_configs().items() for n in names)
+    """Every SITE.NAME of the RP files (a file that cannot be read: left out, warned about)."""
+    names = set()
+    for folder in (shipped_dir(), user_dir()):
+        for site, path in _files(folder).items():
+            try:
+                names |= {f"{site}.{name}" for name in _read(path)}
+            except ValueError as exc:
+                log.warning("%s (its resources are not listed)", exc)
+    return sorted(names)
+
+
+def over_native(resource: str, raw: dict, c, user: dict) -> tuple[dict, list[str]]:
+    """The YAML mapping `raw` of a native config (parsed: `c`) with the user's RP entry laid
+    over it, and notes on what of it does not map: the native keys that the user's keys change
+    (RP's view of `c`, `rp_view`, mapped with and without them), the rest as in `raw`."""
+    base = rp_view(resource, c)
+    before, seen = native(resource, base)
+    after, notes = native(resource, _merge(base, user))
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    return {**raw, **changed}, [n for n in notes if n not in seen]
 
 
 def _at(where: str, cfg: dict, key: str):

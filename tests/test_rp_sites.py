@@ -148,6 +148,36 @@ def test_only_rps_mpiexec_starts_the_daemons_of_a_pbs_site(user_configs):
     ), frontier.notes
 
 
+def test_the_users_entry_is_laid_over_our_yaml_config_of_its_name(user_configs, caplog):
+    """A user's resource_local.json changing one key of local.localhost changes that key of
+    our YAML config, not the config (RP's own local.localhost has 8 cores and a GPU); its
+    other names are RP entries of their own; our other local.* configs are left alone."""
+    ours = resource_config.to_raw(resource_config.load("local.localhost"))
+    nodes4 = resource_config.load("local.nodes4")
+    (user_configs / "resource_local.json").write_text(
+        json.dumps(
+            {
+                "localhost": {"virtenv": "/opt/ve", "lfs_path_per_node": "/tmp"},
+                "mybox": {"cores_per_node": 3, "resource_manager": "FORK"},
+            }
+        )
+    )
+    mine = resource_config.load("local.localhost")
+    assert resource_config.to_raw(mine) == {**ours, "python": "/opt/ve/bin/python3"}
+    cores = len(os.sched_getaffinity(0))  # (cores_per_node: auto)
+    assert (mine.cores_per_node, mine.gpus_per_node, mine.notes) == (cores, 0, ())
+    assert rp.utils.get_resource_config("local.localhost")["gpus_per_node"] == 0
+    assert resource_config.load("local.mybox").cores_per_node == 3
+    assert resource_config.load("local.nodes4") == nodes4
+    # only the site asked for is read: a malformed file is an error of its own site's alone
+    (user_configs / "resource_broken.json").write_text('{"x": {"cores_per_node": 1,}')
+    assert resource_config.load("ornl.frontier").cores_per_node == 112
+    assert "local.mybox" in resource_config.known_resources()  # (the broken site left out)
+    assert any("resource_broken.json" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match=r"resource_broken.json: not readable as JSON"):
+        resource_config.load("broken.x")
+
+
 def test_rp_values_of_the_wrong_type_are_errors_naming_the_rp_key(user_configs):
     """A string where RP wants a list of lines is one line (RP casts it so); every other
     wrongly typed value is an error naming the RP key and what it accepts."""
