@@ -143,13 +143,17 @@ def four(session, resource: str, say: str = "$PILOT_NODE_NAME") -> dict:
         return out
     umgr = rp.UnitManager(session)
     umgr.add_pilots(pilot)
-    units = umgr.submit_units(
-        [
-            rp.ComputeUnitDescription(
-                executable="/bin/sh", arguments=["-c", f"echo {say}; sleep 0.5"]
-            )
-            for _ in range(8)
-        ]
+    # (the Unit objects held here: a UnitList iterated after its units were released reads
+    # them back from the store, which a null:// session has not: they would be left out)
+    units = list(
+        umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sh", arguments=["-c", f"echo {say}; sleep 0.5"]
+                )
+                for _ in range(8)
+            ]
+        )
     )
     umgr.wait_units(timeout=60)
     out["units"] = [{"state": u.state, "node": u.node, "out": u.stdout.strip()} for u in units]
