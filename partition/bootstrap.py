@@ -41,6 +41,7 @@ and a node's loss.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -93,6 +94,9 @@ class Bootstrap(ClientLink, AgentChannel):
             self.rcfg = resource_config.parse(cfg["resource"], cfg["resource_config"])
         else:
             self.rcfg = resource_config.load(cfg["resource"])
+        if processes.names_vars(self.rcfg.python):  # the job's shell expanded them and ran
+            # this interpreter (pmgr/batch/job_script.py): agents and daemons run on it too
+            self.rcfg = dataclasses.replace(self.rcfg, python=sys.executable)
         self.ctx = zmq.Context.instance()
         self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/security.py
         self._open_client_link()

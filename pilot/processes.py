@@ -13,12 +13,17 @@ Every process the system starts with `python -m` is named here (the folders are 
 `signal_group` / `signal_process` send a signal to a process group / process that may have
 ended already: a gone target is not an error (its parent reaps it), and they say whether it
 was still there.
+
+An interpreter's path may name $VARS (an RP config's virtenv `/scratch/gpfs/$USER/ve.rp`): they
+are the target's, expanded by the shell that runs it (`expanding`: the path as a shell word).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import select
+import shlex
 import signal
 import sys
 import time
@@ -30,11 +35,36 @@ NODE_DAEMON = "pilot.agent.node_daemon"
 NODE_ZYGOTE = "pilot.agent.node_zygote"
 FUNCTION_WORKER = "pilot.agent.function_worker"
 CLI = "pilot"
+VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")  # $NAME or ${NAME}: what a path may name
 
 
 def python_m(module: str, *args: str, python: str | None = None) -> list[str]:
     """The argv that runs `module` with `python` (default: this interpreter)."""
     return [python or sys.executable, "-m", module, *args]
+
+
+def expanding(text: str) -> tuple[str, list[str]]:
+    """`text` as one shell word in which $NAME, ${NAME} and a leading ~ expand where it is run,
+    all else taken literally; and the names of the variables it needs."""
+    if text == "~" or text.startswith("~/"):
+        text = "${HOME}" + text[1:]
+    words: list[str] = []
+    names: list[str] = []
+    at = 0
+    for m in VAR.finditer(text):
+        if m.start() > at:
+            words.append(shlex.quote(text[at : m.start()]))
+        names.append(m.group(1) or m.group(2))
+        words.append(f'"${{{names[-1]}}}"')
+        at = m.end()
+    if at < len(text) or not words:
+        words.append(shlex.quote(text[at:]))
+    return "".join(words), names
+
+
+def names_vars(path: str | None) -> bool:
+    """`path` names variables (or ~) that the shell where it is run is to expand."""
+    return bool(path) and bool(expanding(path)[1])
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -3,8 +3,9 @@
 A resource is named `SITE.NAME` and found in `configs/SITE.yaml` under key NAME, or given as the
 path of a YAML file holding one resource config (the keys documented in configs/local.yaml).
 RADICAL-Pilot's resource_SITE.json configs are read too (pilot/rp_resources.py: RP's sites as
-shipped in configs/rp/, and the user's ~/.radical/pilot/configs/, which win over every other):
-they become the same ResourceConfig, with `notes` naming what of them did not map.
+shipped in configs/rp/, with the user's ~/.radical/pilot/configs/ laid over them, and over the
+YAML config of the same name): they become the same ResourceConfig, with `notes` naming what
+of them did not map.
 Agent configs (how a partition's agent runs its units) are in configs/agents.yaml.
 (yaml is imported where a file is read: node daemons and agents never pay for it.)
 """
@@ -24,7 +25,16 @@ UNIT_LAUNCH = ("spawn", "zero")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
 MPI_COMMANDS = ("mpirun", "mpiexec", "srun")
 RENAMED = {"mpi_launcher": "mpi_command"}  # old key -> its name now (the old one still works)
-BY_BATCH = "(by batch_system)"  # a default that follows from batch_system (parse fills it in)
+BY_BATCH = "(by batch_system)"
+REQUIRED = (
+    "project",
+    "queue",
+    "runtime",
+    "nodes",
+    "cores",
+    "gpus",
+    "memory",
+)  # `required`  # a default that follows from batch_system (parse fills it in)
 log = logging.getLogger("pilot.config")
 
 
@@ -116,18 +126,26 @@ def _lines(where, key, value):
 def _batch_options(where, key, value):
     value = value or {}
     if not isinstance(value, dict) or not all(
-        isinstance(k, str) and "." in k and isinstance(v, (str, int)) for k, v in value.items()
+        isinstance(k, str)
+        and "." in k
+        and isinstance(v, (str, int))
+        and not ({'"', "\n"} & set(str(v)))  # (a directive's value is written in "...")
+        for k, v in value.items()
     ):
-        raise _bad(where, key, value, 'a mapping of PSI/J custom attributes {"pbs.l": "..."}')
+        raise _bad(
+            where,
+            key,
+            value,
+            'a mapping of PSI/J custom attributes {"pbs.l": "..."} (values without " or newline)',
+        )
     return {k: str(v) for k, v in value.items()}
 
 
 def _required(where, key, value):
-    accepted = ("project", "queue", "runtime", "nodes", "cores", "gpus", "memory")
     if value is None:
         return ()
-    if not isinstance(value, (list, tuple)) or not set(value) <= set(accepted):
-        raise _bad(where, key, value, f"a list of pilot description fields among {accepted}")
+    if not isinstance(value, (list, tuple)) or not set(value) <= set(REQUIRED):
+        raise _bad(where, key, value, f"a list of pilot description fields among {REQUIRED}")
     return tuple(value)
 
 
@@ -382,9 +400,13 @@ def load(resource: str, schema: str | None = None) -> ResourceConfig:
         if not path.is_file():
             raise ValueError(f"resource={resource!r}: no such config file")
         return parse(path.stem, _yaml(path.read_text()) or {})
-    raw = None if rp_resources.users(resource) else _native_raw(resource)
+    raw = _native_raw(resource)
     if raw is not None:
-        return parse(resource, raw)
+        user = rp_resources.user_entry(resource)  # (laid over the YAML config, key by key)
+        if user is None:
+            return parse(resource, raw)
+        mapping, notes = rp_resources.over_native(resource, raw, parse(resource, raw), user)
+        return parse(resource, mapping, tuple(notes))
     rp = rp_resources.find(resource)
     if rp is None:
         raise ValueError(_unknown(resource))

@@ -6,9 +6,13 @@ key by key (RP's own merge: a user's entry may change one key of a shipped one):
                                      notice is configs/rp/LICENSE.md)
     $RADICAL_CONFIG_USER_DIR/.radical/pilot/configs/resource_SITE.json   the user's
                                      (RADICAL_CONFIG_USER_DIR defaults to $HOME)
-A resource SITE.NAME is looked up in the user's files first, then in this project's YAML
-configs (configs/SITE.yaml, the native form), then in the shipped RP files
-(pilot/resource_config.py `load`).  Lines starting with `#` are comments, as RP reads them.
+A resource SITE.NAME is looked up in this project's YAML configs (configs/SITE.yaml, the native
+form), then in the RP files (pilot/resource_config.py `load`).  A name that has a YAML config
+(local.localhost) is that config: the user's entry of that name is laid over it, each RP key
+given changing what it maps to and nothing else (`over_native`); RP's shipped entry of that
+name is not used.  Only SITE's two files are read for SITE.NAME: a malformed file is an error
+naming it when a resource of its site is asked for (`known`, listing every site, leaves it
+out with a warning).  Lines starting with `#` are comments, as RP reads them.
 
 What RP's keys become (`native`: the mapping pilot/resource_config.py parses, and the notes
 naming what does not map; the access schema picks the entry of `schemas`):
@@ -19,8 +23,13 @@ naming what does not map; the access schema picks the entry of `schemas`):
                            machine's login node with its local schema
     resource_manager       which node file names the allocation's nodes, and how node
                            daemons start (launch_method): SLURM -> srun, PBSPRO -> mpiexec
-                           (PALS) or ssh, LSF -> ssh (jsrun starts no daemon of ours),
-                           FORK -> fork (one node)
+                           when launch_methods.order names MPIEXEC (PALS, hydra: the
+                           daemons' launch passes their -n/--ppn/--hostfile; an MPIRUN,
+                           OpenMPI's say, may not take them), else ssh; LSF -> ssh (jsrun
+                           starts no daemon of ours); FORK -> fork (one node)
+    launcher, launcher_options   this project's keys, for an entry of the user's: a command
+                           that takes mpiexec's flags; with it PBSPRO and LSF sites start
+                           their daemons by mpiexec through it
     launch_methods.order   the first MPI launcher is mpi_command (MPIRUN mpirun, MPIEXEC
                            mpiexec, SRUN srun); a method's pre_exec_cached runs in the job
                            before the bootstrap (pre_bootstrap), so every task inherits it
@@ -29,23 +38,31 @@ naming what does not map; the access schema picks the entry of `schemas`):
     default_remote_workdir -> sandbox: <it>/radical.pilot.sandbox/<session>/<pilot>
     pre_bootstrap_0, pre_bootstrap_1, task_pre_exec -> pre_bootstrap (in that order)
     virtenv (virtenv_mode use / update / local) -> python <virtenv>/bin/python3;
-    python_interpreter -> python
+    python_interpreter -> python (their $VARS are the target's: the job's shell expands
+                           them, pmgr/batch/job_script.py)
     system_architecture.options -> batch_options (slurm --constraint a&b, PBS -l a,b,
                            LSF -alloc_flags "a b"); mandatory_args -> required
     description -> description; keys whose effect is this project's own here (SAME: notes,
     rp_version, agent_scheduler CONTINUOUS, ...) are taken silently; the others (IGNORED:
     forward_tunnel_endpoint, numa_domain_map, another agent_spawner, ...) are noted as not
     used, with why
-Every RP key is named in KEYS; an unknown key is noted too, never silently dropped.
+Every RP key is named in KEYS; an unknown key is noted too, never silently dropped.  A value
+of the wrong type is a ValueError naming the RP key (`system_architecture.smt`) and what it
+accepts (`_int`, `_list`); a string where RP wants a list of strings is a list of that one, as
+RP casts it (AS_LIST: pre_bootstrap_0, ...), elsewhere (launch_methods.order, options) an error.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 from pathlib import Path
 
+from pilot.resource_config import REQUIRED
+
+log = logging.getLogger("pilot.config")
 BATCH = {"slurm": "slurm", "pbspro": "pbs", "pbs": "pbs", "torque": "pbs", "lsf": "lsf"}
 BATCH.update({"fork": "local", "local": "local"})
 RM_LAUNCH = {"SLURM": "srun", "PBSPRO": "mpiexec", "LSF": "ssh", "FORK": "fork"}
@@ -87,12 +104,14 @@ IGNORED = {
     "task_tmp": "tasks use the node's TMPDIR",
     "scattered": "units are placed by the agent (policy=)",
 }
+# RP keys whose string RP casts to a one-element list (RP's ResourceConfig: [str])
+AS_LIST = ("pre_bootstrap_0", "pre_bootstrap_1", "task_pre_exec", "mandatory_args")
 KEYS = set(IGNORED) | set(SAME) | {
     "label", "description", "default_schema", "schemas", "job_manager_endpoint",
     "filesystem_endpoint", "default_queue", "resource_manager", "launch_methods",
     "cores_per_node", "gpus_per_node", "system_architecture", "default_remote_workdir",
     "pre_bootstrap_0", "pre_bootstrap_1", "task_pre_exec", "virtenv", "virtenv_mode",
-    "python_interpreter", "mandatory_args",
+    "python_interpreter", "mandatory_args", "launcher", "launcher_options",
 }  # fmt: skip
 
 
@@ -108,11 +127,11 @@ def user_dir() -> Path:
 
 
 def _read(path: Path) -> dict:
-    text = "\n".join(x for x in path.read_text().splitlines() if not x.lstrip().startswith("#"))
     try:
-        data = json.loads(text or "{}")
-    except ValueError as exc:
-        raise ValueError(f"RP resource config {path}: not JSON: {exc}") from None
+        lines = path.read_text().splitlines()
+        data = json.loads("\n".join(x for x in lines if not x.lstrip().startswith("#")) or "{}")
+    except (OSError, ValueError) as exc:  # (unreadable, not UTF-8, not JSON)
+        raise ValueError(f"RP resource config {path}: not readable as JSON: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ValueError(f"RP resource config {path}: must map resource names to mappings")
     return data
@@ -133,37 +152,106 @@ def _files(folder: Path) -> dict[str, Path]:
     }
 
 
-def site_configs() -> dict[str, dict]:
-    """{site: {name: RP config}}: the shipped files with the user's laid over them."""
-    sites: dict[str, dict] = {}
-    for folder in (shipped_dir(), user_dir()):
-        for site, path in _files(folder).items():
-            sites[site] = _merge(sites.get(site, {}), _read(path))
-    return sites
-
-
-def users(resource: str) -> bool:
-    """The user's own files name SITE.NAME (they win over every other config)."""
+def _entry(folder: Path, resource: str) -> dict | None:
+    """The entry of SITE.NAME in folder's resource_SITE.json (that file only), or None."""
     site, _, name = resource.partition(".")
-    path = _files(user_dir()).get(site)
-    return path is not None and name in _read(path)
+    path = folder / f"resource_{site}.json"
+    return _read(path).get(name) if site and path.is_file() else None
+
+
+def user_entry(resource: str) -> dict | None:
+    """The user's own entry of SITE.NAME, or None."""
+    return _entry(user_dir(), resource)
 
 
 def find(resource: str) -> dict | None:
-    """The RP config of SITE.NAME (shipped and user's merged), or None."""
-    site, _, name = resource.partition(".")
-    entry = site_configs().get(site, {}).get(name)
-    return copy.deepcopy(entry) if entry is not None else None
+    """The RP config of SITE.NAME (the shipped entry with the user's laid over it), or None."""
+    shipped, user = _entry(shipped_dir(), resource), user_entry(resource)
+    if shipped is None or user is None:
+        return shipped if user is None else user
+    return _merge(shipped, user)
 
 
 def known() -> list[str]:
-    return sorted(f"{s}.{n}" for s, names in site_configs().items() for n in names)
+    """Every SITE.NAME of the RP files (a file that cannot be read: left out, warned about)."""
+    names = set()
+    for folder in (shipped_dir(), user_dir()):
+        for site, path in _files(folder).items():
+            try:
+                names |= {f"{site}.{name}" for name in _read(path)}
+            except ValueError as exc:
+                log.warning("%s (its resources are not listed)", exc)
+    return sorted(names)
+
+
+def over_native(resource: str, raw: dict, c, user: dict) -> tuple[dict, list[str]]:
+    """The YAML mapping `raw` of a native config (parsed: `c`) with the user's RP entry laid
+    over it, and notes on what of it does not map: the native keys that the user's keys change
+    (RP's view of `c`, `rp_view`, mapped with and without them), the rest as in `raw`."""
+    base = rp_view(resource, c)
+    before, seen = native(resource, base)
+    after, notes = native(resource, _merge(base, user))
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    return {**raw, **changed}, [n for n in notes if n not in seen]
+
+
+def _at(where: str, cfg: dict, key: str):
+    """The value of RP key `key` (dotted: `system_architecture.smt`), None when unset;
+    ValueError naming a part of it that is no mapping."""
+    value = cfg
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            inner = ".".join(parts[:i])
+            raise ValueError(f"{where}: {inner}={value!r:.80} must be a mapping")
+        value = value.get(part)
+    return value
+
+
+def _list(where: str, cfg: dict, key: str, item: type = str) -> list:
+    """RP key `key` as a list of `item`s ([] when unset); a string is one item where RP casts
+    it so (AS_LIST); ValueError naming the key and what is accepted."""
+    value = _at(where, cfg, key)
+    if value is None:
+        return []
+    if isinstance(value, str) and key in AS_LIST:
+        value = [value]
+    if not isinstance(value, list) or not all(
+        isinstance(x, item) and not isinstance(x, bool) for x in value
+    ):
+        what = "strings" if item is str else "integers"
+        one = " (or one string)" if key in AS_LIST else ""
+        raise ValueError(f"{where}: {key}={value!r:.80} must be a list of {what}{one}")
+    return list(value)
+
+
+def _int(where: str, cfg: dict, key: str, minimum: int = 0) -> int | None:
+    """RP key `key` as an integer >= `minimum` (a string of digits too, as RP casts it), None
+    when unset; ValueError naming the key and what is accepted."""
+    value = _at(where, cfg, key)
+    if value is None:
+        return None
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    if number is None or number < minimum:
+        raise ValueError(f"{where}: {key}={value!r:.80} must be an integer >= {minimum}")
+    return number
 
 
 def with_schema(resource: str, rcfg: dict, schema: str | None) -> dict:
     """RP's session.get_resource_config: the entry of `schema` (default_schema by default)
     laid over the config, and `label`; ValueError naming an unknown schema."""
     schemas = rcfg.get("schemas") or {}
+    if not isinstance(schemas, dict):
+        raise ValueError(
+            f"RP resource config {resource}: schemas={schemas!r:.80} must be a mapping of "
+            "access schema names to their endpoints"
+        )
     schema = schema or rcfg.get("default_schema")
     out = copy.deepcopy(rcfg)
     if schema:
@@ -210,10 +298,16 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
         raise ValueError(
             f"{where}: resource_manager={rm!r} is not supported: one of {sorted(RM_LAUNCH)}"
         )
-    order = [str(x).upper() for x in (cfg.get("launch_methods") or {}).get("order", [])]
+    order = [x.upper() for x in _list(where, cfg, "launch_methods.order")]
     launch = RM_LAUNCH[rm]
-    if rm == "PBSPRO" and "MPIEXEC" not in order and "MPIRUN" not in order:
+    if rm == "PBSPRO" and "MPIEXEC" not in order:
         launch = "ssh"
+    if cfg.get("launcher") and rm in ("PBSPRO", "LSF"):  # (a command taking mpiexec's flags)
+        launch = "mpiexec"
+        out["launcher"] = cfg["launcher"]
+        out["launcher_options"] = _list(where, cfg, "launcher_options")
+    elif cfg.get("launcher") or cfg.get("launcher_options"):
+        note("launcher", f"resource_manager {rm} starts the node daemons by {launch}")
     out["launch_method"] = launch
     out["node_daemons"] = launch != "fork"
     if launch != "fork":
@@ -224,25 +318,29 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
     others = [m for m in order if m not in MPI_LMS and m != "FORK"]
     if others:
         note("launch_methods", f"{others}: tasks start through this project's node daemons")
-    pre = [str(x) for x in cfg.get("pre_bootstrap_0") or []]
-    lms = cfg.get("launch_methods") or {}
+    pre = _list(where, cfg, "pre_bootstrap_0")
     for m in order:
-        pre += [str(x) for x in (lms.get(m) or {}).get("pre_exec_cached") or []]
-    pre += [str(x) for x in cfg.get("pre_bootstrap_1") or []]
-    pre += [str(x) for x in cfg.get("task_pre_exec") or []]
+        pre += _list(where, cfg, f"launch_methods.{m}.pre_exec_cached")
+    pre += _list(where, cfg, "pre_bootstrap_1") + _list(where, cfg, "task_pre_exec")
     if pre:
         out["pre_bootstrap"] = pre
-    _cores(cfg, out, note)
+    _cores(where, cfg, out, note)
     if cfg.get("default_queue"):
         out["queue"] = cfg["default_queue"]
     if cfg.get("default_remote_workdir"):
         out["sandbox"] = f"{str(cfg['default_remote_workdir']).rstrip('/')}/radical.pilot.sandbox"
     _python(cfg, out, note)
-    options = [str(x) for x in (cfg.get("system_architecture") or {}).get("options") or []]
+    options = _list(where, cfg, "system_architecture.options")
     if options:
         out["batch_options"] = _options(out["batch_system"], options, note)
-    if cfg.get("mandatory_args"):
-        out["required"] = [str(x) for x in cfg["mandatory_args"]]
+    required = _list(where, cfg, "mandatory_args")
+    if set(required) - set(REQUIRED):
+        raise ValueError(
+            f"{where}: mandatory_args={required!r} must name pilot description fields among "
+            f"{list(REQUIRED)}"
+        )
+    if required:
+        out["required"] = required
     for key in sorted(set(cfg) - {"label", "filesystem_endpoint", "job_manager_endpoint"}):
         same = SAME.get(key, ())
         if key in SAME and (same is None or cfg[key] in same):
@@ -254,12 +352,13 @@ def native(resource: str, rcfg: dict, schema: str | None = None) -> tuple[dict, 
     return out, notes
 
 
-def _cores(cfg: dict, out: dict, note) -> None:  # (cores_per_node x smt - blocked_cores)
-    arch = cfg.get("system_architecture") or {}
-    smt = arch.get("smt") or 1
-    if cfg.get("cores_per_node"):
-        cores = int(cfg["cores_per_node"]) * int(smt)
-        blocked = arch.get("blocked_cores") or []
+def _cores(where: str, cfg: dict, out: dict, note) -> None:  # (cores x smt - blocked_cores)
+    arch = _at(where, cfg, "system_architecture") or {}
+    smt = _int(where, cfg, "system_architecture.smt", minimum=1) or 1
+    cores = _int(where, cfg, "cores_per_node")
+    if cores:
+        cores *= smt
+        blocked = _list(where, cfg, "system_architecture.blocked_cores", int)
         if blocked:
             note(
                 "system_architecture.blocked_cores",
@@ -268,8 +367,9 @@ def _cores(cfg: dict, out: dict, note) -> None:  # (cores_per_node x smt - block
                 blocked,
             )
         out["cores_per_node"] = cores - len(blocked)
-    if cfg.get("gpus_per_node") is not None:
-        gpus = int(cfg["gpus_per_node"]) - len(arch.get("blocked_gpus") or [])
+    gpus = _int(where, cfg, "gpus_per_node")
+    if gpus is not None:
+        gpus -= len(_list(where, cfg, "system_architecture.blocked_gpus", int))
         out["gpus_per_node"] = max(gpus, 0)
     # (exclusive: a pilot's nodes are whole nodes; oversubscribe: logical cores may exceed)
     for key in sorted(set(arch) - {"smt", "blocked_cores", "blocked_gpus", "options"}):

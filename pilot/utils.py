@@ -6,9 +6,9 @@
     get_resource_fs_url(resource, schema)     its schema's filesystem_endpoint
 
 RP's configs (pilot/rp_resources.py: the shipped resource_*.json and the user's) are given as
-RP reads them; this project's YAML resources as the RP config they amount to (`rp_view`).  The
-user's own win, as they win for a pilot.  `Session.get_resource_config` is here too
-(`session_config`): the schema's entry laid over the config, and its `label`.
+RP reads them; this project's YAML resources as the RP config they amount to (`rp_view`), the
+user's entry of that name laid over them, as for a pilot.  `Session.get_resource_config` is
+here too (`session_config`): the schema's entry laid over the config, and its `label`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def get_resource_config(resource: str) -> dict | None:
     """The RP config of `resource` (SITE.NAME), or None when there is none."""
     if not isinstance(resource, str) or "." not in resource:
         return None
-    if not rp_resources.users(resource) and resource in resource_config.native_resources():
+    if resource in resource_config.native_resources():  # (the user's entry laid over it)
         return rp_resources.rp_view(resource, resource_config.load(resource))
     return rp_resources.find(resource)
 

@@ -20,6 +20,8 @@ import os
 import shlex
 import sys
 
+from pilot.processes import expanding
+
 ENV_DIR = "env"
 TYPES = ("venv", "virtualenv", "shell")
 KEYS = ("type", "setup", "pre_exec", "version", "path")
@@ -55,7 +57,8 @@ def lines(name: str, spec: dict | None, python: str | None) -> list[str] | None:
     """The lines that enter environment `name` (None: `spec` is None, it was not prepared);
     `python`: the pilot's interpreter (for "rp"; None: the client's)."""
     if name == "rp":
-        return [f'export PATH={shlex.quote(os.path.dirname(python or sys.executable))}:"$PATH"']
+        where = expanding(os.path.dirname(python or sys.executable))[0]  # ($VARS: the target's)
+        return [f'export PATH={where}:"$PATH"']
     if spec is None:
         return None
     out = list(spec.get("pre_exec") or ())

@@ -12,9 +12,10 @@ The command is the resource config's `launcher` (default mpiexec), with its `lau
 before the rest (hydra across hosts: `-launcher ssh -launcher-exec ...`).
 
 The hosts, one per node in order (`job_hosts`): the resource config's `hosts` when it names them,
-else the batch job's node file ($PBS_NODEFILE, $LSB_DJOB_HOSTFILE; repeated names count once);
-the node names are `node_names`, else the hosts.  mpiexec is one process for all nodes: its end
-is reported under the hint ALL_NODES.  The NodeLaunch interface is in partition/launch/base.py.
+else the batch job's node file ($PBS_NODEFILE; $LSB_DJOB_HOSTFILE but for its first entry,
+LSF's launch node; repeated names count once); the node names are `node_names`, else the
+hosts.  mpiexec is one process for all nodes: its end is reported under the hint ALL_NODES.
+The NodeLaunch interface is in partition/launch/base.py.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ def job_hosts(env: dict, rcfg, n: int, method: str) -> list[str]:
             if env.get(var):
                 try:
                     with open(env[var]) as f:
-                        for line in f:
-                            name = line.split()[0] if line.split() else ""
-                            if name and name not in hosts:
-                                hosts.append(name)
+                        listed = [line.split()[0] for line in f if line.split()]
                 except OSError as exc:
                     raise ValueError(f"launch_method={method}: {var}={env[var]}: {exc}") from None
+                if var == "LSB_DJOB_HOSTFILE":
+                    listed = without_launch_node(listed)
+                hosts = list(dict.fromkeys(listed))
                 break
     if len(hosts) < n:
         raise ValueError(
@@ -52,6 +53,16 @@ def job_hosts(env: dict, rcfg, n: int, method: str) -> list[str]:
             f"({' / '.join('$' + v for v in NODE_FILES)})"
         )
     return hosts[:n]
+
+
+def without_launch_node(listed: list[str]) -> list[str]:
+    """LSF's node file lists the job's launch (batch) node first, once, then each compute
+    node once per slot (Summit, Lassen: `batch3`, then `a01n01` x 42, ...): the bootstrap runs
+    there, no daemon of ours.  The first host is skipped when it is listed once and others
+    follow (as RADICAL-Pilot leaves out the batch node); one listed again is a compute node."""
+    if len(set(listed)) > 1 and listed.count(listed[0]) == 1:
+        return listed[1:]
+    return listed
 
 
 def node_names(rcfg, hosts: list[str]) -> list[str]:

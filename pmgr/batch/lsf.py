@@ -5,8 +5,9 @@ N`), the runtime plus TIME_MARGIN as its limit, the queue and project, the resou
 batch_options as PSI/J custom attributes (`{"lsf.alloc_flags": "smt4"}`).  The job runs the
 bootstrap once, on its launch node; the bootstrap starts the node daemons with the resource's
 launch method (ssh by default: jsrun starts nothing of ours; or mpiexec) over the hosts of
-$LSB_DJOB_HOSTFILE.  Its state is followed as a SLURM job's is (SlurmJob), bkill ending it.
-The BatchJob interface is in pmgr/batch/__init__.py.
+$LSB_DJOB_HOSTFILE but its first, the launch node (partition/launch/mpiexec.py).  Its state
+is followed as a SLURM job's is (SlurmJob), bkill ending it.  The BatchJob interface is in
+pmgr/batch/__init__.py.
 """
 
 from __future__ import annotations

@@ -29,9 +29,11 @@ answers starts the count again.
 from __future__ import annotations
 
 import importlib
+import io
 import logging
 import math
 import os
+import shlex
 import subprocess
 import time
 from datetime import timedelta
@@ -201,6 +203,29 @@ def submit(
     return submit_psij("slurm", SlurmJob, argv, env, sandbox, nodes, runtime, queue, project, rcfg)
 
 
+def plain_directives(executor, options: dict) -> None:
+    """PSI/J writes a custom attribute's value shell-quoted inside its template's own double
+    quotes: `#BSUB -alloc_flags "'gpumps nvme'"`, `#SBATCH --constraint="'a&b'"`, which bsub
+    and sbatch read with the single quotes.  A directive is a comment to the shell, read by the
+    batch system: the value goes between the double quotes as it is (the resource config
+    refuses a value with a double quote or a newline)."""
+    generate = executor.generate_submit_script
+    quoted = {f'"{shlex.quote(v)}"': f'"{v}"' for v in options.values() if shlex.quote(v) != v}
+
+    def generate_plain(job, context, submit_file) -> None:
+        text = io.StringIO()
+        generate(job, context, text)
+        lines = text.getvalue().split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("#"):
+                for was, plain in quoted.items():
+                    line = line.replace(was, plain)
+                lines[i] = line
+        submit_file.write("\n".join(lines))
+
+    executor.generate_submit_script = generate_plain
+
+
 def submit_psij(
     name: str, job_class, argv, env, sandbox, nodes, runtime, queue, project, rcfg
 ) -> SlurmJob:
@@ -249,6 +274,8 @@ def submit_psij(
             custom_attributes=dict(rcfg.batch_options) if rcfg and rcfg.batch_options else None,
         ),
     )
+    if rcfg and rcfg.batch_options:
+        plain_directives(executor, rcfg.batch_options)
     job = Job(spec)
     try:
         executor.submit(job)

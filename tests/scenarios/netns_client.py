@@ -5,7 +5,8 @@
 spread   two partitions (2 nodes + 1 node) over three hosts; multi-rank units on each
 silent   one host never reports: the pilot goes on without it (or fails, per the config)
 four     a pilot of four nodes (one partition over all of it), ACTIVE; a unit on every core of
-         every node, each saying where it ran (tests/test_launch_methods.py: ssh, mpiexec)
+         every node, each saying where it ran (tests/test_launch_methods.py: ssh, mpiexec);
+         a third argument: what the units echo instead of $PILOT_NODE_NAME (shell words)
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def silent(session, resource: str, network_config: str | None = None) -> dict:
     return out
 
 
-def four(session, resource: str) -> dict:
+def four(session, resource: str, say: str = "$PILOT_NODE_NAME") -> dict:
     pilot = rp.PilotManager(session).submit_pilots(
         rp.ComputePilotDescription(resource=resource, nodes=4, runtime=2)
     )
@@ -142,13 +143,17 @@ def four(session, resource: str) -> dict:
         return out
     umgr = rp.UnitManager(session)
     umgr.add_pilots(pilot)
-    units = umgr.submit_units(
-        [
-            rp.ComputeUnitDescription(
-                executable="/bin/sh", arguments=["-c", "echo $PILOT_NODE_NAME; sleep 0.5"]
-            )
-            for _ in range(8)
-        ]
+    # (the Unit objects held here: a UnitList iterated after its units were released reads
+    # them back from the store, which a null:// session has not: they would be left out)
+    units = list(
+        umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sh", arguments=["-c", f"echo {say}; sleep 0.5"]
+                )
+                for _ in range(8)
+            ]
+        )
     )
     umgr.wait_units(timeout=60)
     out["units"] = [{"state": u.state, "node": u.node, "out": u.stdout.strip()} for u in units]
