@@ -270,6 +270,8 @@ class UnitTable:
         """(lock held) A final unit the store has and whose callbacks ran: its byte only."""
         if self.live.get(unit.uid) is not unit or not unit.final or not unit.settled:
             return
+        if not self.umgr.session.store.reads_back:  # (null://: kept, or it would be lost)
+            return
         del self.live[unit.uid]
         after = self.after.pop(unit.uid, None) if self.after else None
         self.ledger.put(unit.uid, unit.state, unit.number)

@@ -86,3 +86,17 @@ def test_an_iterable_gives_the_same_list_and_tasks_too(session):
     assert isinstance(tasks, UnitList) and all(isinstance(t, rp.Task) for t in tasks)
     tmgr.wait_tasks(timeout=60)
     assert [t.state for t in tasks] == [rp.DONE] * 5
+
+
+def test_a_null_store_keeps_the_units_it_could_not_give_back(make_session):
+    """null:// persists nothing, so nothing can be made again from it: its manager keeps its
+    finished units as objects, and the list gives every one back."""
+    session = make_session(database_url="null://")
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    units = umgr.submit_units([CUD(executable="/bin/true") for _ in range(8)])
+    assert umgr.wait_units(timeout=30) == [rp.DONE] * 8
+    uids = [u.uid for u in units]
+    session.writer.flush(timeout=10)
+    gc.collect()
+    assert [u.uid for u in units] == uids and [u.state for u in units] == [rp.DONE] * 8
+    assert umgr.units.released == 0

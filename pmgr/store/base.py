@@ -265,6 +265,7 @@ class StateStore(ABC):
 
     url: str
     data = None  # pmgr/store/data_files.py's DataFiles: where large bytes go (None: in the doc)
+    reads_back = True  # a unit written is read back (False: the null store; nothing is let go)
     # records the store writer puts in one write_batch, and once it is behind (pmgr/store/
     # writer.py); a store whose commit has a fixed cost (sqlite's fsyncs) takes more
     BATCH_RECORDS: tuple[int, int] = (500, 500)

@@ -7,7 +7,10 @@ from pilot.pmgr.store.base import Batch, StateStore, check_kind
 
 
 class NullStore(StateStore):
-    """Persists nothing: the baseline when measuring what persistence costs."""
+    """Persists nothing: the baseline when measuring what persistence costs.  Nothing can be
+    read back, so a manager keeps its finished units as objects (pmgr/unit_table.py)."""
+
+    reads_back = False
 
     def __init__(self, url: str) -> None:
         self.url = url
