@@ -19,22 +19,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from pilot import plugins
+from pilot.rp_resources import REQUIRED
 
 NODE_FAILURE = ("continue", "fail")
 UNIT_LAUNCH = ("spawn", "zero")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
 MPI_COMMANDS = ("mpirun", "mpiexec", "srun")
 RENAMED = {"mpi_launcher": "mpi_command"}  # old key -> its name now (the old one still works)
-BY_BATCH = "(by batch_system)"
-REQUIRED = (
-    "project",
-    "queue",
-    "runtime",
-    "nodes",
-    "cores",
-    "gpus",
-    "memory",
-)  # `required`  # a default that follows from batch_system (parse fills it in)
+BY_BATCH = "(by batch_system)"  # a default that follows from batch_system (parse fills it in)
 log = logging.getLogger("pilot.config")
 
 

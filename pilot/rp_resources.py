@@ -60,9 +60,9 @@ import logging
 import os
 from pathlib import Path
 
-from pilot.resource_config import REQUIRED
-
 log = logging.getLogger("pilot.config")
+# the pilot description fields a site may require (`required`; RP's mandatory_args)
+REQUIRED = ("project", "queue", "runtime", "nodes", "cores", "gpus", "memory")
 BATCH = {"slurm": "slurm", "pbspro": "pbs", "pbs": "pbs", "torque": "pbs", "lsf": "lsf"}
 BATCH.update({"fork": "local", "local": "local"})
 RM_LAUNCH = {"SLURM": "srun", "PBSPRO": "mpiexec", "LSF": "ssh", "FORK": "fork"}
