@@ -68,6 +68,15 @@ def sessions_dir(tmp_path, monkeypatch):
     d = tmp_path / "sessions"
     d.mkdir()
     monkeypatch.setenv("PILOT_SESSIONS_DIR", str(d))
+    # a home of its own: what a test leaves under ~ (RP 1.x's ~/radical.pilot.sandbox) goes
+    # with its tmp_path, and the user's own ~/.radical configs never change a test; the
+    # caches stay where they are (pip's, XDG's)
+    real = os.path.expanduser("~")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.environ.get("XDG_CACHE_HOME", f"{real}/.cache"))
+    monkeypatch.setenv("PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR", f"{real}/.cache/pip"))
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
     return d
 
 
