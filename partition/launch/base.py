@@ -53,6 +53,27 @@ class NodeLaunch(Protocol):
     def stop(self, grace: float = 3.0) -> None: ...
 
 
+class OwnProcesses:
+    """The common part of a launch whose processes are the bootstrap's own children (exec,
+    mpiexec, ssh): `procs` by hint, polled by exited() (no fd to watch)."""
+
+    fd = None
+    procs: dict[int, subprocess.Popen]
+    _names: list[str]
+
+    def names(self) -> list[str]:
+        return self._names
+
+    def pids(self) -> set[int]:
+        return launched_pids(self.procs)
+
+    def exited(self) -> dict[int, int]:
+        return exit_codes(self.procs)
+
+    def stop(self, grace: float = 3.0) -> None:
+        stop_processes(list(self.procs.values()), grace)
+
+
 def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
     """The node daemon's command line, for every launch method."""
     args = [

@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from pilot.partition.launch.base import exit_codes, launched_pids, stop_processes
+from pilot.partition.launch.base import OwnProcesses
 
 
-class ExecLaunch:
+class ExecLaunch(OwnProcesses):
     method = "exec"
 
     @classmethod
@@ -30,11 +30,7 @@ class ExecLaunch:
         self.log_dir = log_dir
         self.env = env
         self._names = list(names)
-        self.fd = None  # (the bootstrap's own children: exited() polls them)
         self.procs: dict[int, subprocess.Popen] = {}  # hint -> its daemon
-
-    def names(self) -> list[str]:
-        return self._names
 
     def command(self, hint: int) -> list[str]:
         return [*self.argv, "--hint", str(hint), "--name", self._names[hint], "--watch-parent"]
@@ -51,12 +47,3 @@ class ExecLaunch:
                     stderr=subprocess.STDOUT,
                     close_fds=True,
                 )
-
-    def pids(self) -> set[int]:
-        return launched_pids(self.procs)
-
-    def exited(self) -> dict[int, int]:
-        return exit_codes(self.procs)
-
-    def stop(self, grace: float = 3.0) -> None:
-        stop_processes(list(self.procs.values()), grace)

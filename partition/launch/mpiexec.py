@@ -24,7 +24,7 @@ import os
 import shlex
 import subprocess
 
-from pilot.partition.launch.base import ALL_NODES, exit_codes, launched_pids, stop_processes
+from pilot.partition.launch.base import ALL_NODES, OwnProcesses
 
 NODE_FILES = ("PBS_NODEFILE", "LSB_DJOB_HOSTFILE", "PSIJ_NODEFILE")
 RANK = "${PMI_RANK:-${PALS_RANKID:-${PMIX_RANK:-${OMPI_COMM_WORLD_RANK:-0}}}}"
@@ -81,8 +81,11 @@ def wrap(names: list[str], log_dir: str) -> str:
     )
 
 
-class MpiexecLaunch:
-    method = "mpiexec"
+class OnHosts(OwnProcesses):
+    """The common part of a launch that reaches each node by its host name (mpiexec, ssh):
+    the hosts (`job_hosts`), their node names and the resource config's launcher."""
+
+    method = ""
 
     @classmethod
     def for_nodes(cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
@@ -96,12 +99,12 @@ class MpiexecLaunch:
         self.env = env
         self.hosts = hosts
         self._names = node_names(rcfg, hosts)
-        self.launcher = [rcfg.launcher or "mpiexec", *rcfg.launcher_options]
-        self.fd = None  # (the bootstrap's own child: exited() polls it)
-        self.procs: dict[int, subprocess.Popen] = {}  # ALL_NODES -> mpiexec
+        self.launcher = [rcfg.launcher or self.method, *rcfg.launcher_options]
+        self.procs: dict[int, subprocess.Popen] = {}  # hint (ALL_NODES: one for all) -> it
 
-    def names(self) -> list[str]:
-        return self._names
+
+class MpiexecLaunch(OnHosts):
+    method = "mpiexec"
 
     def command(self) -> list[str]:
         hostfile = os.path.join(self.log_dir, "nodes.hosts")
@@ -121,12 +124,3 @@ class MpiexecLaunch:
                 stderr=subprocess.STDOUT,
                 close_fds=True,
             )
-
-    def pids(self) -> set[int]:
-        return launched_pids(self.procs)
-
-    def exited(self) -> dict[int, int]:
-        return exit_codes(self.procs)
-
-    def stop(self, grace: float = 3.0) -> None:
-        stop_processes(list(self.procs.values()), grace)

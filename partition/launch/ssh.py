@@ -31,8 +31,7 @@ import shlex
 import subprocess
 import tempfile
 
-from pilot.partition.launch.base import exit_codes, launched_pids, stop_processes
-from pilot.partition.launch.mpiexec import job_hosts, node_names
+from pilot.partition.launch.mpiexec import OnHosts
 
 REMOTE = ["bash", "-s"]  # the remote command: a bash reading its script from ssh's stdin
 # the variables of this host's shell and ssh session, which the remote one sets itself (bash's
@@ -59,27 +58,12 @@ def remote_script(argv: list[str], env: dict, log_dir: str, hint: int, name: str
     return "\n".join(lines) + "\n"
 
 
-class SshLaunch:
+class SshLaunch(OnHosts):
     method = "ssh"
 
-    @classmethod
-    def for_nodes(cls, rcfg, n: int, argv: list[str], log_dir: str, env: dict, names: list[str]):
-        hosts = job_hosts(env, rcfg, n, cls.method)
-        return cls(rcfg, n, argv, log_dir, env, hosts)
-
     def __init__(self, rcfg, n: int, argv: list[str], log_dir: str, env: dict, hosts) -> None:
-        self.n = n
-        self.argv = argv
-        self.log_dir = log_dir
-        self.env = env
-        self.hosts = hosts
-        self._names = node_names(rcfg, hosts)
-        self.launcher = [rcfg.launcher or "ssh", *rcfg.launcher_options, "-o", "BatchMode=yes"]
-        self.fd = None  # (the bootstrap's own children: exited() polls them)
-        self.procs: dict[int, subprocess.Popen] = {}  # hint -> its ssh
-
-    def names(self) -> list[str]:
-        return self._names
+        super().__init__(rcfg, n, argv, log_dir, env, hosts)
+        self.launcher += ["-o", "BatchMode=yes"]
 
     def command(self, hint: int) -> list[str]:
         return [*self.launcher, self.hosts[hint], *REMOTE]
@@ -102,12 +86,3 @@ class SshLaunch:
                     stderr=subprocess.STDOUT,
                     close_fds=True,
                 )
-
-    def pids(self) -> set[int]:
-        return launched_pids(self.procs)
-
-    def exited(self) -> dict[int, int]:
-        return exit_codes(self.procs)
-
-    def stop(self, grace: float = 3.0) -> None:
-        stop_processes(list(self.procs.values()), grace)
