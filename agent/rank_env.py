@@ -88,14 +88,8 @@ def rank_env(
     `environment` (placeholders filled) and the PILOT_* variables.  The GPU variable holds
     plain GPU ids here (gpu_var names it, None when the unit sees no GPU variable);
     `Spawner.spawn` maps them through the node's inherited mask."""
-    env = {}
+    env = _unit_and_ids(unit, ids)
     var = None
-    user = unit.get("environment")
-    if user:
-        mapping = {f"{type_key(t).lower()}_ids": v for t, v in ids.items()}
-        env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
-    for t, v in ids.items():
-        env[ids_var(t)] = v
     env.update(unit_vars(unit, sandbox))
     env["PILOT_NODE_NAME"] = node_name
     env["PILOT_RANK"] = env["RP_RANK"] = str(rank)
@@ -185,9 +179,9 @@ def call_base_env(workdir: str, node_name: str) -> dict:
     }
 
 
-def call_unit_env(unit: dict, ids: dict, has_gpus: bool) -> tuple[dict, str | None]:
-    """The rest of a function call's rank_env (its unit's ids and its allocation's: with
-    call_base_env, what rank_env gives for it), and the GPU variable's name, as rank_env."""
+def _unit_and_ids(unit: dict, ids: dict) -> dict:
+    """The unit's `environment` (its %(cpus_ids)s-style placeholders filled) and the
+    PILOT_<TYPE>_IDS variables of its ids: what rank_env and call_unit_env both start from."""
     env = {}
     user = unit.get("environment")
     if user:
@@ -195,6 +189,13 @@ def call_unit_env(unit: dict, ids: dict, has_gpus: bool) -> tuple[dict, str | No
         env.update({k: (_fill(v, mapping) if "%(" in v else v) for k, v in user.items()})
     for t, v in ids.items():
         env[ids_var(t)] = v
+    return env
+
+
+def call_unit_env(unit: dict, ids: dict, has_gpus: bool) -> tuple[dict, str | None]:
+    """The rest of a function call's rank_env (its unit's ids and its allocation's: with
+    call_base_env, what rank_env gives for it), and the GPU variable's name, as rank_env."""
+    env = _unit_and_ids(unit, ids)
     uid = unit["uid"]
     name = unit.get("name") or uid
     env["PILOT_UNIT_ID"] = env["RP_UNIT_ID"] = env["RP_TASK_ID"] = uid
