@@ -42,9 +42,9 @@ import time
 import zmq
 
 from pilot import processes, staging
-from pilot.agent import unit_command
 from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.protocol import msg, pack
+from pilot.sandbox import output_names, sandbox_of
 from pilot.seen import SeenUnits
 from pilot.states import CANCELED, DONE, FAILED, FINAL, SCHEDULING, UNIT_MACHINE, check_move
 from pilot.updates import Moves
@@ -148,7 +148,7 @@ class Reporting:
             kept.update(r.extra)
         if r.left_empty:  # nothing of it is there: no directory is left behind
             root = self.cfg["pilot_sandbox"]
-            self.stager.recycle(r.sandbox or unit_command.sandbox_of(root, r.unit))
+            self.stager.recycle(r.sandbox or sandbox_of(root, r.unit))
         if r.fail_reason is not None:
             info = {"reason": r.fail_reason, **kept}
             if not r.not_started:  # (a unit that never ran has no exit code)
@@ -173,7 +173,7 @@ class Reporting:
     def stage_out(self, unit: dict) -> str | None:
         """The unit's pilot-side output steps (COPY, LINK, MOVE), in order; the first fatal
         failure's text, or None."""
-        sandbox = unit_command.sandbox_of(self.cfg["pilot_sandbox"], unit)
+        sandbox = sandbox_of(self.cfg["pilot_sandbox"], unit)
         for d in unit["stage_out"]:
             why = staging.act(d, self.cfg["pilot_sandbox"], sandbox)
             if why and why.startswith("skipped: "):
@@ -185,9 +185,9 @@ class Reporting:
     def clean_up(self, unit: dict) -> dict:
         """A `cleanup` unit's sandbox is removed once it ended; the first KEPT_OUTPUT bytes of
         its stdout and stderr travel with its final state instead."""
-        sandbox = unit_command.sandbox_of(self.cfg["pilot_sandbox"], unit)
+        sandbox = sandbox_of(self.cfg["pilot_sandbox"], unit)
         kept = {}
-        for key, name in zip(("stdout", "stderr"), unit_command.output_names(unit)):
+        for key, name in zip(("stdout", "stderr"), output_names(unit)):
             try:
                 with open(os.path.join(sandbox, name), "rb") as f:
                     kept[key] = f.read(KEPT_OUTPUT).decode(errors="replace")

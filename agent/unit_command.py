@@ -116,15 +116,6 @@ def mpi_argv(unit: dict, launcher: str, hosts: list[tuple[str, int]]) -> list[st
     return head + argv(unit)
 
 
-def sandbox_of(root: str, unit: dict) -> str:
-    """The unit's sandbox: `sandbox` (relative to the pilot sandbox `root`, or absolute) or
-    ROOT/<uid>."""
-    named = unit.get("sandbox")
-    if named:
-        return os.path.join(root, named)
-    return f"{root}{unit['uid']}" if root.endswith(os.sep) else f"{root}{os.sep}{unit['uid']}"
-
-
 def stage_in(pilot_sandbox: str, sandbox: str, unit: dict) -> None:
     """The unit's pilot-side input steps (COPY, LINK, MOVE; pilot/staging.py), in order;
     StagingError naming the first that failed (one marked SKIP_FAILED / NON_FATAL is logged)."""
@@ -134,13 +125,3 @@ def stage_in(pilot_sandbox: str, sandbox: str, unit: dict) -> None:
             log.warning("%s: input staging %s", unit["uid"], why)
         elif why:
             raise staging.StagingError(f"input staging: {why}")
-
-
-def output_names(unit: dict) -> tuple[str, str]:
-    """Its stdout / stderr files: as named, else STDOUT / STDERR, or <uid>.out / <uid>.err in
-    a sandbox it names (units may share one)."""
-    if unit.get("sandbox"):
-        out, err = f"{unit['uid']}.out", f"{unit['uid']}.err"
-    else:
-        out, err = "STDOUT", "STDERR"
-    return unit.get("stdout") or out, unit.get("stderr") or err

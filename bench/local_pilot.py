@@ -36,7 +36,7 @@ class PilotRun:
     def agents(self) -> list[int]:
         """The pids of the pilot's agents, as their logs say (agents are forked by a zygote:
         their command lines do not tell them apart)."""
-        from pilot.pmgr import reaper
+        from pilot.pmgr.core import reaper
 
         live = set(reaper.session_processes(self.session.uid))
         out = []

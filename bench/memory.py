@@ -9,7 +9,7 @@ waited for.  They differ in what the script holds while it waits:
   objects   the list of Unit objects submit_units returned (what the script asked to keep:
             every unit stays in memory, as a RADICAL-Pilot client keeps each unit's dict)
   uids      only their uids: the manager lets go of each unit once it is final, stored and
-            its callbacks ran (pmgr/unit_table.py: a byte each), so what remains is the
+            its callbacks ran (pmgr/core/unit_table.py: a byte each), so what remains is the
             manager's own cost for finished work; the baseline row of the same run
 
 Printed: each process's RSS before the submit, its peak (VmHWM) and its RSS at the end, and

@@ -37,7 +37,7 @@ TARGETS = {"rate": 20_000, "client": 50, "agent": 25, "bootstrap": 5}
 def _agents(pilot, session) -> list[int]:
     import re
 
-    from pilot.pmgr import reaper
+    from pilot.pmgr.core import reaper
 
     live = set(reaper.session_processes(session.uid))
     out = []

@@ -4,7 +4,7 @@ What they do, in build order:
 - on_config: a source tree for mkdocstrings (griffe reads source, it does not import): the
   installed package `pilot` maps the folders agent/, partition/, pmgr/, configs/ in as its
   subpackages (setup.cfg's package_dir); build/docs-src/pilot is that mapping in symlinks, so
-  that `pilot.pmgr.session.Session` is found as source.
+  that `pilot.pmgr.core.session.Session` is found as source.
 - on_files: the pages under reference/api/, one `::: identifier` block per public class and
   function of `pilot` (its __all__), `pilot.entk` and `pilot.parsl`, grouped by SECTIONS, and a
   table of their constants.  A public name without a docstring fails the build (an error,

@@ -1,7 +1,8 @@
 """Finding the client: the first of its addresses that answers (step `boot.connect`).
 
 A client whose pilot job may run on another host listens on every address of its host and gives
-the job the list (pmgr/pilot.py `client_endpoint`; nothing to configure).  The bootstrap opens a
+the job the list (pmgr/core/pilot.py `client_endpoint`; nothing to configure).  The bootstrap opens
+a
 probe per address at once: a DEALER with the session's CURVE keys, no identity, whose socket
 monitor reports the handshake.  The first probe whose CURVE handshake succeeds names the address
 of the pilot link (a completed handshake proves the peer holds the session's server key: another

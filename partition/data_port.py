@@ -1,6 +1,6 @@
 """The pilot's end of data staging: files from and to the client over the pilot link, in chunks.
 
-Protocol (client -> bootstrap on the pilot link, answered on it; pmgr/transfers.py is the
+Protocol (client -> bootstrap on the pilot link, answered on it; pmgr/core/transfers.py is the
 other end).  One chunk is in flight per transfer: the client sends the next when the last is
 answered, so a 1 GB file never sits in memory or in a socket queue, on either side.
     -> put  {id, target, unit, sandbox, offset, last, tar}  + a chunk of bytes
@@ -24,7 +24,7 @@ import tarfile
 import time
 
 from pilot import checks, staging
-from pilot.agent.unit_command import sandbox_of
+from pilot.sandbox import sandbox_of
 
 CHUNK = 1 << 20  # bytes per message
 IDLE = 600.0  # seconds after which a transfer nobody continues is dropped

@@ -38,29 +38,31 @@ _WHERE = {
     "PilotOwned": "pilot.errors",
     "StoreUnavailable": "pilot.errors",
     "Policy": "pilot.policy",
-    "Partition": "pilot.pmgr.entities",
-    "Unit": "pilot.pmgr.entities",
-    "Pilot": "pilot.pmgr.pilot",
-    "PilotManager": "pilot.pmgr.rp1_pilots",  # (RP 0.90's and 1.x's: takes both descriptions)
-    "Session": "pilot.pmgr.session",
-    "UnitManager": "pilot.pmgr.unit_manager",
-    "UnitStream": "pilot.pmgr.unit_stream",  # submit_units(iterable, lazy=True)
-    "Executor": "pilot.pmgr.executor",  # a concurrent.futures.Executor (pilot.parsl: Parsl's)
-    "ExecutorError": "pilot.pmgr.executor",
+    "Partition": "pilot.pmgr.core",
+    "Unit": "pilot.pmgr.core",
+    "Pilot": "pilot.pmgr.core",
+    # (RP 0.90's and 1.x's: takes both descriptions)
+    "PilotManager": "pilot.pmgr.compat.rp1.pilots",
+    "Session": "pilot.pmgr.core",
+    "UnitManager": "pilot.pmgr.core",
+    "UnitStream": "pilot.pmgr.core",  # submit_units(iterable, lazy=True)
+    # a concurrent.futures.Executor (pilot.parsl: Parsl's)
+    "Executor": "pilot.pmgr.compat.futures.executor",
+    "ExecutorError": "pilot.pmgr.compat.futures.executor",
     # RADICAL-Pilot 1.x (README, "Coming from RADICAL-Pilot 1.x")
     "PilotDescription": "pilot.pilot_description",
-    "TaskDescription": "pilot.task_description",
-    "TaskManager": "pilot.pmgr.tasks",
-    "Task": "pilot.pmgr.task",
-    "Raptor": "pilot.pmgr.raptor",
-    "RaptorWorker": "pilot.pmgr.raptor",
+    "TaskDescription": "pilot.pmgr.compat.rp1.task_description",
+    "TaskManager": "pilot.pmgr.compat.rp1.tasks",
+    "Task": "pilot.pmgr.compat.rp1.task",
+    "Raptor": "pilot.pmgr.compat.rp1.raptor",
+    "RaptorWorker": "pilot.pmgr.compat.rp1.raptor",
     "pythontask": "pilot.functions",
-    "Node": "pilot.agent.rp_nodes",
-    "NodeList": "pilot.agent.rp_nodes",
-    "RankRequirements": "pilot.agent.rp_nodes",
-    "RO": "pilot.agent.rp_nodes",
-    "ResourceOccupation": "pilot.agent.rp_nodes",
-    "Slot": "pilot.agent.rp_nodes",
+    "Node": "pilot.pmgr.compat.rp1.nodes",
+    "NodeList": "pilot.pmgr.compat.rp1.nodes",
+    "RankRequirements": "pilot.pmgr.compat.rp1.nodes",
+    "RO": "pilot.pmgr.compat.rp1.nodes",
+    "ResourceOccupation": "pilot.pmgr.compat.rp1.nodes",
+    "Slot": "pilot.pmgr.compat.rp1.nodes",
 }
 _WHERE["RaptorMaster"] = _WHERE["Raptor"]
 _STATES = (
@@ -86,9 +88,11 @@ _RP1 = (
     "TASK_EVAL TASK_EXEC TASK_PROC TASK_SHELL TASK_SERVICE RAPTOR_MASTER RAPTOR_WORKER "
     "AGENT_SERVICE CUDA ROCm DOWNLOAD DEFAULT_FLAGS DEFAULT_ACTION DEFAULT_PRIORITY FREE BUSY DOWN"
 ).split()
-_WHERE.update(dict.fromkeys(_RP1, "pilot.rp1_names"))
-_WHERE["FINAL"] = "pilot.rp1_names"  # (pilot.states.FINAL, to which a list may be added)
-_WHERE.update({"UNIT_STATE": "pilot.pmgr.entities", "PILOT_STATE": "pilot.pmgr.entities"})
+_WHERE.update(dict.fromkeys(_RP1, "pilot.pmgr.compat.rp1.names"))
+_WHERE["FINAL"] = (
+    "pilot.pmgr.compat.rp1.names"  # (pilot.states.FINAL, to which a list may be added)
+)
+_WHERE.update({"UNIT_STATE": "pilot.pmgr.core", "PILOT_STATE": "pilot.pmgr.core"})
 __version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
 
 

@@ -50,9 +50,8 @@ from pilot.control_client import (  # (the dashboard reaches a pilot the same wa
 
 
 def sessions_dir() -> str:
-    from pilot.pmgr.session import (
-        sessions_dir,  # the client is loaded only by commands that need it
-    )
+    # the client is loaded only by commands that need it
+    from pilot.pmgr.core import sessions_dir
 
     return sessions_dir()
 

@@ -3,9 +3,9 @@
     from pilot.parsl import PilotExecutor
     parsl.load(Config(executors=[PilotExecutor(label="pilot")]))
 
-The executor is pmgr/parsl_executor.py; this module is its name in the user API.
+The executor is pmgr/compat/parsl/executor.py; this module is its name in the user API.
 """
 
-from pilot.pmgr.parsl_executor import PilotExecutor
+from pilot.pmgr.compat.parsl import PilotExecutor
 
 __all__ = ["PilotExecutor"]

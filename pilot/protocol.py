@@ -5,7 +5,7 @@ BODY is compact JSON (UTF-8).  Unit batches are forwarded by the bootstrap as ra
 decoded on the way.  A message that does not decode, or has an unknown TYPE, is logged and answered
 with an error where a reply is expected; it never stops a component.
 
-Pilot link: client ROUTER (binds 127.0.0.1:random, or every address: pmgr/channel.py) <->
+Pilot link: client ROUTER (binds 127.0.0.1:random, or every address: pmgr/core/channel.py) <->
 bootstrap DEALER (identity = pilot uid; connected to the first client address that answers)
   bootstrap -> client
     hello   {pilot, pid, control, size, attach,      bootstrap is up: pilot ACTIVE; nodes:

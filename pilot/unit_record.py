@@ -116,7 +116,7 @@ class UnitRecord(dict):
         if "MPI" in (d.cpu_process_type, d.gpu_process_type):
             self["mpi"] = True  # one MPI starter over its ranks (agent/unit_command.py)
         # staging: pilot-side steps go with the unit to its agent, client-side ones are done
-        # at the client (pmgr/transfers.py) before it is sent / before it is DONE
+        # at the client (pmgr/core/transfers.py) before it is sent / before it is DONE
         for key, field in (("stage_in", "input_staging"), ("stage_out", "output_staging")):
             steps = [s for s in d.peek(field) if not staging.at_client(s)]
             if steps:

@@ -1,3 +1,3 @@
-"""The client: Session, PilotManager and Pilot (pilot.py), UnitManager (routing.py,
-unit_events.py), the pilot link, batch submission (batch/), the state store (store/),
-recovery and the views of a session (observe/)."""
+"""The client, in layers (docs/architecture.md): batch/ and store/ at the bottom, core/ (Session,
+PilotManager, UnitManager, the pilot link) on them, observe/ (what a user sees of a session)
+above, and compat/ (the faces: RADICAL-Pilot 1.x, EnTK, concurrent.futures, Parsl) on top."""

@@ -13,7 +13,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import pilot as rp  # noqa: E402
-from pilot.pmgr import reaper  # noqa: E402
+from pilot.pmgr.core import reaper  # noqa: E402
 
 
 def pytest_configure(config):

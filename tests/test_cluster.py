@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests import netns
 from tests.test_slurm import _why_not as slurm_unavailable
 

@@ -1,4 +1,4 @@
-"""RADICAL-EnTK's API as `pilot.entk` (pmgr/entk/).  Pipelines of our own in EnTK's style
+"""RADICAL-EnTK's API as `pilot.entk` (pmgr/compat/entk/).  Pipelines of our own in EnTK's style
 (tests/entk_scripts/) each run as a process, in a fresh working directory, and are checked for
 what EnTK would show: the order of stages from the times their tasks recorded, pipelines side
 by side, what a post_exec added, the contents of staged data, suspend and resume, failed tasks;
@@ -15,9 +15,9 @@ import sys
 import pytest
 
 import pilot.entk as re
-from pilot.pmgr import reaper
-from pilot.pmgr.entk import references
-from pilot.pmgr.entk.describe import Catalog
+from pilot.pmgr.compat.entk import references
+from pilot.pmgr.compat.entk.describe import Catalog
+from pilot.pmgr.core import reaper
 from tests.conftest import ROOT
 
 SCRIPTS = os.path.join(ROOT, "tests", "entk_scripts")

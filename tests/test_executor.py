@@ -1,4 +1,5 @@
-"""rp.Executor, the concurrent.futures front door (pmgr/executor.py), black-box: real pilots,
+"""rp.Executor, the concurrent.futures front door (pmgr/compat/futures/executor.py), black-box:
+real pilots,
 and CPython's own concurrent.futures tests run against it (tests/cpython_futures.py)."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from concurrent import futures
 import pytest
 
 import pilot as rp
-from pilot.pmgr import reaper
+from pilot import remote_call
+from pilot.pmgr.core import reaper
 from tests.conftest import ROOT, local_pilot
 
 CPD = rp.ComputePartitionDescription
@@ -154,7 +156,8 @@ def test_shutdown_semantics(tmp_path):
 
 def test_shutdown_sees_the_calls_being_submitted(monkeypatch):
     """cancel_futures and wait cover the calls the feeder has taken and is still packing."""
-    from pilot.pmgr import executor_feed, remote_call
+    from pilot import remote_call
+    from pilot.pmgr.compat.futures import executor_feed
 
     packing, slow = executor_feed.remote_call.packed, threading.Event()
 
@@ -216,7 +219,7 @@ def test_reconfig_under_a_running_executor_loses_nothing(session):
 
 def test_runtime_limit_and_a_dead_worker(ex):
     desc = rp.ComputeUnitDescription(
-        function=rp.pmgr.remote_call.pack_call(nap, (30,), {}), **ex.call_fields()
+        function=remote_call.pack_call(nap, (30,), {}), **ex.call_fields()
     )
     slow = ex.submit_unit(desc, runtime=0.5)
     with pytest.raises(TimeoutError, match="runtime limit of 0.5 s"):

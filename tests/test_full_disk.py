@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

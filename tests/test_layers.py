@@ -1,21 +1,52 @@
-"""The layers import one way (README, "How it is built"): pilot core <- agent <- partition <-
-pmgr <- the face (pilot/__init__, pilot/__main__, pilot/cli, pilot/parsl, pilot/entk).  Every
-import counts, function-level ones included; no module imports the face; no two modules import
-each other through any chain.
-The layers are the top-level folders; installed, each is a subpackage of the one import name
-`pilot` (agent/ is pilot.agent, ...: setup.cfg), and no module imports a folder's bare name."""
+"""The layers import one way (docs/architecture.md, "How it is built"), lowest first:
+
+    pilot/ (the core every process shares) <- agent/ <- partition/ <- pmgr/batch, pmgr/store
+    <- pmgr/core (the client's core) <- pmgr/observe <- pmgr/compat/{rp1,entk,futures,parsl}
+    (the faces) <- the user API (pilot/__init__, __main__, cli, parsl, entk)
+
+Every import counts, function-level ones included.  No module imports a higher layer or a
+sibling of its own rank (batch and store know nothing of each other, nor one face of another
+but through its package); what is above the client's core uses it only through the names
+pmgr/core/__init__.py declares, imported from that package, and a face uses another face only
+through the names that face's package declares; no two modules import each other through any
+chain.  The layers are folders; installed, each is a subpackage of the one import name `pilot`
+(agent/ is pilot.agent, ...: setup.cfg), and no module imports a folder's bare name."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 
 from tests.conftest import ROOT
 
-PACKAGES = ("pilot", "agent", "partition", "pmgr")  # the layers' folders, lowest first
+PACKAGES = ("pilot", "agent", "partition", "pmgr")  # the top-level folders, lowest first
 FOLDERS = (*PACKAGES, "configs")
-FACE = {"pilot", "pilot.__main__", "pilot.cli", "pilot.parsl", "pilot.entk"}  # Parsl, EnTK
-RANK = {"pilot": 0, "agent": 1, "partition": 2, "pmgr": 3, "face": 4}
+FACE = {"pilot", "pilot.__main__", "pilot.cli", "pilot.parsl", "pilot.entk"}  # the user API
+# a module's layer is its longest prefix here; a layer may import only lower ranks (and itself)
+RANK = {
+    "pilot": 0,
+    "pilot.agent": 1,
+    "pilot.partition": 2,
+    "pilot.pmgr.batch": 3,
+    "pilot.pmgr.store": 3,
+    "pilot.pmgr": 4,
+    "pilot.pmgr.core": 4,
+    "pilot.pmgr.observe": 5,
+    "pilot.pmgr.compat": 6,
+    "pilot.pmgr.compat.rp1": 6,
+    "pilot.pmgr.compat.entk": 6,
+    "pilot.pmgr.compat.futures": 6,
+    "pilot.pmgr.compat.parsl": 6,
+    "face": 7,
+}
+CORE = "pilot.pmgr.core"
+FACES = (
+    "pilot.pmgr.compat.rp1",
+    "pilot.pmgr.compat.entk",
+    "pilot.pmgr.compat.futures",
+    "pilot.pmgr.compat.parsl",
+)
 
 
 def installed_name(rel: str) -> str:
@@ -58,11 +89,25 @@ def imports(name: str, path: str, known: dict) -> set[str]:
 
 
 def layer(name: str) -> str:
-    """The layer (its folder) of an installed module name."""
+    """The layer of an installed module name: its longest prefix in RANK."""
     if name in FACE:
         return "face"
     parts = name.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in RANK else "pilot"
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in RANK:
+            return ".".join(parts[:n])
+    raise AssertionError(f"{name} is in no layer")
+
+
+def from_imports(path: str):
+    """(line, module, names) of every `from X import names` and (line, X, None) of every
+    `import X` in the file at `path` (absolute imports: the project has no relative ones)."""
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.lineno, node.module or "", [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name, None
 
 
 def test_one_import_name_for_every_folder():
@@ -99,6 +144,15 @@ def test_imports_point_down_and_never_around():
         f"{a} -> {b}" for a, bs in graph.items() for b in bs if RANK[layer(b)] > RANK[layer(a)]
     ]
     assert not upward, f"imports of a higher layer (or of the face): {upward}"
+    # a sibling of the same rank (batch and store; one face and another) only through the
+    # declared names of its package (checked below): never one of its modules
+    sideways = [
+        f"{a} -> {b}"
+        for a, bs in graph.items()
+        for b in bs
+        if layer(a) != layer(b) and RANK[layer(b)] == RANK[layer(a)] and b not in FACES
+    ]
+    assert not sideways, f"imports of a sibling layer's module: {sideways}"
     cycles = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
@@ -116,3 +170,77 @@ def test_imports_point_down_and_never_around():
             visit(name, [name])
     assert not cycles, f"import cycles: {cycles}"
     assert len(graph) > 40  # the walk found the project, not an empty tree
+
+
+def declared_users(module: str):
+    """The modules that may use `module`'s package only through its declared names."""
+    if module == CORE:
+        return lambda user: RANK[layer(user)] > RANK[CORE]
+    return lambda user: layer(user) != module and layer(user).startswith("pilot.pmgr.compat")
+
+
+def test_the_core_and_each_face_are_used_through_their_declared_names():
+    """Above the client's core, a module imports from it only `from pilot.pmgr.core import
+    NAME` with NAME one of the names pmgr/core/__init__.py declares; a face imports another
+    face the same way.  The user API's table (pilot/__init__.py) names only declared names
+    of the core, or modules of the faces."""
+    bad = []
+    for package in (CORE, *FACES):
+        declared = set(importlib.import_module(package).__all__)
+        may_not_reach_in = declared_users(package)
+        for name, path in modules().items():
+            if not may_not_reach_in(name):
+                continue
+            for line, mod, names in from_imports(path):
+                inside = mod == package or mod.startswith(package + ".")
+                if not inside:
+                    continue
+                if mod != package or names is None:
+                    bad.append(f"{name}:{line} imports {mod} (not through {package})")
+                else:
+                    bad += [
+                        f"{name}:{line} {package}.{n} is not declared"
+                        for n in names
+                        if n not in declared
+                    ]
+    assert not bad, "\n".join(bad)
+    import pilot
+
+    core_names = set(importlib.import_module(CORE).__all__)
+    undeclared = [
+        f"rp.{n} -> {where}"
+        for n, where in pilot._WHERE.items()  # noqa: SLF001 (the user API's table)
+        if where.startswith(CORE) and (where != CORE or n not in core_names)
+    ]
+    assert not undeclared, f"the user API reaches into the core: {undeclared}"
+
+
+def test_the_declared_names_exist():
+    """Every declared name of the core and the faces is there (a rename cannot leave one
+    dangling)."""
+    for package in (CORE, *FACES):
+        pkg = importlib.import_module(package)
+        for n in pkg.__all__:
+            assert getattr(pkg, n) is not None, f"{package}.{n}"
+
+
+def test_the_manuals_drawing_is_the_tree():
+    """docs/architecture.md draws every package folder, each under its parent, and no other."""
+    text = open(os.path.join(ROOT, "docs", "architecture.md")).read()
+    drawing = text.split("```text\n", 1)[1].split("```", 1)[0]
+    drawn, stack = set(), []
+    for line in drawing.splitlines():
+        word = line.split(" ", 1)[0] if not line.startswith(" ") else line.strip().split(" ")[0]
+        if not word.endswith("/"):
+            continue  # a continued description
+        depth = (len(line) - len(line.lstrip())) // 4
+        stack[depth:] = [word.rstrip("/")]
+        drawn.add("/".join(stack))
+    found = set()
+    for top in FOLDERS:
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            if "__init__.py" in files:
+                found.add(os.path.relpath(d, ROOT))
+    assert drawn == found, (
+        f"drawn but not there: {drawn - found}; there but not drawn: {found - drawn}"
+    )

@@ -25,7 +25,7 @@ import time
 import pytest
 
 import pilot as rp
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests import netns
 from tests.conftest import ROOT
 from tests.faults import check_exactly_once, truth_unit

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests import netns
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

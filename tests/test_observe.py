@@ -15,8 +15,9 @@ from collections import Counter
 import pytest
 
 import pilot as rp
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from pilot.pmgr.observe import extras, plot, series, timeline
+from pilot.pmgr.store import held
 from pilot.pmgr.store.base import Batch
 from pilot.pmgr.store.sqlite import SqliteStore
 from tests.conftest import ROOT, active_pilot
@@ -368,10 +369,10 @@ def test_sweep_counts_touching_and_empty_intervals():
     assert step.peak == 3  # [0,1) and [1,2) touch; [1,1) holds nothing
     assert list(step.at([0.5, 1.0, 2.5, 5.5, 7.0])) == [2, 3, 0, 1, 0]
     assert series.sweep([], [], 1).peak == 0
-    assert timeline.held({"cpus": [0, 1], "gpus": [0]}, {}) == (2, 1)
-    assert timeline.held([{"cpus": [0]}, {"cpus": [1]}], {"ranks": 2}) == (2, 0)
-    assert timeline.held(None, {"ranks": 2, "cores": 3, "gpu_processes": 2}) == (6, 2)
-    assert timeline.held({"cpus": [0], "gpus": [0]}, {"gpus": 0.5}) == (1, 0.5)
+    assert held.held({"cpus": [0, 1], "gpus": [0]}, {}) == (2, 1)
+    assert held.held([{"cpus": [0]}, {"cpus": [1]}], {"ranks": 2}) == (2, 0)
+    assert held.held(None, {"ranks": 2, "cores": 3, "gpu_processes": 2}) == (6, 2)
+    assert held.held({"cpus": [0], "gpus": [0]}, {"gpus": 0.5}) == (1, 0.5)
 
 
 def test_a_big_session_is_binned_and_its_trace_capped(database_url, tmp_path, capsys, monkeypatch):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import pilot as rp
-from pilot.pmgr.pilot import Pilot
+from pilot.pmgr.core.pilot import Pilot
 from tests.conftest import active_pilot
 
 
@@ -48,7 +48,7 @@ def test_a_bug_in_a_handler_is_an_internal_error_not_a_bad_message(session, capl
         raise KeyError("no such field")
 
     monkeypatch.setattr(Pilot, "on_hb", broken)
-    from pilot.pmgr import session as session_module
+    from pilot.pmgr.core import session as session_module
 
     monkeypatch.setitem(session_module.HANDLERS, b"hb", Pilot.on_hb)
     with caplog.at_level(logging.ERROR):

@@ -1,4 +1,4 @@
-"""pilot.parsl.PilotExecutor (pmgr/parsl_executor.py), black-box through Parsl's own API, and
+"""pilot.parsl.PilotExecutor (pmgr/compat/parsl/executor.py), black-box through Parsl's own API, and
 Parsl's own config-agnostic tests run with it (as Parsl's Makefile runs htex_local_test)."""
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ def test_runtime_expiry_tears_down_in_order(session):
 
 
 def test_no_process_left_after_close_even_with_running_units(make_session):
-    from pilot.pmgr import reaper
+    from pilot.pmgr.core import reaper
 
     session = make_session()
     pilot, umgr = active_pilot(session, parts=((1,), (1,)))

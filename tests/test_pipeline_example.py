@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from pilot.pmgr.store import open_store
 from tests.conftest import ROOT
 

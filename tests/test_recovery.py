@@ -236,7 +236,7 @@ def test_an_owner_stopped_through_a_take_over_fails_nothing_when_it_comes_back(
 ):
     """The owning client is stopped (SIGSTOP) for longer than client_timeout; another client
     attaches meanwhile (the owner counts as gone: it is not told).  Back, the old owner finds
-    its pilot silent: the store's owner mark (pmgr/ownership.py) says who took it over, so it
+    its pilot silent: the store's owner mark (pmgr/core/ownership.py) says who took it over, so it
     releases the pilot and fails nothing (before: pilot, partition and units FAILED in the
     store the new owner writes)."""
     import signal

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import pilot as rp
-from pilot.pmgr import reaper
-from pilot.task_form import MPI_RANK, unit_form
+from pilot.pmgr.compat.rp1.task_form import MPI_RANK, unit_form
+from pilot.pmgr.core import reaper
 from pilot.unit_record import UnitRecord
 from tests.conftest import ROOT
 
@@ -45,7 +45,7 @@ def test_rp1_script_runs_to_its_end(name, tmp_path):
 
 
 class _Context:
-    """A TaskContext (pilot/task_form.py) without a TaskManager."""
+    """A TaskContext (pmgr/compat/rp1/task_form.py) without a TaskManager."""
 
     def __init__(self) -> None:
         self.first: dict = {}
@@ -99,7 +99,7 @@ def test_task_descriptions_become_the_units_that_run():
     evals = unit_form(rp.TaskDescription({"mode": rp.TASK_EVAL, "code": "1+1"}), "t4", ctx)
     assert evals.function.__name__ == "eval_code" and evals.args == ("1+1",)
     named = unit_form(rp.TaskDescription({"mode": rp.TASK_FUNC, "function": "hello"}), "t5", ctx)
-    assert named.function == "pilot.raptor_functions.hello"
+    assert named.function == "pilot.pmgr.compat.rp1.raptor_functions.hello"
     raptor = unit_form(rp.TaskDescription({"function": "a.b", "raptor_id": "r"}), "t6", ctx)
     assert raptor.partition == "pilot.0000.part.0009"
     with pytest.raises(ValueError, match="no name the workers know"):
@@ -122,7 +122,7 @@ def test_priority_is_on_the_wire_only_when_set():
 
 
 def test_every_rp1_name_is_reachable_from_the_package():
-    from pilot import rp1_names
+    from pilot.pmgr.compat.rp1 import names as rp1_names
 
     own = ("MODES", "GPU_ENV", "FLAG_BITS", "StateSet")  # (the module's own tables)
     public = [n for n in vars(rp1_names) if n[0].isupper() and n not in own]

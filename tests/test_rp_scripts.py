@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests.conftest import ROOT
 
 SCRIPTS = os.path.join(ROOT, "tests", "rp_scripts")

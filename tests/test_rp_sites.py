@@ -20,7 +20,7 @@ import yaml
 
 import pilot as rp
 from pilot import resource_config
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests import netns
 from tests.conftest import ROOT
 

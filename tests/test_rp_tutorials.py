@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests.conftest import ROOT
 
 HERE = os.path.join(ROOT, "tests", "rp_tutorials")

@@ -1,5 +1,5 @@
 """Shutdown in order: every message a close owes its pilots is sent before the pilot ends, or
-knowingly dropped, silently (pmgr/session.py `close`, pmgr/pilot.py `_ack`).
+knowingly dropped, silently (pmgr/core/session.py `close`, pmgr/core/pilot.py `_ack`).
 
 The acknowledgement of a unit's outcome (`ack`: the store has it, the pilot may let go of it)
 follows the store's write of that outcome; a store writer that is behind at close used to

@@ -1,4 +1,4 @@
-"""Data staging (pilot/staging.py, pmgr/transfers.py, partition/data_port.py): directives
+"""Data staging (pilot/staging.py, pmgr/core/transfers.py, partition/data_port.py): directives
 checked when written, files moved over the pilot link in chunks, failures named."""
 
 from __future__ import annotations
@@ -210,7 +210,8 @@ def test_a_tarball_to_a_task_file_leaves_the_file(session, tmp_path, monkeypatch
 
 
 def test_a_pilots_staging_lands_where_a_units_copy_would(session, tmp_path, monkeypatch):
-    """PilotDescription input_staging (pmgr/pilot_staging.py) places as COPY does: a target
+    """PilotDescription input_staging (pmgr/compat/rp1/pilot_staging.py) places as COPY does: a
+    target
     ending in / is a directory the source goes in under its own name."""
     monkeypatch.chdir(tmp_path)
     _tree(tmp_path / "data", "dir")

@@ -422,7 +422,7 @@ def test_bytes_in_a_description_and_a_value_come_back_whole(store):
 
 
 def test_marks_are_kept_replaced_and_found_by_prefix(store, database_url):
-    """put_mark / marks (a named stream's segments: pmgr/stream_marks.py), seen by another
+    """put_mark / marks (a named stream's segments: pmgr/core/stream_marks.py), seen by another
     connection to the same database."""
     store.put_mark("s1/stream/a/00000000", "unit:0")
     store.put_mark("s1/stream/a/00000001", "unit:4096")

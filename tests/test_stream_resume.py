@@ -1,4 +1,4 @@
-"""A named stream survives its client (pmgr/stream_marks.py): a client streaming 200,000
+"""A named stream survives its client (pmgr/core/stream_marks.py): a client streaming 200,000
 zero-launch units is killed (SIGKILL) at five random points; after each, a new client attaches
 to the session and resumes the stream from the same generator; in the end every item ran
 exactly once: one unit each, DONE, the unit of its item (its description says which of 97),
@@ -17,9 +17,9 @@ import sys
 import time
 from collections import Counter
 
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
+from pilot.pmgr.core.stream_marks import SEGMENT
 from pilot.pmgr.store import open_store
-from pilot.pmgr.stream_marks import SEGMENT
 from tests.conftest import ROOT
 from tests.scenarios.stream_client import KINDS, NAME
 

@@ -1,5 +1,5 @@
-"""Memory that does not grow with finished work, and streaming submission (pmgr/unit_table.py,
-pmgr/unit_stream.py): a final unit the store has, that nobody holds, is let go of and read back
+"""Memory that does not grow with finished work, and streaming submission (pmgr/core/unit_table.py,
+pmgr/core/unit_stream.py): a final unit the store has, that nobody holds, is let go of and read back
 from the store when asked for; a generator of descriptions is pulled only while fewer than
 `window` units are in flight."""
 

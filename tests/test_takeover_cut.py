@@ -26,7 +26,7 @@ from collections import Counter
 import pytest
 
 import pilot as rp
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests.conftest import ROOT
 from tests.faults import check_exactly_once, read_truth
 

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 import pilot as rp
-from pilot.pmgr import reaper
+from pilot.pmgr.core import reaper
 from tests.conftest import ROOT, active_pilot
 
 pexpect = pytest.importorskip("pexpect")
@@ -265,7 +265,7 @@ def test_progress_is_silent_without_a_terminal(make_session, capfd, monkeypatch)
 
 
 def test_progress_is_asked_for_explicitly_or_by_environment(monkeypatch):
-    from pilot.pmgr import progress
+    from pilot.pmgr.core import progress
 
     monkeypatch.delenv("PILOT_PROGRESS", raising=False)
     assert not progress.asked(None) and progress.asked(True)

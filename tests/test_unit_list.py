@@ -1,4 +1,4 @@
-"""What submit_units returns for a list or an iterable (pmgr/unit_list.py): a sequence of the
+"""What submit_units returns for a list or an iterable (pmgr/core/unit_list.py): a sequence of the
 units that holds their uids, not the units: once released, a unit held by nobody else is gone
 from memory, and the list makes it again when asked."""
 
@@ -9,7 +9,7 @@ import time
 import weakref
 
 import pilot as rp
-from pilot.pmgr.unit_list import UidRuns, UnitList
+from pilot.pmgr.core.unit_list import UidRuns, UnitList
 from tests.conftest import active_pilot
 
 CUD = rp.ComputeUnitDescription

@@ -21,8 +21,8 @@ from pilot.agent import unit_command
 from pilot.agent.rank_env import rp_pilot_vars
 from pilot.agent.runners.base import Run
 from pilot.agent.spawn import grant_ids, rank_env
-from pilot.agent.unit_command import sandbox_of
 from pilot.protocol import ProtocolError, drain, pack, unpack
+from pilot.sandbox import output_names, sandbox_of
 
 
 class NoStager:
@@ -138,7 +138,7 @@ class DaemonRunner:
                 "env": env,
                 "gpu_var": var,
                 "sandbox": sandbox,
-                "files": unit_command.output_names(unit),
+                "files": output_names(unit),
                 "cpus": [c for c, _ in grant.get("cpus", ())],
             }
             try:

@@ -39,6 +39,7 @@ from pilot.agent.runners import lanes
 from pilot.agent.runners.base import Run
 from pilot.agent.runners.streams import StreamSet
 from pilot.agent.spawn import Spawner, entry
+from pilot.sandbox import output_names
 
 # units queued ahead in the lanes: per lane (enough to run on through the few
 # milliseconds the agent loses its core to units and the client: at 8 a lane ran dry for 2-4 %
@@ -186,7 +187,7 @@ class LaneFeed:
         if run is not None and run.sandbox == sandbox:
             return run
         run = Run(unit, None)
-        run.sandbox, run.names = sandbox, unit_command.output_names(unit)
+        run.sandbox, run.names = sandbox, output_names(unit)
         _, reserved, head = self._shape(shape)
         user = unit.get("environment")
         envp = head

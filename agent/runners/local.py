@@ -46,6 +46,7 @@ from pilot.agent.runners.lane_feed import LaneFeed, lane_shape
 from pilot.agent.runners.stager import SandboxStager
 from pilot.agent.runners.streams import SWEEP_EVERY, StreamSet
 from pilot.agent.spawn import WNOTHREAD, Spawner, exits
+from pilot.sandbox import output_names
 
 _WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
 
@@ -189,7 +190,7 @@ class LocalRunner(LaneFeed):
                 return self._start_in_lane(unit, sandbox, alloc, shape, slot)
         argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
         ranks = len(alloc.ranks)
-        run.streams = streams = self.streams.open(sandbox, unit_command.output_names(unit))
+        run.streams = streams = self.streams.open(sandbox, output_names(unit))
         out, err = streams.write_ends
         if unit.get("mpi"):  # one launcher process over all its ranks
             try:

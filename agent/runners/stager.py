@@ -41,7 +41,8 @@ import time
 from collections import deque
 
 from pilot.agent.runners.spares import SparePool, remove_empty
-from pilot.agent.unit_command import sandbox_of, stage_in
+from pilot.agent.unit_command import stage_in
+from pilot.sandbox import sandbox_of
 from pilot.staging import StagingError
 
 DEPTH = 64

@@ -21,7 +21,7 @@ bins before j), since an event at t < e_j adds v * (e_j - t) to it.  O(1) per ev
 
 The rows are the units' history, streamed oldest first (`iter_history`); a unit is in a state
 from its row until its next one (until the session's end for its last state), and holds what
-timeline.held says from EXECUTING until its next row.  Each row is a +1 for its state and a
+store/held.py says from EXECUTING until its next row.  Each row is a +1 for its state and a
 -1 for the unit's state before it; the -1 at the end of a last state falls on the last edge,
 where it changes no bin, so it is not added.  Memory: the bins, plus the last row of
 each unit that has not reached a final state at that point of the stream (as many as were in
@@ -36,9 +36,10 @@ from dataclasses import dataclass
 
 from pilot.pmgr.observe.extras import require
 from pilot.pmgr.observe.series import Step
-from pilot.pmgr.observe.timeline import Timeline, held
+from pilot.pmgr.observe.timeline import Timeline
 from pilot.pmgr.store.base import PAGE
 from pilot.pmgr.store.flow import TICK
+from pilot.pmgr.store.held import held
 from pilot.states import EXECUTING, FINAL, UNIT_STATES
 
 

@@ -67,10 +67,10 @@ from concurrent.futures import ThreadPoolExecutor
 import zmq
 
 from pilot.control_client import UsageError, command, reconfig_args
+from pilot.pmgr.core import sessions_dir
 from pilot.pmgr.observe.dashboard_data import Look, Watch
 from pilot.pmgr.observe.extras import require
 from pilot.pmgr.observe.top_target import resolve
-from pilot.pmgr.session import sessions_dir
 from pilot.protocol import ProtocolError
 
 log = logging.getLogger("pilot.dashboard")

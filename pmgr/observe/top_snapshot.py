@@ -27,9 +27,10 @@ import zmq
 from pilot import security
 from pilot import states as S
 from pilot.descriptions import ComputePilotDescription
-from pilot.pmgr.observe.timeline import STOPPED_BY_RECONFIG, held
+from pilot.pmgr.observe.timeline import STOPPED_BY_RECONFIG
 from pilot.pmgr.observe.top_store import open_reader
 from pilot.pmgr.observe.top_target import Target, read_control
+from pilot.pmgr.store.held import held
 from pilot.protocol import pack, unpack
 
 CONTROL_TIMEOUT = 2.0  # s a refresh waits for the pilot's answer

@@ -29,12 +29,12 @@ from collections import deque
 
 from pilot import framed
 from pilot import states as S
-from pilot.pmgr.session import sessions_dir
+from pilot.pmgr.core import sessions_dir
 from pilot.pmgr.store.sqlite import EXECUTING_NOW, expand_row
 from pilot.pmgr.store.sqlite_schema import DESCRIPTION, ROW
 
 EVENTS_KEPT = 200
-HELD_FIELDS = (  # the description fields pmgr/observe/timeline.py's held() reads
+HELD_FIELDS = (  # the description fields pmgr/store/held.py's held() reads
     "ranks",
     "cpu_processes",
     "cores_per_rank",
@@ -128,7 +128,7 @@ class SqliteReader:
         return {(part, state): n for part, state, n in rows}
 
     def executing(self, session: str, pilot: str) -> list[dict]:
-        """partition, slots and (of the description) what timeline.held reads."""
+        """partition, slots and (of the description) what store/held.py's held reads."""
         sql = (  # (through the partial index units_executing, where the file has it)
             "SELECT partition, slots, {} AS description FROM units u "
             f"WHERE {EXECUTING_NOW} AND session = ? AND state = ? AND pilot = ?"

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from pilot import states as S
+from pilot.pmgr.core import sessions_dir
 from pilot.pmgr.observe.top_store import open_reader
-from pilot.pmgr.session import sessions_dir
 
 
 class NothingRuns(ValueError):

@@ -373,7 +373,7 @@ class StateStore(ABC):
     def put_mark(self, name: str, value: str) -> None:
         """Keep `value` under `name` for good (durably, before it returns; written again, the
         value is replaced): what a client must find after it died, beside the batches, such
-        as a named stream's segments (pmgr/stream_marks.py).  (This default keeps it in this
+        as a named stream's segments (pmgr/core/stream_marks.py).  (This default keeps it in this
         process only: a store several processes share overrides it, as sqlite and MongoDB
         do.)"""
         self.__dict__.setdefault("_marks", {})[name] = value

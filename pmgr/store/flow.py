@@ -24,7 +24,7 @@ whichever of its row and the next is inserted second.  A unit's first row (NEW, 
 taken to be its first written, as the store writer writes each unit's rows in order: a new
 unit costs no read.  Only rows the store inserted count: when it ignored some (a retried
 batch), those with an id above the last one before the batch.  What a unit holds is
-timeline.held(slots, description) at its EXECUTING row, from the batch's doc (a state change
+held.held(slots, description) at its EXECUTING row, from the batch's doc (a state change
 and its object are one record) or else the stored one, remembered until its next row; its
 request (cores, GPUs) is remembered from its first doc (which carries the description) while
 it is not final.  Memory: units in flight only.
@@ -32,8 +32,8 @@ it is not final.  Memory: units in flight only.
 
 from __future__ import annotations
 
-from pilot.pmgr.observe.timeline import held_of, requested
 from pilot.pmgr.store.base import Template
+from pilot.pmgr.store.held import held_of, requested
 from pilot.states import EXECUTING, FINAL
 
 TICK = 1.0  # seconds a row of unit_flow covers (the keeper's int(ts) takes it to be 1)

@@ -8,7 +8,7 @@ from pilot.pmgr.store.base import Batch, StateStore, check_kind
 
 class NullStore(StateStore):
     """Persists nothing: the baseline when measuring what persistence costs.  Nothing can be
-    read back, so a manager keeps its finished units as objects (pmgr/unit_table.py)."""
+    read back, so a manager keeps its finished units as objects (pmgr/core/unit_table.py)."""
 
     reads_back = False
 

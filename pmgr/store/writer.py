@@ -54,8 +54,8 @@ import time
 import uuid
 
 import pilot.checks as checks
-from pilot.pmgr.observe.timeline import held_of
 from pilot.pmgr.store.base import Batch, StateStore, UnitMoves, UnitsPlaced
+from pilot.pmgr.store.held import held_of
 from pilot.states import UNIT_STATES
 
 log = logging.getLogger("pmgr.store")

@@ -1,0 +1,368 @@
+"""How rp.Executor's calls become units and its futures learn their outcome: `Feeding`, the
+Executor's base (pmgr/compat/futures/executor.py), with the attributes it declares below.
+
+The feeder thread takes everything queued at once (pairs of a future and a `remote_call.Call`,
+or of a future and a ComputeUnitDescription of the caller's own) and submits it with one
+UnitManager.submit_units.  A call goes as a unit of its own, or, when it is short, with other
+short calls as one unit, a bundle (remote_call.call_many):
+    short       its function's calls took at most BUNDLE_CALL_S each, as measured here
+                (EXECUTING -> DONE of its units; a bundle reports what its calls took), an
+                exponential average per function; a function never measured is not short
+    when        the batch holds more calls than 2 per core of the executor's partition (or
+                pilot) can take at once; then at most BUNDLE_S of calls go in a bundle, and no
+                more than the batch over 2 x cores (every core still gets units)
+    semantics   a bundled call is running once its bundle is submitted (Future.cancel() fails
+                from then on: as ProcessPoolExecutor's calls in its call queue); it shares its
+                unit (fut.unit), that unit's stdout and stderr, and its fate when the unit fails
+                (a worker that dies fails the calls of its bundle) or its partition is stopped
+                (the calls run again)
+Each submit_units costs a store transaction, a routing round and a message whatever its size,
+and each unit 0.2-0.3 ms of the client's interpreter: 5,000 submit(pow, 2, 10) on 2 cores ran
+at 1,900-2,150 calls/s with a unit each (300-390 us of client CPU a call), and at 11,900-13,200
+calls/s bundled (190-460 units, 61-68 us a call; ProcessPoolExecutor(2): 2,800-4,800/s).
+
+Calls that trickle in (a Parsl DataFlowKernel launches one task at a time, 1-2 ms apart) are
+submitted together: after a batch of fewer than BATCH_FULL calls, while the executor has at
+least `busy` units in flight (as many as its pilot has cores: they have work, and waiting costs
+them nothing), the feeder waits up to LINGER seconds for more, until BATCH_FULL are queued or
+fewer are in flight; else a call goes at once (so a call after a pause, or a loop of submit and
+result, never waits here).  Measured with parsl-perf, 3,000 tasks on 2 cores: 1,406 batches of
+2.3 tasks cost the client 2.4 ms of CPU a task (360 tasks/s); lingering, 150 batches of 21,
+1.2-1.9 ms (440-560 tasks/s), of which Parsl's DataFlowKernel takes 0.9-1.3 ms.
+
+States arrive on the session's delivery thread (UnitManager.register_callback): EXECUTING marks
+a single call's future running and starts its runtime limit, if it has one; a final state
+resolves the future(s): a call's value (or its own exception); FAILED -> ExecutorError; a unit
+canceled because its partition was stopped (a reconfig) runs again elsewhere, at most `reruns`
+times.  Futures are found by their unit's description (its id; the table keeps it alive).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from concurrent import futures
+
+from pilot import remote_call
+from pilot import states as S
+from pilot.descriptions import ComputeUnitDescription
+
+BATCH_FULL = 64
+LINGER = 0.05
+BUNDLE_CALL_S = 0.002  # calls taking longer are never bundled
+BUNDLE_S = 0.005  # the calls of a bundle take about this long, together
+BUNDLE_MAX = 64
+AVERAGE = 0.3  # weight of the newest measurement in a function's running average
+_FIRST = object()
+
+
+class ExecutorError(RuntimeError):
+    """A call that did not run to its end: its unit FAILED (the reason says why: its worker
+    died, it could never fit, its partition ended), or its exception could not be sent back
+    (then the message is "Type: message" and the traceback is its __cause__)."""
+
+
+class Sent:
+    """A unit this executor submitted: its description, its (future, Call or None) items,
+    whether it is a bundle."""
+
+    __slots__ = ("desc", "items", "bundle")
+
+    def __init__(self, desc, items: list, bundle: bool) -> None:
+        self.desc, self.items, self.bundle = desc, items, bundle
+
+
+class Feeding:
+    """The feeder and the state callback of an Executor (which sets the attributes below)."""
+
+    _umgr: object  # the UnitManager
+    _fields: dict  # unit fields of every call
+    _proto: ComputeUnitDescription | None  # a description with them: each unit's is a copy
+    _cwd: str | None
+    _reruns: int
+    _bundling: bool
+    _busy: int  # calls in flight above which a trickle lingers
+    _queue: deque  # (future, Call | ComputeUnitDescription), oldest first
+    _transit: list  # what the feeder took from _queue and is submitting now
+    _lock: threading.Lock  # guards _queue against _transit (and submit against shutdown)
+    _sent: dict[int, Sent]  # id(description) -> what was submitted, not final yet
+    _took: dict[str, float | None]  # a function's pickle -> seconds a call takes (None: unknown)
+    _wake: threading.Event  # the feeder has work
+    _go: threading.Event  # the feeder's linger ends
+    _ended: bool
+    _keep: bool  # False once shutdown(cancel_futures=True): no call runs again
+    _deadlines: Deadlines | None
+
+    def _cores(self) -> int:
+        raise NotImplementedError
+
+    def _stopped_under(self, unit) -> bool:
+        raise NotImplementedError
+
+    def cancel_units(self, units: list, reason: str) -> None:
+        raise NotImplementedError
+
+    # -- the feeder thread ----------------------------------------------------------------------
+    def _feed(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            n = self._submit_queued()
+            if n == 0 and self._ended:
+                return
+            if 0 < n < BATCH_FULL:  # a trickle: while the cores are busy, the next calls
+                self._go.clear()  # gather (until BATCH_FULL are queued, or fewer in flight)
+                if self._in_flight() >= self._busy and len(self._queue) < BATCH_FULL:
+                    self._go.wait(LINGER)
+
+    def _in_flight(self) -> int:
+        return len(self._sent)
+
+    def _submit_queued(self) -> int:
+        """Submit what is queued, at once; how many futures that was."""
+        batch = []
+        queue = self._queue
+        with self._lock:  # (a future is always in one of _queue, _transit, _sent: _pending)
+            while queue:
+                batch.append(queue.popleft())
+            self._transit = batch
+        try:
+            if batch:
+                self._submit_batch(batch)
+        finally:
+            self._transit = []
+        return len(batch)
+
+    def _submit_batch(self, batch: list) -> None:
+        calls = [(f, c) for f, c in batch if not f.dropped and type(c) is remote_call.Call]
+        own = [(f, d) for f, d in batch if not f.dropped and type(d) is not remote_call.Call]
+        sent = [self._unit_for(group) for group in self._groups(calls)]
+        sent += [Sent(d, [(f, None)], False) for f, d in own]
+        sent = [s for s in sent if s is not None]
+        if not sent:
+            return
+        for s in sent:
+            self._sent[id(s.desc)] = s
+            for f, _ in s.items:
+                f.runs += 1
+        try:
+            units = self._umgr.make_units([s.desc for s in sent])
+        except Exception as exc:  # (a description the UnitManager refused; a closed session)
+            for s in sent:
+                if self._sent.pop(id(s.desc), None) is not None:
+                    for f, _ in s.items:
+                        if not f.done():
+                            f.set_exception(exc)
+            return
+        canceled = []
+        for s, unit in zip(sent, units):
+            for f, _ in s.items:
+                f.unit = unit
+            if not s.bundle and s.items[0][0].dropped and id(s.desc) in self._sent:
+                canceled.append(unit)
+        if canceled:
+            self.cancel_units(canceled, "canceled through its future")
+
+    def _groups(self, calls: list) -> list[list]:
+        """The calls of a batch as units: one each, or short ones bundled (see the header)."""
+        spread = 2 * max(1, self._cores())
+        if not self._bundling or len(calls) <= spread:
+            return [[c] for c in calls]
+        most = min(BUNDLE_MAX, len(calls) // spread)
+        out, bundle, bundle_s = [], [], 0.0
+        for item in calls:
+            fut, call = item
+            took = self._took.get(call.fn_text)
+            if took is None or took > BUNDLE_CALL_S or fut.runtime is not None:
+                out.append([item])  # (a runtime limit is a unit's)
+                continue
+            if bundle and (
+                len(bundle) >= most
+                or bundle_s + took > BUNDLE_S
+                or (call.cwd, call.fields) != (bundle[0][1].cwd, bundle[0][1].fields)
+            ):
+                out.append(bundle)
+                bundle, bundle_s = [], 0.0
+            bundle.append(item)
+            bundle_s += took
+        if bundle:
+            out.append(bundle)
+        return out
+
+    def _unit_for(self, group: list) -> Sent | None:
+        """The description of a unit for these (future, Call) items; None if none is left
+        (bundled futures are marked running now; one canceled meanwhile is left out)."""
+        if len(group) > 1:
+            group = [(f, c) for f, c in group if self._mark_running(f)]
+            if not group:
+                return None
+        first = group[0][1]
+        function = remote_call.packed([c for _, c in group], self._cwd)
+        if first.fields is None:  # (a copy of the executor's own, only its call set)
+            proto = self._proto
+            if proto is None:
+                proto = self._proto = ComputeUnitDescription(function="math.gcd", **self._fields)
+            desc = proto.with_fields(function=function)
+        else:
+            desc = ComputeUnitDescription(function=function, **first.fields)
+        return Sent(desc, group, len(group) > 1)
+
+    @staticmethod
+    def _mark_running(fut) -> bool:
+        fut.started = True
+        try:
+            return fut.set_running_or_notify_cancel()
+        except RuntimeError:  # (canceled meanwhile: its cancel notified)
+            return False
+
+    # -- unit states (the session's delivery thread) ------------------------------------------
+    def _on_state(self, unit, state: str) -> None:
+        if state == S.EXECUTING:
+            sent = self._sent.get(id(unit.description))
+            if sent is not None and not sent.bundle and not sent.items[0][0].started:
+                self._started(sent.items[0][0])
+            return
+        if state not in S.FINAL:
+            return
+        sent = self._sent.pop(id(unit.description), None)
+        if sent is None:  # (another executor's unit, on a shared UnitManager)
+            return
+        if len(self._sent) < self._busy:
+            self._go.set()
+        if sent.bundle:
+            self._bundle_ended(sent, unit, state)
+            return
+        fut, item = sent.items[0]
+        if fut.dropped:
+            return
+        if state == S.CANCELED and not fut.timed_out:
+            if not self._again(sent, unit):
+                if not fut.cancel():  # (it ran: a cancel from elsewhere ended it)
+                    fut.set_exception(futures.CancelledError(f"{unit.uid} CANCELED: {unit.reason}"))
+            return
+        if state == S.DONE and item is not None:
+            self._measured([item], _executing_s(unit))
+        try:
+            value = fut.outcome(fut, unit)
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+
+    def _bundle_ended(self, sent: Sent, unit, state: str) -> None:
+        if state == S.DONE:
+            try:
+                values, took = unit.return_value
+            except Exception as exc:  # (a value this process cannot load)
+                why = f"{unit.uid}: its return values cannot be loaded: {exc}"
+                values, took = [remote_call.Raised(None, "", why)] * len(sent.items), None
+            if took is not None:
+                self._measured([c for _, c in sent.items], took)
+            for (fut, _), value in zip(sent.items, values):
+                if type(value) is remote_call.Raised:
+                    fut.set_exception(value.rebuild(ExecutorError))
+                else:
+                    fut.set_result(value)
+            return
+        if state == S.CANCELED and self._again(sent, unit):
+            return
+        n = len(sent.items)
+        for fut, _ in sent.items:
+            if state == S.FAILED:
+                fut.set_exception(
+                    ExecutorError(f"{unit.uid} (a bundle of {n} calls) FAILED: {unit.reason}")
+                )
+            else:
+                fut.set_exception(futures.CancelledError(f"{unit.uid} CANCELED: {unit.reason}"))
+
+    def _again(self, sent: Sent, unit) -> bool:
+        """A unit canceled because its partition was stopped under it: its calls are queued
+        again (at most `reruns` times); False when they are not."""
+        if not self._stopped_under(unit) or max(f.runs for f, _ in sent.items) > self._reruns:
+            return False
+        for fut, item in sent.items:
+            fut.unit = None
+            self._queue.append((fut, item if item is not None else sent.desc))
+        self._wake.set()
+        return True
+
+    def _measured(self, calls: list, seconds: float | None) -> None:
+        """Calls that took `seconds` together: their functions' running averages (a function's
+        first call is not counted: it may have started a worker, imported its modules)."""
+        if seconds is None:
+            return
+        each = seconds / len(calls)
+        took = self._took
+        for c in calls:
+            old = took.get(c.fn_text, _FIRST)
+            if old is _FIRST:
+                took[c.fn_text] = None
+            else:
+                took[c.fn_text] = each if old is None else old + AVERAGE * (each - old)
+
+    def _started(self, fut) -> None:
+        if not self._mark_running(fut):
+            return
+        if fut.runtime is not None:
+            if self._deadlines is None:
+                self._deadlines = Deadlines(self._expired)
+            self._deadlines.add(fut.runtime, fut)
+
+    def _expired(self, fut) -> None:
+        """(deadline thread) A future's unit ran past its runtime limit: it is canceled."""
+        unit = fut.unit
+        if unit is not None and not unit.final and not fut.done():
+            fut.timed_out = True
+            self.cancel_units([unit], f"its runtime limit of {fut.runtime} s was reached")
+
+    def _pending(self) -> list:
+        """Futures not done: submitted ones oldest first, then those being submitted, then
+        queued ones."""
+        with self._lock:
+            sent = [f for s in list(self._sent.values()) for f, _ in s.items]
+            later = [f for f, _ in self._transit] + [f for f, _ in self._queue]
+        return list(dict.fromkeys(sent + later))
+
+
+def _executing_s(unit) -> float | None:
+    """Seconds from EXECUTING to DONE, as the agent stamped them."""
+    start = None
+    for state, ts in unit.history:
+        if state == S.EXECUTING:
+            start = ts
+        elif state == S.DONE and start is not None:
+            return ts - start
+    return None
+
+
+class Deadlines:
+    """One thread that calls `expired(future)` when a future's runtime has passed."""
+
+    def __init__(self, expired) -> None:
+        self.expired = expired
+        self.heap: list = []
+        self.seq = itertools.count()
+        self.cond = threading.Condition()
+        self.closed = False
+        threading.Thread(target=self._run, name="pilot-executor-deadlines", daemon=True).start()
+
+    def add(self, seconds: float, fut) -> None:
+        with self.cond:
+            heapq.heappush(self.heap, (time.monotonic() + seconds, next(self.seq), fut))
+            self.cond.notify()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+
+    def _run(self) -> None:
+        with self.cond:
+            while not self.closed:
+                now = time.monotonic()
+                while self.heap and self.heap[0][0] <= now:
+                    self.expired(heapq.heappop(self.heap)[2])
+                self.cond.wait(self.heap[0][0] - now if self.heap else None)

@@ -1,0 +1,82 @@
+"""What every unit made from one description shares: its Blueprint, made once per description
+per submit call (100,000 units of `[desc] * 100_000`, or of one description object each, cost
+one to_stored() and one JSON text per distinct description object, not one per unit).
+
+    stored      the description as the store keeps it (a store Template: its dict, and its JSON
+                text made once; the store keeps each distinct text once)
+    wire        what the agent gets, without the uid (pilot/unit_record.py): units routed
+                together that share it go as one bulk {"of": wire, "uids": [...]}
+    asked       (cores, GPUs) over all its ranks (the store's unit_flow)
+    client_in / client_out   its staging steps done at the client (pmgr/core/transfers.py)
+    shape       (pilot, partition, cores per rank, GPUs per rank, ranks): what routing and the
+                "can never fit" verdict read
+
+A description changed after its units were made changes none of them: the blueprint holds the
+stored form captured at submit (a description object changed between two submit calls gets a
+new blueprint the second time).
+"""
+
+from __future__ import annotations
+
+from pilot import staging
+from pilot.pmgr.store.base import Template
+from pilot.unit_record import UnitRecord
+
+
+class Blueprint:
+    __slots__ = ("stored", "wire", "asked", "client_in", "client_out", "shape")
+
+    def __init__(self, description) -> None:
+        stored = description.to_stored()  # captured at submit; later edits change nothing
+        self.stored = Template(stored)
+        self.wire = UnitRecord.template_of(description, stored)
+        d = description
+        self.asked = (d.ranks * d.rank_cores, d.ranks * d.rank_gpus)
+        self.client_in = tuple(s for s in d.peek("input_staging") if staging.at_client(s))
+        self.client_out = tuple(s for s in d.peek("output_staging") if staging.at_client(s))
+        self.shape = (d.pilot, d.partition, d.rank_cores, d.rank_gpus, d.ranks)
+
+
+class Blueprints(dict):
+    """A submit call's blueprints, by description object (id: the call holds every one), and
+    by content: descriptions alike (a list of 100,000 made in a loop) share one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alike: dict = {}  # content key -> Blueprint
+
+    def of(self, description) -> Blueprint:
+        bp = self.get(id(description))
+        if bp is None:
+            key = _content(description)
+            bp = self.alike.get(key) if key is not None else None
+            if bp is None:
+                bp = Blueprint(description)
+                if key is not None and len(self.alike) < 10_000:
+                    self.alike[key] = bp
+            self[id(description)] = bp
+        return bp
+
+
+def _content(description) -> tuple | None:
+    """A key equal for descriptions of equal fields (None: one that has no such key, as a
+    staging directive's dict in a list): the fields a description holds (its non-defaults),
+    each a hashable value; its policy's fields (captured at construction).  The key holds ids:
+    it is good while the call holds the descriptions."""
+    items = [type(description)]
+    for name, value in description.__dict__.items():
+        t = type(value)
+        if t is list:
+            value = tuple(value)
+        elif t is dict:
+            value = tuple(value.items())
+        elif name == "policy":  # (by identity: its values are mostly the global policy's
+            # own, copied at construction, and enum members, whose hash is Python code)
+            value = tuple([tuple(v) if type(v) is list else id(v) for v in value.__dict__.values()])
+        items.append((name, t, value))
+    key = tuple(items)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key

@@ -1,0 +1,237 @@
+"""Attaching a new client process to a running session (`rp.Session(uid=..., ...)`).
+
+The store says what the session had: pilots, partitions, units, their histories.  The first
+PilotManager of the attached session takes the pilots back, the first UnitManager the units.
+
+    attach  for each pilot not final: its bootstrap's control endpoint (kept in the store) gets
+            {op: attach, client: <this process's pilot link>, owner, take_over}; the bootstrap
+            points its link here, says hello and sends every partition's state again.  A
+            pilot whose owner is alive refuses it (rp.PilotOwned, naming the owner) unless
+            take_over (the old owner is told and stops acting on it).  A pilot that does not
+            answer within ATTACH_TIMEOUT s is FAILED (lost).  One that takes this client is
+            marked as its in the store (pmgr/core/ownership.py: an old owner that did not hear of
+            the take-over learns it there).
+    sync    for each unit whose last persisted state was not final and that was sent to a
+            partition: the partition's agent is asked (`sync`) and says again what it knows
+            (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
+            no agent knows is routed again if it was only sent, else FAILED as lost.
+Units still at the client (SCHEDULING, no partition) are simply routed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+import zmq
+
+from pilot import resource_config
+from pilot import states as S
+from pilot.descriptions import (
+    ComputePartitionDescription,
+    ComputePilotDescription,
+)
+from pilot.errors import PilotOwned
+from pilot.pmgr.core import ownership
+from pilot.pmgr.core.entities import Partition
+from pilot.protocol import pack, unpack
+
+log = logging.getLogger("pmgr.recovery")
+ATTACH_TIMEOUT = 10.0
+
+
+class Recovery:
+    def __init__(self, session) -> None:
+        self.session = session
+        store = session.store
+        self.pilot_docs = store.find("pilots", session=session.uid)
+        self.pilots: dict = {}
+        self.units_adopted = False
+
+    def _restore(self, obj, doc: dict, rows: list[dict] | None = None) -> None:
+        obj.state = doc["state"]
+        if rows is None:  # (its own: never the session's all)
+            rows = self.session.store.history(uid=obj.uid)
+        obj.history = [(h["state"], h["ts"]) for h in rows]
+        obj.reason = doc.get("reason")
+        obj.stored = True
+        self._fill_history(obj)
+
+    def _fill_history(self, obj) -> None:
+        """The states between the last history row the store has and the state its doc
+        says, added now and written (one row each, at this time): a client that died after it
+        wrote a unit's doc (written ahead of its rows, so that the unit could be sent) and
+        before its NEW and SCHEDULING rows left them out.  Then the store's history and this
+        client's agree row for row, and the next state's row gets the next seq."""
+        last = obj.history[-1][0] if obj.history else None
+        if last == obj.state:
+            return
+        steps = S.legal_path(obj.MACHINE, last or S.NEW, obj.state)
+        if steps is None:  # (a doc behind its rows: left as it was)
+            return
+        now = time.time()
+        for step in ([S.NEW] if last is None else []) + list(steps):
+            obj.history.append((step, now))
+            self.session.persist_state(obj, step, now)
+        log.info("%s: %s, as its doc says, added to its history", obj.uid, obj.state)
+
+    def adopt_pilots(self, pmgr) -> list:
+        if self.pilots:
+            return []
+        session = self.session
+        for doc in self.pilot_docs:
+            desc = ComputePilotDescription.from_stored(doc["description"])
+            config = resource_config.load(desc.resource, desc.access_schema)
+            pilot = pmgr.PILOT(session, doc["uid"], desc, pmgr, doc["size"], config)
+            self._restore(pilot, doc)
+            pilot.control = doc.get("control")
+            pilot.job_id = doc.get("job")
+            pilot.last_heard = time.monotonic()
+            for pdoc in session.store.find("partitions", pilot=pilot.uid):
+                part = Partition(
+                    session,
+                    pdoc["uid"],
+                    ComputePartitionDescription.from_stored(pdoc["description"]),
+                    pilot,
+                )
+                self._restore(part, pdoc)
+                part.resources = pdoc.get("resources")
+                pilot.parts[part.uid] = part
+                session.seen_uid(f"{pilot.uid}.part", part.uid)
+            session.seen_uid("pilot", pilot.uid)
+            session.pilots[pilot.uid] = pilot
+            self.pilots[pilot.uid] = pilot
+        for pilot in self.pilots.values():
+            if not pilot.final:
+                self._attach(pilot)
+        return list(self.pilots.values())
+
+    def _attach(self, pilot) -> None:
+        pilot.released = "being attached"  # (not acted on, nor failed on silence, until then)
+        reply = self._ask_attach(pilot, self.session.take_over)
+        owner = (reply or {}).get("owner")
+        if owner is not None and not self.session.take_over:
+            if self._owner_is_gone(owner):  # (dead on this very host: nothing to tell)
+                reply = self._ask_attach(pilot, True)
+            else:  # silent for a moment, maybe gone: asked again once it would count as gone
+                time.sleep(min(max(float(owner.get("live_for") or 0), 0.0), 5.0) + 0.5)
+                reply = self._ask_attach(pilot, False)
+            owner = (reply or {}).get("owner")
+        if owner is not None:  # (one owner per pilot: partition/control.py attach)
+            pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
+            raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
+        if reply and reply.get("ok"):  # (said in the store before this client acts on it)
+            ownership.claim(self.session, pilot.uid)
+        pilot.released = None
+        with self.session.locked():
+            if reply and reply.get("ok"):
+                pilot.last_heard = time.monotonic()
+                log.info("%s: attached (%s)", pilot.uid, reply.get("result"))
+            else:
+                why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
+                pilot.lost(f"lost: did not take the new client ({why})")
+
+    def _ask_attach(self, pilot, take_over: bool) -> dict | None:
+        """The bootstrap's answer to `attach` (None: no answer)."""
+        if not pilot.control:
+            return None
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(ATTACH_TIMEOUT * 1000))
+        self.session.keys.client(sock)
+        try:
+            sock.connect(pilot.control)
+            args = {
+                "client": pilot.client_endpoint(),
+                "owner": self.session.owner,
+                "take_over": take_over,
+            }
+            sock.send(pack({"cid": f"attach.{os.getpid()}", "op": "attach", "args": args}))
+            return unpack(sock.recv())
+        except zmq.ZMQError as exc:
+            log.error("%s: attach failed: %s", pilot.uid, exc)
+            return None
+        finally:
+            sock.close()
+
+    @staticmethod
+    def _owner_is_gone(owner: dict) -> bool:
+        """Whether the owning client was on this host and its process is gone."""
+        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+            return False
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def adopt_units(self, umgr) -> None:
+        """The session's units come back to `umgr`: those not final as objects (reconciled
+        with their agents: `sync`), the final ones as their state only (pmgr/core/unit_table.py;
+        made again from the store when asked for), so an attach to a session of 10^7 units
+        holds no object of a finished one."""
+        if self.units_adopted:
+            return
+        self.units_adopted = True
+        session = self.session
+        n = 0
+        for uid, state in session.store.unit_states(session.uid):
+            n += 1
+            session.seen_uid(umgr.UID_PREFIX, uid)
+            if state in S.FINAL:
+                umgr.units.know_final(uid, state)
+        docs = session.store.open_units(session.uid)
+        rows = session.store.histories([d["uid"] for d in docs], session.uid)
+        ask: dict = {}
+        with session.locked():
+            for p in self.pilots.values():
+                if p.umgr is None:
+                    p.umgr = umgr
+                    umgr.pilots.append(p)
+            for doc in docs:
+                self._adopt(umgr, doc, ask, rows[doc["uid"]])
+            for p in self.pilots.values():
+                if p.umgr is umgr:
+                    p.hand_orphans()
+            for pilot, units in ask.items():
+                pilot.command(
+                    {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
+                )
+            umgr.route()
+        log.info(
+            "%s: %d units recovered, %d being reconciled with their agents",
+            session.uid,
+            n,
+            sum(len(u) for p in ask.values() for u in p.values()),
+        )
+
+    def _adopt(self, umgr, doc: dict, ask: dict, rows: list[dict]) -> None:
+        """(lock held) A unit not final in the store, made again: routed again if it never
+        reached a partition, FAILED if its pilot ended, else asked for (`ask`)."""
+        session = self.session
+        desc = umgr.DESCRIPTION.from_stored(doc["description"])
+        unit = umgr.UNIT(session, doc["uid"], desc, umgr)
+        self._restore(unit, doc, rows)
+        unit.part, unit.exit_code = doc.get("partition"), doc.get("exit_code")
+        unit.value = doc.get("return_value")
+        unit.node, unit.slots = doc.get("node"), doc.get("slots")
+        unit.pilot = self.pilots.get(doc.get("pilot"))
+        umgr.units[unit.uid] = unit
+        if unit.final:
+            return
+        if unit.part is None or unit.pilot is None:
+            unit.part = None
+            umgr.pending.append(unit)
+        elif unit.pilot.final:
+            reason = f"lost with pilot {unit.pilot.uid} ({unit.pilot.state})"
+            unit.advance(S.FAILED, time.time(), reason)
+        else:
+            part = unit.pilot.parts.get(unit.part)
+            if part is not None:
+                part.outstanding += 1
+            ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)

@@ -1,0 +1,367 @@
+"""Unit routing (client side): which partition each waiting unit goes to, and its sending there.
+
+`Routing` is the UnitManager's base (pmgr/core/unit_manager.py): its methods read and change the
+manager's routing state, declared below, and run with the session lock held.
+
+Where a unit goes: a unit with `partition=` goes to that partition once it is ACTIVE; one with
+`tag=` to the partition the tagged unit went to; any other unit goes to the ACTIVE partition of
+this manager's pilots with the fewest outstanding units per core among those whose largest node
+can hold it (of its pilot only, when it has `pilot=` or, with SCHEDULER_ROUND_ROBIN, when it
+was bound to the next pilot in turn at submit).  A partition holds at most its window of units
+not yet final (Partition.window: 4 x cores + 768, plus what it ends in WINDOW_AHEAD seconds at
+its recent rate): enough to keep its agent busy while its reports and the next units are on
+their way, few enough that a partition started later gets work and a stopped one has little to
+hand back.  Units wait at the client (state SCHEDULING) otherwise; each routing round
+(`route`) sends one batch per partition.
+
+A unit that can no longer go anywhere ends FAILED with the reason: larger than any node of
+every pilot, or its named partition, pilot or tagged unit's partition ended, or no live pilot
+is left.
+
+How a batch is sent (persist, then send):
+    route       gives each chosen unit its partition, then asks the store writer
+                (`send_after`) to write those units' records first
+    writer      once they are in the store, calls `_send_persisted` on its thread: for each
+                partition, `units` messages [b"units", part uid, packed records] of at most
+                SEND_CHUNK units go to the pilot on the channel; units in a row made from one
+                description go as one bulk (`wire_list`: their shared fields once, then uids)
+    refused     a unit the store refused for good is not sent: it ends FAILED
+A unit with input files at the client goes to its partition's pilot first (pmgr/core/transfers.py)
+and is sent once they are there, or routed again if the partition went away meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from pilot import framed
+from pilot import states as S
+from pilot.pmgr.core.entities import Unit
+from pilot.pmgr.core.unit_table import UnitTable
+from pilot.protocol import pack
+from pilot.rp_names import SCHEDULER_ROUND_ROBIN
+
+SEND_CHUNK = 2000
+log = logging.getLogger("pmgr.units")
+
+
+class _NotAdded:
+    """The pilot of a unit pinned (`pilot=`) to a pilot its manager does not have: RP 1.x keeps
+    such a task TMGR_SCHEDULING until that pilot is added."""
+
+    final = False
+    uid = None
+
+
+NOT_ADDED = _NotAdded()
+
+
+class Routing:
+    """Routing state and methods of a UnitManager (which sets the attributes below)."""
+
+    session: Any  # the Session (pmgr/core/session.py)
+    scheduler: str  # SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (rp_names)
+    turn: int  # round robin: the pilot the next unit is bound to
+    pinned: int  # units submitted with pilot=
+    pilots: list  # the Pilots units are routed to
+    units: UnitTable  # (pmgr/core/unit_table.py)
+    pending: deque[Unit]  # units waiting at the client, oldest first
+
+    def find_partition(self, uid: str):
+        for p in self.pilots:
+            for part in p.parts.values():
+                if part.uid == uid:
+                    return part
+        return None
+
+    def _never_fits(self, unit: Unit) -> str | None:
+        d = unit.description
+        if d.pilot is not None:
+            pinned = next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
+            if pinned is NOT_ADDED:
+                return self._never_added(d.pilot)
+            if pinned.final:
+                return f"pilot={d.pilot!r} is {pinned.state}"
+        if d.partition is not None:
+            part = self.find_partition(d.partition)
+            if part.final:
+                return f"partition={d.partition!r} is {part.state}"
+            return None  # its agent knows the partition's pool and says so at arrival
+        if not self.pilots:
+            return None
+        live = [p for p in self.pilots if not p.final]
+        cores, gpus = d.rank_cores, math.ceil(d.rank_gpus)
+        if live and all(
+            cores > p.size["cores_per_node"] or gpus > p.size["gpus_per_node"] for p in live
+        ):
+            best = max((p.size["cores_per_node"], p.size["gpus_per_node"]) for p in live)
+            return (
+                f"cores={cores}, gpus={d.rank_gpus} can never fit: the pilots' nodes have at "
+                f"most {best[0]} cores, {best[1]} GPUs"
+            )
+        if live and all(
+            d.ranks * cores > p.size["cores"] or d.ranks * d.rank_gpus > p.size["gpus"]
+            for p in live
+        ):
+            most = max((p.size["cores"], p.size["gpus"]) for p in live)
+            return (
+                f"ranks={d.ranks} x cores={cores}, gpus={d.rank_gpus} can never fit: the "
+                f"pilots hold at most {most[0]} cores, {most[1]} GPUs"
+            )
+        return None
+
+    def _never_added(self, uid: str) -> str | None:
+        """Why a unit pinned to pilot `uid`, which this manager does not have, can never run
+        here; None while add_pilots may still add it (it waits: RP's TMGR_SCHEDULING)."""
+        pilot = self.session.pilots.get(uid)
+        if pilot is None:
+            return None
+        if pilot.final:
+            return f"pilot={uid!r} is {pilot.state} and was not added to {self.uid}"
+        if pilot.umgr is not None and pilot.umgr is not self:
+            return f"pilot={uid!r} is used by {pilot.umgr.uid}, so {self.uid} cannot add it"
+        return None
+
+    def _pilot_for(self, unit: Unit):
+        """The pilot a unit must run on (`pilot=`, or its round-robin turn), or None (any);
+        NOT_ADDED: pinned to a pilot this manager does not have (yet): it waits for it."""
+        d = unit.description
+        if d.pilot is not None:
+            return next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
+        if self.scheduler != SCHEDULER_ROUND_ROBIN:
+            return None
+        if unit.bound is None or unit.bound.final:
+            live = [p for p in self.pilots if not p.final and self._could_run(p, d)]
+            if not live:
+                return None
+            unit.bound = live[self.turn % len(live)]
+            self.turn += 1
+        return unit.bound
+
+    @staticmethod
+    def _could_run(pilot, d) -> bool:
+        size = pilot.size
+        return (
+            d.rank_cores <= size["cores_per_node"]
+            and math.ceil(d.rank_gpus) <= size["gpus_per_node"]
+            and d.ranks * d.rank_cores <= size["cores"]
+        )
+
+    def route(self) -> threading.Event | None:
+        """Send pending units, oldest first, to partitions with room in their window; an
+        Event set once they are sent when a partition was short of units, else None."""
+        if not self.pending:
+            return None
+        if self.pilots and all(p.final for p in self.pilots):
+            now = time.time()
+            for unit in self.pending:
+                pinned = unit.description.pilot
+                why = "no live pilot is left to run it"
+                if pinned and self._pilot_for(unit) is NOT_ADDED:
+                    why = self._never_added(pinned) or (
+                        f"pilot={pinned!r} was never added to {self.uid}"
+                        if pinned not in self.session.pilots
+                        else f"pilot={pinned!r} is not one of {self.uid}'s pilots (removed, "
+                        "or never added) and none of them is left"
+                    )
+                unit.advance(S.FAILED, now, why)
+            self.pending.clear()
+            return None
+        if self.pinned and (self.waiting_for or any(p.final for p in self.pilots)):
+            self._fail_pinned_to_ended()  # (pinned to a pilot that ended, or to another's)
+        windows = {
+            part: part.window  # (read once: it follows the partition's rate)
+            for p in self.pilots
+            if p.state == S.ACTIVE and p.linked  # (an attached pilot: once its hello came)
+            for part in p.parts.values()
+            if part.state == S.ACTIVE and part.accepting
+        }
+        room = {part: w - part.outstanding for part, w in windows.items() if w > part.outstanding}
+        if not room:
+            return None
+        short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
+        batches, sent = self._place(room)
+        if not batches:
+            return None
+        return self._send_when_persisted(batches, sent, short)
+
+    def _fail_pinned_to_ended(self) -> None:
+        """(route) Pending units pinned (`pilot=`) to a pilot that ended: FAILED."""
+        now, ended = time.time(), []
+        for unit in self.pending:
+            uid = unit.description.pilot
+            if uid is None:
+                continue
+            pilot = self._pilot_for(unit)
+            why = self._never_added(uid) if pilot is NOT_ADDED else None
+            if pilot is not NOT_ADDED and pilot.final:
+                why = f"pilot={uid!r} is {pilot.state}"
+            if why:
+                ended.append((unit, why))
+        for unit, why in ended:
+            self.pending.remove(unit)
+            unit.advance(S.FAILED, now, why)
+
+    def _place(self, room: dict) -> tuple[dict, list[Unit]]:
+        """(route) Pending units, oldest first, to partitions with `room` (used up as they go):
+        the batches and the units in them; input files here are staged first; no room: waits."""
+        batches: dict = {}
+        sent: list[Unit] = []
+        skipped: list[Unit] = []
+        fits_cache: dict = {}
+        pending = self.pending
+        while pending and room:
+            unit = pending.popleft()
+            d = unit.description
+            target = None
+            if d.partition is not None:
+                part = self.find_partition(d.partition)
+                if part in room:
+                    target = part
+                elif part.final:
+                    why = f"partition={part.uid!r} is {part.state}"
+                    unit.advance(S.FAILED, time.time(), why)
+                    continue
+            elif unit.after is not None:  # `tag`: where that unit went
+                anchor = unit.after
+                part = anchor.pilot.parts.get(anchor.part) if anchor.part else None
+                if part is not None and part in room:
+                    target = part
+                elif (part is not None and part.final) or (part is None and anchor.final):
+                    where = f"partition {part.uid}, which is {part.state}" if part else "nowhere"
+                    why = f"tag={anchor.uid!r}: that unit ran in {where}"
+                    unit.advance(S.FAILED, time.time(), why)
+                    continue
+            else:
+                pilot = self._pilot_for(unit)
+                if pilot is NOT_ADDED:  # (waits until add_pilots adds it)
+                    skipped.append(unit)
+                    continue
+                if pilot is not None and pilot.final:  # pinned to a pilot that ended
+                    unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
+                    continue
+                key = (d.rank_cores, d.rank_gpus, d.ranks, pilot)
+                cands = fits_cache.get(key)
+                if cands is None:
+                    cands = fits_cache[key] = [
+                        p
+                        for p in room
+                        if (pilot is None or p.pilot is pilot) and p.could_hold(*key[:3])
+                    ]
+                cands = [p for p in cands if p in room]
+                if cands:
+                    target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
+            if target is None:
+                skipped.append(unit)
+                continue
+            unit.part = target.uid
+            unit.pilot = target.pilot
+            target.outstanding += 1
+            room[target] -= 1
+            if room[target] <= 0:
+                del room[target]
+            if unit.client_in and unit.staged_on is not target.pilot:
+                self._stage_in(unit, target)  # sent once its files are there
+                continue
+            batches.setdefault(target, []).append(unit)
+            sent.append(unit)
+        pending.extendleft(reversed(skipped))
+        return batches, sent
+
+    def _send_when_persisted(
+        self, batches: dict, sent: list[Unit], short: bool
+    ) -> threading.Event | None:
+        """(route) `batches` go once the store has `sent`; an Event set then when `short`."""
+        # sent once the store has each unit with the partition it goes to (persist, then send:
+        # a client that dies in between leaves units its successor finds, asks, and re-routes),
+        # ahead of the records of units still waiting here (pmgr/store/writer.py)
+        # (a partition with half its window or more in hand can wait for the writer's linger)
+        done = threading.Event() if short else None
+
+        def send() -> None:
+            try:
+                self._send_persisted(batches)
+            finally:
+                if done is not None:
+                    done.set()
+
+        self.session.hand_moves()  # (their first moves join the batch their docs go in)
+        self.session.writer.send_after(sent, send, short)
+        return done
+
+    def _send_persisted(self, batches: dict) -> None:
+        """(Writer thread) Send each batch; a unit the store refused for good is not sent:
+        it ends FAILED, named in session.unpersisted."""
+        refused = self.session.writer.unpersisted
+        send = self.session.channel.send
+        for part, units in batches.items():
+            if refused:
+                kept = [u for u in units if u.uid not in refused]
+                self._not_persisted(part, [u.uid for u in units if u.uid in refused])
+                units = kept
+            for i in range(0, len(units), SEND_CHUNK):
+                wire = wire_list(units[i : i + SEND_CHUNK])
+                try:
+                    frames = [b"units", part.uid.encode(), pack(wire)]
+                except TypeError:  # bytes in it (a call's large arguments): frames of their own
+                    text, data = framed.dumps(wire)
+                    frames = [b"units", part.uid.encode(), text.encode(), *data]
+                send(part.pilot.uid, frames)
+
+    def _not_persisted(self, part, uids: list[str]) -> None:
+        if not uids:
+            return
+        with self.session.locked():
+            for uid in uids:
+                unit = self.units.live.get(uid)
+                if unit is not None and not unit.final:
+                    part.outstanding -= 1
+                    unit.advance(S.FAILED, time.time(), "not sent: the store refused its record")
+            self.session.cond.notify_all()
+
+    # -- data staging (pmgr/core/transfers.py) ----------------------------------------------------
+    def _stage_in(self, unit: Unit, target) -> None:
+        """(route) The unit's input files go to `target`'s pilot; it is sent once they are
+        there (its record, with the partition, is written meanwhile)."""
+        self.session.writer.changed(unit)
+
+        def then(error: str | None) -> None:  # (transfer thread)
+            with self.session.locked():
+                if unit.part != target.uid:
+                    pass  # its partition was lost meanwhile: it was routed again from there
+                elif unit.final:  # canceled while its files moved
+                    target.outstanding -= 1
+                elif error:
+                    target.outstanding -= 1
+                    unit.advance(S.FAILED, time.time(), f"input staging: {error}")
+                elif target.final or not target.accepting:
+                    target.outstanding -= 1
+                    unit.staged_on = target.pilot
+                    unit.part = None
+                    self.pending.appendleft(unit)  # routed again (its files are on that pilot)
+                else:
+                    unit.staged_on = target.pilot
+                    batch = {target: [unit]}
+                    self.session.writer.then(lambda: self._send_persisted(batch))
+                self.route()
+
+        self.session.transfers.stage(unit, target.pilot, unit.client_in, then)
+
+
+def wire_list(units: list[Unit]) -> list[dict]:
+    """A `units` message's body (pilot/unit_record.py): units in a row that share their
+    blueprint's wire form go as one bulk {"of": it, "uids": [...]}, a unit alone as its
+    record."""
+    runs: list[tuple] = []
+    for u in units:
+        w = u.blueprint.wire
+        if runs and runs[-1][0] is w:
+            runs[-1][1].append(u.uid)
+        else:
+            runs.append((w, [u.uid]))
+    return [{"of": w, "uids": uids} if len(uids) > 1 else {**w, "uid": uids[0]} for w, uids in runs]

@@ -1,0 +1,367 @@
+"""What a pilot says about units: state updates, units handed back, partitions lost or ended.
+
+`UnitEvents` is the UnitManager's base (pmgr/core/unit_manager.py) that implements the `UnitRouter`
+protocol (pmgr/core/unit_router.py: which message of a pilot leads to which call, on which thread,
+under which lock), `route` included (its own base `Routing`, pmgr/core/routing.py).  All but
+on_unit_state and on_output end in `route()`, and the Pilot calls `route()` after a batch of
+state updates: where units can go may have changed.
+
+Nothing is lost: every unit ends in exactly one final state.
+  - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
+    at submit with the reason
+  - handed back by a stopped partition (queued, not started): routed again
+  - its partition or pilot ended while the unit was queued or running there, without a word
+    from the agent: FAILED with the partition's reason
+  - no live pilot is left to run it: FAILED
+A restartable unit (`restartable`, not pinned to the partition it lost) runs again elsewhere
+instead of ending FAILED when its node or partition was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pilot.states as S
+from pilot.pmgr.core.entities import DIRECT, Unit, advance_together
+from pilot.pmgr.core.routing import Routing
+from pilot.unit_record import uids_of
+
+log = logging.getLogger("pmgr.units")
+# what a move may carry beyond an exit code, a node, slots, a reason, output, a value or an
+# exception (on_unit_state's)
+_RARE = frozenset(("lost",))
+# the moves along the unit machine a unit may make at its agent's word (on_unit_moves' short
+# way): onwards, from where it is to a later state it can reach
+_PATHS = frozenset(
+    (src, dst)
+    for i, src in enumerate(S.UNIT_STATES)
+    for dst in S.UNIT_STATES[i + 1 :]
+    if src not in S.FINAL and S.reachable(S.UNIT_MACHINE, src, dst)
+)
+
+
+class UnitEvents(Routing):
+    """A UnitManager's handling of its pilots' news (which sets the attributes below)."""
+
+    said_again: int  # updates refused because the unit had passed them (sync replays)
+    _output_callbacks: list  # register_output_callback's
+
+    def has_ended(self, uid: str) -> bool:
+        """Whether this manager's unit `uid` is in a final state (UnitRouter)."""
+        return self.units.state_of(uid) in S.FINAL
+
+    def on_output(self, chunks: list) -> None:
+        """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
+        calls = []
+        with self.session.lock:
+            for uid, node, rank, stream, text in chunks:
+                unit = self.units.live.get(uid)  # (a released unit takes no more output)
+                if unit is None:
+                    continue
+                unit.add_output(node, rank, stream, text)
+                calls.append((unit, node, rank, stream, text))
+        for cb in list(self._output_callbacks):
+            for call in calls:
+                try:
+                    cb(*call)
+                except Exception:
+                    log.exception("output callback %r failed", cb)
+
+    # -- events (lock held, channel thread) ---------------------------------------------------
+    def on_unit_moves(self, groups: list) -> list[str]:
+        """A batch of moves (pilot/updates.py's Groups, each unit's in its order); returns
+        the uids of its units that are final here now (the pilot may let go of their
+        outcomes once the store has them).  A move of a live unit that goes on along the
+        unit machine with no more than an exit code, a node and slots, and a reason takes
+        the short way (`_moves`); any other is `on_unit_state`'s."""
+        ended: list[str] = []
+        for g in groups:
+            if _RARE.isdisjoint(g.cols) and _RARE.isdisjoint(g.same):
+                self._moves(g, ended)
+                continue
+            final = g.state in S.FINAL
+            for i, uid in enumerate(g.uids):
+                self.on_unit_state(uid, g.state, g.ts[i], g.info(i))
+                if final and self.units.state_of(uid) in S.FINAL:
+                    ended.append(uid)
+        return ended
+
+    def _moves(self, g, ended: list) -> None:
+        """(on_unit_moves) A group of plain moves, each applied as on_unit_state would: the
+        units that make one direct step together (advance_together), the others one by one."""
+        live = self.units.live
+        state, ts, uids = g.state, g.ts, g.uids
+        final = state in S.FINAL
+        codes, nodes = g.column("exit_code"), g.column("node")
+        slots, reasons = g.column("slots"), g.column("reason")
+        outs, errs = g.column("stdout"), g.column("stderr")  # (a function's, a cleanup unit's)
+        values, raised = g.column("value"), g.column("exception")
+        paths = _PATHS
+        together, when = [], []
+        for i, uid in enumerate(uids):
+            unit = live.get(uid)
+            if (
+                unit is None
+                or unit.part is None
+                or (unit.state, state) not in paths
+                or (state == S.DONE and unit.client_out)
+            ):
+                self.on_unit_state(uid, state, ts[i], g.info(i))
+                if final and self.units.state_of(uid) in S.FINAL:
+                    ended.append(uid)
+                continue
+            if codes is not None and codes[i] is not None:
+                unit.exit_code = codes[i]
+            if nodes is not None and nodes[i] is not None:
+                unit.node = nodes[i]
+                unit.slots = slots[i] if slots is not None else None
+            if outs is not None and isinstance(outs[i], str):
+                unit.kept["stdout"] = outs[i]
+            if errs is not None and isinstance(errs[i], str):
+                unit.kept["stderr"] = errs[i]
+            if values is not None and isinstance(values[i], (str, bytes)):  # (packed)
+                unit.value = values[i]
+            if raised is not None and isinstance(raised[i], str):
+                unit.exception = raised[i]
+            reason = reasons[i] if reasons is not None else None
+            if unit.TOGETHER and (unit.state, state) in DIRECT and not (final and reason):
+                together.append(unit)
+                when.append(ts[i])
+            else:
+                unit.advance(state, ts[i], reason)
+            if final:
+                ended.append(uid)
+                part = unit.pilot.parts.get(unit.part)
+                if part is not None:
+                    part.outstanding -= 1
+                    part.ended += 1
+        if together:
+            advance_together(self.session, together, state, when)
+
+    def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
+        """One state update from an agent.  One the unit's state machine refuses changes
+        nothing: said again (a sync after an attach repeats what the unit has passed) it is
+        counted in `said_again`; any other is logged with the unit and both states."""
+        unit = self.units.live.get(uid)
+        if unit is None:
+            if uid in self.units:  # released: final and stored, so this one was said again
+                self.said_again += 1
+            else:
+                log.warning("state %s for unknown unit %s dropped", state, uid)
+            return
+        if state == unit.state:
+            return
+        if unit.part is None and state not in S.FINAL:
+            self.said_again += 1  # from a partition it left (routed again): stale
+            return
+        if not S.reachable(S.UNIT_MACHINE, unit.state, state):
+            self._refused(unit, state, info)
+            return
+        if info.get("lost") and self._may_restart(unit, info.get("reason") or "node lost"):
+            self._run_again(unit, ts)
+            return
+        if state == S.DONE and unit.client_out:  # its output files come here first
+            self._stage_out(unit, info)
+            return
+        if "exit_code" in info:
+            unit.exit_code = info["exit_code"]
+        for key in ("stdout", "stderr"):  # kept output of a `cleanup` unit, a function's
+            if isinstance(info.get(key), str):
+                unit.kept[key] = info[key]
+        if isinstance(info.get("value"), (str, bytes)):  # a function's return value, packed
+            unit.value = info["value"]
+        if isinstance(info.get("exception"), str):
+            unit.exception = info["exception"]
+        if "node" in info:
+            unit.node = info["node"]
+            unit.slots = info.get("slots")
+        unit.advance(state, ts, info.get("reason"))
+        if unit.final and unit.part is not None:
+            part = unit.pilot.parts.get(unit.part)
+            if part is not None:
+                part.outstanding -= 1
+                part.ended += 1
+
+    def _refused(self, unit: Unit, state: str, info: dict) -> None:
+        """(on_unit_state) An update the unit's state machine refuses: counted when said
+        again, else logged."""
+        if any(state == past for past, _ in unit.history):
+            self.said_again += 1
+        else:
+            log.warning(
+                "%s: update %s -> %s refused by the unit state machine (%s)",
+                unit.uid,
+                unit.state,
+                state,
+                info.get("reason") or f"exit code {info.get('exit_code')}",
+            )
+
+    def _run_again(self, unit: Unit, ts: float) -> None:
+        """(on_unit_state) A restartable unit whose node was lost: routed again, first."""
+        part = unit.pilot.parts.get(unit.part)
+        if part is not None:
+            part.outstanding -= 1
+            part.accepting = False  # it lost a node: it ends FAILED next
+        unit.advance(S.SCHEDULING, ts, None)  # its node was lost: it runs again
+        unit.part = None
+        self.pending.appendleft(unit)
+
+    # -- data staging (pmgr/core/transfers.py) ----------------------------------------------------
+    def _stage_out(self, unit: Unit, info: dict) -> None:
+        """(on_unit_state) DONE at the agent, with output files for the client: they come
+        here first, then the unit is DONE (or FAILED if they could not)."""
+        if unit.staging_out:
+            return  # said again while they do
+        unit.staging_out = True
+        unit.exit_code = info.get("exit_code", 0)
+        if "node" in info:
+            unit.node, unit.slots = info["node"], info.get("slots")
+        reason = info.get("reason")
+
+        def then(error: str | None) -> None:  # (transfer thread)
+            with self.session.locked():
+                unit.client_out = []  # done: the DONE below is let through
+                if not unit.final:
+                    if error:
+                        unit.advance(S.FAILED, time.time(), f"output staging: {error}")
+                    else:
+                        unit.advance(S.DONE, time.time(), reason)
+                    part = unit.pilot.parts.get(unit.part) if unit.part else None
+                    if part is not None:
+                        part.outstanding -= 1
+                self.route()
+
+        self.session.transfers.stage(unit, unit.pilot, unit.client_out, then)
+
+    def on_units_back(self, part_uid: str, units: list) -> None:
+        """Units a partition could not or did not run: route them again."""
+        now = time.time()
+        back = []
+        stopping = self.find_partition(part_uid)
+        if stopping is not None:
+            stopping.accepting = False  # it is going away: send it nothing more
+        for uid in uids_of(units):
+            unit = self.units.live.get(uid)
+            if unit is None or unit.final or unit.part != part_uid:
+                continue
+            part = unit.pilot.parts.get(part_uid)
+            if part is not None:
+                part.outstanding -= 1
+            if unit.description.partition == part_uid:  # pinned there: nowhere else to go
+                unit.advance(S.FAILED, now, f"its partition {part_uid} was stopped before it ran")
+                continue
+            if unit.state == S.QUEUED:
+                unit.advance(S.SCHEDULING, now, None)
+            unit.part = None
+            back.append(unit)
+        self.pending.extendleft(reversed(back))
+        self.route()
+
+    def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
+        """The agent of `part_uid` died.  Its units that had started (its start journal) may
+        have run: they end FAILED, never run twice (unless restartable: then they run again
+        elsewhere); the others never ran and are routed again (to another partition; one
+        pinned to this partition fails with it)."""
+        started, killed = set(started), set(killed)
+        lost = self.find_partition(part_uid)
+        if lost is not None:
+            lost.accepting = False  # its FAILED state follows: route nothing more there
+        now = time.time()
+        back = []
+        for unit in self.units.active():
+            if unit.part != part_uid or unit.final:
+                continue
+            part = unit.pilot.parts.get(part_uid)
+            if part is not None:
+                part.outstanding -= 1
+            if unit.uid in killed:
+                why = f"killed: {reason} while it ran"
+            elif unit.uid in started:
+                why = f"{reason} after starting it; its outcome is unknown"
+            elif unit.description.partition == part_uid:
+                why = f"its partition {part_uid} was lost before it started ({reason})"
+            else:
+                why = None
+            if why is not None and not self._may_restart(unit, why):
+                unit.advance(S.FAILED, now, why)
+                continue
+            if unit.state != S.SCHEDULING:
+                unit.advance(S.SCHEDULING, now, None)
+            unit.part = None
+            back.append(unit)
+        if back:
+            log.warning(
+                "%s lost (%s): %d unit(s) routed again (never started, or restartable)",
+                part_uid,
+                reason,
+                len(back),
+            )
+        self.pending.extendleft(reversed(back))
+        self.route()
+
+    def on_partition_changed(self, part) -> None:
+        """A partition ended: units of it not final here are asked for (`sync`): the pilot
+        keeps every outcome its agents reported until the store has it (partition/outbox.py),
+        so only what it does not know is lost (on_synced); with the pilot gone too, nothing
+        is left to ask."""
+        if part.final:
+            now = time.time()
+            left = [u for u in self.units.active() if u.part == part.uid and not u.final]
+            pilot = part.pilot
+            if left and not pilot.final and pilot.linked and not pilot.released:
+                cid = self.session.next_cid(pilot.uid)
+                pilot.command(
+                    {"cid": cid, "op": "sync", "args": {"units": {part.uid: [u.uid for u in left]}}}
+                )
+            else:
+                for unit in left:
+                    self._never_reached(unit, _lost_with(part), now, front=True)
+                part.outstanding = 0
+        self.route()
+
+    def _never_reached(self, unit: Unit, why: str, now: float, front: bool = False) -> None:
+        """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
+        never reached it and is routed again; any other is FAILED with `why`."""
+        if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
+            unit.part = None
+            (self.pending.appendleft if front else self.pending.append)(unit)
+        elif self._may_restart(unit, why):
+            unit.advance(S.SCHEDULING, now, None)
+            unit.part = None
+            (self.pending.appendleft if front else self.pending.append)(unit)
+        else:
+            unit.advance(S.FAILED, now, why)
+
+    def _may_restart(self, unit: Unit, why: str) -> bool:
+        """A restartable unit (not pinned to the partition it lost) runs again elsewhere."""
+        d = unit.description
+        if not d.restartable or d.partition == unit.part:
+            return False
+        log.warning("%s restarts: %s", unit.uid, why)
+        return True
+
+    def on_pilot_changed(self, pilot) -> None:
+        self.route()
+
+    def on_synced(self, part_uid: str, unknown: list) -> None:
+        """After an attach, the agent of `part_uid` does not know these units: one that was
+        only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
+        now = time.time()
+        for uid in unknown:
+            unit = self.units.live.get(uid)
+            if unit is None or unit.final or unit.part != part_uid:
+                continue
+            part = unit.pilot.parts.get(part_uid)
+            if part is not None:
+                part.outstanding = max(0, part.outstanding - 1)
+            if part is not None and part.final:
+                why = _lost_with(part)
+            else:
+                why = f"lost: partition {part_uid} does not know it (found when a client attached)"
+            self._never_reached(unit, why, now, front=part is not None and part.final)
+        self.route()
+
+
+def _lost_with(part) -> str:
+    return f"lost with partition {part.uid} ({part.state}: {part.reason}); its outcome is unknown"
