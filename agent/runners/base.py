@@ -8,7 +8,9 @@
                  stager.py     a thread makes the sandbox ahead of use, reuses empty ones
                  daemons.py    nothing here: node daemons make sandboxes on their node
 
-A runner is driven from the agent's loop only: `spawn` returns at once with the unit's `Run`;
+UnitRunner (a Protocol) is what every runner does; RunnerBase the optional rest, with what a
+runner without that capability does (every runner derives from it).  A runner is driven from
+the agent's loop only: `spawn` returns at once with the unit's `Run`;
 `reap()` yields (Run, exit code) for units whose ranks have all ended (the first non-zero code;
 negative = signal), with `left_empty` set when its sandbox may be empty and serve again;
 `output` holds forwarded output [uid, node, rank, stream, text] until the agent sends it;
@@ -75,6 +77,8 @@ class Run:
 
 
 class UnitRunner(Protocol):
+    """What every runner does (the agent calls these on any runner)."""
+
     @classmethod
     def for_partition(cls, cfg: dict, ctx, journal: int) -> tuple[UnitRunner, Stager]: ...
 
@@ -91,41 +95,67 @@ class UnitRunner(Protocol):
     # OSError: nothing left running
     def spawn(self, unit: dict, sandbox: str | None, alloc) -> Run: ...
 
-    # Units held ahead: the runner may take units from the head of the agent's queue, in order,
-    # to start them itself the moment a slot that fits frees (the local runner's lanes); it
-    # journals each before it starts it.  Returns (unit, reason) for those that cannot start.
-    # `take(unit)` gives a unit's sandbox.
-    def hold_ahead(self, queue: deque, take: Callable[[dict], str]) -> list[tuple[dict, str]]: ...
-
-    # the units held ahead and not started, in order: all of them (freed None: a cancel or a
-    # stop), or those the allocations of the Runs `freed` (just ended) may be for
-    def give_back(self, freed: list | None = None) -> list[dict]: ...
-
-    # units it started on its own since (EXECUTING; Run.start_errno: it could not)
-    def started(self) -> list[Run]: ...
-
     def reap(self) -> Iterator[tuple[Run, int]]: ...
 
     def kill(self, run: Run, sig: int) -> None: ...
-
-    def has_exited(self, run: Run) -> bool: ...  # every rank ended, not yet reaped
 
     def runs(self) -> list[Run]: ...
 
     # None: it cannot be found; `search` is the unit's own PATH (None: the agent's)
     def which(self, executable: str, search: str | None = None) -> str | None: ...
 
-    def node_lost(self, index: int, reason: str) -> None: ...
-
-    def watch(self, poller) -> None: ...
-
-    def on_readable(self, key) -> None: ...
-
-    def due(self) -> float | None: ...  # when `sweep` wants to be called next (None: never)
-
-    def sweep(self, now: float) -> None: ...  # what is looked at without being polled
-
     def close(self) -> None: ...
+
+
+class RunnerBase:
+    """The optional part of the seam: what a runner without the capability does.  Every runner
+    derives from it and overrides what it has; the agent calls these on any runner.
+
+    holding units ahead (the local runner's lanes): hold_ahead, give_back, started
+    hearing without the agent's SIGCHLD: has_exited (the local runner; the others learn of
+        exits on their sockets or at once)
+    what it must hear and look at: watch, on_readable (sockets, pipes), due, sweep
+    nodes of a multi-node partition: node_lost (the daemon runner)
+    """
+
+    output: list
+    running: dict
+    sigchld = False
+    runs_functions = False
+
+    # Units held ahead: the runner may take units from the head of the agent's queue, in order,
+    # to start them itself the moment a slot that fits frees (the local runner's lanes); it
+    # journals each before it starts it.  Returns (unit, reason) for those that cannot start.
+    # `take(unit)` gives a unit's sandbox.
+    def hold_ahead(self, queue: deque, take: Callable[[dict], str]) -> list[tuple[dict, str]]:
+        return []
+
+    # the units held ahead and not started, in order: all of them (freed None: a cancel or a
+    # stop), or those the allocations of the Runs `freed` (just ended) may be for
+    def give_back(self, freed: list | None = None) -> list[dict]:
+        return []
+
+    # units it started on its own since (EXECUTING; Run.start_errno: it could not)
+    def started(self) -> list[Run]:
+        return []
+
+    def has_exited(self, run: Run) -> bool:  # every rank ended, not yet reaped
+        return False  # (its exit events decide)
+
+    def node_lost(self, index: int, reason: str) -> None:
+        pass  # (a single-node partition's node is the agent's own)
+
+    def watch(self, poller) -> None:
+        pass  # (nothing to poll)
+
+    def on_readable(self, key) -> None:
+        pass
+
+    def due(self) -> float | None:  # when `sweep` wants to be called next (None: never)
+        return None
+
+    def sweep(self, now: float) -> None:  # what is looked at without being polled
+        pass
 
 
 class Stager(Protocol):
@@ -144,3 +174,30 @@ class Stager(Protocol):
     def summary(self) -> str: ...  # for the agent's log: how sandboxes were made
 
     def close(self) -> None: ...
+
+
+class QuietStager:
+    """A stager that prepares nothing ahead: `take` alone says (and, for a runner that needs
+    it, makes) a unit's sandbox.  The daemon runner's (node daemons make sandboxes on their
+    node) and the zero runner's (nothing is written)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def submit(self, unit: dict) -> None:
+        pass
+
+    def drop(self, unit: dict) -> None:
+        pass
+
+    def untake(self, sandbox: str) -> None:
+        pass  # (nothing is taken ahead)
+
+    def recycle(self, sandbox: str) -> None:
+        pass
+
+    def tick(self, now: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

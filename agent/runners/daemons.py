@@ -19,20 +19,14 @@ import zmq
 from pilot import security
 from pilot.agent import unit_command
 from pilot.agent.rank_env import rp_pilot_vars
-from pilot.agent.runners.base import Run
+from pilot.agent.runners.base import QuietStager, Run, RunnerBase
 from pilot.agent.spawn import grant_ids, rank_env
 from pilot.protocol import ProtocolError, drain, pack, unpack
 from pilot.sandbox import output_names, sandbox_of
 
 
-class NoStager:
-    """Daemons make unit sandboxes on their node; the agent stages nothing."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def submit(self, unit: dict) -> None:
-        pass
+class NoStager(QuietStager):
+    """Daemons make unit sandboxes on their node; the agent stages nothing ahead."""
 
     def take(self, unit: dict) -> str:
         sandbox = sandbox_of(self.root, unit)
@@ -41,26 +35,11 @@ class NoStager:
             unit_command.stage_in(self.root, sandbox, unit)
         return sandbox
 
-    def drop(self, unit: dict) -> None:
-        pass
-
-    def untake(self, sandbox: str) -> None:
-        pass  # (nothing is taken ahead here)
-
-    def recycle(self, sandbox: str) -> None:
-        pass
-
-    def tick(self, now: float) -> None:
-        pass
-
     def summary(self) -> str:
         return "made by the node daemons"
 
-    def close(self) -> None:
-        pass
 
-
-class DaemonRunner:
+class DaemonRunner(RunnerBase):
     runs_functions = False  # (function workers are the local runner's)
 
     @classmethod
@@ -96,15 +75,6 @@ class DaemonRunner:
 
     def summary(self) -> str:
         return "units started by the node daemons"
-
-    def hold_ahead(self, queue, take) -> list:
-        return []  # (every unit is placed by the agent and sent at once)
-
-    def give_back(self, freed: list | None = None) -> list[dict]:
-        return []
-
-    def started(self) -> list[Run]:
-        return []
 
     def watch(self, poller) -> None:
         for sock in self.socks.values():
@@ -175,12 +145,6 @@ class DaemonRunner:
             codes = [run.codes[k] for k in run.pids]
             self.done.append((run, next((c for c in codes if c), 0)))
 
-    def due(self) -> float | None:
-        return None  # everything it hears comes on its sockets
-
-    def sweep(self, now: float) -> None:
-        pass
-
     def node_lost(self, index: int, reason: str) -> None:
         """Ranks on node `index` ended without an exit code: their units FAILED with reason."""
         self.lost[index] = reason
@@ -206,9 +170,6 @@ class DaemonRunner:
                     )
                 except zmq.Again:
                     pass  # that daemon is not reading: node loss will end these ranks
-
-    def has_exited(self, run: Run) -> bool:
-        return False  # its daemons know; their exit events decide
 
     def runs(self) -> list[Run]:
         return list({id(r): r for r in self.running.values()}.values())

@@ -40,7 +40,7 @@ from pilot.agent.rank_env import (
     rank_env,
     rp_pilot_vars,
 )
-from pilot.agent.runners.base import Run
+from pilot.agent.runners.base import Run, RunnerBase
 from pilot.agent.runners.functions import FunctionWorkers
 from pilot.agent.runners.lane_feed import LaneFeed, lane_shape
 from pilot.agent.runners.stager import SandboxStager
@@ -60,7 +60,7 @@ def _pidfds_work() -> bool:
         return False
 
 
-class LocalRunner(LaneFeed):
+class LocalRunner(LaneFeed, RunnerBase):
     """Units on this node, spawned by the agent itself (the lanes' methods: LaneFeed)."""
 
     runs_functions = True  # (in its FunctionWorkers)
@@ -159,9 +159,6 @@ class LocalRunner(LaneFeed):
             return
         if not self.functions.on_readable(fd):
             self.streams.on_readable(fd)
-
-    def node_lost(self, index: int, reason: str) -> None:
-        pass  # its only node is the agent's own
 
     def due(self) -> float | None:
         return self.next_sweep if self.streams.quiet else None

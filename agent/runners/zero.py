@@ -11,7 +11,7 @@ not made either: it ends DONE with the value None.
 says "now" while ended units wait, so the loop does not sleep on them), which frees its slots
 before the next units are placed, as a real exit would.  Nothing is written anywhere: no
 sandbox, no output files (the stager is the no-op one).
-Interface: UnitRunner (agent/runners/base.py).
+Interface: UnitRunner and RunnerBase (agent/runners/base.py).
 """
 
 from __future__ import annotations
@@ -20,41 +20,20 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
-from pilot.agent.runners.base import Run
+from pilot.agent.runners.base import QuietStager, Run, RunnerBase
 
 
-class ZeroStager:
+class ZeroStager(QuietStager):
     """Sandboxes are never made: a zero-launch unit writes nothing."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def submit(self, unit: dict) -> None:
-        pass
 
     def take(self, unit: dict) -> str:
         return self.root
 
-    def drop(self, unit: dict) -> None:
-        pass
-
-    def untake(self, sandbox: str) -> None:
-        pass
-
-    def recycle(self, sandbox: str) -> None:
-        pass
-
-    def tick(self, now: float) -> None:
-        pass
-
     def summary(self) -> str:
         return "none (zero-launch)"
 
-    def close(self) -> None:
-        pass
 
-
-class ZeroRunner:
+class ZeroRunner(RunnerBase):
     """Units end DONE the moment they are started (the module's header)."""
 
     sigchld = False
@@ -83,15 +62,6 @@ class ZeroRunner:
         self.count += 1
         return run
 
-    def hold_ahead(self, queue, take) -> list:
-        return []
-
-    def give_back(self, freed=None) -> list:
-        return []
-
-    def started(self) -> list:
-        return []
-
     def reap(self) -> Iterator[tuple[Run, int]]:
         ended = self.ended
         while ended:
@@ -109,20 +79,8 @@ class ZeroRunner:
     def which(self, executable: str, search: str | None = None) -> str | None:
         return executable  # (nothing is started: any program "is there")
 
-    def node_lost(self, index: int, reason: str) -> None:
-        pass
-
-    def watch(self, poller) -> None:
-        pass
-
-    def on_readable(self, key) -> None:
-        pass
-
     def due(self) -> float | None:
         return time.monotonic() if self.ended else None
-
-    def sweep(self, now: float) -> None:
-        pass
 
     def close(self) -> None:
         pass
