@@ -75,8 +75,7 @@ PAGES = {
 }
 # the handles inherit wait/register_callback/state from their base: show those too
 INHERITED = {"Pilot", "Partition", "Unit", "Task", "PilotManager", "TaskManager"}
-# ... or some of them: the UnitManager's queries (wait_units, ...) are its base UnitQueries'
-INHERITED_NAMES = {"UnitManager": ["wait_units", "states", "list_units", "get_units"]}
+# (the UnitManager inherits nothing: its parts are objects it holds, its methods its own)
 
 # Public names whose docstring is still to be written, in files other engineers were changing
 # when the manual was made (the list with what each lacks: /work/notes/docstrings-todo.md).
@@ -169,8 +168,6 @@ def page(modname: str) -> str:
             opts = {"heading_level": 3}
             if name in INHERITED:
                 opts["inherited_members"] = True
-            elif name in INHERITED_NAMES:
-                opts["inherited_members"] = INHERITED_NAMES[name]
             lines += ["    options:"] + [f"      {k}: {_yaml(v)}" for k, v in opts.items()]
             lines += [""]
     consts = constants(modname)

@@ -20,6 +20,7 @@ __getattr__, __dir__, __all__ = declare(
         "PILOT_STATE": "pilot.pmgr.core.entities",
         "UNIT_STATE": "pilot.pmgr.core.entities",
         "UnitManager": "pilot.pmgr.core.unit_manager",
+        "UnitHooks": "pilot.pmgr.core.unit_hooks",
         "UnitStream": "pilot.pmgr.core.unit_stream",
         "UnitList": "pilot.pmgr.core.unit_list",
         "pilot_directives": "pilot.pmgr.core.pilot_transfers:directives",

@@ -1,7 +1,8 @@
 """Unit routing (client side): which partition each waiting unit goes to, and its sending there.
 
-`Routing` is the UnitManager's base (pmgr/core/unit_manager.py): its methods read and change the
-manager's routing state, declared below, and run with the session lock held.
+`Routing` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the manager's shared
+state (`UnitBook`, pmgr/core/unit_book.py) in its constructor; its methods run with the session
+lock held.  The manager's other parts call `route`, `bind`, `never_fits` and `find_partition`.
 
 Where a unit goes: a unit with `partition=` goes to that partition once it is ACTIVE; one with
 `tag=` to the partition the tagged unit went to; any other unit goes to the ACTIVE partition of
@@ -37,11 +38,11 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any
 
 from pilot import framed
 from pilot import states as S
 from pilot.pmgr.core.entities import Unit
+from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_table import UnitTable
 from pilot.protocol import pack
 from pilot.rp_names import SCHEDULER_ROUND_ROBIN
@@ -62,24 +63,36 @@ NOT_ADDED = _NotAdded()
 
 
 class Routing:
-    """Routing state and methods of a UnitManager (which sets the attributes below)."""
+    """A UnitManager's routing (this module's header): the units waiting in `book.pending` go
+    to the partitions of `book.pilots`; its methods run with the session lock held.
 
-    session: Any  # the Session (pmgr/core/session.py)
-    scheduler: str  # SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (rp_names)
-    turn: int  # round robin: the pilot the next unit is bound to
-    pinned: int  # units submitted with pilot=
-    pilots: list  # the Pilots units are routed to
-    units: UnitTable  # (pmgr/core/unit_table.py)
-    pending: deque[Unit]  # units waiting at the client, oldest first
+    Args:
+        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        scheduler (str): SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (pilot/rp_names.py).
+    """
+
+    def __init__(self, book: UnitBook, scheduler: str) -> None:
+        self.book = book
+        self.session = book.session
+        self.units: UnitTable = book.units
+        self.pilots: list = book.pilots
+        self.pending: deque[Unit] = book.pending
+        self.waiting_for: set[str] = book.waiting_for
+        self.scheduler = scheduler
+        self.turn = 0  # round robin: the pilot the next unit is bound to
+        self.pinned = 0  # units submitted with pilot= (counted by the Submission)
 
     def find_partition(self, uid: str):
+        """The partition `uid` of this manager's pilots, or None."""
         for p in self.pilots:
             for part in p.parts.values():
                 if part.uid == uid:
                     return part
         return None
 
-    def _never_fits(self, unit: Unit) -> str | None:
+    def never_fits(self, unit: Unit) -> str | None:
+        """Why `unit` can never run on this manager's pilots (its reason when FAILED at
+        submit), or None."""
         d = unit.description
         if d.pilot is not None:
             pinned = next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
@@ -122,12 +135,12 @@ class Routing:
         if pilot is None:
             return None
         if pilot.final:
-            return f"pilot={uid!r} is {pilot.state} and was not added to {self.uid}"
-        if pilot.umgr is not None and pilot.umgr is not self:
-            return f"pilot={uid!r} is used by {pilot.umgr.uid}, so {self.uid} cannot add it"
+            return f"pilot={uid!r} is {pilot.state} and was not added to {self.book.uid}"
+        if pilot.umgr is not None and pilot not in self.pilots:  # (another manager's)
+            return f"pilot={uid!r} is used by {pilot.umgr.uid}, so {self.book.uid} cannot add it"
         return None
 
-    def _pilot_for(self, unit: Unit):
+    def bind(self, unit: Unit):
         """The pilot a unit must run on (`pilot=`, or its round-robin turn), or None (any);
         NOT_ADDED: pinned to a pilot this manager does not have (yet): it waits for it."""
         d = unit.description
@@ -162,11 +175,11 @@ class Routing:
             for unit in self.pending:
                 pinned = unit.description.pilot
                 why = "no live pilot is left to run it"
-                if pinned and self._pilot_for(unit) is NOT_ADDED:
+                if pinned and self.bind(unit) is NOT_ADDED:
                     why = self._never_added(pinned) or (
-                        f"pilot={pinned!r} was never added to {self.uid}"
+                        f"pilot={pinned!r} was never added to {self.book.uid}"
                         if pinned not in self.session.pilots
-                        else f"pilot={pinned!r} is not one of {self.uid}'s pilots (removed, "
+                        else f"pilot={pinned!r} is not one of {self.book.uid}'s pilots (removed, "
                         "or never added) and none of them is left"
                     )
                 unit.advance(S.FAILED, now, why)
@@ -197,7 +210,7 @@ class Routing:
             uid = unit.description.pilot
             if uid is None:
                 continue
-            pilot = self._pilot_for(unit)
+            pilot = self.bind(unit)
             why = self._never_added(uid) if pilot is NOT_ADDED else None
             if pilot is not NOT_ADDED and pilot.final:
                 why = f"pilot={uid!r} is {pilot.state}"
@@ -238,7 +251,7 @@ class Routing:
                     unit.advance(S.FAILED, time.time(), why)
                     continue
             else:
-                pilot = self._pilot_for(unit)
+                pilot = self.bind(unit)
                 if pilot is NOT_ADDED:  # (waits until add_pilots adds it)
                     skipped.append(unit)
                     continue

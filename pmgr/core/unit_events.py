@@ -1,10 +1,11 @@
 """What a pilot says about units: state updates, units handed back, partitions lost or ended.
 
-`UnitEvents` is the UnitManager's base (pmgr/core/unit_manager.py) that implements the `UnitRouter`
-protocol (pmgr/core/unit_router.py: which message of a pilot leads to which call, on which thread,
-under which lock), `route` included (its own base `Routing`, pmgr/core/routing.py).  All but
-on_unit_state and on_output end in `route()`, and the Pilot calls `route()` after a batch of
-state updates: where units can go may have changed.
+`UnitEvents` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the manager's
+shared state (`UnitBook`, pmgr/core/unit_book.py) and its `Routing` (pmgr/core/routing.py) in its
+constructor.  The manager's `UnitRouter` methods (pmgr/core/unit_router.py: which message of a
+pilot leads to which call, on which thread, under which lock) are its, `route` the Routing's.
+All but on_unit_state and on_output end in `route()`, and the Pilot calls `route()` after a
+batch of state updates: where units can go may have changed.
 
 Nothing is lost: every unit ends in exactly one final state.
   - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
@@ -25,6 +26,7 @@ import time
 import pilot.states as S
 from pilot.pmgr.core.entities import DIRECT, Unit, advance_together
 from pilot.pmgr.core.routing import Routing
+from pilot.pmgr.core.unit_book import UnitBook
 from pilot.unit_record import uids_of
 
 log = logging.getLogger("pmgr.units")
@@ -41,11 +43,21 @@ _PATHS = frozenset(
 )
 
 
-class UnitEvents(Routing):
-    """A UnitManager's handling of its pilots' news (which sets the attributes below)."""
+class UnitEvents:
+    """A UnitManager's handling of its pilots' news.
 
-    said_again: int  # updates refused because the unit had passed them (sync replays)
-    _output_callbacks: list  # register_output_callback's
+    Args:
+        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        routing (Routing): the manager's routing (pmgr/core/routing.py).
+    """
+
+    def __init__(self, book: UnitBook, routing: Routing) -> None:
+        self.session = book.session
+        self.units = book.units
+        self.pending = book.pending
+        self.routing = routing
+        self.said_again = 0  # updates refused because the unit had passed them (sync replays)
+        self.output_callbacks: list = []  # register_output_callback's
 
     def has_ended(self, uid: str) -> bool:
         """Whether this manager's unit `uid` is in a final state (UnitRouter)."""
@@ -61,7 +73,7 @@ class UnitEvents(Routing):
                     continue
                 unit.add_output(node, rank, stream, text)
                 calls.append((unit, node, rank, stream, text))
-        for cb in list(self._output_callbacks):
+        for cb in list(self.output_callbacks):
             for call in calls:
                 try:
                     cb(*call)
@@ -230,7 +242,7 @@ class UnitEvents(Routing):
                     part = unit.pilot.parts.get(unit.part) if unit.part else None
                     if part is not None:
                         part.outstanding -= 1
-                self.route()
+                self.routing.route()
 
         self.session.transfers.stage(unit, unit.pilot, unit.client_out, then)
 
@@ -238,7 +250,7 @@ class UnitEvents(Routing):
         """Units a partition could not or did not run: route them again."""
         now = time.time()
         back = []
-        stopping = self.find_partition(part_uid)
+        stopping = self.routing.find_partition(part_uid)
         if stopping is not None:
             stopping.accepting = False  # it is going away: send it nothing more
         for uid in uids_of(units):
@@ -256,7 +268,7 @@ class UnitEvents(Routing):
             unit.part = None
             back.append(unit)
         self.pending.extendleft(reversed(back))
-        self.route()
+        self.routing.route()
 
     def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
         """The agent of `part_uid` died.  Its units that had started (its start journal) may
@@ -264,7 +276,7 @@ class UnitEvents(Routing):
         elsewhere); the others never ran and are routed again (to another partition; one
         pinned to this partition fails with it)."""
         started, killed = set(started), set(killed)
-        lost = self.find_partition(part_uid)
+        lost = self.routing.find_partition(part_uid)
         if lost is not None:
             lost.accepting = False  # its FAILED state follows: route nothing more there
         now = time.time()
@@ -298,7 +310,7 @@ class UnitEvents(Routing):
                 len(back),
             )
         self.pending.extendleft(reversed(back))
-        self.route()
+        self.routing.route()
 
     def on_partition_changed(self, part) -> None:
         """A partition ended: units of it not final here are asked for (`sync`): the pilot
@@ -318,7 +330,7 @@ class UnitEvents(Routing):
                 for unit in left:
                     self._never_reached(unit, _lost_with(part), now, front=True)
                 part.outstanding = 0
-        self.route()
+        self.routing.route()
 
     def _never_reached(self, unit: Unit, why: str, now: float, front: bool = False) -> None:
         """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
@@ -342,7 +354,8 @@ class UnitEvents(Routing):
         return True
 
     def on_pilot_changed(self, pilot) -> None:
-        self.route()
+        """One of the manager's pilots ended: where units can go changed."""
+        self.routing.route()
 
     def on_synced(self, part_uid: str, unknown: list) -> None:
         """After an attach, the agent of `part_uid` does not know these units: one that was
@@ -360,7 +373,7 @@ class UnitEvents(Routing):
             else:
                 why = f"lost: partition {part_uid} does not know it (found when a client attached)"
             self._never_reached(unit, why, now, front=part is not None and part.final)
-        self.route()
+        self.routing.route()
 
 
 def _lost_with(part) -> str:

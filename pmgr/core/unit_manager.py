@@ -1,44 +1,47 @@
 """UnitManager: submits units, routes them to partitions, follows them to a final state.
 
-The user's side is here: submit_units (units are made, checked and routed in chunks),
-cancel_units, wait_units, callbacks, the pilots to route to.  How units are routed to partitions
-and sent is in its base `Routing` (pmgr/core/routing.py); what the pilots say about units (state
-updates, units handed back, partitions lost) in its base `UnitEvents` (pmgr/core/unit_events.py),
-with the guarantee that every unit ends in exactly one final state.
+The user's side is here: submit_units, cancel_units, wait_units, callbacks, the pilots to route
+to.  The manager is made of parts it holds, each given the state they share (`UnitBook`,
+pmgr/core/unit_book.py: session, uid, pilots, unit table, the units waiting) in its constructor,
+and its public methods delegate to them:
+    _submission  Submission (pmgr/core/unit_submit.py): descriptions checked, units made (its
+                 `UNIT`) and queued, in chunks
+    _routing     Routing (pmgr/core/routing.py): where waiting units go, and their sending
+    _events      UnitEvents (pmgr/core/unit_events.py): what the pilots say about units (state
+                 updates, units handed back, partitions lost), with the guarantee that every
+                 unit ends in exactly one final state
+    _queries     UnitQueries (pmgr/core/unit_queries.py): wait_units, get_units, list_units
+    units        UnitTable (pmgr/core/unit_table.py): live units as objects, released as a byte
+A Pilot calls the manager's `UnitRouter` methods (pmgr/core/unit_router.py), which go to
+`_events` and `_routing`.  A face changes what the manager does with its units only through
+`hooks` (pmgr/core/unit_hooks.py) and the public class attributes UNIT, DESCRIPTION, UID_PREFIX.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections import deque
 
 import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
-from pilot.pmgr.core.blueprint import Blueprints
-from pilot.pmgr.core.entities import UNIT_STATE, Unit, advance_together, callback
+from pilot.pmgr.core.entities import UNIT_STATE, Unit, callback
+from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.stream_marks import StreamMarks
+from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_events import UnitEvents
+from pilot.pmgr.core.unit_hooks import UnitHooks
 from pilot.pmgr.core.unit_list import UnitList
 from pilot.pmgr.core.unit_queries import UnitQueries
 from pilot.pmgr.core.unit_stream import UnitStream
+from pilot.pmgr.core.unit_submit import Submission
 from pilot.pmgr.core.unit_table import UnitTable
 from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULERS
 
 log = logging.getLogger("pmgr.units")
 
-# submit_units makes, routes and sends units in chunks that double from MIN to MAX: the first
-# units are on their way (persisted, then sent) while the rest are made (measured: 2,000
-# function units made in one piece reached their agent after 130 ms, a third of their run)
-SUBMIT_CHUNK_MIN, SUBMIT_CHUNK_MAX = 64, 256
-# ... and a chunk sent to a partition short of units is on its way before the next is made: the
-# store writer and the channel need the interpreter for it, and a submitting thread that goes
-# on holds it for 5 ms at a time (measured: the first units left the client 70-90 ms after
-# submit_units was called, and the cores idled meanwhile)
-SEND_WAIT = 0.1
 
-
-class UnitManager(UnitQueries, UnitEvents):
+class UnitManager:
     """Submits units, routes them to the partitions of its pilots, and follows each to exactly
     one final state (DONE, FAILED or CANCELED).
 
@@ -55,6 +58,8 @@ class UnitManager(UnitQueries, UnitEvents):
             rp.SCHEDULER_BACKFILLING: a unit goes to whichever pilot has an ACTIVE partition
             with room first.  Within a pilot, units go to its partitions as pmgr/core/routing.py
             describes.
+        hooks (UnitHooks | None): what a face (RP 1.x's TaskManager) does on its units
+            (pmgr/core/unit_hooks.py); None: nothing.
 
     Raises:
         ValueError: an unknown `scheduler`, naming the accepted ones.
@@ -66,7 +71,9 @@ class UnitManager(UnitQueries, UnitEvents):
     DESCRIPTION = ComputeUnitDescription  # what its units' stored descriptions are
     UID_PREFIX = "unit"  # generated uids: unit.000000, ...
 
-    def __init__(self, session, scheduler: str | None = None) -> None:
+    def __init__(
+        self, session, scheduler: str | None = None, hooks: UnitHooks | None = None
+    ) -> None:
         # (the arguments: the class docstring)
         scheduler = scheduler or SCHEDULER_DEFAULT
         if scheduler not in SCHEDULERS:
@@ -74,23 +81,55 @@ class UnitManager(UnitQueries, UnitEvents):
                 f"UnitManager: scheduler={scheduler!r} is not known; accepted: {list(SCHEDULERS)}"
             )
         self.scheduler = scheduler
-        self.turn = 0  # round robin: the pilot the next unit is bound to
-        self.pinned = 0  # units submitted with pilot=
         self.session = session
-        self.uid = session.next_uid("umgr")
-        self.pilots: list = []
-        self.units = UnitTable(self)  # live units as objects, released ones as a byte each
-        self.feeding = 0  # lazy streams still pulling (pmgr/core/unit_stream.py)
-        self.pending: deque[Unit] = deque()
-        self.waiting_for: set[str] = set()  # pilots units are pinned to, not added (yet)
-        self.ranked = False  # a unit with a priority was submitted: pending is kept in order
-        self.callbacks: list = []
+        self.hooks = hooks
+        book = self._book = UnitBook(session, session.next_uid("umgr"), UnitTable(self))
+        self.units = book.units  # live units as objects, released ones as a byte each
+        self.pilots = book.pilots
+        self.pending = book.pending
+        self.waiting_for = book.waiting_for  # pilots units are pinned to, not added (yet)
+        self._routing = Routing(book, scheduler)
+        self._events = UnitEvents(book, self._routing)
+        self._queries = UnitQueries(book, self._handle)
+        self._submission = Submission(
+            book, self._routing, self._make, self.UID_PREFIX, hooks and hooks.hold
+        )
+        self.callbacks: list = [] if hooks is None else [hooks.on_change]
         self.registered_cbs: list[tuple] = []  # (cb as given, as called): unregister_callback
-        self._output_callbacks: list = []
-        self.said_again = 0  # updates refused because the unit had passed them (sync replays)
         session.umgrs.append(self)
         if session.recovery is not None:  # an attached session: its units come back here
             session.recovery.adopt_units(self)
+
+    @property
+    def uid(self) -> str:
+        """This manager's uid (umgr.NNNN; a face may set its own)."""
+        return self._book.uid
+
+    @uid.setter
+    def uid(self, uid: str) -> None:
+        self._book.uid = uid
+
+    @property
+    def feeding(self) -> int:
+        """How many lazy streams of this manager are still pulling (pmgr/core/unit_stream.py)."""
+        return self._book.feeding
+
+    @feeding.setter
+    def feeding(self, n: int) -> None:
+        self._book.feeding = n
+
+    @property
+    def said_again(self) -> int:
+        """Updates refused because the unit had passed them (sync replays)."""
+        return self._events.said_again
+
+    def _make(self, session, uid: str, desc, created, blueprint, number) -> Unit:
+        """(Submission) A new unit's handle: this manager's UNIT."""
+        return self.UNIT(session, uid, desc, self, created, blueprint, number)
+
+    def _handle(self, uid: str, stored: dict, created: float | None) -> Unit:
+        """(UnitQueries) A released unit's handle made again from its stored description."""
+        return self.UNIT(self.session, uid, self.DESCRIPTION.from_stored(stored), self, created)
 
     # -- public -----------------------------------------------------------------------------
     def register_callback(self, cb, metric: str = UNIT_STATE, cb_data=None) -> None:
@@ -143,7 +182,7 @@ class UnitManager(UnitQueries, UnitEvents):
             cb (callable): called as `cb(unit, node, rank, stream, text)`: the Unit, the node's
                 name (str), the rank (int), "stdout" or "stderr", and the text (str).
         """
-        self._output_callbacks.append(cb)
+        self._events.output_callbacks.append(cb)
 
     def add_pilots(self, pilots) -> None:
         """Route units to these pilots too (from now on, units waiting included).
@@ -209,10 +248,10 @@ class UnitManager(UnitQueries, UnitEvents):
             Exception: what a (not lazy) iterable raised, after the units it gave before.
         """
         if isinstance(descriptions, (ComputeUnitDescription, dict)):
-            return self._submit_list([descriptions])[0]
+            return self._submission.submit_list([descriptions])[0]
         if isinstance(descriptions, (list, tuple)) and not lazy and name is None:
-            return UnitList.of(self, self._submit_list(list(descriptions)))
-        return self.stream(descriptions, self._submit_list, lazy, window, name)
+            return UnitList.of(self, self._submission.submit_list(list(descriptions)))
+        return self.stream(descriptions, self._submission.submit_list, lazy, window, name)
 
     def make_units(self, descriptions: list) -> list[Unit]:
         """submit_units for the layers on top (rp.Executor, EnTK): a list of descriptions,
@@ -229,7 +268,7 @@ class UnitManager(UnitQueries, UnitEvents):
         Raises:
             ValueError: as submit_units.
         """
-        return self._submit_list(list(descriptions))
+        return self._submission.submit_list(list(descriptions))
 
     def stream(self, descriptions, submit_list, lazy: bool, window: int | None, name=None):
         """(submit_units, submit_tasks) An iterable of descriptions, pulled in chunks that
@@ -247,136 +286,133 @@ class UnitManager(UnitQueries, UnitEvents):
             raise stream.error
         return stream.units()
 
-    def _submit_list(self, descs: list, numbers: list[int] | None = None) -> list:
-        """(submit_units) A list of descriptions, all checked before any unit is made;
-        `numbers`: their units' uid numbers (a named stream's: reserved by it), else the
-        session's next ones."""
-        earlier: set = set()  # names and uids (a TaskDescription's) of the call's units so far
-        checked: set = set()  # (ids of) the description objects checked: a repeat is the same
-        for i, d in enumerate(descs):
-            if id(d) in checked and not d.tag:  # ([desc] * n: one check)
-                continue
-            if isinstance(d, dict):
-                descs[i] = d = ComputeUnitDescription(d)
-            if not isinstance(d, ComputeUnitDescription):
-                raise ValueError(
-                    f"submit_units: descriptions[{i}]={d!r} must be a ComputeUnitDescription"
-                )
-            error = d.submit_error()
-            if error:
-                raise ValueError(f"submit_units: descriptions[{i}]: {error}")
-            if d.pilot is not None and d.pilot not in {p.uid for p in self.pilots}:
-                self.pinned_to_unknown(d.pilot)  # (it waits for that pilot: pmgr/core/routing.py)
-            if d.tag is not None and d.tag not in self.units and d.tag not in earlier:
-                raise ValueError(
-                    f"submit_units: descriptions[{i}].tag={d.tag!r} must be the uid (or, "
-                    "in the same call, the name) of an earlier unit of this manager"
-                )
-            earlier.update(x for x in (d.name, d.uid) if x)
-            if d.partition is not None and self.find_partition(d.partition) is None:
-                raise ValueError(
-                    f"submit_units: descriptions[{i}].partition={d.partition!r} "
-                    f"is not a partition of this manager's pilots "
-                    f"{[p.uid for p in self.pilots]}"
-                )
-            checked.add(id(d))
-        session = self.session
-        if numbers is None:
-            session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
-        given = None if numbers is None else iter(numbers)
-        units: list[Unit] = []
-        named: dict[str, Unit] = {}
-        blueprints = Blueprints()  # (the call holds every description: ids are theirs)
-        start = 0
-        yields = not session.in_callback()  # (a callback holds up the channel: it never waits)
-        while start < len(descs):  # in chunks: the first ones run while the rest are made
-            size = min(SUBMIT_CHUNK_MAX, max(SUBMIT_CHUNK_MIN, start))
-            chunk = descs[start : start + size]
-            start += size
-            with session.locked():
-                self._submit_chunk(chunk, named, units, blueprints, given)
-                sent = self.route()
-            if sent is not None and start < len(descs) and yields:
-                sent.wait(SEND_WAIT)  # (their partition is short of units: they go first)
-        return units
+    def wait_units(
+        self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None
+    ) -> list[str]:
+        """Block until the units (all when uids is None, streams still pulling included) are
+        final (or in `state`); a unit's final-state callbacks have all run when it counts as
+        final here.  Returns their states, in order.  progress=True (or PILOT_PROGRESS=1 when
+        progress is None) draws a bar on stderr meanwhile: units there of all, DONE / FAILED /
+        CANCELED, the rate (pmgr/core/progress.py; only on a terminal).
+
+        Waiting for all is a count (no walk over the units per wake-up); released units are
+        final already and are not read back from the store.
+
+        Args:
+            uids (str | Unit | list[str | Unit] | None): which units; None: all of this
+                manager's, and those of its streams still pulling.
+            state (str | list[str] | None): the state(s) to wait for (a final state ends the
+                wait too); None: a final one.
+            timeout (float | None): seconds; None waits as long as it takes.
+            progress (bool | None): draw a progress bar on stderr (a terminal only); None:
+                when $PILOT_PROGRESS is 1.
+
+        Returns:
+            list[str]: each unit's state when the wait ended, in the order of `uids` (all: the
+                order the units were made).
+
+        Raises:
+            ValueError: a uid this manager does not know.
+            TimeoutError: `timeout` passed, naming units not there yet.
+            RuntimeError: called in a state callback (the thread that delivers states).
+        """
+        return self._queries.wait_units(uids, state, timeout, progress)
+
+    def states(self) -> list[str]:
+        """Every unit's state, in the order they were made (released ones without their
+        objects).
+
+        Returns:
+            list[str]: the states.
+        """
+        return self._queries.states()
+
+    # RADICAL-Pilot's listing names
+    def list_units(self) -> list[str]:
+        """The uids of this manager's units, in the order they were made (none is read back
+        from the store).
+
+        Returns:
+            list[str]: the uids.
+        """
+        return self._queries.list_units()
+
+    def get_units(self, uids=None) -> list[Unit]:
+        """The units (all when uids is None), in order: a released unit is made again from
+        the store (its final state, outcome and history).
+
+        Args:
+            uids (str | Unit | list[str | Unit] | None): which units; None: all.
+
+        Returns:
+            list[Unit]: the units, in the order asked (all: the order they were made).
+
+        Raises:
+            ValueError: a uid this manager does not know.
+        """
+        return self._queries.get_units(uids)
+
+    def unit_from_doc(self, doc: dict) -> Unit:
+        """A released unit made again from its stored doc (UnitTable.get)."""
+        return self._queries.unit_from_doc(doc)
 
     def pinned_to_unknown(self, pilot: str) -> None:
         """A unit is pinned to `pilot`, which this manager does not have: it waits (SCHEDULING,
         RP 1.x's TMGR_SCHEDULING) until add_pilots adds it; said once per pilot."""
-        if pilot not in self.waiting_for:
-            self.waiting_for.add(pilot)
-            log.warning(
-                "%s: units pinned to pilot %r, which is not added (yet): they wait for it",
-                self.uid,
-                pilot,
-            )
+        self._submission.pinned_to_unknown(pilot)
 
-    def _submit_chunk(
-        self, descs: list, named: dict, units: list, blueprints=None, numbers=None
-    ) -> None:
-        """(lock held) Units for these (checked) descriptions, SCHEDULING (or FAILED if they
-        can never fit), appended to `units`; `named`: the call's units by name so far;
-        `numbers`: an iterator of their uid numbers, if they are given."""
-        session = self.session
-        now = time.time()
-        verdicts: dict = {}  # (what _never_fits reads) -> its answer: the same for a chunk
-        blueprints = Blueprints() if blueprints is None else blueprints
-        if numbers is None:
-            numbers = session.uid_numbers(self.UID_PREFIX, sum(d.uid is None for d in descs))
-        prefix, table, make = self.UID_PREFIX, self.units, self.UNIT
-        made = []
-        for d in descs:
-            if d.uid is None:
-                n = next(numbers)
-                uid, number = f"{prefix}.{n:06d}", (prefix, n)
-            else:  # (a TaskDescription's own)
-                uid, number = d.uid, None
-            unit = make(session, uid, d, self, now, blueprints.of(d), number)
-            table[uid] = unit
-            if d.name:
-                named[d.name] = unit
-            if d.tag is not None:
-                unit.after = table.get(d.tag) or named[d.tag]
-            if d.pilot is not None:
-                self.pinned += 1
-            made.append(unit)
-        units.extend(made)
-        if made and made[0].TOGETHER:  # (NEW and SCHEDULING: one record each for the chunk)
-            session.persist_together(S.NEW, made, now, 0, None, None)
-            session.changed_together(made, S.NEW)
-            advance_together(session, made, S.SCHEDULING, now)
-        else:
-            for unit in made:
-                session.persist_state(unit, S.NEW, now)
-                session.changed(unit, S.NEW)
-                unit.advance(S.SCHEDULING, now, None)
-        for unit in made:
-            d = unit.description
-            shape = unit.blueprint.shape
-            reason = verdicts.get(shape, False)
-            if reason is False:
-                reason = verdicts[shape] = self._never_fits(unit)
-            if reason:
-                unit.advance(S.FAILED, now, reason)
-            else:
-                if d.partition is None and unit.after is None and self.pilots:
-                    self._pilot_for(unit)  # round robin: bound in submit order
-                self._queue(unit)
+    def enqueue(self, unit: Unit) -> None:
+        """(lock held) `unit` waits at the client to be routed, by its priority (a face hands
+        back a unit its hooks held this way: pmgr/core/unit_hooks.py; then `route()`)."""
+        self._submission.enqueue(unit)
 
-    def _queue(self, unit: Unit) -> None:
-        """(lock held) `unit` waits at the client to be routed: behind every waiting unit of
-        the same or a higher priority, ahead of those of a lower one (routing takes them
-        oldest first, so a higher priority is sent first)."""
-        pending, p = self.pending, unit.description.priority
-        if p:
-            self.ranked = True
-        if not self.ranked:
-            pending.append(unit)
-            return
-        i = len(pending)
-        while i and pending[i - 1].description.priority < p:
-            i -= 1
-        pending.insert(i, unit)
+    def find_partition(self, uid: str):
+        """The partition `uid` of this manager's pilots, or None."""
+        return self._routing.find_partition(uid)
+
+    # -- UnitRouter (pmgr/core/unit_router.py): the pilots' news, to the parts ----------------
+    def route(self) -> threading.Event | None:
+        """Send waiting units to partitions with room (pmgr/core/routing.py); an Event set
+        once they are sent when a partition was short of units, else None."""
+        return self._routing.route()
+
+    def has_ended(self, uid: str) -> bool:
+        """Whether this manager's unit `uid` is in a final state."""
+        return self._events.has_ended(uid)
+
+    def on_unit_moves(self, groups: list) -> list[str]:
+        """A batch of unit moves; the uids final here now (pmgr/core/unit_events.py)."""
+        return self._events.on_unit_moves(groups)
+
+    def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
+        """One state update from an agent (pmgr/core/unit_events.py)."""
+        self._events.on_unit_state(uid, state, ts, info)
+
+    def on_output(self, chunks: list) -> None:
+        """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
+        self._events.on_output(chunks)
+
+    def on_units_back(self, part_uid: str, units: list) -> None:
+        """Units a partition could not or did not run: routed again."""
+        self._events.on_units_back(part_uid, units)
+
+    def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
+        """The agent of `part_uid` died (pmgr/core/unit_events.py)."""
+        self._events.on_partition_lost(part_uid, started, killed, reason)
+
+    def on_partition_changed(self, part) -> None:
+        """A partition is ACTIVE or final (pmgr/core/unit_events.py)."""
+        self._events.on_partition_changed(part)
+
+    def on_synced(self, part_uid: str, unknown: list) -> None:
+        """After a sync: the units the agent of `part_uid` never had."""
+        self._events.on_synced(part_uid, unknown)
+
+    def on_pilot_changed(self, pilot) -> None:
+        """One of this manager's pilots ended: routed again, then the hooks are told."""
+        self._events.on_pilot_changed(pilot)
+        if self.hooks is not None:
+            self.hooks.on_pilot_changed(pilot)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
         """Cancel units (all of this manager's when uids is None); running ones are killed.
@@ -395,7 +431,7 @@ class UnitManager(UnitQueries, UnitEvents):
             targets = (
                 self.units.active()
                 if uids is None
-                else [self._unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
+                else [self._queries.unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
             )
             targets = [u for u in targets if not u.final]
             now = time.time()
@@ -413,7 +449,8 @@ class UnitManager(UnitQueries, UnitEvents):
 
     def _unqueue(self, unit: Unit) -> None:
         """(lock held) `unit`, not sent anywhere, is canceled: it waits no more."""
-        self.pending.remove(unit)
+        if self.hooks is None or not self.hooks.release(unit):
+            self.pending.remove(unit)
 
     def list_pilots(self) -> list[str]:
         """The uids of the pilots units are routed to, in the order they were added."""

@@ -1,8 +1,10 @@
 """What a user asks a UnitManager about its units: wait_units, get_units, list_units.
 
-`UnitQueries` is mixed into the UnitManager (pmgr/core/unit_manager.py).  Its units are in a
-UnitTable (pmgr/core/unit_table.py): live ones as objects, released ones (final, stored, callbacks
-run) as one byte each.  So:
+`UnitQueries` is a part the UnitManager holds (pmgr/core/unit_manager.py; its public methods of
+the same names delegate here), given the manager's shared state (`UnitBook`,
+pmgr/core/unit_book.py) in its constructor.  Its units are in a UnitTable
+(pmgr/core/unit_table.py): live ones as objects, released ones (final, stored, callbacks run)
+as one byte each.  So:
   - wait_units() (all) waits for a count (no unit in flight, no stream pulling): each wake-up
     costs nothing per unit; it returns every unit's state once, in the order they were made
   - wait_units(uids) walks the uids once to find the live ones, then only those that have not
@@ -12,45 +14,33 @@ run) as one byte each.  So:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pilot.states as S
 from pilot.pmgr.core.entities import Unit
+from pilot.pmgr.core.unit_book import UnitBook
 
 
 class UnitQueries:
-    """A UnitManager's answers (which sets the attributes below)."""
+    """A UnitManager's answers (their docs: the UnitManager's methods of the same names).
 
-    feeding: int  # lazy streams still pulling (pmgr/core/unit_stream.py)
+    Args:
+        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        handle (callable): `handle(uid, stored description, created)`: a released unit's
+            handle made again (its manager's UNIT, from its DESCRIPTION), the rest filled in
+            here.
+    """
+
+    def __init__(self, book: UnitBook, handle: Callable[[str, dict, float | None], Unit]) -> None:
+        self.book = book
+        self.session = book.session
+        self.units = book.units
+        self.handle = handle
 
     def wait_units(
         self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None
     ) -> list[str]:
-        """Block until the units (all when uids is None, streams still pulling included) are
-        final (or in `state`); a unit's final-state callbacks have all run when it counts as
-        final here.  Returns their states, in order.  progress=True (or PILOT_PROGRESS=1 when
-        progress is None) draws a bar on stderr meanwhile: units there of all, DONE / FAILED /
-        CANCELED, the rate (pmgr/core/progress.py; only on a terminal).
-
-        Waiting for all is a count (no walk over the units per wake-up); released units are
-        final already and are not read back from the store.
-
-        Args:
-            uids (str | Unit | list[str | Unit] | None): which units; None: all of this
-                manager's, and those of its streams still pulling.
-            state (str | list[str] | None): the state(s) to wait for (a final state ends the
-                wait too); None: a final one.
-            timeout (float | None): seconds; None waits as long as it takes.
-            progress (bool | None): draw a progress bar on stderr (a terminal only); None:
-                when $PILOT_PROGRESS is 1.
-
-        Returns:
-            list[str]: each unit's state when the wait ended, in the order of `uids` (all: the
-                order the units were made).
-
-        Raises:
-            ValueError: a uid this manager does not know.
-            TimeoutError: `timeout` passed, naming units not there yet.
-            RuntimeError: called in a state callback (the thread that delivers states).
-        """
+        """(UnitManager.wait_units) The units' states once final (or in `state`)."""
         from pilot.pmgr.core.progress import list_counter, table_counter, unit_progress
 
         wanted = (
@@ -60,9 +50,9 @@ class UnitQueries:
         )
         session, table = self.session, self.units
         if uids is None and wanted == S.FINAL:
-            with unit_progress(table_counter(self), progress):
+            with unit_progress(table_counter(self.book), progress):
                 session.wait_for(
-                    lambda: table.open == 0 and not self.feeding,
+                    lambda: table.open == 0 and not self.book.feeding,
                     timeout,
                     lambda: (
                         f"{table.open} of {len(table)} units not there yet, e.g. "
@@ -75,7 +65,7 @@ class UnitQueries:
             items = [table.live.get(uid) or table.state_of(uid) for uid in uids]
         unknown = [uid for uid, item in zip(uids, items) if item is None]
         if unknown:
-            raise ValueError(f"unit uid={unknown[0]!r} is unknown to {self.uid}")
+            raise ValueError(f"unit uid={unknown[0]!r} is unknown to {self.book.uid}")
         live = [u for u in items if type(u) is not str]
         settle = not session.in_callback()  # a callback cannot wait for callbacks
 
@@ -104,61 +94,40 @@ class UnitQueries:
         return [u if type(u) is str else u.state for u in items]
 
     def states(self) -> list[str]:
-        """Every unit's state, in the order they were made (released ones without their
-        objects).
-
-        Returns:
-            list[str]: the states.
-        """
+        """(UnitManager.states) Every unit's state, in the order they were made."""
         with self.session.lock:
             return self.units.states()
 
     # RADICAL-Pilot's listing names
     def list_units(self) -> list[str]:
-        """The uids of this manager's units, in the order they were made (none is read back
-        from the store).
-
-        Returns:
-            list[str]: the uids.
-        """
+        """(UnitManager.list_units) The uids, in the order the units were made."""
         with self.session.lock:
             return list(self.units)
 
     def get_units(self, uids=None) -> list[Unit]:
-        """The units (all when uids is None), in order: a released unit is made again from
-        the store (its final state, outcome and history).
-
-        Args:
-            uids (str | Unit | list[str | Unit] | None): which units; None: all.
-
-        Returns:
-            list[Unit]: the units, in the order asked (all: the order they were made).
-
-        Raises:
-            ValueError: a uid this manager does not know.
-        """
+        """(UnitManager.get_units) The units, in the order asked."""
         with self.session.lock:
             if uids is None:
                 return list(self.units.values())
-            return [self._unit(u) for u in _uids(uids)]
+            return [self.unit(u) for u in _uids(uids)]
 
-    def _unit(self, uid) -> Unit:
+    def unit(self, uid) -> Unit:
+        """This manager's unit `uid` (or a Unit's uid), read back if released."""
         if isinstance(uid, Unit):
             uid = uid.uid
         unit = self.units.get(uid)
         if unit is None:
-            raise ValueError(f"unit uid={uid!r} is unknown to {self.uid}")
+            raise ValueError(f"unit uid={uid!r} is unknown to {self.book.uid}")
         return unit
 
     def unit_from_doc(self, doc: dict) -> Unit:
         """A released unit made again from its stored doc (UnitTable.get)."""
         session = self.session
-        desc = self.DESCRIPTION.from_stored(doc["description"] or {})
         times = doc.get("times")  # (a final unit's history, in its doc)
         if times is None:
             times = [(h["state"], h["ts"]) for h in session.read_store().history(uid=doc["uid"])]
         created = times[0][1] if times else None
-        unit = self.UNIT(session, doc["uid"], desc, self, created)
+        unit = self.handle(doc["uid"], doc["description"] or {}, created)
         unit.history = [(state, ts) for state, ts in times] or unit.history
         unit.state = doc["state"]
         unit.reason = doc.get("reason")

@@ -1,10 +1,10 @@
 """`UnitRouter`: what a Pilot (pmgr/core/pilot.py) calls on the UnitManager that routes units to it.
 
-The UnitManager implements it (pmgr/core/unit_events.py, and `route` in pmgr/core/routing.py); a
-pilot
-has one once `add_pilots` gave it one (`Pilot.umgr`, None before).  Every call comes on the
-channel thread, with the session lock held, inside `session.locked()` (on_output without it),
-and passes on the news a pilot's bootstrap sent (pilot/protocol.py):
+The UnitManager implements it by delegating to the parts it holds (`UnitEvents`,
+pmgr/core/unit_events.py; `route` to its `Routing`, pmgr/core/routing.py); a pilot has one
+once `add_pilots` gave it one (`Pilot.umgr`, None before).  Every call comes on the channel
+thread, with the session lock held, inside `session.locked()` (on_output without it), and
+passes on the news a pilot's bootstrap sent (pilot/protocol.py):
     ustates a batch of unit moves (pilot/updates.py) -> on_unit_moves, then route() once
     output  unit output forwarded by node daemons -> on_output
     back    units a partition handed back (or the channel could not send) -> on_units_back

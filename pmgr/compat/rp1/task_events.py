@@ -1,10 +1,11 @@
 """What a TaskManager (pmgr/compat/rp1/tasks.py) does as its tasks change: RADICAL-Pilot 1.x's
-callbacks,
-task timeouts, and tasks that wait for the orders before them (`tags={"order": ...}`).
+callbacks, task timeouts, and tasks that wait for the orders before them (`tags={"order": ...}`).
 
-`TaskEvents` is mixed into the TaskManager ahead of UnitManager; its `_on_change` is the
-manager's first state callback (pmgr/core/entities.py: run on the thread that made the change, after
-the session lock is released, in the order of the changes).
+`TaskEvents` is the hooks object (pmgr/core/unit_hooks.py's `UnitHooks`) the TaskManager gives
+the core UnitManager it is: `on_change` is the manager's first state callback (run on the thread
+that made the change, after the session lock is released, in the order of the changes), `hold`
+and `release` keep ordered tasks at the client, `on_pilot_changed` fails them when no pilot is
+left.  It uses the manager through its public methods and attributes only.
     TASK_STATE       cb(task, state[, cb_data]) for every change (uid=: that task's only)
     bulk callbacks   RADICAL_PILOT_BULK_CB=true|yes|1 (read when the manager is made), as RP:
                      TASK_STATE callbacks get cb(tasks[, cb_data]), once per batch of changes
@@ -38,7 +39,17 @@ def bulk_from_env() -> bool:
 
 
 class TaskEvents:
-    def __init__(self) -> None:
+    """A TaskManager's RP 1.x callbacks, timeouts and ordered tasks (the UnitHooks it gives
+    the core UnitManager).
+
+    Args:
+        tmgr (TaskManager): the manager (made with this object as its hooks).
+        session (Session): its session.
+    """
+
+    def __init__(self, tmgr, session) -> None:
+        self.tmgr = tmgr
+        self.session = session
         self.bulk = bulk_from_env()
         self.registered: list[tuple] = []  # (metric, cb, cb_data, uid)
         self.changed: dict = {}  # bulk: uid -> task, changed since the last batch was told
@@ -48,7 +59,6 @@ class TaskEvents:
         self.deadlines: list[tuple[float, str]] = []  # heap of (when, uid)
         self.timer: threading.Thread | None = None
         self.timer_cond = threading.Condition()
-        self.callbacks.insert(0, self._on_change)
 
     # -- callbacks ----------------------------------------------------------------------------
     def register_callback(self, cb, cb_data=None, metric=None, uid: str | None = None) -> None:
@@ -64,7 +74,7 @@ class TaskEvents:
                 raise ValueError(
                     f"TaskManager.register_callback: metric={m!r}; accepted: {list(TMGR_METRICS)}"
                 )
-            if uid is not None and uid not in self.units:
+            if uid is not None and uid not in self.tmgr.units:
                 raise ValueError(f"TaskManager.register_callback: uid={uid!r} is no task here")
             with self.session.lock:
                 self.registered.append((m, cb, cb_data, uid))
@@ -79,7 +89,8 @@ class TaskEvents:
                 if not (r[0] in metrics and (cb is None or r[1] is cb) and r[3] == uid)
             ]
 
-    def _on_change(self, task, state: str) -> None:
+    def on_change(self, task, state: str) -> None:
+        """(UnitHooks) The manager's first state callback: timeouts, orders, RP's callbacks."""
         if state == S.EXECUTING and getattr(task.description, "timeout", 0):
             self._deadline(task)
         if state in S.FINAL and self.orders:
@@ -91,12 +102,12 @@ class TaskEvents:
         with self.session.lock:
             registered = list(self.registered)
             batch, self.changed = (self.changed, {}) if self.bulk else ({}, self.changed)
-            size = len(self.pending) + len(self.held)
+            size = len(self.tmgr.pending) + len(self.held)
             told, self.queue_size = self.queue_size, size
         for metric, cb, data, uid in registered:
             if metric == WAIT_QUEUE_SIZE:
                 if size != told:
-                    _call(cb, (self, size), data)
+                    _call(cb, (self.tmgr, size), data)
             elif not self.bulk:
                 if uid is None or uid == task.uid:
                     _call(cb, (task, state), data)
@@ -123,20 +134,22 @@ class TaskEvents:
                     entry[0] = max(entry[0], order["size"])
         return before
 
-    def _queue(self, unit) -> None:
+    def hold(self, unit) -> bool:
+        """(UnitHooks, lock held) A task of an order that may not start yet is held here."""
         d = unit.description
         ordered = self.orders and isinstance(d, TaskDescription)  # (no orders: no look)
         order = d.peek("tags").get("order") if ordered else None
         if order is not None and not self._may_start(order):
             self.held.append(unit)
-            return
-        super()._queue(unit)
+            return True
+        return False
 
-    def _unqueue(self, unit) -> None:
+    def release(self, unit) -> bool:
+        """(UnitHooks, lock held) A task not sent is canceled: let go of it if held here."""
         if unit in self.held:
             self.held.remove(unit)
-        else:
-            super()._unqueue(unit)
+            return True
+        return False
 
     def _may_start(self, order: dict) -> bool:
         ns, k = _order_key(order)
@@ -152,14 +165,14 @@ class TaskEvents:
             ready = [u for u in self.held if self._may_start(u.description.tags["order"])]
             for unit in ready:
                 self.held.remove(unit)
-                super()._queue(unit)
+                self.tmgr.enqueue(unit)
             if ready:
-                self.route()
+                self.tmgr.route()
 
     def on_pilot_changed(self, pilot) -> None:
-        """(lock held) With no live pilot left, the tasks still held wait for nothing."""
-        super().on_pilot_changed(pilot)
-        if self.held and self.pilots and all(p.final for p in self.pilots):
+        """(UnitHooks, lock held) With no live pilot left, the tasks held wait for nothing."""
+        pilots = self.tmgr.pilots
+        if self.held and pilots and all(p.final for p in pilots):
             now = time.time()
             for unit in self.held:
                 unit.advance(S.FAILED, now, "no live pilot is left to run it")
@@ -186,10 +199,10 @@ class TaskEvents:
                     self.timer_cond.wait(min(wait, 1.0))
                     continue
             for uid in due:
-                task = self.units.live.get(uid)  # (a released one is final)
+                task = self.tmgr.units.live.get(uid)  # (a released one is final)
                 if task is not None and not task.final:
                     why = f"timeout: still running {task.description.timeout:g} s after it started"
-                    self.cancel_units([uid], reason=why)
+                    self.tmgr.cancel_units([uid], reason=why)
 
 
 def _order_key(order: dict) -> tuple:

@@ -8,7 +8,7 @@ manager: colocation (the first task of a `colocate` key), a pilot's named enviro
 (pmgr/compat/rp1/named_envs.py), a Raptor's partition (pmgr/compat/rp1/raptor.py), a pilot's
 partition by index.
 Tasks with a priority are sent higher first (the call's tasks are submitted in that order and
-the client's queue is kept in it: pmgr/core/unit_manager.py `_queue`).  What else differs from a
+the client's queue is kept in it: pmgr/core/unit_submit.py `enqueue`).  What else differs from a
 UnitManager (RP 1.x's semantics):
     wait_tasks / Task.wait   return the states when the timeout passes (no TimeoutError); a
                              state counts once the task is in it or past it
@@ -33,12 +33,12 @@ from pilot.pmgr.compat.rp1.task import Task, wanted_states
 from pilot.pmgr.compat.rp1.task_description import TaskDescription
 from pilot.pmgr.compat.rp1.task_events import TaskEvents
 from pilot.pmgr.compat.rp1.task_form import unit_form
-from pilot.pmgr.core import UnitList, UnitManager
+from pilot.pmgr.core import UnitHooks, UnitList, UnitManager
 
 __all__ = ["Task", "TaskManager"]
 
 
-class TaskManager(TaskEvents, UnitManager):
+class TaskManager(UnitManager):
     """RADICAL-Pilot 1.x's TaskManager: a UnitManager whose units are Tasks, submitted from
     TaskDescriptions, with RP 1.x's names and semantics (so an RP 1.x script runs with
     `import pilot as rp`).
@@ -70,14 +70,54 @@ class TaskManager(TaskEvents, UnitManager):
         # (the arguments: the class docstring)
         if cfg not in ("default", None):
             raise ValueError(f"TaskManager: cfg={cfg!r}: only 'default' is known here")
-        UnitManager.__init__(self, session, scheduler)
+        # RP's callbacks, timeouts, ordered tasks: the core manager's hooks (unit_hooks.py)
+        events = self._task_events = TaskEvents(self, session)
+        hooks: UnitHooks = events  # (the core's one seam for a face: pmgr/core/unit_hooks.py)
+        super().__init__(session, scheduler, hooks=hooks)
         self.uid = session.next_uid("tmgr")
         self.client_dir = os.getcwd()  # RP's client sandbox
         self.colocation: dict[str, str] = {}  # colocate key -> the uid of its first task
         self.raptors: dict = {}  # uid -> Raptor (pmgr/compat/rp1/raptor.py)
-        TaskEvents.__init__(self)
         for uid in self.units:  # (an attached session's: new uids go on after theirs)
             session.seen_uid(self.UID_PREFIX, uid)
+
+    # -- callbacks (pmgr/compat/rp1/task_events.py) -------------------------------------------
+    def register_callback(self, cb, cb_data=None, metric=None, uid: str | None = None) -> None:
+        """RP 1.x's order: cb, cb_data, metric (TASK_STATE, WAIT_QUEUE_SIZE or a list), uid; a
+        metric's name as the second argument is the metric (RP 0.90's order).
+
+        TASK_STATE: `cb(task, state[, cb_data])` after every change (with RADICAL_PILOT_BULK_CB
+        set, `cb(tasks[, cb_data])` once per batch); WAIT_QUEUE_SIZE: `cb(tmgr, size[,
+        cb_data])` when the number of tasks waiting at the client changed.
+
+        Args:
+            cb (callable): the callback; it runs on the thread that delivers states.
+            cb_data (object): passed to `cb` as its last argument when not None.
+            metric (str | list[str] | None): rp.TASK_STATE (None too), rp.WAIT_QUEUE_SIZE, or
+                a list of them.
+            uid (str | None): TASK_STATE of this task only.
+
+        Raises:
+            ValueError: a `cb` that is not callable, another metric, or a uid that is no task
+                of this manager.
+        """
+        self._task_events.register_callback(cb, cb_data, metric, uid)
+
+    def unregister_callback(self, cb=None, metrics=None, uid: str | None = None) -> None:
+        """Undo register_callback: of `cb` (all callbacks when None) for `metrics` (None:
+        TASK_STATE) and `uid`.
+
+        Args:
+            cb (callable | None): the callback as registered; None: all of them.
+            metrics (str | list[str] | None): the metric(s); None: rp.TASK_STATE.
+            uid (str | None): the uid it was registered with (None: those registered without).
+        """
+        self._task_events.unregister_callback(cb, metrics, uid)
+
+    def note_change(self, task) -> None:
+        """(session lock held: Task.advance) `task` changed: it goes with the next batch of
+        bulk callbacks."""
+        self._task_events.note_change(task)
 
     # -- tasks --------------------------------------------------------------------------------
     def submit_tasks(self, descriptions, lazy: bool = False, window: int | None = None):
@@ -143,11 +183,11 @@ class TaskManager(TaskEvents, UnitManager):
         order = list(range(len(forms)))
         if any(f.priority for f in forms):  # higher first, else in order (a stable sort)
             order.sort(key=lambda i: -forms[i].priority)
-        known = self.know_orders(forms)
+        known = self._task_events.know_orders(forms)
         try:
-            units = self._submit_list([forms[i] for i in order])
+            units = self.make_units([forms[i] for i in order])
         except ValueError:
-            self.orders = known  # (none of them was made)
+            self._task_events.orders = known  # (none of them was made)
             raise
         tasks = [None] * len(units)
         for i, unit in zip(order, units):
