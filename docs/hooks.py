@@ -9,7 +9,11 @@ What they do, in build order:
   function of `pilot` (its __all__), `pilot.entk` and `pilot.parsl`, grouped by SECTIONS, and a
   table of their constants.  A public name without a docstring fails the build (an error,
   strict or not); one that PAGES does not place goes under "Other" and is logged.
-tests/test_docs.py runs the same docstring check without MkDocs (`missing_docstrings`).
+  And reference/configuration.md with its key table filled in (`configuration_page`): the page
+  keeps its prose and KEYS_MARK, which becomes a row per resource config key, made from the
+  key's default and doc in pilot/resource_keys.py.
+tests/test_docs.py runs the same checks without MkDocs (`missing_docstrings`,
+`configuration_page`).
 """
 
 from __future__ import annotations
@@ -192,6 +196,29 @@ def _yaml(value) -> str:
     return str(value).lower()
 
 
+CONFIG_PAGE = "reference/configuration.md"
+KEYS_MARK = "<!-- resource config keys: docs/hooks.py puts the table here -->"
+
+
+def key_table() -> str:
+    """The resource config keys as a Markdown table: key, default, what it says."""
+    from pilot.resource_keys import key_docs
+
+    lines = ["| key | default | what it says |", "|---|---|---|"]
+    for key, shown, doc in key_docs():
+        cells = [f"`{key}`", shown, doc]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def configuration_page() -> str:
+    """docs/reference/configuration.md with KEYS_MARK replaced by `key_table()`."""
+    text = (ROOT / "docs" / CONFIG_PAGE).read_text()
+    if text.count(KEYS_MARK) != 1:
+        raise ValueError(f"docs/{CONFIG_PAGE} must hold {KEYS_MARK!r} once, where the table goes")
+    return text.replace(KEYS_MARK, key_table())
+
+
 def source_tree() -> Path:
     """build/docs-src/pilot: pilot/'s files and the mapped subpackages, as symlinks."""
     dst = SRC / "pilot"
@@ -226,4 +253,6 @@ def on_files(files, config, **kwargs):
         log.info("docs/hooks.py WAITING: %s has a docstring now; take it off the list", key)
     for modname, (path, _, _) in PAGES.items():
         files.append(File.generated(config, path, content=page(modname)))
+    files.remove(files.get_file_from_path(CONFIG_PAGE))  # (the page as written: its prose)
+    files.append(File.generated(config, CONFIG_PAGE, content=configuration_page()))
     return files
