@@ -137,9 +137,11 @@ class Description:
         return iter(self.FIELDS)
 
     def keys(self):
+        """The names of its fields (dict-style, as RP scripts use it)."""
         return self.FIELDS.keys()
 
     def get(self, name: str, default: Any = None) -> Any:
+        """Field `name` (or an alias of one), or `default` when there is no such field."""
         try:
             return self[name]
         except KeyError:

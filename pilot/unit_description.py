@@ -347,6 +347,8 @@ class ComputeUnitDescription(Description):
         return d
 
     def as_dict(self) -> dict:
+        """Every field (RADICAL-Pilot's as_dict); a function unit's args and kwargs are in its
+        packed `function`."""
         d = super().as_dict()
         d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_stored has them)
         return d
