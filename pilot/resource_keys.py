@@ -34,7 +34,7 @@ def _count(minimum: int = 0, auto: bool = False):
     return counted
 
 
-def _one_of(choices):
+def _choice(choices):
     return validate.one_of(choices, accepted=f"one of {tuple(choices)}")
 
 
@@ -131,13 +131,13 @@ class ResourceConfig:
     )
     batch_system: str = opt(
         "local",
-        _one_of(plugins.BATCH_SYSTEMS),
+        _choice(plugins.BATCH_SYSTEMS),
         "how the pilot job is submitted: `local` (a process tree here), or through PSI/J: "
         "`slurm`, `pbs` (PBS Pro), `lsf`",
     )
     launch_method: str = opt(
         "fork",
-        _one_of(plugins.LAUNCH_METHODS),
+        _choice(plugins.LAUNCH_METHODS),
         "how node daemons start: `fork` (processes here, forked from one node zygote that "
         "imported the daemon once: agent/node_zygote.py), `exec` (processes here, a fresh "
         "interpreter each: the old way, bench/bringup.py's baseline), `netns` (one per network "
@@ -249,7 +249,7 @@ class ResourceConfig:
     )
     node_failure: str = opt(
         "continue",
-        _one_of(NODE_FAILURE),
+        _choice(NODE_FAILURE),
         "`continue` (the node's resources are marked down, its partitions `FAILED`, the rest "
         "go on; a pilot that lost every node ends `FAILED`) or `fail` (the pilot ends "
         "`FAILED`)",
@@ -264,7 +264,7 @@ class ResourceConfig:
     )
     unit_launch: str = opt(
         "spawn",
-        _one_of(UNIT_LAUNCH),
+        _choice(UNIT_LAUNCH),
         "`spawn`: units are processes; `zero`: no process is ever started, each unit ends "
         "`DONE` (exit 0, no output) as soon as its agent has placed it: a benchmark of the "
         "stack alone (`local.zero`, `bench/zero.py`, agent/runners/zero.py)",

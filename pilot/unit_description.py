@@ -110,16 +110,9 @@ _NOT_FOR_FUNCTIONS = (
 )
 
 
-def _priority(owner, field, value):
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > COUNT_MAX:
-        raise field_error(owner, field, value, f"an integer between -{COUNT_MAX} and {COUNT_MAX}")
-    return value
-
-
-def _shell(owner, field, value):
-    if value is not None and not isinstance(value, bool):
-        raise field_error(owner, field, value, "None (as needed), True or False")
-    return value
+_PRIORITY = f"an integer between -{COUNT_MAX} and {COUNT_MAX}"
+_priority = field(validate.count(-COUNT_MAX, COUNT_MAX, accepted=_PRIORITY))
+_shell = field(validate.optional(validate.flag("None (as needed), True or False")))
 
 
 class ComputeUnitDescription(Description):
