@@ -1,1 +1,2 @@
-"""Resource configs (local.yaml documents the keys) and agent configs (agents.yaml), as YAML."""
+"""Resource configs (their keys: pilot/resource_keys.py) and agent configs (agents.yaml),
+as YAML."""

@@ -6,15 +6,23 @@ What they do, in build order:
   subpackages (setup.cfg's package_dir); build/docs-src/pilot is that mapping in symlinks, so
   that `pilot.pmgr.core.session.Session` is found as source.
 - on_files: the pages under reference/api/, one `::: identifier` block per public class and
-  function of `pilot` (its __all__), `pilot.entk` and `pilot.parsl`, grouped by SECTIONS, and a
-  table of their constants.  A public name without a docstring fails the build (an error,
-  strict or not); one that PAGES does not place goes under "Other" and is logged.
-tests/test_docs.py runs the same docstring check without MkDocs (`missing_docstrings`).
+  function of `pilot` (its __all__), `pilot.entk` and `pilot.parsl`, grouped by PAGES' sections,
+  and a table of their constants; a class shows only the methods and properties users call
+  (CALLED, docs/api_members.py).  A public name, or a CALLED member, without a docstring fails
+  the build (an error, strict or not); a public name that PAGES does not place goes under
+  "Other", and a member neither CALLED nor INTERNAL is left out, both logged (and failures of
+  tests/test_docs.py: `unplaced`, `unsorted_members`).
+  And reference/configuration.md with its key table filled in (`configuration_page`): the page
+  keeps its prose and KEYS_MARK, which becomes a row per resource config key, made from the
+  key's default and doc in pilot/resource_keys.py.
+tests/test_docs.py runs the same checks without MkDocs (`missing_docstrings`, `unplaced`,
+`unsorted_members`, `configuration_page`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -73,14 +81,19 @@ PAGES = {
         [("Executor", ["PilotExecutor"])],
     ),
 }
-# the handles inherit wait/register_callback/state from their base: show those too
-INHERITED = {"Pilot", "Partition", "Unit", "Task", "PilotManager", "TaskManager"}
-# (the UnitManager inherits nothing: its parts are objects it holds, its methods its own)
+# The public methods and properties of the documented classes users call (CALLED: the pages
+# show only these) and the ones other layers call (INTERNAL): docs/api_members.py.
+_spec = importlib.util.spec_from_file_location(
+    "api_members", Path(__file__).with_name("api_members.py")
+)
+_members = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_members)
+CALLED, INTERNAL = _members.CALLED, _members.INTERNAL
 
 # Public names whose docstring is still to be written, in files other engineers were changing
 # when the manual was made (the list with what each lacks: /work/notes/docstrings-todo.md).
 # A name here that has a docstring now is reported by the build; take it off the list.
-WAITING: set[str] = set()  # e.g. "pilot.Session" (none waiting now)
+WAITING: set[str] = {"pilot.pmgr.compat.rp1.task_events.TaskEvents.unregister_callback"}
 
 
 def module_file(modname: str) -> Path:
@@ -109,17 +122,27 @@ def present() -> list[str]:
 
 
 def missing_docstrings() -> tuple[list[str], list[str]]:
-    """(public names without a docstring that WAITING does not excuse, WAITING names that have
-    one now)."""
+    """(public names, and members CALLED lists, without a docstring that WAITING does not
+    excuse; WAITING names that have one now)."""
     missing, stale = [], []
-    for modname in present():
-        for name, obj in public(modname):
-            key = f"{modname}.{name}"
-            if not own_doc(obj) and key not in WAITING:
-                missing.append(f"{key} ({inspect.getsourcefile(obj)})")
-            elif own_doc(obj) and key in WAITING:
-                stale.append(key)
+    entries = {f"{m}.{n}": (own_doc(obj), obj) for m in present() for n, obj in public(m)}
+    for cls in documented_classes():
+        for name in members(cls)[0]:
+            function = _function(inspect.getattr_static(cls, name))
+            entries[f"{_where(cls, name)}.{name}"] = ((function.__doc__ or "").strip(), function)
+    for key, (doc, obj) in entries.items():
+        if not doc and key not in WAITING:
+            missing.append(f"{key} ({inspect.getsourcefile(obj)})")
+        elif doc and key in WAITING:
+            stale.append(key)
     return missing, stale
+
+
+def _function(value):
+    """The function behind a method, class or static method, or property."""
+    if isinstance(value, property):
+        return value.fget
+    return getattr(value, "__func__", value)
 
 
 def unplaced() -> list[str]:
@@ -129,6 +152,63 @@ def unplaced() -> list[str]:
         placed = {n for _, names in PAGES[modname][2] for n in names}
         out += [f"{modname}.{n}" for n, _ in public(modname) if n not in placed]
     return out
+
+
+def _where(cls, name: str) -> str | None:
+    """`module.Class` of the project class that defines `name` for `cls`, or None (Python's)."""
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return f"{c.__module__}.{c.__qualname__}" if c.__module__.startswith("pilot") else None
+    return None
+
+
+def _is_member(cls, name: str) -> bool:
+    """A public method (also a class or static one) or property of `cls`."""
+    value = inspect.getattr_static(cls, name)
+    return isinstance(value, (property, classmethod, staticmethod)) or inspect.isfunction(value)
+
+
+def members(cls) -> tuple[list[str], list[str]]:
+    """(the names CALLED lists for `cls`, the public ones neither CALLED nor INTERNAL lists)."""
+    shown, unsorted = [], []
+    for name in dir(cls):
+        where = _where(cls, name) if not name.startswith("_") else None
+        if where is None or not _is_member(cls, name):
+            continue
+        if name in CALLED.get(where, ()):
+            shown.append(name)
+        elif name not in INTERNAL.get(where, ()):
+            unsorted.append(f"{where}.{name}")
+    return shown, unsorted
+
+
+def documented_classes() -> list[type]:
+    return [
+        obj
+        for modname in present()
+        for name, obj in public(modname)
+        if inspect.isclass(obj) and obj.__name__ == name
+    ]
+
+
+def unsorted_members() -> tuple[list[str], list[str]]:
+    """(public methods and properties of documented classes that neither CALLED nor INTERNAL
+    lists, the names they list that their class does not define)."""
+    unsorted, seen = set(), set()
+    for cls in documented_classes():
+        unsorted |= set(members(cls)[1])
+        for c in cls.__mro__:
+            seen.add(f"{c.__module__}.{c.__qualname__}")
+    stale = []
+    for table in (CALLED, INTERNAL):
+        for where, names in table.items():
+            module, _, qualname = where.rpartition(".")
+            cls = getattr(importlib.import_module(module), qualname, None)
+            if where not in seen or cls is None:
+                stale.append(f"{where} (not a documented class or a base of one)")
+                continue
+            stale += [f"{where}.{n}" for n in names if n not in cls.__dict__]
+    return sorted(unsorted), stale
 
 
 def constants(modname: str) -> list[tuple[str, object]]:
@@ -166,8 +246,12 @@ def page(modname: str) -> str:
                 continue
             lines += [f"::: {ident}"]
             opts = {"heading_level": 3}
-            if name in INHERITED:
-                opts["inherited_members"] = True
+            if inspect.isclass(obj):  # only what users call (CALLED), inherited ones too
+                shown = members(obj)[0]
+                opts["members"] = shown or False
+                inherited = [n for n in shown if n not in obj.__dict__]
+                if inherited:
+                    opts["inherited_members"] = inherited
             lines += ["    options:"] + [f"      {k}: {_yaml(v)}" for k, v in opts.items()]
             lines += [""]
     consts = constants(modname)
@@ -187,6 +271,29 @@ def _yaml(value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(value) + "]"
     return str(value).lower()
+
+
+CONFIG_PAGE = "reference/configuration.md"
+KEYS_MARK = "<!-- resource config keys: docs/hooks.py puts the table here -->"
+
+
+def key_table() -> str:
+    """The resource config keys as a Markdown table: key, default, what it says."""
+    from pilot.resource_keys import key_docs
+
+    lines = ["| key | default | what it says |", "|---|---|---|"]
+    for key, shown, doc in key_docs():
+        cells = [f"`{key}`", shown, doc]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def configuration_page() -> str:
+    """docs/reference/configuration.md with KEYS_MARK replaced by `key_table()`."""
+    text = (ROOT / "docs" / CONFIG_PAGE).read_text()
+    if text.count(KEYS_MARK) != 1:
+        raise ValueError(f"docs/{CONFIG_PAGE} must hold {KEYS_MARK!r} once, where the table goes")
+    return text.replace(KEYS_MARK, key_table())
 
 
 def source_tree() -> Path:
@@ -219,8 +326,15 @@ def on_files(files, config, **kwargs):
         raise PluginError("\n".join(f"public name without a docstring: {m}" for m in missing))
     for name in unplaced():
         log.info("docs/hooks.py PAGES: %s is under 'Other'; give it a section", name)
+    unsorted, listed = unsorted_members()
+    for name in unsorted:
+        log.info("docs/api_members.py: %s is neither CALLED nor INTERNAL: not shown", name)
+    for name in listed:
+        log.info("docs/api_members.py: %s is listed but not defined", name)
     for key in stale:
         log.info("docs/hooks.py WAITING: %s has a docstring now; take it off the list", key)
     for modname, (path, _, _) in PAGES.items():
         files.append(File.generated(config, path, content=page(modname)))
+    files.remove(files.get_file_from_path(CONFIG_PAGE))  # (the page as written: its prose)
+    files.append(File.generated(config, CONFIG_PAGE, content=configuration_page()))
     return files

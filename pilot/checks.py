@@ -1,8 +1,10 @@
 """Checks for what arrives in messages: every field a component acts on is checked here first.
 
 Each check takes `where` (the field, as a person would name it: `args.stop[2]`) and the value,
-and returns the value or raises ValueError naming both (the value cut to 80 characters).  A uid
-is letters, digits, `_`, `.`, `-` (at most 128, not starting with `.` or `-`): never a path.
+and returns the value or raises Invalid naming both (the value cut to 80 characters); the
+checks of types and sizes (`text`, `mapping`, `items`, `bad`) are pilot/validate.py's, the
+ones only messages need (uids, endpoints) are here.  A uid is letters, digits, `_`, `.`, `-`
+(at most 128, not starting with `.` or `-`): never a path.
 """
 
 from __future__ import annotations
@@ -10,47 +12,19 @@ from __future__ import annotations
 import re
 import time
 
+from pilot import validate
+
+# the shared checks (pilot/validate.py), named here as the message checks always were
+TEXT_MAX, LINE_MAX, LIST_MAX = validate.TEXT_MAX, validate.LINE_MAX, validate.LIST_MAX
+Invalid = validate.Invalid
+bad, text, mapping, items = validate.bad, validate.text, validate.mapping, validate.items
 UID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}\Z")
 ENDPOINT = re.compile(r"tcp://[A-Za-z0-9_.\-\[\]:]{1,255}:\d{1,5}\Z")
-TEXT_MAX = 4096
-LINE_MAX = 1 << 20  # a command-line argument, an environment value, a pre/post exec line
-LIST_MAX = 1_000_000
-
-
-class Invalid(ValueError):
-    """What arrived is not what was accepted: a peer's bad message (never our own bug)."""
-
-
-def bad(where: str, value, accepted: str) -> Invalid:
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return Invalid(f"{where}={shown} must be {accepted}")
 
 
 def uid(where: str, value) -> str:
     if not isinstance(value, str) or not UID.match(value):
         raise bad(where, value, "a uid (letters, digits, _ . -; at most 128)")
-    return value
-
-
-def text(where: str, value, optional: bool = True, most: int = TEXT_MAX) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or len(value) > most or "\0" in value:
-        raise bad(where, value, f"a string of at most {most} characters, without NUL")
-    return value
-
-
-def mapping(where: str, value) -> dict:
-    if not isinstance(value, dict):
-        raise bad(where, value, "a mapping")
-    return value
-
-
-def items(where: str, value, most: int = LIST_MAX) -> list:
-    if not isinstance(value, list) or len(value) > most:
-        raise bad(where, value, f"a list of at most {most} items")
     return value
 
 

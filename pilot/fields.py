@@ -1,4 +1,5 @@
-"""Descriptions as plain data: the base class and the field validators they share.
+"""Descriptions as plain data: the base class and the field validators they share (made from
+pilot/validate.py's checks by `field`, which names the description in their errors).
 
 A description lists its fields as {name: (default, validator)}.  Building one, or setting a
 field, runs the field's validator (types and ranges) and then `check()` (cross-field rules);
@@ -11,9 +12,10 @@ database form) and `from_stored()` back; `as_dict()` (RADICAL-Pilot's) shows eve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
+
+from pilot import validate
 
 
 class Description:
@@ -135,9 +137,11 @@ class Description:
         return iter(self.FIELDS)
 
     def keys(self):
+        """The names of its fields (dict-style, as RP scripts use it)."""
         return self.FIELDS.keys()
 
     def get(self, name: str, default: Any = None) -> Any:
+        """Field `name` (or an alias of one), or `default` when there is no such field."""
         try:
             return self[name]
         except KeyError:
@@ -192,121 +196,75 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def field(check: validate.Check) -> Callable:
+    """A description's validator (owner, field, value) from a check of pilot/validate.py: its
+    error is a ValueError naming the owner's class, the field, the value and what is accepted."""
+
+    def validator(owner, name, value):
+        try:
+            return check(name, value)
+        except validate.BadValue as exc:
+            raise exc.owned(type(owner).__name__) from None
+
+    return validator
+
+
 def field_error(owner: Any, field: str, value: Any, accepted: str) -> ValueError:
-    return ValueError(f"{type(owner).__name__}: {field}={value!r} must be {accepted}")
+    return validate.bad(field, value, accepted).owned(type(owner).__name__)
 
 
-# ---- validators ---------------------------------------------------------------------------------
-# Numbers are finite and bounded (no NaN, inf or 10**400 reaches a scheduler); strings hold no
-# NUL byte (no program, argument or environment variable can carry one).
-
-COUNT_MAX = 2**31 - 1  # cores, GPUs, ranks, nodes
-MINUTES_MAX = 10 * 365 * 24 * 60  # ten years
-
-
-def _no_nul(owner, field, value: str) -> str:
-    if "\0" in value:
-        raise field_error(owner, field, value, "a string without NUL bytes")
-    return value
+# ---- the validators descriptions share (pilot/validate.py's checks, as fields) -------------------
+COUNT_MAX = validate.COUNT_MAX  # cores, GPUs, ranks, nodes
+MINUTES_MAX = validate.MINUTES_MAX
 
 
 def count(minimum: int = 0, allow: tuple = ()) -> Callable:
-    def check(owner, field, value):
-        if value in allow and isinstance(value, str):
-            return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            extra = f" or one of {allow}" if allow else ""
-            raise field_error(owner, field, value, f"an integer >= {minimum}{extra}")
-        if value < minimum:
-            raise field_error(owner, field, value, f">= {minimum}")
-        if value > COUNT_MAX:
-            raise field_error(owner, field, value, f"<= {COUNT_MAX}")
-        return value
-
-    return check
+    return field(validate.count(minimum, allow=allow))
 
 
 def optional_count(minimum: int = 0, allow: tuple = ()) -> Callable:
-    inner = count(minimum, allow)
-    return lambda owner, field, value: None if value is None else inner(owner, field, value)
+    return field(validate.optional(validate.count(minimum, allow=allow)))
 
 
 def text(optional: bool = True) -> Callable:
-    def check(owner, field, value):
-        if value is None and optional:
-            return None
-        if not isinstance(value, str) or not value:
-            raise field_error(owner, field, value, "a non-empty string")
-        return _no_nul(owner, field, value)
-
-    return check
+    return field(validate.nonempty(optional))
 
 
-def str_list(owner, field, value):
-    if value is None:
-        return []
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise field_error(owner, field, value, "a list of strings")
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise field_error(owner, f"{field}[{i}]", v, "a string (or number)")
-        out.append(_no_nul(owner, f"{field}[{i}]", str(v)))
-    return out
+def one_of(*accepted, none: bool = False) -> Callable:
+    return field(validate.one_of(accepted, none=none))
 
 
-def str_dict(owner, field, value):
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise field_error(owner, field, value, "a mapping of strings to strings")
-    for k, v in value.items():
-        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
-            raise field_error(owner, f"{field} key", k, "a non-empty string without '=' or NUL")
-        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise field_error(owner, f"{field}[{k!r}]", v, "a string (or number)")
-        _no_nul(owner, f"{field}[{k!r}]", str(v))
-    return {k: str(v) for k, v in value.items()}
+str_list = field(validate.list_of(validate.str_like, "a list of strings", none_is_empty=True))
 
 
-def _finite(value) -> bool:
-    """A bool-free int or float that is finite (huge ints included: they are finite)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return isinstance(value, int) or math.isfinite(value)
-
-
-def flag(owner, field, value):
-    if not isinstance(value, bool):
-        raise field_error(owner, field, value, "True or False")
+def _env_name(where, value):
+    if not isinstance(value, str) or not value or "=" in value or "\0" in value:
+        raise validate.bad(where, value, "a non-empty string without '=' or NUL")
     return value
 
 
-def positive_minutes(owner, field, value):
-    if not _finite(value) or not 0 < value <= MINUTES_MAX:
-        raise field_error(owner, field, value, f"a number of minutes > 0 and <= {MINUTES_MAX}")
+str_dict = field(
+    validate.dict_of(
+        _env_name, validate.str_like, "a mapping of strings to strings", none_is_empty=True
+    )
+)
+flag = field(validate.flag())
+positive_minutes = field(
+    validate.positive(f"a number of minutes > 0 and <= {MINUTES_MAX}", MINUTES_MAX)
+)
+amount = field(validate.amount)
+
+
+def _pool_type(where, value):
+    if not isinstance(value, str) or not value.isidentifier():
+        raise validate.bad(where, value, "a resource type name (letters, digits, _)")
+    if value in ("cpus", "gpus"):
+        raise validate.bad(where, value, "a user-defined type; use cores= / gpus=")
     return value
 
 
-def amount(owner, field, value):
-    """A count of slots: a whole number >= 0, or a fraction of one slot (0 < x < 1)."""
-    if not _finite(value) or not 0 <= value <= COUNT_MAX or (value >= 1 and value != int(value)):
-        raise field_error(
-            owner, field, value, f"a whole number 0..{COUNT_MAX} or a fraction 0 < x < 1"
-        )
-    return int(value) if value >= 1 or value == 0 else float(value)
-
-
-def amounts(owner, field, value):
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise field_error(owner, field, value, "a mapping of resource type to count")
-    out = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not k.isidentifier():
-            raise field_error(owner, f"{field} key", k, "a resource type name (letters, digits, _)")
-        if k in ("cpus", "gpus"):
-            raise field_error(owner, f"{field} key", k, "a user-defined type; use cores= / gpus=")
-        out[k] = amount(owner, f"{field}[{k!r}]", v)
-    return out
+amounts = field(
+    validate.dict_of(
+        _pool_type, validate.amount, "a mapping of resource type to count", none_is_empty=True
+    )
+)

@@ -21,12 +21,18 @@ from __future__ import annotations
 
 from pilot import checks, framed
 from pilot.protocol import ProtocolError, unpack
+from pilot.validate import LINE_MAX, items, mapping, number, optional, text
 
-
-def _number(where: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise checks.bad(where, value, "a number")
-    return value
+# the checks of the tables: pilot/validate.py's and pilot/checks.py's themselves where they fit
+# as they are (no wrapper: a message runs ~10 of them)
+_number = number
+_uid = checks.uid
+_uids = checks.uids
+_text = text
+_list = items
+_opt_dict = optional(mapping)
+_opt_list = optional(items)
+_opt_number = optional(number)
 
 
 def _any(where: str, value) -> None:
@@ -34,19 +40,19 @@ def _any(where: str, value) -> None:
 
 
 def _state_batch(where: str, value) -> None:
-    for i, rec in enumerate(checks.items(where, value)):
+    for i, rec in enumerate(items(where, value)):
         if not isinstance(rec, list) or len(rec) != 5:
             raise checks.bad(f"{where}[{i}]", rec, "[kind, uid, state, ts, info]")
         if rec[0] != "part":  # (units' moves come in columns: pilot/updates.py)
             raise checks.bad(f"{where}[{i}].kind", rec[0], "part")
         checks.uid(f"{where}[{i}].uid", rec[1])
-        checks.text(f"{where}[{i}].state", rec[2], optional=False)
+        text(f"{where}[{i}].state", rec[2], optional=False)
         _number(f"{where}[{i}].ts", rec[3])
-        checks.mapping(f"{where}[{i}].info", rec[4])
+        mapping(f"{where}[{i}].info", rec[4])
 
 
 def _output(where: str, value) -> None:
-    for i, chunk in enumerate(checks.items(where, value)):
+    for i, chunk in enumerate(items(where, value)):
         if not isinstance(chunk, list) or len(chunk) != 5:
             raise checks.bad(f"{where}[{i}]", chunk, "[uid, node, rank, stream, text]")
 
@@ -56,40 +62,16 @@ def fields(**spec):
     not name are let through (a newer peer may send more)."""
 
     def check(where: str, value) -> None:
-        body = checks.mapping(where, value)
+        body = mapping(where, value)
         for key, field_check in spec.items():
             field_check(f"{where}.{key}", body.get(key))
 
     return check
 
 
-def _uid(w, v):
-    return checks.uid(w, v)
-
-
-def _text(w, v):
-    return checks.text(w, v)
-
-
-def _uids(w, v):
-    return checks.uids(w, v)
-
-
-def _dict(w, v):
-    return checks.mapping(w, v)
-
-
-def _list(w, v):
-    return checks.items(w, v)
-
-
-def _opt_dict(w, v):
-    return None if v is None else checks.mapping(w, v)
-
-
 FROM_PILOT = {
     b"hello": fields(pilot=_uid, control=_text, nodes=_opt_dict, size=_opt_dict),
-    b"bye": fields(state=lambda w, v: checks.text(w, v, optional=False), reason=_text),
+    b"bye": fields(state=lambda w, v: text(w, v, optional=False), reason=_text),
     b"reply": fields(cid=_text),
     b"state": _state_batch,
     b"back": fields(part=_uid, units=_list),
@@ -122,24 +104,16 @@ TO_AGENT = {
 
 
 def _req_text(w, v):
-    return checks.text(w, v, optional=False, most=checks.LINE_MAX)
+    return text(w, v, optional=False, most=LINE_MAX)
 
 
 def _line(w, v):
-    return checks.text(w, v, most=checks.LINE_MAX)
+    return text(w, v, most=LINE_MAX)
 
 
 def _texts(w, v):
-    for i, item in enumerate(checks.items(w, v)):
-        checks.text(f"{w}[{i}]", item, optional=False, most=checks.LINE_MAX)
-
-
-def _opt_list(w, v):
-    return None if v is None else checks.items(w, v)
-
-
-def _opt_number(w, v):
-    return None if v is None else _number(w, v)
+    for i, item in enumerate(items(w, v)):
+        text(f"{w}[{i}]", item, optional=False, most=LINE_MAX)
 
 
 TO_DAEMON = {

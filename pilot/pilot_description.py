@@ -6,9 +6,11 @@ pilot/fields.py).  Nothing is read or sized here: a pilot is sized where it is s
 
 from __future__ import annotations
 
+from pilot import validate
 from pilot.fields import (
     Description,
     count,
+    field,
     field_error,
     flag,
     optional_count,
@@ -160,7 +162,7 @@ class PilotDescription(ComputePilotDescription):
         "uid": (None, text()),
         "job_name": (None, text()),
         "app_comm": ([], str_list),
-        "backup_nodes": (0, lambda o, f, v: v if isinstance(v, int) else _bad(o, f, v)),
+        "backup_nodes": (0, field(validate.of_type(int, "an integer"))),
         "input_staging": ([], lambda o, f, v: [] if v is None else list(v)),
         "output_staging": ([], lambda o, f, v: [] if v is None else list(v)),
         "services": ([], lambda o, f, v: [] if v is None else list(v)),
@@ -182,10 +184,6 @@ class PilotDescription(ComputePilotDescription):
         fields = {k: v for k, v in self.to_stored().items() if k not in mine | unset}
         fields.setdefault("exit_on_error", self.exit_on_error)
         return ComputePilotDescription.from_stored(fields)
-
-
-def _bad(owner, field, value):
-    raise field_error(owner, field, value, "an integer")
 
 
 def _env_specs(owner, field, value):

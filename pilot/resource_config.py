@@ -1,7 +1,8 @@
 """Resource configs: where a pilot runs and what one node there offers.
 
 A resource is named `SITE.NAME` and found in `configs/SITE.yaml` under key NAME, or given as the
-path of a YAML file holding one resource config (the keys documented in configs/local.yaml).
+path of a YAML file holding one resource config (its keys, each with its check and doc, are
+pilot/resource_keys.py's ResourceConfig).
 RADICAL-Pilot's resource_SITE.json configs are read too (pilot/rp_resources.py: RP's sites as
 shipped in configs/rp/, with the user's ~/.radical/pilot/configs/ laid over them, and over the
 YAML config of the same name): they become the same ResourceConfig, with `notes` naming what
@@ -14,190 +15,16 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
-from pilot import plugins
-from pilot.rp_resources import REQUIRED
+from pilot.resource_keys import BY_BATCH, KEYS, AgentOverhead, ResourceConfig
+from pilot.validate import BadValue
 
-NODE_FAILURE = ("continue", "fail")
-UNIT_LAUNCH = ("spawn", "zero")
 NOT_RESOURCES = ("agents",)  # configs/agents.yaml holds agent configs, not resources
-MPI_COMMANDS = ("mpirun", "mpiexec", "srun")
 RENAMED = {"mpi_launcher": "mpi_command"}  # old key -> its name now (the old one still works)
-BY_BATCH = "(by batch_system)"  # a default that follows from batch_system (parse fills it in)
 log = logging.getLogger("pilot.config")
-
-
-# ---- what a value may be: each check returns the value as kept, or raises ValueError ------------
-def _bad(where: str, key: str, value, accepted: str) -> ValueError:
-    return ValueError(f"{where}: {key}={value!r} must be {accepted}")
-
-
-def _count(minimum: int = 0, auto: bool = False):
-    def check(where, key, value):
-        if auto and value == "auto":
-            return len(os.sched_getaffinity(0))
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            words = f"an integer >= {minimum}" + (' or "auto"' if auto else "")
-            raise _bad(where, key, value, words)
-        return value
-
-    return check
-
-
-def _seconds(where, key, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise _bad(where, key, value, "a number of seconds > 0")
-    return float(value)
-
-
-def _one_of(choices):
-    def check(where, key, value):
-        if value not in choices:
-            raise _bad(where, key, value, f"one of {tuple(choices)}")
-        return value
-
-    return check
-
-
-def _text(accepted: str):
-    def check(where, key, value):
-        if value is not None and (not isinstance(value, str) or not value):
-            raise _bad(where, key, value, accepted)
-        return value
-
-    return check
-
-
-def _flag(where, key, value):
-    if not isinstance(value, bool):
-        raise _bad(where, key, value, "true or false")
-    return value
-
-
-def _names(where, key, value):
-    if not isinstance(value, (list, tuple)) or not all(isinstance(h, (str, int)) for h in value):
-        raise _bad(where, key, value, "a list of names")
-    return tuple(str(h) for h in value)
-
-
-def _overhead(where, key, value):
-    value = value or {}
-    accepted = [f.name for f in fields(AgentOverhead)]
-    if not isinstance(value, dict) or set(value) - set(accepted):
-        raise _bad(where, key, value, f"a mapping with keys among {accepted}")
-    return AgentOverhead(**{k: _count()(where, f"{key}.{k}", v) for k, v in value.items()})
-
-
-def _mpi_command(where, key, value):
-    if value is not None and (
-        not isinstance(value, str)
-        or not value
-        or (os.path.basename(value) not in MPI_COMMANDS and "/" not in value)
-    ):
-        raise _bad(where, key, value, f"one of {list(MPI_COMMANDS)} or the path of one")
-    return value
-
-
-def _mapping(where, key, value):
-    if value is not None and not isinstance(value, dict):
-        raise _bad(where, key, value, "a mapping")
-    return value
-
-
-def _lines(where, key, value):
-    if value is None:
-        return ()
-    if not isinstance(value, (list, tuple)) or not all(isinstance(x, str) for x in value):
-        raise _bad(where, key, value, "a list of shell lines")
-    return tuple(value)
-
-
-def _batch_options(where, key, value):
-    value = value or {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str)
-        and "." in k
-        and isinstance(v, (str, int))
-        and not ({'"', "\n"} & set(str(v)))  # (a directive's value is written in "...")
-        for k, v in value.items()
-    ):
-        raise _bad(
-            where,
-            key,
-            value,
-            'a mapping of PSI/J custom attributes {"pbs.l": "..."} (values without " or newline)',
-        )
-    return {k: str(v) for k, v in value.items()}
-
-
-def _required(where, key, value):
-    if value is None:
-        return ()
-    if not isinstance(value, (list, tuple)) or not set(value) <= set(REQUIRED):
-        raise _bad(where, key, value, f"a list of pilot description fields among {REQUIRED}")
-    return tuple(value)
-
-
-def opt(default, check, doc: str = ""):
-    """A resource config key: its default (a value as the YAML would give it) and its check."""
-    return field(default=default, metadata={"check": check, "doc": doc})
-
-
-@dataclass(frozen=True)
-class AgentOverhead:
-    cores: int = 0
-    gpus: int = 0
-    nodes: int = 0
-
-
-@dataclass(frozen=True)
-class ResourceConfig:
-    """One resource (configs/local.yaml documents every key); the YAML keys are these fields."""
-
-    name: str = field(metadata={"check": None})  # (SITE.NAME or the file's stem; not a key)
-    description: str | None = opt(None, _text("a text"))
-    batch_system: str = opt("local", _one_of(tuple(plugins.BATCH_SYSTEMS)))
-    launch_method: str = opt("fork", _one_of(tuple(plugins.LAUNCH_METHODS)))
-    nodes: int = opt(1, _count(minimum=1))
-    node_names: tuple[str, ...] = opt((), _names)
-    cores_per_node: int = opt("auto", _count(auto=True))
-    gpus_per_node: int = opt(0, _count())
-    agent_overhead: AgentOverhead = opt(None, _overhead)
-    resource_pool: dict = opt(None, _mapping)  # per node: type -> [{id, slots}] (parse_pool)
-    client_timeout: float = opt(60, _seconds)
-    python: str | None = opt(None, _text("the path of an interpreter"))
-    queue: str | None = opt(None, _text("a queue name"))
-    account: str | None = opt(None, _text("a project or account name"))
-    psij_executor: str | None = opt(None, _text("a PSI/J executor name"))
-    queue_poll_interval: float = opt(30, _seconds)
-    node_daemons: bool = opt(BY_BATCH, _flag)  # true under a batch system (slurm, pbs, lsf)
-    hosts: tuple[str, ...] = opt((), _names)
-    address: str = opt("127.0.0.1", _text("an IP address, an interface name or 'auto'"))
-    client_address: str | None = opt(None, _text("an IP address, an interface name or 'auto'"))
-    fanout: int = opt(8, _count(minimum=2))
-    bringup_timeout: float = opt(30, _seconds)
-    node_timeout: float = opt(60, _seconds)  # (docs/reference/configuration.md: why 60)
-    node_failure: str = opt("continue", _one_of(NODE_FAILURE))
-    mpi_command: str | None = opt(BY_BATCH, _mpi_command)  # srun under SLURM, else mpirun
-    unit_launch: str = opt("spawn", _one_of(UNIT_LAUNCH))  # zero: agent/runners/zero.py
-    sandbox: str | None = opt(None, _text("a directory ($VARS, %(pd.project)s)"))
-    pre_bootstrap: tuple[str, ...] = opt((), _lines)  # shell lines before the bootstrap
-    batch_options: dict = opt(None, _batch_options)  # PSI/J custom attributes
-    launcher: str | None = opt(None, _text("a command"))  # mpiexec / ssh: which one
-    launcher_options: tuple[str, ...] = opt((), _lines)  # its options
-    required: tuple[str, ...] = opt((), _required)  # pilot fields that must be given
-    notes: tuple[str, ...] = field(default=(), metadata={"check": None})  # (RP keys not used)
-
-    def node_name(self, index: int) -> str:
-        if self.node_names:
-            return self.node_names[index]
-        return "localhost" if self.nodes == 1 else f"node{index}"
-
-
-KEYS = tuple(f.name for f in fields(ResourceConfig) if f.metadata.get("check"))
 
 
 def parse(name: str, raw: dict, notes: tuple[str, ...] = ()) -> ResourceConfig:
@@ -220,7 +47,10 @@ def parse(name: str, raw: dict, notes: tuple[str, ...] = ()) -> ResourceConfig:
         check = f.metadata.get("check")
         value = raw.get(f.name, f.default)
         if check is not None and value is not BY_BATCH:
-            values[f.name] = check(where, f.name, value)
+            try:
+                values[f.name] = check(f.name, value)
+            except BadValue as exc:
+                raise exc.owned(where) from None
     slurm = values["batch_system"] == "slurm"
     values.setdefault("node_daemons", values["batch_system"] != "local")
     values.setdefault("mpi_command", "srun" if slurm else "mpirun")

@@ -11,15 +11,17 @@ output and error files.
 
 from __future__ import annotations
 
-from pilot import functions, staging
+from pilot import functions, staging, validate
 from pilot.fields import (
     COUNT_MAX,
     Description,
     amount,
     amounts,
     count,
+    field,
     field_error,
     flag,
+    one_of,
     optional_count,
     str_dict,
     str_list,
@@ -36,15 +38,6 @@ def policy_field(owner, field, value):
         else:
             raise field_error(owner, field, value, "a Policy")
     return capture(value)  # merged now: later edits or contexts change nothing
-
-
-def _one_of(*accepted):
-    def check(owner, field, value):
-        if value is not None and value not in accepted:
-            raise field_error(owner, field, value, f"one of {list(accepted)} or None")
-        return value
-
-    return check
 
 
 def _json_value(owner, field, value):
@@ -117,16 +110,9 @@ _NOT_FOR_FUNCTIONS = (
 )
 
 
-def _priority(owner, field, value):
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > COUNT_MAX:
-        raise field_error(owner, field, value, f"an integer between -{COUNT_MAX} and {COUNT_MAX}")
-    return value
-
-
-def _shell(owner, field, value):
-    if value is not None and not isinstance(value, bool):
-        raise field_error(owner, field, value, "None (as needed), True or False")
-    return value
+_PRIORITY = f"an integer between -{COUNT_MAX} and {COUNT_MAX}"
+_priority = field(validate.count(-COUNT_MAX, COUNT_MAX, accepted=_PRIORITY))
+_shell = field(validate.optional(validate.flag("None (as needed), True or False")))
 
 
 class ComputeUnitDescription(Description):
@@ -226,12 +212,12 @@ class ComputeUnitDescription(Description):
         "cores": (1, count(1)),
         "gpus": (0, amount),
         "cores_per_rank": (None, optional_count(1)),
-        "gpus_per_rank": (None, lambda o, f, v: None if v is None else amount(o, f, v)),
+        "gpus_per_rank": (None, field(validate.optional(validate.amount))),
         "gpu_processes": (None, optional_count(0)),
         "gpu_threads": (None, optional_count(1)),
-        "cpu_process_type": (None, _one_of(POSIX, MPI)),
-        "gpu_process_type": (None, _one_of(POSIX, MPI)),
-        "cpu_thread_type": (None, _one_of(POSIX, OpenMP)),
+        "cpu_process_type": (None, one_of(POSIX, MPI, none=True)),
+        "gpu_process_type": (None, one_of(POSIX, MPI, none=True)),
+        "cpu_thread_type": (None, one_of(POSIX, OpenMP, none=True)),
         "resources": ({}, amounts),
         "ranks": (1, count(1)),
         "policy": (None, policy_field),
@@ -267,7 +253,7 @@ class ComputeUnitDescription(Description):
                 )
         if self.shell is False and (self.peek("pre_exec") or self.peek("post_exec")):
             raise ValueError(f"{name}: pre_exec and post_exec need a shell; shell=False given")
-        for key, field, n, default, what in (
+        for key, plain, n, default, what in (
             ("cpu_affinity", "cores", self.rank_cores, 1, "core(s)"),
             ("gpu_affinity", "gpus", self.rank_gpus, 0, "GPU(s)"),
         ):
@@ -281,7 +267,7 @@ class ComputeUnitDescription(Description):
                 )
             if n not in (default, len(ids)):
                 raise ValueError(
-                    f"{name}: {field}={n} but policy.{key}={ids} names {len(ids)} {what}"
+                    f"{name}: {plain}={n} but policy.{key}={ids} names {len(ids)} {what}"
                 )
 
     @property
@@ -354,6 +340,8 @@ class ComputeUnitDescription(Description):
         return d
 
     def as_dict(self) -> dict:
+        """Every field (RADICAL-Pilot's as_dict); a function unit's args and kwargs are in its
+        packed `function`."""
         d = super().as_dict()
         d["args"], d["kwargs"] = [], {}  # (inside the packed call, as to_stored has them)
         return d

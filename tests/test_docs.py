@@ -6,10 +6,13 @@
   with bash -e and .venv/bin first on PATH.  It must exit 0 within its deadline (default
   30 s); a process it leaves behind fails it.  All of them take ~40 s on 2 cores.
 - Every public class and function of `pilot`, `pilot.entk` and `pilot.parsl` has a docstring
-  (docs/hooks.py's check, which `make docs` runs too).
+  and a section of the API reference, and every public method or property of those classes is
+  either shown (users call it) or declared for the other layers (docs/hooks.py's checks, which
+  `make docs` runs too): a new public name cannot land undocumented.
 - The state diagrams of docs/concepts.md hold exactly the moves of pilot/states.py's machines.
-- The configuration reference names every resource config key and every environment variable
-  the code reads; the command-line reference every `pilot` subcommand.
+- Every resource config key has a doc (pilot/resource_keys.py) and the configuration reference,
+  as built (its key table made from those docs by docs/hooks.py), lists every key; it names
+  every environment variable the code reads; the command-line reference every subcommand.
 The build itself (`mkdocs build --strict`) is `make docs`, which .ci/run runs.
 """
 
@@ -114,6 +117,29 @@ def test_public_names_have_docstrings():
     assert not missing, "public names without a docstring:\n" + "\n".join(missing)
 
 
+def test_api_reference_lists_every_public_name_and_member():
+    """A public name of `pilot`, `pilot.entk` or `pilot.parsl` has a section in docs/hooks.py's
+    PAGES; a public method or property of a documented class is either shown (CALLED) or
+    declared for the other layers (INTERNAL, docs/api_members.py); nothing listed is gone."""
+    hooks = _hooks()
+    assert hooks.unplaced() == [], "public names no section of docs/hooks.py PAGES places"
+    unsorted, stale = hooks.unsorted_members()
+    assert unsorted == [], "public members neither CALLED nor INTERNAL (docs/api_members.py)"
+    assert stale == [], "docs/api_members.py lists names their class does not define"
+
+
+def test_a_new_public_member_is_caught():
+    """The check above sees a method a documented class gains (here a subclass of rp.Unit made
+    as if in the package), and shows only the CALLED ones."""
+    import pilot as rp
+
+    hooks = _hooks()
+    grown = type("Grown", (rp.Unit,), {"__module__": "pilot.grown", "shiny": lambda self: None})
+    shown, unsorted = hooks.members(grown)
+    assert unsorted == ["pilot.grown.Grown.shiny"]
+    assert "wait" in shown and "stdout" in shown and "wire" not in shown  # wire: INTERNAL
+
+
 def test_state_diagrams_match_the_machines():
     from pilot import states
 
@@ -128,10 +154,18 @@ def test_state_diagrams_match_the_machines():
 
 
 def test_configuration_reference_is_complete():
-    from pilot.resource_config import KEYS
+    from dataclasses import fields
 
+    from pilot.resource_config import KEYS
+    from pilot.resource_keys import ResourceConfig
+
+    undocumented = [
+        f.name for f in fields(ResourceConfig) if f.name in KEYS and not f.metadata.get("doc")
+    ]
+    assert undocumented == [], "resource config keys without a doc (pilot/resource_keys.py)"
+    built = _hooks().configuration_page()  # the page as the manual shows it: the table filled
+    assert [k for k in KEYS if f"\n| `{k}` | " not in built] == []
     text = (DOCS / "reference" / "configuration.md").read_text()
-    assert [k for k in KEYS if f"| `{k}` |" not in text] == []
     read = set()
     pattern = re.compile(r"""environ(?:\.get)?[\(\[]\s*["']([A-Z][A-Z0-9_]+)["']""")
     for folder in ("pilot", "agent", "partition", "pmgr"):

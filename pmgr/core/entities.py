@@ -134,6 +134,7 @@ class Stateful:
 
     @property
     def final(self) -> bool:
+        """Whether it is in a final state (DONE, FAILED or CANCELED)."""
         return self.state in S.FINAL
 
     def __repr__(self) -> str:

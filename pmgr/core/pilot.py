@@ -117,6 +117,8 @@ class Pilot(Stateful):
             return list(self.parts.values())
 
     def partition(self, uid: str) -> Partition:
+        """Its partition `uid` (the full uid, or the part after the pilot's: `part.0001`);
+        ValueError, naming the ones it has, when it has none of that name."""
         with self.session.lock:
             part = self.parts.get(uid) or self.parts.get(f"{self.uid}.{uid}")
         if part is None:
@@ -470,14 +472,17 @@ class Pilot(Stateful):
     # RADICAL-Pilot's names for the pilot's directories and job output
     @property
     def pilot_sandbox(self) -> str:
+        """The pilot's sandbox directory."""
         return self.sandbox
 
     @property
     def resource_sandbox(self) -> str:
+        """The directory the pilot's sandbox is in."""
         return os.path.dirname(self.sandbox)
 
     @property
     def client_sandbox(self) -> str:
+        """The session directory."""
         return self.session.dir
 
     def _job_file(self, name: str) -> str:
@@ -489,14 +494,17 @@ class Pilot(Stateful):
 
     @property
     def stdout(self) -> str:
+        """What the pilot's job wrote to stdout (its `output` file) so far."""
         return self._job_file(self.description.output or "bootstrap.out")
 
     @property
     def stderr(self) -> str:
+        """What the pilot's job wrote to stderr (its `error` file, the bootstrap's log)."""
         return self._job_file(self.description.error or "bootstrap.log")
 
     @property
     def exit_on_error(self) -> bool:
+        """Its description's exit_on_error."""
         return self.description.exit_on_error
 
     @property

@@ -167,6 +167,7 @@ class UnitStream:
 
     @property
     def count(self) -> int:
+        """How many units it holds so far (as len(stream))."""
         return len(self.runs)
 
     # -- the user's side --------------------------------------------------------------------

@@ -11,20 +11,15 @@ same keys.  How they become the pilot task's fields is pmgr/compat/entk/describe
 
 from __future__ import annotations
 
-from pilot.fields import Description, amount, count, field_error, text
+from pilot.fields import Description, amount, count, field_error, one_of, text
 from pilot.pmgr.compat.rp1 import CUDA, ROCm
 from pilot.rp_names import MPI, POSIX, OpenMP
 
 
-def _one_of(*accepted):
-    def check(owner, field, value):
-        if value == "":
-            return None  # (EnTK's empty default)
-        if value not in accepted:
-            raise field_error(owner, field, value, f"one of {list(accepted)}")
-        return value
-
-    return check
+def _type(*accepted):
+    """One of `accepted`; "" (EnTK's empty default) is None."""
+    check = one_of(*accepted)
+    return lambda owner, field, value: None if value == "" else check(owner, field, value)
 
 
 class CpuReqs(Description):
@@ -34,9 +29,9 @@ class CpuReqs(Description):
 
     FIELDS = {
         "cpu_processes": (1, count(1)),
-        "cpu_process_type": (None, _one_of(None, POSIX, MPI)),
+        "cpu_process_type": (None, _type(None, POSIX, MPI)),
         "cpu_threads": (1, count(1)),
-        "cpu_thread_type": (None, _one_of(None, POSIX, OpenMP)),
+        "cpu_thread_type": (None, _type(None, POSIX, OpenMP)),
     }
     ALIASES = {
         "processes": "cpu_processes",
@@ -54,7 +49,7 @@ class GpuReqs(Description):
 
     FIELDS = {
         "gpu_processes": (0, amount),
-        "gpu_process_type": (None, _one_of(None, CUDA, ROCm)),
+        "gpu_process_type": (None, _type(None, CUDA, ROCm)),
         "gpu_threads": (1, count(1)),
         "gpu_thread_type": (None, text()),
     }
