@@ -2,14 +2,13 @@
 
 A client whose pilot job may run on another host listens on every address of its host and gives
 the job the list (pmgr/core/pilot.py `client_endpoint`; nothing to configure).  The bootstrap opens
-a
-probe per address at once: a DEALER with the session's CURVE keys, no identity, whose socket
-monitor reports the handshake.  The first probe whose CURVE handshake succeeds names the address
-of the pilot link (a completed handshake proves the peer holds the session's server key: another
-user's port never completes one).  Probes send nothing; all are closed as soon as one succeeded,
-or when the deadline passed (ClientUnreachable, naming every address and what happened there).
-Cost at start: one TCP connect and one CURVE handshake per address, all in parallel: a few
-milliseconds on a cluster network.
+a probe per address at once: a DEALER with the session's CURVE keys, no identity, whose socket
+monitor reports the handshake.  The first probe whose CURVE handshake succeeds names the address of
+the pilot link (a completed handshake proves the peer holds the session's server key: another user's
+port never completes one).  Probes send nothing; all are closed as soon as one succeeded, or when
+the deadline passed (ClientUnreachable, naming every address and what happened there). Cost at
+start: one TCP connect and one CURVE handshake per address, all in parallel: a few milliseconds on a
+cluster network.
 
 An attach (partition/control.py) probes even a single address, and gives up as soon as every
 address refused or could not be reached (`waiting=True`): the client that asked is waiting

@@ -1,6 +1,6 @@
 """rp.Executor, the concurrent.futures front door (pmgr/compat/futures/executor.py), black-box:
-real pilots,
-and CPython's own concurrent.futures tests run against it (tests/cpython_futures.py)."""
+real pilots, and CPython's own concurrent.futures tests run against it
+(tests/cpython_futures.py)."""
 
 from __future__ import annotations
 

@@ -211,8 +211,7 @@ def test_a_tarball_to_a_task_file_leaves_the_file(session, tmp_path, monkeypatch
 
 def test_a_pilots_staging_lands_where_a_units_copy_would(session, tmp_path, monkeypatch):
     """PilotDescription input_staging (pmgr/compat/rp1/pilot_staging.py) places as COPY does: a
-    target
-    ending in / is a directory the source goes in under its own name."""
+    target ending in / is a directory the source goes in under its own name."""
     monkeypatch.chdir(tmp_path)
     _tree(tmp_path / "data", "dir")
     (tmp_path / "one.txt").write_text("1\n")

@@ -1,6 +1,6 @@
 """An EnTK task as the RADICAL-Pilot 1.x TaskDescription it runs as
-(pmgr/compat/rp1/task_description.py;
-the TaskManager turns that into a unit), and where the workflow's task sandboxes are.
+(pmgr/compat/rp1/task_description.py; the TaskManager turns that into a unit), and where the
+workflow's task sandboxes are.
 
     EnTK Task                      TaskDescription
     uid (its n-th run: uid.n)      uid (the pilot task's uid is task.rts_uid)

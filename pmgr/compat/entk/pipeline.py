@@ -6,8 +6,7 @@
                    meanwhile ends, and its post_exec runs)
     p.resume()     back to the state it had; it goes on with the stage it was in
 Stage i starts only when stage i-1 ended (pmgr/compat/entk/processor.py).  `current_stage` is
-1-based,
-as EnTK's.  Suspend and resume may be called from any thread (a post_exec, a thread of the
+1-based, as EnTK's.  Suspend and resume may be called from any thread (a post_exec, a thread of the
 script): the workflow processor that runs the pipeline is told at once (`watch`).
 """
 

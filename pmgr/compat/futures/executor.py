@@ -14,9 +14,8 @@ How a call travels: submit() packs it in the caller's thread (pilot/remote_call.
 it; the executor's feeder thread submits what is queued in one UnitManager.submit_units, a unit
 per call or short calls bundled; the unit's states resolve the futures on the session's
 delivery thread (pmgr/compat/futures/executor_feed.py, this class's base, has the rules).  A future
-is running
-once its unit is EXECUTING (once its bundle is submitted): Future.cancel() fails from then on,
-as documented; before, it cancels the unit too.
+is running once its unit is EXECUTING (once its bundle is submitted): Future.cancel() fails from
+then on, as documented; before, it cancels the unit too.
 
 What it owns it ends at shutdown (once its futures are done, or at interpreter exit): the
 partition it started, the pilot it submitted, the session it opened; a session, pilot or
@@ -151,9 +150,8 @@ class Executor(Feeding, futures.Executor):
             (default 3).
         cwd (str | None): the directory calls run in (default: their workers' own,
             PILOT_SANDBOX/<partition>.functions).
-        bundle (bool): short calls may share a unit (pmgr/compat/futures/executor_feed.py); False:
-        a unit
-            per call.
+        bundle (bool): short calls may share a unit (pmgr/compat/futures/executor_feed.py);
+            False: a unit per call.
 
     Raises:
         ValueError: `max_workers` with `pilot` or `pilot_description`, or not above 0; both

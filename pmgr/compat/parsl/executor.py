@@ -8,8 +8,7 @@
         cores=4, gpus=2))                                           # a partition of its own
 
 It is a thin layer over rp.Executor (pmgr/compat/futures/executor.py), which owns the pilot, the
-futures and
-the batching.  What Parsl hands `submit(func, resource_specification, *args, **kwargs)`:
+futures and the batching.  What Parsl hands `submit(func, resource_specification, *args, **kwargs)`:
     a python app    func is Parsl's wrapped app (wrap_error: its exception comes back as a
                     RemoteExceptionWrapper value, which the DataFlowKernel raises); it runs as
                     a function unit, in the client's current directory (as a local

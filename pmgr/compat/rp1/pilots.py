@@ -44,8 +44,7 @@ class RPPilot(Pilot):
 
     def prepare_env(self, env_name: str, env_spec: dict) -> None:
         """RP 1.x's named environment (pmgr/compat/rp1/named_envs.py): made by the first task that
-        names
-        it, where the tasks run; returns at once."""
+        names it, where the tasks run; returns at once."""
         self.named_envs[env_name] = named_envs.checked(env_name, env_spec)
 
     def env_lines(self, name: str) -> list[str] | None:
@@ -54,8 +53,7 @@ class RPPilot(Pilot):
 
     def submit_raptors(self, descriptions) -> list:
         """RP's pilot.submit_raptors: Raptor masters on this pilot (pmgr/compat/rp1/raptor.py),
-        through
-        the TaskManager it was added to."""
+        through the TaskManager it was added to."""
         return self._task_manager("submit_raptors").submit_raptors(descriptions, self.uid)
 
     def submit_tasks(self, descriptions):

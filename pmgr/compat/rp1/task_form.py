@@ -1,6 +1,6 @@
 """The description a task runs with: RADICAL-Pilot 1.x's fields
-(pmgr/compat/rp1/task_description.py)
-turned, at submit, into the fields the rest of the system reads (those of a unit).
+(pmgr/compat/rp1/task_description.py) turned, at submit, into the fields the rest of the system
+reads (those of a unit).
 
     unit_form(td, uid, ctx) -> a new TaskDescription; ValueError naming the field
 
@@ -8,9 +8,8 @@ What becomes what (the TaskManager gives `ctx`, the `TaskContext`, for what need
 pilots and raptors):
     mode             TASK_SHELL: /bin/sh -c command; TASK_FUNCTION / TASK_METHOD: function (a
                      bare name: the one the workers know, pmgr/compat/rp1/raptor_functions.py);
-                     TASK_EVAL
-                     / TASK_EXEC: a call of raptor_functions.eval_code / exec_code; a function
-                     task is one call (ranks 1, no shell lines, no named_env)
+                     TASK_EVAL / TASK_EXEC: a call of raptor_functions.eval_code / exec_code; a
+                     function task is one call (ranks 1, no shell lines, no named_env)
     use_mpi          (default ranks > 1) cpu_process_type rp.MPI: one MPI starter over the
                      ranks, whose shell sets RP_RANK from the starter's rank variable
     gpu_type         policy.gpu_env_str: CUDA_VISIBLE_DEVICES, or ROCR_VISIBLE_DEVICES (ROCm)

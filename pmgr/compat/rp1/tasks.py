@@ -196,8 +196,7 @@ class TaskManager(UnitManager):
 
     def _forms(self, descs: list) -> list:
         """The descriptions the tasks run with (pmgr/compat/rp1/task_form.py); colocation keys are
-        kept
-        once the call cannot fail any more."""
+        kept once the call cannot fail any more."""
         call = _Call(self)
         self.session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
         forms = []
@@ -371,8 +370,7 @@ class TaskManager(UnitManager):
 
 class _Call:
     """The TaskContext (pmgr/compat/rp1/task_form.py) of one submit_tasks call: the manager's, plus
-    the
-    call's own colocation keys and uids until the call is through."""
+    the call's own colocation keys and uids until the call is through."""
 
     def __init__(self, tmgr: TaskManager) -> None:
         self.tmgr = tmgr
