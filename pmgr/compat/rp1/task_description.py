@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import math
 
-from pilot import checks, staging
-from pilot.fields import count, field_error, flag, optional_count, str_list
+from pilot import checks, staging, validate
+from pilot.fields import count, field, field_error, flag, optional_count, str_list
 from pilot.pmgr.compat.rp1.names import (
     AGENT_SERVICE,
     DOWNLOAD,
@@ -69,15 +69,11 @@ def _uid(owner, field, value):
     return value
 
 
-def _one_of(accepted):
-    def check(owner, field, value):
-        if value == "":
-            return None
-        if value is not None and value not in accepted:
-            raise field_error(owner, field, value, f"one of {list(accepted)}, '' or None")
-        return value
-
-    return check
+def _rp_choice(accepted):
+    """One of `accepted` (pilot/validate.py's one_of), or unset: None, or RP's ''."""
+    words = f"one of {list(accepted)}, '' or None"
+    check = field(validate.one_of(accepted, none=True, accepted=words))
+    return lambda owner, name, value: None if value == "" else check(owner, name, value)
 
 
 def _optional_flag(owner, field, value):
@@ -196,7 +192,7 @@ def _has_flags(d) -> bool:
 
 
 _UNIT = ComputeUnitDescription.FIELDS
-_THREADS = _one_of((POSIX, OpenMP))
+_THREADS = _rp_choice((POSIX, OpenMP))
 
 # RP 1.x's fields that nothing here runs: refused when set, with the reason
 REFUSED = {
@@ -281,9 +277,9 @@ class TaskDescription(ComputeUnitDescription):
         "input_staging": ([], _staging(output=False)),
         "output_staging": ([], _staging(output=True)),
         "uid": (None, _uid),
-        "mode": (TASK_EXECUTABLE, _one_of(MODES)),
+        "mode": (TASK_EXECUTABLE, _rp_choice(MODES)),
         "use_mpi": (None, _optional_flag),
-        "gpu_type": (None, _one_of(tuple(GPU_ENV))),
+        "gpu_type": (None, _rp_choice(tuple(GPU_ENV))),
         "named_env": (None, _opt_text),
         "pre_launch": ([], str_list),
         "post_launch": ([], str_list),
