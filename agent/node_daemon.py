@@ -73,7 +73,7 @@ import zlib
 
 import zmq
 
-from pilot import checks, liveness, messages, network, processes, security
+from pilot import checks, liveness, network, processes, security, wire
 from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack
@@ -208,29 +208,43 @@ class NodeDaemon:
 
     # -- loop -----------------------------------------------------------------------------------
     def on_message(self, frames: list[bytes], from_agent: bool) -> None:
+        """A message on the node channel (from the bootstrap) or on this daemon's ROUTER (from
+        agents, or a parent daemon's table), to its handler by pilot/wire.py's table; a kind
+        the table does not list for that channel is a bad message."""
         ident = frames[0] if from_agent else None
         if from_agent:
             frames = frames[1:]
+        dispatch = FROM_RANKS if from_agent else FROM_NODE
         kind = frames[0]
-        if from_agent and kind not in (b"exec", b"kill", b"hb", b"table"):  # (table: a parent
-            raise ProtocolError(f"{kind[:16]!r} is not a message an agent sends")  # daemon's)
-        body = messages.body(messages.TO_DAEMON, kind, frames[1] if len(frames) > 1 else None)
-        if kind == b"exec":
-            self.ranks.start(ident, body)
-        elif kind == b"kill":
-            self.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
-        elif kind == b"table":
-            self.on_table(body, frames[2])
-        elif kind == b"hb":
-            pass
-        elif kind == b"agent" and not from_agent:
-            self.start_agent(body)
-        elif kind == b"agent_kill" and not from_agent:
-            self.kill_agent(body["uid"])
-        elif kind == b"drop" and not from_agent:
-            self.ranks.drop(body["part"].encode())
-        elif kind == b"halt" and not from_agent:
-            self.halting = body.get("reason") or "halt"
+        handler, _ = dispatch.route(kind)
+        body = dispatch.body(kind, frames[1] if len(frames) > 1 else None)
+        handler(self, ident, frames, body)
+
+    def got_exec(self, ident, frames: list[bytes], body: dict) -> None:
+        self.ranks.start(ident, body)
+
+    def got_kill(self, ident, frames: list[bytes], body: dict) -> None:
+        self.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
+
+    def got_table(self, ident, frames: list[bytes], body: dict) -> None:
+        if len(frames) < 3:
+            raise ProtocolError(f"table of {len(frames) - 1} frames (body, table)")
+        self.on_table(body, frames[2])
+
+    def got_hb(self, ident, frames: list[bytes], body: dict) -> None:
+        pass  # (word from the bootstrap: `receive` noted it)
+
+    def got_agent(self, ident, frames: list[bytes], body: dict) -> None:
+        self.start_agent(body)
+
+    def got_agent_kill(self, ident, frames: list[bytes], body: dict) -> None:
+        self.kill_agent(body["uid"])
+
+    def got_drop(self, ident, frames: list[bytes], body: dict) -> None:
+        self.ranks.drop(body["part"].encode())
+
+    def got_halt(self, ident, frames: list[bytes], body: dict) -> None:
+        self.halting = body.get("reason") or "halt"
 
     def say_up(self) -> None:
         self.up.send_multipart(
@@ -300,18 +314,14 @@ class NodeDaemon:
         for frames in drain(self.pulse, 200):
             try:
                 kind = frames[0]
-                if kind not in (b"hb", b"halt"):
-                    raise ProtocolError(f"{kind[:16]!r} on the pulse channel")
-                body = messages.body(
-                    messages.TO_DAEMON, kind, frames[1] if len(frames) > 1 else None
-                )
+                handler, _ = FROM_PULSE.route(kind)
+                body = FROM_PULSE.body(kind, frames[1] if len(frames) > 1 else None)
             except checks.Invalid as exc:
                 self.bad_messages.report(f"bad pulse {frames[:2]!r:.120}: {exc}")
                 continue
             if self.index is not None:
                 self.heard_bootstrap()
-            if kind == b"halt":
-                self.halting = body.get("reason") or "halt"
+            handler(self, None, frames, body)
 
     def heard_bootstrap(self) -> None:
         self.silence.heard(BOOTSTRAP)
@@ -363,6 +373,29 @@ class NodeDaemon:
             self.keys.close()
         self.ctx.term()
         return 0
+
+
+# what a daemon receives (pilot/wire.py), by channel and kind: handler(daemon, ident, frames,
+# body); ident: the sending agent's (the ranks channel), None on the others
+_ND = NodeDaemon
+FROM_NODE = wire.Dispatch(
+    "node",
+    "daemon",
+    {
+        b"table": _ND.got_table,
+        b"agent": _ND.got_agent,
+        b"agent_kill": _ND.got_agent_kill,
+        b"drop": _ND.got_drop,
+        b"halt": _ND.got_halt,
+        b"hb": _ND.got_hb,
+    },
+)
+FROM_RANKS = wire.Dispatch(
+    "ranks",
+    "daemon",
+    {b"exec": _ND.got_exec, b"kill": _ND.got_kill, b"hb": _ND.got_hb, b"table": _ND.got_table},
+)
+FROM_PULSE = wire.Dispatch("pulse", "daemon", {b"hb": _ND.got_hb, b"halt": _ND.got_halt})
 
 
 def main(argv: list[str]) -> int:

@@ -1,6 +1,6 @@
 """Session: the client's root object.  It owns the session directory, the state store and its
-writer thread, and the pilot link (channel thread), and it dispatches pilot messages to the
-pilots and unit managers through one table keyed by message type (`HANDLERS`).
+writer thread, and the pilot link (channel thread); what pilots send goes to the pilots and unit
+managers through the dispatch built from pilot/wire.py's table (pmgr/core/session_dispatch.py).
 
     with rp.Session() as session:          # embedded sqlite store in the session directory
         ...
@@ -35,18 +35,17 @@ import uuid
 from collections import deque
 from contextlib import contextmanager
 
-from pilot import checks, ids, messages, network, processes, security, updates
+from pilot import ids, network, processes, security
 from pilot import states as S
 from pilot.errors import StoreUnavailable
 from pilot.pmgr.core import pilot_files, reaper
 from pilot.pmgr.core.channel import Channel
-from pilot.pmgr.core.pilot import Pilot
 from pilot.pmgr.core.recovery import Recovery
+from pilot.pmgr.core.session_dispatch import SessionDispatch
 from pilot.pmgr.core.transfers import Transfers
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.data_files import DataFiles
 from pilot.pmgr.store.writer import BatchWriter, MovedTogether
-from pilot.protocol import ProtocolError, unpack
 
 log = logging.getLogger("pmgr.session")
 
@@ -66,23 +65,6 @@ def private_dir(path: str) -> None:
 def sessions_dir() -> str:
     """Where sessions live: $PILOT_SESSIONS_DIR, default ~/.pilot/sessions."""
     return os.environ.get("PILOT_SESSIONS_DIR") or os.path.expanduser("~/.pilot/sessions")
-
-
-# Messages from a pilot (pilot/protocol.py), by type, and the Pilot method that handles each,
-# called as handler(pilot, body) on the channel thread with the session lock held.
-# `output` goes to Pilot.on_output outside the lock (output callbacks may be slow); `unsent` is
-# the channel's own: a message it could not send to the pilot (Session.on_unsent).
-HANDLERS = {
-    b"hello": Pilot.on_hello,
-    b"bye": Pilot.on_bye,
-    b"reply": Pilot.on_reply,
-    b"state": Pilot.on_states,
-    b"back": Pilot.on_back,
-    b"lost": Pilot.on_lost,
-    b"synced": Pilot.on_synced,
-    b"hb": Pilot.on_hb,
-    b"taken_over": Pilot.on_taken_over,
-}
 
 
 class Session:
@@ -184,6 +166,9 @@ class Session:
         self.writer.doc(
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
+        self.dispatch = SessionDispatch(self)  # what pilots send (pilot/wire.py's table)
+        self.on_message, self.on_unsent = self.dispatch.on_message, self.dispatch.on_unsent
+        self.on_tick = self.dispatch.on_tick
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
         self.channel = Channel(self.on_message, self.on_tick, self.keys, self.address)
         self.transfers = Transfers(self)  # data staging over the pilot links
@@ -483,68 +468,6 @@ class Session:
     def in_callback(self) -> bool:
         """Whether this thread is running callbacks: a wait there cannot wait for them."""
         return getattr(self.firing, "depth", 0) > 0
-
-    # -- messages from pilots (channel thread) -------------------------------------------------
-    def on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
-        pilot = self.pilots.get(pilot_uid)
-        if pilot is None:
-            self.channel.bad.report(f"message from unknown pilot {pilot_uid!r:.60} dropped")
-            return
-        kind = frames[0]
-        if kind in (b"put_ack", b"got"):  # data staging: to the transfer waiting for it
-            pilot.last_heard = time.monotonic()
-            self.transfers.on_reply(frames)
-            return
-        if kind == b"unsent":  # our own send failed: that is no word from the pilot
-            with self.locked():
-                self.on_unsent(pilot, frames[2:], frames[1].decode())
-            return
-        if kind == b"ustates":  # unit moves, in columns (pilot/updates.py checks them)
-            try:
-                if len(frames) < 3:
-                    raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
-                groups = updates.read(frames[1], frames[2], frames[3:])
-            except checks.Invalid as exc:
-                self.channel.bad.report(f"bad message {kind!r} from {pilot_uid}: {exc}")
-                return
-            pilot.last_heard = time.monotonic()
-            with self.locked():
-                pilot.on_unit_moves(groups)
-            return
-        try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
-            body = messages.body(messages.FROM_PILOT, kind, frames[1] if len(frames) > 1 else None)
-        except checks.Invalid as exc:
-            self.channel.bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
-            return
-        pilot.last_heard = time.monotonic()
-        if kind == b"output":  # (without the lock: output callbacks may be slow)
-            pilot.on_output(body)
-            return
-        with self.locked():
-            HANDLERS[kind](pilot, body)
-
-    def on_unsent(self, pilot, frames: list[bytes], why: str) -> None:
-        """A message the channel could not send (the pilot is not connected): units go back to
-        be routed again, a command is answered as failed; said, unless it was an ack or a
-        heartbeat for a pilot that is ending (its outbox ends with it: nothing to let go of).
-        A pilot another client took over unheard (pmgr/core/ownership.py) is released first."""
-        pilot.unreachable()
-        if (pilot.ending or pilot.released) and frames[0] in (b"ack", b"hb"):
-            log.debug("%r to %s, ending or not ours, not sent: %s", frames[0], pilot.uid, why)
-        else:
-            log.warning("cannot send %r to %s: %s", frames[0][:16], pilot.uid, why)
-        if frames[0] == b"units":
-            pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])})
-        elif frames[0] == b"cmd":
-            cid = unpack(frames[1]).get("cid")
-            pilot.on_reply({"cid": cid, "ok": False, "error": "pilot not connected"})
-        # (an ack, a heartbeat, a release: let go; the pilot keeps its outcomes, and a sync,
-        # an attach, asks for them again)
-
-    def on_tick(self) -> None:
-        with self.locked():
-            for pilot in list(self.pilots.values()):
-                pilot.tick()
 
     # -- end ------------------------------------------------------------------------------------
     def get_resource_config(self, resource: str, schema: str | None = None) -> dict:
