@@ -12,6 +12,8 @@ launch method fork), which calls main() with the same arguments.  --watch-parent
 the parent process is gone; --watch-pid: when process PID is (a forked daemon's parent is the
 zygote: it watches the bootstrap).  Every wait is bounded; nothing here waits forever.
 
+What it does with each message it receives, by channel: agent/node_dispatch.py, from
+pilot/wire.py's table.
 Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>"):
     -> up      {hint, pid, endpoint, node: descriptor}   this node (pilot/network.py) and the
                                                           ROUTER endpoint agents talk to
@@ -73,10 +75,11 @@ import zlib
 
 import zmq
 
-from pilot import checks, liveness, network, processes, security, wire
+from pilot import checks, liveness, network, processes, security
+from pilot.agent.node_dispatch import FROM_NODE, FROM_PULSE, FROM_RANKS
 from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
-from pilot.protocol import ProtocolError, drain, msg, pack, unpack
+from pilot.protocol import drain, msg, pack, unpack
 
 log = logging.getLogger("node")
 BOOTSTRAP = "bootstrap"  # the one peer whose silence a daemon watches (liveness.Silence)
@@ -220,32 +223,6 @@ class NodeDaemon:
         body = dispatch.body(kind, frames[1] if len(frames) > 1 else None)
         handler(self, ident, frames, body)
 
-    def got_exec(self, ident, frames: list[bytes], body: dict) -> None:
-        self.ranks.start(ident, body)
-
-    def got_kill(self, ident, frames: list[bytes], body: dict) -> None:
-        self.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
-
-    def got_table(self, ident, frames: list[bytes], body: dict) -> None:
-        if len(frames) < 3:
-            raise ProtocolError(f"table of {len(frames) - 1} frames (body, table)")
-        self.on_table(body, frames[2])
-
-    def got_hb(self, ident, frames: list[bytes], body: dict) -> None:
-        pass  # (word from the bootstrap: `receive` noted it)
-
-    def got_agent(self, ident, frames: list[bytes], body: dict) -> None:
-        self.start_agent(body)
-
-    def got_agent_kill(self, ident, frames: list[bytes], body: dict) -> None:
-        self.kill_agent(body["uid"])
-
-    def got_drop(self, ident, frames: list[bytes], body: dict) -> None:
-        self.ranks.drop(body["part"].encode())
-
-    def got_halt(self, ident, frames: list[bytes], body: dict) -> None:
-        self.halting = body.get("reason") or "halt"
-
     def say_up(self) -> None:
         self.up.send_multipart(
             msg(
@@ -373,29 +350,6 @@ class NodeDaemon:
             self.keys.close()
         self.ctx.term()
         return 0
-
-
-# what a daemon receives (pilot/wire.py), by channel and kind: handler(daemon, ident, frames,
-# body); ident: the sending agent's (the ranks channel), None on the others
-_ND = NodeDaemon
-FROM_NODE = wire.Dispatch(
-    "node",
-    "daemon",
-    {
-        b"table": _ND.got_table,
-        b"agent": _ND.got_agent,
-        b"agent_kill": _ND.got_agent_kill,
-        b"drop": _ND.got_drop,
-        b"halt": _ND.got_halt,
-        b"hb": _ND.got_hb,
-    },
-)
-FROM_RANKS = wire.Dispatch(
-    "ranks",
-    "daemon",
-    {b"exec": _ND.got_exec, b"kill": _ND.got_kill, b"hb": _ND.got_hb, b"table": _ND.got_table},
-)
-FROM_PULSE = wire.Dispatch("pulse", "daemon", {b"hb": _ND.got_hb, b"halt": _ND.got_halt})
 
 
 def main(argv: list[str]) -> int:

@@ -51,7 +51,7 @@ DISPATCHING = (  # every module that builds a dispatch from the table
     "pilot.agent.agent",  # the agent: the agent link
     "pilot.partition.node_set",  # the bootstrap: the node channel
     "pilot.partition.node_pulse",  # the bootstrap: the pulse
-    "pilot.agent.node_daemon",  # a node daemon: the node channel, the pulse, the ranks channel
+    "pilot.agent.node_dispatch",  # a node daemon: the node channel, the pulse, the ranks channel
     "pilot.agent.runners.daemons",  # an agent's runner: the ranks channel
 )
 
