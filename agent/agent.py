@@ -49,7 +49,7 @@ import time
 
 import zmq
 
-from pilot import checks, messages, security
+from pilot import checks, security, wire
 from pilot.agent import runners
 from pilot.agent.rank_env import check_environment
 from pilot.agent.reports import FLUSH_EVERY, Reporting
@@ -338,10 +338,13 @@ class Agent(Reporting, Stopping):
 
     # -- loop ---------------------------------------------------------------------------------
     def handle(self, frames: list[bytes]) -> None:
+        """A message from the bootstrap, to its handler by pilot/wire.py's table (FROM_BOOTSTRAP);
+        its body's shape is checked first: a bad message is reported and dropped, a handler's
+        exception is our own bug (reported with its traceback), and the agent goes on."""
         kind = frames[0]
         try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
-            body = messages.body(
-                messages.TO_AGENT,
+            handler, _ = FROM_BOOTSTRAP.route(kind)
+            body = FROM_BOOTSTRAP.body(
                 kind,
                 frames[1] if len(frames) > 1 else None,
                 frames[2:] if kind == b"units" else (),  # (a call's large arguments)
@@ -350,23 +353,26 @@ class Agent(Reporting, Stopping):
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
             return
         try:
-            if kind == b"units":
-                self.on_units(body)
-            elif kind == b"cancel":
-                self.cancel(body["uids"], body.get("reason") or "canceled")
-            elif kind == b"sync":
-                self.sync(body.get("cid"), body["uids"])
-            elif kind == b"node_lost":
-                index = int(body["index"])
-                self.nodes_lost.add(index)
-                self.execu.node_lost(index, body.get("reason") or "node lost")
-                self.on_exits()
-            elif kind == b"stop":
-                self.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
+            handler(self, body)
         except checks.Invalid as exc:  # (a unit's own check, deeper down)
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
         except Exception as exc:  # our own bug: said as such, and the agent goes on
             self.internal.report(f"agent {kind[:16]!r} handler", exc)
+
+    def on_cancel(self, body: dict) -> None:
+        self.cancel(body["uids"], body.get("reason") or "canceled")
+
+    def on_sync(self, body: dict) -> None:
+        self.sync(body.get("cid"), body["uids"])
+
+    def on_node_lost(self, body: dict) -> None:
+        index = int(body["index"])
+        self.nodes_lost.add(index)
+        self.execu.node_lost(index, body.get("reason") or "node lost")
+        self.on_exits()
+
+    def on_stop(self, body: dict) -> None:
+        self.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
 
     def bring_up(self) -> zmq.Poller:
         """Say `ready`; the poller of the loop: the bootstrap's socket, the wake-up socket and
@@ -431,6 +437,20 @@ class Agent(Reporting, Stopping):
             self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
         if os.getppid() != self.ppid:
             self.stop("the pilot's bootstrap is gone", hand_back=False)
+
+
+# what an agent receives on the agent link (pilot/wire.py), by kind: handler(agent, body)
+FROM_BOOTSTRAP = wire.Dispatch(
+    "agent",
+    "agent",
+    {
+        b"units": Agent.on_units,
+        b"cancel": Agent.on_cancel,
+        b"sync": Agent.on_sync,
+        b"node_lost": Agent.on_node_lost,
+        b"stop": Agent.on_stop,
+    },
+)
 
 
 def _enough_fds(slots: int) -> None:

@@ -12,6 +12,8 @@ launch method fork), which calls main() with the same arguments.  --watch-parent
 the parent process is gone; --watch-pid: when process PID is (a forked daemon's parent is the
 zygote: it watches the bootstrap).  Every wait is bounded; nothing here waits forever.
 
+What it does with each message it receives, by channel: agent/node_dispatch.py, from
+pilot/wire.py's table.
 Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>"):
     -> up      {hint, pid, endpoint, node: descriptor}   this node (pilot/network.py) and the
                                                           ROUTER endpoint agents talk to
@@ -73,10 +75,11 @@ import zlib
 
 import zmq
 
-from pilot import checks, liveness, messages, network, processes, security
+from pilot import checks, liveness, network, processes, security
+from pilot.agent.node_dispatch import FROM_NODE, FROM_PULSE, FROM_RANKS
 from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
-from pilot.protocol import ProtocolError, drain, msg, pack, unpack
+from pilot.protocol import drain, msg, pack, unpack
 
 log = logging.getLogger("node")
 BOOTSTRAP = "bootstrap"  # the one peer whose silence a daemon watches (liveness.Silence)
@@ -208,29 +211,17 @@ class NodeDaemon:
 
     # -- loop -----------------------------------------------------------------------------------
     def on_message(self, frames: list[bytes], from_agent: bool) -> None:
+        """A message on the node channel (from the bootstrap) or on this daemon's ROUTER (from
+        agents, or a parent daemon's table), to its handler by pilot/wire.py's table; a kind
+        the table does not list for that channel is a bad message."""
         ident = frames[0] if from_agent else None
         if from_agent:
             frames = frames[1:]
+        dispatch = FROM_RANKS if from_agent else FROM_NODE
         kind = frames[0]
-        if from_agent and kind not in (b"exec", b"kill", b"hb", b"table"):  # (table: a parent
-            raise ProtocolError(f"{kind[:16]!r} is not a message an agent sends")  # daemon's)
-        body = messages.body(messages.TO_DAEMON, kind, frames[1] if len(frames) > 1 else None)
-        if kind == b"exec":
-            self.ranks.start(ident, body)
-        elif kind == b"kill":
-            self.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
-        elif kind == b"table":
-            self.on_table(body, frames[2])
-        elif kind == b"hb":
-            pass
-        elif kind == b"agent" and not from_agent:
-            self.start_agent(body)
-        elif kind == b"agent_kill" and not from_agent:
-            self.kill_agent(body["uid"])
-        elif kind == b"drop" and not from_agent:
-            self.ranks.drop(body["part"].encode())
-        elif kind == b"halt" and not from_agent:
-            self.halting = body.get("reason") or "halt"
+        handler, _ = dispatch.route(kind)
+        body = dispatch.body(kind, frames[1] if len(frames) > 1 else None)
+        handler(self, ident, frames, body)
 
     def say_up(self) -> None:
         self.up.send_multipart(
@@ -300,18 +291,14 @@ class NodeDaemon:
         for frames in drain(self.pulse, 200):
             try:
                 kind = frames[0]
-                if kind not in (b"hb", b"halt"):
-                    raise ProtocolError(f"{kind[:16]!r} on the pulse channel")
-                body = messages.body(
-                    messages.TO_DAEMON, kind, frames[1] if len(frames) > 1 else None
-                )
+                handler, _ = FROM_PULSE.route(kind)
+                body = FROM_PULSE.body(kind, frames[1] if len(frames) > 1 else None)
             except checks.Invalid as exc:
                 self.bad_messages.report(f"bad pulse {frames[:2]!r:.120}: {exc}")
                 continue
             if self.index is not None:
                 self.heard_bootstrap()
-            if kind == b"halt":
-                self.halting = body.get("reason") or "halt"
+            handler(self, None, frames, body)
 
     def heard_bootstrap(self) -> None:
         self.silence.heard(BOOTSTRAP)

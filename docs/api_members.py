@@ -87,12 +87,7 @@ INTERNAL = {
     ],
     "pilot.partition_description.ComputePartitionDescription": ["check"],
     "pilot.pilot_description.PilotDescription": ["as_pilot", "submit_error"],
-    _CORE + "session.Session": [
-        *("changed", "changed_together", "fire", "hand_moves", "in_callback", "locked"),
-        *("next_cid", "next_uid", "on_message", "on_tick", "on_unsent", "persist_state"),
-        *("persist_together", "read_store", "reserve_block", "reserve_uids", "seen_uid"),
-        *("tell_waiting", "uid_numbers", "unpersisted", "wait_for"),
-    ],
+    _CORE + "session.Session": ["read_store", "tell_waiting", "unpersisted", "wait_for"],
     # (what a Pilot calls on the manager that routes units to it: pmgr/core/unit_router.py;
     # what a face calls: enqueue, route)
     _CORE + "unit_manager.UnitManager": [

@@ -15,6 +15,8 @@ What they do, in build order:
   And reference/configuration.md with its key table filled in (`configuration_page`): the page
   keeps its prose and KEYS_MARK, which becomes a row per resource config key, made from the
   key's default and doc in pilot/resource_keys.py.
+- on_files, too: reference/protocol.md, every message on every link, from pilot/wire.py's
+  TABLE (`protocol_page`): the manual's protocol page is the table the processes dispatch from.
 tests/test_docs.py runs the same checks without MkDocs (`missing_docstrings`, `unplaced`,
 `unsorted_members`, `configuration_page`).
 """
@@ -311,6 +313,47 @@ def source_tree() -> Path:
     return SRC
 
 
+PROTOCOL_PAGE = "reference/protocol.md"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def protocol_page() -> str:
+    """reference/protocol.md: pilot/wire.py's TABLE, one section per link."""
+    from pilot import wire
+
+    lines = [
+        "# Wire protocol",
+        "",
+        "Every message between the processes of a pilot, made from the table they dispatch from",
+        "(`pilot/wire.py`); the framing, heartbeats and timeouts are in `pilot/protocol.py`, the",
+        "commands a pilot obeys (`cmd`) in `partition/control.py`.  A message is ZeroMQ",
+        "multipart: the kind, then its frames; BODY is compact JSON, checked (the check named)",
+        "before any handler runs.  A kind the receiver does not get on that link, or a body its",
+        "check refuses, is a bad message: logged and dropped (answered with an error where a",
+        "reply is expected); it never stops a component.",
+        "",
+    ]
+    for link, sockets in wire.LINKS.items():
+        lines += [f"## The {link} link", "", _cell(sockets), ""]
+        lines += ["| kind | from -> to | frames | body | check | meaning |", "|---" * 6 + "|"]
+        for e in wire.TABLE:
+            if e.link != link:
+                continue
+            check = "(its handler reads the frames)"
+            if e.check is not None:
+                name = next(n for n, v in vars(wire.m).items() if v is e.check and n.isupper())
+                check = f"`messages.{name}`"
+            lines.append(
+                f"| `{e.kind.decode()}` | {e.sender} -> {e.receiver} | `{e.frames}` | "
+                f"{_cell(e.body)} | {check} | {_cell(e.meaning)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 # ---- the hooks ---------------------------------------------------------------------------------
 def on_config(config, **kwargs):
     source_tree()
@@ -337,4 +380,5 @@ def on_files(files, config, **kwargs):
         files.append(File.generated(config, path, content=page(modname)))
     files.remove(files.get_file_from_path(CONFIG_PAGE))  # (the page as written: its prose)
     files.append(File.generated(config, CONFIG_PAGE, content=configuration_page()))
+    files.append(File.generated(config, PROTOCOL_PAGE, content=protocol_page()))
     return files

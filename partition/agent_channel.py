@@ -1,8 +1,9 @@
 """The bootstrap's agent channel: the agents' socket, their processes, and an agent's death.
 
 Part of the Bootstrap (partition/bootstrap.py), which is an AgentChannel and, with these methods,
-the PartitionIO of its partition manager (partition/manager.py); the message bodies are in
-pilot/protocol.py's table ("Agent link").
+the PartitionIO of its partition manager (partition/manager.py); the messages, their bodies and
+their checks are in pilot/wire.py's table (link "agent"), from which `FROM_AGENT`, this side's
+dispatch, is built.
 
 Channel: a ROUTER (CURVE server, ROUTER_MANDATORY) bound on 127.0.0.1 and, on resources with node
 daemons, on the node address too, for agents on other nodes (OS-chosen ports); each agent's
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, messages, network, processes, updates
+from pilot import checks, network, processes, updates, wire
 from pilot.partition import orphans
 from pilot.partition.manager import AgentProcess
 from pilot.protocol import ProtocolError, journal_path, msg
@@ -147,35 +148,48 @@ class AgentChannel:
         return proc
 
     def on_agent(self, frames: list[bytes]) -> None:
-        """A message from an agent; its body's shape is checked first (pilot/messages.py:
-        checks.Invalid, a bad message); what a handler raises after that is our own bug."""
+        """A message from an agent, to its handler by pilot/wire.py's table (FROM_AGENT); its
+        body's shape is checked first (pilot/messages.py: checks.Invalid, a bad message); what
+        a handler raises after that is our own bug."""
         if len(frames) < 2:
             raise ProtocolError(f"a message of {len(frames)} frame(s) from an agent")
         uid, kind = checks.uid("agent", frames[0].decode(errors="replace")), frames[1]
-        if kind == b"ustates":  # (head, times, data: pilot/updates.py checks them)
-            if len(frames) < 4:
-                raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
-            groups = updates.read(frames[2], frames[3], frames[4:])
-            self.flush()  # keep partition updates ahead of the unit updates that follow them
-            self.outbox.add(groups)  # its outcomes, kept until the client has them
-            self.to_client(frames[1:])
-            return
-        body = messages.body(messages.FROM_AGENT, kind, frames[2] if len(frames) > 2 else None)
-        if kind == b"ready":
-            self.pm.on_ready(uid, body.get("runner"))
-        elif kind == b"back":
-            self.flush()
-            self.to_client([b"back", frames[2]])
-        elif kind == b"synced":  # the units it does not know may have ended: kept here
-            found, rest = self.outbox.answer(body["unknown"])
-            self.flush()
-            if found:
-                self.to_client(updates.of_records(found).frames())
-            self.to_client(msg(b"synced", {**body, "unknown": rest}))
-        elif kind == b"output":
-            self.to_client([b"output", frames[2]])
-        elif kind == b"bye":
-            self.pm.on_bye(uid, body)
+        handler, entry = FROM_AGENT.route(kind)
+        body = None
+        if entry.check is not None:
+            body = FROM_AGENT.body(kind, frames[2] if len(frames) > 2 else None)
+        handler(self, uid, frames[1:], body)
+
+    def agent_ustates(self, uid: str, frames: list[bytes], body: None) -> None:
+        """Unit moves (head, times, data: pilot/updates.py checks them): their outcomes kept
+        until the client has them, the frames to the client unchanged."""
+        if len(frames) < 3:
+            raise ProtocolError(f"ustates of {len(frames)} frames (head, times)")
+        groups = updates.read(frames[1], frames[2], frames[3:])
+        self.flush()  # keep partition updates ahead of the unit updates that follow them
+        self.outbox.add(groups)  # its outcomes, kept until the client has them
+        self.to_client(frames)
+
+    def agent_ready(self, uid: str, frames: list[bytes], body: dict) -> None:
+        self.pm.on_ready(uid, body.get("runner"))
+
+    def agent_back(self, uid: str, frames: list[bytes], body: dict) -> None:
+        self.flush()
+        self.to_client([b"back", frames[1]])
+
+    def agent_synced(self, uid: str, frames: list[bytes], body: dict) -> None:
+        """The units it does not know may have ended: the outbox keeps those."""
+        found, rest = self.outbox.answer(body["unknown"])
+        self.flush()
+        if found:
+            self.to_client(updates.of_records(found).frames())
+        self.to_client(msg(b"synced", {**body, "unknown": rest}))
+
+    def agent_output(self, uid: str, frames: list[bytes], body: list) -> None:
+        self.to_client([b"output", frames[1]])
+
+    def agent_bye(self, uid: str, frames: list[bytes], body: dict) -> None:
+        self.pm.on_bye(uid, body)
 
     def check_agents(self) -> None:
         for uid, proc in list(self.procs.items()):
@@ -183,3 +197,19 @@ class AgentChannel:
             if ended is not None:
                 del self.procs[uid]
                 self.pm.on_agent_exit(uid, ended)
+
+
+# what the bootstrap receives on the agent link (pilot/wire.py), by kind: handler(self, uid,
+# frames from the kind on, body), body None for ustates (its frames: pilot/updates.py)
+FROM_AGENT = wire.Dispatch(
+    "agent",
+    "bootstrap",
+    {
+        b"ready": AgentChannel.agent_ready,
+        b"ustates": AgentChannel.agent_ustates,
+        b"back": AgentChannel.agent_back,
+        b"output": AgentChannel.agent_output,
+        b"synced": AgentChannel.agent_synced,
+        b"bye": AgentChannel.agent_bye,
+    },
+)

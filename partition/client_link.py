@@ -1,7 +1,8 @@
 """The bootstrap's ways in from outside: the pilot link to its client, and the control endpoint.
 
-Part of the Bootstrap (partition/bootstrap.py), which is a ClientLink; the message bodies are in
-pilot/protocol.py's table ("Pilot link"), the commands in partition/control.py.
+Part of the Bootstrap (partition/bootstrap.py), which is a ClientLink; the messages, their bodies
+and their checks are in pilot/wire.py's table (link "pilot"), from which `FROM_CLIENT`, this
+side's dispatch, is built; the commands are in partition/control.py.
 
 Pilot link: a DEALER (identity = the pilot uid, a CURVE client) connected to the client's ROUTER
 at cfg["client"] (or, when that is a list, at the first of them that answers:
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, framed, messages, network
+from pilot import checks, framed, network, wire
 from pilot.partition import control
 from pilot.partition.client_probe import first_answering
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack
@@ -138,38 +139,58 @@ class ClientLink:
             self.out = []
 
     def on_client(self, frames: list[bytes]) -> None:
-        """A message from the client; its body's shape is checked first (pilot/messages.py:
-        checks.Invalid, a bad message); what a handler raises after that is our own bug."""
+        """A message from the client, to its handler by pilot/wire.py's table (FROM_CLIENT);
+        its body's shape is checked first (pilot/messages.py: checks.Invalid, a bad message);
+        what a handler raises after that is our own bug."""
         self.last_heard = time.monotonic()
         kind = frames[0]
-        if kind == b"units" and 3 <= len(frames) <= 3 + framed.FRAMES_MAX:
-            uid = checks.uid("units partition", frames[1].decode(errors="replace"))
-            if not self.pm.take_buffered_or_bounce(uid, frames[2:]):
-                self.flush()
-                back = checks.items("units", unpack(frames[2]))
-                self.to_client(msg(b"back", {"part": uid, "units": back}))
-        elif kind == b"put" and len(frames) == 3:  # data staging (partition/data_port.py),
-            hdr, chunk = self._header(frames[1]), frames[2]  # on the file thread (off_loop.py)
-            self.files.run(
-                lambda: self.data.put(hdr, chunk),
-                self._answer(lambda reply: self.to_client(msg(b"put_ack", reply))),
-            )
-        elif kind == b"get" and len(frames) == 2:
-            hdr = self._header(frames[1])
-            self.files.run(
-                lambda: self.data.get(hdr),
-                self._answer(lambda got: self.to_client([b"got", pack(got[0]), got[1]])),
-            )
-        else:
-            frame = frames[1] if len(frames) > 1 else None
-            body = messages.body(messages.FROM_CLIENT, kind, frame)
-            if kind == b"cmd":
-                self.flush()
-                self.to_client([b"reply", pack(self.command(body))])
-            elif kind == b"released":  # (the old owner's answer to taken_over: release_owner)
-                log.info("the pilot's old client released it")
-            elif kind == b"ack":  # the client's store has these outcomes (partition/outbox.py)
-                self.outbox.ack(body["uids"])
+        handler, entry = FROM_CLIENT.route(kind)
+        body = None
+        if entry.check is not None:
+            body = FROM_CLIENT.body(kind, frames[1] if len(frames) > 1 else None)
+        handler(self, frames, body)
+
+    def client_units(self, frames: list[bytes], body: None) -> None:
+        """To the partition's agent as raw frames, or, a partition that is gone, `back`."""
+        if not 3 <= len(frames) <= 3 + framed.FRAMES_MAX:
+            raise ProtocolError(f"units of {len(frames) - 1} frames (part, units, data...)")
+        uid = checks.uid("units partition", frames[1].decode(errors="replace"))
+        if not self.pm.take_buffered_or_bounce(uid, frames[2:]):
+            self.flush()
+            back = checks.items("units", unpack(frames[2]))
+            self.to_client(msg(b"back", {"part": uid, "units": back}))
+
+    def client_put(self, frames: list[bytes], body: None) -> None:
+        """Data staging (partition/data_port.py), on the file thread (off_loop.py)."""
+        if len(frames) != 3:
+            raise ProtocolError(f"put of {len(frames) - 1} frames (header, chunk)")
+        hdr, chunk = self._header(frames[1]), frames[2]
+        self.files.run(
+            lambda: self.data.put(hdr, chunk),
+            self._answer(lambda reply: self.to_client(msg(b"put_ack", reply))),
+        )
+
+    def client_get(self, frames: list[bytes], body: None) -> None:
+        if len(frames) != 2:
+            raise ProtocolError(f"get of {len(frames) - 1} frames (header)")
+        hdr = self._header(frames[1])
+        self.files.run(
+            lambda: self.data.get(hdr),
+            self._answer(lambda got: self.to_client([b"got", pack(got[0]), got[1]])),
+        )
+
+    def client_cmd(self, frames: list[bytes], body: dict) -> None:
+        self.flush()
+        self.to_client([b"reply", pack(self.command(body))])
+
+    def client_released(self, frames: list[bytes], body: dict) -> None:
+        log.info("the pilot's old client released it")  # (its answer to taken_over)
+
+    def client_ack(self, frames: list[bytes], body: dict) -> None:
+        self.outbox.ack(body["uids"])  # the client's store has these outcomes (outbox.py)
+
+    def client_hb(self, frames: list[bytes], body: dict) -> None:
+        pass  # word from the client: last_heard, set for every message
 
     @staticmethod
     def _header(frame: bytes) -> dict:
@@ -231,3 +252,20 @@ class ClientLink:
             reply = {"ok": False, "error": str(exc)}
         self.flush()
         self.control.send_multipart([ident, b"", pack(reply)])
+
+
+# what the bootstrap receives on the pilot link (pilot/wire.py), by kind: handler(self, frames,
+# body), body None for the kinds the handler reads from the frames
+FROM_CLIENT = wire.Dispatch(
+    "pilot",
+    "bootstrap",
+    {
+        b"units": ClientLink.client_units,
+        b"put": ClientLink.client_put,
+        b"get": ClientLink.client_get,
+        b"cmd": ClientLink.client_cmd,
+        b"released": ClientLink.client_released,
+        b"ack": ClientLink.client_ack,
+        b"hb": ClientLink.client_hb,
+    },
+)

@@ -17,7 +17,7 @@ import time
 
 import zmq
 
-from pilot import checks, liveness, messages
+from pilot import checks, liveness, wire
 from pilot.protocol import ProtocolError, drain, msg
 
 log = logging.getLogger("bootstrap.nodes")
@@ -59,22 +59,25 @@ class NodePulse:
                 if not ident.startswith("d") or len(frames) < 2:
                     raise ProtocolError(f"{frames[:2]!r:.80} is not a daemon's pulse")
                 hint = int(ident[1:])
-                if frames[1] != b"hb":
-                    raise ProtocolError(f"{frames[1][:16]!r} on a pulse channel")
-                messages.body(messages.FROM_DAEMON, b"hb", frames[2] if len(frames) > 2 else None)
+                handler, _ = PULSE.route(frames[1])
+                PULSE.body(frames[1], frames[2] if len(frames) > 2 else None)
             except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad pulse from a node daemon: %s", exc)
                 continue
-            why = self.gone.get(hint)
-            if why is None:
-                quiet = time.monotonic() - self.silence.last.get(hint, time.monotonic())
-                if quiet > QUIET:
-                    log.info("node.pulse: daemon hint %d heard again after %.1f s", hint, quiet)
-                self.silence.heard(hint)
-            elif time.monotonic() - self.told.get(hint, 0.0) > liveness.PULSE:
-                self.told[hint] = time.monotonic()
-                log.warning("node.rejoin: daemon hint %d of a node lost speaks: told to halt", hint)
-                self._send(hint, msg(b"halt", {"reason": f"its node was declared lost: {why}"}))
+            handler(self, hint)
+
+    def daemon_hb(self, hint: int) -> None:
+        """The daemon of `hint` lives: heard; or, its node lost, told to halt (once a PULSE)."""
+        why = self.gone.get(hint)
+        if why is None:
+            quiet = time.monotonic() - self.silence.last.get(hint, time.monotonic())
+            if quiet > QUIET:
+                log.info("node.pulse: daemon hint %d heard again after %.1f s", hint, quiet)
+            self.silence.heard(hint)
+        elif time.monotonic() - self.told.get(hint, 0.0) > liveness.PULSE:
+            self.told[hint] = time.monotonic()
+            log.warning("node.rejoin: daemon hint %d of a node lost speaks: told to halt", hint)
+            self._send(hint, msg(b"halt", {"reason": f"its node was declared lost: {why}"}))
 
     def silent(self) -> dict[int, float]:
         return self.silence.silent()
@@ -91,3 +94,7 @@ class NodePulse:
 
     def close(self) -> None:
         self.sock.close()
+
+
+# what the bootstrap receives on the pulse (pilot/wire.py): handler(pulse, hint)
+PULSE = wire.Dispatch("pulse", "bootstrap", {b"hb": NodePulse.daemon_hb})

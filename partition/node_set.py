@@ -46,7 +46,7 @@ import zlib
 
 import zmq
 
-from pilot import checks, liveness, messages
+from pilot import checks, liveness, wire
 from pilot.partition import launch
 from pilot.partition.agents.hosted import HostedAgent
 from pilot.partition.launch.base import ALL_NODES
@@ -288,7 +288,7 @@ class NodeSet:
                 if len(frames) < 2:
                     raise ProtocolError(f"a message of {len(frames)} frame(s)")
                 frame = frames[2] if len(frames) > 2 else None
-                body = messages.body(messages.FROM_DAEMON, frames[1], frame)
+                body = FROM_DAEMONS.body(frames[1], frame)
                 hint = int(ident[1:])
             except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad message from a node daemon %r: %s", frames[:2], exc)
@@ -336,22 +336,31 @@ class NodeSet:
             self.on_readable()
 
     def on_readable(self) -> None:
+        """What the daemons sent, each to its handler by pilot/wire.py's table (FROM_DAEMONS)."""
         self.pulse.read()
         for hint, kind, body in self._messages():
-            if kind == b"up":  # after the gather's deadline: that node stays down
-                log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
-                continue
-            self.pulse.heard(hint)
-            if kind == b"agent_exit":
-                proc = self.hosted.get(body.get("uid"))
-                if proc is not None:
-                    proc.exited(int(body["code"]))
-            elif kind == b"bye":
-                self.byes.add(hint)
-                if hint in self.index_of and self.index_of[hint] not in self.down:
-                    name = self.label.get(self.index_of[hint], hint)
-                    why = f"node {name} lost: its daemon halted: {body.get('reason')}"
-                    self.down.setdefault(self.index_of[hint], why)
+            handler, _ = FROM_DAEMONS.route(kind)
+            handler(self, hint, body)
+
+    def daemon_up(self, hint: int, body: dict) -> None:
+        log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
+
+    def daemon_ready(self, hint: int, body: dict) -> None:
+        self.pulse.heard(hint)  # (a late `ready`: its node stays as the gather left it)
+
+    def daemon_agent_exit(self, hint: int, body: dict) -> None:
+        self.pulse.heard(hint)
+        proc = self.hosted.get(body.get("uid"))
+        if proc is not None:
+            proc.exited(int(body["code"]))
+
+    def daemon_bye(self, hint: int, body: dict) -> None:
+        self.pulse.heard(hint)
+        self.byes.add(hint)
+        if hint in self.index_of and self.index_of[hint] not in self.down:
+            name = self.label.get(self.index_of[hint], hint)
+            why = f"node {name} lost: its daemon halted: {body.get('reason')}"
+            self.down.setdefault(self.index_of[hint], why)
 
     def drop_partition(self, part: str, indices: list[int]) -> None:
         """A partition ended: its daemons kill whatever of its units still runs (normally
@@ -473,3 +482,17 @@ class NodeSet:
         self.launch.stop()
         self.sock.close()
         self.pulse.close()
+
+
+# what the bootstrap receives from node daemons on the node channel (pilot/wire.py), by kind:
+# handler(nodeset, hint, body), once bring-up's gathers are over (they take `up` and `ready`)
+FROM_DAEMONS = wire.Dispatch(
+    "node",
+    "bootstrap",
+    {
+        b"up": NodeSet.daemon_up,
+        b"ready": NodeSet.daemon_ready,
+        b"agent_exit": NodeSet.daemon_agent_exit,
+        b"bye": NodeSet.daemon_bye,
+    },
+)

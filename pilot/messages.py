@@ -1,26 +1,21 @@
 """The shape of every message body a component acts on, checked before any handler runs.
 
 DESIGN.md: every message is validated (types, sizes, depth, uid format) before it is acted on.
-`body(table, kind, frames)` decodes a message's body and checks it against its kind's check in
-one of the tables below (pilot/protocol.py lists the messages); a message that fails is a bad
+`body(check, kind, frame)` decodes a message's body and checks it with its kind's check, one of
+the named checks below, which pilot/wire.py's table gives each message (a kind the table does
+not list for its receiver is refused before: wire.Dispatch); a message that fails is a bad
 message (checks.Invalid: ProtocolError, or a check's ValueError naming the field).  What a
 handler raises after that is a bug of our own, never a peer's: it is an internal error, logged
 with its traceback (checks.InternalErrors), and the test suite fails on one.
 
-    FROM_PILOT   what the client's channel gets from a bootstrap
-    FROM_CLIENT  what a bootstrap gets from its client (units and data frames: their own checks)
-    FROM_AGENT   what a bootstrap gets from an agent
-    TO_AGENT     what an agent gets from its bootstrap (units: pilot/unit_record.py checks each)
-    TO_DAEMON    what a node daemon gets from the bootstrap and from agents
-    FROM_DAEMON  what the bootstrap gets from node daemons
-A kind missing from its table is a bad message too.  `ustates` (unit moves in columns: two
-frames) is checked by pilot/updates.py's `read` instead, wherever it arrives.
+`ustates` (unit moves in columns: two frames) is checked by pilot/updates.py's `read` instead,
+wherever it arrives.
 """
 
 from __future__ import annotations
 
 from pilot import checks, framed
-from pilot.protocol import ProtocolError, unpack
+from pilot.protocol import unpack
 from pilot.validate import LINE_MAX, items, mapping, number, optional, text
 
 # the checks of the tables: pilot/validate.py's and pilot/checks.py's themselves where they fit
@@ -69,40 +64,6 @@ def fields(**spec):
     return check
 
 
-FROM_PILOT = {
-    b"hello": fields(pilot=_uid, control=_text, nodes=_opt_dict, size=_opt_dict),
-    b"bye": fields(state=lambda w, v: text(w, v, optional=False), reason=_text),
-    b"reply": fields(cid=_text),
-    b"state": _state_batch,
-    b"back": fields(part=_uid, units=_list),
-    b"lost": fields(part=_uid, started=_uids, killed=_list, reason=_text),
-    b"synced": fields(cid=_text, part=_uid, unknown=_uids),
-    b"output": _output,
-    b"hb": _any,
-    b"taken_over": fields(by=_opt_dict),
-}
-FROM_CLIENT = {
-    b"cmd": fields(cid=_text, op=_text, args=_opt_dict),
-    b"ack": fields(uids=_uids),
-    b"released": _any,
-    b"hb": _any,
-}
-FROM_AGENT = {
-    b"ready": fields(pid=_number, runner=_text),
-    b"back": fields(part=_uid, units=_list),
-    b"output": _output,
-    b"synced": fields(cid=_text, part=_uid, unknown=_uids),
-    b"bye": fields(reason=_text),
-}
-TO_AGENT = {
-    b"units": _list,
-    b"cancel": fields(uids=_uids, reason=_text),
-    b"sync": fields(cid=_text, uids=_uids),
-    b"node_lost": fields(index=_number, reason=_text),
-    b"stop": fields(reason=_text),
-}
-
-
 def _req_text(w, v):
     return text(w, v, optional=False, most=LINE_MAX)
 
@@ -116,41 +77,53 @@ def _texts(w, v):
         text(f"{w}[{i}]", item, optional=False, most=LINE_MAX)
 
 
-TO_DAEMON = {
-    b"exec": fields(
-        uid=_uid,
-        rank=_number,
-        sandbox=_req_text,
-        argv=_texts,
-        env=_opt_dict,
-        gpu_var=_text,
-        cpus=_opt_list,
-        files=_opt_list,
-    ),
-    b"kill": fields(uids=_uids, sig=_opt_number),
-    b"table": fields(index=_number, width=_number),
-    b"hb": _any,
-    b"agent": fields(uid=_uid, argv=_texts, log=_req_text, cfg=_text, cfg_text=_line),
-    b"agent_kill": fields(uid=_uid),
-    b"drop": fields(part=_uid),
-    b"halt": fields(reason=_text),
-}
-FROM_DAEMON = {
-    b"up": fields(hint=_number, pid=_number, endpoint=_text, node=_opt_dict),
-    b"ready": fields(index=_number, forwarded=_opt_list),
-    b"agent_exit": fields(uid=_uid, code=_number),
-    b"bye": fields(reason=_text, killed=_opt_number),
-    b"hb": _any,
-}
+# The body checks, one per message body; pilot/wire.py's table names which message each checks.
+HELLO = fields(pilot=_uid, control=_text, nodes=_opt_dict, size=_opt_dict)
+PILOT_BYE = fields(state=lambda w, v: text(w, v, optional=False), reason=_text)
+REPLY = fields(cid=_text)
+STATE = _state_batch
+BACK = fields(part=_uid, units=_list)
+LOST = fields(part=_uid, started=_uids, killed=_list, reason=_text)
+SYNCED = fields(cid=_text, part=_uid, unknown=_uids)
+OUTPUT = _output
+EMPTY = _any  # hb, released: nothing in the body is used
+TAKEN_OVER = fields(by=_opt_dict)
+CMD = fields(cid=_text, op=_text, args=_opt_dict)
+ACK = fields(uids=_uids)
+READY = fields(pid=_number, runner=_text)
+AGENT_BYE = fields(reason=_text)
+UNITS = _list  # (each unit: pilot/unit_record.py, at the agent)
+CANCEL = fields(uids=_uids, reason=_text)
+SYNC = fields(cid=_text, uids=_uids)
+NODE_LOST = fields(index=_number, reason=_text)
+STOP = fields(reason=_text)
+EXEC = fields(
+    uid=_uid,
+    rank=_number,
+    sandbox=_req_text,
+    argv=_texts,
+    env=_opt_dict,
+    gpu_var=_text,
+    cpus=_opt_list,
+    files=_opt_list,
+)
+KILL = fields(uids=_uids, sig=_opt_number)
+TABLE = fields(index=_number, width=_number)
+AGENT = fields(uid=_uid, argv=_texts, log=_req_text, cfg=_text, cfg_text=_line)
+AGENT_KILL = fields(uid=_uid)
+DROP = fields(part=_uid)
+HALT = fields(reason=_text)
+UP = fields(hint=_number, pid=_number, endpoint=_text, node=_opt_dict)
+DAEMON_READY = fields(index=_number, forwarded=_opt_list)
+AGENT_EXIT = fields(uid=_uid, code=_number)
+DAEMON_BYE = fields(reason=_text, killed=_opt_number)
 
 
-def body(table: dict, kind: bytes, frame: bytes | None, data=()):
-    """The decoded body of a message of `kind`, checked; ProtocolError / ValueError (both
-    checks.Invalid) for an unknown kind or a body of the wrong shape.  `data`: the frames of
-    the bytes values the body refers to (pilot/framed.py: a `units` message's)."""
-    check = table.get(kind)
-    if check is None:
-        raise ProtocolError(f"unknown message type {kind[:16]!r}")
+def body(check, kind: bytes, frame: bytes | None, data=()):
+    """The decoded body of a message of `kind`, checked by `check` (one of the above, as
+    pilot/wire.py's table names it); ProtocolError / ValueError (both checks.Invalid) for a
+    body of the wrong shape.  `data`: the frames of the bytes values the body refers to
+    (pilot/framed.py: a `units` message's)."""
     if frame is None:
         value = {}
     else:

@@ -5,62 +5,13 @@ BODY is compact JSON (UTF-8).  Unit batches are forwarded by the bootstrap as ra
 decoded on the way.  A message that does not decode, or has an unknown TYPE, is logged and answered
 with an error where a reply is expected; it never stops a component.
 
-Pilot link: client ROUTER (binds 127.0.0.1:random, or every address: pmgr/core/channel.py) <->
-bootstrap DEALER (identity = pilot uid; connected to the first client address that answers)
-  bootstrap -> client
-    hello   {pilot, pid, control, size, attach,      bootstrap is up: pilot ACTIVE; nodes:
-             nodes: {index: {name, state}}}          multi-node pilots, up or down
-    state   [[kind, uid, state, ts, info], ...]      batched partition state updates (kind:
-                                                     part)
-    ustates HEAD TIMES DATA...                       unit moves in columns (pilot/updates.py),
-                                                     an agent's forwarded raw
-    back    {part, units: [unit dicts]}              units a partition handed back (route again)
-    lost    {part, started, killed, reason}          the partition's agent died: `started` (its
-                                                     start journal) may have run, the others
-                                                     never did; `killed`: processes it left
-    output  [[uid, node, rank, stream, text], ...]   unit output forwarded by node daemons
-    synced  {cid, part, unknown: [uids]}             after a sync: the uids nothing of the pilot
-                                                     knows (neither the agent nor the outbox)
-    reply   {cid, ok, result | error}                answer to a cmd
-    hb      {}                                       liveness, every HEARTBEAT s
-    bye     {state, reason}                          the pilot's final state; bootstrap exits
-  client -> bootstrap
-    units   [PART_UID, BODY, DATA...]  (units, part uid, JSON list of unit dicts, and a frame
-                              for each bytes value in them: a call's large arguments,
-                              pilot/framed.py)
-    cmd     {cid, op, args}   ops, their args and results: partition/control.py
-                              (reconfig, cancel_units, stop_parts, cancel_pilot, partitions,
-                              sync; attach on the control socket: a new client process
-                              takes over the pilot link, once it answered a handshake)
-    ack     {uids}            the store has these units' final states: the pilot lets go of
-                              them (partition/outbox.py keeps outcomes until then)
-    hb      {}
-
-Agent link: bootstrap ROUTER (binds 127.0.0.1:random) <-> agent DEALER (identity = partition uid)
-  agent -> bootstrap
-    ready   {pid}                                    agent is up: partition ACTIVE
-    ustates HEAD TIMES DATA...                       unit moves in columns (pilot/updates.py):
-                                                     forwarded raw to the client; its final
-                                                     moves are kept (partition/outbox.py)
-    back    {part, units: [{uid}]}                   queued units handed back when stopping
-    output  [[uid, node, rank, stream, text], ...]   forwarded raw to the client
-    synced  {cid, part, unknown}                     answer to sync (after its state updates):
-                                                     the units it has not, or no longer (ended)
-    bye     {state, reason}                          the agent's last word: partition final
-  bootstrap -> agent
-    units   BODY DATA...                             forwarded from the client unchanged
-    cancel  {uids, reason}
-    sync    {cid, uids}                              say again all updates of these units
-    node_lost {index, name, reason}                  units running there end FAILED (reason)
-    stop    {reason, units: CANCELED | back}         end: cancel running units; queued ones are
-                                                     canceled or handed back; then bye + exit
-
-Node channels (multi-node pilots): bootstrap <-> node daemons, agents <-> node daemons; the
-messages are documented in partition/node_set.py and agent/node_daemon.py, the keys that guard
-them beyond loopback in pilot/security.py.  Node liveness is not on these channels: each
-daemon has a pulse channel of its own to the bootstrap, `hb` both ways every liveness.PULSE
-(0.5 s), a node lost after node_timeout + liveness.REJOIN s of silence while another node
-is heard (pilot/liveness.py, partition/node_pulse.py); a daemon never halts for silence.
+The messages, link by link (pilot link: client <-> bootstrap; agent link: bootstrap <-> agent;
+the node channels: bootstrap <-> node daemons, its pulse, agents <-> node daemons), who sends
+each, its body, the check the body passes and what it means are in one table, pilot/wire.py
+TABLE; every receiving process dispatches from it (wire.Dispatch), and the manual's protocol
+page (docs/reference/protocol.md) is made from it.  The commands a pilot obeys (`cmd`) are in
+partition/control.py, the keys that guard the node channels beyond loopback in
+pilot/security.py, node liveness (the pulse) in pilot/liveness.py.
 
 Start journal (agent -> bootstrap, through the pilot sandbox): before an agent starts a unit,
 it appends the unit's uid and a newline to PILOT_SANDBOX/<partition uid>.started.  When the

@@ -48,9 +48,9 @@ def test_a_bug_in_a_handler_is_an_internal_error_not_a_bad_message(session, capl
         raise KeyError("no such field")
 
     monkeypatch.setattr(Pilot, "on_hb", broken)
-    from pilot.pmgr.core import session as session_module
+    from pilot.pmgr.core import session_dispatch
 
-    monkeypatch.setitem(session_module.HANDLERS, b"hb", Pilot.on_hb)
+    monkeypatch.setitem(session_dispatch.HANDLERS, b"hb", session_dispatch.pilot_handler(broken))
     with caplog.at_level(logging.ERROR):
         pilot, umgr = active_pilot(session, parts=((1,),))
         deadline = time.monotonic() + 10

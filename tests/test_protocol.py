@@ -1,12 +1,16 @@
-"""pilot/protocol.py's helpers shared by every component's loop."""
+"""pilot/protocol.py's helpers shared by every component's loop; pilot/wire.py's table: every
+process dispatches exactly the kinds it lists for it; the manual's protocol page is made from it."""
 
 from __future__ import annotations
 
+import importlib
 import time
 
+import pytest
 import zmq
 
-from pilot.protocol import wait_ms
+from pilot import checks, protocol, wire
+from pilot.protocol import ProtocolError, wait_ms
 
 
 def test_wait_ms_rounds_up_and_never_goes_negative():
@@ -37,3 +41,80 @@ def test_a_loop_waiting_for_a_sub_millisecond_deadline_sleeps_instead_of_spinnin
     finally:
         sock.close(0)
         ctx.term()
+
+
+# -- the protocol table (pilot/wire.py) and the dispatchers built from it -------------------------
+DISPATCHING = (  # every module that builds a dispatch from the table
+    "pilot.pmgr.core.session_dispatch",  # the client: the pilot link
+    "pilot.partition.client_link",  # the bootstrap: the pilot link
+    "pilot.partition.agent_channel",  # the bootstrap: the agent link
+    "pilot.agent.agent",  # the agent: the agent link
+    "pilot.partition.node_set",  # the bootstrap: the node channel
+    "pilot.partition.node_pulse",  # the bootstrap: the pulse
+    "pilot.agent.node_dispatch",  # a node daemon: the node channel, the pulse, the ranks channel
+    "pilot.agent.runners.daemons",  # an agent's runner: the ranks channel
+)
+
+
+def _dispatchers():
+    for name in DISPATCHING:
+        importlib.import_module(name)
+    return wire
+
+
+def test_every_receiver_in_the_table_dispatches_exactly_its_kinds():
+    wire = _dispatchers()
+    built = {}
+    for d in wire.DISPATCHERS:
+        key = (d.link, d.receiver)
+        assert key not in built or built[key] is d, f"two dispatches of {key}"
+        built[key] = d
+        assert set(d.handlers) == set(wire.received(*key)), key
+    receivers = {(e.link, e.receiver) for e in wire.TABLE}
+    assert receivers == set(built), (
+        f"in the table, no dispatch: {receivers - set(built)}; "
+        f"a dispatch the table has no messages for: {set(built) - receivers}"
+    )
+    kinds = {(e.link, e.receiver, e.kind) for e in wire.TABLE}
+    assert len(kinds) == len(wire.TABLE), "a (link, receiver, kind) listed twice"
+
+
+def test_a_dispatch_unlike_the_table_is_refused_at_once():
+
+    kinds = wire.received("agent", "agent")
+    handlers = dict.fromkeys(kinds, print)
+    with pytest.raises(wire.ProtocolTableError, match="without a handler.*'stop'"):
+        wire.Dispatch("agent", "agent", {k: v for k, v in handlers.items() if k != b"stop"})
+    with pytest.raises(wire.ProtocolTableError, match="does not list for it: \\[b'hello'\\]"):
+        wire.Dispatch("agent", "agent", {**handlers, b"hello": print})
+    with pytest.raises(wire.ProtocolTableError, match="link='nope'"):
+        wire.Dispatch("nope", "agent", {})
+
+
+def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
+    wire = _dispatchers()
+    from pilot.agent.agent import FROM_BOOTSTRAP
+    from pilot.partition.client_link import FROM_CLIENT
+
+    with pytest.raises(ProtocolError, match="unknown message type b'ready'"):
+        FROM_BOOTSTRAP.route(b"ready")  # (the agent sends it; it never gets one)
+    with pytest.raises(ProtocolError, match="unknown message type"):
+        FROM_CLIENT.body(b"x" * 100, b"{}")
+    with pytest.raises(checks.Invalid, match="cancel.uids"):
+        FROM_BOOTSTRAP.body(b"cancel", b'{"uids": 3}')
+    assert FROM_BOOTSTRAP.body(b"cancel", b'{"uids": ["unit.0001"]}') == {"uids": ["unit.0001"]}
+    assert wire.received("pilot", "client")[b"hello"].check is not None
+
+
+def test_the_manuals_protocol_page_is_the_table():
+    from tests.test_docs import _hooks
+
+    wire = _dispatchers()
+    page = _hooks().protocol_page()
+    for link in wire.LINKS:
+        section = page.split(f"## The {link} link")[1].split("## ")[0]
+        for e in wire.TABLE:
+            if e.link == link:
+                row = f"| `{e.kind.decode()}` | {e.sender} -> {e.receiver} |"
+                assert row in section, row
+    assert "Pilot link: client ROUTER" not in protocol.__doc__  # (no second copy of the table)

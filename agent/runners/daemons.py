@@ -16,7 +16,7 @@ import signal
 
 import zmq
 
-from pilot import security
+from pilot import security, wire
 from pilot.agent import unit_command
 from pilot.agent.rank_env import rp_pilot_vars
 from pilot.agent.runners.base import QuietStager, Run, RunnerBase
@@ -124,18 +124,23 @@ class DaemonRunner(RunnerBase):
 
     def on_readable(self, sock: zmq.Socket) -> None:
         for frames in drain(sock, 200):
-            if frames[0] != b"events" or len(frames) != 2:
-                raise ProtocolError(f"unexpected message {frames[:1]!r} from a node daemon")
-            ev = unpack(frames[1])
-            self.output.extend(ev.get("out", ()))
-            for uid, rank, code, error in ev.get("exit", ()):
-                run = self.running.get((uid, rank))
-                if run is None:
-                    continue
-                if error is not None and run.fail_reason is None:
-                    run.fail_reason = error
-                    self.kill(run, signal.SIGKILL)
-                self._ended(run, uid, rank, code)
+            handler, _ = FROM_DAEMONS.route(frames[0])  # (pilot/wire.py: the ranks channel)
+            handler(self, frames)
+
+    def daemon_events(self, frames: list[bytes]) -> None:
+        """Ranks' output and exits from a node daemon (agent/node_ranks.py sends them)."""
+        if len(frames) != 2:
+            raise ProtocolError(f"events of {len(frames) - 1} frames (body)")
+        ev = unpack(frames[1])
+        self.output.extend(ev.get("out", ()))
+        for uid, rank, code, error in ev.get("exit", ()):
+            run = self.running.get((uid, rank))
+            if run is None:
+                continue
+            if error is not None and run.fail_reason is None:
+                run.fail_reason = error
+                self.kill(run, signal.SIGKILL)
+            self._ended(run, uid, rank, code)
 
     def _ended(self, run: Run, uid: str, rank: int, code: int | None) -> None:
         self.running.pop((uid, rank), None)
@@ -180,3 +185,7 @@ class DaemonRunner(RunnerBase):
     def close(self) -> None:
         for sock in self.socks.values():
             sock.close()
+
+
+# what an agent's runner receives from node daemons (pilot/wire.py): handler(runner, frames)
+FROM_DAEMONS = wire.Dispatch("ranks", "agent", {b"events": DaemonRunner.daemon_events})

@@ -7,11 +7,12 @@ client_timeout seconds, is FAILED with what its output said.  Partition states a
 bootstrap; partitions the client did not create (started from a shell) appear in
 `pilot.partitions` when first heard of.
 Messages from the bootstrap reach the Pilot's public `on_*` handlers through the session's
-table (pmgr/core/session.py HANDLERS); callbacks registered on the PilotManager see every state
-change of its pilots.  What concerns units goes on to the UnitManager that routes units to the
-pilot, through the small interface `UnitRouter` (pmgr/core/unit_router.py: everything a Pilot
-calls on it).  Commands to the bootstrap (`command`: reconfig, stop_parts, cancel_pilot,
-cancel_units, sync) go at once when the pilot is ACTIVE and linked, else once its hello came.
+dispatch (pmgr/core/session_dispatch.py HANDLERS, checked against pilot/wire.py's table);
+callbacks registered on the PilotManager see every state change of its pilots.  What concerns
+units goes on to the UnitManager that routes units to the pilot, through the small interface
+`UnitRouter` (pmgr/core/unit_router.py: everything a Pilot calls on it).  Commands to the
+bootstrap (`command`: reconfig, stop_parts, cancel_pilot, cancel_units, sync) go at once when
+the pilot is ACTIVE and linked, else once its hello came.
 """
 
 from __future__ import annotations
@@ -260,7 +261,7 @@ class Pilot(Stateful):
         if self.job is not None and self.job.poll() is None:
             self.job.kill()
 
-    # -- messages from the bootstrap (session.HANDLERS; channel thread, lock held) ------------
+    # -- messages from the bootstrap (session_dispatch.HANDLERS; channel thread, lock held) ---
     def on_hello(self, body: dict) -> None:
         self.control = body.get("control")
         self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}

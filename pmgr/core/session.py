@@ -1,6 +1,4 @@
-"""Session: the client's root object.  It owns the session directory, the state store and its
-writer thread, and the pilot link (channel thread), and it dispatches pilot messages to the
-pilots and unit managers through one table keyed by message type (`HANDLERS`).
+"""Session: the client's root object, the public face of the parts that do its work.
 
     with rp.Session() as session:          # embedded sqlite store in the session directory
         ...
@@ -12,48 +10,42 @@ pilots and unit managers through one table keyed by message type (`HANDLERS`).
 
 The session directory is $PILOT_SESSIONS_DIR/<uid> (default ~/.pilot/sessions/<uid>): the
 sqlite file, one sandbox per pilot (logs, unit sandboxes, the control endpoint for the CLI).
-close() cancels the pilots still running, waits for them (bounded), kills by pid whatever is
-left of the session's processes, and flushes the store.  It also runs at interpreter exit.  Its
-steps, in order: _end_pilots, _kill_leftovers, _close_links (transfers, pilot link, store
-writer), then the store is closed and _pilot_files (download, cleanup) runs; close(terminate=
-False) only closes the links and the store.
+A Session owns the session directory, the state store and its writer thread, and the pilot link
+(channel thread); its machinery is in parts it holds, one module each:
+    ids        pmgr/core/session_ids.py       uids: the store's reserved blocks, own counts
+    callbacks  pmgr/core/callbacks.py         the session lock, state changes persisted, the
+                                              callbacks they fire
+    dispatch   pmgr/core/session_dispatch.py  what pilots send, by pilot/wire.py's table
+    teardown   pmgr/core/session_teardown.py  close(): its steps, in order
+The rest of the client's core calls the parts' methods that the Session names as its own
+(`next_uid`, `locked`, `changed`, `persist_state`, ...: listed in `__init__`), or the parts.
+close() runs at interpreter exit too.
 """
 
 from __future__ import annotations
 
-import _thread
 import atexit
 import datetime
-import functools
-import itertools
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
-from collections import deque
-from contextlib import contextmanager
 
-from pilot import checks, ids, messages, network, processes, security, updates
-from pilot import states as S
-from pilot.errors import StoreUnavailable
-from pilot.pmgr.core import pilot_files, reaper
+from pilot import network, security
+from pilot.pmgr.core.callbacks import Callbacks
 from pilot.pmgr.core.channel import Channel
-from pilot.pmgr.core.pilot import Pilot
 from pilot.pmgr.core.recovery import Recovery
+from pilot.pmgr.core.session_dispatch import SessionDispatch
+from pilot.pmgr.core.session_ids import FROM_STORE, ID_BLOCK, STORE_WAIT, SessionIds
+from pilot.pmgr.core.session_teardown import Teardown
 from pilot.pmgr.core.transfers import Transfers
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.data_files import DataFiles
-from pilot.pmgr.store.writer import BatchWriter, MovedTogether
-from pilot.protocol import ProtocolError, unpack
+from pilot.pmgr.store.writer import BatchWriter
 
+__all__ = ["Session", "sessions_dir", "private_dir", "FROM_STORE", "ID_BLOCK", "STORE_WAIT"]
 log = logging.getLogger("pmgr.session")
-
-
-FROM_STORE = ("unit", "pilot", "task", "raptor")  # uid prefixes the store numbers (next_uid)
-ID_BLOCK = 1024  # numbers reserved at a time (one store round trip per 1,024 units)
-STORE_WAIT = 60.0  # seconds a submit waits for a store that cannot hand out ids (a full disk)
 
 
 def private_dir(path: str) -> None:
@@ -66,23 +58,6 @@ def private_dir(path: str) -> None:
 def sessions_dir() -> str:
     """Where sessions live: $PILOT_SESSIONS_DIR, default ~/.pilot/sessions."""
     return os.environ.get("PILOT_SESSIONS_DIR") or os.path.expanduser("~/.pilot/sessions")
-
-
-# Messages from a pilot (pilot/protocol.py), by type, and the Pilot method that handles each,
-# called as handler(pilot, body) on the channel thread with the session lock held.
-# `output` goes to Pilot.on_output outside the lock (output callbacks may be slow); `unsent` is
-# the channel's own: a message it could not send to the pilot (Session.on_unsent).
-HANDLERS = {
-    b"hello": Pilot.on_hello,
-    b"bye": Pilot.on_bye,
-    b"reply": Pilot.on_reply,
-    b"state": Pilot.on_states,
-    b"back": Pilot.on_back,
-    b"lost": Pilot.on_lost,
-    b"synced": Pilot.on_synced,
-    b"hb": Pilot.on_hb,
-    b"taken_over": Pilot.on_taken_over,
-}
 
 
 class Session:
@@ -123,6 +98,12 @@ class Session:
         uid (str): the session's id.
         dir (str): the session directory.
         url (str): the state store's URL.
+        ids (SessionIds): the uids it hands out (pmgr/core/session_ids.py).
+        callbacks (Callbacks): its lock, state changes persisted and the callbacks they
+            fire (pmgr/core/callbacks.py).
+        dispatch (SessionDispatch): what pilots send, by the protocol table
+            (pmgr/core/session_dispatch.py).
+        teardown (Teardown): close()'s steps (pmgr/core/session_teardown.py).
     """
 
     def __init__(
@@ -166,28 +147,41 @@ class Session:
             self.dir = doc["dir"]
         if self.store.data is None:  # (MongoDB: large bytes in the session's directory)
             self.store.data = DataFiles(os.path.join(self.dir, "data"))
-        self.token = uuid.uuid4().hex[:6]  # makes this process's command ids unique
         self.writer = BatchWriter(self.store)
-        self.lock = threading.RLock()
-        self.cond = threading.Condition(self.lock)
         self.pilots: dict[str, object] = {}  # uid -> Pilot
         self.pmgrs: list = []
         self.umgrs: list = []
-        self.counters: dict[str, int] = {}
-        self.releasable: deque = deque()  # final units the store has (Session._settle)
         self.reader = None  # read_store() after close
-        self.blocks: dict[str, list] = {}  # prefix -> its reserved numbers: [[next, end], ...]
-        self.ahead_failed: set[str] = set()  # prefixes whose reserving ahead failed (logged)
         self.url = url
         self.closed = False
         self.created = doc["created"] if doc else time.time()
         self.writer.doc(
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
+        # the parts (the module's header), and what of them the rest of the core calls here
+        self.callbacks = Callbacks(self.uid, self.writer)
+        self.ids = SessionIds(self.uid, self.store, url, self.callbacks.lock)
+        self.dispatch = SessionDispatch(self)
+        self.teardown = Teardown(self)
+        self.lock, self.cond = self.callbacks.lock, self.callbacks.cond  # the session lock
+        self.releasable = self.callbacks.releasable  # final units the store has
+        self.firing = self.callbacks.firing  # this thread's locked() and fire
+        self.token = self.ids.token  # makes this process's command ids unique
+        self.counters, self.blocks = self.ids.counters, self.ids.blocks
+        self.ahead_failed = self.ids.ahead_failed
+        ids, cbs = self.ids, self.callbacks
+        self.next_cid, self.next_uid, self.seen_uid = ids.next_cid, ids.next_uid, ids.seen_uid
+        self.uid_numbers, self.reserve_uids = ids.uid_numbers, ids.reserve_uids
+        self.reserve_block = ids.reserve_block
+        self.locked, self.changed, self.fire = cbs.locked, cbs.changed, cbs.fire
+        self.changed_together, self.in_callback = cbs.changed_together, cbs.in_callback
+        self.persist_state, self.persist_together = cbs.persist_state, cbs.persist_together
+        self.hand_moves = cbs.hand_moves
+        self.on_message, self.on_unsent = self.dispatch.on_message, self.dispatch.on_unsent
+        self.on_tick = self.dispatch.on_tick
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
         self.channel = Channel(self.on_message, self.on_tick, self.keys, self.address)
         self.transfers = Transfers(self)  # data staging over the pilot links
-        self.firing = threading.local()  # this thread's `locked()` and `fire` (see locked)
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
@@ -198,177 +192,10 @@ class Session:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def next_cid(self, pilot_uid: str) -> str:
-        """A command id no other client process of this session can have used."""
-        return self.next_uid(f"{pilot_uid}.cmd.{self.token}")
-
-    def seen_uid(self, prefix: str, uid: str) -> None:
-        """`uid` (made elsewhere: by a shell, by an earlier client process) exists: uids made
-        here with `prefix` continue after it (unit and pilot ids come from the store)."""
-        if prefix in FROM_STORE:
-            return
-        with self.lock:
-            self.counters[prefix] = ids.next_index(self.counters.get(prefix, 0), uid)
-
-    def next_uid(self, prefix: str, width: int = 4) -> str:
-        """The next uid with `prefix`.  Unit and pilot ids come from blocks the store reserves
-        for this process alone (StateStore.reserve: atomic across every client of the
-        session), so two clients of one session never hand out the same id; others are
-        this process's own (a partition's, made by the pilot's one owner).  The next block
-        is reserved while half of one is left, so a store that fails for a while (a full
-        disk) stops nothing until that is used up; then StoreUnavailable."""
-        with self.lock:
-            if prefix not in FROM_STORE:
-                n = self.counters.get(prefix, 0)
-                self.counters[prefix] = n + 1
-                return f"{prefix}.{n:0{width}d}"
-            self._reserve(prefix, 1)
-            blocks = self.blocks[prefix]
-            n = blocks[0][0]
-            blocks[0][0] += 1
-            if blocks[0][0] == blocks[0][1]:
-                blocks.pop(0)
-            if self._left(prefix) < ID_BLOCK // 2:
-                self._reserve_ahead(prefix)
-        return f"{prefix}.{n:0{width}d}"
-
-    def uid_numbers(self, prefix: str, n: int):
-        """An iterator of the next `n` numbers next_uid(prefix) would give (one take of the
-        lock and the reserved blocks for a chunk of units, not one a unit)."""
-        if prefix not in FROM_STORE:
-            with self.lock:
-                first = self.counters.get(prefix, 0)
-                self.counters[prefix] = first + n
-            return iter(range(first, first + n))
-        if n <= 0:
-            return iter(())
-        taken = []
-        with self.lock:
-            self._reserve(prefix, n)
-            blocks = self.blocks[prefix]
-            while n:
-                nxt, end = blocks[0]
-                k = min(n, end - nxt)
-                taken.append(range(nxt, nxt + k))
-                n -= k
-                if nxt + k == end:
-                    blocks.pop(0)
-                else:
-                    blocks[0][0] = nxt + k
-            if self._left(prefix) < ID_BLOCK // 2:
-                self._reserve_ahead(prefix)
-        return itertools.chain.from_iterable(taken)
-
-    def reserve_block(self, prefix: str, n: int) -> int:
-        """`n` consecutive numbers of `prefix` (a store-numbered one: FROM_STORE) for the
-        caller alone, reserved now in the store, apart from this session's own blocks (a named
-        stream's segment: pmgr/core/stream_marks.py); the first of them."""
-        if prefix not in FROM_STORE:
-            raise ValueError(f"reserve_block: prefix={prefix!r} must be one of {FROM_STORE}")
-        try:
-            return self.store.reserve(f"{self.uid}/{prefix}", n)
-        except Exception as exc:
-            raise StoreUnavailable(f"{prefix} ids: the store cannot reserve now: {exc}") from exc
-
-    def reserve_uids(self, prefix: str, n: int) -> None:
-        """Make sure the next `n` next_uid(prefix) need nothing more of the store: a call
-        that makes `n` objects asks this first, so it fails before it made any, never
-        half-way.  A store that refuses (a full disk) is asked again for up to STORE_WAIT
-        seconds (its objects could not be sent before it takes them anyway), then
-        StoreUnavailable."""
-        if prefix not in FROM_STORE:
-            return
-        deadline = time.monotonic() + STORE_WAIT
-        pause = 0.05
-        while True:
-            try:
-                with self.lock:
-                    return self._reserve(prefix, n)
-            except StoreUnavailable as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
-                if pause == 0.05:
-                    log.error("%s: %s; asking again for up to %g s", self.uid, exc, STORE_WAIT)
-            time.sleep(pause)  # (the lock released: the writer's batches go on)
-            pause = min(2 * pause, 2.0)
-
-    def _left(self, prefix: str) -> int:
-        return sum(end - nxt for nxt, end in self.blocks.get(prefix, ()))
-
-    def _reserve(self, prefix: str, n: int) -> None:
-        """(lock held) At least `n` numbers of `prefix` reserved, or StoreUnavailable."""
-        short = n - self._left(prefix)
-        if short <= 0:
-            return
-        size = max(ID_BLOCK, short)
-        try:
-            first = self.store.reserve(f"{self.uid}/{prefix}", size)
-        except Exception as exc:
-            raise StoreUnavailable(
-                f"{prefix} ids come from the store ({self.url}), which cannot reserve more "
-                f"now: {exc}"
-            ) from exc
-        self.blocks.setdefault(prefix, []).append([first, first + size])
-
-    def _reserve_ahead(self, prefix: str) -> None:
-        """(lock held) The next block, ahead of need; a failure is logged (once until it
-        works again), not raised: what is reserved still serves."""
-        try:
-            self._reserve(prefix, self._left(prefix) + ID_BLOCK)
-        except StoreUnavailable as exc:
-            if prefix not in self.ahead_failed:
-                self.ahead_failed.add(prefix)
-                log.error("%s: %s (%d left)", self.uid, exc, self._left(prefix))
-            return
-        self.ahead_failed.discard(prefix)
-
-    # -- state changes (called with the lock held) ---------------------------------------------
-    def persist_state(self, obj, state: str, ts: float) -> None:
-        """(lock held) `obj` moved to `state` (its history has it): its record goes to the
-        store; a unit's with the others made while the lock is held, in one list (the
-        outermost `locked()` hands it to the writer: pmgr/store/writer.py `moved`)."""
-        reason = obj.reason if state in S.FINAL else None
-        seq = len(obj.history) - 1  # the change's place in the object's history
-        if obj.KIND != "units":
-            self.writer.hist((self.uid, obj.KIND, obj.uid, state, ts, reason, seq), obj)
-            return
-        prev = obj.history[-2][0] if seq else None
-        moves = getattr(self.firing, "moves", None)
-        if moves is None:  # (no locked() around it: written on its own)
-            self.writer.moved([(obj, state, ts, seq, prev, reason)])
-        else:
-            moves.append((obj, state, ts, seq, prev, reason))
-
-    def persist_together(self, state, units, ts, seqs, prevs, reasons) -> None:
-        """(lock held) persist_state for units that moved together (advance_together's), as
-        one record."""
-        rec = MovedTogether(state, units, ts, seqs, prevs, reasons)
-        moves = getattr(self.firing, "moves", None)
-        if moves is None:
-            self.writer.moved([rec])
-        else:
-            moves.append(rec)
-
-    def changed_together(self, units: list, state: str) -> None:
-        """`changed` for each of `units` (of one manager)."""
-        tl = self.firing
-        if not getattr(tl, "holding", False):
-            raise RuntimeError(f"{len(units)} units -> {state} outside session.locked()")
-        if state in S.FINAL or (units and units[0].manager_callbacks()):
-            tl.pending.extend([(u, state) for u in units])
-        else:
-            tl.pending.extend([(u, state) for u in units if u.callbacks])
-            tl.moved = True
-
-    def hand_moves(self) -> None:
-        """(lock held) The units' changes gathered so far in this `locked()` go to the writer
-        now (not at its end): what is queued after them is written after them."""
-        moves = getattr(self.firing, "moves", None)
-        if moves:
-            self.writer.moved(moves)
-            self.firing.moves = []
-
     def wait_for(self, predicate, timeout: float | None, describe) -> None:
+        """Wait, holding the session's condition, until `predicate()` is true; TimeoutError
+        (naming `describe()`) after `timeout` s; RuntimeError on the channel thread, which
+        delivers the changes waited for."""
         if self.channel.in_thread():
             raise RuntimeError(
                 "wait() inside a state callback would block the thread that "
@@ -382,11 +209,6 @@ class Session:
                     raise TimeoutError(f"timeout after {timeout} s: {describe()}")
                 self.cond.wait(min(left, 1.0) if left is not None else 1.0)
 
-    # -- state changes and their callbacks --------------------------------------------------
-    # Every state change is made holding the session lock, inside `with session.locked()`:
-    # `changed(obj, state)` queues its callbacks on this thread, and the outermost `locked()`
-    # wakes the waiters and then, with the lock released (a callback may take its time, or
-    # submit more units), runs them in order on the same thread.
     def tell_waiting(self, pilot) -> None:
         """(lock held) `pilot` ended or a manager took it: the other managers with units
         pinned to it, waiting for add_pilots, see whether those can still run
@@ -395,158 +217,6 @@ class Session:
             if umgr is not pilot.umgr and pilot.uid in umgr.waiting_for:
                 umgr.route()
 
-    @contextmanager
-    def locked(self):
-        """The session lock; the callbacks of what changed meanwhile run after its release."""
-        tl = self.firing
-        with self.lock:
-            outer = not getattr(tl, "holding", False)
-            if outer:
-                tl.holding, tl.pending, tl.moves, tl.moved = True, [], [], False
-            try:
-                yield
-            finally:
-                if outer:
-                    if tl.moves:  # (units' changes, to the store writer in one list)
-                        self.writer.moved(tl.moves)
-                    tl.moves = None
-                    if self.releasable:
-                        self._release()
-                    tl.holding = False
-                    pending, tl.pending = tl.pending, []
-                    if pending or tl.moved:
-                        tl.moved = False
-                        self.cond.notify_all()
-        if outer and pending:
-            self.fire(pending)
-
-    def changed(self, obj, state: str) -> None:
-        """`obj` moved to `state` (lock held, inside `locked()`): its callbacks run after (a
-        change nothing is called for, the object's own or its manager's, and that is not final,
-        only wakes the waiters)."""
-        tl = self.firing
-        if not getattr(tl, "holding", False):
-            raise RuntimeError(f"{obj.uid} -> {state} outside session.locked()")
-        if obj.callbacks or state in S.FINAL or obj.manager_callbacks():
-            tl.pending.append((obj, state))
-        else:
-            tl.moved = True
-
-    def fire(self, fired: list) -> None:
-        """Run callbacks for objects that changed (outside the lock): the object's own, then
-        those of the manager that owns it (a unit's UnitManager, a pilot's PilotManager)."""
-        ended = []
-        self.firing.depth = getattr(self.firing, "depth", 0) + 1
-        try:
-            for obj, state in fired:
-                own, theirs = obj.callbacks, obj.manager_callbacks()
-                for cb in (*own, *theirs) if own else theirs:
-                    try:
-                        cb(obj, state)
-                    except Exception:
-                        log.exception("callback %r for %s failed", cb, obj.uid)
-                if state in S.FINAL:
-                    ended.append(obj)
-                if state == S.FAILED and getattr(obj, "exit_on_error", False):
-                    log.error(
-                        "%s FAILED (%s) and exits on error: interrupting", obj.uid, obj.reason
-                    )
-                    _thread.interrupt_main()  # RP: KeyboardInterrupt in the script
-        finally:
-            self.firing.depth -= 1
-            if ended:
-                self._settle(ended)
-
-    def _settle(self, ended: list) -> None:
-        """(fire) Their final-state callbacks have run: waits count them now; a unit is
-        released (its object let go of: pmgr/core/unit_table.py) once the store has its final
-        state (the writer's `then`, drained by the next locked())."""
-        units = []
-        with self.cond:
-            for obj in ended:
-                obj.settled = True
-                if obj.KIND == "units":
-                    obj.umgr.units.settled(obj)
-                    units.append(obj)
-            self.cond.notify_all()
-        if units:
-            self.writer.then(functools.partial(self.releasable.extend, units), urgent=False)
-
-    def _release(self) -> None:
-        """(lock held) Release the units the store has the final state of."""
-        lost = self.writer.unpersisted
-        while self.releasable:
-            unit = self.releasable.popleft()
-            if unit.uid not in lost:
-                unit.umgr.units.release(unit)
-
-    def in_callback(self) -> bool:
-        """Whether this thread is running callbacks: a wait there cannot wait for them."""
-        return getattr(self.firing, "depth", 0) > 0
-
-    # -- messages from pilots (channel thread) -------------------------------------------------
-    def on_message(self, pilot_uid: str, frames: list[bytes]) -> None:
-        pilot = self.pilots.get(pilot_uid)
-        if pilot is None:
-            self.channel.bad.report(f"message from unknown pilot {pilot_uid!r:.60} dropped")
-            return
-        kind = frames[0]
-        if kind in (b"put_ack", b"got"):  # data staging: to the transfer waiting for it
-            pilot.last_heard = time.monotonic()
-            self.transfers.on_reply(frames)
-            return
-        if kind == b"unsent":  # our own send failed: that is no word from the pilot
-            with self.locked():
-                self.on_unsent(pilot, frames[2:], frames[1].decode())
-            return
-        if kind == b"ustates":  # unit moves, in columns (pilot/updates.py checks them)
-            try:
-                if len(frames) < 3:
-                    raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
-                groups = updates.read(frames[1], frames[2], frames[3:])
-            except checks.Invalid as exc:
-                self.channel.bad.report(f"bad message {kind!r} from {pilot_uid}: {exc}")
-                return
-            pilot.last_heard = time.monotonic()
-            with self.locked():
-                pilot.on_unit_moves(groups)
-            return
-        try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
-            body = messages.body(messages.FROM_PILOT, kind, frames[1] if len(frames) > 1 else None)
-        except checks.Invalid as exc:
-            self.channel.bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
-            return
-        pilot.last_heard = time.monotonic()
-        if kind == b"output":  # (without the lock: output callbacks may be slow)
-            pilot.on_output(body)
-            return
-        with self.locked():
-            HANDLERS[kind](pilot, body)
-
-    def on_unsent(self, pilot, frames: list[bytes], why: str) -> None:
-        """A message the channel could not send (the pilot is not connected): units go back to
-        be routed again, a command is answered as failed; said, unless it was an ack or a
-        heartbeat for a pilot that is ending (its outbox ends with it: nothing to let go of).
-        A pilot another client took over unheard (pmgr/core/ownership.py) is released first."""
-        pilot.unreachable()
-        if (pilot.ending or pilot.released) and frames[0] in (b"ack", b"hb"):
-            log.debug("%r to %s, ending or not ours, not sent: %s", frames[0], pilot.uid, why)
-        else:
-            log.warning("cannot send %r to %s: %s", frames[0][:16], pilot.uid, why)
-        if frames[0] == b"units":
-            pilot.on_back({"part": frames[1].decode(), "units": unpack(frames[2])})
-        elif frames[0] == b"cmd":
-            cid = unpack(frames[1]).get("cid")
-            pilot.on_reply({"cid": cid, "ok": False, "error": "pilot not connected"})
-        # (an ack, a heartbeat, a release: let go; the pilot keeps its outcomes, and a sync,
-        # an attach, asks for them again)
-
-    def on_tick(self) -> None:
-        with self.locked():
-            for pilot in list(self.pilots.values()):
-                pilot.tick()
-
-    # -- end ------------------------------------------------------------------------------------
     def get_resource_config(self, resource: str, schema: str | None = None) -> dict:
         """RADICAL-Pilot 1.x's: the RP config of `resource` with its access schema's endpoints
         laid over it (pilot/utils.py `session_config`).
@@ -588,80 +258,7 @@ class Session:
                 description's `sandbox`) are copied into SESSION_DIR/<pilot uid>.logs (the
                 others' are here already).
         """
-        if self.closed:
-            return
-        self.closed = True
-        atexit.unregister(self.close)
-        if not terminate:
-            if cleanup or download:
-                log.warning(
-                    "%s: close(terminate=False) leaves pilots running: no cleanup or download",
-                    self.uid,
-                )
-            self._close_links()
-            self.store.close()
-            return
-        self._end_pilots(timeout)
-        self._kill_leftovers()
-        self._close_links()
-        if self.unpersisted:
-            log.error(
-                "%s: the store could not take the records of %d object(s), e.g. %s",
-                self.uid,
-                len(self.unpersisted),
-                sorted(self.unpersisted)[:5],
-            )
-        self.store.close()
-        self._pilot_files(download, cleanup)
-
-    def _end_pilots(self, timeout: float) -> None:
-        """(close) Cancel the live pilots, wait for them within `timeout`, end their jobs."""
-        # (a pilot another client took over, or that refused to be attached, is not ours;
-        # nor one the store says another client took over while this one did not hear)
-        with self.lock:
-            for p in self.pilots.values():
-                p.taken_over_unheard()
-        live = [p for p in self.pilots.values() if not p.final and not p.released]
-        # what close owes them first: the acknowledgements of outcomes the store is writing
-        # (a writer behind would send them after `cancel_pilot`, to pilots gone by then)
-        if live and not self.writer.flush(timeout=min(10.0, timeout / 3)):
-            log.warning("%s: the store did not catch up before the pilots were canceled", self.uid)
-        for p in live:
-            p.request_cancel("session closed")
-        deadline = time.monotonic() + timeout
-        for p in live:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except TimeoutError:
-                log.error("%s did not end within %g s; killing it", p.uid, timeout)
-        attached = set()  # the bootstraps of local pilots this process attached to (no child
-        if any(p.job is None and p.final for p in live):  # of its): found by the session's id
-            attached = set(reaper.session_processes(self.uid))
-        for p in self.pilots.values():
-            if p.job is not None and p.final:  # it said bye: let the job end on its own
-                p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
-            elif p in live and p.final and p.job_id in attached:  # (its pid, kept in the store)
-                bootstrap = processes.Watched(p.job_id)
-                bootstrap.wait(max(1.0, min(10.0, deadline - time.monotonic())))
-                bootstrap.close()
-            p.kill_job()
-
-    def _kill_leftovers(self) -> None:
-        """(close) Kill by pid what is left of the session's processes on this host; a pilot
-        still not final is lost."""
-        # the last resort finds processes on this host only: a batch job elsewhere ends through
-        # its bootstrap and its batch system (cancel, scancel), never through our /proc
-        here = any(p.resource.batch_system == "local" for p in self.pilots.values())
-        # (the session's processes are found by its id: with a pilot another client owns
-        # now, they are that client's too, and nothing is killed)
-        ours = not any(p.released for p in self.pilots.values())
-        left = reaper.kill_session_processes(self.uid) if here and ours else []
-        if left:
-            log.warning("killed %d leftover process(es) of %s: %s", len(left), self.uid, left)
-        with self.locked():
-            for p in self.pilots.values():
-                if not p.final and not p.released:
-                    p.lost("session closed before the pilot reported its end")
+        self.teardown.close(timeout, terminate, cleanup, download)
 
     def read_store(self):
         """The store to read back from: the session's, or once it is closed one opened again
@@ -684,19 +281,3 @@ class Session:
             set[str]: the uids (units, pilots, partitions); empty when the store has all.
         """
         return self.writer.unpersisted | self.writer.held
-
-    def _close_links(self) -> None:
-        """(close) Stop the transfers and the pilot link, write what the store writer has
-        left (bounded); what it could not write stays in `unpersisted`."""
-        self.transfers.close()
-        self.channel.close()
-        self.writer.close(timeout=10.0)
-
-    def _pilot_files(self, download: bool, cleanup: bool) -> None:
-        """(close, the pilots ended) Copy the pilots' logs here and remove their sandboxes,
-        as asked."""
-        for p in self.pilots.values():
-            if download:
-                pilot_files.download(p, self.dir)
-            if cleanup or p.description.cleanup:
-                pilot_files.remove(p, self.dir)

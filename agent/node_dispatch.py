@@ -1,0 +1,67 @@
+"""What a node daemon (agent/node_daemon.py) does with each message it receives, by channel,
+built from pilot/wire.py's table: the node channel (from the bootstrap), the ranks channel
+(its ROUTER: agents, and a parent daemon's table) and the pulse.  Each handler is called as
+handler(daemon, ident, frames, body): `ident` the sending agent's identity on the ranks channel
+(None on the others), `frames` from the kind on, `body` checked by the table's check.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from pilot import wire
+from pilot.protocol import ProtocolError
+
+
+def got_exec(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.ranks.start(ident, body)
+
+
+def got_kill(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
+
+
+def got_table(daemon, ident, frames: list[bytes], body: dict) -> None:
+    if len(frames) < 3:
+        raise ProtocolError(f"table of {len(frames) - 1} frames (body, table)")
+    daemon.on_table(body, frames[2])
+
+
+def got_hb(daemon, ident, frames: list[bytes], body: dict) -> None:
+    pass  # (word from the bootstrap: the daemon's receive loop noted it)
+
+
+def got_agent(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.start_agent(body)
+
+
+def got_agent_kill(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.kill_agent(body["uid"])
+
+
+def got_drop(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.ranks.drop(body["part"].encode())
+
+
+def got_halt(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.halting = body.get("reason") or "halt"
+
+
+FROM_NODE = wire.Dispatch(
+    "node",
+    "daemon",
+    {
+        b"table": got_table,
+        b"agent": got_agent,
+        b"agent_kill": got_agent_kill,
+        b"drop": got_drop,
+        b"halt": got_halt,
+        b"hb": got_hb,
+    },
+)
+FROM_RANKS = wire.Dispatch(
+    "ranks",
+    "daemon",
+    {b"exec": got_exec, b"kill": got_kill, b"hb": got_hb, b"table": got_table},
+)
+FROM_PULSE = wire.Dispatch("pulse", "daemon", {b"hb": got_hb, b"halt": got_halt})
