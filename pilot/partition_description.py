@@ -93,7 +93,7 @@ class ComputePartitionDescription(Description):
         config (str | None): the agent config by name (configs/agents.yaml); None: `default`.
         resources (dict): user-defined pool types: `{type: count}` (taken from the resource
             config's `resource_pool`, or declared here) or `{type: [{id, slots}]}`.
-        name (str | None): a name for people and for pmgr/entk's stages; not unique.
+        name (str | None): a name for people and for EnTK's stages (pmgr/compat/entk); not unique.
 
     Raises:
         ValueError: a field out of range, no size or two kinds of size, or an empty partition.

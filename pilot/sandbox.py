@@ -6,6 +6,8 @@ bootstrap's data port reads and writes them (pilot stage_in/stage_out), the clie
                                       to the pilot sandbox or absolute; units may share one)
         STDOUT, STDERR                its output, unless it names files (stdout=, stderr=) ...
         <uid>.out, <uid>.err          ... or shares a named sandbox (RADICAL-Pilot's names)
+    <pilot sandbox>/<partition>.functions/   where a partition's function workers run (a
+                                      function unit's sandbox)
 """
 
 from __future__ import annotations
@@ -30,3 +32,9 @@ def output_names(unit: dict) -> tuple[str, str]:
     else:
         out, err = "STDOUT", "STDERR"
     return unit.get("stdout") or out, unit.get("stderr") or err
+
+
+def functions_dir(root: str, part: str) -> str:
+    """Where partition `part`'s function workers run (and write what they write outside a
+    call, into `functions_dir(...) + ".log"`): a function unit's sandbox."""
+    return os.path.join(root, f"{part}.functions")

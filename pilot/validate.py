@@ -229,8 +229,9 @@ def dict_of(key: Check, value: Check, accepted: str, none_is_empty: bool = False
         if not isinstance(mapping_, dict):
             raise bad(where, mapping_, accepted)
         out = {}
-        for k, v in mapping_.items():
-            out[key(f"{where} key", k)] = value(f"{where}[{k!r}]", v)
+        for k, v in mapping_.items():  # (the key checked first: its error comes first)
+            k = key(f"{where} key", k)
+            out[k] = value(f"{where}[{k!r}]", v)
         return out
 
     return check

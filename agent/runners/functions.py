@@ -28,6 +28,7 @@ from pilot import processes
 from pilot.agent.function_worker import OUTPUT_MAX, PATH_VAR
 from pilot.agent.runners.base import Run
 from pilot.functions import VALUE_MAX
+from pilot.sandbox import functions_dir
 
 _HEAD = struct.Struct(">I")
 # the longest reply: a value (base64), its output (up to 4 bytes a character) and the rest
@@ -50,8 +51,8 @@ class FunctionWorkers:
         self.env = dict(spawner.base_env)  # theirs: the client's own module directories too
         if path:
             self.env[PATH_VAR] = os.pathsep.join(path)
-        self.workdir = os.path.join(root, f"{partition}.functions")
-        self.log_path = os.path.join(root, f"{partition}.functions.log")
+        self.workdir = functions_dir(root, partition)
+        self.log_path = self.workdir + ".log"
         self.most = max(1, most)
         self.poller = None
         self.watch_child = lambda pid: None  # (the runner's: its exit wakes the agent)

@@ -20,7 +20,7 @@ from pilot import functions
 from pilot import states as S
 from pilot.pmgr.core.blueprint import Blueprint
 from pilot.pmgr.store.base import FIELDS, UnitDoc
-from pilot.sandbox import output_names
+from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
 from pilot.unit_record import UnitRecord
 
@@ -100,7 +100,7 @@ class Stateful:
             if state is None
             else frozenset([state] if isinstance(state, str) else state) | S.FINAL
         )
-        settle = not self.session.in_callback()  # final: once its callbacks have run
+        settle = not self.session.callbacks.in_callback()  # final: once its callbacks have run
 
         self.session.wait_for(
             lambda: self.state in wanted and (self.settled or not settle),
@@ -127,9 +127,9 @@ class Stateful:
             if reason and step in S.FINAL:
                 self.reason = reason
             if step in S.FINAL:
-                self.settled = False  # Session.fire settles it
-            self.session.persist_state(self, step, ts)
-            self.session.changed(self, step)
+                self.settled = False  # session.callbacks.fire settles it
+            self.session.callbacks.persist_state(self, step, ts)
+            self.session.callbacks.changed(self, step)
         return True
 
     @property
@@ -164,10 +164,10 @@ def advance_together(session, units: list, state: str, ts) -> None:
         seqs.append(len(h) - 1)
     if final:
         for u in units:
-            u.settled = False  # Session.fire settles it
+            u.settled = False  # session.callbacks.fire settles it
     reasons = [u.reason for u in units] if final else None
-    session.persist_together(state, units, ts, seqs, prevs, reasons)
-    session.changed_together(units, state)
+    session.callbacks.persist_together(state, units, ts, seqs, prevs, reasons)
+    session.callbacks.changed_together(units, state)
 
 
 # the unit moves a single step of the machine makes (advance_together's)
@@ -286,8 +286,10 @@ class Unit(Stateful):
         if self.pilot is None:
             return None
         if self.description.function is not None:  # its partition's workers' directory
-            return os.path.join(self.pilot.sandbox, f"{self.part}.functions")
-        return os.path.join(self.pilot.sandbox, self.description.sandbox or self.uid)
+            return functions_dir(self.pilot.sandbox, self.part)
+        return sandbox_of(
+            self.pilot.sandbox, {"uid": self.uid, "sandbox": self.description.sandbox}
+        )
 
     def _read(self, key: str, name: str) -> str:
         if key in self.kept:

@@ -12,7 +12,7 @@ owner is writing.  So the store keeps the last owner:
 written durably (`StateStore.put_mark`) by a client whose attach the bootstrap accepted,
 before it acts on the pilot (pmgr/core/recovery.py); none means the client that submitted it.
 A client reads it (`taken_by`) before it acts on a pilot's silence: when the bootstrap does not
-take its messages (not connected to it: pmgr/core/session.py `on_unsent`, at most once a
+take its messages (not connected to it: pmgr/core/session_dispatch.py `on_unsent`, at most once a
 heartbeat), before it fails the pilot for client_timeout s of silence, and before close()
 cancels it.  Another owner named there: the pilot is released, as after `taken_over`.
 Cost: one small write per attach, one read per check.

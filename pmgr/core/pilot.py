@@ -193,7 +193,7 @@ class Pilot(Stateful):
             for d in descs:
                 part = self.new_partition(d)
                 new.append(part)
-            cid = self.session.next_cid(self.uid)
+            cid = self.session.ids.next_cid(self.uid)
             self._new_by_cmd[cid] = [p.uid for p in new]
             self.command(
                 {
@@ -215,17 +215,17 @@ class Pilot(Stateful):
         )
 
     def new_partition(self, desc, uid: str | None = None) -> Partition:
-        uid = uid or self.session.next_uid(f"{self.uid}.part")
+        uid = uid or self.session.ids.next_uid(f"{self.uid}.part")
         part = Partition(self.session, uid, desc, self)
         self.parts[uid] = part
-        self.session.persist_state(part, S.NEW, part.history[0][1])
+        self.session.callbacks.persist_state(part, S.NEW, part.history[0][1])
         return part
 
     def stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
         with self.session.lock:
             for uid in uids:
                 self.parts[uid].accepting = False
-            cid = self.session.next_cid(self.uid)
+            cid = self.session.ids.next_cid(self.uid)
             self.command({"cid": cid, "op": "stop_parts", "args": {"uids": uids, "reason": reason}})
         if not self.session.channel.in_thread():
             for uid in uids:
@@ -359,7 +359,7 @@ class Pilot(Stateful):
                 info.get("description") or {"size": "FILL"}
             )
             part = self.new_partition(desc, uid)
-            self.session.seen_uid(f"{self.uid}.part", uid)
+            self.session.ids.seen_uid(f"{self.uid}.part", uid)
         if part.final:
             return
         if "resources" in info:

@@ -39,7 +39,7 @@ class PilotManager:
 
     def __init__(self, session) -> None:
         self.session = session
-        self.uid = session.next_uid("pmgr")
+        self.uid = session.ids.next_uid("pmgr")
         self.callbacks: list = []
         self.pilots: list[Pilot] = []
         session.pmgrs.append(self)
@@ -142,11 +142,11 @@ class PilotManager:
     def _submit(self, pd: ComputePilotDescription, plan) -> Pilot:
         session = self.session
         with session.locked():
-            uid = session.next_uid("pilot")
+            uid = session.ids.next_uid("pilot")
             pilot = self.PILOT(session, uid, pd, self, plan.size, plan.config)
             session.pilots[pilot.uid] = pilot
             self.pilots.append(pilot)
-            session.persist_state(pilot, S.NEW, pilot.history[0][1])
+            session.callbacks.persist_state(pilot, S.NEW, pilot.history[0][1])
             for d in pd.parts:
                 pilot.new_partition(d)
             pilot.advance(S.LAUNCHING, time.time(), None)

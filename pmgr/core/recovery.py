@@ -74,7 +74,7 @@ class Recovery:
         now = time.time()
         for step in ([S.NEW] if last is None else []) + list(steps):
             obj.history.append((step, now))
-            self.session.persist_state(obj, step, now)
+            self.session.callbacks.persist_state(obj, step, now)
         log.info("%s: %s, as its doc says, added to its history", obj.uid, obj.state)
 
     def adopt_pilots(self, pmgr) -> list:
@@ -99,8 +99,8 @@ class Recovery:
                 self._restore(part, pdoc)
                 part.resources = pdoc.get("resources")
                 pilot.parts[part.uid] = part
-                session.seen_uid(f"{pilot.uid}.part", part.uid)
-            session.seen_uid("pilot", pilot.uid)
+                session.ids.seen_uid(f"{pilot.uid}.part", part.uid)
+            session.ids.seen_uid("pilot", pilot.uid)
             session.pilots[pilot.uid] = pilot
             self.pilots[pilot.uid] = pilot
         for pilot in self.pilots.values():
@@ -182,7 +182,7 @@ class Recovery:
         n = 0
         for uid, state in session.store.unit_states(session.uid):
             n += 1
-            session.seen_uid(umgr.UID_PREFIX, uid)
+            session.ids.seen_uid(umgr.UID_PREFIX, uid)
             if state in S.FINAL:
                 umgr.units.know_final(uid, state)
         docs = session.store.open_units(session.uid)
@@ -200,7 +200,7 @@ class Recovery:
                     p.hand_orphans()
             for pilot, units in ask.items():
                 pilot.command(
-                    {"cid": session.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
+                    {"cid": session.ids.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
                 )
             umgr.route()
         log.info(

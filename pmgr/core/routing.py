@@ -303,7 +303,7 @@ class Routing:
                 if done is not None:
                     done.set()
 
-        self.session.hand_moves()  # (their first moves join the batch their docs go in)
+        self.session.callbacks.hand_moves()  # (their first moves join the batch their docs go in)
         self.session.writer.send_after(sent, send, short)
         return done
 

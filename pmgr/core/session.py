@@ -163,20 +163,11 @@ class Session:
         self.ids = SessionIds(self.uid, self.store, url, self.callbacks.lock)
         self.dispatch = SessionDispatch(self)
         self.teardown = Teardown(self)
-        self.lock, self.cond = self.callbacks.lock, self.callbacks.cond  # the session lock
-        self.releasable = self.callbacks.releasable  # final units the store has
-        self.firing = self.callbacks.firing  # this thread's locked() and fire
-        self.token = self.ids.token  # makes this process's command ids unique
-        self.counters, self.blocks = self.ids.counters, self.ids.blocks
-        self.ahead_failed = self.ids.ahead_failed
-        ids, cbs = self.ids, self.callbacks
-        self.next_cid, self.next_uid, self.seen_uid = ids.next_cid, ids.next_uid, ids.seen_uid
-        self.uid_numbers, self.reserve_uids = ids.uid_numbers, ids.reserve_uids
-        self.reserve_block = ids.reserve_block
-        self.locked, self.changed, self.fire = cbs.locked, cbs.changed, cbs.fire
-        self.changed_together, self.in_callback = cbs.changed_together, cbs.in_callback
-        self.persist_state, self.persist_together = cbs.persist_state, cbs.persist_together
-        self.hand_moves = cbs.hand_moves
+        # the session lock, which every core object takes (`with session.locked():` also
+        # delivers the callbacks of what changed under it); the rest of the machinery is
+        # called on its part: session.ids.next_uid(...), session.callbacks.persist_state(...)
+        self.lock, self.cond = self.callbacks.lock, self.callbacks.cond
+        self.locked = self.callbacks.locked
         self.on_message, self.on_unsent = self.dispatch.on_message, self.dispatch.on_unsent
         self.on_tick = self.dispatch.on_tick
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel

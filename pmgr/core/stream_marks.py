@@ -7,7 +7,7 @@
 Protocol (the stream's feeder thread <-> the state store, pmgr/store/base.py `put_mark`):
     The items of a named stream are numbered in the order the iterable gives them, and taken
     SEGMENT at a time.  Before the first unit of segment k is made, the stream reserves SEGMENT
-    unit numbers from the session's own counter in the store (`Session.reserve_block`: the
+    unit numbers from the session's own counter in the store (`session.ids.reserve_block`: the
     ids no other client or stream ever gets) and writes the mark
         <session>/stream/<name>/<k, 8 digits>  ->  "<uid prefix>:<first number>"
     durably (its own commit; MongoDB journaled) before it goes on: item i of segment k becomes
@@ -65,7 +65,7 @@ class StreamMarks:
         k, j = divmod(index, SEGMENT)
         first = self.first.get(k)
         if first is None:
-            first = self.session.reserve_block(self.prefix, SEGMENT)
+            first = self.session.ids.reserve_block(self.prefix, SEGMENT)
             self.session.store.put_mark(f"{self.key}{k:08d}", f"{self.prefix}:{first}")
             self.first[k] = first
         return first + j

@@ -322,7 +322,7 @@ class UnitEvents:
             left = [u for u in self.units.active() if u.part == part.uid and not u.final]
             pilot = part.pilot
             if left and not pilot.final and pilot.linked and not pilot.released:
-                cid = self.session.next_cid(pilot.uid)
+                cid = self.session.ids.next_cid(pilot.uid)
                 pilot.command(
                     {"cid": cid, "op": "sync", "args": {"units": {part.uid: [u.uid for u in left]}}}
                 )

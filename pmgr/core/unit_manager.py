@@ -83,7 +83,7 @@ class UnitManager:
         self.scheduler = scheduler
         self.session = session
         self.hooks = hooks
-        book = self._book = UnitBook(session, session.next_uid("umgr"), UnitTable(self))
+        book = self._book = UnitBook(session, session.ids.next_uid("umgr"), UnitTable(self))
         self.units = book.units  # live units as objects, released ones as a byte each
         self.pilots = book.pilots
         self.pending = book.pending

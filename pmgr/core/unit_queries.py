@@ -67,7 +67,7 @@ class UnitQueries:
         if unknown:
             raise ValueError(f"unit uid={unknown[0]!r} is unknown to {self.book.uid}")
         live = [u for u in items if type(u) is not str]
-        settle = not session.in_callback()  # a callback cannot wait for callbacks
+        settle = not session.callbacks.in_callback()  # a callback cannot wait for callbacks
 
         def there(u: Unit) -> bool:  # in a final state only once its callbacks have run
             return u.state in wanted and (u.settled or not settle or u.state not in S.FINAL)

@@ -98,7 +98,7 @@ class UnitStream:
     def feed(self) -> None:
         """Pull, wait for room, submit, until the iterable ends, fails or is canceled."""
         session = self.umgr.session
-        waits = not session.in_callback() and not session.channel.in_thread()
+        waits = not session.callbacks.in_callback() and not session.channel.in_thread()
         while not self.stopped:
             if waits:
                 self._room()
@@ -152,7 +152,8 @@ class UnitStream:
         and not let go of yet: a store writer that falls behind holds the stream back too)."""
         session, table = self.umgr.session, self.umgr.units
         while len(table.live) >= self.window and not self.stopped:
-            if session.releasable:  # (the store has them: let go of as the lock is let go of)
+            # (the store has them: let go of as the lock is let go of)
+            if session.callbacks.releasable:
                 with session.locked():
                     pass
                 if len(table.live) < self.window:

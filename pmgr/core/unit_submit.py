@@ -106,13 +106,14 @@ class Submission:
             checked.add(id(d))
         session = self.session
         if numbers is None:
-            session.reserve_uids(self.prefix, sum(d.uid is None for d in descs))
+            session.ids.reserve_uids(self.prefix, sum(d.uid is None for d in descs))
         given = None if numbers is None else iter(numbers)
         units: list[Unit] = []
         named: dict[str, Unit] = {}
         blueprints = Blueprints()  # (the call holds every description: ids are theirs)
         start = 0
-        yields = not session.in_callback()  # (a callback holds up the channel: it never waits)
+        # (a callback holds up the channel: it never waits)
+        yields = not session.callbacks.in_callback()
         while start < len(descs):  # in chunks: the first ones run while the rest are made
             size = min(SUBMIT_CHUNK_MAX, max(SUBMIT_CHUNK_MIN, start))
             chunk = descs[start : start + size]
@@ -141,10 +142,10 @@ class Submission:
         `numbers`: an iterator of their uid numbers, if they are given."""
         session = self.session
         now = time.time()
-        verdicts: dict = {}  # (what _never_fits reads) -> its answer: the same for a chunk
+        verdicts: dict = {}  # (what never_fits reads) -> its answer: the same for a chunk
         blueprints = Blueprints() if blueprints is None else blueprints
         if numbers is None:
-            numbers = session.uid_numbers(self.prefix, sum(d.uid is None for d in descs))
+            numbers = session.ids.uid_numbers(self.prefix, sum(d.uid is None for d in descs))
         prefix, table, make = self.prefix, self.units, self.make
         made = []
         for d in descs:
@@ -164,13 +165,13 @@ class Submission:
             made.append(unit)
         units.extend(made)
         if made and made[0].TOGETHER:  # (NEW and SCHEDULING: one record each for the chunk)
-            session.persist_together(S.NEW, made, now, 0, None, None)
-            session.changed_together(made, S.NEW)
+            session.callbacks.persist_together(S.NEW, made, now, 0, None, None)
+            session.callbacks.changed_together(made, S.NEW)
             advance_together(session, made, S.SCHEDULING, now)
         else:
             for unit in made:
-                session.persist_state(unit, S.NEW, now)
-                session.changed(unit, S.NEW)
+                session.callbacks.persist_state(unit, S.NEW, now)
+                session.callbacks.changed(unit, S.NEW)
                 unit.advance(S.SCHEDULING, now, None)
         for unit in made:
             d = unit.description

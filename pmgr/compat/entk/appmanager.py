@@ -11,13 +11,12 @@
 run() makes, at its first call, a session, a PilotManager, a TaskManager and the pilot
 (pmgr/compat/entk/resources.py), stages shared_data in (it waits for the pilot to be ACTIVE), then
 runs the workflow (pmgr/compat/entk/processor.py) in the caller's thread; outputs are staged out
-when
-it ended and run() returns them (None when there are none).  The pilot stays for the next
-run() until terminate() or the end of the script (the session closes at exit), whatever
-autoterminate says: EnTK's autoterminate=True releases it after the first workflow, which
-made a second run() submit a new pilot; here the second run() uses the same one.  A run()
-that raises (a pipeline failed, a post_exec raised, the pilot ended) has terminated first, as
-EnTK's does.  A second resource_desc is taken for the next pilot (after terminate()).
+when it ended and run() returns them (None when there are none).  The pilot stays for the next run()
+until terminate() or the end of the script (the session closes at exit), whatever autoterminate
+says: EnTK's autoterminate=True releases it after the first workflow, which made a second run()
+submit a new pilot; here the second run() uses the same one.  A run() that raises (a pipeline
+failed, a post_exec raised, the pilot ended) has terminated first, as EnTK's does.  A second
+resource_desc is taken for the next pilot (after terminate()).
 """
 
 from __future__ import annotations

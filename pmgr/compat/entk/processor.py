@@ -14,16 +14,15 @@ that ended is seen then even if its event was lost) and act on it, until every p
 final.  Scheduling, for each pipeline not final and not SUSPENDED: DESCRIBED -> SCHEDULING; if
 it is past its last stage, DONE; else its current stage, when DESCRIBED, starts (its reconfig,
 pmgr/compat/entk/partitions.py, then SCHEDULING), and its DESCRIBED tasks (all at first; later ones
-a
-post_exec added, or failed ones resubmitted) go to the pilot in one submit_tasks call per
-round: task SCHEDULING -> SCHEDULED -> SUBMITTING, stage SCHEDULED.  A task's end: DONE,
-FAILED (exit_code, exception: the pilot task's reason, exception_detail: its traceback or the
-end of its stderr; reported) or CANCELED; with resubmit_failed a FAILED task runs again (up to
-`reattempts` runs), with error_is_fatal its stage and pipeline end FAILED and run() raises.
-When every task of a stage ended (CANCELED ones too: EnTK would wait for them forever), the
-stage is DONE, its post_exec runs (here: an exception in it ends run() with EnTKError), and the
-pipeline moves on, unless it is SUSPENDED: then it moves on once resumed.  A pilot that ends
-before the workflow does ends run() with EnTKError naming its state and reason.
+a post_exec added, or failed ones resubmitted) go to the pilot in one submit_tasks call per round:
+task SCHEDULING -> SCHEDULED -> SUBMITTING, stage SCHEDULED.  A task's end: DONE, FAILED (exit_code,
+exception: the pilot task's reason, exception_detail: its traceback or the end of its stderr;
+reported) or CANCELED; with resubmit_failed a FAILED task runs again (up to `reattempts` runs), with
+error_is_fatal its stage and pipeline end FAILED and run() raises. When every task of a stage ended
+(CANCELED ones too: EnTK would wait for them forever), the stage is DONE, its post_exec runs (here:
+an exception in it ends run() with EnTKError), and the pipeline moves on, unless it is SUSPENDED:
+then it moves on once resumed.  A pilot that ends before the workflow does ends run() with EnTKError
+naming its state and reason.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ DEFAULT_ACTION = "Transfer"
 DEFAULT_PRIORITY = 0
 FLAG_BITS = {1: "Recursive", 2: "CreateParents", 4: "NonFatal"}
 
-# resource occupation of RP's node lists (rp.Node, rp.NodeList: pilot/agent/rp_nodes.py)
+# resource occupation of RP's node lists (rp.Node, rp.NodeList: pmgr/compat/rp1/nodes.py)
 FREE = 0.0
 BUSY = 1.0
 DOWN = None

@@ -94,7 +94,8 @@ class PilotManager(CorePilotManager):
         self.callbacks.append(self._stage_out)
 
     def before_job(self, pilot) -> None:
-        """RP 1.x's input_staging: into the pilot sandbox before the job (pmgr/pilot_staging)."""
+        """RP 1.x's input_staging: into the pilot sandbox before the job
+        (pmgr/compat/rp1/pilot_staging.py)."""
         steps, out = self.staging_in.popleft() if self.staging_in else ([], [])
         if out:
             self.staging_out[pilot.uid] = out

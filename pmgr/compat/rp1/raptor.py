@@ -11,7 +11,7 @@ partitions: a Raptor master is a partition of function workers.
         partition, FILL], which needs that partition to run nothing then
     raptor.submit_tasks(tds) -> [Task]: tasks of any mode, run in the raptor's partition (a
         function task by one of its function workers, one per core;
-        pmgr/compat/rp1/raptor_functions.py has the names they know)
+        pilot/raptor_functions.py has the names they know)
     raptor.rpc("stop") -> the partition stops (its queued tasks go back and fail, having no
         partition); the raptor and its workers end DONE
 States of a raptor and its workers: SCHEDULING until the workers are submitted, QUEUED while
@@ -235,7 +235,7 @@ def submit_raptors(tmgr, descriptions, pilot_id: str | None) -> list[Raptor]:
                     f"submit_raptors: descriptions[{i}].named_env={d.named_env!r}: function "
                     "workers run on the pilot's own Python ('rp')"
                 )
-            uid = d.uid or tmgr.session.next_uid("raptor")
+            uid = d.uid or tmgr.session.ids.next_uid("raptor")
             raptor = _virtual(tmgr, Raptor, d, uid)
             raptor.pilot = pilots[0]
             tmgr.raptors[uid] = raptor
@@ -267,8 +267,8 @@ def _virtual(tmgr, cls, d: TaskDescription, uid: str):
     form = d.to_be_formed(uid)
     task = cls(session, uid, form, tmgr, now)
     tmgr.units[uid] = task
-    session.persist_state(task, S.NEW, now)
-    session.changed(task, S.NEW)
+    session.callbacks.persist_state(task, S.NEW, now)
+    session.callbacks.changed(task, S.NEW)
     task.advance(S.SCHEDULING, now, None)
     return task
 

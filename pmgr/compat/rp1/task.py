@@ -1,10 +1,9 @@
 """RADICAL-Pilot 1.x's Task: a unit (pmgr/core/entities.py) with RP 1.x's names and semantics, made
 by the TaskManager (pmgr/compat/rp1/tasks.py).  What differs from a Unit: wait() returns the state
-when
-its timeout passes (no TimeoutError) and a state counts once the task is in it or past it;
-register_callback takes RP 1.x's order (cb, cb_data, metric); as_dict has RP 1.x's keys;
-`pilot` is the Pilot (RP 1.x: its uid, as as_dict()['pilot'] is here); `partition` is the uid
-of the partition it ran in (RP 1.x: an index).
+when its timeout passes (no TimeoutError) and a state counts once the task is in it or past it;
+register_callback takes RP 1.x's order (cb, cb_data, metric); as_dict has RP 1.x's keys; `pilot` is
+the Pilot (RP 1.x: its uid, as as_dict()['pilot'] is here); `partition` is the uid of the partition
+it ran in (RP 1.x: an index).
 """
 
 from __future__ import annotations

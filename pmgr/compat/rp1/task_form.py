@@ -7,7 +7,7 @@ reads (those of a unit).
 What becomes what (the TaskManager gives `ctx`, the `TaskContext`, for what needs its tasks,
 pilots and raptors):
     mode             TASK_SHELL: /bin/sh -c command; TASK_FUNCTION / TASK_METHOD: function (a
-                     bare name: the one the workers know, pmgr/compat/rp1/raptor_functions.py);
+                     bare name: the one the workers know, pilot/raptor_functions.py);
                      TASK_EVAL / TASK_EXEC: a call of raptor_functions.eval_code / exec_code; a
                      function task is one call (ranks 1, no shell lines, no named_env)
     use_mpi          (default ranks > 1) cpu_process_type rp.MPI: one MPI starter over the
@@ -29,8 +29,7 @@ from __future__ import annotations
 import shlex
 from typing import Protocol
 
-from pilot import staging
-from pilot.pmgr.compat.rp1 import raptor_functions
+from pilot import raptor_functions, staging
 from pilot.pmgr.compat.rp1.names import (
     DOWNLOAD,
     GPU_ENV,

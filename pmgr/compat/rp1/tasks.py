@@ -2,14 +2,12 @@
 semantics, so an RP 1.x script runs with `import pilot as rp`.
 
 A task is a unit.  submit_tasks turns each TaskDescription into the description it runs with
-(pmgr/compat/rp1/task_form.py), with the task's uid (task.NNNNNN unless it names one) and what
-needs this
-manager: colocation (the first task of a `colocate` key), a pilot's named environments
+(pmgr/compat/rp1/task_form.py), with the task's uid (task.NNNNNN unless it names one) and what needs
+this manager: colocation (the first task of a `colocate` key), a pilot's named environments
 (pmgr/compat/rp1/named_envs.py), a Raptor's partition (pmgr/compat/rp1/raptor.py), a pilot's
-partition by index.
-Tasks with a priority are sent higher first (the call's tasks are submitted in that order and
-the client's queue is kept in it: pmgr/core/unit_submit.py `enqueue`).  What else differs from a
-UnitManager (RP 1.x's semantics):
+partition by index. Tasks with a priority are sent higher first (the call's tasks are submitted in
+that order and the client's queue is kept in it: pmgr/core/unit_submit.py `enqueue`).  What else
+differs from a UnitManager (RP 1.x's semantics):
     wait_tasks / Task.wait   return the states when the timeout passes (no TimeoutError); a
                              state counts once the task is in it or past it
     register_callback        cb(task, state[, cb_data]) for TASK_STATE, on one task with uid=;
@@ -74,12 +72,12 @@ class TaskManager(UnitManager):
         events = self._task_events = TaskEvents(self, session)
         hooks: UnitHooks = events  # (the core's one seam for a face: pmgr/core/unit_hooks.py)
         super().__init__(session, scheduler, hooks=hooks)
-        self.uid = session.next_uid("tmgr")
+        self.uid = session.ids.next_uid("tmgr")
         self.client_dir = os.getcwd()  # RP's client sandbox
         self.colocation: dict[str, str] = {}  # colocate key -> the uid of its first task
         self.raptors: dict = {}  # uid -> Raptor (pmgr/compat/rp1/raptor.py)
         for uid in self.units:  # (an attached session's: new uids go on after theirs)
-            session.seen_uid(self.UID_PREFIX, uid)
+            session.ids.seen_uid(self.UID_PREFIX, uid)
 
     # -- callbacks (pmgr/compat/rp1/task_events.py) -------------------------------------------
     def register_callback(self, cb, cb_data=None, metric=None, uid: str | None = None) -> None:
@@ -198,7 +196,7 @@ class TaskManager(UnitManager):
         """The descriptions the tasks run with (pmgr/compat/rp1/task_form.py); colocation keys are
         kept once the call cannot fail any more."""
         call = _Call(self)
-        self.session.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
+        self.session.ids.reserve_uids(self.UID_PREFIX, sum(d.uid is None for d in descs))
         forms = []
         for i, d in enumerate(descs):
             try:
@@ -381,11 +379,11 @@ class _Call:
         tmgr = self.tmgr
         uid = d.uid
         if uid is None:
-            return tmgr.session.next_uid(tmgr.UID_PREFIX, 6)
+            return tmgr.session.ids.next_uid(tmgr.UID_PREFIX, 6)
         if uid in tmgr.units or uid in self.uids:
             raise ValueError(f"uid={uid!r} is taken: a task's uid is unique in its session")
         self.uids.add(uid)
-        tmgr.session.seen_uid(tmgr.UID_PREFIX, uid)  # (task.000007: generated ones go after)
+        tmgr.session.ids.seen_uid(tmgr.UID_PREFIX, uid)  # (task.000007: generated ones go after)
         return uid
 
     def colocated(self, key: str, uid: str) -> str | None:
