@@ -343,8 +343,7 @@ class Agent(Reporting, Stopping):
         exception is our own bug (reported with its traceback), and the agent goes on."""
         kind = frames[0]
         try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
-            handler, _ = FROM_BOOTSTRAP.route(kind)
-            body = FROM_BOOTSTRAP.body(
+            handler, _, body = FROM_BOOTSTRAP.read(
                 kind,
                 frames[1] if len(frames) > 1 else None,
                 frames[2:] if kind == b"units" else (),  # (a call's large arguments)

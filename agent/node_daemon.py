@@ -219,8 +219,7 @@ class NodeDaemon:
             frames = frames[1:]
         dispatch = FROM_RANKS if from_agent else FROM_NODE
         kind = frames[0]
-        handler, _ = dispatch.route(kind)
-        body = dispatch.body(kind, frames[1] if len(frames) > 1 else None)
+        handler, _, body = dispatch.read(kind, frames[1] if len(frames) > 1 else None)
         handler(self, ident, frames, body)
 
     def say_up(self) -> None:
@@ -291,8 +290,7 @@ class NodeDaemon:
         for frames in drain(self.pulse, 200):
             try:
                 kind = frames[0]
-                handler, _ = FROM_PULSE.route(kind)
-                body = FROM_PULSE.body(kind, frames[1] if len(frames) > 1 else None)
+                handler, _, body = FROM_PULSE.read(kind, frames[1] if len(frames) > 1 else None)
             except checks.Invalid as exc:
                 self.bad_messages.report(f"bad pulse {frames[:2]!r:.120}: {exc}")
                 continue

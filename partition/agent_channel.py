@@ -154,10 +154,7 @@ class AgentChannel:
         if len(frames) < 2:
             raise ProtocolError(f"a message of {len(frames)} frame(s) from an agent")
         uid, kind = checks.uid("agent", frames[0].decode(errors="replace")), frames[1]
-        handler, entry = FROM_AGENT.route(kind)
-        body = None
-        if entry.check is not None:
-            body = FROM_AGENT.body(kind, frames[2] if len(frames) > 2 else None)
+        handler, _, body = FROM_AGENT.read(kind, frames[2] if len(frames) > 2 else None)
         handler(self, uid, frames[1:], body)
 
     def agent_ustates(self, uid: str, frames: list[bytes], body: None) -> None:

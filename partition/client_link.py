@@ -144,10 +144,7 @@ class ClientLink:
         what a handler raises after that is our own bug."""
         self.last_heard = time.monotonic()
         kind = frames[0]
-        handler, entry = FROM_CLIENT.route(kind)
-        body = None
-        if entry.check is not None:
-            body = FROM_CLIENT.body(kind, frames[1] if len(frames) > 1 else None)
+        handler, _, body = FROM_CLIENT.read(kind, frames[1] if len(frames) > 1 else None)
         handler(self, frames, body)
 
     def client_units(self, frames: list[bytes], body: None) -> None:

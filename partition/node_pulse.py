@@ -59,8 +59,7 @@ class NodePulse:
                 if not ident.startswith("d") or len(frames) < 2:
                     raise ProtocolError(f"{frames[:2]!r:.80} is not a daemon's pulse")
                 hint = int(ident[1:])
-                handler, _ = PULSE.route(frames[1])
-                PULSE.body(frames[1], frames[2] if len(frames) > 2 else None)
+                handler, _, _ = PULSE.read(frames[1], frames[2] if len(frames) > 2 else None)
             except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad pulse from a node daemon: %s", exc)
                 continue

@@ -193,6 +193,16 @@ class Dispatch:
             raise ProtocolError(f"unknown message type {kind[:16]!r}")
         return self.handlers[kind], entry
 
+    def read(self, kind: bytes, frame: bytes | None, data=()) -> tuple[Callable, Message, object]:
+        """(handler, table entry, checked body) of a `kind` message, the kind looked up once:
+        the body is None when the table says the handler reads the frames itself (its `check`
+        is None).  ProtocolError for a kind not received here, checks.Invalid for a body of the
+        wrong shape."""
+        handler, entry = self.route(kind)
+        if entry.check is None:
+            return handler, entry, None
+        return handler, entry, m.body(entry.check, kind, frame, data)
+
     def body(self, kind: bytes, frame: bytes | None, data=()):
         """The checked body of a `kind` message (pilot/messages.py): ProtocolError for a kind
         not received here, checks.Invalid for a body of the wrong shape."""

@@ -104,6 +104,13 @@ def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
         FROM_BOOTSTRAP.body(b"cancel", b'{"uids": 3}')
     assert FROM_BOOTSTRAP.body(b"cancel", b'{"uids": ["unit.0001"]}') == {"uids": ["unit.0001"]}
     assert wire.received("pilot", "client")[b"hello"].check is not None
+    # read(): the handler, its entry and the checked body in one look-up; no body for a kind
+    # whose handler reads its frames itself
+    handler, entry, body = FROM_BOOTSTRAP.read(b"cancel", b'{"uids": ["unit.0001"], "reason": "r"}')
+    assert entry.kind == b"cancel" and body["reason"] == "r" and callable(handler)
+    assert FROM_CLIENT.read(b"units", b"part")[2] is None
+    with pytest.raises(checks.Invalid, match="cancel.uids"):
+        FROM_BOOTSTRAP.read(b"cancel", b'{"uids": 3}')
 
 
 def test_the_manuals_protocol_page_is_the_table():

@@ -95,13 +95,9 @@ class SessionDispatch:
                 self.on_unsent(pilot, frames[2:], frames[1].decode())
             return
         try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
-            handler, entry = FROM_PILOT.route(kind)
-            if entry.check is not None:
-                body = FROM_PILOT.body(kind, frames[1] if len(frames) > 1 else None)
-            elif kind == b"ustates":
+            handler, _, body = FROM_PILOT.read(kind, frames[1] if len(frames) > 1 else None)
+            if kind == b"ustates":  # (put_ack, got: the transfer reads their frames itself)
                 body = _read_ustates(frames)
-            else:  # (put_ack, got: the transfer reads them)
-                body = None
         except checks.Invalid as exc:
             bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
             return
