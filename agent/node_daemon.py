@@ -2,7 +2,8 @@
 
     python -m pilot.agent.node_daemon --bootstrap tcp://HOST:PORT --pulse tcp://HOST:PORT
                                 --pilot UID --session SID
-                                [--hint I] [--name NAME] [--timeout S] [--table-timeout S]
+                                [--hint I] [--hint-base B] [--name NAME] [--timeout S]
+                                [--table-timeout S]
                                 [--watch-parent | --watch-pid PID]
                                 [--curve KEYS_DIR]   (channels beyond loopback: pilot/security.py)
 
@@ -11,6 +12,8 @@ or a network-namespace host), or forked ready-imported by the node zygote (agent
 launch method fork), which calls main() with the same arguments.  --watch-parent: halt when
 the parent process is gone; --watch-pid: when process PID is (a forked daemon's parent is the
 zygote: it watches the bootstrap).  Every wait is bounded; nothing here waits forever.
+A daemon of a job that grows a running pilot (partition/join.py) is started the same way with
+--hint-base B: its hint is B plus its number within that job (--hint, or SLURM_NODEID).
 
 What it does with each message it receives, by channel: agent/node_dispatch.py, from
 pilot/wire.py's table.
@@ -357,6 +360,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--pilot", required=True)
     p.add_argument("--session", required=True)
     p.add_argument("--hint", type=int, default=None)
+    p.add_argument("--hint-base", type=int, default=0, help="added to the hint (a grow job)")
     p.add_argument("--name", default=None)
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--table-timeout", type=float, default=None)
@@ -366,6 +370,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.hint is None:  # srun: one task per node, SLURM numbers them
         args.hint = int(os.environ.get("SLURM_NODEID", os.environ.get("SLURM_PROCID", "0")))
+    args.hint += args.hint_base
     logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
     return NodeDaemon(args).run()
 

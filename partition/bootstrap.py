@@ -59,6 +59,7 @@ from pilot.partition.agent_channel import AgentChannel
 from pilot.partition.agents.forked import AgentForker
 from pilot.partition.client_link import ClientLink
 from pilot.partition.data_port import DataPort
+from pilot.partition.growth import Growth
 from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
 from pilot.partition.node_set import BringUpError, NodeSet
 from pilot.partition.off_loop import LogWriter, OffLoop
@@ -122,6 +123,8 @@ class Bootstrap(ClientLink, AgentChannel):
             else None
         )
         self.network: dict | None = None
+        # jobs beyond the first: the pilot grows to max_nodes (partition/growth.py)
+        self.growth = Growth(self, cfg.get("max_nodes"), float(cfg.get("idle_after") or 0.0))
         self.make_pool(cfg.get("network"))
         self.out: list = []  # partition state updates waiting to be sent
         self.outbox = Outbox()  # outcomes kept until the client has them
@@ -150,6 +153,20 @@ class Bootstrap(ClientLink, AgentChannel):
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
         }
         self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
+        self.pm.growth = self.growth if self.growth.enabled else None
+
+    def network_changed(self) -> None:
+        """Nodes joined or were given back (partition/growth.py): network.json and
+        daemons.json say so, and so does the pilot's `nodes` (hello)."""
+        nodeset = self.nodeset
+        self.network = nodeset.network_config()
+        for index, node in self.network.items():
+            if self.pool.nodes[index].released:
+                node["state"] = "released"
+        network = {str(k): v for k, v in self.network.items()}
+        daemons = nodeset.daemons()
+        self.files.run(lambda: _write_json(self.sandbox, "network.json", network))
+        self.files.run(lambda: _write_json(self.sandbox, "daemons.json", daemons))
 
     def node_lost(self, index: int, reason: str) -> None:
         self.pool.mark_down(index)
@@ -166,7 +183,7 @@ class Bootstrap(ClientLink, AgentChannel):
                     part.uid, [b"node_lost", pack({"index": index, "name": name, "reason": reason})]
                 )
             self.pm.stop(part.uid, FAILED, reason, hand_back=True)
-        if self.rcfg.node_failure == "fail":
+        if self.rcfg.node_failure == "fail" and index < self.nodeset.n:  # (not a later job's)
             self.end(FAILED, reason)
 
     # -- PartitionIO (send_agent, spawn_agent, agent_lost: agent_channel.py) -----------------------
@@ -303,6 +320,9 @@ class Bootstrap(ClientLink, AgentChannel):
         if any(sock in events for sock in nodeset.sockets()):
             nodeset.on_readable()
         nodeset.heartbeat()
+        for join in nodeset.joins.check():  # nodes of a later job (partition/growth.py)
+            self.growth.joined(join)
+        self.growth.tick(time.monotonic())
         lost = nodeset.check()
         for index, reason in lost:
             self.node_lost(index, reason)

@@ -14,6 +14,8 @@ partition/client_probe.py); the `attach` command points it at a new client proce
         put / get         data staging (partition/data_port.py), answered `put_ack` / `got`
         ack {uids}        the client's store has these units' final states: the outbox
                           (partition/outbox.py) lets go of them
+        job {job, state}  what the batch system did with a job the pilot asked for to grow
+                          (queued, failed, ended: partition/growth.py)
         hb                nothing else
     bootstrap -> client
         hello             once up (boot.hello), and again to a client that attaches
@@ -21,6 +23,7 @@ partition/client_probe.py); the `attach` command points it at a new client proce
                           ahead of a reply, `back`, `lost` or an agent's batch, and at the end
                           of every turn of the loop
         hb, bye           every HEARTBEAT s; the pilot's final state last (down.bye)
+        grow, release     submit a job of nodes for the pilot / end one (partition/growth.py)
         taken_over {by}   to a live owner when another client takes the pilot over (the
                           `attach` command, take_over=True); it answers `released`
     Sends never block: with no client listening, messages queue to the high-water mark, then
@@ -48,6 +51,7 @@ from pilot.protocol import ProtocolError, drain, msg, pack, unpack
 
 if TYPE_CHECKING:
     from pilot.partition.data_port import DataPort
+    from pilot.partition.growth import Growth
     from pilot.partition.manager import PartitionManager
     from pilot.partition.outbox import Outbox
     from pilot.security import Keys
@@ -64,6 +68,7 @@ class ClientLink:
     ctx: zmq.Context
     keys: Keys
     pm: PartitionManager
+    growth: Growth
     data: DataPort
     network: dict | None
     last_heard: float
@@ -189,6 +194,9 @@ class ClientLink:
     def client_hb(self, frames: list[bytes], body: dict) -> None:
         pass  # word from the client: last_heard, set for every message
 
+    def client_job(self, frames: list[bytes], body: dict) -> None:
+        self.growth.on_job(body)  # what the batch system did with a job (partition/growth.py)
+
     @staticmethod
     def _header(frame: bytes) -> dict:
         hdr = unpack(frame)
@@ -230,13 +238,18 @@ class ClientLink:
                     "control": self.control_endpoint,
                     "size": self.cfg["size"],
                     "attach": attach,
-                    "nodes": {
-                        str(i): {"name": n["name"], "state": n["state"]}
-                        for i, n in (self.network or {}).items()
-                    },
+                    "nodes": self.nodes_up(),
+                    "jobs": self.growth.describe(),  # beyond the first (partition/growth.py)
                 },
             )
         )
+
+    def nodes_up(self) -> dict:
+        """{index: {name, state}} of the pilot's nodes (hello, jobs)."""
+        return {
+            str(i): {"name": n["name"], "state": n["state"]}
+            for i, n in (self.network or {}).items()
+        }
 
     def on_control(self, frames: list[bytes]) -> None:
         ident, body = frames[0], frames[-1]
@@ -264,5 +277,6 @@ FROM_CLIENT = wire.Dispatch(
         b"released": ClientLink.client_released,
         b"ack": ClientLink.client_ack,
         b"hb": ClientLink.client_hb,
+        b"job": ClientLink.client_job,
     },
 )

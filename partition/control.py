@@ -11,7 +11,8 @@
     stop_parts     {uids, reason}                  {}: queued units handed back, running ones
                                                     CANCELED
     cancel_pilot   {reason}                        {}: the pilot tears down, CANCELED
-    partitions     {}                              {pilot, size, free, partitions: [...]}
+    partitions     {}                              {pilot, size, free, partitions: [...],
+                                                    jobs: [...] (partition/growth.py)}
     attach         {client: endpoint}              {pilot, partitions}: a new client process
                                                     takes over the pilot link; hello and every
                                                     partition's state are sent to it again
@@ -91,6 +92,7 @@ def partitions(boot, cid, args: dict) -> dict:
         "size": boot.cfg["size"],
         "free": boot.pool.free,
         "partitions": boot.pm.describe(),
+        "jobs": boot.growth.describe(),
     }
 
 

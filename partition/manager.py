@@ -9,7 +9,10 @@ partition state update.  Every state change goes through the partition state mac
 
 Partition life inside the pilot:
     start(uid, desc)  PENDING -> STARTING when the resources are allocated (FAILED with what was
-                      missing when they are not; nothing else changes), agent process spawned
+                      missing when they are not; nothing else changes), agent process spawned;
+                      a pilot that may grow (partition/growth.py) keeps one that does not fit
+                      PENDING instead, waiting for the nodes of a job it asks for: started
+                      when they join (`start_waiting`), FAILED when that job fails
     agent `ready`     -> ACTIVE; units buffered while STARTING are forwarded
     stop(uid)         agent told to stop; its `bye` (or its exit) ends the partition in the
                       final state the stop asked for; the resources are free again
@@ -103,6 +106,7 @@ class Part:
     stop_deadline: float | None = None
     created: float = field(default_factory=time.time)
     runner: str | None = None  # how its agent starts units, as it said when ready
+    awaits: str | None = None  # the job whose nodes it waits for (partition/growth.py)
 
 
 class PartitionManager:
@@ -118,6 +122,7 @@ class PartitionManager:
         # cid -> the answer given (a retried command is answered again, not applied again);
         # the newest REPLIES_KEPT only, so a stream of commands cannot grow the bootstrap
         self.replies: OrderedDict[str, dict] = OrderedDict()
+        self.growth = None  # the pilot's Growth when it may grow (partition/growth.py)
 
     # -- queries ------------------------------------------------------------------------------
     def live(self) -> list[Part]:
@@ -152,12 +157,45 @@ class PartitionManager:
         """The one way a partition's state changes here: checked by PARTITION_MACHINE."""
         check_transition(PARTITION_MACHINE, part, state)
 
-    def start(self, part: Part) -> None:
+    def waiting(self) -> list[Part]:
+        """The PENDING partitions that wait for nodes, in the order they came."""
+        return [p for p in self.parts.values() if p.state == PENDING and p.awaits is not None]
+
+    def start(self, part: Part, may_wait: bool = False) -> bool:
+        """Allocate and start `part`; False when it does not fit and, `may_wait` on a pilot
+        that may grow for it, stays PENDING (the caller asks growth.plan for it)."""
         try:
             part.alloc = self.pool.allocate(part.desc)
         except AllocationError as exc:
+            if may_wait and self.growth is not None and self.growth.may_grow_for(part.desc):
+                return False
             self.end(part, FAILED, f"does not fit the free resources: {exc}")
-            return
+            return True
+        self._spawn(part)
+        return True
+
+    def start_waiting(self, job: str, missing: str = "") -> None:
+        """Nodes joined (of `job`): the waiting partitions that fit now start, in order; those
+        that waited for `job` and still do not fit end FAILED."""
+        for part in self.waiting():
+            try:
+                part.alloc = self.pool.allocate(part.desc)
+            except AllocationError as exc:
+                if part.awaits == job:
+                    more = f" ({missing})" if missing else ""
+                    self.end(
+                        part, FAILED, f"does not fit even with the nodes of {job}{more}: {exc}"
+                    )
+                continue
+            part.awaits = None
+            self._spawn(part)
+
+    def fail_waiting(self, job: str, reason: str) -> None:
+        for part in self.waiting():
+            if part.awaits == job:
+                self.end(part, FAILED, reason)
+
+    def _spawn(self, part: Part) -> None:
         self.move(part, STARTING)
         self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.pool)})
         nodes = part.alloc.to_dict(self.pool)["nodes"]
@@ -302,13 +340,21 @@ class PartitionManager:
             if part.alloc is not None and part.state not in FINAL:
                 self.pool.release(part.alloc)
                 part.alloc = None
-        started = []
+        new, wait = [], []
         for i, desc in enumerate(descs):
             uid = uids[i] if uids and i < len(uids) else self.new_uid()
             part = self.add(uid, desc)
+            new.append(part)
             self.io.emit(uid, PENDING, {"description": desc.to_stored()})
-            self.start(part)
-            started.append({"uid": uid, "state": part.state, "reason": part.reason})
+            if not self.start(part, may_wait=True):
+                wait.append(part)
+        if wait:  # one job for what they need, or FAILED beyond max_nodes (growth.py)
+            for uid, why in self.growth.plan(wait).items():
+                self.end(self.parts[uid], FAILED, why)
+        started = [{"uid": p.uid, "state": p.state, "reason": p.reason} for p in new]
+        for s in started:
+            if s["state"] == PENDING:
+                s["awaits"] = self.parts[s["uid"]].awaits
         self.warn_idle()
         reply = {"stopped": stop_uids, "started": started}
         self.replies[cid] = reply

@@ -19,6 +19,8 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
     A node missing from either gather is named in the log and the error.  node_failure=fail:
     the pilot fails; continue: the node is marked down (its resources never allocated) and
     the pilot goes on with the others.
+Growth: the nodes of a later batch job of the pilot join it while it runs (`joins`:
+partition/node_join.py).
 Life: `drop` {part} when a partition ends (its daemons kill what of it still runs).
 Liveness is a channel of its own beside this one, a pulse per daemon (partition/node_pulse.py,
 the protocol in pilot/liveness.py): `hb` both ways every PULSE s on a connection that ZeroMQ
@@ -50,6 +52,7 @@ from pilot import checks, liveness, wire
 from pilot.partition import launch
 from pilot.partition.agents.hosted import HostedAgent
 from pilot.partition.launch.base import ALL_NODES
+from pilot.partition.node_join import Joins
 from pilot.partition.node_pulse import NodePulse
 from pilot.protocol import ProtocolError, drain, msg, pack, wait_ms
 
@@ -102,6 +105,7 @@ class NodeSet:
         self.all_silent = False  # every live daemon silent now (logged once: node.silent)
         self.label: dict[int, str] = {}  # node index -> name (for messages about it)
         self.hosted: dict[str, HostedAgent] = {}  # partition uid -> its agent on a node
+        self.joins = Joins(self, first_hint=n)  # nodes of later jobs (partition/node_join.py)
 
     # -- bring-up -------------------------------------------------------------------------------
     def bring_up(self, given: dict | None = None) -> dict:
@@ -295,6 +299,10 @@ class NodeSet:
                 continue
             yield hint, frames[1], body
 
+    def send(self, hint: int, frames: list[bytes]) -> bool:
+        """To the daemon of `hint`, never blocking (False: not connected, or its queue full)."""
+        return self._send(hint, frames)
+
     def _send(self, hint: int, frames: list[bytes]) -> bool:
         try:
             self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
@@ -343,10 +351,12 @@ class NodeSet:
             handler(self, hint, body)
 
     def daemon_up(self, hint: int, body: dict) -> None:
-        log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
+        if not self.joins.on_up(hint, body):
+            log.warning("late `up` from daemon hint %d ignored (bring-up is over)", hint)
 
     def daemon_ready(self, hint: int, body: dict) -> None:
-        self.pulse.heard(hint)  # (a late `ready`: its node stays as the gather left it)
+        if not self.joins.on_ready(hint):
+            self.pulse.heard(hint)  # (a late `ready`: its node stays as the gather left it)
 
     def daemon_agent_exit(self, hint: int, body: dict) -> None:
         self.pulse.heard(hint)
@@ -390,8 +400,8 @@ class NodeSet:
         self.pulse.beat(self.live_hints())
 
     def all_down(self) -> bool:
-        """Every node of the pilot is down (lost, or missing at bring-up)."""
-        return all(i in self.down for i in range(self.n))
+        """Every node of the pilot is down (lost, missing at bring-up, or given back)."""
+        return all(i in self.down for i in self.index_of.values())
 
     def check(self) -> list[tuple[int, str]]:
         """Nodes lost since the last call: [(index, reason)]."""
@@ -412,7 +422,7 @@ class NodeSet:
             code = exited.get(h)
             if code is not None:
                 lost.append((index, f"node {name} lost: its daemon exited with code {code}"))
-            elif ALL_NODES in exited:
+            elif ALL_NODES in exited and h < self.n:  # (the first job's step: its nodes)
                 lost.append((index, f"node {name} lost: the srun step ended ({exited[ALL_NODES]})"))
             elif h in silent and (heard := self.pulse.heard_through(h)) is not None:
                 heard = self.table[self.index_of[heard]]["name"]

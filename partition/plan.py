@@ -111,4 +111,37 @@ def plan_pilot(pd: ComputePilotDescription) -> PilotPlan:
                 f"{where}: network_config={pd.network_config!r} names {len(network)} "
                 f"node(s), the pilot needs {size['nodes']}"
             )
+    _check_growth(where, pd, cfg, size)
     return PilotPlan(pd, cfg, size, network)
+
+
+def most_nodes(pd) -> int | None:
+    """The most nodes a pilot may grow to: max_nodes, else its adapt policy's (None: never)."""
+    if pd.max_nodes is not None:
+        return pd.max_nodes
+    return pd.adapt.max_nodes if pd.adapt is not None else None
+
+
+def _check_growth(where: str, pd, cfg, size: dict) -> None:
+    """max_nodes / adapt against the resource: ValueError naming the field."""
+    if pd.adapt is not None and most_nodes(pd) is None:
+        raise ValueError(f"{where}: adapt needs max_nodes (on the pilot or in Adapt)")
+    most = most_nodes(pd)
+    if most is None:
+        return
+    field = "max_nodes" if pd.max_nodes is not None else "adapt.max_nodes"
+    if not cfg.node_daemons or not size["node_granular"]:
+        raise ValueError(
+            f"{where}: {field}={most}: resource {pd.resource!r} runs no node daemons "
+            "(node_daemons: true is needed for a pilot to take in more nodes)"
+        )
+    if most < size["nodes"]:
+        raise ValueError(f"{where}: {field}={most} is less than its {size['nodes']} node(s)")
+    if most > cfg.nodes:
+        raise ValueError(
+            f"{where}: {field}={most} is more than the {cfg.nodes} node(s) resource "
+            f"{pd.resource!r} has"
+        )
+    low = pd.adapt.min_nodes if pd.adapt is not None else None
+    if low is not None and low > most:
+        raise ValueError(f"{where}: adapt.min_nodes={low} is more than {field}={most}")

@@ -7,10 +7,12 @@ The pilot's resources are a list of nodes, each with core ids and GPU ids.  Two 
 
 `Pool.allocate()` carves one partition out of the free resources, all or nothing, and says what
 was missing when it cannot (AllocationError); `release()` gives a partition's resources back;
-`mark_down()` takes a lost node out for good.  One algorithm for both uses: the bootstrap's
-partition manager (partition/manager.py) allocates partitions on the real pilot, and
-`pilot_size()` (partition/sizing.py) sizes a pilot by allocating its initial partitions, in
-order, on an empty copy of the resource, so the derived size always fits.
+`mark_down()` takes a lost (or given back) node out for good; `add_nodes()` takes in the
+nodes of a job that grew the pilot (partition/growth.py), like its first nodes.  One
+algorithm for both uses: the bootstrap's partition manager (partition/manager.py) allocates
+partitions on the real pilot, and `pilot_size()` (partition/sizing.py) sizes a pilot by
+allocating its initial partitions, in order, on an empty copy of the resource, so the derived
+size always fits.
 
 How requests resolve (agent overhead = the resource config's agent_overhead, per partition):
     nodes=k        k wholly free nodes, plus overhead.nodes whole nodes for the agent
@@ -46,6 +48,7 @@ class Node:
     free_extra: dict[str, list] = field(default_factory=dict)
     host_id: int | None = None  # from the network config; the node index when there is none
     down: bool = False  # lost or never came up: nothing on it is ever allocated again
+    released: bool = False  # given back with its job (down too): no longer part of the pilot
 
     def __post_init__(self) -> None:
         if not self.free_cores and not self.free_gpus:
@@ -172,10 +175,11 @@ class Pool:
 
     @property
     def total(self) -> tuple[int, int, int]:
+        held = [n for n in self.nodes if not n.released]  # (shares: of what the pilot has)
         return (
-            len(self.nodes),
-            sum(len(n.cores) for n in self.nodes),
-            sum(len(n.gpus) for n in self.nodes),
+            len(held),
+            sum(len(n.cores) for n in held),
+            sum(len(n.gpus) for n in held),
         )
 
     @property
@@ -324,11 +328,32 @@ class Pool:
             self.nodes[i].take_extra(None)
         return PartitionResources(slots, agent_nodes, taken)
 
-    def mark_down(self, index: int) -> None:
-        """Node `index` is gone: what is free on it is no longer offered, and what partitions
-        hold there is not given back when they end."""
+    def add_nodes(self, named: list[tuple[int, str, int | None]]) -> None:
+        """Nodes of a job that grew the pilot join it, each (index, name, host_id), the next
+        indices in order: as many cores, GPUs and instances of each type as the pilot's other
+        nodes (the same resource config), all free."""
+        model = self.nodes[0]
+        for index, name, host_id in named:
+            if index != len(self.nodes):
+                raise ValueError(f"add_nodes: node index {index}, expected {len(self.nodes)}")
+            self.nodes.append(
+                Node(
+                    index,
+                    name,
+                    list(model.cores),
+                    list(model.gpus),
+                    extra={t: list(ids) for t, ids in model.extra.items()},
+                    host_id=host_id,
+                )
+            )
+
+    def mark_down(self, index: int, released: bool = False) -> None:
+        """Node `index` is gone (lost; or `released`: given back with its job): what is free on
+        it is no longer offered, and what partitions hold there is not given back when they
+        end."""
         n = self.nodes[index]
         n.down = True
+        n.released = released
         n.free_cores, n.free_gpus = [], []
         n.free_extra = {t: [] for t in n.extra}
 

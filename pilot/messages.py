@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pilot import checks, framed
 from pilot.protocol import unpack
-from pilot.validate import LINE_MAX, items, mapping, number, optional, text
+from pilot.validate import LINE_MAX, count, items, mapping, number, one_of, optional, text
 
 # the checks of the tables: pilot/validate.py's and pilot/checks.py's themselves where they fit
 # as they are (no wrapper: a message runs ~10 of them)
@@ -88,6 +88,11 @@ SYNCED = fields(cid=_text, part=_uid, unknown=_uids)
 OUTPUT = _output
 EMPTY = _any  # hb, released: nothing in the body is used
 TAKEN_OVER = fields(by=_opt_dict)
+GROW = fields(job=_uid, nodes=count(1, 100_000), hint=count(0), exclude=_opt_list,
+              endpoint=_req_text, pulse=_req_text, reason=_text)  # fmt: skip
+RELEASE = fields(job=_uid, reason=_text)
+JOBS = fields(jobs=_list, nodes=_opt_dict)
+JOB = fields(job=_uid, state=one_of(("queued", "failed", "ended")), id=_text, reason=_text)
 CMD = fields(cid=_text, op=_text, args=_opt_dict)
 ACK = fields(uids=_uids)
 READY = fields(pid=_number, runner=_text)

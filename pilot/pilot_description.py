@@ -7,6 +7,7 @@ pilot/fields.py).  Nothing is read or sized here: a pilot is sized where it is s
 from __future__ import annotations
 
 from pilot import validate
+from pilot.adapt_policy import Adapt
 from pilot.fields import (
     Description,
     count,
@@ -37,6 +38,17 @@ def _parts(owner, field, value):
     return out  # empty: one partition over the whole pilot (RP's cores=/gpus= pilots)
 
 
+def _adapt(owner, field, value):
+    if value is None or isinstance(value, Adapt):
+        return value
+    if isinstance(value, dict):
+        try:
+            return Adapt(**value)
+        except ValueError as exc:
+            raise field_error(owner, field, value, f"Adapt's fields ({exc})") from None
+    raise field_error(owner, field, value, "an rp.Adapt, a dict of its fields, or None")
+
+
 class ComputePilotDescription(Description):
     """One batch job holding partitions.
 
@@ -62,6 +74,13 @@ class ComputePilotDescription(Description):
             share or FILL.
         cores (int | None): an explicit size in cores (>= 1), likewise.
         gpus (int | None): an explicit size in GPUs (>= 0), likewise.
+        max_nodes (int | None): the most nodes the pilot may hold in all its batch jobs; a
+            reconfig that starts partitions beyond what it has free (sized in nodes, cores
+            or GPUs) then grows it by another job of the missing nodes, given back once
+            they hold no partition (default None: the pilot never grows; such partitions
+            end FAILED).  Needs a resource with node daemons.
+        adapt (Adapt | dict | None): grow while units wait and give back idle nodes on its
+            own, between Adapt's min_nodes and max_nodes (pmgr/core/adapt.py).
         queue (str | None): batch queue, passed to the batch system.
         project (str | None): batch account, passed to the batch system.
         network_config (str | None): a `pilot network-config` file: the nodes' names and
@@ -93,6 +112,8 @@ class ComputePilotDescription(Description):
         "nodes": (None, optional_count(1)),
         "cores": (None, optional_count(1)),
         "gpus": (None, optional_count(0)),
+        "max_nodes": (None, optional_count(1)),
+        "adapt": (None, _adapt),
         "queue": (None, text()),
         "project": (None, text()),
         "network_config": (None, text()),

@@ -32,6 +32,7 @@ BOOTSTRAP = "pilot.partition.bootstrap"
 AGENT = "pilot.agent"
 ZYGOTE = "pilot.agent.zygote"
 NODE_DAEMON = "pilot.agent.node_daemon"
+JOIN = "pilot.partition.join"  # what a job that grows a pilot runs
 NODE_ZYGOTE = "pilot.agent.node_zygote"
 FUNCTION_WORKER = "pilot.agent.function_worker"
 CLI = "pilot"

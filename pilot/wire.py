@@ -82,6 +82,13 @@ TABLE: tuple[Message, ...] = (
     _m("pilot", "hb", B, C, "{}", m.EMPTY, "liveness, every HEARTBEAT s"),
     _m("pilot", "bye", B, C, "{state, reason}", m.PILOT_BYE,
        "the pilot's final state; the bootstrap exits"),
+    _m("pilot", "grow", B, C, "{job, nodes, hint, exclude, endpoint, pulse, reason}", m.GROW,
+       "submit a job of `nodes` nodes for the pilot, its daemons from hint `hint` on "
+       "(partition/growth.py)"),
+    _m("pilot", "release", B, C, "{job, reason}", m.RELEASE,
+       "the pilot gave that job's nodes back: end the job"),
+    _m("pilot", "jobs", B, C, "{jobs: [{job, nodes, state, id, names, ...}], nodes}", m.JOBS,
+       "a job of the pilot changed state: all its jobs and nodes now"),
     _m("pilot", "taken_over", B, C, "{by}", m.TAKEN_OVER,
        "another client took the pilot over; answered `released`"),
     _m("pilot", "put_ack", B, C, "HEADER", None, "a staged file's part arrived "
@@ -95,6 +102,8 @@ TABLE: tuple[Message, ...] = (
        "a command (partition/control.py), answered `reply`"),
     _m("pilot", "ack", C, B, "{uids}", m.ACK,
        "the store has these units' final states: the pilot lets go of them"),
+    _m("pilot", "job", C, B, "{job, state: queued | failed | ended, id, reason}", m.JOB,
+       "what the batch system did with a job the pilot asked for"),
     _m("pilot", "released", C, B, "{}", m.EMPTY, "the old owner's answer to `taken_over`"),
     _m("pilot", "hb", C, B, "{}", m.EMPTY, "liveness, every HEARTBEAT s"),
     _m("pilot", "put", C, B, "HEADER CHUNK", None, "a part of a file to stage in",

@@ -16,6 +16,7 @@ The methods are named once, in pilot/plugins.py (LAUNCH_METHODS).  The interface
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from pilot import plugins
@@ -23,12 +24,17 @@ from pilot.partition.launch.base import NodeLaunch, daemon_argv
 
 
 def for_resource(rcfg, n: int, endpoint: str, cfg: dict, log_dir: str) -> NodeLaunch:
-    """The launch of `n` node daemons for resource config `rcfg`, reporting to `endpoint`."""
+    """The launch of `n` node daemons for resource config `rcfg`, reporting to `endpoint`.
+    cfg["hint_base"] B (a job that grows the pilot: partition/join.py): the daemons take hints
+    B.., and the nodes the resource names from its B-th on (node_names, hosts)."""
     argv = daemon_argv(rcfg, endpoint, cfg)
     env = dict(os.environ)
+    first = cfg.get("hint_base") or 0
     if cfg.get("network"):  # a network config file names the nodes
         names = [cfg["network"][str(i)]["name"] for i in range(n)]
     else:
-        names = [rcfg.node_name(i) for i in range(n)]
+        names = [rcfg.node_name(first + i) for i in range(n)]
+    if first and rcfg.hosts:
+        rcfg = dataclasses.replace(rcfg, hosts=list(rcfg.hosts)[first:])
     method = plugins.load(plugins.LAUNCH_METHODS, rcfg.launch_method, "launch_method")
     return method.for_nodes(rcfg, n, argv, log_dir, env, names)

@@ -93,6 +93,8 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
         args += ["--pulse", cfg["pulse"]]
     if cfg.get("curve"):
         args += ["--curve", cfg["curve"]]
+    if cfg.get("hint_base"):  # the daemons of a job that grows the pilot (partition/join.py)
+        args += ["--hint-base", str(cfg["hint_base"])]
     return processes.python_m(processes.NODE_DAEMON, *args, python=rcfg.python)
 
 

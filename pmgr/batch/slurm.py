@@ -197,10 +197,16 @@ def submit(
     queue: str | None = None,
     project: str | None = None,
     rcfg=None,
+    exclude: list[str] | None = None,
     **_,
 ) -> SlurmJob:
-    """A Submitter (pmgr/batch/__init__.py): the pilot job through PSI/J's SLURM executor."""
-    return submit_psij("slurm", SlurmJob, argv, env, sandbox, nodes, runtime, queue, project, rcfg)
+    """A Submitter (pmgr/batch/__init__.py): the pilot job through PSI/J's SLURM executor.
+    `exclude`: nodes the job must not get (a job that grows a pilot: the pilot's own nodes,
+    `#SBATCH --exclude`; PBS and LSF jobs hold whole nodes, exclusively, anyway)."""
+    options = {"slurm.exclude": ",".join(exclude)} if exclude else None
+    return submit_psij(
+        "slurm", SlurmJob, argv, env, sandbox, nodes, runtime, queue, project, rcfg, options
+    )
 
 
 def plain_directives(executor, options: dict) -> None:
@@ -227,11 +233,12 @@ def plain_directives(executor, options: dict) -> None:
 
 
 def submit_psij(
-    name: str, job_class, argv, env, sandbox, nodes, runtime, queue, project, rcfg
+    name: str, job_class, argv, env, sandbox, nodes, runtime, queue, project, rcfg, options=None
 ) -> SlurmJob:
     """The pilot job through PSI/J's executor `name` (the resource's psij_executor wins): whole
     nodes, the runtime plus TIME_MARGIN, the queue and account, the resource's batch_options
-    as PSI/J custom attributes ("pbs.l": ... -> `#PBS -l ...`); followed by `job_class`."""
+    as PSI/J custom attributes ("pbs.l": ... -> `#PBS -l ...`) and `options` (more of them);
+    followed by `job_class`."""
     try:
         from psij import Job, JobAttributes, JobExecutor, JobSpec, ResourceSpecV1
         from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
@@ -256,6 +263,8 @@ def submit_psij(
         (rcfg.psij_executor if rcfg else None) or name, config=config
     )
     minutes = math.ceil((runtime + TIME_MARGIN) / 60)
+    custom = dict(rcfg.batch_options) if rcfg and rcfg.batch_options else {}
+    custom.update(options or {})  # (the submitter's own: a grow job's --exclude)
     spec = JobSpec(
         executable=argv[0],
         arguments=argv[1:],
@@ -271,11 +280,11 @@ def submit_psij(
             duration=timedelta(minutes=minutes),
             queue_name=queue or (rcfg.queue if rcfg else None),
             account=project or (rcfg.account if rcfg else None),
-            custom_attributes=dict(rcfg.batch_options) if rcfg and rcfg.batch_options else None,
+            custom_attributes=custom or None,
         ),
     )
-    if rcfg and rcfg.batch_options:
-        plain_directives(executor, rcfg.batch_options)
+    if custom:
+        plain_directives(executor, custom)
     job = Job(spec)
     try:
         executor.submit(job)

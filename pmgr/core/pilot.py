@@ -28,6 +28,7 @@ from pilot.errors import PilotOwned
 from pilot.partition.plan import check_partition
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.entities import Partition, Stateful
+from pilot.pmgr.core.pilot_jobs import PilotJobs
 from pilot.pmgr.core.unit_router import UnitRouter
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
@@ -77,6 +78,7 @@ class Pilot(Stateful):
         self.parts: dict[str, Partition] = {}
         self.job = None  # the BatchJob (pmgr/batch/); None for a pilot a new client attached to
         self.job_id = None  # the job's pid or batch id, kept in the store
+        self.extra_jobs = PilotJobs(self)  # the jobs it grew by (pmgr/core/pilot_jobs.py)
         self.control: str | None = None
         self.last_heard = time.monotonic()
         self.born = self.last_heard
@@ -139,6 +141,13 @@ class Pilot(Stateful):
         """{nodes, cores, gpus} held by no live partition (None until the pilot reports it).
         Free resources after a reconfig are also logged as under-use by the bootstrap."""
         return dict(self._free) if self._free is not None else None
+
+    @property
+    def jobs(self) -> list[dict]:
+        """Its batch jobs: the first (`job.0000`) and those it grew by (max_nodes), each
+        {job, nodes, state, id, ...}: asked, queued, joined, released, failed or ended."""
+        with self.session.lock:
+            return self.extra_jobs.describe()
 
     def cancel(self, timeout: float | None = 60.0) -> None:
         """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED.
@@ -260,12 +269,31 @@ class Pilot(Stateful):
     def kill_job(self) -> None:
         if self.job is not None and self.job.poll() is None:
             self.job.kill()
+        self.extra_jobs.end_all()
+
+    def runtime_left(self) -> float:
+        """Seconds of its runtime left (at least a minute: a job needs some)."""
+        runtime = float(self.description.runtime or 0) * 60.0
+        return max(60.0, self.born + runtime - time.monotonic())
+
+    def join_config(self) -> dict:
+        """What a job that grows it needs to know of it (partition/join.py's join.json)."""
+        from pilot import resource_config
+
+        return {
+            "pilot": self.uid,
+            "session": self.session.uid,
+            "curve": self.session.keys.dir,
+            "resource": self.description.resource,
+            "resource_config": resource_config.to_raw(self.resource),
+        }
 
     # -- messages from the bootstrap (session_dispatch.HANDLERS; channel thread, lock held) ---
     def on_hello(self, body: dict) -> None:
         self.control = body.get("control")
         self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
         self.linked = True
+        self.extra_jobs.on_hello(body.get("jobs"))
         self.advance(S.ACTIVE, time.time(), None)
         for cmd in self._queued_cmds:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
@@ -280,6 +308,18 @@ class Pilot(Stateful):
 
     def on_hb(self, body: dict) -> None:
         pass  # liveness only: the session notes when it last heard from the pilot
+
+    def on_grow(self, body: dict) -> None:
+        self.extra_jobs.on_grow(body)  # a job for more nodes (pmgr/core/pilot_jobs.py)
+
+    def on_release(self, body: dict) -> None:
+        self.extra_jobs.on_release(body)
+
+    def on_jobs(self, body: dict) -> None:
+        """Its jobs and nodes changed (one joined, was given back or ended)."""
+        self.extra_jobs.on_hello(body["jobs"])
+        if body.get("nodes") is not None:
+            self._nodes = {int(i): n for i, n in body["nodes"].items()}
 
     def on_states(self, updates: list) -> None:
         """Batched partition state updates [["part", uid, state, ts, info], ...]."""
@@ -383,6 +423,7 @@ class Pilot(Stateful):
                 part.advance(pstate, ts, reason or f"pilot {state}")
                 ended.append(part)
         self.advance(state, ts, reason)  # (first: the units are told no pilot is left to ask)
+        self.extra_jobs.end_all()
         if self.umgr is not None:
             for part in ended:
                 self.umgr.on_partition_changed(part)
@@ -427,6 +468,7 @@ class Pilot(Stateful):
     def tick(self) -> None:
         if self.final or self.released:
             return
+        self.extra_jobs.tick()
         code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
         now = time.monotonic()
         if code is not None:
@@ -552,6 +594,7 @@ class Pilot(Stateful):
             "reason": self.reason,
             "job": self.job.pid if self.job is not None else self.job_id,
             "control": self.control,
+            "jobs": self.extra_jobs.describe()[1:],
         }
 
     # RADICAL-Pilot's files between the client and the pilot sandbox (pmgr/core/pilot_transfers.py)

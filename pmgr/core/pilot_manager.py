@@ -19,7 +19,7 @@ from pilot import functions, processes, resource_config
 from pilot import states as S
 from pilot.agent import native
 from pilot.descriptions import ComputePilotDescription
-from pilot.partition.plan import plan_pilot
+from pilot.partition.plan import most_nodes, plan_pilot
 from pilot.pmgr.batch import job_script, submitter
 from pilot.pmgr.core.entities import PILOT_STATE, callback
 from pilot.pmgr.core.pilot import Pilot
@@ -209,6 +209,10 @@ class PilotManager:
             # client process to attach to the session (Session(uid=...)) and take it over
             "watch_parent": False,
             "owner": session.owner,  # its owning client (partition/control.py attach)
+            # it may grow to max_nodes (partition/growth.py); a later job's nodes that hold no
+            # partition are given back after idle_after s
+            "max_nodes": most_nodes(pd),
+            "idle_after": 0.0,
             "python_path": functions.client_path(),  # where function workers find modules
             "partitions": [
                 {"uid": p.uid, "description": p.description.to_stored()}

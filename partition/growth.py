@@ -1,0 +1,278 @@
+"""A pilot that grows and shrinks: the bootstrap's part (which jobs, and when they end).
+
+A pilot submitted with max_nodes (ComputePilotDescription) may hold more than its first batch
+job.  When a reconfig starts partitions that do not fit what is free, and they are sized in
+nodes, cores or GPUs (a share or FILL is of what the pilot has: never a reason to grow), the
+partition manager keeps them PENDING (`waiting`) and asks here: `plan` finds the fewest nodes
+that fit them all (on a copy of the pool, with the nodes of jobs already asked for), and asks
+the client for one job of that many (`grow` on the pilot link; the client submits it through
+the batch system, pmgr/core/pilot_jobs.py).  Beyond max_nodes the partitions end FAILED with
+the reason, and nothing else moves.
+
+Jobs, by the pilot's own name for them (`job.NNNN`):
+    asked      `grow` {job, nodes, hint, exclude, endpoint, pulse, reason} sent (endpoint,
+               pulse: the node channel and pulse its daemons report to); the node channel expects
+               `nodes` daemons from hint `hint` on (partition/node_join.py)
+    queued     the client said the batch system took it: `job` {job, state: queued, id}
+    (each change of a job's state is told to the client: `jobs` {jobs, nodes})
+    joined     its daemons came up and took the table: the pool has its nodes
+               (Pool.add_nodes), and the waiting partitions are started in order; one that
+               waited for this job and still does not fit ends FAILED with why
+    released   every node of it idle for idle_after s (0: as soon as the partitions on them
+               are stopped), or, still queued, no partition waits for it any more: its
+               daemons halt, its nodes are given back (not lost), and the client is told
+               `release` {job, reason}: it ends the job (scancel)
+    failed     the client said the batch system refused it, or ended it before it joined
+               (`job` {state: failed | ended, reason}): the partitions waiting for it end
+               FAILED with the reason
+    ended      the batch system ended it after it joined (walltime, a failure): its nodes
+               are lost (their units end FAILED with the reason, as for any lost node)
+The pilot's first job is never given back while the pilot lives.  Every decision is logged
+(grow:, release:) with its reason, and `jobs()` is what `hello` and the `partitions` command
+say of them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+
+from pilot import checks
+from pilot.descriptions import FILL
+from pilot.partition.pool import AllocationError, Pool
+from pilot.protocol import msg
+
+log = logging.getLogger("bootstrap.growth")
+ASKED, QUEUED, JOINED, RELEASED, FAILED, ENDED = (
+    "asked", "queued", "joined", "released", "failed", "ended",
+)  # fmt: skip
+LIVE = (ASKED, QUEUED, JOINED)
+
+
+@dataclass
+class Job:
+    name: str
+    nodes: int  # asked for
+    reason: str  # why it was asked for
+    state: str = ASKED
+    batch_id: str | None = None
+    indices: list[int] = field(default_factory=list)  # its nodes, once joined
+    asked: float = field(default_factory=time.time)
+    joined: float | None = None
+    ended: float | None = None
+    why_ended: str | None = None
+    idle_since: float | None = None
+
+    def to_dict(self, pool: Pool) -> dict:
+        return {
+            "job": self.name,
+            "nodes": self.nodes,
+            "state": self.state,
+            "id": self.batch_id,
+            "names": [pool.nodes[i].name for i in self.indices],
+            "reason": self.reason,
+            "asked": self.asked,
+            "joined": self.joined,
+            "ended": self.ended,
+            "why_ended": self.why_ended,
+        }
+
+
+class Growth:
+    """The jobs of one pilot beyond its first (the Bootstrap's `growth`)."""
+
+    def __init__(self, boot, max_nodes: int | None, idle_after: float) -> None:
+        self.boot = boot
+        self.max_nodes = max_nodes
+        self.idle_after = idle_after
+        self.jobs: dict[str, Job] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_nodes is not None and self.boot.nodeset is not None
+
+    def may_grow_for(self, desc) -> bool:
+        """A partition that does not fit may wait for nodes: sized in nodes, cores or GPUs."""
+        return self.enabled and desc.share is None and desc.size != FILL
+
+    def held(self) -> int:
+        """Nodes the pilot has or has asked for: its own, and those of live jobs."""
+        pool = self.boot.pool
+        have = sum(1 for n in pool.nodes if not n.released)
+        return have + sum(j.nodes for j in self.jobs.values() if j.state in (ASKED, QUEUED))
+
+    # -- growing --------------------------------------------------------------------------------
+    def plan(self, parts: list) -> dict[str, str]:
+        """`parts` (partition manager Parts, waiting, in order) did not fit: one job for the
+        nodes they need, each part's `awaits` set to it.  Returns {uid: why} of those that
+        cannot wait (beyond max_nodes): the caller ends them FAILED."""
+        probe = self._probe()
+        refused: dict[str, str] = {}
+        wanted = 0
+        fits = []
+        for part in parts:
+            need = self._fewest(probe, part.desc)
+            room = self.max_nodes - self.held() - wanted
+            if need is None or need > room:
+                more = "more than the resource can give" if need is None else f"{need} more"
+                refused[part.uid] = (
+                    f"does not fit the free resources, and growing the pilot for it needs "
+                    f"{more} node(s): max_nodes={self.max_nodes} leaves room for {room}"
+                )
+                continue
+            self._add_fresh(probe, need)
+            probe.allocate(part.desc)
+            wanted += need
+            fits.append(part)
+        if not fits:
+            return refused
+        if wanted == 0:  # they fit on the nodes of jobs asked for already: wait for the last
+            job = [j for j in self.jobs.values() if j.state in (ASKED, QUEUED)][-1]
+        else:
+            job = self._ask(wanted, [p.uid for p in fits])
+        for part in fits:
+            part.awaits = job.name
+        return refused
+
+    def _probe(self) -> Pool:
+        """A copy of the pool with the nodes of the jobs asked for, the partitions already
+        waiting allocated on it in order."""
+        probe = copy.deepcopy(self.boot.pool)
+        for job in self.jobs.values():
+            if job.state in (ASKED, QUEUED):
+                self._add_fresh(probe, job.nodes)
+        for part in self.boot.pm.waiting():
+            if part.awaits is not None:
+                try:
+                    probe.allocate(part.desc)
+                except AllocationError:
+                    pass
+        return probe
+
+    def _fewest(self, probe: Pool, desc) -> int | None:
+        """The fewest fresh nodes on which `desc` fits beside what `probe` holds."""
+        limit = max(self.max_nodes - self.held(), 0)
+        for m in range(0, limit + 1):
+            trial = copy.deepcopy(probe)
+            self._add_fresh(trial, m)
+            try:
+                trial.allocate(desc)
+                return m
+            except AllocationError:
+                continue
+        return None
+
+    @staticmethod
+    def _add_fresh(pool: Pool, m: int) -> None:
+        start = len(pool.nodes)
+        pool.add_nodes([(start + i, f"(fresh {start + i})", None) for i in range(m)])
+
+    def _ask(self, nodes: int, uids: list[str]) -> Job:
+        name = f"job.{len(self.jobs) + 1:04d}"
+        reason = f"partition(s) {', '.join(uids)} need {nodes} more node(s)"
+        job = Job(name, nodes, reason)
+        self.jobs[name] = job
+        hint = self.boot.nodeset.joins.expect(name, nodes)
+        exclude = [n.name for n in self.boot.pool.nodes if not n.released]
+        log.info("grow: %s of %d node(s) asked for: %s", name, nodes, reason)
+        ns = self.boot.nodeset
+        self.boot.to_client(
+            msg(b"grow", {"job": name, "nodes": nodes, "hint": hint, "exclude": exclude,
+                          "endpoint": ns.endpoint, "pulse": ns.pulse.endpoint,
+                          "reason": reason})
+        )  # fmt: skip
+        return job
+
+    def joined(self, join) -> None:
+        """(the loop) `join` (partition/node_join.py) joined: its nodes into the pool, then
+        the waiting partitions started in order."""
+        job = self.jobs.get(join.job)
+        if job is None or job.state not in (ASKED, QUEUED):
+            return
+        ns = self.boot.nodeset
+        indices = sorted(join.index_of.values())
+        self.boot.pool.add_nodes([(i, ns.label[i], ns.table[i].get("host_id")) for i in indices])
+        for i in indices:
+            if i in ns.down:
+                self.boot.pool.mark_down(i)
+        job.state, job.indices, job.joined = JOINED, indices, time.time()
+        log.info("grow: %s joined: node(s) %s", job.name, [ns.label[i] for i in indices])
+        self.boot.network_changed()
+        self.boot.pm.start_waiting(job.name, "; ".join(join.missing))
+        self.tell()
+
+    # -- what the client says of a job ---------------------------------------------------------
+    def on_job(self, body: dict) -> None:
+        job = self.jobs.get(body["job"])
+        if job is None:
+            raise checks.bad("job.job", body["job"], f"a job {self.boot.uid} asked for")
+        state, reason = body["state"], body.get("reason") or "no reason given"
+        if state == QUEUED:
+            job.batch_id = body.get("id")
+            if job.state == ASKED:
+                job.state = QUEUED
+            log.info("grow: %s is batch job %s", job.name, job.batch_id)
+            return
+        if job.state in (RELEASED, FAILED, ENDED):
+            return
+        job.ended, job.why_ended = time.time(), reason
+        if job.state == JOINED:
+            job.state = ENDED
+            why = f"job {job.name} (batch job {job.batch_id}) ended: {reason}"
+            self.boot.nodeset.joins.over(job.name, f"node lost: {why}")
+            log.error("grow: %s", why)
+            self.tell()
+            return
+        job.state = FAILED
+        self.boot.nodeset.joins.over(job.name, reason)
+        log.error("grow: %s failed: %s", job.name, reason)
+        self.boot.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {reason}")
+        self.tell()
+
+    def tell(self) -> None:
+        """`jobs` {jobs, nodes} to the client: what its Pilot's jobs and nodes say."""
+        self.boot.to_client(msg(b"jobs", {"jobs": self.describe(), "nodes": self.boot.nodes_up()}))
+
+    # -- shrinking -------------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """(the loop) Give back the jobs that are of no more use (see the header)."""
+        if not self.jobs or self.boot.ending is not None:
+            return
+        awaited = {p.awaits for p in self.boot.pm.waiting()}
+        # (a partition stopping may still have units on the nodes it let go of: wait for it)
+        stopping = any(p.final is not None for p in self.boot.pm.live())
+        for job in self.jobs.values():
+            if job.state in (ASKED, QUEUED) and job.name not in awaited:
+                self.release(job, "no partition waits for its nodes any more")
+            elif job.state == JOINED:
+                pool = self.boot.pool.nodes
+                live = [i for i in job.indices if not pool[i].down]
+                if not live:
+                    self.release(job, "none of its nodes is left")
+                elif all(pool[i].wholly_free for i in live) and not stopping:
+                    job.idle_since = job.idle_since or now
+                    if now - job.idle_since >= self.idle_after:
+                        idle = (
+                            f"its node(s) held no partition for {now - job.idle_since:.0f} s"
+                            if self.idle_after
+                            else "no partition holds its node(s) any more"
+                        )
+                        self.release(job, idle)
+                else:
+                    job.idle_since = None
+
+    def release(self, job: Job, reason: str) -> None:
+        why = f"given back with job {job.name}: {reason}"
+        for index in self.boot.nodeset.joins.release(job.name, why):
+            self.boot.pool.mark_down(index, released=True)
+        if job.state == JOINED:
+            self.boot.network_changed()
+        job.state, job.ended, job.why_ended = RELEASED, time.time(), reason
+        log.info("release: %s: %s", job.name, reason)
+        self.boot.to_client(msg(b"release", {"job": job.name, "reason": reason}))
+        self.tell()
+
+    def describe(self) -> list[dict]:
+        return [j.to_dict(self.boot.pool) for j in self.jobs.values()]
