@@ -42,8 +42,8 @@ CALLED = {
         *("pilot_sandbox", "return_value", "sandbox", "stderr", "stdout", "unit_sandbox"),
     ],
     _CORE + "pilot.Pilot": [
-        *("as_dict", "cancel", "client_sandbox", "exit_on_error", "free", "log", "nodes"),
-        *("partition", "partitions", "pilot_sandbox", "reconfig", "resource_sandbox"),
+        *("as_dict", "cancel", "client_sandbox", "exit_on_error", "free", "jobs", "log"),
+        *("nodes", "partition", "partitions", "pilot_sandbox", "reconfig", "resource_sandbox"),
         *("stage_in", "stage_out", "stderr", "stdout"),
     ],
     "pilot.pmgr.compat.futures.executor.Executor": [
@@ -105,6 +105,7 @@ INTERNAL = {
         *("on_hb", "on_hello", "on_lost", "on_output", "on_partition_state", "on_reply"),
         *("on_states", "on_synced", "on_taken_over", "on_unit_moves", "request_cancel"),
         *("stop_partitions", "taken_over_unheard", "tick", "unreachable"),
+        *("join_config", "on_grow", "on_jobs", "on_release", "runtime_left"),
     ],
     _RP1 + "pilots.PilotManager": ["before_job"],
     _RP1 + "tasks.TaskManager": ["make_tasks", "note_change"],

@@ -48,6 +48,7 @@ PAGES = {
                 "Descriptions",
                 [
                     "ComputePilotDescription",
+                    "Adapt",
                     "ComputePartitionDescription",
                     "ComputeUnitDescription",
                     "UnitGroup",

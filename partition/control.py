@@ -4,7 +4,8 @@
     {cid, op, args} -> {cid, ok: true, result} | {cid, ok: false, error}
 
     op             args                            result
-    reconfig       {stop, start: [desc], uids}     {stopped: [uids], started: [{uid, state,
+    reconfig       {stop, start: [desc], uids,     {stopped: [uids], started: [{uid, state,
+                    reason}
                                                     reason}]}; a repeated cid answers again
                                                     and does nothing (partition/manager.py)
     cancel_units   {units: [[uid, part]], reason}  {}: each partition's agent cancels its units
@@ -52,7 +53,8 @@ def reconfig(boot, cid, args: dict) -> dict:
     uids = args.get("uids")
     if uids is not None:
         checks.uids("args.uids", uids, len(start))
-    return boot.pm.reconfig(cid or f"anon.{time.time()}", stop, start, uids)
+    reason = checks.text("args.reason", args.get("reason"))
+    return boot.pm.reconfig(cid or f"anon.{time.time()}", stop, start, uids, reason)
 
 
 def cancel_units(boot, cid, args: dict) -> dict:

@@ -104,7 +104,7 @@ class Growth:
         return have + sum(j.nodes for j in self.jobs.values() if j.state in (ASKED, QUEUED))
 
     # -- growing --------------------------------------------------------------------------------
-    def plan(self, parts: list) -> dict[str, str]:
+    def plan(self, parts: list, why: str | None = None) -> dict[str, str]:
         """`parts` (partition manager Parts, waiting, in order) did not fit: one job for the
         nodes they need, each part's `awaits` set to it.  Returns {uid: why} of those that
         cannot wait (beyond max_nodes): the caller ends them FAILED."""
@@ -131,7 +131,7 @@ class Growth:
         if wanted == 0:  # they fit on the nodes of jobs asked for already: wait for the last
             job = [j for j in self.jobs.values() if j.state in (ASKED, QUEUED)][-1]
         else:
-            job = self._ask(wanted, [p.uid for p in fits])
+            job = self._ask(wanted, [p.uid for p in fits], why)
         for part in fits:
             part.awaits = job.name
         return refused
@@ -169,9 +169,10 @@ class Growth:
         start = len(pool.nodes)
         pool.add_nodes([(start + i, f"(fresh {start + i})", None) for i in range(m)])
 
-    def _ask(self, nodes: int, uids: list[str]) -> Job:
+    def _ask(self, nodes: int, uids: list[str], why: str | None) -> Job:
         name = f"job.{len(self.jobs) + 1:04d}"
         reason = f"partition(s) {', '.join(uids)} need {nodes} more node(s)"
+        reason = f"{why}: {reason}" if why else reason
         job = Job(name, nodes, reason)
         self.jobs[name] = job
         hint = self.boot.nodeset.joins.expect(name, nodes)

@@ -312,8 +312,11 @@ class PartitionManager:
                 part.stop_deadline = None
 
     # -- reconfig -----------------------------------------------------------------------------
-    def reconfig(self, cid: str, stop, start: list[dict], uids: list[str] | None = None) -> dict:
-        """Apply one command: stop first, then start.  Returns {stopped, started: [...]}."""
+    def reconfig(
+        self, cid: str, stop, start: list[dict], uids: list[str] | None = None, reason=None
+    ) -> dict:
+        """Apply one command: stop first, then start.  Returns {stopped, started: [...]}.
+        `reason`: why (the stopped partitions' reason, and a job grown for the starts')."""
         if cid in self.replies:
             return self.replies[cid]
         stop_uids = ids.resolve_partitions(
@@ -332,7 +335,8 @@ class PartitionManager:
                 raise ValueError(f"start[{i}]: {exc}") from None
             descs.append(d)
         for uid in stop_uids:
-            self.stop(uid, CANCELED, "stopped by reconfig", hand_back=True)
+            why = f"stopped by reconfig: {reason}" if reason else "stopped by reconfig"
+            self.stop(uid, CANCELED, why, hand_back=True)
         # the stopped partitions' resources are free for the starts, even while their agents
         # drain: a stopped partition's units no longer run anything new
         for uid in stop_uids:
@@ -349,7 +353,7 @@ class PartitionManager:
             if not self.start(part, may_wait=True):
                 wait.append(part)
         if wait:  # one job for what they need, or FAILED beyond max_nodes (growth.py)
-            for uid, why in self.growth.plan(wait).items():
+            for uid, why in self.growth.plan(wait, reason).items():
                 self.end(self.parts[uid], FAILED, why)
         started = [{"uid": p.uid, "state": p.state, "reason": p.reason} for p in new]
         for s in started:

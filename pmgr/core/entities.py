@@ -449,6 +449,9 @@ class Partition(Stateful):
             self._rate = rate if rate > self._rate else (self._rate + rate) / 2
             self._mark = (now, self.ended)
         ahead = int(self._rate * self.WINDOW_AHEAD)
+        if getattr(self.pilot, "adapt", None) is not None:  # an adaptive pilot: units wait at
+            # the client, where a partition it grows for them can take them (pmgr/core/adapt.py)
+            return min(2 * self.cores + ahead, self.WINDOW_MAX)
         return min(4 * self.cores + self.WINDOW_BASE + ahead, self.WINDOW_MAX)
 
     @property

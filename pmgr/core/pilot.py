@@ -25,8 +25,9 @@ from pilot import ids, network
 from pilot import states as S
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.errors import PilotOwned
-from pilot.partition.plan import check_partition
+from pilot.partition.plan import check_partition, most_nodes
 from pilot.pmgr.core import ownership
+from pilot.pmgr.core.adapt import AdaptPolicy
 from pilot.pmgr.core.entities import Partition, Stateful
 from pilot.pmgr.core.pilot_jobs import PilotJobs
 from pilot.pmgr.core.unit_router import UnitRouter
@@ -79,6 +80,11 @@ class Pilot(Stateful):
         self.job = None  # the BatchJob (pmgr/batch/); None for a pilot a new client attached to
         self.job_id = None  # the job's pid or batch id, kept in the store
         self.extra_jobs = PilotJobs(self)  # the jobs it grew by (pmgr/core/pilot_jobs.py)
+        self.adapt = (  # grows and shrinks on its own (pmgr/core/adapt.py)
+            AdaptPolicy(self, description.adapt, most_nodes(description))
+            if description.adapt is not None
+            else None
+        )
         self.control: str | None = None
         self.last_heard = time.monotonic()
         self.born = self.last_heard
@@ -149,6 +155,13 @@ class Pilot(Stateful):
         with self.session.lock:
             return self.extra_jobs.describe()
 
+    @property
+    def adapt_log(self) -> list[dict]:
+        """What its adapt policy decided, oldest first: {ts, action: grow | shrink, nodes,
+        reason} ([] without one)."""
+        with self.session.lock:
+            return list(self.adapt.decisions) if self.adapt is not None else []
+
     def cancel(self, timeout: float | None = 60.0) -> None:
         """End the pilot: running units CANCELED, partitions CANCELED, pilot CANCELED.
 
@@ -160,12 +173,13 @@ class Pilot(Stateful):
         if not self.session.channel.in_thread():
             self.wait(timeout=timeout)
 
-    def reconfig(self, stop=None, start=None) -> list[Partition]:
+    def reconfig(self, stop=None, start=None, reason: str | None = None) -> list[Partition]:
         """Stop partitions (a uid, a list of uids, or ALL), then start new ones, as one command.
 
         Returns the new Partition handles at once; they become ACTIVE (or FAILED, with the
         reason, when they do not fit) on their own.  Queued units of a stopped partition go to
-        another one; its running units end CANCELED.
+        another one; its running units end CANCELED.  A pilot with max_nodes grows by a batch
+        job for new partitions beyond what it has free: they stay PENDING while it is queued.
 
         Args:
             stop (str | list[str] | None): the partitions to stop: a uid, a list of uids, or
@@ -173,6 +187,8 @@ class Pilot(Stateful):
             start (ComputePartitionDescription | str | list | None): the partitions to start:
                 descriptions, or sizes as `ComputePartitionDescription` takes them (`"50%"`,
                 `rp.FILL`); None starts none.
+            reason (str | None): why, in words: the stopped partitions' reason ("stopped by
+                reconfig: REASON") and that of a job the pilot grows by (`jobs`).
 
         Returns:
             list[Partition]: the handles of the partitions started, in the order given.
@@ -212,6 +228,7 @@ class Pilot(Stateful):
                         "stop": stop_uids,
                         "start": [d.to_stored() for d in descs],
                         "uids": [p.uid for p in new],
+                        "reason": reason,
                     },
                 }
             )
@@ -469,6 +486,8 @@ class Pilot(Stateful):
         if self.final or self.released:
             return
         self.extra_jobs.tick()
+        if self.adapt is not None:
+            self.adapt.tick(time.monotonic())
         code = self.job.poll() if self.job is not None else None  # None: recovered, not ours
         now = time.monotonic()
         if code is not None:
@@ -595,6 +614,7 @@ class Pilot(Stateful):
             "job": self.job.pid if self.job is not None else self.job_id,
             "control": self.control,
             "jobs": self.extra_jobs.describe()[1:],
+            "adapt": self.adapt.decisions[-100:] if self.adapt is not None else [],
         }
 
     # RADICAL-Pilot's files between the client and the pilot sandbox (pmgr/core/pilot_transfers.py)

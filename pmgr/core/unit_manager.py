@@ -380,6 +380,10 @@ class UnitManager:
         """Whether this manager's unit `uid` is in a final state."""
         return self._events.has_ended(uid)
 
+    def waiting(self) -> int:
+        """How many units wait at the client for room in a partition."""
+        return len(self._book.pending)
+
     def on_unit_moves(self, groups: list) -> list[str]:
         """A batch of unit moves; the uids final here now (pmgr/core/unit_events.py)."""
         return self._events.on_unit_moves(groups)

@@ -50,3 +50,5 @@ class UnitRouter(Protocol):
 
     # whether this manager's unit `uid` is final here (its outcome is on its way to the store)
     def has_ended(self, uid: str) -> bool: ...
+
+    def waiting(self) -> int: ...  # units waiting at the client for room (pmgr/core/adapt.py)

@@ -233,7 +233,11 @@ def find_reconfigs(pilots: list[Entity], parts: list[Entity], gap: float = RECON
         mine = [p for p in parts if p.pilot == pilot.uid]
         initial = _initial(pilot, mine)
         changes = [(p.first(NEW), "start", p.uid) for p in mine if p.uid not in initial]
-        changes += [(p.ended, "stop", p.uid) for p in mine if p.reason == STOPPED_BY_RECONFIG]
+        changes += [
+            (p.ended, "stop", p.uid)
+            for p in mine
+            if (p.reason or "").startswith(STOPPED_BY_RECONFIG)
+        ]
         clusters: list[list] = []
         for change in sorted(c for c in changes if c[0] is not None):
             if clusters and change[0] - clusters[-1][-1][0] <= gap:
@@ -244,7 +248,7 @@ def find_reconfigs(pilots: list[Entity], parts: list[Entity], gap: float = RECON
         others = [  # ended otherwise (partition.cancel()), but not as the pilot ended
             p
             for p in mine
-            if p.reason != STOPPED_BY_RECONFIG
+            if not (p.reason or "").startswith(STOPPED_BY_RECONFIG)
             and p.state in (CANCELED, DONE)
             and p.ended is not None
             and p.ended < teardown

@@ -237,7 +237,7 @@ def describe_events(rows: list[dict], pilot: str, parts: dict, n_initial: int) -
                 if not index.isdigit() or int(index) < n_initial:
                     continue
                 text = f"reconfig: started {uid}" + _size(parts.get(uid))
-            elif state == S.CANCELED and reason == STOPPED_BY_RECONFIG:
+            elif state == S.CANCELED and (reason or "").startswith(STOPPED_BY_RECONFIG):
                 text = f"reconfig: stopped {uid}"
             else:
                 text = f"{uid} {state}" + (f": {reason}" if reason else "")
