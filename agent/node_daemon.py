@@ -334,7 +334,7 @@ class NodeDaemon:
         return None
 
     def halt(self) -> int:
-        killed = self.ranks.kill_all()
+        killed = self.ranks.kill_all(f"killed: node {self.name}'s daemon halted ({self.halting})")
         for pid in self.agents:  # normally gone already: the bootstrap stops agents first
             processes.signal_process(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5.0

@@ -40,13 +40,17 @@ log = logging.getLogger("node")
 class Rank:
     """One rank's process: whose it is, its pipes, how much of its output was forwarded."""
 
-    __slots__ = ("agent", "uid", "rank", "pid", "pipes", "sent", "truncated", "write_failed")
+    __slots__ = (
+        *("agent", "uid", "rank", "pid", "pipes", "sent", "truncated", "write_failed"),
+        "killed_why",
+    )
 
     def __init__(self, agent: bytes, uid: str, rank: int, pid: int, pipes: list[int]) -> None:
         self.agent, self.uid, self.rank, self.pid, self.pipes = agent, uid, rank, pid, pipes
         self.sent = {"stdout": 0, "stderr": 0}
         self.truncated = False
         self.write_failed = False
+        self.killed_why: str | None = None  # killed by this daemon: why (its exit's error)
 
 
 class NodeRanks:
@@ -171,7 +175,7 @@ class NodeRanks:
             if fd in self.pipes:
                 self.read_pipe(fd, final=True)
         self._close_files(r.uid)
-        self._event(r.agent, "exit", [r.uid, r.rank, code, None])
+        self._event(r.agent, "exit", [r.uid, r.rank, code, r.killed_why])
         return True
 
     def kill(self, uids: Iterable[str], sig: int) -> None:
@@ -193,10 +197,11 @@ class NodeRanks:
                 agent.decode(),
             )
 
-    def kill_all(self) -> int:
-        """SIGKILL every rank (the daemon halts); how many there were."""
+    def kill_all(self, why: str | None = None) -> int:
+        """SIGKILL every rank (the daemon halts: `why`, each one's error); how many there were."""
         killed = len(self.running)
         for r in list(self.running.values()):
+            r.killed_why = why
             processes.signal_group(r.pid, signal.SIGKILL)
         return killed
 

@@ -116,10 +116,12 @@ class Growth:
             need = self._fewest(probe, part.desc)
             room = self.max_nodes - self.held() - wanted
             if need is None or need > room:
-                more = "more than the resource can give" if need is None else f"{need} more"
+                more = (
+                    "more nodes than the resource has" if need is None else f"{need} more node(s)"
+                )
                 refused[part.uid] = (
                     f"does not fit the free resources, and growing the pilot for it needs "
-                    f"{more} node(s): max_nodes={self.max_nodes} leaves room for {room}"
+                    f"{more}: max_nodes={self.max_nodes} leaves room for {room}"
                 )
                 continue
             self._add_fresh(probe, need)
@@ -153,7 +155,7 @@ class Growth:
 
     def _fewest(self, probe: Pool, desc) -> int | None:
         """The fewest fresh nodes on which `desc` fits beside what `probe` holds."""
-        limit = max(self.max_nodes - self.held(), 0)
+        limit = max(self.boot.rcfg.nodes, self.max_nodes)  # (beyond room: to say what it needs)
         for m in range(0, limit + 1):
             trial = copy.deepcopy(probe)
             self._add_fresh(trial, m)

@@ -286,7 +286,7 @@ class Pilot(Stateful):
     def kill_job(self) -> None:
         if self.job is not None and self.job.poll() is None:
             self.job.kill()
-        self.extra_jobs.end_all()
+        self.extra_jobs.end_all(wait=10.0)
 
     def runtime_left(self) -> float:
         """Seconds of its runtime left (at least a minute: a job needs some)."""

@@ -91,13 +91,23 @@ class PilotJobs:
             log.error("%s: %s: %s", self.pilot.uid, name, why)
             self._say(name, "ended", why)
 
-    def end_all(self) -> None:
-        """The pilot ended: every job of it still queued or running is ended."""
+    def end_all(self, wait: float = 0.0) -> None:
+        """The pilot ended: every job of it still queued or running is ended; `wait` > 0 (the
+        session closes): here, waiting up to that many seconds in all for them to end."""
+        deadline = time.monotonic() + wait
         for name in list(self.handles):
             self.reported.add(name)
             if self.info[name].get("state") in LIVE:
                 self.info[name]["state"] = "released"
-            self._end(name)
+            if wait <= 0:
+                self._end(name)
+                continue
+            handle = self.handles[name]
+            if handle.poll() is None:
+                handle.cancel()
+                if handle.wait(max(0.1, deadline - time.monotonic())) is None:
+                    log.warning("%s: %s (batch job %s) did not end", self.pilot.uid, name,
+                                handle.pid)  # fmt: skip
 
     # -- the rest -------------------------------------------------------------------------------
     def describe(self) -> list[dict]:
