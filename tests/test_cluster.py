@@ -194,6 +194,36 @@ def test_runtime_expiry_ends_the_pilot_on_its_nodes(cluster):
     assert no_processes_left(r["session"]) == []
 
 
+def test_a_pilot_grows_by_a_second_job_on_other_hosts_and_gives_it_back(cluster):
+    r = client(cluster, "grow", cluster["resource"], timeout=400)
+    assert r["first"] == ["ACTIVE", None], r
+    code, said, err = r["cli"]
+    assert code == 0, err
+    assert json.loads(said)["reconfig"]["started"][0]["state"] == "PENDING", said
+    uid, state, reason, nodes = r["new"]
+    assert state == "ACTIVE", reason
+    first_host = {h for _, h, _ in r["units"][4:]}
+    grown_hosts = {h for _, h, _ in r["units"][:4]}
+    assert {s for s, _, _ in r["units"]} == {"DONE"}, r["units"]
+    assert len(first_host) == 1 and len(grown_hosts) == 2 and not first_host & grown_hosts
+    assert grown_hosts == {f"host={n}" for n in nodes}
+    first_job, grown = r["jobs"][0], r["jobs"][1]
+    assert grown["state"] == "joined" and grown["id"] != first_job["id"] == str(r["job"])
+    assert sorted(grown["names"]) == sorted(nodes)
+    assert r["released"]["state"] == "released", r["released"]
+    assert job_gone(cluster, grown["id"]), "the second SLURM job outlived its release"
+    big_state, big_reason = r["big"]
+    assert big_state == "FAILED" and "batch submission failed" in big_reason, big_reason
+    assert r["after"][:2] == ["ACTIVE", "ACTIVE"], r["after"]
+    assert r["more"][0][0] == "DONE"
+    assert r["cancel"][0] == "CANCELED"
+    assert job_gone(cluster, str(r["job"]))
+    for j in r["jobs_after"][1:]:
+        if j.get("id"):
+            assert job_gone(cluster, j["id"]), j
+    assert no_processes_left(r["session"]) == []
+
+
 def test_a_new_client_takes_over_and_another_user_gets_nowhere(cluster, tmp_path):
     first = subprocess.Popen(
         in_login(

@@ -16,6 +16,7 @@ import pytest
 
 import pilot as rp
 from pilot import processes
+from pilot.pmgr.observe import timeline
 from tests.conftest import ROOT, local_pilot
 from tests.faults import check_exactly_once, truth_unit
 
@@ -84,6 +85,15 @@ def test_a_reconfig_beyond_the_free_nodes_grows_the_pilot_and_gives_the_job_back
     assert where(units) == {"node2", "node3"}
     free = pilot.free
     assert free["nodes"] == 0, free
+    # `pilot top` shows the job and why it was asked for
+    env = dict(os.environ, PYTHONPATH=ROOT, COLUMNS="200")
+    top = subprocess.run(
+        [sys.executable, "-m", "pilot", "top", f"{session.uid}/{pilot.uid}", "--once"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert top.returncode == 0, top.stderr
+    assert "grown by: job.0001 joined (2 node(s): node2, node3)" in top.stdout, top.stdout
+    assert f"grow: job.0001 of 2 node(s): more room: partition(s) {new.uid}" in top.stdout
     # shrink: stopping every partition on the job's nodes ends the job, the pilot goes on
     pilot.reconfig(stop=new.uid)
     assert new.wait(rp.FINAL, timeout=30) == rp.CANCELED
@@ -202,6 +212,13 @@ def test_an_adaptive_pilot_grows_under_load_and_gives_idle_nodes_back(session):
     assert stopped.wait(rp.FINAL, timeout=10) == rp.CANCELED
     assert stopped.reason.startswith("stopped by reconfig: adapt: shrink by 3 node(s)")
     assert pilot.partitions[0].state == rp.ACTIVE
+    pilot.cancel(timeout=30)  # the pilot's record keeps its jobs and decisions: the plot's marks
+    session.writer.flush(timeout=30)
+    [drawn] = timeline.load(session.store, session.uid).pilots
+    marks = [label for _, label in drawn.job_marks()]
+    assert marks == ["grow job.0001 +3 node(s)", "released job.0001"], marks
+    doc = session.store.get("pilots", pilot.uid)
+    assert [d["action"] for d in doc["adapt"]] == ["grow", "shrink"]
 
 
 FIRST_CLIENT = r"""

@@ -8,10 +8,12 @@ the session started.  The format follows FILE's extension: .png, .svg or .pdf.
                the left axis, ended ones (final states, which only grow) dashed on the right
 
 Each reconfig is a dotted vertical line through all panels, labelled on the top one with the
-partitions it stopped (-) and started (+).  Everything is drawn from the aggregated Step series
-of series.py, a few artists per partition and state, so 100,000 units cost no more artists
-than ten; a series with more than MAX_STEPS changes (more than the pixels can show) is drawn
-as the time-weighted mean of each of BINS bins, and the axis says so.  matplotlib is imported
+partitions it stopped (-) and started (+); each batch job a pilot grew by (max_nodes, adapt)
+a dash-dotted one where it was asked for and one where it was given back or ended.
+Everything is drawn from the aggregated Step series of series.py, a few artists per partition
+and state, so 100,000 units cost no more artists than ten; a series with more than MAX_STEPS
+changes (more than the pixels can show) is drawn as the time-weighted mean of each of BINS
+bins, and the axis says so.  matplotlib is imported
 here only, on the Agg canvas (no display needed).
 
 A session of more than EXACT_UNITS units is not loaded: bins.py gives the time-weighted mean
@@ -94,10 +96,14 @@ def figure(tl, binned=None):
     if with_gpus:
         _stacked(axes[1], busy, 1, cap_gpus, tl.gpus, "GPUs", colors, end, mean)
     _states(axes[-1], binned.states if binned else series.unit_states(tl), end, mean)
+    marks = [m for p in tl.pilots for m in p.job_marks()]
     for ax in axes:
         for r in tl.reconfigs:
             ax.axvline(tl.rel(r.ts), color="black", linestyle=":", linewidth=1.2)
+        for ts, _ in marks:
+            ax.axvline(tl.rel(ts), color="tab:purple", linestyle="-.", linewidth=1.0)
     _reconfig_labels(axes[0], tl)
+    _labels(axes[0], tl, marks, 0.55)
     axes[-1].set_xlabel("seconds since the session started")
     axes[-1].set_xlim(0, max(end, 1e-3))
     n_units = max(tl.units_total, len(tl.units))
@@ -114,6 +120,7 @@ def figure(tl, binned=None):
         "units": n_units,
         "partitions": len(tl.partitions),
         "reconfigs": len(tl.reconfigs),
+        "jobs": len(marks),
         "peak_cores": {uid: cores.peak for uid, (cores, _) in busy.items()},
     }
 
@@ -217,10 +224,14 @@ def _states(ax, counts: dict, end: float, mean: str | None = None) -> None:
 
 def _reconfig_labels(ax, tl) -> None:
     short = len(tl.pilots) <= 1
-    for r in tl.reconfigs:
+    _labels(ax, tl, [(r.ts, r.label(short)) for r in tl.reconfigs], 1.0)
+
+
+def _labels(ax, tl, marks: list, y: float) -> None:
+    for ts, label in marks:
         ax.annotate(
-            r.label(short),
-            xy=(tl.rel(r.ts), 1.0),
+            label,
+            xy=(tl.rel(ts), y),
             xycoords=("data", "axes fraction"),
             xytext=(3, -4),
             textcoords="offset points",

@@ -4,7 +4,8 @@
     load(store, session, max_units=None) -> Timeline
         start, end      epoch seconds: the session's creation (or its first state change, if
                         earlier) and its last state change; `rel(ts)` is seconds after start
-        pilots          [Entity]: uid, history [(state, ts)], reason, cores, gpus (its size)
+        pilots          [Entity]: uid, history [(state, ts)], reason, cores, gpus (its size),
+                        jobs (those it grew by: job_marks() for the plot)
         partitions      [Entity]: the same, with `pilot`; cores/gpus are what it was given
         units           [UnitRow]: uid, pilot, partition, node, slots, state, reason,
                         exit_code, history, cores/gpus (what it holds while it runs)
@@ -59,6 +60,17 @@ class Entity:
     gpus: float = 0
     pilot: str | None = None  # partitions: the pilot they are part of
     description: dict = field(default_factory=dict)
+    jobs: list[dict] = field(default_factory=list)  # pilots: the jobs it grew by (growth.py)
+
+    def job_marks(self) -> list[tuple[float, str]]:
+        """(ts, label) of each job it grew by: asked for, and given back or ended."""
+        out = []
+        for j in self.jobs:
+            if isinstance(j.get("asked"), (int, float)):
+                out.append((j["asked"], f"grow {j.get('job')} +{j.get('nodes')} node(s)"))
+            if isinstance(j.get("ended"), (int, float)):
+                out.append((j["ended"], f"{j.get('state')} {j.get('job')}"))
+        return out
 
     def first(self, state: str) -> float | None:
         return next((ts for s, ts in self.history if s == state), None)
@@ -205,6 +217,7 @@ def _entity(doc: dict, hist: dict, size: dict) -> Entity:
         gpus=size.get("gpus") or 0,
         pilot=doc.get("pilot"),
         description=doc.get("description") or {},
+        jobs=[j for j in doc.get("jobs") or [] if isinstance(j, dict)],
     )
 
 

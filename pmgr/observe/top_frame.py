@@ -78,6 +78,15 @@ def _header(snap: Snapshot, now: float) -> Text:
             left = snap.runtime - ran
             head.append(_clock(left), style="bold red" if left < 60 else "bold")
     head.append(f"   session {snap.session}")
+    grown = [j for j in snap.jobs if j.get("state") in ("asked", "queued", "joined")]
+    if grown:
+        said = [
+            f"{j['job']} {j['state']} ({j.get('nodes')} node(s)"
+            + (f": {', '.join(j['names'])}" if j.get("names") else "")
+            + ")"
+            for j in grown
+        ]
+        head.append(f"\ngrown by: {'; '.join(said)}")
     if snap.others:
         head.append(f"\nalso running in this session: {', '.join(snap.others)}")
     if not snap.live and not snap.ended:

@@ -67,6 +67,7 @@ class Snapshot:
     lost: bool = False  # its bootstrap is gone, and the store was not told how it ended
     note: str = ""  # why it did not
     others: list[str] = field(default_factory=list)
+    jobs: list[dict] = field(default_factory=list)  # its batch jobs (partition/growth.py)
 
     @property
     def ended(self) -> bool:
@@ -145,6 +146,9 @@ class Source:
         ]
         totals, unrouted = _unit_totals(counts, parts)
         n_initial = len((doc.get("description") or {}).get("parts") or ())
+        jobs = (listing or {}).get("jobs") or doc.get("jobs") or []
+        events = describe_events(self.reader.events(t.session), t.pilot, stored, n_initial)
+        events = sorted(events + job_events(jobs), key=lambda e: e[0])
         return Snapshot(
             session=t.session,
             pilot=t.pilot,
@@ -158,11 +162,12 @@ class Source:
             parts=rows,
             unrouted=unrouted,
             totals=totals,
-            events=describe_events(self.reader.events(t.session), t.pilot, stored, n_initial),
+            events=events,
             live=listing is not None,
             lost=lost,
             note=note,
             others=t.others,
+            jobs=jobs,
         )
 
 
@@ -238,7 +243,8 @@ def describe_events(rows: list[dict], pilot: str, parts: dict, n_initial: int) -
                     continue
                 text = f"reconfig: started {uid}" + _size(parts.get(uid))
             elif state == S.CANCELED and (reason or "").startswith(STOPPED_BY_RECONFIG):
-                text = f"reconfig: stopped {uid}"
+                why = (reason or "")[len(STOPPED_BY_RECONFIG) :].lstrip(": ")
+                text = f"reconfig: stopped {uid}" + (f" ({why})" if why else "")
             else:
                 text = f"{uid} {state}" + (f": {reason}" if reason else "")
         else:
@@ -247,6 +253,26 @@ def describe_events(rows: list[dict], pilot: str, parts: dict, n_initial: int) -
             where = f" in {r['partition']}" if r.get("partition") else ""
             text = f"{uid} FAILED{where}" + (f": {reason}" if reason else "")
         out.append((r["ts"], text, STYLE.get(state, "")))
+    return out
+
+
+def job_events(jobs: list[dict]) -> list[tuple]:
+    """(ts, text, style) of each job the pilot grew by: asked for, joined, ended, with the
+    reasons (partition/growth.py; an adapt policy's grow says why in the job's reason, its
+    shrink in the stopped partition's)."""
+    out = []
+    for j in jobs:
+        name, when = j.get("job"), j.get("asked")
+        if not isinstance(name, str) or not isinstance(when, (int, float)):
+            continue
+        out.append((when, f"grow: {name} of {j.get('nodes')} node(s): {j.get('reason')}", "cyan"))
+        if isinstance(j.get("joined"), (int, float)):
+            out.append((j["joined"], f"grow: {name} joined: {', '.join(j.get('names') or [])}",
+                        "green"))  # fmt: skip
+        if isinstance(j.get("ended"), (int, float)):
+            state = j.get("state")
+            out.append((j["ended"], f"{state}: {name}: {j.get('why_ended')}",
+                        "yellow" if state in ("ended", "failed") else "dim"))  # fmt: skip
     return out
 
 

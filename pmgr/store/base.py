@@ -61,6 +61,8 @@ FIELDS = {
         "control",
         "description",
         "size",
+        "jobs",  # the batch jobs it grew by (pmgr/core/pilot_jobs.py)
+        "adapt",  # its adapt policy's decisions (pmgr/core/adapt.py)
     ),
     "partitions": ("uid", "session", "pilot", "state", "reason", "description", "resources"),
     "units": (
@@ -80,7 +82,9 @@ FIELDS = {
         "times",
     ),
 }
-STRUCTURED = frozenset(("description", "size", "resources", "slots", "node", "kept", "times"))
+STRUCTURED = frozenset(
+    ("description", "size", "resources", "slots", "node", "kept", "times", "jobs", "adapt")
+)
 KEPT = frozenset(("description",))  # fields a later upsert without them does not clear
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
 _UNIT_INDEX = {f: i for i, f in enumerate(FIELDS["units"])}

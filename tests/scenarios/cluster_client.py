@@ -5,12 +5,16 @@ the SLURM that `PILOT_SLURM_NETNS=1 tests/slurm.sh up` starts, its pilot job on 
     python -m tests.scenarios.cluster_client start RESOURCE.yaml  (prints, waits to be killed)
     python -m tests.scenarios.cluster_client attach SESSION_UID
     python -m tests.scenarios.cluster_client expire RESOURCE.yaml
+    python -m tests.scenarios.cluster_client grow RESOURCE.yaml
 
 run     a two-partition pilot over two compute nodes: units print their host, output comes back
         here, `pilot partitions` (the CLI) answers, a reconfig, a cancel
 start   a pilot with slow units; prints what it started and waits, to be SIGKILLed by the test
 attach  a new client process takes the session over: its units end, more run, a cancel
 expire  a pilot whose runtime (6 s) runs out while a two-node unit runs
+grow    a one-node pilot (max_nodes=3) grows by a second SLURM job of two nodes, asked for from
+        a shell (`pilot reconfig PILOT --start nodes=2`); units run on its hosts; stopping the
+        partition gives the job back; a grow SLURM refuses fails only its partition
 Each prints one JSON line last.
 """
 
@@ -161,6 +165,59 @@ def expire(session, resource: str) -> dict:
     }
 
 
+def grow(session, resource: str) -> dict:
+    pilot = rp.PilotManager(session).submit_pilots(
+        rp.ComputePilotDescription(
+            resource=resource, nodes=1, max_nodes=4, runtime=4,
+            parts=[rp.ComputePartitionDescription(nodes=1)],
+        )
+    )  # fmt: skip
+    if pilot.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED], timeout=90) != rp.ACTIVE:
+        raise SystemExit(f"pilot {pilot.state}: {pilot.reason}")
+    first = pilot.partitions[0]
+    first.wait([rp.ACTIVE, rp.FAILED], timeout=30)
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    out: dict = {"first": [first.state, first.reason], "job": pilot.job.pid}
+    t0 = time.monotonic()
+    cli = subprocess.run(
+        [sys.executable, "-m", "pilot", "reconfig", pilot.uid, "--start", "nodes=2", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    out["cli"] = [cli.returncode, cli.stdout[-2000:], cli.stderr[-2000:]]
+    deadline = time.monotonic() + 30
+    while len(pilot.partitions) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    new = pilot.partitions[-1]
+    new.wait([rp.ACTIVE, rp.FAILED], timeout=90)
+    out["grow_s"] = round(time.monotonic() - t0, 2)
+    out["new"] = [new.uid, new.state, new.reason, [n["name"] for n in (new.resources or {})
+                                                    .get("nodes", [])]]  # fmt: skip
+    units = umgr.submit_units([host_unit(new.uid) for _ in range(4)])
+    units += umgr.submit_units([host_unit(first.uid) for _ in range(2)])
+    umgr.wait_units([u.uid for u in units], timeout=60)
+    out["units"] = hosts(units)
+    out["jobs"] = pilot.jobs
+    pilot.reconfig(stop=new.uid)
+    new.wait(rp.FINAL, timeout=30)
+    deadline = time.monotonic() + 30
+    while pilot.jobs[1].get("state") != "released" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out["released"] = pilot.jobs[1]
+    # three more nodes: the cluster has three in all, one of them the pilot's: SLURM refuses
+    (big,) = pilot.reconfig(start=rp.ComputePartitionDescription(nodes=3))
+    big.wait(rp.FINAL, timeout=90)
+    out["big"] = [big.state, big.reason]
+    out["after"] = [pilot.state, first.state, [j.get("state") for j in pilot.jobs]]
+    more = umgr.submit_units(host_unit(first.uid))
+    more.wait(timeout=30)
+    out["more"] = hosts([more])
+    pilot.cancel(timeout=60)
+    out["cancel"] = [pilot.state, pilot.reason]
+    out["jobs_after"] = pilot.jobs
+    return out
+
+
 def attach(session, _: str | None = None) -> dict:
     (pilot,) = rp.PilotManager(session).get_pilots()
     out: dict = {
@@ -186,7 +243,7 @@ def main() -> int:
     else:
         session = rp.Session()
     try:
-        scenarios = {"run": run, "start": start, "attach": attach, "expire": expire}
+        scenarios = {"run": run, "start": start, "attach": attach, "expire": expire, "grow": grow}
         result = scenarios[scenario](session, arg)
         result["session"] = session.uid
         print(json.dumps(result), flush=True)

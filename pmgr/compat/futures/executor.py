@@ -35,6 +35,7 @@ from concurrent import futures
 
 from pilot import remote_call
 from pilot import states as S
+from pilot.adapt_policy import Adapt
 from pilot.descriptions import (
     ComputePartitionDescription,
     ComputePilotDescription,
@@ -108,6 +109,27 @@ def _at_exit() -> None:
 threading._register_atexit(_at_exit)  # noqa: SLF001 (before atexit's: as concurrent.futures does)
 
 
+def _adaptive(max_nodes, description, pilot, partition):
+    """The pilot description with an adapt policy up to `max_nodes` (Executor(max_nodes=))."""
+    if max_nodes is None:
+        return description
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+        raise ValueError(f"Executor: max_nodes={max_nodes!r} must be an int >= 1 or None")
+    if description is None or pilot is not None:
+        raise ValueError(
+            "Executor: max_nodes= grows the pilot it submits: give pilot_description= (on a "
+            "resource with node daemons), not pilot="
+        )
+    if partition is not None:
+        raise ValueError(
+            "Executor: max_nodes= and partition= given: calls held to one partition cannot "
+            "use the nodes the pilot grows by"
+        )
+    if not isinstance(description, ComputePilotDescription):
+        return description  # (_find_pilot says what is wrong with it)
+    return description.with_fields(max_nodes=max_nodes, adapt=description.adapt or Adapt())
+
+
 def _result_or_cancel(fut, end: float | None):
     try:
         return fut.result(None if end is None else end - time.monotonic())
@@ -152,9 +174,14 @@ class Executor(Feeding, futures.Executor):
             PILOT_SANDBOX/<partition>.functions).
         bundle (bool): short calls may share a unit (pmgr/compat/futures/executor_feed.py);
             False: a unit per call.
+        max_nodes (int | None): grow the pilot made from `pilot_description` by batch jobs
+            while calls wait, up to this many nodes, and give idle nodes back (its `adapt`
+            policy, rp.Adapt, default settings unless the description has one): needs a
+            `pilot_description` on a resource with node daemons, and no `partition`.
 
     Raises:
-        ValueError: `max_workers` with `pilot` or `pilot_description`, or not above 0; both
+        ValueError: `max_nodes` without `pilot_description`, or with `pilot` or `partition`;
+            `max_workers` with `pilot` or `pilot_description`, or not above 0; both
             `pilot` and `pilot_description`; a pilot of another session; a partition uid no
             pilot has; a `pilot_description` or `partition` of the wrong type; `cores` or
             `gpus` a unit cannot have.
@@ -174,8 +201,10 @@ class Executor(Feeding, futures.Executor):
         reruns: int = RERUNS,
         cwd: str | None = None,
         bundle: bool = True,
+        max_nodes: int | None = None,
     ) -> None:
         # (the arguments: the class docstring)
+        pilot_description = _adaptive(max_nodes, pilot_description, pilot, partition)
         if max_workers is not None:
             if pilot is not None or pilot_description is not None:
                 raise ValueError(
