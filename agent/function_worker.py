@@ -79,7 +79,7 @@ class _Capture(io.TextIOBase):
         return head + ("\n[...]\n" + self.tail if self.tail else "")
 
 
-def _call(msg: dict, state: dict) -> dict:
+def run_call(msg: dict, state: dict) -> dict:
     from pilot.functions import VALUE_MAX, dumps, resolve, unpack_call, wrap
 
     uid = msg.get("uid")
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
             msg = pickle.loads(body)
             if not isinstance(msg, dict):
                 raise TypeError(f"a {type(msg).__name__}, not a dict")
-            reply = _call(msg, state)
+            reply = run_call(msg, state)
         except Exception as exc:  # a message that is not a call: say so, go on
             reply = {"uid": None, "ok": False, "exception": f"bad call message: {exc!r}"[:4096]}
         if os.getpid() != state["pid"]:

@@ -8,6 +8,7 @@ Every process the system starts with `python -m` is named here (the folders are 
     NODE_DAEMON      pilot.agent.node_daemon     one per node of a multi-node pilot
     NODE_ZYGOTE      pilot.agent.node_zygote     forks node daemons (launch method fork)
     FUNCTION_WORKER  pilot.agent.function_worker a partition's Python worker for function units
+    FUNCTION_ONCE    pilot.agent.function_once   one function unit's call on a node daemon's node
     CLI              pilot                       the `pilot` command line
 
 `signal_group` / `signal_process` send a signal to a process group / process that may have
@@ -35,6 +36,7 @@ NODE_DAEMON = "pilot.agent.node_daemon"
 JOIN = "pilot.partition.join"  # what a job that grows a pilot runs
 NODE_ZYGOTE = "pilot.agent.node_zygote"
 FUNCTION_WORKER = "pilot.agent.function_worker"
+FUNCTION_ONCE = "pilot.agent.function_once"  # one call, on a node daemon's node
 CLI = "pilot"
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")  # $NAME or ${NAME}: what a path may name
 

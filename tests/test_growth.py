@@ -260,3 +260,67 @@ def test_a_client_that_attaches_sees_the_pilot_with_all_its_jobs(make_session, t
     pilot.reconfig(stop=new.uid)  # the new client gives the job back: it ends on its own
     assert wait_for(lambda: job(pilot).get("state") == "released")
     assert wait_for(lambda: gone(int(grown["id"])), timeout=30), "the job still runs"
+
+
+def test_an_entk_stage_asking_for_more_nodes_than_the_pilot_has_grows_it(sessions_dir):
+    import pilot.entk as re
+
+    def task(i: int) -> re.Task:
+        t = re.Task()
+        t.name = f"t{i}"
+        t.executable = "/bin/sh"
+        t.arguments = ["-c", "echo $PILOT_NODE_NAME"]
+        t.stdout = "out.txt"
+        return t
+
+    small, wide = re.Stage(), re.Stage()
+    small.name, wide.name = "small", "wide"
+    small.add_tasks([task(i) for i in range(2)])
+    wide.add_tasks([task(i) for i in range(6)])
+    small.partition = "small"
+    wide.partition = "wide"
+    wide.reconfig = {"start": [{"name": "wide", "nodes": 3}]}  # three nodes: the pilot has one
+    p = re.Pipeline()
+    p.add_stages([small, wide])
+    amgr = re.AppManager()
+    amgr.resource_desc = {
+        "resource": "local.nodes4", "walltime": 5, "cpus": 2, "max_nodes": 4,
+        "partitions": [{"name": "small", "nodes": 1}],
+    }  # fmt: skip
+    amgr.workflow = [p]
+    amgr.run()
+    jobs = amgr.pilot.jobs
+    amgr.terminate()
+    assert p.state == re.states.DONE
+    ran = [open(os.path.join(t.path, "out.txt")).read().strip() for t in wide.tasks]
+    assert set(ran) == {"node1", "node2", "node3"}, ran
+    assert {open(os.path.join(t.path, "out.txt")).read().strip() for t in small.tasks} == {"node0"}
+    assert jobs[1]["nodes"] == 3 and jobs[1]["names"] == ["node1", "node2", "node3"]
+
+
+def node_after(seconds: float) -> str:
+    time.sleep(seconds)
+    return os.environ["PILOT_NODE_NAME"]
+
+
+def refuse(x):
+    raise KeyError(x)
+
+
+def test_an_executor_with_max_nodes_grows_under_load(session):
+    pd = rp.ComputePilotDescription(
+        resource="local.nodes4", nodes=1, runtime=5, parts=[CPD(nodes=1)],
+        adapt=rp.Adapt(grow_after=0.5, idle_after=1),
+    )  # fmt: skip
+    with rp.Executor(session=session, pilot_description=pd, max_nodes=3) as ex:
+        calls = [ex.submit(node_after, 1.0) for _ in range(16)]
+        ran = [f.result(timeout=120) for f in calls]
+        with pytest.raises(KeyError, match="no such"):  # the call's own exception, on a node
+            ex.submit(refuse, "no such").result(timeout=60)
+        grown = ex.pilot.adapt_log
+    assert len(set(ran)) > 1 and set(ran) <= {"node0", "node1", "node2"}, ran
+    assert grown[0]["action"] == "grow" and grown[0]["nodes"] == 2, grown
+    with pytest.raises(ValueError, match="max_nodes= grows the pilot it submits"):
+        rp.Executor(session=session, max_nodes=2)
+    with pytest.raises(ValueError, match="max_nodes= and partition= given"):
+        rp.Executor(session=session, pilot_description=pd, max_nodes=2, partition="x")

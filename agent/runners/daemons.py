@@ -5,6 +5,11 @@ the daemon of that rank's node (agent/node_daemon.py has the messages) and retur
 Exits and forwarded output come back as `events`; `reap()` yields units whose ranks have all
 ended, like the local runner.  A rank that could not start, or whose node was lost
 (`node_lost`), ends its unit FAILED with that reason; the unit's other ranks are killed.
+A function unit (one rank) runs as a process of its own on its node (agent/function_once.py),
+in the partition's functions directory (as its workers would: pilot/sandbox.py), its call
+written there to <uid>.call and its reply read from <uid>.call.reply when it ends (the value,
+or the exception: the unit FAILED with it, as from a function worker); what the process writes
+outside the call goes to <uid>.out and <uid>.err there.
 
 Interfaces: UnitRunner and Stager (agent/runners/base.py); NoStager is this runner's stager.
 """
@@ -12,17 +17,22 @@ Interfaces: UnitRunner and Stager (agent/runners/base.py); NoStager is this runn
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+import sys
 
 import zmq
 
-from pilot import security, wire
+from pilot import processes, security, wire
 from pilot.agent import unit_command
+from pilot.agent.function_worker import PATH_VAR
 from pilot.agent.rank_env import rp_pilot_vars
 from pilot.agent.runners.base import QuietStager, Run, RunnerBase
 from pilot.agent.spawn import grant_ids, rank_env
 from pilot.protocol import ProtocolError, drain, pack, unpack
-from pilot.sandbox import output_names, sandbox_of
+from pilot.sandbox import functions_dir, output_names, sandbox_of
+
+CALL, REPLY = ".call", ".reply"  # a function unit's call and reply (agent/function_once.py)
 
 
 class NoStager(QuietStager):
@@ -40,7 +50,7 @@ class NoStager(QuietStager):
 
 
 class DaemonRunner(RunnerBase):
-    runs_functions = False  # (function workers are the local runner's)
+    runs_functions = True  # (one process per call: agent/function_once.py)
 
     @classmethod
     def for_partition(cls, cfg: dict, ctx, journal: int):
@@ -52,6 +62,9 @@ class DaemonRunner(RunnerBase):
         self.rp_env = rp_pilot_vars(cfg)  # RADICAL-Pilot's names, as units see them
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.mpi_command = cfg.get("mpi_command")
+        self.python = sys.executable  # function units' (the agent's: the pilot's python)
+        self.functions = functions_dir(cfg["pilot_sandbox"], cfg["uid"])
+        self.function_path = os.pathsep.join(cfg.get("python_path") or ())
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
         keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
@@ -82,7 +95,13 @@ class DaemonRunner(RunnerBase):
 
     def spawn(self, unit: dict, sandbox: str, alloc) -> Run:
         run = Run(unit, alloc)
-        argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
+        files = output_names(unit)
+        if unit.get("function"):
+            argv = self._call_argv(unit)
+            sandbox = run.sandbox = self.functions
+            files = (f"{unit['uid']}.out", f"{unit['uid']}.err")
+        else:
+            argv = unit_command.argv(unit)  # directly, or through /bin/sh (unit_command.py)
         ranks = len(alloc.ranks)
         lost = [self.lost[n.index] for n, _ in alloc.ranks if n.index in self.lost]
         if lost:
@@ -101,6 +120,8 @@ class DaemonRunner(RunnerBase):
             env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
             env["PILOT_PARTITION_ID"] = self.uid  # the daemon's own environment has no partition
             env.update(self.rp_env)
+            if unit.get("function") and self.function_path:
+                env[PATH_VAR] = self.function_path
             body = {
                 "uid": unit["uid"],
                 "rank": rank,
@@ -108,7 +129,7 @@ class DaemonRunner(RunnerBase):
                 "env": env,
                 "gpu_var": var,
                 "sandbox": sandbox,
-                "files": output_names(unit),
+                "files": files,
                 "cpus": [c for c, _ in grant.get("cpus", ())],
             }
             try:
@@ -121,6 +142,39 @@ class DaemonRunner(RunnerBase):
             run.pids.append((node.index, rank))
             self.running[(unit["uid"], rank)] = run
         return run
+
+    def _call_argv(self, unit: dict) -> list[str]:
+        """A function unit's command: its call written to FUNCTIONS/<uid>.call first."""
+        os.makedirs(self.functions, exist_ok=True)
+        path = os.path.join(self.functions, unit["uid"] + CALL)
+        with open(path, "wb") as f:
+            pickle.dump({"uid": unit["uid"], "call": unit["function"]}, f, pickle.HIGHEST_PROTOCOL)
+        return processes.python_m(processes.FUNCTION_ONCE, path, python=self.python)
+
+    def _call_reply(self, run: Run) -> None:
+        """A function unit ended: its value, or its exception, from its reply (read, then its
+        call and reply files go)."""
+        path = os.path.join(self.functions, run.unit["uid"] + CALL)
+        try:
+            with open(path + REPLY, "rb") as f:
+                reply = pickle.load(f)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            reply = None  # (killed, or its node lost: the exit says how)
+        for name in (path, path + REPLY):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+        if not isinstance(reply, dict):
+            return
+        extra = {k: str(reply[k]) for k in ("stdout", "stderr") if reply.get(k)}
+        if reply.get("ok"):
+            extra["value"] = reply.get("value")
+        else:
+            extra["exception"] = str(reply.get("exception"))
+            if run.cancel_reason is None and run.fail_reason is None:
+                run.fail_reason = f"exception: {reply.get('exception')}"
+        run.extra = extra
 
     def on_readable(self, sock: zmq.Socket) -> None:
         for frames in drain(sock, 200):
@@ -148,7 +202,11 @@ class DaemonRunner(RunnerBase):
         run.codes[key] = code
         if len(run.codes) == len(run.pids):
             codes = [run.codes[k] for k in run.pids]
-            self.done.append((run, next((c for c in codes if c), 0)))
+            code = next((c for c in codes if c), 0)
+            if run.unit.get("function"):
+                self._call_reply(run)
+                code = 1 if code == 0 and run.fail_reason else code
+            self.done.append((run, code))
 
     def node_lost(self, index: int, reason: str) -> None:
         """Ranks on node `index` ended without an exit code: their units FAILED with reason."""

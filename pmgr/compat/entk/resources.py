@@ -12,6 +12,9 @@ the pilot the workflow runs on (pilot/pilot_description.py).
     partitions       partitions       this project's: the pilot's initial partitions, each a
                                       ComputePartitionDescription or a dict of its fields
                                       ('cpus' for cores); stages name them (Stage.partition)
+    max_nodes        max_nodes        this project's: the pilot may grow to this many nodes by
+                                      batch jobs of its own (a stage's reconfig that starts a
+                                      partition larger than what is free: partition/growth.py)
 resource, walltime and cpus are mandatory (EnTKMissingError); a key not above is an
 EnTKValueError listing the keys, as is one RADICAL-Pilot 1.x has that is not run here
 (job_name: the batch job is named after the pilot's uid).
@@ -36,6 +39,7 @@ KEYS = {  # EnTK key -> PilotDescription key
     "access_schema": "access_schema",
     "schema": "access_schema",
     "partitions": "partitions",
+    "max_nodes": "max_nodes",
 }
 OWNER = "resource_desc"
 
@@ -55,7 +59,7 @@ def checked(rd) -> dict:
                       ("schema", str)):  # fmt: skip
         if rd.get(key) is not None and not isinstance(rd[key], kind):
             raise bad_type(OWNER, key, rd[key], "a string")
-    for key, least in (("cpus", 1), ("gpus", 0), ("memory", 0)):
+    for key, least in (("cpus", 1), ("gpus", 0), ("memory", 0), ("max_nodes", 1)):
         v = rd.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
             raise bad_value(OWNER, key, v, f"an integer >= {least}")
