@@ -10,8 +10,9 @@ the batch system, pmgr/core/pilot_jobs.py).  Beyond max_nodes the partitions end
 the reason, and nothing else moves.
 
 Jobs, by the pilot's own name for them (`job.NNNN`):
-    asked      `grow` {job, nodes, hint, exclude, endpoint, pulse, reason} sent (endpoint,
-               pulse: the node channel and pulse its daemons report to); the node channel expects
+    asked      `grow` {job, nodes, hint, exclude, positions, endpoint, pulse, reason} sent
+               (endpoint, pulse: the node channel and pulse its daemons report to; positions:
+               which of the resource's named nodes they are, _positions); the node channel expects
                `nodes` daemons from hint `hint` on (partition/node_join.py)
     queued     the client said the batch system took it: `job` {job, state: queued, id}
     (each change of a job's state is told to the client: `jobs` {jobs, nodes})
@@ -64,6 +65,7 @@ class Job:
     ended: float | None = None
     why_ended: str | None = None
     idle_since: float | None = None
+    positions: list[int] = field(default_factory=list)  # of the resource's nodes (_positions)
 
     def to_dict(self, pool: Pool) -> dict:
         return {
@@ -181,12 +183,23 @@ class Growth:
         exclude = [n.name for n in self.boot.pool.nodes if not n.released]
         log.info("grow: %s of %d node(s) asked for: %s", name, nodes, reason)
         ns = self.boot.nodeset
+        job.positions = self._positions(nodes)
         self.boot.to_client(
             msg(b"grow", {"job": name, "nodes": nodes, "hint": hint, "exclude": exclude,
-                          "endpoint": ns.endpoint, "pulse": ns.pulse.endpoint,
-                          "reason": reason})
+                          "positions": job.positions, "endpoint": ns.endpoint,
+                          "pulse": ns.pulse.endpoint, "reason": reason})
         )  # fmt: skip
         return job
+
+    def _positions(self, nodes: int) -> list[int]:
+        """Which of the resource's nodes (its node_names, hosts) a job's daemons are, where
+        the resource names them (logical nodes, test hosts): the first that neither the
+        pilot nor a job asked for holds.  (SLURM names the nodes it gives: srun ignores them.)"""
+        rcfg = self.boot.rcfg
+        held = {n.name for n in self.boot.pool.nodes if not n.released}
+        taken = {p for j in self.jobs.values() if j.state in (ASKED, QUEUED) for p in j.positions}
+        free = [p for p in range(rcfg.nodes) if p not in taken and rcfg.node_name(p) not in held]
+        return free[:nodes] if len(free) >= nodes else []
 
     def joined(self, join) -> None:
         """(the loop) `join` (partition/node_join.py) joined: its nodes into the pool, then

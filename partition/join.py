@@ -44,6 +44,7 @@ def run(cfg: dict) -> int:
         "pulse": cfg["pulse"],
         "curve": cfg.get("curve"),
         "hint_base": cfg["hint_base"],
+        "positions": cfg.get("positions") or [],
     }
     ends: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -89,7 +89,8 @@ OUTPUT = _output
 EMPTY = _any  # hb, released: nothing in the body is used
 TAKEN_OVER = fields(by=_opt_dict)
 GROW = fields(job=_uid, nodes=count(1, 100_000), hint=count(0), exclude=_opt_list,
-              endpoint=_req_text, pulse=_req_text, reason=_text)  # fmt: skip
+              positions=_opt_list, endpoint=_req_text, pulse=_req_text,
+              reason=_text)  # fmt: skip
 RELEASE = fields(job=_uid, reason=_text)
 JOBS = fields(jobs=_list, nodes=_opt_dict)
 JOB = fields(job=_uid, state=one_of(("queued", "failed", "ended")), id=_text, reason=_text)

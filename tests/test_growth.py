@@ -105,6 +105,10 @@ def test_a_reconfig_beyond_the_free_nodes_grows_the_pilot_and_gives_the_job_back
     again = names(umgr, 2)
     assert umgr.wait_units([u.uid for u in again], timeout=30) == [rp.DONE] * 2
     assert where(again) <= {"node0", "node1"}
+    [newer] = pilot.reconfig(start=CPD(nodes=2))  # and grow again: the nodes given back serve
+    assert newer.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, newer.reason
+    assert sorted(n["name"] for n in newer.resources["nodes"]) == ["node2", "node3"]
+    assert wait_for(lambda: job(pilot, "job.0002").get("state") == "joined")
     with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
         log = f.read()
     assert "grow: job.0001 of 2 node(s) asked for" in log

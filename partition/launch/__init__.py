@@ -25,16 +25,17 @@ from pilot.partition.launch.base import NodeLaunch, daemon_argv
 
 def for_resource(rcfg, n: int, endpoint: str, cfg: dict, log_dir: str) -> NodeLaunch:
     """The launch of `n` node daemons for resource config `rcfg`, reporting to `endpoint`.
-    cfg["hint_base"] B (a job that grows the pilot: partition/join.py): the daemons take hints
-    B.., and the nodes the resource names from its B-th on (node_names, hosts)."""
+    A job that grows the pilot (partition/join.py): cfg["hint_base"] B, the daemons take hints
+    B..; cfg["positions"], which of the resource's nodes (node_names, hosts) they are (the
+    bootstrap picks ones the pilot does not hold; SLURM's srun names its own)."""
     argv = daemon_argv(rcfg, endpoint, cfg)
     env = dict(os.environ)
-    first = cfg.get("hint_base") or 0
+    positions = cfg.get("positions") or list(range(n))
     if cfg.get("network"):  # a network config file names the nodes
         names = [cfg["network"][str(i)]["name"] for i in range(n)]
     else:
-        names = [rcfg.node_name(first + i) for i in range(n)]
-    if first and rcfg.hosts:
-        rcfg = dataclasses.replace(rcfg, hosts=list(rcfg.hosts)[first:])
+        names = [rcfg.node_name(p) for p in positions]
+    if cfg.get("positions") and rcfg.hosts:
+        rcfg = dataclasses.replace(rcfg, hosts=[rcfg.hosts[p] for p in positions])
     method = plugins.load(plugins.LAUNCH_METHODS, rcfg.launch_method, "launch_method")
     return method.for_nodes(rcfg, n, argv, log_dir, env, names)

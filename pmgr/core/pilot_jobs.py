@@ -2,7 +2,7 @@
 
 A pilot with max_nodes grows by jobs its bootstrap asks for (partition/growth.py decides).
 On the pilot link:
-    <- grow {job, nodes, hint, exclude, endpoint, pulse, reason}
+    <- grow {job, nodes, hint, exclude, positions, endpoint, pulse, reason}
            write PILOT_SANDBOX/jobs/JOB/join.json (the bootstrap's node channel, pulse and keys,
            the hints, the pilot's remaining runtime) and submit a job of `nodes` nodes running
            partition/join.py through the pilot's own batch system (pmgr/batch/: PSI/J for
@@ -128,7 +128,7 @@ class PilotJobs:
             left = pilot.runtime_left()
             cfg = dict(pilot.join_config(), job=name, nodes=body["nodes"], hint_base=body["hint"],
                        endpoint=body["endpoint"], pulse=body["pulse"], dir=where,
-                       runtime=left)  # fmt: skip
+                       positions=body.get("positions") or [], runtime=left)  # fmt: skip
             path = os.path.join(where, "join.json")
             with open(path, "w") as f:
                 json.dump(cfg, f, indent=1)
