@@ -42,7 +42,8 @@ CALLED = {
         *("pilot_sandbox", "return_value", "sandbox", "stderr", "stdout", "unit_sandbox"),
     ],
     _CORE + "pilot.Pilot": [
-        *("as_dict", "cancel", "client_sandbox", "exit_on_error", "free", "jobs", "log"),
+        *("adapt_log", "as_dict", "cancel", "client_sandbox", "exit_on_error", "free", "jobs"),
+        "log",
         *("nodes", "partition", "partitions", "pilot_sandbox", "reconfig", "resource_sandbox"),
         *("stage_in", "stage_out", "stderr", "stdout"),
     ],
@@ -86,6 +87,7 @@ INTERNAL = {
         *("check", "rank_cores", "rank_gpus", "submit_error", "to_stored"),
     ],
     "pilot.partition_description.ComputePartitionDescription": ["check"],
+    "pilot.adapt_policy.Adapt": ["check"],
     "pilot.pilot_description.PilotDescription": ["as_pilot", "submit_error"],
     _CORE + "session.Session": ["read_store", "tell_waiting", "unpersisted", "wait_for"],
     # (what a Pilot calls on the manager that routes units to it: pmgr/core/unit_router.py;
@@ -94,7 +96,7 @@ INTERNAL = {
         *("make_units", "pinned_to_unknown", "enqueue", "feeding", "find_partition", "route"),
         *("has_ended", "on_output", "on_partition_changed", "on_partition_lost"),
         *("on_pilot_changed", "on_synced", "on_unit_moves", "on_unit_state", "on_units_back"),
-        *("said_again", "unit_from_doc"),
+        *("said_again", "unit_from_doc", "waiting"),
     ],
     _CORE + "entities.Stateful": ["advance", "manager_callbacks"],
     _CORE + "entities.Partition": ["as_doc"],

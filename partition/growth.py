@@ -50,6 +50,7 @@ ASKED, QUEUED, JOINED, RELEASED, FAILED, ENDED = (
     "asked", "queued", "joined", "released", "failed", "ended",
 )  # fmt: skip
 LIVE = (ASKED, QUEUED, JOINED)
+LOOK_EVERY = 0.2  # s between looks for jobs of no more use (tick)
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Growth:
         self.max_nodes = max_nodes
         self.idle_after = idle_after
         self.jobs: dict[str, Job] = {}
+        self.next_look = 0.0  # (tick: not every turn of the loop)
 
     @property
     def enabled(self) -> bool:
@@ -132,8 +134,14 @@ class Growth:
             fits.append(part)
         if not fits:
             return refused
-        if wanted == 0:  # they fit on the nodes of jobs asked for already: wait for the last
-            job = [j for j in self.jobs.values() if j.state in (ASKED, QUEUED)][-1]
+        pending = [j for j in self.jobs.values() if j.state in (ASKED, QUEUED)]
+        if wanted == 0 and pending:  # they fit on the nodes of jobs asked for: the last's
+            job = pending[-1]
+        elif wanted == 0:  # (they fit what is free after all)
+            for part in fits:
+                part.awaits = ""
+            self.boot.pm.start_waiting("")
+            return refused
         else:
             job = self._ask(wanted, [p.uid for p in fits], why)
         for part in fits:
@@ -254,9 +262,14 @@ class Growth:
     # -- shrinking -------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """(the loop) Give back the jobs that are of no more use (see the header)."""
-        if not self.jobs or self.boot.ending is not None:
+        if not self.jobs or self.boot.ending is not None or now < self.next_look:
             return
-        awaited = {p.awaits for p in self.boot.pm.waiting()}
+        self.next_look = now + LOOK_EVERY
+        waiting = self.boot.pm.waiting()
+        if waiting and self.boot.pool.free["cores"]:  # room came free: they may fit now
+            self.boot.pm.start_waiting("")
+            waiting = self.boot.pm.waiting()
+        awaited = {p.awaits for p in waiting}
         # (a partition stopping may still have units on the nodes it let go of: wait for it)
         stopping = any(p.final is not None for p in self.boot.pm.live())
         for job in self.jobs.values():

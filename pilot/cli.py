@@ -135,6 +135,10 @@ def _print_partitions(result: dict) -> None:
             f"{p['uid']:28} {p['state']:9} {len(r.get('nodes', [])):>5} "
             f"{r.get('cores', 0):>6} {r.get('gpus', 0):>5}  {p['reason'] or ''}"
         )
+    for j in result.get("jobs") or []:  # the batch jobs it grew by (partition/growth.py)
+        names = f": {', '.join(j['names'])}" if j.get("names") else ""
+        why = j.get("why_ended") or j.get("reason") or ""
+        print(f"{j['job']:28} {j['state']:9} {j['nodes']:>5} node(s){names}  {why}")
 
 
 def open_session_store(session: str, url: str | None):

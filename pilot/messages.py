@@ -14,6 +14,8 @@ wherever it arrives.
 
 from __future__ import annotations
 
+import re
+
 from pilot import checks, framed
 from pilot.protocol import unpack
 from pilot.validate import LINE_MAX, count, items, mapping, number, one_of, optional, text
@@ -77,6 +79,17 @@ def _texts(w, v):
         text(f"{w}[{i}]", item, optional=False, most=LINE_MAX)
 
 
+def _job(w, v):  # a job the pilot grew by: its name is a path in the sandbox (jobs/JOB)
+    if not isinstance(v, str) or not re.fullmatch(r"job\.\d{4,9}", v):
+        raise checks.bad(w, v, "a job name job.NNNN")
+    return v
+
+
+def _positions(w, v):
+    for i, item in enumerate(items(w, v or [])):
+        count(0, 1_000_000)(f"{w}[{i}]", item)
+
+
 # The body checks, one per message body; pilot/wire.py's table names which message each checks.
 HELLO = fields(pilot=_uid, control=_text, nodes=_opt_dict, size=_opt_dict)
 PILOT_BYE = fields(state=lambda w, v: text(w, v, optional=False), reason=_text)
@@ -88,12 +101,12 @@ SYNCED = fields(cid=_text, part=_uid, unknown=_uids)
 OUTPUT = _output
 EMPTY = _any  # hb, released: nothing in the body is used
 TAKEN_OVER = fields(by=_opt_dict)
-GROW = fields(job=_uid, nodes=count(1, 100_000), hint=count(0), exclude=_opt_list,
-              positions=_opt_list, endpoint=_req_text, pulse=_req_text,
+GROW = fields(job=_job, nodes=count(1, 100_000), hint=count(0), exclude=_texts,
+              positions=_positions, endpoint=checks.endpoint, pulse=checks.endpoint,
               reason=_text)  # fmt: skip
-RELEASE = fields(job=_uid, reason=_text)
+RELEASE = fields(job=_job, reason=_text)
 JOBS = fields(jobs=_list, nodes=_opt_dict)
-JOB = fields(job=_uid, state=one_of(("queued", "failed", "ended")), id=_text, reason=_text)
+JOB = fields(job=_job, state=one_of(("queued", "failed", "ended")), id=_text, reason=_text)
 CMD = fields(cid=_text, op=_text, args=_opt_dict)
 ACK = fields(uids=_uids)
 READY = fields(pid=_number, runner=_text)

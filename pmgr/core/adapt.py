@@ -16,6 +16,9 @@ about once a second), while the pilot is ACTIVE and not ending:
               unit waits, is stopped (if the pilot keeps min_nodes without it); the job
               whose nodes it held is then given back by the bootstrap.  The pilot's own
               partitions are never stopped here.
+    refused   a grow that ended FAILED (the batch system refused its job, or it ended before
+              it joined): the next grow waits twice as long, and so on (at most BACKOFF_MAX s),
+              until one becomes ACTIVE
 Every decision is logged (`adapt:`) with its reason, kept in `decisions` (Pilot.adapt_log,
 stored with the pilot), and carried as the reconfig's reason: the reason of the job asked
 for (Pilot.jobs, `pilot top`) and of the partition stopped (its CANCELED reason).
@@ -32,6 +35,7 @@ from pilot.descriptions import ComputePartitionDescription
 
 log = logging.getLogger("pmgr.pilots")
 DECISIONS_KEPT = 1000
+BACKOFF_MAX = 600.0  # s: the longest wait after grows the batch system refused
 
 
 class AdaptPolicy:
@@ -43,6 +47,7 @@ class AdaptPolicy:
         self.grown: dict[str, float | None] = {}  # partition uid -> idle since (None: busy)
         self.waited_since: float | None = None
         self.decisions: list[dict] = []  # {ts, action, nodes, reason}
+        self.refused = 0  # grows in a row that ended FAILED (the batch system refused them)
 
     def tick(self, now: float) -> None:
         pilot = self.pilot
@@ -60,9 +65,12 @@ class AdaptPolicy:
             self.waited_since = self.waited_since or now
         else:
             self.waited_since = None
+        self._count_refused(parts)
         if waiting and not growing and held < self.max_nodes:
             waited = now - self.waited_since
-            if waited >= self.adapt.grow_after:
+            # (a grow refused: wait twice as long before the next, and so on, at most BACKOFF_MAX)
+            patience = min(self.adapt.grow_after * 2**self.refused, BACKOFF_MAX)
+            if waited >= max(self.adapt.grow_after, patience):
                 cores = waiting * (self.adapt.cores_per_unit or 1)
                 per_node = max(pilot.size["cores_per_node"], 1)
                 k = min(math.ceil(cores / per_node), self.max_nodes - held)
@@ -71,6 +79,15 @@ class AdaptPolicy:
                 self.waited_since = None
                 return
         self._shrink(now, parts, waiting, held)
+
+    def _count_refused(self, parts: dict) -> None:
+        """Grows that ended FAILED, in a row: the next waits longer (tick)."""
+        for uid, part in parts.items():
+            if part.final and self.grown.get(uid, 0) is None:
+                self.refused = self.refused + 1 if part.state == S.FAILED else 0
+                self.grown[uid] = -1.0  # (counted once; _shrink forgets it)
+            elif part.state == S.ACTIVE and self.refused:
+                self.refused = 0
 
     def held(self) -> int:
         """Nodes the pilot holds or has asked for (its jobs, not given back or ended)."""
