@@ -10,7 +10,8 @@ the batch system, pmgr/core/pilot_jobs.py).  Beyond max_nodes the partitions end
 the reason, and nothing else moves.
 
 Jobs, by the pilot's own name for them (`job.NNNN`):
-    asked      `grow` {job, nodes, hint, exclude, positions, endpoint, pulse, reason} sent
+    asked      `grow` {job, nodes, hint, exclude, positions, endpoint, pulse, runtime,
+               reason} sent (runtime: the s the pilot has left, the job's time limit)
                (endpoint, pulse: the node channel and pulse its daemons report to; positions:
                which of the resource's named nodes they are, _positions); the node channel expects
                `nodes` daemons from hint `hint` on (partition/node_join.py)
@@ -24,8 +25,9 @@ Jobs, by the pilot's own name for them (`job.NNNN`):
                daemons halt, its nodes are given back (not lost), and the client is told
                `release` {job, reason}: it ends the job (scancel)
     failed     the client said the batch system refused it, or ended it before it joined
-               (`job` {state: failed | ended, reason}): the partitions waiting for it end
-               FAILED with the reason
+               (`job` {state: failed | ended, reason}), or said nothing of it for SUBMIT_WAIT s
+               (the client died, or its answer was lost): the partitions waiting for it end
+               FAILED with the reason (a job only queued waits as long as the pilot lives)
     ended      the batch system ended it after it joined (walltime, a failure): its nodes
                are lost (their units end FAILED with the reason, as for any lost node)
 The pilot's first job is never given back while the pilot lives.  Every decision is logged
@@ -51,6 +53,7 @@ ASKED, QUEUED, JOINED, RELEASED, FAILED, ENDED = (
 )  # fmt: skip
 LIVE = (ASKED, QUEUED, JOINED)
 LOOK_EVERY = 0.2  # s between looks for jobs of no more use (tick)
+SUBMIT_WAIT = 300.0  # s the client has to say the batch system took a job (`job` queued)
 
 
 @dataclass
@@ -92,6 +95,14 @@ class Growth:
         self.idle_after = idle_after
         self.jobs: dict[str, Job] = {}
         self.next_look = 0.0  # (tick: not every turn of the loop)
+        if boot.nodeset is not None:  # a job's nodes enter the pool as they are numbered
+            boot.nodeset.joins.numbered = self.numbered
+
+    def numbered(self, named: list) -> None:
+        """(partition/node_join.py) A job's nodes took the next node indices: the pool has
+        them from now on, held back until the job joined (so its indices stay the NodeSet's,
+        whichever job joins, fails or is given back first)."""
+        self.boot.pool.add_nodes(named, ready=False)
 
     @property
     def enabled(self) -> bool:
@@ -164,17 +175,28 @@ class Growth:
         return probe
 
     def _fewest(self, probe: Pool, desc) -> int | None:
-        """The fewest fresh nodes on which `desc` fits beside what `probe` holds."""
-        limit = max(self.boot.rcfg.nodes, self.max_nodes)  # (beyond room: to say what it needs)
-        for m in range(0, limit + 1):
+        """The fewest fresh nodes on which `desc` fits beside what `probe` holds (None: not
+        even on as many as the resource has); more nodes never hurt: a binary search."""
+
+        def fits(m: int) -> bool:
             trial = copy.deepcopy(probe)
             self._add_fresh(trial, m)
             try:
                 trial.allocate(desc)
-                return m
+                return True
             except AllocationError:
-                continue
-        return None
+                return False
+
+        lo, hi = 0, max(self.boot.rcfg.nodes, self.max_nodes)  # (beyond room: to say the need)
+        if not fits(hi):
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     @staticmethod
     def _add_fresh(pool: Pool, m: int) -> None:
@@ -195,7 +217,8 @@ class Growth:
         self.boot.to_client(
             msg(b"grow", {"job": name, "nodes": nodes, "hint": hint, "exclude": exclude,
                           "positions": job.positions, "endpoint": ns.endpoint,
-                          "pulse": ns.pulse.endpoint, "reason": reason})
+                          "pulse": ns.pulse.endpoint, "reason": reason,
+                          "runtime": max(60.0, self.boot.deadline - time.monotonic())})
         )  # fmt: skip
         return job
 
@@ -217,10 +240,9 @@ class Growth:
             return
         ns = self.boot.nodeset
         indices = sorted(join.index_of.values())
-        self.boot.pool.add_nodes([(i, ns.label[i], ns.table[i].get("host_id")) for i in indices])
         for i in indices:
-            if i in ns.down:
-                self.boot.pool.mark_down(i)
+            if i not in ns.down:
+                self.boot.pool.bring_up(i)
         job.state, job.indices, job.joined = JOINED, indices, time.time()
         log.info("grow: %s joined: node(s) %s", job.name, [ns.label[i] for i in indices])
         self.boot.network_changed()
@@ -245,12 +267,13 @@ class Growth:
         if job.state == JOINED:
             job.state = ENDED
             why = f"job {job.name} (batch job {job.batch_id}) ended: {reason}"
-            self.boot.nodeset.joins.over(job.name, f"node lost: {why}")
+            self.boot.nodeset.joins.over(job.name, f"node lost: {why}")  # (check() loses them)
             log.error("grow: %s", why)
             self.tell()
             return
         job.state = FAILED
-        self.boot.nodeset.joins.over(job.name, reason)
+        for index in self.boot.nodeset.joins.over(job.name, reason)[0]:  # (numbered, not joined)
+            self.boot.pool.mark_down(index)
         log.error("grow: %s failed: %s", job.name, reason)
         self.boot.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {reason}")
         self.tell()
@@ -273,7 +296,16 @@ class Growth:
         # (a partition stopping may still have units on the nodes it let go of: wait for it)
         stopping = any(p.final is not None for p in self.boot.pm.live())
         for job in self.jobs.values():
-            if job.state in (ASKED, QUEUED) and job.name not in awaited:
+            if job.state == ASKED and time.time() - job.asked > SUBMIT_WAIT:
+                why = (
+                    f"the client did not say within {SUBMIT_WAIT:g} s that the batch system "
+                    "took it (it died, or its answer was lost)"
+                )
+                self.release(job, why)  # (ended if it was submitted after all)
+                job.state = FAILED
+                self.boot.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {why}")
+                self.tell()
+            elif job.state in (ASKED, QUEUED) and job.name not in awaited:
                 self.release(job, "no partition waits for its nodes any more")
             elif job.state == JOINED:
                 pool = self.boot.pool.nodes

@@ -62,6 +62,9 @@ class Joins:
         self.next_hint = first_hint
         self.by_job: dict[str, Join] = {}
         self.done: list[Join] = []  # joined since the last `check`
+        # called with [(index, name, host_id)] as a job's nodes take their indices: the
+        # bootstrap's pool takes them in at once, held back until they joined (Pool.add_nodes)
+        self.numbered = lambda named: None
 
     def expect(self, job: str, count: int) -> int:
         """Daemons of `job`, `count` of them, are coming: their first hint."""
@@ -84,8 +87,13 @@ class Joins:
                         join.job, why)  # fmt: skip
             self.ns.send(hint, msg(b"halt", {"reason": f"not taken into the pilot: {why}"}))
             return True
-        name = (body.get("node") or {}).get("name")
+        node = body.get("node")
+        name = node.get("name") if isinstance(node, dict) else None
         live = {self.ns.table[i]["name"] for i in self.ns.table if i not in self.ns.down}
+        if not isinstance(name, str) or not name:
+            log.error("join: daemon hint %d of job %s: no node name in its `up`: ignored", hint,
+                      join.job)  # fmt: skip
+            return True
         if name in live:
             why = f"node {name} is in the pilot already (the batch system gave it twice)"
             log.error("join: daemon hint %d of job %s refused: %s", hint, join.job, why)
@@ -133,6 +141,9 @@ class Joins:
                 "host_id": node.get("host_id", index),
                 "endpoint": body["endpoint"],
             }
+        self.numbered(
+            [(i, ns.label[i], ns.table[i]["host_id"]) for i in sorted(join.index_of.values())]
+        )
         join.state = TABLED
         if not join.index_of:
             self._joined(join)
@@ -180,34 +191,48 @@ class Joins:
         done, self.done = self.done, []
         return done
 
-    def over(self, job: str, why: str) -> list[int]:
-        """The batch system ended `job` (or never ran it): its nodes that joined are down
-        with `why` (check() reports them lost); returns their indices."""
+    def over(self, job: str, why: str) -> tuple[list[int], bool]:
+        """The batch system ended `job` (or never ran it): its nodes are down with `why`;
+        returns (their indices, whether it had joined).  Nodes that joined are lost (check()
+        reports them: their units end FAILED); nodes that had not are only taken out."""
         join = self.by_job.get(job)
         if join is None:
-            return []
+            return [], False
+        joined = join.state == JOINED
         out = []
-        for index in join.index_of.values():
+        for hint, index in join.index_of.items():
             if index not in self.ns.down:
                 self.ns.down[index] = why
                 out.append(index)
-        if join.state != JOINED:
+                if not joined:
+                    self.ns.lost_reported.add(index)
+                    self.ns.pulse.lost(hint, why)
+        if not joined:
             join.state = OVER
-        return out
+            self._halt_unnumbered(join, why)
+        return out, joined
+
+    def _halt_unnumbered(self, join: Join, why: str) -> None:
+        """Daemons of `join` that said `up` but got no index: told to halt."""
+        for hint in join.up:
+            if hint not in join.index_of:
+                self.ns.send(hint, msg(b"halt", {"reason": f"not taken into the pilot: {why}"}))
 
     def release(self, job: str, why: str) -> list[int]:
-        """Give `job`'s nodes back: their daemons halt; the nodes are down, not lost."""
+        """Give `job`'s nodes back: their daemons halt; the nodes are down, not lost.  Returns
+        the indices of all its nodes (those down before too: they go back with it)."""
         join = self.by_job.get(job)
         if join is None:
             return []
         out = []
         for hint, index in join.index_of.items():
+            out.append(index)
             if index in self.ns.down:
                 continue
             self.ns.down[index] = why
             self.ns.lost_reported.add(index)
             self.ns.pulse.lost(hint, why)
             self.ns.send(hint, msg(b"halt", {"reason": why}))
-            out.append(index)
         join.state = OVER
+        self._halt_unnumbered(join, why)
         return out

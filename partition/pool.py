@@ -328,24 +328,34 @@ class Pool:
             self.nodes[i].take_extra(None)
         return PartitionResources(slots, agent_nodes, taken)
 
-    def add_nodes(self, named: list[tuple[int, str, int | None]]) -> None:
-        """Nodes of a job that grew the pilot join it, each (index, name, host_id), the next
-        indices in order: as many cores, GPUs and instances of each type as the pilot's other
-        nodes (the same resource config), all free."""
+    def add_nodes(self, named: list[tuple[int, str, int | None]], ready: bool = True) -> None:
+        """Nodes of a job that grew the pilot, each (index, name, host_id), the next indices in
+        order: as many cores, GPUs and instances of each type as the pilot's other nodes (the
+        same resource config), all free; not `ready`: held back (down, nothing offered) until
+        `bring_up` (their daemons have not confirmed yet)."""
         model = self.nodes[0]
         for index, name, host_id in named:
             if index != len(self.nodes):
                 raise ValueError(f"add_nodes: node index {index}, expected {len(self.nodes)}")
-            self.nodes.append(
-                Node(
-                    index,
-                    name,
-                    list(model.cores),
-                    list(model.gpus),
-                    extra={t: list(ids) for t, ids in model.extra.items()},
-                    host_id=host_id,
-                )
+            node = Node(
+                index,
+                name,
+                list(model.cores),
+                list(model.gpus),
+                extra={t: list(ids) for t, ids in model.extra.items()},
+                host_id=host_id,
             )
+            self.nodes.append(node)
+            if not ready:
+                self.mark_down(index)
+
+    def bring_up(self, index: int) -> None:
+        """A node added held back is ready: all of it is free."""
+        n = self.nodes[index]
+        if n.down and not n.released:
+            n.down = False
+            n.free_cores, n.free_gpus = list(n.cores), list(n.gpus)
+            n.free_extra = {t: list(ids) for t, ids in n.extra.items()}
 
     def mark_down(self, index: int, released: bool = False) -> None:
         """Node `index` is gone (lost; or `released`: given back with its job): what is free on

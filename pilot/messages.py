@@ -90,8 +90,30 @@ def _positions(w, v):
         count(0, 1_000_000)(f"{w}[{i}]", item)
 
 
+_JOB_STATES = ("asked", "queued", "joined", "released", "failed", "ended")
+
+
+def _jobs(w, v):  # the jobs a pilot grew by (partition/growth.py Job.to_dict)
+    for i, job in enumerate(items(w, v)):
+        mapping(f"{w}[{i}]", job)
+        _job(f"{w}[{i}].job", job.get("job"))
+        count(0, 100_000)(f"{w}[{i}].nodes", job.get("nodes"))
+        one_of(_JOB_STATES)(f"{w}[{i}].state", job.get("state"))
+        for key in ("asked", "joined", "ended"):
+            optional(number)(f"{w}[{i}].{key}", job.get(key))
+        _texts(f"{w}[{i}].names", job.get("names") or [])
+
+
+def _node_map(w, v):  # {index: {name, state}}: a pilot's nodes (hello, jobs)
+    for key, node in mapping(w, v or {}).items():
+        if not (isinstance(key, str) and key.isdigit() and len(key) < 10):
+            raise checks.bad(f"{w} key", key, "a node index")
+        mapping(f"{w}[{key}]", node)
+
+
 # The body checks, one per message body; pilot/wire.py's table names which message each checks.
-HELLO = fields(pilot=_uid, control=_text, nodes=_opt_dict, size=_opt_dict)
+HELLO = fields(pilot=_uid, control=_text, nodes=_node_map, size=_opt_dict,
+               jobs=optional(_jobs))  # fmt: skip
 PILOT_BYE = fields(state=lambda w, v: text(w, v, optional=False), reason=_text)
 REPLY = fields(cid=_text)
 STATE = _state_batch
@@ -103,9 +125,9 @@ EMPTY = _any  # hb, released: nothing in the body is used
 TAKEN_OVER = fields(by=_opt_dict)
 GROW = fields(job=_job, nodes=count(1, 100_000), hint=count(0), exclude=_texts,
               positions=_positions, endpoint=checks.endpoint, pulse=checks.endpoint,
-              reason=_text)  # fmt: skip
+              runtime=_opt_number, reason=_text)  # fmt: skip
 RELEASE = fields(job=_job, reason=_text)
-JOBS = fields(jobs=_list, nodes=_opt_dict)
+JOBS = fields(jobs=_jobs, nodes=_node_map)
 JOB = fields(job=_job, state=one_of(("queued", "failed", "ended")), id=_text, reason=_text)
 CMD = fields(cid=_text, op=_text, args=_opt_dict)
 ACK = fields(uids=_uids)

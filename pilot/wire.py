@@ -83,7 +83,7 @@ TABLE: tuple[Message, ...] = (
     _m("pilot", "bye", B, C, "{state, reason}", m.PILOT_BYE,
        "the pilot's final state; the bootstrap exits"),
     _m("pilot", "grow", B, C,
-       "{job, nodes, hint, exclude, positions, endpoint, pulse, reason}", m.GROW,
+       "{job, nodes, hint, exclude, positions, endpoint, pulse, runtime, reason}", m.GROW,
        "submit a job of `nodes` nodes for the pilot, its daemons from hint `hint` on "
        "(partition/growth.py)"),
     _m("pilot", "release", B, C, "{job, reason}", m.RELEASE,

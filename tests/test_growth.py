@@ -116,6 +116,28 @@ def test_a_reconfig_beyond_the_free_nodes_grows_the_pilot_and_gives_the_job_back
     assert "release: job.0001: no partition holds its node(s) any more" in log
 
 
+def test_two_jobs_at_once_join_and_go_back_in_any_order(session):
+    pilot, umgr = grown_pilot(session, nodes=1)
+    [one] = pilot.reconfig(start=CPD(nodes=1))
+    [two] = pilot.reconfig(start=CPD(nodes=2))  # before the first job joined, mostly
+    assert one.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, one.reason
+    assert two.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, two.reason
+    placed = [sorted(n["name"] for n in p.resources["nodes"]) for p in (one, two)]
+    assert sorted(placed[0] + placed[1]) == ["node1", "node2", "node3"], placed
+    assert [j["nodes"] for j in pilot.jobs] == [1, 1, 2]
+    pilot.reconfig(stop=two.uid)  # the later job back first
+    assert wait_for(lambda: job(pilot, "job.0002").get("state") == "released")
+    assert job(pilot, "job.0001")["state"] == "joined" and one.state == rp.ACTIVE
+    units = names(umgr, 1, partition=one.uid)
+    assert umgr.wait_units([u.uid for u in units], timeout=30) == [rp.DONE]
+    assert where(units) == set(placed[0])
+    [three] = pilot.reconfig(start=CPD(nodes=2))  # the released nodes serve a third job
+    assert three.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, three.reason
+    pilot.reconfig(stop=[one.uid, three.uid])
+    assert wait_for(lambda: {j["state"] for j in pilot.jobs[1:]} == {"released"}), pilot.jobs
+    assert {i: n["state"] for i, n in pilot.nodes.items()}[0] == "up"
+
+
 def test_a_partition_too_large_for_max_nodes_fails_with_the_reason_and_nothing_moves(session):
     pilot, umgr = grown_pilot(session, max_nodes=3)
     [new] = pilot.reconfig(start=CPD(nodes=2))

@@ -214,7 +214,8 @@ def plain_directives(executor, options: dict) -> None:
     quotes: `#BSUB -alloc_flags "'gpumps nvme'"`, `#SBATCH --constraint="'a&b'"`, which bsub
     and sbatch read with the single quotes.  A directive is a comment to the shell, read by the
     batch system: the value goes between the double quotes as it is (the resource config
-    refuses a value with a double quote or a newline)."""
+    refuses a value with a double quote or a newline, and the one option of the submitter's
+    own, a grow job's --exclude, is node names of letters, digits, . _ -)."""
     generate = executor.generate_submit_script
     quoted = {f'"{shlex.quote(v)}"': f'"{v}"' for v in options.values() if shlex.quote(v) != v}
 

@@ -17,8 +17,8 @@ about once a second), while the pilot is ACTIVE and not ending:
               whose nodes it held is then given back by the bootstrap.  The pilot's own
               partitions are never stopped here.
     refused   a grow that ended FAILED (the batch system refused its job, or it ended before
-              it joined): the next grow waits twice as long, and so on (at most BACKOFF_MAX s),
-              until one becomes ACTIVE
+              it joined): the next grow (to min_nodes too) comes grow_after x 2, 4, ... s after
+              the last (at most BACKOFF_MAX s), until one becomes ACTIVE
 Every decision is logged (`adapt:`) with its reason, kept in `decisions` (Pilot.adapt_log,
 stored with the pilot), and carried as the reconfig's reason: the reason of the job asked
 for (Pilot.jobs, `pilot top`) and of the partition stopped (its CANCELED reason).
@@ -48,6 +48,7 @@ class AdaptPolicy:
         self.waited_since: float | None = None
         self.decisions: list[dict] = []  # {ts, action, nodes, reason}
         self.refused = 0  # grows in a row that ended FAILED (the batch system refused them)
+        self.last_grow = float("-inf")  # when it last grew (monotonic)
 
     def tick(self, now: float) -> None:
         pilot = self.pilot
@@ -56,27 +57,30 @@ class AdaptPolicy:
         parts = {uid: pilot.parts[uid] for uid in self.grown if uid in pilot.parts}
         growing = any(p.state in (S.NEW, S.PENDING, S.STARTING) for p in parts.values())
         held = self.held()
+        self._count_refused(parts)
+        # (a grow refused: wait twice as long before the next, and so on, at most BACKOFF_MAX)
+        patience = min(self.adapt.grow_after * 2**self.refused, BACKOFF_MAX) if self.refused else 0
         if held < self.min_nodes and not growing:
-            self._grow(self.min_nodes - held, f"the pilot holds {held} node(s), min_nodes is "
-                       f"{self.min_nodes}")  # fmt: skip
+            if now >= self.last_grow + patience:
+                self._grow(self.min_nodes - held, f"the pilot holds {held} node(s), min_nodes "
+                           f"is {self.min_nodes}")  # fmt: skip
+                self.last_grow = now
             return
         waiting = self.waiting()
         if waiting:
             self.waited_since = self.waited_since or now
         else:
             self.waited_since = None
-        self._count_refused(parts)
         if waiting and not growing and held < self.max_nodes:
             waited = now - self.waited_since
-            # (a grow refused: wait twice as long before the next, and so on, at most BACKOFF_MAX)
-            patience = min(self.adapt.grow_after * 2**self.refused, BACKOFF_MAX)
-            if waited >= max(self.adapt.grow_after, patience):
+            if waited >= self.adapt.grow_after and now >= self.last_grow + patience:
                 cores = waiting * (self.adapt.cores_per_unit or 1)
                 per_node = max(pilot.size["cores_per_node"], 1)
                 k = min(math.ceil(cores / per_node), self.max_nodes - held)
                 self._grow(k, f"{waiting} unit(s) waited {waited:.0f} s for room "
                            f"({cores} core(s))")  # fmt: skip
                 self.waited_since = None
+                self.last_grow = now
                 return
         self._shrink(now, parts, waiting, held)
 

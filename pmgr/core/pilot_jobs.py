@@ -2,12 +2,14 @@
 
 A pilot with max_nodes grows by jobs its bootstrap asks for (partition/growth.py decides).
 On the pilot link:
-    <- grow {job, nodes, hint, exclude, positions, endpoint, pulse, reason}
+    <- grow {job, nodes, hint, exclude, positions, endpoint, pulse, runtime, reason}
            write PILOT_SANDBOX/jobs/JOB/join.json (the bootstrap's node channel, pulse and keys,
-           the hints, the pilot's remaining runtime) and submit a job of `nodes` nodes running
-           partition/join.py through the pilot's own batch system (pmgr/batch/: PSI/J for
-           SLURM, PBS, LSF), on a thread of its own (a submission may take seconds); the nodes
-           the pilot holds are `exclude`d where the batch system can say so (SLURM --exclude)
+           the hints, the runtime the pilot has left by its bootstrap's clock) and submit a job
+           of `nodes` nodes running partition/join.py through the pilot's own batch system
+           (pmgr/batch/: PSI/J for SLURM, PBS, LSF), on a thread of its own (a submission may
+           take seconds; the session's close waits for it, bounded, then ends the job); the nodes
+           the pilot holds are `exclude`d where the batch system can say so (SLURM --exclude;
+           only names of letters, digits, . _ - go into the batch script)
     -> job {job, state: queued, id}            the batch system took it
     -> job {job, state: failed, reason}        it refused it (the partitions waiting fail)
     -> job {job, state: ended, reason}         it ended without being released (the walltime,
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 
@@ -34,6 +37,7 @@ from pilot.protocol import msg
 
 log = logging.getLogger("pmgr.pilots")
 LIVE = ("asked", "queued", "joined")
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # what may go into --exclude
 
 
 class PilotJobs:
@@ -42,6 +46,7 @@ class PilotJobs:
         self.info: dict[str, dict] = {}  # job name -> what is known of it (describe)
         self.handles: dict = {}  # job name -> BatchJob (pmgr/batch/), this client's only
         self.reported: set[str] = set()  # jobs whose end the bootstrap was told of
+        self.submitting: list[threading.Thread] = []  # submissions under way
 
     # -- from the bootstrap (channel thread, session lock held) -------------------------------
     def on_grow(self, body: dict) -> None:
@@ -59,9 +64,11 @@ class PilotJobs:
         if pilot.ending:
             self._said(name, "failed", "the pilot is ending")
             return
-        threading.Thread(
+        thread = threading.Thread(
             target=self._submit, args=(name, body), name=f"grow-{name}", daemon=True
-        ).start()
+        )
+        self.submitting = [t for t in self.submitting if t.is_alive()] + [thread]
+        thread.start()
 
     def on_release(self, body: dict) -> None:
         name = body["job"]
@@ -95,6 +102,8 @@ class PilotJobs:
         """The pilot ended: every job of it still queued or running is ended; `wait` > 0 (the
         session closes): here, waiting up to that many seconds in all for them to end."""
         deadline = time.monotonic() + wait
+        for thread in self.submitting if wait > 0 else ():  # (a job submitted meanwhile is
+            thread.join(max(0.0, deadline - time.monotonic()))  # ended below, not left behind)
         for name in list(self.handles):
             self.reported.add(name)
             if self.info[name].get("state") in LIVE:
@@ -125,7 +134,7 @@ class PilotJobs:
         where = os.path.join(pilot.sandbox, "jobs", name)
         try:
             os.makedirs(where, exist_ok=True)
-            left = pilot.runtime_left()
+            left = float(body.get("runtime") or pilot.runtime_left())  # (the bootstrap's clock)
             cfg = dict(pilot.join_config(), job=name, nodes=body["nodes"], hint_base=body["hint"],
                        endpoint=body["endpoint"], pulse=body["pulse"], dir=where,
                        positions=body.get("positions") or [], runtime=left)  # fmt: skip
@@ -134,7 +143,7 @@ class PilotJobs:
                 json.dump(cfg, f, indent=1)
             argv = processes.python_m(processes.JOIN, path, python=rcfg.python)
             argv = job_script.wrap(argv, rcfg, where)
-            exclude = [n for n in body.get("exclude") or [] if isinstance(n, str)]
+            exclude = [n for n in body.get("exclude") or [] if NODE_NAME.fullmatch(n)]
             job = submitter(rcfg.batch_system)(
                 argv,
                 dict(os.environ, PILOT_SESSION_ID=pilot.session.uid),
@@ -146,7 +155,9 @@ class PilotJobs:
                 rcfg=rcfg,
                 exclude=exclude,
             )
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # (OSError, ValueError: refused; anything else: said too)
+            if not isinstance(exc, (OSError, ValueError)):
+                log.exception("%s: %s: submission failed", pilot.uid, name)
             log.error("%s: %s could not be submitted: %s", pilot.uid, name, exc)
             with pilot.session.lock:
                 self.info[name].update(state="failed", why_ended=str(exc), ended=time.time())

@@ -12,9 +12,10 @@ run     a two-partition pilot over two compute nodes: units print their host, ou
 start   a pilot with slow units; prints what it started and waits, to be SIGKILLed by the test
 attach  a new client process takes the session over: its units end, more run, a cancel
 expire  a pilot whose runtime (6 s) runs out while a two-node unit runs
-grow    a one-node pilot (max_nodes=3) grows by a second SLURM job of two nodes, asked for from
+grow    a one-node pilot (max_nodes=4) grows by a second SLURM job of two nodes, asked for from
         a shell (`pilot reconfig PILOT --start nodes=2`); units run on its hosts; stopping the
-        partition gives the job back; a grow SLURM refuses fails only its partition
+        partition gives the job back; a grow of three more nodes (the cluster has three in all,
+        one the pilot's) SLURM refuses: that fails only its partition
 Each prints one JSON line last.
 """
 
