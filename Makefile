@@ -74,7 +74,7 @@ docs: $(DOCS_STAMP)       ## the manual into build/site (mkdocs build --strict)
 	$(PY) -c "import sys; sys.path.insert(0, 'docs'); import hooks; hooks.source_tree()"
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-bench: $(STAMP)           ## zero-launch, latency, throughput, workloads, reconfig, scheduler, store, bring-up, executors (~16 min)
+bench: $(STAMP)           ## zero-launch, latency, throughput, workloads, reconfig, scheduler, store, bring-up, executors, grow (~18 min)
 	$(PY) bench/zero.py
 	$(PY) bench/latency.py
 	$(PY) bench/throughput.py
@@ -84,6 +84,7 @@ bench: $(STAMP)           ## zero-launch, latency, throughput, workloads, reconf
 	$(PY) bench/store.py
 	$(PY) bench/bringup.py
 	$(PY) bench/executors.py
+	$(PY) bench/grow.py
 
 PEERS ?= limit cf parsl dask ray
 peers: $(STAMP)           ## the shared peer benchmark with our row: PEERS="limit" for a quick one
