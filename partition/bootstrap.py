@@ -188,6 +188,8 @@ class Bootstrap(ClientLink, AgentChannel):
 
     # -- PartitionIO (send_agent, spawn_agent, agent_lost: agent_channel.py) -----------------------
     def emit(self, uid: str, state: str, info: dict) -> None:
+        if state in FINAL:
+            self.growth.next_look = 0.0  # (a job's nodes may be of no more use: look at once)
         if state in FINAL and self.nodeset is not None:
             part = self.pm.parts.get(uid)
             if part is not None and part.alloc is not None:  # its agent may have died first
