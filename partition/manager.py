@@ -175,9 +175,13 @@ class PartitionManager:
         return True
 
     def start_waiting(self, job: str, missing: str = "") -> None:
-        """Nodes joined (of `job`): the waiting partitions that fit now start, in order; those
+        """Nodes joined (of `job`): the waiting partitions that fit now start, those that waited
+        for `job` first (its nodes were asked for them), then the others, each in order; those
         that waited for `job` and still do not fit end FAILED."""
-        for part in self.waiting():
+        waiting = self.waiting()
+        for part in [p for p in waiting if p.awaits == job] + [
+            p for p in waiting if p.awaits != job
+        ]:
             try:
                 part.alloc = self.pool.allocate(part.desc)
             except AllocationError as exc:
