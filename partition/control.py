@@ -106,7 +106,9 @@ def attach(boot, cid, args: dict) -> dict:
     and the pilot waits (at most RELEASE_WAIT s) for its `released` before it switches.  The
     attaching client must answer a handshake first (within ATTACH_PROBE s; refused at once
     when its address refuses): a request still queued here from a client killed since (a
-    take-over cut short) would otherwise take the pilot from the owner that came after it."""
+    take-over cut short) would otherwise take the pilot from the owner that came after it, and
+    so would one whose address the live owner bound again (the probe reaches the owner itself:
+    refused)."""
     owner = _owner(args.get("owner"))
     given = args.get("client")
     if isinstance(given, list) and given and len(given) <= 64:
@@ -129,6 +131,12 @@ def attach(boot, cid, args: dict) -> dict:
         endpoint = boot.find_client(given, waiting=ATTACH_PROBE)
     except OSError as exc:
         raise ValueError(f"args.client: {exc}") from None
+    if live and endpoint == boot.cfg["client"]:  # the live owner answered the probe itself:
+        # a request queued here from a client killed since, whose port the owner got again
+        raise ValueError(
+            f"args.client: {endpoint} is the live owner's (pid {current.get('pid')}), not "
+            f"pid {owner.get('pid')}'s: a request of a client gone since"
+        )
     if live:
         boot.release_owner(owner, RELEASE_WAIT)
     old = boot.cfg["client"]
