@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo demo-nodes demo-pipeline test lint docs bench peers clean
 
-$(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h)
+$(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h) pilot/rp_bin/radical-pilot-hello.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,observe,parsl]' --config-settings editable_mode=compat

@@ -8,8 +8,13 @@ Environment a rank sees, besides the spawning process's own and the unit's `envi
     PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
     RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
     RP_PARTITION_ID RP_RESOURCE RP_SESSION_SANDBOX RP_RESOURCE_SANDBOX
-    RP_PROF RP_GTOD    commands: `$RP_PROF EVENT [MSG]` appends a trace line to the task's
-                       <uid>.prof, `$RP_GTOD` prints the time (pilot/rp_bin/)
+    RP_GTOD            a command that prints the time (RADICAL-Pilot's; in the pilot sandbox)
+    RP_PROF            by the unit's API, as RADICAL-Pilot defines it there (`prof` below):
+                       a ComputeUnit (RP 0.90, and this project's own units): the unit's
+                       profile file <sandbox>/<uid>.prof, to append trace lines to
+                       (`echo "$($RP_GTOD),app_start,..." >> $RP_PROF`);
+                       an RP 1.x task: the command `$RP_PROF EVENT [MSG]`, which appends a
+                       trace line to RP_PROF_TGT (the task's <sandbox>/<uid>.prof)
     RP_GPU_ID          RADICAL-Pilot's names (RP_GPU_ID: its GPU ids, when it holds GPUs)
     RP_TASK_ID RP_TASK_NAME RP_TASK_SANDBOX RP_RANK RP_RANKS   RADICAL-Pilot 1.x's (a task is
                        a unit there; an MPI unit's ranks share one environment: RP_RANK is 0
@@ -82,15 +87,22 @@ def check_environment(environment: dict | None, types: Iterable[str]) -> str | N
 
 
 def rank_env(
-    unit: dict, sandbox: str, node_name: str, ids: dict, rank: int, ranks: int, has_gpus: bool
+    unit: dict,
+    sandbox: str,
+    node_name: str,
+    ids: dict,
+    rank: int,
+    ranks: int,
+    has_gpus: bool,
+    prof: str,
 ) -> tuple[dict, str | None]:
     """(env, gpu_var): what one rank's environment adds to the spawning process's own: the unit's
     `environment` (placeholders filled) and the PILOT_* variables.  The GPU variable holds
     plain GPU ids here (gpu_var names it, None when the unit sees no GPU variable);
-    `Spawner.spawn` maps them through the node's inherited mask."""
+    `Spawner.spawn` maps them through the node's inherited mask.  `prof`: as for unit_vars."""
     env = _unit_and_ids(unit, ids)
     var = None
-    env.update(unit_vars(unit, sandbox))
+    env.update(unit_vars(unit, sandbox, prof))
     env["PILOT_NODE_NAME"] = node_name
     env["PILOT_RANK"] = env["RP_RANK"] = str(rank)
     env["PILOT_RANKS"] = env["RP_RANKS"] = str(ranks)
@@ -102,13 +114,36 @@ def rank_env(
     return env, var
 
 
-# RP_PROF / RP_GTOD: the commands RP 1.x gives tasks for their own trace events (pilot/rp_bin/)
-# found without importing the client (the agent never loads the face)
+# RP_PROF / RP_GTOD: RADICAL-Pilot's trace commands (pilot/rp_bin/), copied into each pilot
+# sandbox at bring-up (`install_rp_tools`): no unit's environment names a file of the installed
+# package, which a unit might write to (RP 0.90's scripts append to $RP_PROF).  Found without
+# importing the client (the agent never loads the face).
 RP_BIN = os.path.join(importlib.util.find_spec("pilot").submodule_search_locations[0], "rp_bin")
+RP_TOOLS = ("prof", "gtod")
+
+
+def install_rp_tools(pilot_sandbox: str) -> None:
+    """Copy RP_TOOLS into the pilot sandbox (mode 0755; again if one was changed or removed)."""
+    for name in RP_TOOLS:
+        with open(os.path.join(RP_BIN, name), "rb") as f:
+            text = f.read()
+        path = os.path.join(pilot_sandbox, name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+
+
+def prof_command(pilot_sandbox: str) -> str:
+    """RP 1.x's $RP_PROF: the pilot sandbox's copy of pilot/rp_bin/prof."""
+    return os.path.join(pilot_sandbox, "prof")
 
 
 def rp_pilot_vars(cfg: dict) -> dict:
-    """RADICAL-Pilot's variables that name a unit's pilot and partition (an agent's config)."""
+    """RADICAL-Pilot's variables that name a unit's pilot and partition (an agent's config);
+    RP_PROF here is the command (a function worker's, an RP 1.x task's): a ComputeUnit's own is
+    its profile file (`unit_vars`)."""
     session_sandbox = os.path.dirname(cfg["pilot_sandbox"].rstrip("/"))
     return {
         "RP_SESSION_ID": cfg["session"],
@@ -118,8 +153,8 @@ def rp_pilot_vars(cfg: dict) -> dict:
         "RP_PILOT_SANDBOX": cfg["pilot_sandbox"],
         "RP_SESSION_SANDBOX": session_sandbox,
         "RP_RESOURCE_SANDBOX": os.path.dirname(session_sandbox),
-        "RP_PROF": os.path.join(RP_BIN, "prof"),
-        "RP_GTOD": os.path.join(RP_BIN, "gtod"),
+        "RP_PROF": prof_command(cfg["pilot_sandbox"]),
+        "RP_GTOD": os.path.join(cfg["pilot_sandbox"], "gtod"),
     }
 
 
@@ -134,15 +169,24 @@ UNIT_VARS = (
     "RP_TASK_NAME",
     "RP_RANK",
     "RP_RANKS",
+    "RP_PROF",
+    "RP_PROF_TGT",
 )
 
 
-def unit_vars(unit: dict, sandbox: str) -> dict:
+def unit_vars(unit: dict, sandbox: str, prof: str) -> dict:
     """The variables of rank_env that name the unit itself (the rest follow its allocation;
-    RP_RANK and RP_RANKS are a one-rank unit's here, rank_env sets them for each rank)."""
+    RP_RANK and RP_RANKS are a one-rank unit's here, rank_env sets them for each rank).
+    `prof`: RP 1.x's RP_PROF command (`prof_command`), for units whose record says so."""
     uid = unit["uid"]
     name = unit.get("name") or uid
+    trace = f"{sandbox}/{uid}.prof"
+    if unit.get("prof") == "command":  # an RP 1.x task: RP_PROF is a command, RP_PROF_TGT
+        traced = {"RP_PROF": prof, "RP_PROF_TGT": trace}  # the file it appends to
+    else:  # RP 0.90's (and this project's) ComputeUnit: RP_PROF is its profile file
+        traced = {"RP_PROF": trace}
     return {
+        **traced,
         "PILOT_UNIT_ID": uid,
         "RP_UNIT_ID": uid,
         "RP_TASK_ID": uid,

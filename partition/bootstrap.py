@@ -6,7 +6,8 @@ Bring-up (step names appear in the log):
     boot.connect     DEALER to the client's pilot link; ROUTER for agents (127.0.0.1, and the
                      node address for agents on other nodes) and for the `pilot` CLI and
                      attaching clients (the address this node reaches the client from), OS-chosen
-                     ports; the control endpoint written to PILOT_SANDBOX/control.json (0600)
+                     ports; the control endpoint written to PILOT_SANDBOX/control.json (0600);
+                     RP's trace commands copied to PILOT_SANDBOX/prof and gtod
     boot.nodes.*     resources with node daemons: one daemon per node, bounded gathers, the
                      channel table (partition/node_set.py); nodes missing -> marked down, or the
                      pilot
@@ -53,6 +54,7 @@ import time
 import zmq
 
 from pilot import checks, liveness, processes, resource_config, security
+from pilot.agent.rank_env import install_rp_tools
 from pilot.descriptions import ComputePartitionDescription
 from pilot.partition import orphans
 from pilot.partition.agent_channel import AgentChannel
@@ -243,6 +245,9 @@ class Bootstrap(ClientLink, AgentChannel):
             "host": socket.gethostname(),
         }
         self.files.run(lambda: _write_json(self.sandbox, "control.json", control, 0o600))
+        # RP's trace commands ($RP_PROF, $RP_GTOD) in the sandbox: units name these, never
+        # the package's own files (agent/rank_env.py)
+        self.files.run(lambda: install_rp_tools(self.sandbox), _tools_failed)
 
     def _boot_nodes(self, nodeset: NodeSet) -> bool:
         """boot.nodes.*: the node daemons up (partition/node_set.py), the pool made again over
@@ -411,6 +416,12 @@ def _write_json(sandbox: str, name: str, value, mode: int = 0o644) -> None:
     fd = os.open(os.path.join(sandbox, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as f:
         json.dump(value, f, indent=1)
+
+
+def _tools_failed(result) -> None:
+    """(the loop) RP's trace commands could not be copied: tasks calling $RP_PROF say so."""
+    if isinstance(result, Exception):
+        log.warning("boot.connect: RP's trace commands not copied to the sandbox: %s", result)
 
 
 def _unlink(path: str) -> None:

@@ -241,6 +241,9 @@ class ComputeUnitDescription(Description):
     ALIASES = {"cpu_processes": "ranks", "cpu_threads": "cores"}
     uid: str | None = None  # (not a field here: a TaskDescription may name its task's uid)
     VALIDATE_DEFAULT = ("policy",)  # the default policy is captured from the context
+    # what $RP_PROF is in its environment: RP 0.90's profile file (RP 1.x's TaskDescription:
+    # "command"; agent/rank_env.py)
+    RP_PROF = "file"
 
     def check(self) -> None:
         name = type(self).__name__

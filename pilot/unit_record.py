@@ -31,6 +31,8 @@ FIELDS (wire key: what it is; default when absent)
     priority     an integer: a higher one is started first among units waiting            0
     sandbox      its directory under the pilot sandbox (default: its uid)
     stdout / stderr   file names in its sandbox (default STDOUT / STDERR)
+    prof         "command": RP 1.x's $RP_PROF (a command, RP_PROF_TGT its file); absent: RP
+                 0.90's, a ComputeUnit's (its profile file): agent/rank_env.py
 Agent's own (attributes):
     taken_sandbox  its sandbox, made ahead for it and given back (a lane's queue ahead)
     not_found      its program is not on PATH: its shell runs it and says so (exit 127)
@@ -45,7 +47,7 @@ from pilot.policy import AGENT_DEFAULTS
 FIELDS = (
     "uid executable function arguments environment cpus gpus ranks resources policy pre_exec "
     "post_exec stage_in stage_out shell cleanup mpi keep_output name sandbox stdout stderr "
-    "priority"
+    "priority prof"
 ).split()
 _COMMON = frozenset(("uid", "executable", "function", "arguments", "environment", "cpus", "gpus"))
 _KNOWN = frozenset(FIELDS)
@@ -102,6 +104,8 @@ class UnitRecord(dict):
                     rec[key] = d.peek(key)
             return rec
         rec._process_fields(d)
+        if d.RP_PROF != "file":
+            rec["prof"] = d.RP_PROF
         return rec
 
     def _process_fields(self, d) -> None:
@@ -219,6 +223,8 @@ class UnitRecord(dict):
             if self.get(key) is not None and not isinstance(self[key], bool):
                 raise checks.bad(key, self[key], "true, false or absent")
         checks.text("name", self.get("name"))
+        if self.get("prof", "command") != "command":
+            raise checks.bad("prof", self["prof"], "'command' or absent")
         p = self.get("priority", 0)
         if isinstance(p, bool) or not isinstance(p, int) or abs(p) > 1 << 31:
             raise checks.bad("priority", p, "an integer")

@@ -22,6 +22,36 @@ def pytest_configure(config):
     )
 
 
+# Nothing the suite runs may change the checkout or the installed package (tests/tree_state.py):
+# the files as the run found them, compared with what it leaves; a difference fails the run.
+_TREE: dict = {}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # (the controller only, under xdist)
+        from tests import tree_state
+
+        _TREE["before"] = tree_state.snapshot()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = _TREE.get("before")
+    if before is None:
+        return
+    from tests import tree_state
+
+    changed = tree_state.changes(before, tree_state.snapshot())
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "the run changed the checkout or the installed package:\n  " + "\n  ".join(changed)
+        if reporter is not None:
+            reporter.write_sep("=", "tree changed", red=True)
+            reporter.write_line(text)
+        else:
+            print(text, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def mongo_server(tmp_path_factory):
     """A MongoDB to test against: MONGODB_URI when set, else SecantusDB started here.

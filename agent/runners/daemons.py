@@ -26,7 +26,7 @@ import zmq
 from pilot import processes, security, wire
 from pilot.agent import unit_command
 from pilot.agent.function_worker import PATH_VAR
-from pilot.agent.rank_env import rp_pilot_vars
+from pilot.agent.rank_env import prof_command, rp_pilot_vars
 from pilot.agent.runners.base import QuietStager, Run, RunnerBase
 from pilot.agent.spawn import grant_ids, rank_env
 from pilot.protocol import ProtocolError, drain, pack, unpack
@@ -60,6 +60,7 @@ class DaemonRunner(RunnerBase):
     def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
         self.uid = cfg["uid"]
         self.rp_env = rp_pilot_vars(cfg)  # RADICAL-Pilot's names, as units see them
+        self.prof = prof_command(cfg["pilot_sandbox"])  # (RP 1.x tasks' RP_PROF)
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.mpi_command = cfg.get("mpi_command")
         self.python = sys.executable  # function units' (the agent's: the pilot's python)
@@ -117,9 +118,11 @@ class DaemonRunner(RunnerBase):
             placed = placed[:1]
         for rank, (node, grant) in placed:
             ids = grant_ids(node.cap, grant)
-            env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
-            env["PILOT_PARTITION_ID"] = self.uid  # the daemon's own environment has no partition
-            env.update(self.rp_env)
+            own, var = rank_env(
+                unit, sandbox, node.name, ids, rank, ranks, self.has_gpus, self.prof
+            )
+            # the daemon's own environment has no partition; the unit's own names win
+            env = {**self.rp_env, "PILOT_PARTITION_ID": self.uid, **own}
             if unit.get("function") and self.function_path:
                 env[PATH_VAR] = self.function_path
             body = {

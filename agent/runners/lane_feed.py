@@ -75,6 +75,7 @@ class LaneFeed:
     slots: int  # its logical cores: one lane each
     sigchld: bool
     has_gpus: bool
+    prof: str  # RP 1.x tasks' RP_PROF command
     node_types: list[str]
     running: dict[int, Run]
     starting: dict
@@ -197,7 +198,7 @@ class LaneFeed:
                 envp = self.spawner.entries_without(reserved | user.keys())
                 envp += head[-len(_CONSTANT) :]
             envp = envp + [entry(k, v) for k, v in user.items()]
-        own = [entry(k, v) for k, v in unit_vars(unit, sandbox).items()]
+        own = [entry(k, v) for k, v in unit_vars(unit, sandbox, self.prof).items()]
         path = user.get("PATH") if user else None
         one_pipe = run.names[0] == run.names[1]
         argv = unit_command.argv(unit)

@@ -37,6 +37,7 @@ from pilot.agent.rank_env import (
     call_base_env,
     call_unit_env,
     grant_ids,
+    prof_command,
     rank_env,
     rp_pilot_vars,
 )
@@ -81,6 +82,7 @@ class LocalRunner(LaneFeed, RunnerBase):
             }
         )
         self.mpi_command = cfg.get("mpi_command")
+        self.prof = prof_command(cfg["pilot_sandbox"])  # (RP 1.x tasks' RP_PROF)
         self.running: dict[int, Run] = {}  # pid -> its unit's Run
         self.starting: dict = {}  # pid -> its Spawner.start handle, until it is reaped
         self.killed: set[int] = set()  # ranks of a unit whose start failed, until reaped
@@ -200,7 +202,9 @@ class LocalRunner(LaneFeed, RunnerBase):
         try:
             for rank, (node, grant) in enumerate(alloc.ranks):
                 ids = grant_ids(node.cap, grant)
-                env, var = rank_env(unit, sandbox, node.name, ids, rank, ranks, self.has_gpus)
+                env, var = rank_env(
+                    unit, sandbox, node.name, ids, rank, ranks, self.has_gpus, self.prof
+                )
                 cpus = [c for c, _ in grant.get("cpus", ())]
                 child = self.spawner.start(argv, sandbox, out, err, env, var, cpus)
                 self.watch_child(child.pid)
@@ -240,7 +244,7 @@ class LocalRunner(LaneFeed, RunnerBase):
                 grant.setdefault(t, []).extend(got)
         ids = grant_ids(node.cap, grant)
         ranks = len(run.alloc.ranks)
-        env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus)
+        env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus, self.prof)
         argv = unit_command.mpi_argv(unit, self.mpi_command, [("localhost", ranks)])
         cpus = sorted({c for c, _ in grant.get("cpus", ())})
         child = self.spawner.start(argv, sandbox, out, err, env, var, cpus)

@@ -314,6 +314,7 @@ class TaskDescription(ComputeUnitDescription):
     }
     uid = None  # (a field here: the class attribute is its default)
     _form = False  # True: as unit_form made it (pmgr/compat/rp1/task_form.py), ready to run
+    RP_PROF = "command"  # RP 1.x's $RP_PROF: a command (agent/rank_env.py)
 
     def to_be_formed(self, uid: str) -> TaskDescription:
         """A copy for pmgr/compat/rp1/task_form.py to turn into the form the task runs with (marked:
