@@ -45,7 +45,7 @@ CALLED = {
         *("adapt_log", "as_dict", "cancel", "client_sandbox", "exit_on_error", "free", "jobs"),
         "log",
         *("nodes", "partition", "partitions", "pilot_sandbox", "reconfig", "resource_sandbox"),
-        *("stage_in", "stage_out", "stderr", "stdout"),
+        *("endpoint_fs", "session_sandbox", "stage_in", "stage_out", "stderr", "stdout"),
     ],
     "pilot.pmgr.compat.futures.executor.Executor": [
         *("call_fields", "cancel_units", "map", "partition", "pilot", "session", "shutdown"),
@@ -62,6 +62,7 @@ CALLED = {
         *("partition", "register_callback", "resource_sandbox", "session_sandbox"),
         *("task_sandbox", "tmgr", "wait"),
     ],
+    _RP1 + "task_description.TaskDescription": ["as_dict"],
     _RP1 + "raptor.Raptor": ["cancel", "partition_uid", "rpc", "submit_tasks", "submit_workers"],
     _RP1 + "raptor.RaptorWorker": ["cancel"],
     _RP1 + "nodes.NodeList": ["find_slots", "release_slots"],
@@ -113,7 +114,7 @@ INTERNAL = {
     _RP1 + "tasks.TaskManager": ["make_tasks", "note_change"],
     _RP1 + "task.Task": ["advance"],
     _RP1 + "task_description.TaskDescription": [
-        *("rank_gpus", "refused", "submit_error", "to_be_formed"),
+        *("rank_gpus", "raw", "refused", "submit_error", "to_be_formed"),
     ],
     _RP1 + "nodes.Node": ["as_pool"],
     _ENTK + "pipeline.Pipeline": ["check_runnable", "next_stage", "stage_now", "unwatch", "watch"],

@@ -43,6 +43,13 @@ class Description:
         for name, default in cls._DEFAULTS.items():
             if name not in cls.__dict__ and not hasattr(Description, name):
                 setattr(cls, name, default)
+        # a base's field with an immutable default (a class attribute there) that is a field
+        # with a mutable default here, or another field's alias: the base's default must not
+        # answer for it (__getattr__ does)
+        based = {n for b in cls.__mro__[1:] for n in vars(b).get("_DEFAULTS", ())}
+        own = set(cls._MUTABLE) | set(cls.ALIASES).difference(cls.FIELDS)
+        for name in based.intersection(own).difference(cls.__dict__):
+            setattr(cls, name, _ASK_GETATTR)
 
     def __init__(self, from_dict: dict | None = None, **kwargs: Any) -> None:
         if from_dict is not None:  # RP style: Description({"key": value, ...})
@@ -186,6 +193,18 @@ class Description:
     def __repr__(self) -> str:
         stored = self.to_stored()
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in stored.items())})"
+
+
+class _AskGetattr:
+    """A name a base class has as a field with an immutable default (a class attribute there)
+    and a subclass as a field with a mutable default or as an alias: reading it falls through
+    to `Description.__getattr__` (a fresh default, or the field the alias names)."""
+
+    def __get__(self, obj, owner=None):
+        raise AttributeError
+
+
+_ASK_GETATTR = _AskGetattr()
 
 
 def _plain(value: Any) -> Any:

@@ -332,7 +332,7 @@ class ComputeUnitDescription(Description):
         d["policy"] = self.policy.to_dict()
         d.pop("args", None)
         d.pop("kwargs", None)
-        f = self.function
+        f = self.peek("function")
         if f is not None and not functions.is_packed(f):  # the call, packed once, as stored
             d["function"] = functions.pack(f, self.peek("args"), self.peek("kwargs"))
         elif f is not None and (self.peek("args") or self.peek("kwargs")):

@@ -4,6 +4,7 @@
     get_resource_config(resource)             one resource's RP config (a dict), or None
     get_resource_job_url(resource, schema)    its schema's job_manager_endpoint
     get_resource_fs_url(resource, schema)     its schema's filesystem_endpoint
+    pilot_endpoints(resource, schema, config) a pilot's js_url, js_hop and endpoint_fs (as_dict)
 
 RP's configs (pilot/rp_resources.py: the shipped resource_*.json and the user's) are given as
 RP reads them; this project's YAML resources as the RP config they amount to (`rp_view`), the
@@ -12,6 +13,8 @@ here too (`session_config`): the schema's entry laid over the config, and its `l
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 from pilot import resource_config, rp_resources
 
@@ -54,6 +57,35 @@ def get_resource_job_url(resource: str, schema: str | None = None) -> str | None
 def get_resource_fs_url(resource: str, schema: str | None = None) -> str | None:
     """The filesystem_endpoint of `resource`'s access schema (default: its default_schema)."""
     return _endpoint(resource, schema, "filesystem_endpoint")
+
+
+def pilot_endpoints(resource: str, schema: str | None, config=None) -> tuple[str, str, str]:
+    """RP 1.x's js_url, js_hop and endpoint_fs of a pilot on `resource` with access schema
+    `schema` (as its session's _get_jsurl and _get_endpoint_fs make them): the schema's
+    job_manager_endpoint; job_manager_hop, else that endpoint with the scheme `ssh` (`gsissh`)
+    when it goes through ssh, `fork` otherwise; the root of its filesystem_endpoint.  A
+    resource given as a config file's path is its ResourceConfig `config`'s RP view; a schema
+    a YAML resource does not name (it takes any) is its own."""
+    cfg = get_resource_config(resource)
+    if cfg is None and config is not None:
+        cfg = rp_resources.rp_view(resource, config)
+    try:
+        cfg = rp_resources.with_schema(resource, cfg or {}, schema)
+    except ValueError:
+        cfg = rp_resources.with_schema(resource, cfg or {}, None)
+    js_url = str(cfg.get("job_manager_endpoint") or "")
+    hop = str(cfg.get("job_manager_hop") or js_url)
+    scheme, sep, rest = hop.partition("://")
+    if sep:
+        if "+gsissh" in scheme or "gsissh+" in scheme:
+            scheme = "gsissh"
+        elif "+ssh" in scheme or "ssh+" in scheme:
+            scheme = "ssh"
+        else:
+            scheme = "fork"
+        hop = f"{scheme}://{rest}"
+    fs = urlsplit(str(cfg.get("filesystem_endpoint") or "file://localhost/"))
+    return js_url, hop, f"{fs.scheme}://{fs.netloc}/"
 
 
 def session_config(resource: str, schema: str | None = None) -> dict:

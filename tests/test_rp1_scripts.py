@@ -64,10 +64,15 @@ class _Context:
         return "pilot.0000.part.0009"
 
 
+def _raw(fields: dict):
+    """A TaskDescription as the TaskManager hands it to unit_form: raw (unset fields None)."""
+    return rp.TaskDescription(fields).raw()
+
+
 def test_task_descriptions_become_the_units_that_run():
     ctx = _Context()
     mpi = unit_form(
-        rp.TaskDescription(
+        _raw(
             {
                 "executable": "/bin/app",
                 "ranks": 4,
@@ -90,20 +95,18 @@ def test_task_descriptions_become_the_units_that_run():
     wire = UnitRecord.for_description("task.000001", mpi, mpi.to_stored())
     assert wire["mpi"] and wire["ranks"] == 4 and wire["cpus"] == 2
     assert wire["environment"]["OMP_NUM_THREADS"] == "2"
-    second = unit_form(
-        rp.TaskDescription({"executable": "/bin/true", "tags": {"colocate": "bag"}}), "t2", ctx
-    )
+    second = unit_form(_raw({"executable": "/bin/true", "tags": {"colocate": "bag"}}), "t2", ctx)
     assert second.tag == "task.000001"  # where the first of its key ran
-    shell = unit_form(rp.TaskDescription({"mode": rp.TASK_SHELL, "command": "ls | wc"}), "t3", ctx)
+    shell = unit_form(_raw({"mode": rp.TASK_SHELL, "command": "ls | wc"}), "t3", ctx)
     assert (shell.executable, shell.arguments, shell.shell) == ("/bin/sh", ["-c", "ls | wc"], False)
-    evals = unit_form(rp.TaskDescription({"mode": rp.TASK_EVAL, "code": "1+1"}), "t4", ctx)
+    evals = unit_form(_raw({"mode": rp.TASK_EVAL, "code": "1+1"}), "t4", ctx)
     assert evals.function.__name__ == "eval_code" and evals.args == ("1+1",)
-    named = unit_form(rp.TaskDescription({"mode": rp.TASK_FUNC, "function": "hello"}), "t5", ctx)
+    named = unit_form(_raw({"mode": rp.TASK_FUNC, "function": "hello"}), "t5", ctx)
     assert named.function == "pilot.raptor_functions.hello"
-    raptor = unit_form(rp.TaskDescription({"function": "a.b", "raptor_id": "r"}), "t6", ctx)
+    raptor = unit_form(_raw({"function": "a.b", "raptor_id": "r"}), "t6", ctx)
     assert raptor.partition == "pilot.0000.part.0009"
     with pytest.raises(ValueError, match="no name the workers know"):
-        unit_form(rp.TaskDescription({"mode": rp.TASK_FUNC, "function": "nope"}), "t7", ctx)
+        unit_form(_raw({"mode": rp.TASK_FUNC, "function": "nope"}), "t7", ctx)
     raw = rp.TaskDescription(executable="/bin/true")  # only its form may be submitted
     assert "TaskManager" in raw.submit_error() and named.submit_error() is None
 

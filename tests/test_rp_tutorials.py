@@ -6,6 +6,7 @@ in a fresh working directory (the client sandbox) with HOME there too (the tutor
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 from pilot.pmgr.core import reaper
 from tests.conftest import ROOT
+from tests.test_rp1_defaults import RP_PILOT_DEFAULTS, RP_PILOT_KEYS  # (RP's, from its source)
 
 HERE = os.path.join(ROOT, "tests", "rp_tutorials")
 # (found, not imported: radical.utils patches fork and logging in the process that imports it)
@@ -83,11 +85,17 @@ def test_multiple_pilots(tmp_path):
         "pilot.0002",
     }
     assert "task is assigned to pilot.0003" in lines[4] and 'pilot="pilot.0003"' in lines[4]
+    # RP's task.description['pilot'] of a task pinned to no pilot: '' (RP 1.103's default)
+    assert all(x.endswith('(in task description: pilot="")') for x in lines[:4]), lines
 
 
 def test_staging_data(tmp_path):
     shown = run("staging_data.ipynb", tmp_path)
     assert shown[9].strip() == "['DONE', 'DONE']"
+    # pilot.stage_out returns the targets as RP 1.103's complete_url makes them: client:///x
+    # is the path of x in the client sandbox (the working directory)
+    here = os.path.realpath(tmp_path)
+    assert ast.literal_eval(shown[11]) == [f"{here}/output_dir/output.{i}.txt" for i in (0, 1)]
     assert (
         shown[12].splitlines()
         == ["Staged data (task_id=$RP_TASK_ID | pilot_id=$RP_PILOT_ID | session_id=$RP_SESSION_ID)"]
@@ -110,6 +118,29 @@ def test_configuration(tmp_path):
     assert "label                : tacc.frontera_tutorial" in shown[11]
     assert "job_manager_endpoint : slurm://frontera.tacc.utexas.edu/" in shown[11]
     assert "'state': 'PENDING'" in shown[14] and "'cores': 56" in shown[14]
+    # pilot.as_dict(): RP 1.103's keys, with the no_submission schema's endpoints
+    pilot = ast.literal_eval(shown[14])
+    assert set(RP_PILOT_KEYS) <= set(pilot), set(RP_PILOT_KEYS) - set(pilot)
+    assert pilot["session"].startswith("session.") and pilot["pmgr"] == "pmgr.0000"
+    assert (pilot["js_url"], pilot["js_hop"]) == ("fork://localhost/", "fork://localhost/")
+    assert pilot["endpoint_fs"] == "file://localhost/"
+    box = f"file://localhost{os.path.realpath(tmp_path)}/radical.pilot.sandbox"
+    assert pilot["resource_sandbox"] == box
+    assert pilot["session_sandbox"] == f"{box}/{pilot['session']}"
+    assert pilot["pilot_sandbox"] == f"{box}/{pilot['session']}/pilot.0000/"
+    assert pilot["resources"] == {"cpu": 56, "gpu": 0}
+    described = pilot["description"]  # the PilotDescription as given, every key
+    assert set(RP_PILOT_DEFAULTS) <= set(described)
+    assert {k: described[k] for k in RP_PILOT_DEFAULTS} == {
+        **RP_PILOT_DEFAULTS,
+        "resource": "tacc.frontera_tutorial",
+        "access_schema": "no_submission",
+        "project": "XYZ000",
+        "queue": "production",
+        "cores": 56,
+        "runtime": 15,
+        "exit_on_error": False,
+    }
 
 
 def test_debugging(tmp_path):

@@ -33,6 +33,7 @@ from pilot.pmgr.core.pilot_jobs import PilotJobs
 from pilot.pmgr.core.unit_router import UnitRouter
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
+from pilot.utils import pilot_endpoints
 
 log = logging.getLogger("pmgr.pilots")
 ORPHANS_KEPT = 100_000  # unit updates kept for the UnitManager that has not come yet
@@ -98,6 +99,7 @@ class Pilot(Stateful):
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
         self.released: str | None = None  # another client took it over: why (see on_taken_over)
         self._owner_asked = 0.0  # when the store was last asked who owns it (unreachable)
+        self._endpoints: tuple[str, str, str] | None = None  # RP's js_url, js_hop, endpoint_fs
 
     def manager_callbacks(self) -> list:
         return self.pmgr.callbacks
@@ -538,9 +540,19 @@ class Pilot(Stateful):
         return self.sandbox
 
     @property
-    def resource_sandbox(self) -> str:
-        """The directory the pilot's sandbox is in."""
+    def endpoint_fs(self) -> str:
+        """The URL of its resource's file system (RP's endpoint_fs: `file://localhost/`)."""
+        return self._rp_endpoints()[2]
+
+    @property
+    def session_sandbox(self) -> str:
+        """The directory the pilot's sandbox is in (RP's session sandbox)."""
         return os.path.dirname(self.sandbox)
+
+    @property
+    def resource_sandbox(self) -> str:
+        """The directory the session sandbox is in (RP's resource sandbox)."""
+        return os.path.dirname(self.session_sandbox)
 
     @property
     def client_sandbox(self) -> str:
@@ -583,24 +595,48 @@ class Pilot(Stateful):
         return sorted(events, key=lambda e: e[0])
 
     def as_dict(self) -> dict:
-        """RADICAL-Pilot's view of a pilot (its keys), plus ours."""
+        """RADICAL-Pilot's view of a pilot: RP 1.103's keys, as RP gives them (its sandboxes
+        as URLs on the resource's file system endpoint, `file://localhost/...`; js_url, js_hop
+        and endpoint_fs those of its resource and access schema, pilot/utils.py
+        pilot_endpoints; resource_details and nodelist None: no agent reports RP's resource
+        manager details), plus ours (reason, size, partitions, job)."""
+        js_url, js_hop, endpoint_fs = self._rp_endpoints()
+        root = endpoint_fs.rstrip("/")  # (RP's sandbox URLs: the endpoint's, with the path)
+        stdout, stderr = self.stdout, self.stderr  # (files: read outside the lock)
         with self.session.lock:
             return {
-                "type": "pilot",
-                "uid": self.uid,
-                "state": self.state,
-                "reason": self.reason,
-                "resource": self.description.resource,
+                "session": self.session.uid,
                 "pmgr": self.pmgr.uid,
-                "pilot_sandbox": self.sandbox,
-                "resource_sandbox": self.resource_sandbox,
-                "client_sandbox": self.session.dir,
-                "description": self.description.to_stored(),
+                "uid": self.uid,
+                "type": "pilot",
+                "state": self.state,
+                "log": self.log,
+                "stdout": stdout,
+                "stderr": stderr,
+                "resource": self.description.resource,
+                "resources": {"cpu": self.size.get("cores"), "gpu": self.size.get("gpus")},
+                "endpoint_fs": endpoint_fs,
+                "resource_sandbox": root + self.resource_sandbox,
+                "session_sandbox": root + self.session_sandbox,
+                "pilot_sandbox": root + self.sandbox + "/",
+                "client_sandbox": self.client_sandbox,
+                "js_url": js_url,
+                "js_hop": js_hop,
+                "description": self.description.as_dict(),
+                "resource_details": None,
+                "nodelist": None,
+                "reason": self.reason,
                 "size": dict(self.size),
                 "partitions": [p.uid for p in self.parts.values()],
                 "job": self.job.pid if self.job is not None else self.job_id,
-                "log": self.log,
             }
+
+    def _rp_endpoints(self) -> tuple[str, str, str]:
+        """(as_dict) RP's js_url, js_hop and endpoint_fs of its resource (read once)."""
+        if self._endpoints is None:
+            d = self.description
+            self._endpoints = pilot_endpoints(d.resource, d.access_schema, self.resource)
+        return self._endpoints
 
     def as_doc(self, full: bool = True) -> dict:
         return {

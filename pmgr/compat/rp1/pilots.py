@@ -14,10 +14,11 @@ Named environments are pmgr/compat/rp1/named_envs.py's.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections import deque
 
-from pilot import resource_config
+from pilot import resource_config, staging
 from pilot import states as S
 from pilot.descriptions import ComputePilotDescription
 from pilot.pilot_description import PilotDescription
@@ -31,6 +32,7 @@ class RPPilot(Pilot):
     """A Pilot with RADICAL-Pilot 1.x's methods (made by this module's PilotManager)."""
 
     tmgr = None  # the TaskManager it was added to (RP's attach_tmgr; set by add_pilots)
+    rp_description: dict | None = None  # the PilotDescription it was submitted with (as_dict)
 
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
@@ -41,6 +43,33 @@ class RPPilot(Pilot):
     def client_sandbox(self) -> str:
         """RP 1.x's client sandbox: the working directory the pilot was submitted from."""
         return self.workdir
+
+    def as_dict(self) -> dict:
+        """RP 1.x's view of the pilot (Pilot.as_dict), its description the PilotDescription it
+        was submitted with, every key (RP's defaults for those not given)."""
+        out = super().as_dict()
+        if self.rp_description is not None:
+            out["description"] = copy.deepcopy(self.rp_description)
+        return out
+
+    def stage_in(self, directives) -> list[str]:
+        """Pilot.stage_in; the targets as RP 1.x returns them (its complete_url): a place on
+        the resource as a URL of its file system (`file://localhost/<pilot sandbox>/x`), one
+        at the client as its path."""
+        return [self._rp_place(t) for t in super().stage_in(directives)]
+
+    def stage_out(self, directives) -> list[str]:
+        """Pilot.stage_out; the targets as RP 1.x returns them (stage_in's): `client:///x` is
+        the path of x in the client's working directory."""
+        return [self._rp_place(t) for t in super().stage_out(directives)]
+
+    def _rp_place(self, url: str) -> str:
+        scheme, path = staging.split(url)
+        if scheme == "client":
+            return path  # (absolute: pilot/staging.py's normal form)
+        if scheme in ("pilot", "resource"):
+            return self.endpoint_fs.rstrip("/") + staging.resolve(url, self.sandbox, None)
+        return url  # (file://: as RP leaves it)
 
     def prepare_env(self, env_name: str, env_spec: dict) -> None:
         """RP 1.x's named environment (pmgr/compat/rp1/named_envs.py): made by the first task that
@@ -139,7 +168,7 @@ class PilotManager(CorePilotManager):
         """
         single = not isinstance(descriptions, (list, tuple))
         descs = [descriptions] if single else list(descriptions)
-        envs, steps = [], []
+        envs, steps, given = [], [], []
         for i, d in enumerate(descs):
             if isinstance(d, dict):
                 d = PilotDescription(d)
@@ -148,6 +177,7 @@ class PilotManager(CorePilotManager):
                 if error:
                     raise ValueError(f"submit_pilots: descriptions[{i}]: {error}")
                 envs.append(d.prepare_env)
+                given.append(d.as_dict())  # (as RP keeps it: a copy, as submitted)
                 steps.append(
                     (
                         pilot_directives(d.input_staging, True),
@@ -158,6 +188,7 @@ class PilotManager(CorePilotManager):
             elif isinstance(d, ComputePilotDescription):
                 envs.append({})
                 steps.append(([], []))
+                given.append(None)
             else:
                 raise ValueError(
                     f"submit_pilots: descriptions[{i}]={d!r} must be a PilotDescription"
@@ -167,7 +198,8 @@ class PilotManager(CorePilotManager):
             pilots = super().submit_pilots(descs)
         finally:
             self.staging_in = deque()
-        for pilot, spec in zip(pilots, envs):
+        for pilot, spec, rp_description in zip(pilots, envs, given):
+            pilot.rp_description = rp_description
             for name, one in spec.items():
                 pilot.prepare_env(name, one)
         return pilots[0] if single else pilots

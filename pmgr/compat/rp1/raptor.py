@@ -74,8 +74,7 @@ class Raptor(Task):
                 or sets fields that run code of its own; workers with no cores; a pilot whose
                 one partition runs tasks already.
         """
-        descs = descriptions if isinstance(descriptions, (list, tuple)) else [descriptions]
-        descs = [TaskDescription(d) if isinstance(d, dict) else d for d in descs]
+        descs = _raw(descriptions)
         if self.part_handle is not None or self.workers:
             raise ValueError(
                 f"submit_workers: {self.uid} has its workers (one partition, made by one "
@@ -215,8 +214,7 @@ class RaptorWorker(Task):
 def submit_raptors(tmgr, descriptions, pilot_id: str | None) -> list[Raptor]:
     """tmgr.submit_raptors / pilot.submit_raptors: new Raptors on pilot `pilot_id` (None: the
     manager's only pilot)."""
-    descs = descriptions if isinstance(descriptions, (list, tuple)) else [descriptions]
-    descs = [TaskDescription(d) if isinstance(d, dict) else d for d in descs]
+    descs = _raw(descriptions)
     pilot_id = pilot_id or next((d.pilot for d in descs if d.pilot), None)
     pilots = [p for p in tmgr.pilots if pilot_id is None or p.uid == pilot_id]
     if len(pilots) != 1:
@@ -241,6 +239,13 @@ def submit_raptors(tmgr, descriptions, pilot_id: str | None) -> list[Raptor]:
             tmgr.raptors[uid] = raptor
             out.append(raptor)
     return out
+
+
+def _raw(descriptions) -> list:
+    """The descriptions (one, or a list; a dict is one) as the system reads them: unset fields
+    None (pmgr/compat/rp1/task_reads.py)."""
+    descs = descriptions if isinstance(descriptions, (list, tuple)) else [descriptions]
+    return [(TaskDescription(d) if isinstance(d, dict) else d).raw() for d in descs]
 
 
 def _only(d: TaskDescription, allowed: set, mode: str, where: str) -> None:

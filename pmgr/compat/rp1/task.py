@@ -68,11 +68,14 @@ class Task(Unit):
 
     @property
     def session_sandbox(self) -> str | None:
-        """The directory its pilot's sandbox is in (None until it was sent to a pilot);
-        `resource_sandbox` is the same here."""
-        return os.path.dirname(self.pilot.sandbox) if self.pilot else None
+        """The directory its pilot's sandbox is in (None until it was sent to a pilot)."""
+        return self.pilot.session_sandbox if self.pilot else None
 
-    resource_sandbox = session_sandbox
+    @property
+    def resource_sandbox(self) -> str | None:
+        """The directory the session sandbox is in (None until it was sent to a pilot)."""
+        return self.pilot.resource_sandbox if self.pilot else None
+
     endpoint_fs = "file://localhost/"
     info: dict = {}
 

@@ -7,7 +7,10 @@ checked as it is set; the rules across fields, and what RP 1.x has that is not r
 checked when the task is submitted (`submit_error`): a field that is refused names itself and
 says why, it is never ignored.  The TaskManager then turns the description into the one the
 task runs with (pmgr/compat/rp1/task_form.py `unit_form`): modes, MPI, per-rank lines, named
-environments and downloads become the fields the rest of the system reads.
+environments and downloads become the fields the rest of the system reads.  It reads as RP
+1.103's: a field left unset shows RP's default ('' for a string) by attribute, item, get() and
+as_dict(); the system reads it raw, None for unset (`td.raw()`, the form, a task's
+`description`: pmgr/compat/rp1/task_reads.py).
 
 Fields beyond a unit's (RP 1.x's, defaults as RP's):
     uid          the task's uid (default: task.NNNNNN, made at submit); unique per session
@@ -49,6 +52,7 @@ from pilot.pmgr.compat.rp1.names import (
     TASK_EXECUTABLE,
     TASK_SERVICE,
 )
+from pilot.pmgr.compat.rp1.task_reads import RP_UNSET, AsRP, rp_unset_accepted, rp_value
 from pilot.rp_names import POSIX, OpenMP
 from pilot.unit_description import ComputeUnitDescription
 
@@ -106,6 +110,13 @@ def _rank_lines(owner, field, value):
             one[str(int(rank))] = str_list(owner, f"{field}[{i}][{rank!r}]", lines)
         out.append(one)
     return out
+
+
+def _arg_list(owner, field, value):
+    """A function's positional arguments: a list (RP's default, []) or a tuple, as given."""
+    if isinstance(value, (list, tuple)):
+        return list(value) if isinstance(value, list) else value
+    raise field_error(owner, field, value, "a list or tuple of positional arguments")
 
 
 def _partition(owner, field, value):
@@ -225,6 +236,9 @@ class TaskDescription(ComputeUnitDescription):
     (`threading_type` is `cpu_thread_type`, `scheduler` is `raptor_id`, `worker_class` /
     `worker_file` are `raptor_class` / `raptor_file`).  A field is checked as it is set; the
     rules across fields, and RP 1.x's fields that are not run here, when the task is submitted.
+    A field left unset reads as RP 1.103's default (by attribute, item, get() and as_dict():
+    '' for a string, cores_per_rank 1, gpus_per_rank 0.0, metadata {}, args []; '' given is
+    unset); `raw()` is what the system reads, None for unset.
 
     Args:
         from_dict (dict | None): fields, RP style (keywords given too win).
@@ -301,7 +315,10 @@ class TaskDescription(ComputeUnitDescription):
         "lfs_per_rank": (0, count(0)),
         "mem_per_rank": (0, count(0)),
         "gpu_thread_type": (None, _opt_text),
+        "metadata": ({}, _UNIT["metadata"][1]),  # (RP's defaults: {} and [], not None and ())
+        "args": ([], _arg_list),
     }
+    FIELDS = rp_unset_accepted(FIELDS)  # (RP's '' given is unset: pmgr/compat/rp1/task_reads.py)
     ALIASES = {
         **ComputeUnitDescription.ALIASES,
         "threading_type": "cpu_thread_type",
@@ -312,18 +329,45 @@ class TaskDescription(ComputeUnitDescription):
         "lfs_per_process": "lfs_per_rank",
         "mem_per_process": "mem_per_rank",
     }
-    uid = None  # (a field here: the class attribute is its default)
     _form = False  # True: as unit_form made it (pmgr/compat/rp1/task_form.py), ready to run
     RP_PROF = "command"  # RP 1.x's $RP_PROF: a command (agent/rank_env.py)
 
     def to_be_formed(self, uid: str) -> TaskDescription:
         """A copy for pmgr/compat/rp1/task_form.py to turn into the form the task runs with (marked:
         submit_error lets only that form through)."""
-        form = object.__new__(type(self))  # (a shallow copy: its lists are replaced, never
-        vars(form).update(vars(self))  # changed in place)
+        form = self._raw_copy()  # (shallow: its lists are replaced, never changed in place)
         mine = vars(form)  # (`_form` is no field: kept out of to_stored and as_dict; the uid
         mine["_form"], mine["uid"] = True, uid  # is the task's own, checked, or a made one)
         return form
+
+    def raw(self) -> RawTaskDescription:
+        """The same fields as the system reads them: None when unset, where RP 1.x and this
+        description's attributes show '' (pmgr/compat/rp1/task_reads.py); itself when it is
+        raw already.  What the TaskManager hands on (pmgr/compat/rp1/task_form.py unit_form
+        takes it)."""
+        return self if isinstance(self, RawTaskDescription) else self._raw_copy()
+
+    def _raw_copy(self) -> RawTaskDescription:
+        out = object.__new__(RawTaskDescription)
+        vars(out).update(vars(self))
+        return out
+
+    # RP 1.x's reads (pmgr/compat/rp1/task_reads.py): RP's value of a field left unset
+    def __getitem__(self, name: str):
+        field = self.ALIASES.get(name, name)
+        if field not in self.FIELDS:
+            raise KeyError(name)
+        return rp_value(self, field, getattr(self, field))
+
+    def as_dict(self) -> dict:
+        """Every field, as RP 1.x's as_dict shows it: RP's value of a field left unset ('' for
+        a string), and RP's other names of a field (cpu_processes, threading_type, ...) with
+        the field's value."""
+        out = super().as_dict()
+        for name in RP_UNSET:
+            out[name] = rp_value(self, name, out[name])
+        out.update({alias: out[field] for alias, field in self.ALIASES.items()})
+        return out
 
     @property
     def rank_gpus(self):
@@ -352,3 +396,17 @@ class TaskDescription(ComputeUnitDescription):
         if not self._form:  # (a form was checked before it was made: TaskManager._forms)
             return self.refused() or f"{type(self).__name__}: submit it with a TaskManager"
         return super().submit_error()
+
+
+for _name in RP_UNSET:  # (the user's reads; the raw class below shadows them with None)
+    setattr(TaskDescription, _name, AsRP(_name))
+
+
+class RawTaskDescription(TaskDescription):
+    """A TaskDescription as the system reads it: a field left unset is None (its items, get()
+    and as_dict() still show RP 1.x's values).  `td.raw()` makes one; so does the TaskManager
+    for every description it is given, and the form a task runs with (`task.description`) is
+    one.  Named TaskDescription: errors and reprs name what the user wrote."""
+
+
+RawTaskDescription.__name__ = "TaskDescription"

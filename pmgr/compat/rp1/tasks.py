@@ -28,7 +28,7 @@ from pilot.pmgr.compat.rp1 import raptor
 from pilot.pmgr.compat.rp1.names import RAPTOR_MASTER, RAPTOR_WORKER
 from pilot.pmgr.compat.rp1.pilots import RPPilot
 from pilot.pmgr.compat.rp1.task import Task, wanted_states
-from pilot.pmgr.compat.rp1.task_description import TaskDescription
+from pilot.pmgr.compat.rp1.task_description import RawTaskDescription, TaskDescription
 from pilot.pmgr.compat.rp1.task_events import TaskEvents
 from pilot.pmgr.compat.rp1.task_form import unit_form
 from pilot.pmgr.core import UnitHooks, UnitList, UnitManager
@@ -61,7 +61,7 @@ class TaskManager(UnitManager):
     """
 
     UNIT = Task
-    DESCRIPTION = TaskDescription
+    DESCRIPTION = RawTaskDescription  # (unset fields None, as the system reads them)
     UID_PREFIX = "task"
 
     def __init__(self, session, cfg: str = "default", scheduler: str | None = None) -> None:
@@ -169,12 +169,14 @@ class TaskManager(UnitManager):
         return self._submit_tasks(list(descriptions))
 
     def _submit_tasks(self, descs: list) -> list:
-        """(submit_tasks) A list of descriptions, all checked before any task is made."""
+        """(submit_tasks) A list of descriptions, all checked before any task is made; read
+        raw from here on (unset fields None: pmgr/compat/rp1/task_reads.py)."""
         for i, d in enumerate(descs):
             if isinstance(d, dict):
-                descs[i] = d = TaskDescription(d)
+                d = TaskDescription(d)
             if not isinstance(d, TaskDescription):
                 raise ValueError(f"submit_tasks: descriptions[{i}]={d!r} must be a TaskDescription")
+            descs[i] = d.raw()
         if any(d.mode in (RAPTOR_MASTER, RAPTOR_WORKER) for d in descs):
             return [self._submit_raptor_task(d) for d in descs]
         forms = self._forms(descs)
