@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo demo-nodes demo-pipeline test lint docs bench peers clean
+.PHONY: demo demo-nodes demo-pipeline test lint docs bench peers chaos clean
 
 $(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h) pilot/rp_bin/radical-pilot-hello.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,17 @@ bench: $(STAMP)           ## zero-launch, latency, throughput, workloads, reconf
 	$(PY) bench/bringup.py
 	$(PY) bench/executors.py
 	$(PY) bench/grow.py
+
+# The randomized fault campaign (tests/chaos/, docs/guarantees.md): SEEDS seeds from FIRST, each
+# a plan of faults drawn from its seed over a workload of real processes, then the checker;
+# RESOURCE=slurm-netns or mix (root: the namespace SLURM of tests/slurm.sh) too.  Exit code 1
+# on any violation; a failing seed prints the command that replays it.  Three short seeds run
+# in `make test` (tests/test_chaos.py).
+SEEDS ?= 20
+FIRST ?= 1
+RESOURCE ?= local.nodes4
+chaos: $(STAMP)           ## the fault campaign: SEEDS=20 FIRST=1 RESOURCE=local.nodes4 (~50 s a seed)
+	$(PY) -m tests.chaos.run --seeds $(SEEDS) --first $(FIRST) --resource $(RESOURCE)
 
 PEERS ?= limit cf parsl dask ray
 peers: $(STAMP)           ## the shared peer benchmark with our row: PEERS="limit" for a quick one
