@@ -66,6 +66,35 @@ def silence(ctl: str, i: int) -> None:
     )
 
 
+def silence_between(ctl: str, i: int, addr: str) -> None:
+    """Host i's link drops what it carries to and from `addr` (an address in namespace
+    `ctl`, the login node's), silently, and carries the rest (host i's traffic with the other
+    hosts): a path between two hosts cut, their links to the others up.  `mend(ctl, i)` ends
+    it.  Egress: an htb qdisc (this kernel has no prio) whose second class, a `pfifo limit 0`,
+    takes what comes from `addr`; ingress: what goes to `addr` redirected to the sink (as
+    `silence`)."""
+    if subprocess.run(["ip", "-n", ctl, "link", "show", "sink0"], capture_output=True).returncode:
+        _ip("-n", ctl, "link", "add", "sink0", "type", "veth", "peer", "name", "sink1")
+        _ip("-n", ctl, "link", "set", "sink1", "up")
+        _ip("-n", ctl, "link", "set", "sink0", "up")
+        _tc(ctl, "qdisc", "add", "dev", "sink0", "root", "pfifo", "limit", "0")
+    dev = f"v{i}"
+    _tc(ctl, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
+    for cls in ("1:1", "1:2"):
+        _tc(ctl, "class", "add", "dev", dev, "parent", "1:", "classid", cls, "htb", "rate",
+            "10gbit")  # fmt: skip
+    _tc(ctl, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:", "pfifo", "limit", "0")
+    _tc(ctl, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+        "match", "ip", "src", f"{addr}/32", "flowid", "1:2")  # fmt: skip
+    _tc(ctl, "qdisc", "add", "dev", dev, "ingress")
+    _tc(
+        ctl,
+        *("filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip", "u32"),
+        *("match", "ip", "dst", f"{addr}/32"),
+        *("action", "mirred", "egress", "redirect", "dev", "sink0"),
+    )
+
+
 def mend(ctl: str, i: int) -> None:
     """Host i's link carries packets again (after `silence`)."""
     _tc(ctl, "qdisc", "del", "dev", f"v{i}", "root")

@@ -21,6 +21,9 @@ The rules, for every unit the store knows (each rule's name is what a violation 
     unknown-ran     nothing ran (the log) or was journaled that the store does not know
     item            every item of every wave is exactly one unit (its `name`), and every unit
                     is an item; each wave's stream has its marks
+    agree           the last client (WORK/client_view.json, written once its writer flushed)
+                    and the store hold the same units, in the same states, with as many
+                    history rows
 Partitions and pilots: final-once, history (their own machines) and reason likewise.  What the
 runner adds (tests/chaos/run.py): processes left, batch jobs left, hangs.
 """
@@ -28,6 +31,7 @@ runner adds (tests/chaos/run.py): processes left, batch jobs left, hangs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections import Counter, defaultdict
 
@@ -194,4 +198,28 @@ def check(url: str, session: str, plan: Schedule, work: str) -> Report:
     for k, m in marks.items():
         if not m:
             report.add(f"wave-{k}", "item", "the stream has no marks in the store")
+    _agree(report, session, units, rows, os.path.join(work, "client_view.json"))
     return report
+
+
+def _agree(report: Report, session: str, units: dict, rows: dict, path: str) -> None:
+    if not os.path.exists(path):
+        return  # (no client finished: a hang, named as such)
+    with open(path) as f:
+        view = json.load(f)
+    if not view.get("flushed"):
+        report.add(session, "agree", "the last client's writer did not flush by its deadline")
+    seen = view.get("units") or {}
+    for uid, (state, n) in sorted(seen.items()):
+        doc = units.get(uid)
+        stored = len(rows.get(("units", uid), []))
+        if doc is None:
+            report.add(uid, "agree", f"the last client has it ({state}), the store has not")
+        elif doc.get("state") != state or stored != n:
+            report.add(
+                uid, "agree", f"the last client: {state}, {n} history rows; the store: "
+                f"{doc.get('state')}, {stored} rows",
+            )  # fmt: skip
+    for uid in sorted(set(units) - set(seen)):
+        report.add(uid, "agree", f"the store has it ({units[uid].get('state')}), the last "
+                   "client does not")  # fmt: skip

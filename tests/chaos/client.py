@@ -20,14 +20,19 @@ Said on stdout, one JSON line each ({"ev": ...}):
     storm     {done: [...]}               a reconfig storm's commands and what they gave
     grown     {job, id, part, state, reason}   a grow's job joined (or why not)
     released  {why}                       taken over by another client: it exits
-    finished  {counts, open}              every unit final (or the deadline: `open` names the
-                                          units that are not), then the session closed
+    finished  {counts, open, flushed}     every unit final (or the deadline: `open` names the
+                                          units that are not), the store written (flushed);
+                                          WORK/client_view.json: each unit's state and number
+                                          of history rows as this client has them; then the
+                                          session closed
     error     {what}                      an exception (the traceback on stderr)
 Obeyed on stdin, one JSON line each ({"cmd": ...}):
     storm {n, seed}   n reconfigs in a burst: stop a live partition, start new ones, some
                       over-committing (more nodes than are free, or beyond max_nodes)
     grow              start a partition beyond the free nodes (the pilot grows by a job)
-    finish {timeout}  submit the waves left, mend the partitions, wait for every unit, close
+    finish {timeout}  submit the waves left, wait for every unit, mending the partitions
+                      when none takes the widest unit waiting (a storm, a lost node), close
+Also said: mend {pilot, need, up, stop} (what `finish` did to make room).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from tests.chaos.schedule import Schedule
 CPD = rp.ComputePartitionDescription
 OUT_LOCK = threading.Lock()
 MAX_PILOTS = 4  # pilots submitted in all by one client (a pilot replaced when it ended)
+CORES_PER_NODE = 2  # local.nodes4's and the namespace SLURM's
 
 
 def say(ev: str, **body) -> None:
@@ -56,8 +62,9 @@ def say(ev: str, **body) -> None:
         print(json.dumps({"ev": ev, **body}, default=str), flush=True)
 
 
-def resource_name(plan: Schedule) -> str:
-    return "local.nodes4" if plan.resource == "local.nodes4" else "slurm.localhost"
+def resource_name(plan: Schedule, work: str) -> str:
+    """local.nodes4, or the seed's copy of slurm.localhost (SeedRun.prepare)."""
+    return "local.nodes4" if plan.resource == "local.nodes4" else os.path.join(work, "slurm.yaml")
 
 
 def cores_of(part) -> int:
@@ -94,7 +101,7 @@ class Client:
         p = self.plan
         kw = {"max_nodes": p.max_nodes} if p.max_nodes else {}
         return rp.ComputePilotDescription(
-            resource=resource_name(p), nodes=p.nodes, runtime=15,
+            resource=resource_name(p, self.work), nodes=p.nodes, runtime=15,
             parts=[CPD(nodes=n) for n in p.parts], **kw,
         )  # fmt: skip
 
@@ -205,46 +212,66 @@ class Client:
             job=job.get("job"), id=job.get("id"), job_state=job.get("state"),
         )  # fmt: skip
 
+    def widest(self) -> int:
+        """The most ranks a unit not final yet asks for."""
+        units = self.umgr.get_units()
+        return max([getattr(u.description, "ranks", 1) or 1 for u in units if not u.final] + [1])
+
     def mend(self) -> None:
-        """A live partition that takes the widest unit of the plan (a storm or a lost node may
-        have left none): started, stopping small ones when no node is free for it."""
-        need = max([i.ranks for w in self.plan.waves for i in w.items] + [1])
+        """Room for the widest unit waiting, as a user would make it: nothing while a live
+        partition takes it or one is coming up; else every live partition stopped and one
+        started over all the free nodes (rp.FILL); a new pilot (the old one canceled) when
+        too few of its nodes are up (lost ones never come back)."""
         pilot = self.ensure_pilot()
         if pilot is None:
             return
+        need = self.widest()
         live = [q for q in pilot.partitions if not q.final]
         if any(cores_of(q) >= need for q in live if q.state == rp.ACTIVE):
             return
-        nodes = (need + 1) // 2
-        free = (pilot.free or {}).get("nodes", 0)
-        stop = []
-        for q in sorted(live, key=cores_of):
-            if free >= nodes:
-                break
-            stop.append(q.uid)
-            free += len((q.resources or {}).get("nodes") or [])
-        try:
-            [new] = pilot.reconfig(stop=stop or None, start=CPD(nodes=nodes), reason="chaos mend")
-            new.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED, rp.DONE], timeout=90)
-        except Exception as exc:
-            say("error", what=f"mend: {exc!r}")
+        if any(q.state in (rp.NEW, rp.PENDING, rp.STARTING) for q in live):
+            return
+        up = sum(1 for n in pilot.nodes.values() if n.get("state") == "up")
+        say("mend", pilot=pilot.uid, need=need, up=up, stop=[q.uid for q in live])
+        if up * CORES_PER_NODE < need:
+            pilot.cancel(timeout=60)
+            with self.lock:
+                if self.submitted < MAX_PILOTS:
+                    self.new_pilot()
+            return
+        pilot.reconfig(stop=[q.uid for q in live] or None, start=CPD(rp.FILL), reason="mend")
 
     def finish(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self.hurry.set()
         self.wave_thread.join(max(1.0, deadline - time.monotonic()))
-        self.mend()
         for stream in self.streams.values():
             stream.thread.join(max(1.0, deadline - time.monotonic()))
-        self.umgr.wait_units(timeout=max(1.0, deadline - time.monotonic()))
+        mended = 0.0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                self.umgr.wait_units(timeout=min(5.0, left))
+                break
+            except TimeoutError:
+                pass
+            if time.monotonic() > mended + 10.0:  # (a partition just started: its time)
+                mended = time.monotonic()
+                try:
+                    self.mend()
+                except Exception as exc:
+                    say("error", what=f"mend: {exc!r}")
         counts: dict[str, int] = {}
         open_ = []
+        seen = {}
         for u in self.umgr.get_units():
             counts[u.state] = counts.get(u.state, 0) + 1
+            seen[u.uid] = [u.state, len(u.history)]
             if not u.final:
                 open_.append([u.uid, u.state, u.pilot, u.part])
-        self.session.writer.flush(timeout=max(5.0, deadline - time.monotonic()))
-        say("finished", counts=counts, open=open_[:50], n_open=len(open_))
+        flushed = self.session.writer.flush(timeout=max(5.0, deadline - time.monotonic()))
+        with open(os.path.join(self.work, "client_view.json"), "w") as f:
+            json.dump({"flushed": flushed, "units": seen}, f)
+        say("finished", counts=counts, open=open_[:50], n_open=len(open_), flushed=flushed)
 
     def commands(self) -> None:
         for line in sys.stdin:

@@ -54,6 +54,12 @@ def alive(pid: int) -> bool:
     return bool(stat) and stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
 
 
+def started_as(cmd: str, module: str) -> bool:
+    """Command line `cmd` is `python -m module ...` (or a fork of one)."""
+    words = cmd.split()
+    return any(a == "-m" and b == module for a, b in zip(words, words[1:]))
+
+
 def stopped(pid: int) -> bool:
     """Process `pid` is stopped (SIGSTOP)."""
     stat = _read(f"/proc/{pid}/stat", "rb")
@@ -74,12 +80,7 @@ class Targets:
 
     def _with(self, module: str) -> list[int]:
         """The processes started as `python -m module` (or forked from one)."""
-        found = []
-        for pid, cmd in self.cmd.items():
-            words = cmd.split()
-            if any(a == "-m" and b == module for a, b in zip(words, words[1:])):
-                found.append(pid)
-        return found
+        return [pid for pid, cmd in self.cmd.items() if started_as(cmd, module)]
 
     def bootstrap(self) -> list[int]:
         return [p for p in self._with("pilot.partition.bootstrap") if self.sandbox in self.cmd[p]]

@@ -136,6 +136,8 @@ class SeedRun:
         self.finishing = False
         self.finish_tries = 0
         self.grow_fault: Fault | None = None
+        self.cut_links: set[int] = set()  # compute nodes whose link is cut now
+        self.hung = False  # a hang: the pilots are ended as their batch system would
         self.grow_asked: float | None = None
 
     # -- the log ---------------------------------------------------------------------------------
@@ -145,6 +147,7 @@ class SeedRun:
             f.write(f"{t:8.2f} {text}\n")
 
     def violation(self, what: str, rule: str, evidence: str) -> None:
+        self.hung = self.hung or rule == "hang"
         self.violations.append(checker.Violation(what, rule, evidence))
         self.log(f"VIOLATION {what}: {rule}: {evidence}")
 
@@ -180,6 +183,7 @@ class SeedRun:
         )
         if self.cluster is not None:
             self.env = self.cluster.client_env(self.env)
+            self.cluster.resource(os.path.join(self.work, "slurm.yaml"))
 
     def start_client(self, role: str, take_over: bool = False) -> Client:
         argv = [sys.executable, "-m", "tests.chaos.client"]
@@ -352,12 +356,22 @@ class SeedRun:
             k = self.cluster.node_of(boot[0]) if boot else None
             if k is None:
                 return "the bootstrap's node not found"
+            if k in self.cut_links:
+                return f"node{k}'s link is cut already"
             self.cluster.cut_client(k)
         else:
             k = 1 + f.pick % 4
+            if k in self.cut_links:
+                return f"node{k}'s link is cut already"
             self.cluster.cut_node(k)
+        self.cut_links.add(k)
         self.log(f"{f.kind}: node{k}'s link")
-        self.hold(f, f"mend node{k}'s link", lambda: self.cluster.mend(k))
+
+        def mend() -> None:
+            self.cut_links.discard(k)
+            self.cluster.mend(k)
+
+        self.hold(f, f"mend node{k}'s link", mend)
         return True
 
     def on_grown(self, ev: dict) -> None:
@@ -410,7 +424,8 @@ class SeedRun:
                     )  # fmt: skip
                     c.kill()
             done = [c for c in self.clients if c.finished is not None]
-            if done and not done[-1].alive():
+            deposed = [c for c in self.clients if c.deposed_at and c.alive() and not c.killed]
+            if done and not done[-1].alive() and not deposed:
                 return
             growing = self.grow_asked is not None and now < self.grow_asked + 90.0
             quiet = not self.undo and not self.actions and not growing
@@ -431,6 +446,8 @@ class SeedRun:
         return self.finishing and c is not None and c.asked_to_finish
 
     def send_finish(self, deadline: float) -> None:
+        if any(c.finished is not None for c in self.clients):
+            return  # (it is closing its session)
         c = self.current
         if c is None:
             if self.finish_tries > 3:
@@ -508,6 +525,8 @@ class SeedRun:
             c.reap()
         if self.session is None:
             return
+        if self.hung:  # (no client closed the session: its pilots end as at their walltime)
+            self.end_pilots()
         deadline = time.monotonic() + LEFT_WAIT
         while (left := reaper.session_processes(self.session)) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -525,6 +544,19 @@ class SeedRun:
                 self.violation(self.session, "batch-jobs-left", f"{jobs}")
                 for line in jobs:
                     self.cluster.scancel(line.split()[0])
+
+    def end_pilots(self) -> None:
+        """The session's pilots ended as their batch system ends a job: scancel (SLURM), or
+        SIGTERM to each bootstrap (the local batch system's walltime)."""
+        if self.cluster is not None:
+            for line in self.cluster.jobs():
+                self.log(f"hang: scancel {line}: {self.cluster.scancel(line.split()[0])}")
+            return
+        for pid in reaper.session_processes(self.session):
+            if inject.started_as(inject.cmdline(pid), "pilot.partition.bootstrap"):
+                inject.cont(pid)
+                inject.signal_pid(pid, signal.SIGTERM)
+                self.log(f"hang: SIGTERM {inject.describe(pid)}")
 
     def unmount(self) -> None:
         for disk in self.disks.values():
