@@ -211,6 +211,8 @@ def _agree(report: Report, session: str, units: dict, rows: dict, path: str) -> 
         report.add(session, "agree", "the last client's writer did not flush by its deadline")
     seen = view.get("units") or {}
     for uid, (state, n) in sorted(seen.items()):
+        if state not in S.FINAL:
+            continue  # (a unit the client waited for in vain: a hang; its close ends it)
         doc = units.get(uid)
         stored = len(rows.get(("units", uid), []))
         if doc is None:

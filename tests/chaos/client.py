@@ -16,7 +16,7 @@ Said on stdout, one JSON line each ({"ev": ...}):
     ready     {session, t0, pid}          the pilot's partitions up (or the session attached)
     status    {pilots: [...]}             every 0.5 s: each pilot's state, sandbox, job, jobs,
                                           partitions [uid, state, nodes, cores]
-    wave      {k, made}                   wave k's stream submitted
+    wave      {k, made, exhausted, error} wave k's stream pulled (to its end, or not: why)
     storm     {done: [...]}               a reconfig storm's commands and what they gave
     grown     {job, id, part, state, reason}   a grow's job joined (or why not)
     released  {why}                       taken over by another client: it exits
@@ -32,7 +32,7 @@ Obeyed on stdin, one JSON line each ({"cmd": ...}):
     grow              start a partition beyond the free nodes (the pilot grows by a job)
     finish {timeout}  submit the waves left, wait for every unit, mending the partitions
                       when none takes the widest unit waiting (a storm, a lost node), close
-Also said: mend {pilot, need, up, stop} (what `finish` did to make room).
+Also said: mend {pilot, need, stop, small} (what `finish` did to make room).
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from tests.chaos.schedule import Schedule
 CPD = rp.ComputePartitionDescription
 OUT_LOCK = threading.Lock()
 MAX_PILOTS = 4  # pilots submitted in all by one client (a pilot replaced when it ended)
-CORES_PER_NODE = 2  # local.nodes4's and the namespace SLURM's
 
 
 def say(ev: str, **body) -> None:
@@ -79,6 +78,7 @@ class Client:
         self.streams: dict[int, object] = {}
         self.hurry = threading.Event()  # finish: the waves left go at once
         self.submitted = 0  # pilots this client submitted
+        self.filled: set[str] = set()  # partitions `mend` started
         self.lock = threading.Lock()
         if args.attach:
             self.session = rp.Session(uid=args.attach, take_over=args.take_over)
@@ -169,7 +169,8 @@ class Client:
             stream = self.umgr.submit_units(gen, lazy=True, name=f"wave-{k}")
             self.streams[k] = stream
             stream.thread.join(60)
-            say("wave", k=k, made=len(stream))
+            error = repr(stream.error) if stream.error is not None else None
+            say("wave", k=k, made=len(stream), exhausted=stream.exhausted, error=error)
 
     # -- commands ------------------------------------------------------------------------------
     def storm(self, n: int, seed: int) -> None:
@@ -220,8 +221,8 @@ class Client:
     def mend(self) -> None:
         """Room for the widest unit waiting, as a user would make it: nothing while a live
         partition takes it or one is coming up; else every live partition stopped and one
-        started over all the free nodes (rp.FILL); a new pilot (the old one canceled) when
-        too few of its nodes are up (lost ones never come back)."""
+        started over all the free nodes (rp.FILL); when such a one came up too small (the
+        pilot lost nodes: they never come back), the pilot canceled and a new one submitted."""
         pilot = self.ensure_pilot()
         if pilot is None:
             return
@@ -231,15 +232,17 @@ class Client:
             return
         if any(q.state in (rp.NEW, rp.PENDING, rp.STARTING) for q in live):
             return
-        up = sum(1 for n in pilot.nodes.values() if n.get("state") == "up")
-        say("mend", pilot=pilot.uid, need=need, up=up, stop=[q.uid for q in live])
-        if up * CORES_PER_NODE < need:
+        small = [q.uid for q in live if q.uid in self.filled and q.state == rp.ACTIVE]
+        say("mend", pilot=pilot.uid, need=need, stop=[q.uid for q in live], small=small)
+        if small:
             pilot.cancel(timeout=60)
             with self.lock:
                 if self.submitted < MAX_PILOTS:
                     self.new_pilot()
             return
-        pilot.reconfig(stop=[q.uid for q in live] or None, start=CPD(rp.FILL), reason="mend")
+        stop = [q.uid for q in live] or None
+        [new] = pilot.reconfig(stop=stop, start=CPD(rp.FILL), reason="mend")
+        self.filled.add(new.uid)
 
     def finish(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -89,7 +89,11 @@ def report_failure(r: dict) -> str:
     return "\n".join(out)
 
 
-def run_seeds(seeds: list[int], resource: str, profile: str, keep: bool, out=print) -> list:
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run_seeds(seeds: list[int], resource: str, profile: str, keep: bool, out=say) -> list:
     plans = [Schedule.from_seed(s, resource, profile) for s in seeds]
     stamp = datetime.datetime.now().strftime("%Y%m%d.%H%M%S")
     base = os.path.join(BASE, f"{stamp}.{os.getpid()}")
