@@ -12,8 +12,11 @@ The parts, each a module of its own:
                   waves of named streams, obeys commands on stdin; killed and attached again
     inject.py     how each kind of fault is made (pids found in /proc and the pilot sandbox,
                   links cut in network namespaces, tmpfs filled, grown jobs ended)
+    striking.py   the faults of a plan made at their times, and undone (SeedRun's part)
     checker.py    reads the store, the agents' start journals and the ground-truth log and
                   names every violated invariant
     cluster.py    the namespace SLURM (tests/slurm.sh, PILOT_SLURM_NETNS=1) for slurm-netns
-    run.py        runs seeds one after another, each bounded in time; the table, JSON results
+    seed.py       one seed run: its clients (client_proc.py), its faults, its checks, bounded
+    run.py        runs seeds one after another; the table, JSON results
+    full_store_stream.py   a regression scenario (tests/test_chaos.py)
 """

@@ -28,94 +28,23 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 import traceback
 from collections import Counter
 
-from pilot import processes
 from pilot.pmgr.core import reaper
 from tests.chaos import checker, inject, workload
+from tests.chaos.client_proc import Client
 from tests.chaos.schedule import Fault, Schedule
+from tests.chaos.striking import DEPOSED_WAIT, Striking
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY_WAIT = 150.0  # s for a client to get ready (the first: its pilot's partitions up)
-NEEDS_CLIENT = ("kill_client", "stop_client", "take_over", "reconfig_storm", "grow_end")
-DEPOSED_WAIT = 60.0  # s for a client taken over to say it was released and exit
 LEFT_WAIT = 30.0  # s for the session's processes to end after the last client closed
 
 
-class Client:
-    """A tests.chaos.client process: its stdout's JSON lines, its stdin for commands."""
-
-    seq = itertools.count()
-
-    def __init__(self, argv: list[str], env: dict, cwd: str, errors, role: str) -> None:
-        self.n = next(Client.seq)
-        self.role = role
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, cwd=cwd, env=env
-        )
-        self.buf = b""
-        self.ready = False
-        self.killed = False  # by the runner: its end is no finding
-        self.released = False
-        self.finished: dict | None = None
-        self.errors: list[str] = []
-        self.deposed_at: float | None = None  # taken over: by when it must have gone
-        self.asked_to_finish = False
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def read(self) -> list[dict]:
-        try:
-            data = os.read(self.proc.stdout.fileno(), 65536)
-        except OSError:
-            data = b""
-        if not data:
-            return []
-        *lines, self.buf = (self.buf + data).split(b"\n")
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                out.append({"ev": "noise", "text": line.decode(errors="replace")[:300]})
-        return out
-
-    def send(self, cmd: dict) -> bool:
-        try:
-            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
-            self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError):
-            return False
-
-    def kill(self) -> None:
-        self.killed = True
-        if self.alive():
-            processes.signal_process(self.pid, signal.SIGKILL)
-
-    def reap(self, timeout: float = 30.0) -> None:
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            self.proc.wait(10)
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-class SeedRun:
+class SeedRun(Striking):
     def __init__(self, plan: Schedule, base: str, mongo_url: str | None = None, cluster=None):
         self.plan = plan
         self.work = os.path.join(base, f"seed-{plan.seed}")
@@ -264,135 +193,6 @@ class SeedRun:
             self.start_client("attach")
 
     # -- faults ---------------------------------------------------------------------------------
-    def pilot_now(self) -> dict | None:
-        pilots = self.status.get("pilots") or []
-        live = [p for p in pilots if p["state"] not in ("DONE", "FAILED", "CANCELED")]
-        return (live or pilots or [None])[-1]
-
-    def victims(self, target: str) -> list[int]:
-        if target == "client":
-            c = self.current
-            return [c.pid] if c else []
-        pilot = self.pilot_now()
-        if pilot is None or self.session is None:
-            return []
-        return inject.Targets(self.session, pilot["sandbox"]).of(target)
-
-    def hold(self, f: Fault, what: str, undo) -> None:
-        key = next(self.seq)
-        self.undo[key] = (what, undo)
-
-        def done() -> None:
-            if key in self.undo:
-                self.log(f"undo: {what}")
-                self.undo.pop(key)[1]()
-
-        self.at(time.monotonic() + f.hold, f"undo {what}", done)
-
-    def inject(self, f: Fault, tries: int = 0) -> None:
-        if self.finishing:
-            self.skipped.append(f"{f.kind}: the seed was finishing")
-            return
-        if f.kind in NEEDS_CLIENT and (self.current is None or not self.current.ready):
-            if tries < 120:  # a client attaching: wait for it (60 s at most)
-                self.at(time.monotonic() + 0.5, f.kind, lambda: self.inject(f, tries + 1))
-            else:
-                self.skipped.append(f"{f.kind}: no client ready for 60 s")
-            return
-        try:
-            done = self._inject(f)
-        except Exception as exc:
-            done = f"failed: {exc!r}"
-            self.notes.append(f"{f.kind} at {f.at}: {traceback.format_exc(limit=3)}")
-        if done is True:
-            self.injected[f.kind] += 1
-        else:
-            self.skipped.append(f"{f.kind} at {f.at} s: {done}")
-            self.log(f"not injected: {f.kind}: {done}")
-
-    def _inject(self, f: Fault):
-        how, _, target = f.kind.partition("_")
-        if how in ("kill", "stop"):
-            pids = self.victims(target)
-            if not pids:
-                return f"no {target} alive"
-            pid = pids[f.pick % len(pids)]
-            self.log(f"{f.kind}: {inject.describe(pid)}")
-            if how == "kill":
-                inject.signal_pid(pid, signal.SIGKILL)
-                if target == "client":
-                    self.current.kill()
-                    self.start_client("attach")
-                return True
-            inject.stop(pid)
-            self.hold(f, f"SIGCONT {target} {pid}", lambda: inject.cont(pid))
-            return True
-        if f.kind == "take_over":
-            old = self.current
-            old.deposed_at = time.monotonic() + DEPOSED_WAIT
-            self.start_client("take-over", take_over=True)
-            self.log(f"take_over: client #{old.n} is to be deposed")
-            return True
-        if f.kind == "reconfig_storm":
-            return self.current.send({"cmd": "storm", "n": f.n, "seed": f.pick}) or "stdin closed"
-        if f.kind == "grow_end":
-            self.grow_fault, self.grow_asked = f, time.monotonic()
-            return self.current.send({"cmd": "grow"}) or "stdin closed"
-        if f.kind.startswith("full_"):
-            disk = self.disks[f.kind]
-            n = disk.fill()
-            self.log(f"{f.kind}: {disk.path} filled ({n} bytes)")
-            self.hold(f, f"free {disk.path}", disk.free)
-            return True
-        if f.kind.startswith("cut_"):
-            return self.cut(f)
-        return f"unknown kind {f.kind}"
-
-    def cut(self, f: Fault):
-        if self.cluster is None:
-            return "no namespace cluster"
-        if f.kind == "cut_client_link":
-            boot = self.victims("bootstrap")
-            k = self.cluster.node_of(boot[0]) if boot else None
-            if k is None:
-                return "the bootstrap's node not found"
-            if k in self.cut_links:
-                return f"node{k}'s link is cut already"
-            self.cluster.cut_client(k)
-        else:
-            k = 1 + f.pick % 4
-            if k in self.cut_links:
-                return f"node{k}'s link is cut already"
-            self.cluster.cut_node(k)
-        self.cut_links.add(k)
-        self.log(f"{f.kind}: node{k}'s link")
-
-        def mend() -> None:
-            self.cut_links.discard(k)
-            self.cluster.mend(k)
-
-        self.hold(f, f"mend node{k}'s link", mend)
-        return True
-
-    def on_grown(self, ev: dict) -> None:
-        f, self.grow_asked = self.grow_fault, None
-        if f is None:
-            return
-        if ev.get("state") != "ACTIVE" or not ev.get("id"):
-            self.skipped.append(f"grow_end at {f.at} s: the pilot did not grow: {ev}")
-            self.injected["grow_end"] -= 1
-            return
-
-        def end_job() -> None:
-            job = ev["id"]
-            if self.cluster is not None:
-                said = self.cluster.scancel(job)
-            else:
-                said = processes.signal_group(int(job), signal.SIGTERM)
-            self.log(f"grow_end: job {ev.get('job')} ({job}) ended by the batch system: {said}")
-
-        self.at(time.monotonic() + f.hold, "end the grown job", end_job)
-
     # -- the seed -------------------------------------------------------------------------------
     def finish_at(self) -> float:
         """When the plan is over: every fault's hold ended, every wave's time come."""
