@@ -39,6 +39,19 @@ def test_a_seed_of_random_faults_breaks_no_invariant(seed, sessions_dir, request
     assert not r["skipped"], report_failure(r)
 
 
+def test_the_same_seed_gives_the_same_plan_and_kinds_left_out_are_named():
+    for seed in (1, 2, 99):
+        for resource in ("local.nodes4", "slurm-netns", "mix"):
+            a = Schedule.from_seed(seed, resource, root=True)
+            assert a == Schedule.from_seed(seed, resource, root=True)
+            assert Schedule.from_json(a.to_json()) == a
+            assert f"--seed {seed} --resource {resource}" in str(a)
+    plan = Schedule.from_seed(5, "local.nodes4", root=False)
+    assert not {k for k in plan.kinds if k.startswith(("full_", "cut_"))}
+    assert "full_store_disk: a tmpfs mount needs root" in str(plan)
+    assert Schedule.from_seed(5, "local.nodes4") != Schedule.from_seed(6, "local.nodes4")
+
+
 # Regressions: violations the campaign found, each made again on purpose (docs/guarantees.md,
 # "The fault campaign").
 

@@ -19,6 +19,8 @@ The rules, for every unit the store knows (each rule's name is what a violation 
     staged-out      a DONE staging unit's file is back in the client's directory, its own uid
                     in it
     unknown-ran     nothing ran (the log) or was journaled that the store does not know
+    ran-after-final no rank started (the log's time) after the store's final record of the
+                    unit's partition or pilot (SLACK s allowed: clocks of one machine)
     item            every item of every wave is exactly one unit (its `name`), and every unit
                     is an item; each wave's stream has its marks
     agree           the last client (WORK/client_view.json, written once its writer flushed)
@@ -53,6 +55,7 @@ EXPLAINED = (
     "cancel",
     "unknown",
 )
+SLACK = 1.0  # s: a start the log stamps this much after its partition's final record is one
 MACHINES = {"units": S.UNIT_MACHINE, "partitions": S.PARTITION_MACHINE, "pilots": S.PILOT_MACHINE}
 
 
@@ -152,6 +155,26 @@ def check(url: str, session: str, plan: Schedule, work: str) -> Report:
     for uid, n in sorted(journal.items()):
         if n > 1:
             report.add(uid, "started-twice", f"journaled {n} times by the agents")
+    ended = {}  # partition or pilot uid -> (its final state, when)
+    for (kind, uid), rs in rows.items():
+        if kind in ("partitions", "pilots"):
+            for r in rs:
+                if r["state"] in S.FINAL:
+                    ended[uid] = (r["state"], r["ts"], r.get("reason"))
+    first: dict = {}
+    for uid, rank, _, what, t in truth:
+        if what == "start":
+            first.setdefault(uid, []).append((t, rank))
+    for uid, times in sorted(first.items()):
+        doc = units.get(uid) or {}
+        for where in (doc.get("partition"), doc.get("pilot")):
+            if where in ended and max(times)[0] > ended[where][1] + SLACK:
+                t, rank = max(times)
+                state, at, why = ended[where]
+                report.add(
+                    uid, "ran-after-final", f"rank {rank} started at {t:.3f}, {t - at:.1f} s "
+                    f"after {where} was {state} in the store ({why!r})",
+                )  # fmt: skip
     ran = {uid for uid, _ in starts} | set(journal)
     for uid in sorted(ran - set(units)):
         report.add(uid, "unknown-ran", f"ran (log: {sorted(pids.get((uid, 0), []))}, journal: "
@@ -225,3 +248,23 @@ def _agree(report: Report, session: str, units: dict, rows: dict, path: str) -> 
     for uid in sorted(set(units) - set(seen)):
         report.add(uid, "agree", f"the store has it ({units[uid].get('state')}), the last "
                    "client does not")  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """python -m tests.chaos.checker WORK: the checks again over a kept seed directory (an
+    sqlite seed's: a MongoDB seed's database went with its run's server)."""
+    work = argv[1]
+    with open(os.path.join(work, "plan.json")) as f:
+        plan = Schedule.from_json(f.read())
+    (session,) = os.listdir(os.path.join(work, "sessions"))
+    report = check(f"sqlite:///{os.path.join(work, 'store', 'state.db')}", session, plan, work)
+    for v in report.violations:
+        print(v)
+    print(f"{report.units} units {report.states}, {len(report.violations)} violation(s)")
+    return 1 if report.violations else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv))

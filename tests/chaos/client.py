@@ -110,7 +110,11 @@ class Client:
         pilot = self.pmgr.submit_pilots(self.description())
         self.umgr.add_pilots(pilot)
         for part in pilot.partitions:
-            part.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED, rp.DONE], timeout=120)
+            try:  # (a batch system may queue it: the waves go on meanwhile)
+                part.wait([rp.ACTIVE, rp.FAILED, rp.CANCELED, rp.DONE], timeout=120)
+            except TimeoutError as exc:
+                say("error", what=f"new pilot: {exc}")
+                break
         return pilot
 
     def live_pilots(self) -> list:

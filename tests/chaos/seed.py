@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -359,10 +360,18 @@ class SeedRun(Striking):
                 self.log(f"hang: SIGTERM {inject.describe(pid)}")
 
     def unmount(self) -> None:
+        """The small disks unmounted, what they held (the store, the sandboxes) kept in their
+        directories (python -m tests.chaos.checker WORK reads them again)."""
         for disk in self.disks.values():
+            kept = disk.path + ".kept"
+            shutil.copytree(disk.path, kept, ignore=shutil.ignore_patterns(".chaos-filler"))
             why = disk.unmount()
             if why:
                 self.notes.append(why)
+                continue
+            for name in os.listdir(kept):
+                os.rename(os.path.join(kept, name), os.path.join(disk.path, name))
+            os.rmdir(kept)
 
 
 def dataclass_dict(v) -> dict:

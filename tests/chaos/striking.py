@@ -79,11 +79,12 @@ class Striking:
                 return f"no {target} alive"
             pid = pids[f.pick % len(pids)]
             self.log(f"{f.kind}: {inject.describe(pid)}")
+            if how == "kill" and target == "client":
+                self.current.kill()  # (marked killed before it dies: its end is no finding)
+                self.start_client("attach")
+                return True
             if how == "kill":
                 inject.signal_pid(pid, signal.SIGKILL)
-                if target == "client":
-                    self.current.kill()
-                    self.start_client("attach")
                 return True
             inject.stop(pid)
             self.hold(f, f"SIGCONT {target} {pid}", lambda: inject.cont(pid))
