@@ -108,7 +108,7 @@ INTERNAL = {
         *("on_hb", "on_hello", "on_lost", "on_output", "on_partition_state", "on_reply"),
         *("on_states", "on_synced", "on_taken_over", "on_unit_moves", "request_cancel"),
         *("stop_partitions", "taken_over_unheard", "tick", "unreachable"),
-        *("join_config", "on_grow", "on_jobs", "on_release", "runtime_left"),
+        *("join_config", "on_grow", "on_jobs", "on_release", "runtime_left", "release_to"),
     ],
     _RP1 + "pilots.PilotManager": ["before_job"],
     _RP1 + "tasks.TaskManager": ["make_tasks", "note_change"],

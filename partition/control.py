@@ -14,9 +14,10 @@
     cancel_pilot   {reason}                        {}: the pilot tears down, CANCELED
     partitions     {}                              {pilot, size, free, partitions: [...],
                                                     jobs: [...] (partition/growth.py)}
-    attach         {client: endpoint}              {pilot, partitions}: a new client process
-                                                    takes over the pilot link; hello and every
-                                                    partition's state are sent to it again
+    attach         {client: endpoint, owner,       {pilot, partitions}: a new client process
+                    epoch, take_over}               takes over the pilot link; hello and every
+                                                    partition's state are sent to it again; an
+                                                    epoch older than the owner's is refused
     sync           {units: {part: [uids]}}         {asked: [parts]}: their agents say again
                                                     what they know, then `synced` per partition
 Every field is checked before anything is done (pilot/checks.py: types, sizes, uid format);
@@ -116,6 +117,7 @@ def attach(boot, cid, args: dict) -> dict:
             checks.endpoint(f"args.client[{i}]", e)
     else:
         given = checks.endpoint("args.client", given)
+    epoch = _epoch(boot, args.get("epoch"), owner)
     current = boot.cfg.get("owner") or {}
     silent = time.monotonic() - boot.last_heard
     live = silent < OWNER_SILENCE and current and current != owner
@@ -151,6 +153,7 @@ def attach(boot, cid, args: dict) -> dict:
             pass
         boot.cfg["client"] = endpoint
     boot.cfg["owner"] = owner
+    boot.cfg["epoch"] = epoch
     boot.last_heard = time.monotonic()
     log.info(
         "attach: client now %s (was %s; %d messages dropped meanwhile)",
@@ -180,6 +183,21 @@ class Owned(ValueError):
     def __init__(self, message: str, owner: dict) -> None:
         super().__init__(message)
         self.owner = owner
+
+
+def _epoch(boot, value, owner: dict) -> int:
+    """An attaching client's owner epoch (pmgr/core/ownership.py), checked: newer than the
+    pilot's owner's, or that owner's own (it asks again); an older one is a request of a
+    client the store deposed already (one killed while its request waited here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise checks.bad("args.epoch", value, "the client's owner epoch, a whole number >= 1")
+    current = boot.cfg.get("epoch") or 0
+    if value < current or (value == current and owner != boot.cfg.get("owner")):
+        raise ValueError(
+            f"args.epoch={value}: an older owner's request (the pilot's owner holds epoch "
+            f"{current}): refused"
+        )
+    return value
 
 
 def _owner(value) -> dict:

@@ -1,53 +1,97 @@
-"""Who owns a pilot, as the store says: the mark a take-over leaves.
+"""Who owns a session, as the store says: the owner epoch (pmgr/store/base.py, `owner epoch`).
 
-One client owns a pilot at a time (partition/control.py `attach`).  The bootstrap tells a live
-owner that another client took the pilot over (`taken_over`), but only an owner it heard from
-within OWNER_SILENCE s, and only over a link it then drops: an owner that was stopped, asleep
-or cut off through the take-over never hears it.  Coming back, it would find its pilot silent
-and, after client_timeout s, fail the pilot, its partitions and its units in the store the new
-owner is writing.  So the store keeps the last owner:
+One client owns a session's pilots at a time (partition/control.py `attach`).  The bootstrap
+tells a live owner that another client took the pilot over (`taken_over`), but only an owner
+it heard from within OWNER_SILENCE s, and only over a link it then drops: an owner that was
+stopped, asleep or cut off through the take-over never hears it.  So the store keeps the
+owner, as an epoch that only grows, and refuses the writes of every older one, atomically
+with the write: a deposed owner's late writes never land, whatever their timing.
 
-    <session>/owner/<pilot>  ->  JSON {host, pid, since}
-
-written durably (`StateStore.put_mark`) by a client whose attach the bootstrap accepted,
-before it acts on the pilot (pmgr/core/recovery.py); none means the client that submitted it.
-A client reads it (`taken_by`) before it acts on a pilot's silence: when the bootstrap does not
-take its messages (not connected to it: pmgr/core/session_dispatch.py `on_unsent`, at most once a
-heartbeat), before it fails the pilot for client_timeout s of silence, and before close()
-cancels it.  Another owner named there: the pilot is released, as after `taken_over`.
-Cost: one small write per attach, one read per check.
+    take(session)       a new session's first client: the next epoch, installed at once
+    candidate(session)  an attaching client: the next epoch, asked for before it attaches
+                        (its writes carry it from then on); each pilot's `attach` names it,
+                        and the bootstrap refuses an epoch older than its owner's (a request
+                        still queued from a client gone since never takes the pilot)
+    install(session)    once its pilots took it: the store holds this client's epoch, older
+                        owners' writes are refused (Fenced)
+    taken_by(session)   the owner the store names when it is a newer client, else None: read
+                        before a client acts on a pilot's silence (pmgr/core/pilot.py), when
+                        the bootstrap does not take its messages (session_dispatch.py
+                        `on_unsent`, at most once a heartbeat), and before close() cancels
+A store that fails (a full disk) is asked again for up to STORE_WAIT s; the store's owner row is
+{epoch, host, pid, since}.  Cost: two small writes per owner, one read per check.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import time
+
+from pilot.errors import PilotOwned, StoreUnavailable
+from pilot.pmgr.store.base import Fenced
 
 log = logging.getLogger("pmgr.ownership")
+STORE_WAIT = 60.0  # seconds a store that fails is asked again for an epoch
 
 
-def mark_of(session_uid: str, pilot_uid: str) -> str:
-    return f"{session_uid}/owner/{pilot_uid}"
+def _asking(what: str, call):
+    """call(), asked again while the store fails (not for Fenced), for up to STORE_WAIT s."""
+    deadline = time.monotonic() + STORE_WAIT
+    pause = 0.05
+    while True:
+        try:
+            return call()
+        except Fenced:
+            raise
+        except Exception as exc:
+            if time.monotonic() + pause > deadline:
+                raise StoreUnavailable(f"{what}: the store cannot say now: {exc}") from exc
+            if pause == 0.05:
+                log.error("%s: %s; asking again for up to %g s", what, exc, STORE_WAIT)
+        time.sleep(pause)
+        pause = min(2 * pause, 2.0)
 
 
-def claim(session, pilot_uid: str) -> None:
-    """This client owns the pilot now (its attach was accepted): said in the store."""
+def take(session) -> int:
+    """A new session's first client owns it: its epoch, installed."""
+    store = session.store
+    epoch = _asking(f"{session.uid}: owner epoch", lambda: store.next_epoch(session.uid))
+    _asking(f"{session.uid}: owner", lambda: store.install_epoch(session.uid, epoch, session.owner))
+    return epoch
+
+
+def candidate(session) -> int:
+    """An attaching client's epoch (installed once its pilots took it: `install`); the
+    store's writes carry it from now on."""
+    store = session.store
+    epoch = _asking(f"{session.uid}: owner epoch", lambda: store.next_epoch(session.uid))
+    store.own(session.uid, epoch)
+    return epoch
+
+
+def install(session) -> None:
+    """This client owns the session now (its pilots took it): said in the store, so that an
+    older owner's writes are refused from now on.  PilotOwned when a newer client installed
+    its epoch meanwhile (it attached after this one)."""
+    store = session.store
     try:
-        session.store.put_mark(mark_of(session.uid, pilot_uid), json.dumps(session.owner))
-    except Exception as exc:  # (a store that fails: the bootstrap's `taken_over` still tells)
-        log.error("%s: the store did not take this client as its owner: %s", pilot_uid, exc)
+        _asking(
+            f"{session.uid}: owner",
+            lambda: store.install_epoch(session.uid, session.epoch, session.owner),
+        )
+    except Fenced as exc:
+        raise PilotOwned(session.uid, f"taken over meanwhile: {exc}", exc.owner) from None
+    log.info("%s: this client owns it now (owner epoch %d)", session.uid, session.epoch)
 
 
-def taken_by(session, pilot_uid: str) -> dict | None:
-    """The owner the store names for the pilot when that is another client, else None (this
+def taken_by(session) -> dict | None:
+    """The owner the store names when it is a newer client than this one, else None (this
     client, none named, or a store that cannot say: logged)."""
-    name = mark_of(session.uid, pilot_uid)
     try:
-        value = session.read_store().marks(name).get(name)
+        owner = session.read_store().owner_of(session.uid)
     except Exception as exc:
-        log.error("%s: the store cannot say who owns it: %s", pilot_uid, exc)
+        log.error("%s: the store cannot say who owns it: %s", session.uid, exc)
         return None
-    if value is None:
+    if owner is None or owner.get("epoch", 0) <= session.epoch:
         return None
-    owner = json.loads(value)
-    return None if owner == session.owner else owner
+    return owner

@@ -456,7 +456,7 @@ class Pilot(Stateful):
         """Another client took the pilot over: this one stops acting on it (sends nothing
         more, routes no units there, and fails nothing on its silence: its units' states stay
         as the store has them, the new owner carries on), and says `released`."""
-        self._release(body.get("by") if isinstance(body.get("by"), dict) else {})
+        self.release_to(body.get("by") if isinstance(body.get("by"), dict) else {})
         self.session.channel.send(self.uid, msg(b"released"))
 
     def taken_over_unheard(self) -> bool:
@@ -465,10 +465,12 @@ class Pilot(Stateful):
         (pmgr/core/ownership.py); then released, as by `taken_over`."""
         if self.released or self.final:
             return bool(self.released)
-        by = ownership.taken_by(self.session, self.uid)
+        by = ownership.taken_by(self.session)
         if by is None:
             return False
-        self._release(by, " (its owner mark in the store; this client did not hear of it)")
+        self.release_to(
+            by, f" (the store's owner, epoch {by.get('epoch')}; this client did not hear of it)"
+        )
         return True
 
     def unreachable(self) -> None:
@@ -479,7 +481,10 @@ class Pilot(Stateful):
             self._owner_asked = now
             self.taken_over_unheard()
 
-    def _release(self, by: dict, how: str = "") -> None:
+    def release_to(self, by: dict, how: str = "") -> None:
+        """(lock held) Another client (`by`: {host, pid, ...}) owns the pilot now: this one
+        no longer acts on it (sends nothing, routes no units there, fails nothing on its
+        silence)."""
         self.released = f"taken over by the client on {by.get('host')}, pid {by.get('pid')}"
         self.linked = False
         log.warning("%s: %s%s; this client no longer acts on it", self.uid, self.released, how)

@@ -209,6 +209,7 @@ class PilotManager:
             # client process to attach to the session (Session(uid=...)) and take it over
             "watch_parent": False,
             "owner": session.owner,  # its owning client (partition/control.py attach)
+            "epoch": session.epoch,  # and its owner epoch (pmgr/core/ownership.py)
             # it may grow to max_nodes (partition/growth.py); a later job's nodes that hold no
             # partition are given back after idle_after s
             "max_nodes": most_nodes(pd),

@@ -7,10 +7,10 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
             {op: attach, client: <this process's pilot link>, owner, take_over}; the bootstrap
             points its link here, says hello and sends every partition's state again.  A
             pilot whose owner is alive refuses it (rp.PilotOwned, naming the owner) unless
-            take_over (the old owner is told and stops acting on it).  A pilot that does not
-            answer within ATTACH_TIMEOUT s is FAILED (lost).  One that takes this client is
-            marked as its in the store (pmgr/core/ownership.py: an old owner that did not hear of
-            the take-over learns it there).
+            take_over (the old owner is told and stops acting on it).  The request names this
+            client's owner epoch (pmgr/core/ownership.py): the bootstrap refuses an older one.
+            Once the pilots took it, the epoch is installed in the store: an old owner that did
+            not hear of the take-over has its writes refused there, and learns it there.
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
             (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
@@ -106,6 +106,7 @@ class Recovery:
         for pilot in self.pilots.values():
             if not pilot.final:
                 self._attach(pilot)
+        ownership.install(session)  # (every pilot took it, or is not reachable now)
         return list(self.pilots.values())
 
     def _attach(self, pilot) -> None:
@@ -122,8 +123,6 @@ class Recovery:
         if owner is not None:  # (one owner per pilot: partition/control.py attach)
             pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
             raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
-        if reply and reply.get("ok"):  # (said in the store before this client acts on it)
-            ownership.claim(self.session, pilot.uid)
         pilot.released = None
         with self.session.locked():
             if reply and reply.get("ok"):
@@ -147,6 +146,7 @@ class Recovery:
             args = {
                 "client": pilot.client_endpoint(),
                 "owner": self.session.owner,
+                "epoch": self.session.epoch,
                 "take_over": take_over,
             }
             sock.send(pack({"cid": f"attach.{os.getpid()}", "op": "attach", "args": args}))

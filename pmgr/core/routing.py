@@ -329,12 +329,16 @@ class Routing:
     def _not_persisted(self, part, uids: list[str]) -> None:
         if not uids:
             return
+        deposed = self.session.writer.deposed
+        why = "not sent: the store refused its record"
+        if deposed is not None:
+            why = f"not sent: {deposed}"
         with self.session.locked():
             for uid in uids:
                 unit = self.units.live.get(uid)
                 if unit is not None and not unit.final:
                     part.outstanding -= 1
-                    unit.advance(S.FAILED, time.time(), "not sent: the store refused its record")
+                    unit.advance(S.FAILED, time.time(), why)
             self.session.cond.notify_all()
 
     # -- data staging (pmgr/core/transfers.py) ----------------------------------------------------

@@ -33,6 +33,7 @@ import time
 import uuid
 
 from pilot import network, security
+from pilot.pmgr.core import ownership
 from pilot.pmgr.core.callbacks import Callbacks
 from pilot.pmgr.core.channel import Channel
 from pilot.pmgr.core.recovery import Recovery
@@ -147,7 +148,16 @@ class Session:
             self.dir = doc["dir"]
         if self.store.data is None:  # (MongoDB: large bytes in the session's directory)
             self.store.data = DataFiles(os.path.join(self.dir, "data"))
+        # its owner epoch (pmgr/core/ownership.py): a new session's at once; an attaching
+        # client's asked for now, installed once its pilots took it (Recovery); every write
+        # carries it, and the store refuses an older owner's
+        try:
+            self.epoch = ownership.candidate(self) if attach else ownership.take(self)
+        except Exception:
+            self.store.close()
+            raise
         self.writer = BatchWriter(self.store)
+        self.writer.on_deposed = self._deposed
         self.pilots: dict[str, object] = {}  # uid -> Pilot
         self.pmgrs: list = []
         self.umgrs: list = []
@@ -176,6 +186,14 @@ class Session:
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
+
+    def _deposed(self, exc) -> None:
+        """(the store writer) A newer client owns the session (the store refused a write of
+        this one: Fenced): every pilot is let go, as when told `taken_over`."""
+        with self.locked():
+            for p in self.pilots.values():
+                if not p.final and not p.released:
+                    p.release_to(exc.owner, f" (the store's owner epoch {exc.current})")
 
     def __enter__(self) -> Session:
         return self

@@ -28,6 +28,22 @@ history row whose (uid, seq) is stored already is not stored again, so a batch r
 failure that left part of it written (a server killed mid-write) duplicates nothing.  A doc in
 a batch is an upsert of the fields it holds: `description` is sent once, when an object is
 first written, and kept from then on.
+One final record, one owner (DESIGN.md, "Guarantees"), held by the store itself, not by its
+writers' good behaviour:
+    final once   a unit, partition or pilot whose stored state is final (DONE, FAILED,
+                 CANCELED) keeps it: a write that would give it another state (a second final
+                 one, or any later one) is refused, atomically with the write (sqlite: a
+                 trigger on the row; MongoDB: a condition on the document), its history rows
+                 of that batch dropped with it; the refusal is kept (`refusals`) with both
+                 records and handed back to the writer, which logs it.  Writing the same final
+                 state again (a retried batch) is no refusal.
+    owner epoch  each client that owns a session holds an epoch: a new session's first
+                 client, and every client whose attach its pilots accepted, takes the next one
+                 (`next_epoch`, then `install_epoch` once accepted: the store keeps the
+                 highest, with who holds it).  A store given its client's epoch (`own`)
+                 checks it in the same transaction as every write (`write_batch`,
+                 `put_mark`): a newer epoch installed means this client was deposed, and the
+                 write is refused whole (`Fenced`), whatever its timing.
 Reads serve recovery, the CLI and tests.  The views of a session of 10^7 units (`pilot
 status`, `export`, `plot`, `top`, the chrome trace) read through the streaming and aggregating
 ones (`iter_history`, `history_span`, `unit_counts`, `last_events`, `get_many`), which hold a
@@ -89,6 +105,40 @@ KEPT = frozenset(("description",))  # fields a later upsert without them does no
 HISTORY = ("session", "kind", "uid", "state", "ts", "reason", "seq")
 _UNIT_INDEX = {f: i for i, f in enumerate(FIELDS["units"])}
 PAGE = 10_000  # rows a streaming read fetches at a time
+
+
+class Fenced(Exception):
+    """A deposed owner's write, refused: the store holds a newer owner epoch for the session
+    than the writing client's (`current`, held by `owner`: {host, pid, since})."""
+
+    def __init__(self, session: str, mine: int, current: int, owner: dict | None) -> None:
+        who = owner or {}
+        super().__init__(
+            f"{session}: this client (owner epoch {mine}) was deposed: the store's owner is "
+            f"epoch {current} (the client on {who.get('host')}, pid {who.get('pid')}); its "
+            "writes are refused"
+        )
+        self.session, self.mine, self.current, self.owner = session, mine, current, who
+
+
+@dataclass
+class Refusal:
+    """A write the store refused because the object's stored state is final already: the
+    record it keeps and the one it refused (`final once`, the module's header)."""
+
+    kind: str
+    uid: str
+    stored_state: str | None
+    stored_reason: str | None
+    refused_state: str | None
+    refused_reason: str | None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.uid}: refused a later record ({self.refused_state}: "
+            f"{self.refused_reason!r:.200}) of a final one ({self.stored_state}: "
+            f"{self.stored_reason!r:.200})"
+        )
 
 
 class UnitDoc(tuple):
@@ -208,6 +258,31 @@ class UnitMoves:
         v = getattr(self, name)
         return v if isinstance(v, list) else [v] * len(self.uids)
 
+    def without(self, uids: set) -> UnitMoves | None:
+        """These moves but those of `uids` (refused: `final once`), or None when none is
+        left; the same key (a retried batch refuses the same ones)."""
+        keep = [i for i, u in enumerate(self.uids) if u not in uids]
+        if len(keep) == len(self.uids):
+            return self
+        if not keep:
+            return None
+
+        def pick(v):
+            return [v[i] for i in keep] if isinstance(v, list) else v
+
+        held = None if self.held is None else [self.held[i] for i in keep]
+        return UnitMoves(
+            self.session,
+            self.state,
+            [self.uids[i] for i in keep],
+            [self.ts[i] for i in keep],
+            pick(self.seqs),
+            pick(self.reasons),
+            pick(self.prev),
+            held,
+            self.key,
+        )
+
 
 @dataclass
 class UnitsPlaced:
@@ -253,6 +328,17 @@ class Batch:
             + sum(len(p.uids) for p in self.placed)
         )
 
+    def without(self, refused: dict[str, set]) -> None:
+        """Drop the history rows and moves of the uids `refused` ({kind: uids}): the
+        objects whose doc the store refused (their rows would record a state it does not
+        keep)."""
+        every = set().union(*refused.values()) if refused else set()
+        if not every:
+            return
+        self.history = [r for r in self.history if r[2] not in every]
+        moves = (m.without(every) for m in self.moves)
+        self.moves = [m for m in moves if m is not None]
+
     def unit_docs(self) -> dict[str, dict]:
         """The units' docs, those of `placed` included (for a store that writes docs only)."""
         if not self.placed:
@@ -274,8 +360,13 @@ class StateStore(ABC):
     # writer.py); a store whose commit has a fixed cost (sqlite's fsyncs) takes more
     BATCH_RECORDS: tuple[int, int] = (500, 500)
 
+    fence: tuple[str, int] | None = None  # (session, this client's owner epoch): `own`
+
     @abstractmethod
-    def write_batch(self, batch: Batch) -> None: ...
+    def write_batch(self, batch: Batch) -> list[Refusal]:
+        """Write the batch in one transaction; the records refused (`final once`), whose
+        history rows were dropped with them.  Fenced (nothing written) when the store holds
+        a newer owner epoch than `fence`'s."""
 
     @abstractmethod
     def get(self, kind: str, uid: str) -> dict | None: ...
@@ -386,6 +477,39 @@ class StateStore(ABC):
         """{name: value} of the marks whose name starts with `prefix`."""
         kept = self.__dict__.get("_marks", {})
         return {k: v for k, v in kept.items() if k.startswith(prefix)}
+
+    # -- owners (the module's header: owner epoch) ---------------------------------------------
+    def next_epoch(self, session: str) -> int:
+        """A new owner epoch for `session`, higher than every one handed out before (a
+        client asks before it attaches; it holds the session once `install_epoch` took it)."""
+        return self.reserve(f"{session}/epoch", 1) + 1
+
+    def install_epoch(self, session: str, epoch: int, owner: dict) -> None:
+        """`owner` ({host, pid, since}) holds `session` from now on, with `epoch`: written
+        only if no higher epoch is installed (Fenced otherwise), atomically; this store's
+        writes carry it from now on (`own`).  (This default keeps it in this process.)"""
+        owners = self.__dict__.setdefault("_owners", {})
+        current = owners.get(session)
+        if current is not None and current[0] > epoch:
+            raise Fenced(session, epoch, current[0], current[1])
+        owners[session] = (epoch, dict(owner))
+        self.own(session, epoch)
+
+    def own(self, session: str, epoch: int) -> None:
+        """This store's writes are `session`'s owner `epoch`'s from now on: checked against
+        the installed one with each write."""
+        self.fence = (session, epoch)
+
+    def owner_of(self, session: str) -> dict | None:
+        """{epoch, host, pid, since} of the session's installed owner, or None."""
+        got = self.__dict__.get("_owners", {}).get(session)
+        return None if got is None else {"epoch": got[0], **got[1]}
+
+    def refusals(self, session: str | None = None) -> list[dict]:
+        """The writes refused because their object's stored state was final (`final once`),
+        oldest first: {ts, session, kind, uid, stored_state, stored_reason, refused_state,
+        refused_reason}."""
+        return []
 
     def close(self) -> None:  # noqa: B027 (a store with nothing to close need not say so)
         pass

@@ -11,6 +11,25 @@ uid#seq, $setOnInsert: a retry adds nothing).
 Writes are journaled (w=1, j=True): a write the server acknowledged survives its SIGKILL.
 The schema is documented in docs/store.md.
 
+One final record, one owner (pmgr/store/base.py's header), without transactions (a standalone
+server has none, and a batch must not wait on them), each as a condition of every document's
+own update, which MongoDB applies atomically:
+    final once   a pilot's, partition's or unit's doc is updated only where its stored state
+                 is not final, or is this final state (a retry): `state $nin` the other
+                 final states;
+    owner epoch  such a doc carries the epoch of the owner that wrote it last, and is updated
+                 only where that epoch is not newer than the writer's; a take-over, once its
+                 epoch is installed (the `owners` document, conditioned the same way), gives
+                 its epoch to every doc of the session not final yet (`install_epoch`), so
+                 that a deposed owner's later write of it fails its condition.  The owners
+                 document is read before a batch and again before its history rows (Fenced).
+A doc whose condition did not match is looked up: a newer epoch is Fenced (the batch is
+refused), a final state another is a refusal (kept in `refusals`, its history rows dropped,
+handed back), missing is written as a new doc (a first write over a refused doc fails as a
+duplicate key, looked up the same way).  What per-document conditions leave open: a deposed
+owner's history row whose doc was not in its batch (written ahead with its send) can land if
+the take-over comes between the second read and the row's insert; its doc never does.
+
 Opening checks that the server answers (`ping`) within CONNECT_TIMEOUT seconds, so a wrong or
 unreachable URL fails the session's start at once with the reason, instead of hanging later.
 """
@@ -18,12 +37,19 @@ unreachable URL fails the session's start at once with the reason, instead of ha
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 
 import pymongo
 from bson.errors import InvalidDocument
 from pymongo import ASCENDING, ReturnDocument, UpdateOne, WriteConcern
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+)
 
 from pilot.pmgr.store import data_files
 from pilot.pmgr.store.base import (
@@ -34,6 +60,8 @@ from pilot.pmgr.store.base import (
     KINDS,
     PAGE,
     Batch,
+    Fenced,
+    Refusal,
     StateStore,
     Template,
     TextIds,
@@ -42,8 +70,13 @@ from pilot.pmgr.store.base import (
 )
 
 CONNECT_TIMEOUT = 3.0
+JOURNALED = WriteConcern(w=1, j=True)  # every write: one the server acknowledged survives it
+_FINAL = list(FINAL)
+_OTHER_FINAL = {f: [o for o in FINAL if o != f] for f in FINAL}  # a final state's others
+_STATED = ("pilots", "partitions", "units")  # the kinds whose final state is kept
 FAILED_BY_UID = 5_000  # last_events: FAILED units up to this many are read by uid
 DEFAULT_DB = "pilot"
+log = logging.getLogger("pmgr.store")
 _INDEXES = {
     "pilots": [[("session", ASCENDING)]],
     "partitions": [[("session", ASCENDING)], [("pilot", ASCENDING)], [("state", ASCENDING)]],
@@ -71,9 +104,7 @@ class MongoStore(StateStore):
                 f"database_url={url!r}: no MongoDB answered within {CONNECT_TIMEOUT:g} s "
                 f"({type(exc).__name__}: {str(exc)[:200]})"
             ) from None
-        db = self.client.get_default_database(
-            default=DEFAULT_DB, write_concern=WriteConcern(w=1, j=True)
-        )
+        db = self.client.get_default_database(default=DEFAULT_DB, write_concern=JOURNALED)
         self.db = db
         for coll, indexes in _INDEXES.items():
             for keys in indexes:
@@ -93,33 +124,37 @@ class MongoStore(StateStore):
             made[text] = tid
         return tid
 
-    def write_batch(self, batch: Batch) -> None:
+    def write_batch(self, batch: Batch) -> list[Refusal]:
+        """The batch (the module's header): the owner's epoch read first; each doc written
+        on its own conditions, those a condition refused looked up (fenced, final already,
+        or missing); the history of the rest, once the epoch is read again."""
+        if self.fence is not None:
+            self._check_fence()
         made: dict[str, str] = {}
+        refused: list[Refusal] = []
         for kind in KINDS:
             docs = batch.unit_docs() if kind == "units" else batch.docs[kind]
             if docs:
-                ops = []
-                for uid, d in docs.items():
-                    fields = {
-                        k: v for k, v in d.items() if k != "uid" and not (k in KEPT and v is None)
-                    }
-                    if kind == "units" and type(fields.get("return_value")) is bytes:
-                        fields["return_value"] = data_files.store_value(
-                            fields["return_value"], self.data
-                        )
-                    if kind == "units" and fields.get("description") is not None:
-                        fields["template"] = self._template(fields.pop("description"), made)
-                    ops.append(UpdateOne({"_id": uid}, {"$set": fields}, upsert=True))
-                if made:  # (the templates first: a unit never names one that is not there)
-                    self.db.templates.bulk_write(
-                        [
-                            UpdateOne({"_id": tid}, {"$setOnInsert": {"text": text}}, upsert=True)
-                            for text, tid in made.items()
-                        ],
-                        ordered=False,
-                    )
-                self.db[kind].bulk_write(ops, ordered=False)
+                refused += self._write_docs(kind, docs, made)
         self.templates.update(made)
+        if refused:
+            by_kind: dict[str, set] = {}
+            for r in refused:
+                by_kind.setdefault(r.kind, set()).add(r.uid)
+            sessions = {
+                (k, uid): d.get("session")
+                for k in _STATED
+                for uid, d in (batch.unit_docs() if k == "units" else batch.docs[k]).items()
+            }
+            batch.without(by_kind)
+            now = time.time()
+            self.db.refusals.insert_many(
+                [{"ts": now, "session": sessions.get((r.kind, r.uid)), **vars(r)} for r in refused]
+            )
+        if not (batch.moves or batch.history):
+            return refused
+        if self.fence is not None:  # (a take-over since the docs: their rows stay out)
+            self._check_fence()
         if batch.moves:  # _id = the record's key: a retried record is found, not stored twice
             # ts: when written (the history is read by ts, then seq: the records of a batch
             # in their order, after every earlier batch's), lo / hi: the moves' first and last
@@ -142,6 +177,84 @@ class MongoStore(StateStore):
                 ],
                 ordered=False,
             )
+        return refused
+
+    def _check_fence(self) -> None:
+        """Fenced when a newer owner epoch than this client's is installed."""
+        session, mine = self.fence
+        doc = self.db.owners.find_one({"_id": session})
+        if doc is not None and doc["epoch"] > mine:
+            raise Fenced(session, mine, doc["epoch"], doc.get("owner"))
+
+    def _write_docs(self, kind: str, docs: dict, made: dict) -> list[Refusal]:
+        """Upsert `docs` (a doc without `description` keeps the stored one); those of pilots,
+        partitions and units on their conditions (the module's header): the records refused
+        because theirs were final already; Fenced when a newer owner holds one."""
+        epoch = self.fence[1] if self.fence is not None else None
+        ops, written = [], []
+        for uid, d in docs.items():
+            fields = {k: v for k, v in d.items() if k != "uid" and not (k in KEPT and v is None)}
+            if kind == "units" and type(fields.get("return_value")) is bytes:
+                fields["return_value"] = data_files.store_value(fields["return_value"], self.data)
+            first = fields.get("description") is not None
+            if kind == "units" and first:
+                fields["template"] = self._template(fields.pop("description"), made)
+            cond: dict = {"_id": uid}
+            if kind in _STATED:  # (stored: not final, or this final state; one term: an
+                state = fields.get("state")  # $or costs SecantusDB a scan per doc)
+                cond["state"] = {"$nin": _OTHER_FINAL.get(state, _FINAL)}
+                if epoch is not None:  # (a doc with no epoch: written before owners were)
+                    cond["epoch"] = {"$not": {"$gt": epoch}}
+                    fields["epoch"] = epoch
+            # a first write may make the doc; a later one updates it where it is (one missing
+            # after all is found below, and made)
+            ops.append(UpdateOne(cond, {"$set": fields}, upsert=first or kind not in _STATED))
+            written.append((uid, fields))
+        if made:  # (the templates first: a unit never names one that is not there)
+            self.db.templates.bulk_write(
+                [
+                    UpdateOne({"_id": tid}, {"$setOnInsert": {"text": text}}, upsert=True)
+                    for text, tid in made.items()
+                ],
+                ordered=False,
+            )
+        try:
+            got = self.db[kind].bulk_write(ops, ordered=False)
+            short = got.matched_count + got.upserted_count < len(ops)
+        except BulkWriteError as exc:  # (a first write over a doc its conditions refused)
+            if any(e.get("code") != 11000 for e in exc.details["writeErrors"]):
+                raise
+            short = True
+        if kind not in _STATED or not short:
+            return []
+        return self._unmatched(kind, written, epoch)
+
+    def _unmatched(self, kind: str, written: list, epoch: int | None) -> list[Refusal]:
+        """(a write that did not match every doc: `written` [(uid, fields)]) Fenced when a
+        doc holds a newer owner's epoch; docs whose stored state is final and another:
+        refused; docs missing: made now."""
+        stored = {
+            d["_id"]: d
+            for d in self.db[kind].find(
+                {"_id": {"$in": [uid for uid, _ in written]}}, {"state": 1, "reason": 1, "epoch": 1}
+            )
+        }
+        refused, missing = [], []
+        for uid, fields in written:
+            doc = stored.get(uid)
+            if doc is None:
+                missing.append(UpdateOne({"_id": uid}, {"$set": fields}, upsert=True))
+            elif epoch is not None and (doc.get("epoch") or 0) > epoch:
+                self._check_fence()  # (says who: the owners doc)
+                raise Fenced(self.fence[0], epoch, doc["epoch"], None)
+            elif doc.get("state") in FINAL and doc.get("state") != fields.get("state"):
+                refused.append(
+                    Refusal(kind, uid, doc.get("state"), doc.get("reason"),
+                            fields.get("state"), fields.get("reason"))
+                )  # fmt: skip
+        if missing:
+            self.db[kind].bulk_write(missing, ordered=False)
+        return refused
 
     def _doc(self, kind: str, raw: dict) -> dict:
         doc = {c: raw.get(c) for c in FIELDS[kind]}
@@ -271,7 +384,41 @@ class MongoStore(StateStore):
         return doc["next"] - n
 
     def put_mark(self, name: str, value: str) -> None:
+        if self.fence is not None:
+            self._check_fence()
         self.db.marks.replace_one({"_id": name}, {"_id": name, "value": value}, upsert=True)
+
+    def install_epoch(self, session: str, epoch: int, owner: dict) -> None:
+        """(the base's) Then every doc of the session not final yet is given the epoch, so
+        that an older owner's later write of it is refused by its own condition."""
+        try:  # (one document, conditioned: a newer epoch installed is a duplicate key)
+            self.db.owners.update_one(
+                {"_id": session, "epoch": {"$lte": epoch}},
+                {"$set": {"epoch": epoch, "owner": dict(owner), "since": owner.get("since")}},
+                upsert=True,
+            )
+        except DuplicateKeyError:
+            doc = self.db.owners.find_one({"_id": session}) or {}
+            raise Fenced(session, epoch, doc.get("epoch", epoch), doc.get("owner")) from None
+        for kind in _STATED:
+            self.db[kind].update_many(
+                {"session": session, "state": {"$nin": _FINAL}, "epoch": {"$not": {"$gte": epoch}}},
+                {"$set": {"epoch": epoch}},
+            )
+        self.own(session, epoch)
+
+    def owner_of(self, session: str) -> dict | None:
+        doc = self.db.owners.find_one({"_id": session})
+        if doc is None:
+            return None
+        return {"epoch": doc["epoch"], **(doc.get("owner") or {})}
+
+    def refusals(self, session: str | None = None) -> list[dict]:
+        query = {} if session is None else {"session": session}
+        return [
+            {k: v for k, v in d.items() if k != "_id"}
+            for d in self.db.refusals.find(query).sort([("ts", 1), ("_id", 1)])
+        ]
 
     def marks(self, prefix: str) -> dict[str, str]:
         found = self.db.marks.find({"_id": {"$gte": prefix, "$lt": prefix + "\U0010ffff"}})

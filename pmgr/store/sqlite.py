@@ -43,6 +43,8 @@ from pilot.pmgr.store.base import (
     PAGE,
     STRUCTURED,
     Batch,
+    Fenced,
+    Refusal,
     StateStore,
     Template,
     TextIds,
@@ -286,7 +288,7 @@ class SqliteStore(StateStore):
             os.path.join(os.path.dirname(os.path.abspath(self.path)), "data")
         )
 
-    def write_batch(self, batch: Batch) -> None:
+    def write_batch(self, batch: Batch) -> list[Refusal]:
         try:
             lost = os.stat(self.path).st_ino != self.inode
         except FileNotFoundError:
@@ -295,18 +297,22 @@ class SqliteStore(StateStore):
             raise StoreFileLost(f"the store file {self.path} was deleted or replaced")
         with self.lock:
             units = batch.docs["units"]
-            # IMMEDIATE: the tally reads before it writes, and a deferred transaction that
-            # must then take the write lock from another client's would fail at once (BUSY)
-            self.db.execute("BEGIN IMMEDIATE" if units or batch.placed else "BEGIN")
-            placed = None
+            # IMMEDIATE: the owner's epoch and the tally are read before the writes, and a
+            # deferred transaction that must then take the write lock from another client's
+            # would fail at once (BUSY); holding it from the start, what they read stays so
+            self.db.execute("BEGIN IMMEDIATE")
+            placed, moved = None, {}
             made: dict[str, int] = {}  # templates made in this transaction (kept once it commits)
             try:
+                if self.fence is not None:
+                    self._check_fence()
+                mark = self.db.execute("SELECT IFNULL(MAX(id), 0) FROM refusals").fetchone()[0]
                 if units or batch.placed:
                     version = self.db.execute("PRAGMA data_version").fetchone()[0]
                     if version != self.version:  # another connection wrote: what is
                         self.placed.clear()  # remembered may be stale
                         self.flow.forget()
-                    placed = self.tally(units, batch.placed)
+                    placed, moved = self.tally(units, batch.placed)
                     self._write_placed(batch.placed, made)
                 for kind in KINDS:
                     docs = batch.docs[kind]
@@ -318,6 +324,9 @@ class SqliteStore(StateStore):
                         execute_rows(
                             self.db, sql.UPSERT[kind], [_row(kind, d) for d in docs.values()]
                         )
+                refused = self._refused(mark)  # (the rows the final_once triggers skipped)
+                if refused:
+                    units = self._without_refused(batch, refused, placed, moved)
                 if batch.history:
                     self.keep_flows(units, self._insert_history(batch.history))
                     self.keep_spans((r[0], r[4]) for r in batch.history)
@@ -336,6 +345,42 @@ class SqliteStore(StateStore):
                         self.placed.pop(uid, None)
                     else:
                         self.placed[uid] = key
+        return refused
+
+    def _check_fence(self) -> None:
+        """(in the batch's transaction) Fenced when a newer owner epoch than this store's
+        client's is installed for its session."""
+        session, mine = self.fence
+        row = self.db.execute(sql.OWNER_EPOCH, (session,)).fetchone()
+        if row is not None and row[0] > mine:
+            raise Fenced(session, mine, row[0], json.loads(row[1]) if row[1] else None)
+
+    def _refused(self, mark: int) -> list[Refusal]:
+        """The refusals rows the triggers made in this transaction (after id `mark`)."""
+        return [Refusal(*row) for row in self.db.execute(sql.REFUSALS_SINCE, (mark,))]
+
+    def _without_refused(self, batch: Batch, refused: list, placed, moved) -> dict:
+        """The refused objects' history rows dropped from the batch, and what the tally
+        counted for their docs taken back (their rows did not change); the units' docs that
+        were written."""
+        by_kind: dict[str, set] = {}
+        for r in refused:
+            by_kind.setdefault(r.kind, set()).add(r.uid)
+        batch.without(by_kind)
+        gone = by_kind.get("units", set())
+        units = {u: d for u, d in batch.docs["units"].items() if u not in gone}
+        if placed is not None and gone:
+            delta: dict[tuple, int] = {}
+            for uid in gone & moved.keys():
+                old, new = moved[uid]
+                delta[new] = delta.get(new, 0) - 1
+                if old is not None:
+                    delta[old] = delta.get(old, 0) + 1
+                placed[uid] = None  # (its row is final: not remembered)
+            rows = [(*key, n) for key, n in delta.items() if n]
+            if rows:
+                self.db.executemany(sql.TALLY_ADD, rows)
+        return units
 
     def _write_units(self, docs: dict, made: dict) -> None:
         """Units' docs: a doc with its description is upserted (a unit's first write), one
@@ -519,10 +564,11 @@ class SqliteStore(StateStore):
             }
         return out
 
-    def tally(self, docs: dict[str, dict], together: list) -> dict[str, tuple | None]:
+    def tally(self, docs: dict[str, dict], together: list) -> tuple[dict, dict]:
         """unit_tally's changes for these unit docs and UnitsPlaced, written in the open
         transaction; what `placed` becomes once it commits (None: final, no longer
-        remembered)."""
+        remembered), and {uid: (key before, key after)} of the units it moved (what a refused
+        write takes back)."""
         placed, before = self.placed, {}
         unknown = [  # (a client's first doc of a unit: new to the store, nothing to read)
             uid
@@ -531,11 +577,13 @@ class SqliteStore(StateStore):
         ]
         delta: dict[tuple, int] = {}
         after: dict[str, tuple | None] = {}
+        moved: dict[str, tuple] = {}
         for p in together:
             key = (p.session or "", p.pilot or "", p.partition or "", p.state or "")
             if p.template is not None:  # (new: nothing was counted for them)
                 delta[key] = delta.get(key, 0) + len(p.uids)
                 after.update(dict.fromkeys(p.uids, key))
+                moved.update(dict.fromkeys(p.uids, (None, key)))
                 continue
             unknown += [uid for uid in p.uids if uid not in placed]
             docs = {**docs, **dict.fromkeys(p.uids, key)}  # (their keys, as docs say them)
@@ -563,11 +611,12 @@ class SqliteStore(StateStore):
                 if old is not None:
                     delta[old] = delta.get(old, 0) - 1
                 delta[key] = delta.get(key, 0) + 1
+                moved[uid] = (old, key)
             after[uid] = None if key[3] in FINAL else key
         rows = [(*key, n) for key, n in delta.items() if n]
         if rows:
             self.db.executemany(sql.TALLY_ADD, rows)
-        return after
+        return after, moved
 
     def _docs(self, kind: str, rows) -> list[dict]:
         cols = FIELDS[kind]
@@ -825,9 +874,52 @@ class SqliteStore(StateStore):
 
     def put_mark(self, name: str, value: str) -> None:
         with self.lock:  # (a statement of its own: committed when it returns)
-            self.db.execute(
-                "INSERT OR REPLACE INTO marks (name, value) VALUES (?, ?)", (name, value)
-            )
+            if self.fence is None:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO marks (name, value) VALUES (?, ?)", (name, value)
+                )
+                return
+            session, mine = self.fence
+            if self.db.execute(sql.MARK_FENCED, (name, value, session, mine)).rowcount == 0:
+                row = self.db.execute(sql.OWNER_EPOCH, (session,)).fetchone()
+                raise Fenced(session, mine, row[0], json.loads(row[1]) if row[1] else None)
+
+    def install_epoch(self, session: str, epoch: int, owner: dict) -> None:
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self.db.execute(sql.OWNER_EPOCH, (session,)).fetchone()
+                if row is not None and row[0] > epoch:
+                    raise Fenced(session, epoch, row[0], json.loads(row[1]) if row[1] else None)
+                self.db.execute(
+                    "INSERT OR REPLACE INTO owners (session, epoch, owner, since) "
+                    "VALUES (?, ?, ?, ?)",
+                    (session, epoch, _dumps(owner), owner.get("since")),
+                )
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        self.own(session, epoch)
+
+    def owner_of(self, session: str) -> dict | None:
+        with self.lock:
+            row = self.db.execute(sql.OWNER_EPOCH, (session,)).fetchone()
+        if row is None:
+            return None
+        return {"epoch": row[0], **(json.loads(row[1]) if row[1] else {})}
+
+    def refusals(self, session: str | None = None) -> list[dict]:
+        cols = ("ts", "session", "kind", "uid", "stored_state", "stored_reason",
+                "refused_state", "refused_reason")  # fmt: skip
+        query = f"SELECT {', '.join(cols)} FROM refusals"
+        args: tuple = ()
+        if session is not None:
+            query, args = query + " WHERE session = ?", (session,)
+        with self.lock:
+            rows = self.db.execute(query + " ORDER BY id", args).fetchall()
+        return [dict(zip(cols, r)) for r in rows]
 
     def marks(self, prefix: str) -> dict[str, str]:
         with self.lock:

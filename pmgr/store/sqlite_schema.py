@@ -4,7 +4,13 @@ is brought up to date (pmgr/store/sqlite.py opens it; docs/store.md shows the sc
 Tables: one per kind (sessions, pilots, partitions, units: a column per field, structured
 fields as JSON text, `uid` the key), `history`, `counters` (uid blocks), `templates` (the
 descriptions units share: a unit's row names one in `template`, its `description` is then
-NULL), `unit_tally`, `unit_flow`, `unit_flow_since`, `session_span`.
+NULL), `unit_tally`, `unit_flow`, `unit_flow_since`, `session_span`, `owners` (a session's
+installed owner epoch and who holds it), `refusals` (writes refused because their object's
+state was final: both records).
+A trigger per kind (`<kind>_final_once`) keeps a final state final: an UPDATE that would
+change it is skipped for that row (RAISE(IGNORE): the statement goes on with its other rows)
+after a row of `refusals` says so; every write path (upsert, update by uid, units placed)
+goes through it.
 
 A history row is one state change (uid, state, ts, reason, seq), or, for units, the moves of a
 batch to one state in columns (pmgr/store/base.py, UnitMoves): uid NULL, ts the earliest, and
@@ -100,6 +106,41 @@ def columns_of(kind: str, fields: tuple | None = None) -> str:
 UNIT_COLUMNS = columns_of("units")
 
 
+FINAL_SQL = "('DONE', 'FAILED', 'CANCELED')"  # (base.FINAL)
+OWNERS = (
+    "CREATE TABLE IF NOT EXISTS owners (session TEXT PRIMARY KEY, epoch INTEGER NOT NULL, "
+    "owner TEXT, since REAL)"
+)
+REFUSALS = (
+    "CREATE TABLE IF NOT EXISTS refusals (id INTEGER PRIMARY KEY, ts REAL, session TEXT, "
+    "kind TEXT, uid TEXT, stored_state TEXT, stored_reason TEXT, refused_state TEXT, "
+    "refused_reason TEXT)"
+)
+REFUSALS_SINCE = (
+    "SELECT kind, uid, stored_state, stored_reason, refused_state, refused_reason "
+    "FROM refusals WHERE id > ? ORDER BY id"
+)
+# the epoch a write checks, in its transaction: none installed, or not newer than the writer's
+OWNER_EPOCH = "SELECT epoch, owner FROM owners WHERE session = ?"
+# a mark written only while no newer epoch than the writer's is installed (one statement)
+MARK_FENCED = (
+    "INSERT OR REPLACE INTO marks (name, value) SELECT ?, ? WHERE NOT EXISTS "
+    "(SELECT 1 FROM owners WHERE session = ? AND epoch > ?)"
+)
+
+
+def final_once(kind: str) -> str:
+    """The trigger that keeps a `kind` row's final state (the module's header)."""
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {kind}_final_once BEFORE UPDATE OF state ON {kind} "
+        f"WHEN OLD.state IN {FINAL_SQL} AND NEW.state IS NOT OLD.state BEGIN "
+        "INSERT INTO refusals (ts, session, kind, uid, stored_state, stored_reason, "
+        "refused_state, refused_reason) VALUES ((julianday('now') - 2440587.5) * 86400.0, "
+        f"OLD.session, '{kind}', OLD.uid, OLD.state, OLD.reason, NEW.state, NEW.reason); "
+        "SELECT RAISE(IGNORE); END"
+    )
+
+
 def schema() -> str:
     tables = []
     for kind in KINDS:
@@ -115,6 +156,9 @@ def schema() -> str:
     tables.append("CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY, value TEXT);")
     tables.append(TEMPLATES + ";")
     tables.append(TEMPLATES_KEY + ";")
+    tables.append(OWNERS + ";")
+    tables.append(REFUSALS + ";")
+    tables += [final_once(kind) + ";" for kind in ("pilots", "partitions", "units")]
     return "\n".join(tables) + INDEXES
 
 

@@ -36,6 +36,14 @@ join the batch being gathered, which an urgent one ends at once; a batch also en
 of gathering or max_batch records, so none waits long.  A callback is never dropped:
 during an outage it waits for the database, with its batch.
 
+What the store refuses because the object's stored state is final already (a second final
+record: pmgr/store/base.py, `final once`) is logged with both records and kept in `refused`
+(the last REFUSED_KEPT).  A batch the store refuses because a newer owner holds the session
+(`Fenced`: this client was deposed) is refused for good, and so is every later one: the
+writer says so once, calls `on_deposed(exc)` (the session lets its pilots go), names their
+uids in `unpersisted`, and still runs their callbacks, so that units waiting to be sent fail
+unsent (pmgr/core/routing.py) instead of waiting for ever.
+
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
 records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
 merging what arrived meanwhile into the same batch; when the database is back it catches up in
@@ -54,7 +62,7 @@ import time
 import uuid
 
 import pilot.checks as checks
-from pilot.pmgr.store.base import Batch, StateStore, UnitMoves, UnitsPlaced
+from pilot.pmgr.store.base import Batch, Fenced, StateStore, UnitMoves, UnitsPlaced
 from pilot.pmgr.store.held import held_of
 from pilot.states import UNIT_STATES
 
@@ -65,6 +73,7 @@ _SOON = object()  # (a send_after that may wait for the batch's linger)
 RETRY_MIN, RETRY_MAX = 0.5, 5.0
 BEHIND = 0.25  # seconds: a batch whose oldest record waited longer is the writer behind
 LINGER = 0.02  # seconds a batch of state changes alone waits for more
+REFUSED_KEPT = 1000  # refusals kept in `refused` (all are logged, one line a second at most)
 
 
 class _Moved(list):
@@ -127,6 +136,9 @@ class BatchWriter:
         self.unpersisted: set[str] = set()
         self.held: set[str] = set()  # the uids kept to retry while the store fails (full disk)
         self.refusals = checks.BadMessages(log)  # one line per 10 s, however many
+        self.refused: list = []  # the store's Refusals (final once), the last REFUSED_KEPT
+        self.deposed: Fenced | None = None  # a newer owner holds the session (module header)
+        self.on_deposed = None  # called once with it (the session lets its pilots go)
         self.lag = 0.0
         self.max_lag = 0.0
         self._enqueued = 0
@@ -266,11 +278,16 @@ class BatchWriter:
         """Write one batch and run its callbacks; False when the database failed for now (the
         caller keeps `items` to retry), True when written or refused for good."""
         batch, objs, thens, unbuilt = self._batch(items)
+        refused = None
         try:
             if len(batch):  # (callbacks alone need no write)
-                self.store.write_batch(batch)
+                refused = self.store.write_batch(batch)
+        except Fenced as exc:
+            return self._fenced(items, exc)
         except Exception as exc:  # a database error must not stop the client: retry later
             return self._not_written(items, exc)
+        if refused:
+            self._refused(refused)
         if self.retrying:
             log.warning("store is back: %d records written after the outage", len(items))
             self.retrying = False
@@ -292,6 +309,37 @@ class BatchWriter:
                 callback()
             except Exception:  # a callback's failure must not stop the writer
                 log.exception("store writer: callback %r failed", callback)
+        with self._cv:
+            self._done += _weight(items)
+            self._cv.notify_all()
+        return True
+
+    def _refused(self, refused: list) -> None:
+        """(_write) Records the store refused (final once): logged with both records, kept."""
+        for r in refused:
+            self.refusals.report(f"store kept a final record: {r}")
+        self.refused = (self.refused + list(refused))[-REFUSED_KEPT:]
+
+    def _fenced(self, items: list, exc: Fenced) -> bool:
+        """(_write) A newer owner holds the session: these records are refused for good (and
+        every later one); their callbacks still run (units not persisted are not sent)."""
+        first = self.deposed is None
+        self.deposed = exc
+        uids = {u for _, rec in items if not isinstance(rec, _Then) for u in _uids(rec)}
+        self.unpersisted.update(uids)
+        if first:
+            log.error("%s; %d records and all later ones are not written", exc, len(uids))
+            if self.on_deposed is not None:
+                try:
+                    self.on_deposed(exc)
+                except Exception:  # (the session's: it must not stop the writer)
+                    log.exception("store writer: on_deposed failed")
+        for _, rec in items:
+            if isinstance(rec, _Then):
+                try:
+                    rec.callback()
+                except Exception:
+                    log.exception("store writer: callback %r failed", rec.callback)
         with self._cv:
             self._done += _weight(items)
             self._cv.notify_all()
