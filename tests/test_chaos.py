@@ -180,3 +180,78 @@ def test_a_named_stream_while_the_store_is_full_leaves_no_item_out(tmp_path):
     assert not left, f"processes left behind: {left}"
     refused = r["error"] is not None and "StoreUnavailable" in r["error"] and r["made"] == 0
     assert refused or (r["made"] == r["n"] and r["counts"] == {"DONE": r["n"]}), (r, err[-2000:])
+
+
+STAGING_CLIENT = r"""
+import json, sys, time
+import pilot as rp
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.nodes4", runtime=5,
+                                parts=[rp.ComputePartitionDescription(nodes=2)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=60)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+with open("in.txt", "w") as f:
+    f.write("hello\n")
+script = "cat in.txt > out.txt; echo $PILOT_UNIT_ID >> out.txt; sleep 0.5; echo x > ran"
+u = umgr.submit_units(rp.ComputeUnitDescription(
+    executable="/bin/sh", arguments=["-c", script],
+    input_staging=[{"source": "client:///in.txt", "target": "unit:///in.txt",
+                    "action": rp.TRANSFER}],
+    output_staging=[{"source": "unit:///out.txt", "target": "client:///back.txt",
+                     "action": rp.TRANSFER}]))
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "unit": u.uid, "sandbox": pilot.sandbox}), flush=True)
+time.sleep(120)  # (stopped, taken over, continued: it ends on its own or is killed)
+"""
+
+
+@pytest.mark.xfail(
+    strict=False,  # (a race: it takes the client stopped as its unit's output is sent)
+    reason="found by the fault campaign (seed 1 of --resource mix: staged-out): a client "
+    "stopped while its unit's output is sent to it, taken over, then continued, truncates the "
+    "file the new owner had staged back whole (the unit DONE, its file empty)",
+)
+def test_a_deposed_client_leaves_the_files_the_new_owner_staged_back_alone(make_session, tmp_path):
+    """Client A runs a unit that stages its output back (TRANSFER); A is stopped (SIGSTOP) the
+    moment the unit ends; client B takes the pilot over and gets the unit DONE with its file
+    whole; A goes on (SIGCONT) and learns it was deposed: the file stays whole (was: empty, 5
+    runs of 5)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pilot as rp
+    from pilot.pmgr.core import reaper
+    from tests.conftest import ROOT
+
+    a = subprocess.Popen(
+        [sys.executable, "-c", STAGING_CLIENT], stdout=subprocess.PIPE, text=True,
+        cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT),
+    )  # fmt: skip
+    said, session = {}, None
+    try:
+        said = json.loads(a.stdout.readline())
+        ran = os.path.join(said["sandbox"], said["unit"], "ran")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(ran):
+            assert time.monotonic() < deadline, "the unit did not run"
+            time.sleep(0.002)
+        os.kill(a.pid, signal.SIGSTOP)
+        session = make_session(uid=said["session"], take_over=True)
+        rp.PilotManager(session).get_pilots()
+        umgr = rp.UnitManager(session)
+        assert umgr.wait_units(timeout=60) == [rp.DONE]
+        back = tmp_path / "back.txt"
+        assert back.read_text() == f"hello\n{said['unit']}\n"
+        os.kill(a.pid, signal.SIGCONT)
+        time.sleep(3)  # (it hears of the take-over, or of its pilot's silence)
+        assert back.read_text() == f"hello\n{said['unit']}\n", "the deposed client wrote it"
+    finally:
+        a.kill()
+        a.wait(30)
+        if session is None and said.get("session"):
+            reaper.kill_session_processes(said["session"])
