@@ -111,9 +111,10 @@ def test_a_bad_record_does_not_take_its_batch_down(tmp_path):
     w.close()
 
 
-def test_sqlite_file_deleted_mid_run_is_noticed_and_named(session, caplog):
-    """The store file vanishes under a running session: the next write says so, the records it
-    could not write are named, and units are not sent unpersisted (they end FAILED)."""
+def test_sqlite_file_deleted_mid_run_is_noticed_and_made_anew(session, caplog):
+    """The store file vanishes under a running session: the next write says so, the store makes
+    a new file, the client writes what it holds into it again (the units it let go of as their
+    final state only), and units go on being persisted before they are sent."""
     import logging
     import os
 
@@ -124,8 +125,14 @@ def test_sqlite_file_deleted_mid_run_is_noticed_and_named(session, caplog):
     os.unlink(session.store.path)
     with caplog.at_level(logging.ERROR, logger="pmgr.store"):
         after = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 5)
-        assert umgr.wait_units([u.uid for u in after], timeout=30) == [rp.FAILED] * 5
-    assert all(u.reason == "not sent: the store refused its record" for u in after)
-    assert {u.uid for u in after} <= session.writer.unpersisted
+        assert umgr.wait_units([u.uid for u in after], timeout=30) == [rp.DONE] * 5
+    assert session.writer.flush(timeout=30)
     assert any("was deleted or replaced" in r.getMessage() for r in caplog.records)
+    assert os.path.exists(session.store.path)
+    stored = {d["uid"]: d for d in session.store.find("units", session=session.uid)}
+    assert {u.uid for u in before + after} <= stored.keys()
+    assert {stored[u.uid]["state"] for u in before + after} == {rp.DONE}
+    assert "its final state only" in stored[before[0].uid]["reason"]
+    assert session.store.get("pilots", pilot.uid)["state"] == rp.ACTIVE
+    assert not session.unpersisted
     assert pilot.state == rp.ACTIVE

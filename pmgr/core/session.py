@@ -158,6 +158,7 @@ class Session:
             raise
         self.writer = BatchWriter(self.store)
         self.writer.on_deposed = self._deposed
+        self.writer.on_renewed = self._store_renewed
         self.pilots: dict[str, object] = {}  # uid -> Pilot
         self.pmgrs: list = []
         self.umgrs: list = []
@@ -194,6 +195,38 @@ class Session:
             for p in self.pilots.values():
                 if not p.final and not p.released:
                     p.release_to(exc.owner, f" (the store's owner epoch {exc.current})")
+
+    def _store_renewed(self, exc) -> None:
+        """(the store writer) The store's file was lost and made anew: this client's epoch is
+        installed there again, and everything it holds is queued to be written again: the
+        session, its pilots, partitions and the units it has not let go of, in full; the
+        units it let go of (one byte each: pmgr/core/unit_table.py) with their final state
+        only, and a reason that says so."""
+        self.store.install_epoch(self.uid, self.epoch, self.owner)
+        self.writer.doc(
+            "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": self.url}
+        )
+        with self.locked():
+            objs = [*self.pilots.values()]
+            objs += [part for p in self.pilots.values() for part in p.parts.values()]
+            released = []
+            for umgr in self.umgrs:
+                objs += umgr.units.active()
+                released += list(umgr.units.released_states())
+            for obj in objs:
+                obj.stored = False
+                if hasattr(obj, "written"):
+                    obj.written = None
+                self.writer.changed(obj)
+        why = "its record was lost with the store file; this client kept its final state only"
+        for uid, state in released:
+            self.writer.doc("units", {"uid": uid, "session": self.uid, "state": state,
+                                      "reason": why})  # fmt: skip
+        log.error(
+            "%s: written again into the new store file: %d records in full, %d units ended "
+            "before as their final state only",
+            self.uid, len(objs), len(released),
+        )  # fmt: skip
 
     def __enter__(self) -> Session:
         return self

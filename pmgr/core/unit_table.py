@@ -280,6 +280,15 @@ class UnitTable:
         self.held[unit.uid] = unit
         self.released += 1
 
+    def released_states(self) -> Iterator[tuple[str, str]]:
+        """(uid, final state) of every released unit whose state this manager knows (a
+        store whose file was lost made anew is given them again: pmgr/core/session.py)."""
+        ledger = self.ledger
+        for _, uid in ledger.keyed():
+            code = ledger.code(uid)
+            if code and code != UNKNOWN:
+                yield uid, FINAL_CODES[code - 1]
+
     def know_final(self, uid: str, state: str | None) -> None:
         """(an attach) A final unit of the session, known by its uid and state only."""
         self.ledger.put(uid, state if state in _CODE else "?")

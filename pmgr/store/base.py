@@ -121,6 +121,12 @@ class Fenced(Exception):
         self.session, self.mine, self.current, self.owner = session, mine, current, who
 
 
+class StoreRenewed(OSError):
+    """The store's file was lost under it (deleted, replaced) and a new one made in its place:
+    nothing was written of the batch, and the new store holds nothing of what was written
+    before; the client writes what it still holds again (the store writer's `on_renewed`)."""
+
+
 @dataclass
 class Refusal:
     """A write the store refused because the object's stored state is final already: the

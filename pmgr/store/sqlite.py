@@ -46,6 +46,7 @@ from pilot.pmgr.store.base import (
     Fenced,
     Refusal,
     StateStore,
+    StoreRenewed,
     Template,
     TextIds,
     UnitDoc,
@@ -246,8 +247,9 @@ def expand_row(row: tuple) -> list[tuple]:
     ]
 
 
-class StoreFileLost(OSError):
-    """The sqlite file was deleted or replaced under the open store: writes would vanish."""
+class StoreFileLost(StoreRenewed):
+    """The sqlite file was deleted or replaced under the open store (writes would have
+    vanished): a new one is made at its path, and the client writes again what it holds."""
 
 
 class SqliteStore(StateStore):
@@ -258,35 +260,53 @@ class SqliteStore(StateStore):
     def __init__(self, url: str) -> None:
         self.url = url
         self.path = url[len("sqlite:///") :]  # sqlite:///rel.db, sqlite:////abs/path.db
-        self.db = sqlite3.connect(
-            self.path, timeout=10, check_same_thread=False, isolation_level=None
-        )
         self.lock = threading.Lock()
-        if os.stat(self.path).st_uid == os.getuid():
-            os.chmod(self.path, 0o600)  # (its -wal and -shm files take this mode)
-        # WAL, synchronous=NORMAL: a commit is an append to the -wal file, no fsync (measured
-        # here: 0.009 ms a commit, against 0.58 ms on /tmp and ~3 ms on this disk for the
-        # rollback journal with FULL); the file is consistent after a power loss (the last
-        # commits may be gone), and a client that dies loses nothing (the OS has them).  A
-        # send waits for its units' commit (persist, then send): an fsync there was most of a
-        # call's round trip.  The -wal file is checkpointed every 128 pages and cut back to
-        # 512 KB, so that it does not fill a small disk by itself (tests/test_full_disk.py,
-        # a 2 MB tmpfs); the -shm file's pages are written before they are mapped (SQLite's
-        # os_unix.c), so a full disk is an error here, never a SIGBUS.
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA wal_autocheckpoint=128")
-        self.db.execute("PRAGMA journal_size_limit=524288")
-        sql.bring_up_to_date(self.db)
+        self._connect()
         self.flow = FlowKeeper()  # unit_flow's changes of history rows (pmgr/store/flow.py)
         self.placed: dict[str, tuple] = {}  # uid -> its tally key as written here, if not final
         self.version: int | None = None  # PRAGMA data_version as of this store's last write
-        self.inode = os.stat(self.path).st_ino
         self.templates = TextIds()  # a description's text -> its templates row (some)
         # large bytes (a call's arguments, a return value): files beside the store file
         self.data = data_files.DataFiles(
             os.path.join(os.path.dirname(os.path.abspath(self.path)), "data")
         )
+
+    def _connect(self) -> None:
+        """The connection, the file's mode and journal, its tables up to date."""
+        self.db = sqlite3.connect(
+            self.path, timeout=10, check_same_thread=False, isolation_level=None
+        )
+        if os.stat(self.path).st_uid == os.getuid():
+            os.chmod(self.path, 0o600)  # (its journal file takes this mode)
+        # A rollback journal, no memory-mapped I/O: whatever the file's system does (an I/O
+        # error, a file made immutable, one cut short), a write fails with an error the writer
+        # keeps its records through, never a signal.  A write-ahead log maps its index (the
+        # -shm file) into the process, and a write fault there on a file that no longer takes
+        # writes is a SIGBUS that ends the client (measured: chattr +i on the store's files
+        # while 300 units ran killed it, 190 of them with no final record).  synchronous=OFF:
+        # no fsync, as the log had none either; a client that dies loses nothing (the OS has
+        # the writes, and the journal rolls a commit it died in back); a power loss of its host
+        # in the middle of a commit may damage the file.  A commit costs ~0.09 ms (the log's
+        # ~0.05 ms; bench/store.py).  TRUNCATE: the journal file is kept (emptied), so a
+        # directory that no longer takes new files still takes commits.
+        self.db.execute("PRAGMA journal_mode=TRUNCATE")
+        self.db.execute("PRAGMA synchronous=OFF")
+        sql.bring_up_to_date(self.db)
+        self.inode = os.stat(self.path).st_ino
+
+    def _replaced(self) -> None:
+        """The file was deleted or replaced under the open store: a new one is made at the
+        same path (StoreFileLost says so: the client writes everything it holds again)."""
+        with self.lock:
+            try:
+                self.db.close()
+            except sqlite3.Error:
+                pass
+            self.placed.clear()
+            self.flow.forget()
+            self.version = None
+            self.templates = TextIds()
+            self._connect()
 
     def write_batch(self, batch: Batch) -> list[Refusal]:
         try:
@@ -294,7 +314,12 @@ class SqliteStore(StateStore):
         except FileNotFoundError:
             lost = True
         if lost:  # sqlite would go on writing to the deleted file, and nobody would know
-            raise StoreFileLost(f"the store file {self.path} was deleted or replaced")
+            self._replaced()
+            raise StoreFileLost(
+                f"the store file {self.path} was deleted or replaced: a new one is made there, "
+                "which holds what the client writes from now on (what it still holds is "
+                "written again; the records of what it let go of are lost with the old file)"
+            )
         with self.lock:
             units = batch.docs["units"]
             # IMMEDIATE: the owner's epoch and the tally are read before the writes, and a

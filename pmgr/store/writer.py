@@ -42,7 +42,10 @@ record: pmgr/store/base.py, `final once`) is logged with both records and kept i
 (`Fenced`: this client was deposed) is refused for good, and so is every later one: the
 writer says so once, calls `on_deposed(exc)` (the session lets its pilots go), names their
 uids in `unpersisted`, and still runs their callbacks, so that units waiting to be sent fail
-unsent (pmgr/core/routing.py) instead of waiting for ever.
+unsent (pmgr/core/routing.py) instead of waiting for ever.  A store whose file was lost under it
+and made anew (`StoreRenewed`: deleted, replaced) wrote nothing of the batch: the writer calls
+`on_renewed(exc)` (the session queues every object it holds again, in full) and writes the
+batch again after the usual backoff.
 
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
 records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
@@ -62,7 +65,14 @@ import time
 import uuid
 
 import pilot.checks as checks
-from pilot.pmgr.store.base import Batch, Fenced, StateStore, UnitMoves, UnitsPlaced
+from pilot.pmgr.store.base import (
+    Batch,
+    Fenced,
+    StateStore,
+    StoreRenewed,
+    UnitMoves,
+    UnitsPlaced,
+)
 from pilot.pmgr.store.held import held_of
 from pilot.states import UNIT_STATES
 
@@ -139,6 +149,7 @@ class BatchWriter:
         self.refused: list = []  # the store's Refusals (final once), the last REFUSED_KEPT
         self.deposed: Fenced | None = None  # a newer owner holds the session (module header)
         self.on_deposed = None  # called once with it (the session lets its pilots go)
+        self.on_renewed = None  # called when the store's file was lost and made anew
         self.lag = 0.0
         self.max_lag = 0.0
         self._enqueued = 0
@@ -284,6 +295,15 @@ class BatchWriter:
                 refused = self.store.write_batch(batch)
         except Fenced as exc:
             return self._fenced(items, exc)
+        except StoreRenewed as exc:  # a new file: what the client holds is written again
+            log.error("%s", exc)
+            if self.on_renewed is not None:
+                try:
+                    self.on_renewed(exc)
+                except Exception:  # (the session's: it must not stop the writer)
+                    log.exception("store writer: on_renewed failed")
+            self.retrying = True  # (the batch again, soon: "store is back" once it is in)
+            return False
         except Exception as exc:  # a database error must not stop the client: retry later
             return self._not_written(items, exc)
         if refused:
