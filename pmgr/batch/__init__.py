@@ -8,12 +8,16 @@
 
 Each module has `submit(argv, env, sandbox, *, nodes, runtime, queue, project, rcfg)` (a
 `Submitter`) returning a `BatchJob`: the handle the client keeps to follow, cancel and explain
-the job.  The pilot's state comes from its bootstrap over ZeroMQ; the job handle serves for
-what only the batch system knows (still queued, failed to start, its exit code).
+the job; and `follow(job_id, sandbox, session_uid, rcfg)` (a `Follower`): the handle of a job
+another client process submitted, by its id (a client that attached to the session), or None
+when the id is none it can follow.  The pilot's state comes from its bootstrap over ZeroMQ;
+the job handle serves for what only the batch system knows (still queued, failed to start, its
+exit code, ended).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Protocol
 
 from pilot import plugins
@@ -46,6 +50,16 @@ class Submitter(Protocol):
         project: str | None,
         rcfg,
     ) -> BatchJob: ...
+
+
+class Follower(Protocol):
+    def __call__(self, job_id, sandbox: str, session_uid: str, rcfg=None) -> BatchJob | None: ...
+
+
+def follower(batch_system: str) -> Follower:
+    """The follower of `batch_system`'s jobs (the module of its submitter's `follow`)."""
+    submit = plugins.load(plugins.BATCH_SYSTEMS, batch_system, "batch_system")
+    return sys.modules[submit.__module__].follow
 
 
 def submitter(batch_system: str) -> Submitter:

@@ -12,7 +12,7 @@ pmgr/batch/__init__.py.
 
 from __future__ import annotations
 
-from pilot.pmgr.batch.slurm import SlurmJob, submit_psij
+from pilot.pmgr.batch.slurm import SlurmJob, follow_psij, submit_psij
 
 
 class LsfJob(SlurmJob):
@@ -24,3 +24,8 @@ class LsfJob(SlurmJob):
 def submit(argv, env, sandbox, *, nodes, runtime, queue=None, project=None, rcfg=None, **_):
     """A Submitter (pmgr/batch/__init__.py)."""
     return submit_psij("lsf", LsfJob, argv, env, sandbox, nodes, runtime, queue, project, rcfg)
+
+
+def follow(job_id, sandbox: str, session_uid: str, rcfg=None) -> LsfJob | None:
+    """A Follower (pmgr/batch/__init__.py): LSF job `job_id`."""
+    return follow_psij("lsf", LsfJob, job_id, sandbox, rcfg)

@@ -12,7 +12,7 @@ ending it.  The BatchJob interface is in pmgr/batch/__init__.py.
 
 from __future__ import annotations
 
-from pilot.pmgr.batch.slurm import SlurmJob, submit_psij
+from pilot.pmgr.batch.slurm import SlurmJob, follow_psij, submit_psij
 
 
 class PbsJob(SlurmJob):
@@ -24,3 +24,8 @@ class PbsJob(SlurmJob):
 def submit(argv, env, sandbox, *, nodes, runtime, queue=None, project=None, rcfg=None, **_):
     """A Submitter (pmgr/batch/__init__.py)."""
     return submit_psij("pbs", PbsJob, argv, env, sandbox, nodes, runtime, queue, project, rcfg)
+
+
+def follow(job_id, sandbox: str, session_uid: str, rcfg=None) -> PbsJob | None:
+    """A Follower (pmgr/batch/__init__.py): PBS job `job_id`."""
+    return follow_psij("pbs", PbsJob, job_id, sandbox, rcfg)

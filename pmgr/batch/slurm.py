@@ -233,15 +233,11 @@ def plain_directives(executor, options: dict) -> None:
     executor.generate_submit_script = generate_plain
 
 
-def submit_psij(
-    name: str, job_class, argv, env, sandbox, nodes, runtime, queue, project, rcfg, options=None
-) -> SlurmJob:
-    """The pilot job through PSI/J's executor `name` (the resource's psij_executor wins): whole
-    nodes, the runtime plus TIME_MARGIN, the queue and account, the resource's batch_options
-    as PSI/J custom attributes ("pbs.l": ... -> `#PBS -l ...`) and `options` (more of them);
-    followed by `job_class`."""
+def _executor(name: str, job_class, sandbox: str, rcfg):
+    """(PSI/J's executor `name`, its queue poll interval) for the pilot's jobs (the
+    resource's psij_executor wins)."""
     try:
-        from psij import Job, JobAttributes, JobExecutor, JobSpec, ResourceSpecV1
+        from psij import JobExecutor
         from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
     except ImportError as exc:  # the `batch` extra
         raise OSError(
@@ -263,6 +259,36 @@ def submit_psij(
     executor = JobExecutor.get_instance(
         (rcfg.psij_executor if rcfg else None) or name, config=config
     )
+    return executor, poll
+
+
+def follow_psij(name: str, job_class, job_id, sandbox: str, rcfg) -> SlurmJob | None:
+    """A job another client submitted (an attach), followed through PSI/J by its id."""
+    if job_id is None:
+        return None
+    executor, poll = _executor(name, job_class, sandbox, rcfg)
+    from psij import Job
+
+    job = Job()
+    executor.attach(job, str(job_id))  # (PSI/J's poll thread follows it)
+    return job_class(job, executor, sandbox, poll)
+
+
+def follow(job_id, sandbox: str, session_uid: str, rcfg=None) -> SlurmJob | None:
+    """A Follower (pmgr/batch/__init__.py): SLURM job `job_id`."""
+    return follow_psij("slurm", SlurmJob, job_id, sandbox, rcfg)
+
+
+def submit_psij(
+    name: str, job_class, argv, env, sandbox, nodes, runtime, queue, project, rcfg, options=None
+) -> SlurmJob:
+    """The pilot job through PSI/J's executor `name` (the resource's psij_executor wins): whole
+    nodes, the runtime plus TIME_MARGIN, the queue and account, the resource's batch_options
+    as PSI/J custom attributes ("pbs.l": ... -> `#PBS -l ...`) and `options` (more of them);
+    followed by `job_class`."""
+    executor, poll = _executor(name, job_class, sandbox, rcfg)  # (first: says psij is missing)
+    from psij import Job, JobAttributes, JobSpec, ResourceSpecV1
+
     minutes = math.ceil((runtime + TIME_MARGIN) / 60)
     custom = dict(rcfg.batch_options) if rcfg and rcfg.batch_options else {}
     custom.update(options or {})  # (the submitter's own: a grow job's --exclude)

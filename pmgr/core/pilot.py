@@ -78,7 +78,7 @@ class Pilot(Stateful):
         if description.sandbox:
             self.sandbox = os.path.join(os.path.abspath(description.sandbox), session.uid, uid)
         self.parts: dict[str, Partition] = {}
-        self.job = None  # the BatchJob (pmgr/batch/); None for a pilot a new client attached to
+        self.job = None  # the BatchJob (pmgr/batch/): submitted here, or followed (an attach)
         self.job_id = None  # the job's pid or batch id, kept in the store
         self.extra_jobs = PilotJobs(self)  # the jobs it grew by (pmgr/core/pilot_jobs.py)
         self.adapt = (  # grows and shrinks on its own (pmgr/core/adapt.py)
@@ -98,6 +98,7 @@ class Pilot(Stateful):
         self._nodes: dict[int, dict] = {}
         self._new_by_cmd: dict[str, list[str]] = {}  # reconfig cid -> partitions it creates
         self.released: str | None = None  # another client took it over: why (see on_taken_over)
+        self.reattaching = False  # an attach that was not taken is asked again (recovery.py)
         self._owner_asked = 0.0  # when the store was last asked who owns it (unreachable)
         self._endpoints: tuple[str, str, str] | None = None  # RP's js_url, js_hop, endpoint_fs
 
@@ -529,10 +530,10 @@ class Pilot(Stateful):
                 self.session.channel.send(self.uid, msg(b"hb"))
 
     def _job_lives(self, now: float) -> bool:
-        """(tick) This client's pilot job runs (its process, or the batch system says so: a
-        poll that found it ended is handled before) and its runtime, with client_timeout s to
-        say bye, is not over.  A pilot another client started (attached: no job here) or one
-        past its runtime is given up on silence alone."""
+        """(tick) The pilot's job runs (its process, or the batch system says so: a poll that
+        found it ended is handled before; a job another client submitted is followed by its
+        id) and its runtime, with client_timeout s to say bye, is not over.  A pilot whose job
+        cannot be followed, or one past its runtime, is given up on silence alone."""
         if self.job is None:
             return False
         runtime = float(self.description.runtime or 0) * 60.0

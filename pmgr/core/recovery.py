@@ -7,7 +7,9 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
             {op: attach, client: <this process's pilot link>, owner, take_over}; the bootstrap
             points its link here, says hello and sends every partition's state again.  A
             pilot whose owner is alive refuses it (rp.PilotOwned, naming the owner) unless
-            take_over (the old owner is told and stops acting on it).  The request names this
+            take_over (the old owner is told and stops acting on it).  A pilot that does not
+            answer is asked again (every ATTACH_RETRY s) while its batch job lives (followed by
+            its id: pmgr/batch/), never failed for its silence alone.  The request names this
             client's owner epoch (pmgr/core/ownership.py): the bootstrap refuses an older one.
             Once the pilots took it, the epoch is installed in the store: an old owner that did
             not hear of the take-over has its writes refused there, and learns it there.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 
 import zmq
@@ -34,12 +37,14 @@ from pilot.descriptions import (
     ComputePilotDescription,
 )
 from pilot.errors import PilotOwned
+from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.entities import Partition
 from pilot.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")
 ATTACH_TIMEOUT = 10.0
+ATTACH_RETRY = 5.0  # seconds between attaches of a pilot that did not answer
 
 
 class Recovery:
@@ -88,6 +93,9 @@ class Recovery:
             self._restore(pilot, doc)
             pilot.control = doc.get("control")
             pilot.job_id = doc.get("job")
+            pilot.job = self._follow(pilot, config)
+            if pilot.history:  # (its runtime counts from its submit, not this attach)
+                pilot.born = time.monotonic() - max(0.0, time.time() - pilot.history[0][1])
             pilot.last_heard = time.monotonic()
             for pdoc in session.store.find("partitions", pilot=pilot.uid):
                 part = Partition(
@@ -109,6 +117,16 @@ class Recovery:
         ownership.install(session)  # (every pilot took it, or is not reachable now)
         return list(self.pilots.values())
 
+    def _follow(self, pilot, config):
+        """The pilot's batch job, followed by its id (pmgr/batch/: a Follower), or None."""
+        try:
+            return batch.follower(config.batch_system)(
+                pilot.job_id, pilot.sandbox, self.session.uid, config
+            )
+        except (OSError, ValueError) as exc:  # (no psij here; an id it cannot follow)
+            log.warning("%s: its job %s cannot be followed: %s", pilot.uid, pilot.job_id, exc)
+            return None
+
     def _attach(self, pilot) -> None:
         pilot.released = "being attached"  # (not acted on, nor failed on silence, until then)
         reply = self._ask_attach(pilot, self.session.take_over)
@@ -124,13 +142,57 @@ class Recovery:
             pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
             raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
         pilot.released = None
-        with self.session.locked():
-            if reply and reply.get("ok"):
+        if reply and reply.get("ok"):
+            with self.session.locked():
                 pilot.last_heard = time.monotonic()
-                log.info("%s: attached (%s)", pilot.uid, reply.get("result"))
-            else:
-                why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
-                pilot.lost(f"lost: did not take the new client ({why})")
+            log.info("%s: attached (%s)", pilot.uid, reply.get("result"))
+            return
+        self._not_attached(pilot, reply)
+
+    def _not_attached(self, pilot, reply: dict | None) -> bool:
+        """An attach not taken: no answer (a pilot stalled, its link cut) is no death, nor
+        a refusal for a passing reason.  The pilot is lost only when its job is known to have
+        ended; refused for a newer owner, it is that owner's; else this client asks again
+        (`_attach_again`, every ATTACH_RETRY s) while its job lives, and meanwhile fails
+        nothing on its silence (pmgr/core/pilot.py `tick`).  True when it is settled."""
+        why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
+        job = pilot.job
+        with self.session.locked():
+            if pilot.final or pilot.released:
+                return True
+            if job is not None and job.poll() is not None:
+                pilot.lost(f"lost: its job ended ({job.describe()}) before it took this client")
+                return True
+            if "an older owner's request" in why:  # (a newer client attached meanwhile)
+                pilot.release_to({}, f" (it refused this client's attach: {why})")
+                return True
+        if not pilot.reattaching:
+            pilot.reattaching = True
+            log.warning("%s: not attached (%s); asked again every %g s", pilot.uid, why,
+                        ATTACH_RETRY)  # fmt: skip
+            threading.Thread(
+                target=self._attach_again, args=(pilot,), name="pmgr-attach", daemon=True
+            ).start()
+        return False
+
+    def _attach_again(self, pilot) -> None:
+        """(a thread of its own) Attach again until the pilot takes this client, is settled
+        (`_not_attached`) or the session closes."""
+        try:
+            while not self.session.closed and not pilot.linked:
+                time.sleep(ATTACH_RETRY)
+                if self.session.closed or pilot.linked:
+                    return
+                reply = self._ask_attach(pilot, True)  # (it owned the session before: ours)
+                if reply and reply.get("ok"):
+                    with self.session.locked():
+                        pilot.last_heard = time.monotonic()
+                    log.warning("%s: attached at last (%s)", pilot.uid, reply.get("result"))
+                    return
+                if self._not_attached(pilot, reply):
+                    return
+        finally:
+            pilot.reattaching = False
 
     def _ask_attach(self, pilot, take_over: bool) -> dict | None:
         """The bootstrap's answer to `attach` (None: no answer)."""
