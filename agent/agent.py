@@ -425,7 +425,7 @@ class Agent(Reporting, Stopping):
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0
                 self.every_second(now)
-            if self.stopping and not self.execu.runs():
+            if self.stopping and (not self.execu.runs() or self.stop_overdue(now)):
                 return self.finish()
             self.flush(force=bool(self.updates) and self.idle())
 

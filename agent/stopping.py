@@ -15,6 +15,10 @@ agent link):
     -> back {part, units}      the units handed back, after the state updates before them
     -> bye  {reason, hand_back}   once nothing runs (`finish`): the last updates, then this;
                                both bounded (500 ms), as the bootstrap may be gone
+A stop waits for its running units' ends at most kill_grace + STOP_GRACE s after it began
+(`stop_overdue`): a runner whose units never report (node daemons gone with the bootstrap)
+would hold the agent for ever.  Units still running then end FAILED with that reason, and
+the agent finishes.
 SIGTERM and SIGINT stop the agent as a stop without hand-back does.
 """
 
@@ -31,9 +35,10 @@ import zmq
 from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.agent.scheduler import Scheduler
 from pilot.protocol import msg
-from pilot.states import CANCELED
+from pilot.states import CANCELED, FAILED
 
 log = logging.getLogger("agent")
+STOP_GRACE = 10.0  # seconds a stop waits, beyond kill_grace, for its killed units' exits
 
 
 class Stopping:
@@ -55,6 +60,7 @@ class Stopping:
         """Nothing canceled, no stop."""
         self.timers: list = []  # (when, id, Run): SIGKILL then, unless it ended
         self.stopping: dict | None = None
+        self.stop_by = 0.0  # (monotonic) when a stop stops waiting for its units' exits
         self.canceled_early: dict[str, str] = {}  # uid -> reason, for units not arrived yet
         self.late: list[dict] = []  # units that arrived after stop: handed back or canceled
 
@@ -97,6 +103,7 @@ class Stopping:
         if self.stopping:
             return
         self.stopping = {"reason": reason, "hand_back": hand_back}
+        self.stop_by = time.monotonic() + self.kill_grace + STOP_GRACE
         self.take_back()
         for u in self.sched.queue:
             if not u.get("function"):
@@ -129,6 +136,20 @@ class Stopping:
             for u in self.late:
                 self.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})
         self.late = []
+
+    def stop_overdue(self, now: float) -> bool:
+        """A stop whose killed units have not all reported their exits by `stop_by`: they end
+        FAILED (their runner's processes, or its node daemons, are gone: nothing will), and
+        the stop is over (True)."""
+        if now < self.stop_by:
+            return False
+        for r in list(self.execu.runs()):
+            uid = r.unit["uid"]
+            log.error("%s: %s did not report its end %g s after the stop", self.uid, uid,
+                      self.kill_grace + STOP_GRACE)  # fmt: skip
+            self.update(uid, FAILED, {"reason": f"killed: {self.stopping['reason']} (its "
+                                                  "end was never reported)"})  # fmt: skip
+        return True
 
     def _on_term(self, signum, _frame) -> None:
         self.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)
