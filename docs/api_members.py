@@ -20,7 +20,7 @@ CALLED = {
     ],
     "pilot.groups.UnitGroup": ["add"],
     "pilot.policy.Policy": ["from_dict", "to_dict"],
-    _CORE + "session.Session": ["close", "get_resource_config"],
+    _CORE + "session.Session": ["close", "deposed", "get_resource_config"],
     _CORE + "pilot_manager.PilotManager": [
         *("cancel_pilots", "get_pilots", "list_pilots", "wait_pilots"),
     ],
@@ -90,7 +90,9 @@ INTERNAL = {
     "pilot.partition_description.ComputePartitionDescription": ["check"],
     "pilot.adapt_policy.Adapt": ["check"],
     "pilot.pilot_description.PilotDescription": ["as_pilot", "submit_error"],
-    _CORE + "session.Session": ["read_store", "tell_waiting", "unpersisted", "wait_for"],
+    _CORE + "session.Session": [
+        *("check_owner", "read_store", "tell_waiting", "unpersisted", "wait_for"),
+    ],
     # (what a Pilot calls on the manager that routes units to it: pmgr/core/unit_router.py;
     # what a face calls: enqueue, route)
     _CORE + "unit_manager.UnitManager": [

@@ -94,7 +94,11 @@ def test_an_attached_client_waits_for_a_silent_pilot_whose_job_lives(make_sessio
     session = make_session(uid=first["session"], database_url=url)
     (pilot,) = rp.PilotManager(session).get_pilots()
     umgr = rp.UnitManager(session)
-    assert pilot.linked and pilot.job is not None
+    deadline = time.monotonic() + 30
+    while not pilot.linked:  # (its hello, after the attach's answer)
+        assert time.monotonic() < deadline, "the pilot did not say hello"
+        time.sleep(0.05)
+    assert pilot.job is not None
     signal_group(first["job"], signal.SIGSTOP)
     try:
         time.sleep(9)

@@ -78,19 +78,15 @@ time.sleep(120)  # (killed long before)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the fault campaign (seed 19 on slurm-netns, seed 7 on local.nodes4): a "
-    "move reported twice after an attach (the agent's report and its answer to the new "
-    "client's sync) is written as two history rows, the same state and time twice",
-)
 def test_units_sent_to_a_stopped_agent_whose_client_died_have_each_state_once(
     make_session, tmp_path
 ):
     """A client sends units to an agent that is stopped (SIGSTOP), dies (SIGKILL) with them
     SCHEDULING; a new client attaches (it asks the agents about them); the agent goes on
     (SIGCONT): every unit ends DONE with one history row per state (was: QUEUED and
-    EXECUTING twice, 8 units of 8)."""
+    EXECUTING twice, 8 units of 8: the agent's report and its answer to the new client's sync
+    came in one group, which named each unit twice; found by the fault campaign, seed 19 on
+    slurm-netns, seed 7 on local.nodes4)."""
     import json
     import re
     import signal
@@ -137,14 +133,11 @@ def test_units_sent_to_a_stopped_agent_whose_client_died_have_each_state_once(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a private tmpfs needs root (unshare -m, mount)")
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the fault campaign (seed 16 on local.nodes4, its store's disk full): a "
-    "named stream's mark that cannot be written (sqlite: database or disk is full) kills the "
-    "stream's thread with the exception; its items are never made, and stream.wait() says "
-    "nothing of it",
-)
 def test_a_named_stream_while_the_store_is_full_leaves_no_item_out(tmp_path):
+    """A named stream's mark cannot be written (the store's disk full): the stream asks the
+    store again for a while, and goes on once it takes it, or ends with StoreUnavailable as its
+    error, no item made without a mark (was: its thread died of sqlite's exception, no item
+    made, stream.wait() silent; found by the fault campaign, seed 16 on local.nodes4)."""
     import json
     import shutil
     import signal
@@ -207,17 +200,13 @@ time.sleep(120)  # (stopped, taken over, continued: it ends on its own or is kil
 """
 
 
-@pytest.mark.xfail(
-    strict=False,  # (a race: it takes the client stopped as its unit's output is sent)
-    reason="found by the fault campaign (seed 1 of --resource mix: staged-out): a client "
-    "stopped while its unit's output is sent to it, taken over, then continued, truncates the "
-    "file the new owner had staged back whole (the unit DONE, its file empty)",
-)
 def test_a_deposed_client_leaves_the_files_the_new_owner_staged_back_alone(make_session, tmp_path):
     """Client A runs a unit that stages its output back (TRANSFER); A is stopped (SIGSTOP) the
     moment the unit ends; client B takes the pilot over and gets the unit DONE with its file
     whole; A goes on (SIGCONT) and learns it was deposed: the file stays whole (was: empty, 5
-    runs of 5)."""
+    runs of 5: A's transfer had opened the target for writing, truncated; now a transfer
+    writes a file of its own that takes the target's place once whole, and only while its
+    client acts on the pilot; found by the fault campaign, seed 1 of --resource mix)."""
     import json
     import signal
     import subprocess

@@ -260,3 +260,34 @@ def test_no_write_of_a_deposed_owner_lands_after_the_take_over_whatever_its_timi
     assert max(written) < min(fenced)  # (nothing taken after the first refusal)
     assert {d["uid"] for d in new.find("units", session="s1")} == seen  # nothing landed since
     assert seen == {f"w{i:05d}" for i in written}
+
+
+def test_a_deposed_client_lets_its_pilots_go_and_makes_nothing_more(session):
+    """A newer owner installs its epoch in the store under a running client (as a take-over
+    this client never heard of does): the client's next write is refused (Fenced), it says so
+    once, lets its pilots go, and refuses new pilots and units (PilotOwned), so nothing it
+    makes afterwards is left unrecorded (a batch job nobody owns: found by the fault
+    campaign, seed 21 of --resource mix)."""
+    import pilot as rp
+    from tests.conftest import active_pilot
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    other = open_store(session.url)
+    try:
+        other.install_epoch(session.uid, other.next_epoch(session.uid), {"host": "h", "pid": 1})
+    finally:
+        other.close()
+    late = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    assert late.wait(timeout=30) == rp.FAILED and "was deposed" in late.reason, late.reason
+    assert session.deposed is not None and pilot.released
+    with pytest.raises(rp.PilotOwned, match="no longer owns the session"):
+        umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    with pytest.raises(rp.PilotOwned, match="no longer owns the session"):
+        rp.PilotManager(session).submit_pilots(
+            rp.ComputePilotDescription(resource="local.localhost", cores=1, runtime=1)
+        )
+    session.close()  # (its pilot is left to its new owner: none here, so it is ended below)
+    assert pilot.job.poll() is None, "the deposed client ended the new owner's pilot job"
+    from pilot.pmgr.core import reaper
+
+    reaper.kill_session_processes(session.uid)

@@ -25,38 +25,21 @@ A store that fails (a full disk) is asked again for up to STORE_WAIT s; the stor
 from __future__ import annotations
 
 import logging
-import time
 
-from pilot.errors import PilotOwned, StoreUnavailable
+from pilot.errors import PilotOwned
+from pilot.pmgr.core.session_ids import asking_store
 from pilot.pmgr.store.base import Fenced
 
 log = logging.getLogger("pmgr.ownership")
-STORE_WAIT = 60.0  # seconds a store that fails is asked again for an epoch
-
-
-def _asking(what: str, call):
-    """call(), asked again while the store fails (not for Fenced), for up to STORE_WAIT s."""
-    deadline = time.monotonic() + STORE_WAIT
-    pause = 0.05
-    while True:
-        try:
-            return call()
-        except Fenced:
-            raise
-        except Exception as exc:
-            if time.monotonic() + pause > deadline:
-                raise StoreUnavailable(f"{what}: the store cannot say now: {exc}") from exc
-            if pause == 0.05:
-                log.error("%s: %s; asking again for up to %g s", what, exc, STORE_WAIT)
-        time.sleep(pause)
-        pause = min(2 * pause, 2.0)
 
 
 def take(session) -> int:
     """A new session's first client owns it: its epoch, installed."""
     store = session.store
-    epoch = _asking(f"{session.uid}: owner epoch", lambda: store.next_epoch(session.uid))
-    _asking(f"{session.uid}: owner", lambda: store.install_epoch(session.uid, epoch, session.owner))
+    epoch = asking_store(f"{session.uid}: owner epoch", lambda: store.next_epoch(session.uid))
+    asking_store(
+        f"{session.uid}: owner", lambda: store.install_epoch(session.uid, epoch, session.owner)
+    )
     return epoch
 
 
@@ -64,7 +47,7 @@ def candidate(session) -> int:
     """An attaching client's epoch (installed once its pilots took it: `install`); the
     store's writes carry it from now on."""
     store = session.store
-    epoch = _asking(f"{session.uid}: owner epoch", lambda: store.next_epoch(session.uid))
+    epoch = asking_store(f"{session.uid}: owner epoch", lambda: store.next_epoch(session.uid))
     store.own(session.uid, epoch)
     return epoch
 
@@ -75,7 +58,7 @@ def install(session) -> None:
     its epoch meanwhile (it attached after this one)."""
     store = session.store
     try:
-        _asking(
+        asking_store(
             f"{session.uid}: owner",
             lambda: store.install_epoch(session.uid, session.epoch, session.owner),
         )

@@ -125,7 +125,10 @@ class PilotManager:
         Raises:
             ValueError: a description that is not a `ComputePilotDescription`, or one that
                 cannot be planned (an unknown resource, partitions that do not fit), naming it.
+            PilotOwned: another client owns the session now (this one was deposed: a job
+                submitted now would be no client's).
         """
+        self.session.check_owner()
         single = not isinstance(descriptions, (list, tuple))
         descs = [descriptions] if single else list(descriptions)
         for i, d in enumerate(descs):

@@ -33,6 +33,7 @@ import time
 import uuid
 
 from pilot import network, security
+from pilot.errors import PilotOwned
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.callbacks import Callbacks
 from pilot.pmgr.core.channel import Channel
@@ -187,6 +188,18 @@ class Session:
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
+
+    @property
+    def deposed(self):
+        """Why this client no longer owns the session (the store's refusal, `Fenced`: a newer
+        client took it over), or None while it does."""
+        return self.writer.deposed
+
+    def check_owner(self) -> None:
+        """PilotOwned when another client owns the session now (this one was deposed)."""
+        exc = self.writer.deposed
+        if exc is not None:
+            raise PilotOwned(self.uid, f"this client no longer owns the session: {exc}", exc.owner)
 
     def _deposed(self, exc) -> None:
         """(the store writer) A newer client owns the session (the store refused a write of

@@ -26,6 +26,33 @@ ID_BLOCK = 1024  # numbers reserved at a time (one store round trip per 1,024 un
 STORE_WAIT = 60.0  # seconds a submit waits for a store that cannot hand out ids (a full disk)
 
 
+def asking_store(what: str, call):
+    """call(), asked again while the store refuses it for a passing reason (a full disk, a
+    database down) for up to STORE_WAIT s, the first failure logged; then StoreUnavailable
+    (`what` names the call).  A refusal for good (Fenced: a newer owner holds the session) is
+    raised at once."""
+    from pilot.pmgr.store.base import Fenced
+
+    deadline = time.monotonic() + STORE_WAIT
+    pause = 0.05
+    while True:
+        try:
+            return call()
+        except Fenced:
+            raise
+        except Exception as exc:
+            if time.monotonic() + pause > deadline:
+                if isinstance(exc, StoreUnavailable):
+                    raise
+                raise StoreUnavailable(
+                    f"{what}: the store refused for {STORE_WAIT:g} s: {exc}"
+                ) from exc
+            if pause == 0.05:
+                log.error("%s: %s; asking again for up to %g s", what, exc, STORE_WAIT)
+        time.sleep(pause)
+        pause = min(2 * pause, 2.0)
+
+
 class SessionIds:
     """The uids of one session: its store's reserved blocks and this process's own counts."""
 
@@ -119,19 +146,12 @@ class SessionIds:
         StoreUnavailable."""
         if prefix not in FROM_STORE:
             return
-        deadline = time.monotonic() + STORE_WAIT
-        pause = 0.05
-        while True:
-            try:
-                with self.lock:
-                    return self._reserve(prefix, n)
-            except StoreUnavailable as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
-                if pause == 0.05:
-                    log.error("%s: %s; asking again for up to %g s", self.uid, exc, STORE_WAIT)
-            time.sleep(pause)  # (the lock released: the writer's batches go on)
-            pause = min(2 * pause, 2.0)
+
+        def reserve() -> None:
+            with self.lock:  # (released between tries: the writer's batches go on)
+                self._reserve(prefix, n)
+
+        asking_store(f"{self.uid}: {prefix} ids", reserve)
 
     def _left(self, prefix: str) -> int:
         return sum(end - nxt for nxt, end in self.blocks.get(prefix, ()))

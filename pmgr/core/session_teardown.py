@@ -89,6 +89,8 @@ class Teardown:
         if any(p.job is None and p.final for p in live):  # of its): found by the session's id
             attached = set(reaper.session_processes(session.uid))
         for p in session.pilots.values():
+            if p.released:  # (another client owns it now: its job is that client's)
+                continue
             if p.job is not None and p.final:  # it said bye: let the job end on its own
                 p.job.wait(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
             elif p in live and p.final and p.job_id in attached:  # (its pid, kept in the store)

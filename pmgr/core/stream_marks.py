@@ -22,12 +22,17 @@ unknown unit never ran); an item past the marks starts a new segment.  Nothing r
 and nothing is skipped, given an iterable that yields the same items in the same order (the
 names and counts are the user's promise; a stream cannot check them).
 Cost: one reserve and one mark (one small commit each) per SEGMENT units; on resume, one
-look at the manager's table per item.
+look at the manager's table per item.  A store that refuses them for a passing reason (a full
+disk) is asked again for up to STORE_WAIT s, then the stream ends with StoreUnavailable as its
+`error` (as it does at once when a newer client owns the session: the store refuses this one's
+marks for good), its items from there on not made.
 """
 
 from __future__ import annotations
 
 import re
+
+from pilot.pmgr.core.session_ids import asking_store
 
 SEGMENT = 4096  # items a mark covers (200,000 units: 49 marks)
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -64,9 +69,13 @@ class StreamMarks:
         """The unit number of item `index`, its segment marked first if it was not."""
         k, j = divmod(index, SEGMENT)
         first = self.first.get(k)
-        if first is None:
-            first = self.session.ids.reserve_block(self.prefix, SEGMENT)
-            self.session.store.put_mark(f"{self.key}{k:08d}", f"{self.prefix}:{first}")
+        if first is None:  # (a store that fails is asked again: session_ids.asking_store)
+            ids, store = self.session.ids, self.session.store
+            first = asking_store(
+                f"{self.key}: ids", lambda: ids.reserve_block(self.prefix, SEGMENT)
+            )
+            mark = f"{self.key}{k:08d}"
+            asking_store(mark, lambda: store.put_mark(mark, f"{self.prefix}:{first}"))
             self.first[k] = first
         return first + j
 

@@ -113,6 +113,8 @@ class Transfers:
             except queue.Empty:
                 if pilot.final:
                     raise TransferError(f"{pilot.uid} ended ({pilot.state})") from None
+                if pilot.released:  # (another client owns it now: its transfers are its own)
+                    raise TransferError(f"{pilot.uid}: {pilot.released}") from None
                 if time.monotonic() > deadline:
                     raise TransferError(
                         f"no answer from {pilot.uid} in {REPLY_TIMEOUT:g} s"
@@ -150,18 +152,26 @@ class Transfers:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         if not tar:
             path = staging.into(path, staging.split(source)[1])
-        into = path.rstrip("/") + ".part.tar" if tar else path
-        with open(into, "wb") as f:
-            offset = 0
-            while True:
-                head = dict(hdr, source=source, offset=offset)
-                reply, chunk = self._ask(pilot, box, [b"get", pack(head)])
-                f.write(chunk)
-                offset += len(chunk)
-                if reply.get("last"):
-                    break
-        if tar:
-            try:
+        # into a file of its own beside the target, which takes its place once whole (and only
+        # while this client still acts on the pilot): a transfer cut short, or one of a client
+        # deposed meanwhile, leaves the target as it was (was: truncated at its start)
+        into = f"{path.rstrip('/')}.part.{os.getpid()}.{hdr['id']}"
+        try:
+            with open(into, "wb") as f:
+                offset = 0
+                while True:
+                    head = dict(hdr, source=source, offset=offset)
+                    reply, chunk = self._ask(pilot, box, [b"get", pack(head)])
+                    f.write(chunk)
+                    offset += len(chunk)
+                    if reply.get("last"):
+                        break
+            if pilot.released:
+                raise TransferError(f"{pilot.uid}: {pilot.released}")
+            if tar:
                 staging.untar_as_copy(into, path)  # the target as COPY leaves it
-            finally:
+            else:
+                os.replace(into, path)
+        finally:
+            if os.path.exists(into):
                 os.unlink(into)

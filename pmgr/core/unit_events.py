@@ -111,7 +111,12 @@ class UnitEvents:
         values, raised = g.column("value"), g.column("exception")
         paths = _PATHS
         together, when = [], []
-        for i, uid in enumerate(uids):
+        taken: set[str] = set()  # (a uid the group names twice: the agent's report and its
+        for i, uid in enumerate(uids):  # answer to a sync, said again: the move once)
+            if uid in taken:
+                self.said_again += 1
+                continue
+            taken.add(uid)
             unit = live.get(uid)
             if (
                 unit is None

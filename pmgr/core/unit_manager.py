@@ -245,8 +245,10 @@ class UnitManager:
                 a `window` below 1, or a `name` that is not one.
             StoreUnavailable: the store could not hand out unit ids for 60 s (a full disk);
                 no unit of the call was made.
+            PilotOwned: another client owns the session now (this one was deposed).
             Exception: what a (not lazy) iterable raised, after the units it gave before.
         """
+        self.session.check_owner()
         if isinstance(descriptions, (ComputeUnitDescription, dict)):
             return self._submission.submit_list([descriptions])[0]
         if isinstance(descriptions, (list, tuple)) and not lazy and name is None:

@@ -26,8 +26,10 @@ import threading
 import time
 
 from pilot import states as S
+from pilot.errors import PilotError
 from pilot.pmgr.core.unit_list import UidRuns, UnitList
 from pilot.pmgr.core.unit_table import FINAL_CODES, UNKNOWN
+from pilot.pmgr.store.base import Fenced
 
 log = logging.getLogger("pmgr.units")
 CHUNK = 256
@@ -58,7 +60,8 @@ class UnitStream:
         window (int): units in flight (per manager) above which it does not pull.
         exhausted (bool): the iterable was pulled to its end without an error.
         error (BaseException | None): what stopped it: a ValueError naming the description
-            refused and how many came before it, or the iterable's own exception.
+            refused and how many came before it, the iterable's own exception, or (a named
+            stream) rp.StoreUnavailable when the store refused its marks for STORE_WAIT s.
     """
 
     def __init__(self, umgr, iterable, submit_list, window: int | None = None, marks=None) -> None:
@@ -123,6 +126,10 @@ class UnitStream:
             except ValueError as exc:
                 self.error = ValueError(f"{exc} (in the stream, after its first {self.count})")
                 log.error("submit_units: %s", self.error)
+                return
+            except (PilotError, Fenced) as exc:  # the store refused (StoreUnavailable: asked
+                self.error = exc  # again for a while first; Fenced: this client is deposed)
+                log.error("submit_units: the stream stops after %d: %s", self.count, exc)
                 return
             self.pulled += len(chunk)
             if self.error is not None:

@@ -121,6 +121,10 @@ class Client:
         return [p for p in self.pmgr.get_pilots() if not p.final and not p.released]
 
     def released(self) -> str | None:
+        """Why this client acts on the session no more: a pilot taken over, or the session
+        (the store refused this client's writes: a newer owner holds it)."""
+        if self.session.deposed is not None:
+            return str(self.session.deposed)
         return next((p.released for p in self.pmgr.get_pilots() if p.released), None)
 
     def ensure_pilot(self):
