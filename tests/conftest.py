@@ -13,6 +13,15 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import pilot as rp  # noqa: E402
+
+try:  # Hypothesis keeps its example database and caches outside the checkout (tests/tree_state.py)
+    import tempfile
+
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), f"pilot-hypothesis-{os.getuid()}"))
+except ImportError:
+    pass
 from pilot.pmgr.core import reaper  # noqa: E402
 
 
