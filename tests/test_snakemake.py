@@ -195,3 +195,22 @@ def test_ctrl_c_cancels_the_running_jobs_units_and_ends_the_pilot(tmp_path, sess
     assert all("canceled by Snakemake" in (u.get("reason") or "") for u in units), units
     (pilot,) = _records(sessions_dir, "pilots")
     assert pilot["state"] == "CANCELED", pilot
+
+
+def test_a_kept_pilot_runs_the_next_workflow_and_ends_with_it(tmp_path, sessions_dir):
+    """--pilot-keep leaves the pilot up (detached) and says its session; a second run with
+    --pilot-session runs its jobs in that same pilot, which ends with it."""
+    (tmp_path / "Snakefile").write_text(
+        'rule one:\n    output: "o"\n'
+        '    shell: "echo $PILOT_PILOT_ID $PILOT_SESSION_ID > {output}"\n'
+    )
+    out = _finish(_snakemake(tmp_path, "-j", "1", "--pilot-keep"))
+    (uid,) = os.listdir(sessions_dir)
+    assert f"left running in session {uid}" in out, out
+    assert (tmp_path / "o").read_text().split() == ["pilot.0000", uid]
+    assert [p["state"] for p in _records(sessions_dir, "pilots")] == ["ACTIVE"]
+    (tmp_path / "o").unlink()
+    out = _finish(_snakemake(tmp_path, "-j", "1", "--pilot-session", uid))
+    assert (tmp_path / "o").read_text().split() == ["pilot.0000", uid], out
+    assert [u["state"] for u in _records(sessions_dir, "units")] == ["DONE", "DONE"]
+    assert [p["state"] for p in _records(sessions_dir, "pilots")] == ["CANCELED"]

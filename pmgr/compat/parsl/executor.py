@@ -383,8 +383,17 @@ def _python_outcome(fut, unit):
     return call_outcome(fut, unit)
 
 
+def _ran(unit) -> float:
+    """Seconds from the unit's EXECUTING to its final state (its history's stamps)."""
+    stamps = dict(unit.history)
+    return stamps[unit.state] - stamps.get(S.EXECUTING, stamps[unit.state])
+
+
 def _bash_outcome(name: str, outputs: list, walltime, fut, unit) -> int:
     """A bash app's result (0), or Parsl's exception for how its unit ended."""
+    if unit.state == S.DONE and walltime is not None and _ran(unit) > walltime:
+        # (it ended before its cancel reached it: Parsl's worker would have stopped it)
+        raise AppTimeout(f"App {name} exceeded walltime: {walltime} seconds")
     if unit.state == S.DONE:
         missing = [f for f in outputs if not os.path.exists(f.filepath)]
         if missing:

@@ -53,13 +53,18 @@ CANCEL_REASON = "canceled by Snakemake (Ctrl-C, or the workflow was canceled)"
 class Executor(RemoteExecutor):
     """Snakemake's executor for the pilot (see the module's header)."""
 
+    def __init__(self, workflow, logger) -> None:
+        # set by a unit's end, it wakes the wait thread, which RemoteExecutor starts before
+        # __post_init__: it must be there first
+        self._changed = threading.Event()
+        super().__init__(workflow, logger)
+
     def __post_init__(self) -> None:
         from pilot.pmgr.compat.snakemake.pilot_run import PilotRun, PilotRunError
 
         settings = self.workflow.executor_settings
         self.settings = settings if settings is not None else ExecutorSettings()
         self.logdir = os.path.abspath(str(self.settings.logdir or DEFAULT_LOGDIR))
-        self._changed = threading.Event()  # set by a unit's end: wakes the wait thread
         try:
             self.run = PilotRun(self.settings)
         except PilotRunError as exc:

@@ -99,7 +99,15 @@ class PilotRun:
             ) from None
         except ValueError as exc:
             raise PilotRunError(f"--pilot-session={uid!r}: {exc}") from None
-        live = {u: p for u, p in session.pilots.items() if not p.final}
+        try:  # (an attached session's pilots come back with its PilotManager)
+            adopted = PilotManager(session).get_pilots()
+        except PilotOwned as exc:
+            session.close(terminate=False)
+            raise PilotRunError(
+                f"--pilot-session={uid!r}: its pilot is owned by another live client "
+                f"({exc}); end that client, or let it leave the pilot (--pilot-keep)"
+            ) from None
+        live = {p.uid: p for p in adopted if not p.final}
         if pilot_uid is not None:
             pilot = live.get(pilot_uid)
             if pilot is None:
