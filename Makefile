@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h) pilot/rp_bin/radical-pilot-hello.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,observe,parsl]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,observe,parsl,snakemake]' --config-settings editable_mode=compat
 	@# the native spawner is optional (no C compiler: posix_spawn); never silently missing
 	@$(PY) -c "from pilot.agent import native; native.why_not and print('*** WARNING:', native.why_not)"
 	touch $(STAMP)
@@ -71,7 +71,7 @@ lint: $(STAMP)
 # reference, a public name without a docstring); its runnable examples are tests/test_docs.py.
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[test,observe,parsl,docs]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,observe,parsl,snakemake,docs]' --config-settings editable_mode=compat
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)       ## the manual into build/site (mkdocs build --strict)

@@ -112,6 +112,52 @@ def test_resource_specification_maps_to_unit_fields(dfk):
         nap(30, parsl_resource_specification={"running_time_min": 0.01}).result(60)
 
 
+@parsl.bash_app
+def prefixes(stdout=None, parsl_resource_specification=None):
+    seen = (
+        "$PARSL_MPI_PREFIX|$PARSL_MPIEXEC_PREFIX|$PARSL_SRUN_PREFIX|$PILOT_CPU_IDS|$PILOT_NODE_NAME"
+    )
+    return f'echo "{seen}"'
+
+
+@parsl.bash_app
+def meet(me, other, parsl_resource_specification=None):
+    # both MPI apps must run at once: each waits (at most 30 s) for the other's mark
+    return f"touch {me}; for i in $(seq 300); do [ -e {other} ] && exit 0; sleep 0.1; done; exit 1"
+
+
+def test_parsl_mpi_apps_get_parsls_prefixes_over_their_node(dfk, tmp_path):
+    """A Parsl MPI app runs once, holding its ranks' cores on one node, with the PARSL_*_PREFIX
+    variables Parsl's own composer makes for that node; two share a node."""
+    from parsl.executors.high_throughput.mpi_prefix_composer import compose_all
+
+    spec = {"num_ranks": 2, "launcher_options": "--bind-to core"}
+    out = tmp_path / "prefixes.out"
+    prefixes(stdout=str(out), parsl_resource_specification=spec).result(60)
+    mpi, mpiexec, srun, cpus, node = out.read_text().strip().split("|")
+    want = compose_all("mpiexec", {"num_ranks": 2, "ranks_per_node": 2, **spec}, [node])
+    assert (mpi, mpiexec, srun) == (
+        want["PARSL_MPI_PREFIX"],
+        want["PARSL_MPIEXEC_PREFIX"],
+        want["PARSL_SRUN_PREFIX"],
+    )
+    assert mpi.startswith(f"mpiexec -n 2 -ppn 2 -hosts {node} --bind-to core")
+    assert sorted(cpus.split(",")) == ["0", "1"]  # both ranks' cores, held by the one process
+    one = {"num_nodes": 1, "ranks_per_node": 1}
+    a, b = tmp_path / "a", tmp_path / "b"
+    apps = [
+        meet(a, b, parsl_resource_specification=one),
+        meet(b, a, parsl_resource_specification=one),
+    ]
+    assert [f.result(60) for f in apps] == [0, 0]
+    with pytest.raises(InvalidResourceSpecification, match="num_nodes=2"):
+        prefixes(parsl_resource_specification={"num_nodes": 2, "ranks_per_node": 1}).result(60)
+    with pytest.raises(InvalidResourceSpecification, match="give one kind"):
+        prefixes(parsl_resource_specification={"num_ranks": 2, "mpi": True}).result(60)
+    with pytest.raises(ValueError, match="mpi_launcher='mpirun'"):
+        PilotExecutor(mpi_launcher="mpirun")
+
+
 def test_parsl_own_suite(tmp_path):
     """Parsl's config-agnostic tests, `pytest <parsl.tests dirs> --config
     tests/parsl_pilot_config.py` (Parsl's conftest needs pytest < 9: make installs one into

@@ -25,11 +25,18 @@ futures and the batching.  What Parsl hands `submit(func, resource_specification
                     runs as a function unit instead, as Parsl's own worker would run it.
     resource_specification (parsl_resource_specification=) -> unit fields:
         cores, gpus                     per rank
-        ranks | num_ranks | num_nodes x ranks_per_node   ranks (bash apps)
+        ranks                           ranks, each a process running the command (bash apps)
         mpi: true                       one MPI starter over the ranks (bash apps)
         partition                       the partition uid it must run in
         running_time_min                its runtime limit: canceled then, AppTimeout
     other keys (memory, disk, priority, ...) are not used here; each is logged once.
+    A Parsl MPI app (a bash app with num_ranks, ranks_per_node, num_nodes, launcher_options, as
+    Parsl's MPIExecutor takes them) runs once, holding num_ranks x cores on one node (several
+    such apps share a node where its cores allow, which MPIExecutor's whole-node blocks
+    cannot), with $PARSL_MPI_PREFIX, $PARSL_MPIEXEC_PREFIX, $PARSL_SRUN_PREFIX and
+    $PARSL_APRUN_PREFIX composed by Parsl's own composer over that node (PilotExecutor's
+    mpi_launcher picks PARSL_MPI_PREFIX, as MPIExecutor's does).  num_nodes > 1 is refused
+    (InvalidResourceSpecification): a unit's cores on several nodes are its ranks' here.
 Outputs and std streams are checked and opened where the client sees them: the client and the
 pilot share a file system (a local pilot, a cluster's shared file system), as Parsl's default
 staging assumes.  Not supported: Parsl's monitoring (resource monitoring and its radio:
@@ -52,10 +59,12 @@ from parsl.app.errors import (
     BashAppNoReturn,
     BashExitFailure,
     MissingOutputs,
+    wrap_error,
 )
 from parsl.data_provider.files import File
 from parsl.executors.base import ParslExecutor
 from parsl.executors.errors import InvalidResourceSpecification
+from parsl.executors.high_throughput.mpi_prefix_composer import VALID_LAUNCHERS, compose_all
 from parsl.utils import RepresentationMixin, get_std_fname_mode
 
 from pilot import states as S
@@ -72,8 +81,17 @@ BASH_SCRIPT = (
     '[ -z "$3" ] || exec 2>>"$3"\n'
     'exec /bin/bash -c "$4"\n'
 )
+# a Parsl MPI app's unit: the same, the PARSL_*_PREFIX variables composed over its node first
+MPI_BASH_SCRIPT = (
+    "for v in PARSL_MPI_PREFIX PARSL_MPIEXEC_PREFIX PARSL_SRUN_PREFIX PARSL_APRUN_PREFIX; do\n"
+    '  p=${!v-}; [ -z "$p" ] || export "$v=${p//@PILOT_NODE@/$PILOT_NODE_NAME}"\n'
+    "done\n" + BASH_SCRIPT
+)
+NODE = "@PILOT_NODE@"  # the node's name in a composed prefix, filled where the app runs
+MPI_KEYS = ("num_ranks", "ranks_per_node", "num_nodes", "launcher_options")
 USED_KEYS = (
-    "cores gpus ranks num_ranks num_nodes ranks_per_node mpi partition running_time_min"
+    "cores gpus ranks num_ranks num_nodes ranks_per_node launcher_options mpi partition "
+    "running_time_min"
 ).split()
 
 
@@ -99,6 +117,11 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         working_dir (str | None): kept as Parsl sets it; tasks run in the client's current
             directory.
         storage_access (list[Any] | None): Parsl staging providers (default: Parsl's).
+        mpi_launcher (str): which prefix $PARSL_MPI_PREFIX is for a Parsl MPI app: "mpiexec"
+            (default, as MPIExecutor's), "srun" or "aprun".
+
+    Raises:
+        ValueError: an mpi_launcher Parsl does not know.
     """
 
     def __init__(
@@ -111,8 +134,14 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         max_workers: int | None = None,
         working_dir: str | None = None,
         storage_access: list[Any] | None = None,
+        mpi_launcher: str = "mpiexec",
     ) -> None:
         super().__init__()
+        if mpi_launcher not in VALID_LAUNCHERS:
+            raise ValueError(
+                f"PilotExecutor: mpi_launcher={mpi_launcher!r} must be one of {VALID_LAUNCHERS}"
+            )
+        self.mpi_launcher = mpi_launcher
         self.label = label
         self.pilot_description = pilot_description
         self.partition = partition
@@ -208,13 +237,18 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
             self._said.add(key)
             log.warning("%s: resource specification key %r is not used", self.label, key)
         fields = {k: spec[k] for k in ("cores", "gpus", "partition") if k in spec}
-        ranks = spec.get("ranks", spec.get("num_ranks"))
-        if ranks is None and "num_nodes" in spec and "ranks_per_node" in spec:
-            ranks = spec["num_nodes"] * spec["ranks_per_node"]
-        bash_only = []
-        if ranks is not None:
-            fields["ranks"] = ranks
-            bash_only += [k for k in ("ranks", "num_ranks", "num_nodes") if k in spec]
+        bash_only = [k for k in MPI_KEYS if k in spec]
+        if bash_only:
+            if "ranks" in spec or spec.get("mpi"):
+                raise InvalidResourceSpecification(
+                    {"ranks", "mpi"} & set(spec),
+                    f"{', '.join(bash_only)} make a Parsl MPI app (run once, $PARSL_MPI_PREFIX "
+                    "starts the ranks); ranks and mpi run the ranks themselves: give one kind",
+                )
+            fields.update(self._mpi_app(spec))
+        if spec.get("ranks") is not None:
+            fields["ranks"] = spec["ranks"]
+            bash_only.append("ranks")
         if spec.get("mpi"):
             fields["cpu_process_type"] = MPI
             bash_only.append("mpi")
@@ -227,6 +261,37 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
             )
         return fields, None if minutes is None else 60.0 * minutes, bash_only
 
+    def _mpi_app(self, spec: dict) -> dict:
+        """A Parsl MPI app's unit fields: all its ranks' cores on one node, and Parsl's
+        PARSL_*_PREFIX variables as its composer makes them, over that node (NODE, filled
+        where the app runs)."""
+        mpi = {k: spec[k] for k in MPI_KEYS if k in spec}
+        for key in ("num_ranks", "ranks_per_node", "num_nodes"):
+            v = mpi.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidResourceSpecification({key}, f"{key}={v!r} must be an integer >= 1")
+        if mpi.get("num_nodes", 1) > 1:
+            raise InvalidResourceSpecification(
+                {"num_nodes"},
+                f"num_nodes={mpi['num_nodes']}: a Parsl MPI app runs on one node of the pilot "
+                "here (its ranks' cores there); num_nodes must be 1",
+            )
+        ranks = mpi.get("num_ranks", mpi.get("ranks_per_node"))
+        if ranks is None:
+            raise InvalidResourceSpecification(
+                set(mpi), "a Parsl MPI app needs num_ranks (or num_nodes and ranks_per_node)"
+            )
+        if mpi.get("ranks_per_node", ranks) != ranks:
+            raise InvalidResourceSpecification(
+                {"num_ranks", "ranks_per_node"},
+                f"num_ranks={ranks} on one node: ranks_per_node={mpi['ranks_per_node']} differs",
+            )
+        composed = {"num_ranks": ranks, "ranks_per_node": ranks}
+        if "launcher_options" in mpi:
+            composed["launcher_options"] = mpi["launcher_options"]
+        env = compose_all(self.mpi_launcher, composed, [NODE])
+        return {"cores": ranks * spec.get("cores", 1), "environment": env}
+
     def _submit_bash(self, app, args: tuple, kwargs: dict, fields: dict, runtime) -> Future:
         """A bash app as an executable unit (see the module's header)."""
         name = getattr(app, "__name__", "bash_app")
@@ -236,15 +301,21 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         walltime = kwargs.get("walltime")
         if walltime is not None:
             runtime = walltime if runtime is None else min(runtime, walltime)
+        script = MPI_BASH_SCRIPT if "environment" in fields else BASH_SCRIPT
         desc = ComputeUnitDescription(
             executable="/bin/bash",
-            arguments=["-c", BASH_SCRIPT, "parsl-bash", os.getcwd(), out, err, command],
+            arguments=["-c", script, "parsl-bash", os.getcwd(), out, err, command],
             shell=False,
             **self.executor.call_fields(**fields),
         )
         outputs = [f for f in kwargs.get("outputs", []) if isinstance(f, File)]
         outcome = functools.partial(_bash_outcome, name, outputs, walltime)
         return self.executor.submit_unit(desc, outcome, runtime)
+
+
+# wrap_error's wrapper (functools.wraps copies the partial's __module__, "functools" since
+# Python 3.11's partial has one: the wrapper's code is what says it is wrap_error's)
+_WRAP_ERROR_CODE = wrap_error(len).__code__
 
 
 def _bash_app(func):
@@ -254,7 +325,7 @@ def _bash_app(func):
     if (
         isinstance(inner, functools.partial)
         and inner.func is remote_side_bash_executor
-        and getattr(func, "__module__", None) == "parsl.app.errors"
+        and getattr(func, "__code__", None) is _WRAP_ERROR_CODE
         and len(inner.args) == 1
         and not inner.keywords
     ):
@@ -312,8 +383,17 @@ def _python_outcome(fut, unit):
     return call_outcome(fut, unit)
 
 
+def _ran(unit) -> float:
+    """Seconds from the unit's EXECUTING to its final state (its history's stamps)."""
+    stamps = dict(unit.history)
+    return stamps[unit.state] - stamps.get(S.EXECUTING, stamps[unit.state])
+
+
 def _bash_outcome(name: str, outputs: list, walltime, fut, unit) -> int:
     """A bash app's result (0), or Parsl's exception for how its unit ended."""
+    if unit.state == S.DONE and walltime is not None and _ran(unit) > walltime:
+        # (it ended before its cancel reached it: Parsl's worker would have stopped it)
+        raise AppTimeout(f"App {name} exceeded walltime: {walltime} seconds")
     if unit.state == S.DONE:
         missing = [f for f in outputs if not os.path.exists(f.filepath)]
         if missing:
