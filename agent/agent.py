@@ -90,6 +90,7 @@ class Agent(Reporting, Stopping):
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
         self._init_stopping()  # (agent/stopping.py)
         self.ppid = os.getppid()
+        self.last_load: list = []  # (every_second: its nodes' load as last said)
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, self.uid.encode())
         self.sock.setsockopt(zmq.LINGER, 2000)
@@ -430,8 +431,16 @@ class Agent(Reporting, Stopping):
             self.flush(force=bool(self.updates) and self.idle())
 
     def every_second(self, now: float) -> None:
-        """The stager's tick; a stop when the bootstrap that started this agent is gone."""
+        """The stager's tick; its nodes' load said when it changed (`load`); a stop when the
+        bootstrap that started this agent is gone."""
         self.stager.tick(now)
+        load = self.sched.pool.load()
+        if load != self.last_load:
+            self.last_load = load
+            try:
+                self.sock.send_multipart(msg(b"load", {"nodes": load}), zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # (the bootstrap is not reading: the next second says it again)
         if os.getppid() == self.cfg.get("adopted_by"):  # its zygote died, not the
             self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
         if os.getppid() != self.ppid:

@@ -15,6 +15,11 @@ rank at once with the signal's code.  So one process of a few hundred daemons st
 many nodes, and 1,024 nodes fit in a few host processes on one small machine
 (partition/launch/sim.py starts them; bench/nodes.py measures them).
 
+A node lost (what its daemon's process killed would be, for the tests and bench/nodes.py): on
+SIGUSR1 the host reads NODES.json.kill, a list of hints, and ends those daemons at once, as a
+kill -9 ends a process: its sockets closed with nothing more said (no bye, no exits of its
+ranks), its ranks gone; the bootstrap finds the node silent and loses it after node_timeout.
+
 The loop: one ZeroMQ context and poller for all of them (every socket of every daemon);
 sockets with news go to their daemon (`serve`), ranks that end (the host's clock, a heap of
 due times) flush their events, and every TICK s each daemon's clocks run (`tick`: heartbeat,
@@ -160,11 +165,36 @@ class SimHost:
                 self.owner[s] = d
         self.ppid = os.getppid()
         self.halting: str | None = None
+        self.kill_file = args.nodes + ".kill"
+        self.to_kill = False
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
+        signal.signal(signal.SIGUSR1, self._on_kill)
 
     def _on_term(self, signum, _frame) -> None:
         self.halting = f"node daemon received {signal.Signals(signum).name}"
+
+    def _on_kill(self, signum, _frame) -> None:
+        self.to_kill = True
+
+    def kill_nodes(self, live: list) -> None:
+        """(SIGUSR1) The daemons the kill file names end now, as killed (the header)."""
+        self.to_kill = False
+        try:
+            with open(self.kill_file) as f:
+                hints = {int(h) for h in json.load(f)}
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("no nodes to kill: %s: %s", self.kill_file, exc)
+            return
+        for d in [d for d in live if d.hint in hints]:
+            log.warning("%s: killed (as its process would be)", d.name)
+            d.ranks.running.clear()
+            d.ranks.events.clear()
+            for s in (d.up, d.pulse, d.units):
+                s.setsockopt(zmq.LINGER, 0)
+                self.owner.pop(s, None)
+            d.close()
+            live.remove(d)
 
     def run(self) -> int:
         for d in self.daemons:
@@ -177,6 +207,9 @@ class SimHost:
             wait = min(next_tick, due) if due is not None else next_tick
             events = dict(self.poller.poll(max(0, int((wait - now) * 1000) + 1)))
             now = time.monotonic()
+            if self.to_kill:
+                self.kill_nodes(live)
+                events = {s: e for s, e in events.items() if s in self.owner}
             busy = {self.owner[s] for s in events if s in self.owner}
             touched = self.clock.fire(now)
             for d in busy:

@@ -38,7 +38,7 @@ class NodePool:
     it does not have to: `whole[t]` counts whole free slots, and for types whose instances all
     have one slot (cores, most GPUs) `full[t]` lists the wholly free instances in id order."""
 
-    __slots__ = ("index", "name", "host_id", "cap", "free", "whole", "full", "single")
+    __slots__ = ("index", "name", "host_id", "cap", "free", "whole", "full", "single", "ranks")
 
     def __init__(self, node: dict) -> None:
         self.index = node["index"]
@@ -53,6 +53,7 @@ class NodePool:
         self.whole = {t: sum(c // SCALE for c in cap.values()) for t, cap in self.cap.items()}
         self.single = {t for t, cap in self.cap.items() if all(c == SCALE for c in cap.values())}
         self.full = {t: dict.fromkeys(self.cap[t]) for t in self.single}
+        self.ranks = 0  # ranks placed here now (`load`)
 
     @property
     def free_cpus(self) -> int:
@@ -179,6 +180,8 @@ class PartitionPool:
     def _take(self, node: NodePool, req: dict, pol: dict):
         before = node.free_cpus
         grant = node.take(req, pol.get("cpu_affinity"), pol.get("gpu_affinity"))
+        if grant is not None:
+            node.ranks += 1
         if grant is not None and node.free_cpus != before:
             del self.buckets[before][node]
             self.buckets[node.free_cpus][node] = None
@@ -188,6 +191,7 @@ class PartitionPool:
     def _give(self, node: NodePool, grant: dict) -> None:
         before = node.free_cpus
         node.give(grant)
+        node.ranks -= 1
         if node.free_cpus != before:
             del self.buckets[before][node]
             self.buckets[node.free_cpus][node] = None
@@ -246,6 +250,15 @@ class PartitionPool:
         return None
 
     # -- admission ------------------------------------------------------------------------------
+    def load(self) -> list[list[int]]:
+        """[[node index, busy cores, busy GPUs, ranks], ...] of every node, now (a core or
+        GPU partly held counts as busy)."""
+        out = []
+        for n in self.nodes:
+            busy_g = len(n.cap.get("gpus") or ()) - n.whole.get("gpus", 0)
+            out.append([n.index, len(n.cap["cpus"]) - n.whole["cpus"], busy_g, n.ranks])
+        return out
+
     def never_fits(self, request: dict) -> str | None:
         if "policy" in request or "resources" in request:
             return self._never_fits(request)

@@ -192,6 +192,8 @@ class Bootstrap(ClientLink, AgentChannel):
     def emit(self, uid: str, state: str, info: dict) -> None:
         if state in FINAL:
             self.growth.next_look = 0.0  # (a job's nodes may be of no more use: look at once)
+        if state in FINAL and self.node_load:  # (its nodes' load, as its agent said it, goes)
+            self.node_load = {i: v for i, v in self.node_load.items() if v[3] != uid}
         if state in FINAL and self.nodeset is not None:
             part = self.pm.parts.get(uid)
             if part is not None and part.alloc is not None:  # its agent may have died first
