@@ -183,6 +183,10 @@ def node_loss(pilot, umgr, session) -> tuple[float, bool]:
     took = round(time.monotonic() - t0, 2)
     others = [u for u in units if u.node != victim]
     ok = all(u.state == rp.FAILED for u in hit) and not any(u.final for u in others)
+    if not ok:
+        ended = [(u.uid, u.node, u.state, u.reason) for u in others if u.final][:3]
+        print(f"node loss: {Counter(u.state for u in hit)} on the lost node, others "
+              f"{Counter(u.state for u in others)}: {ended}", file=sys.stderr)  # fmt: skip
     umgr.cancel_units([u.uid for u in others])
     umgr.wait_units(timeout=120)
     return took, ok
