@@ -110,6 +110,19 @@ def children(pos: int, width: int, n: int) -> list[int]:
     return list(range(first, min(first + width, n)))
 
 
+_LAST_TABLE: list = [b"", {}]  # the last table decoded in this process, and its blob
+
+
+def _decoded_table(blob: bytes) -> dict:
+    """The channel table {index: {name, host_id, endpoint}} in `blob`, read-only.  Decoded
+    once per process: the daemons a simulated host runs (agent/node_sim.py) share it, as
+    real nodes decode theirs in parallel."""
+    if blob != _LAST_TABLE[0]:
+        table = unpack(zlib.decompress(blob))
+        _LAST_TABLE[:] = [blob, {int(k): v for k, v in table.items()}]
+    return _LAST_TABLE[1]
+
+
 class NodeDaemon:
     """One node's daemon.  Alone in its process (`run`), or one of many that a host process
     drives in its own loop (agent/node_sim.py: a simulated resource), given that loop's
@@ -180,24 +193,25 @@ class NodeDaemon:
 
     # -- bring-up -------------------------------------------------------------------------------
     def on_table(self, body: dict, blob: bytes) -> None:
-        if self.index is not None:
-            return  # a second copy (retried send): already forwarded
-        self.index = int(body["index"])
+        if self.index is not None:  # a second copy: the bootstrap asks again, or a parent's
+            self.up.send_multipart(msg(b"ready", {"index": self.index, "forwarded": []}))
+            return  # (already forwarded; this `ready` may be the one that was missed)
+        index = int(body["index"])
         self.silence.heard(BOOTSTRAP)  # it is alive: it sent the table; its clock starts
-        table = unpack(zlib.decompress(blob))
-        self.table = {int(k): v for k, v in table.items()}
+        self.table = _decoded_table(blob)
         width = int(body["width"])
         order = sorted(self.table)  # the tree is over the nodes that are up, in index order
         forwarded = []
-        for child in [order[p] for p in children(order.index(self.index), width, len(order))]:
+        for child in [order[p] for p in children(order.index(index), width, len(order))]:
             sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 2000)
+            sock.setsockopt(zmq.LINGER, 10000)  # (a busy child's handshake may take seconds)
             if self.keys is not None:
                 self.keys.client(sock)
             sock.connect(self.table[child]["endpoint"])
             sock.send_multipart([b"table", pack(dict(body, index=child)), blob])
             sock.close()  # LINGER delivers the message
             forwarded.append(child)
+        self.index = index  # (only now: a table whose forward failed is taken again)
         self.up.send_multipart(msg(b"ready", {"index": self.index, "forwarded": forwarded}))
         log.info(
             "%s: node index %d, table of %d, forwarded to %s",

@@ -34,6 +34,7 @@ import heapq
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -147,6 +148,13 @@ class SimHost:
 
     def __init__(self, args, nodes: list) -> None:
         self.ctx = zmq.Context()
+        # a real node's daemon has its own process, its own limits: here they are shared by
+        # every daemon of the host (3 sockets each, and the table's forwards while they linger)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 64 + len(nodes) * 24
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+        self.ctx.set(zmq.MAX_SOCKETS, len(nodes) * 16 + 64)
         self.poller = zmq.Poller()
         self.clock = Clock()
         node = network.describe(is_primary=False)
@@ -159,6 +167,7 @@ class SimHost:
             one = argparse.Namespace(**vars(args))
             one.hint, one.name, one.watch_pid, one.watch_parent = hint, name, None, False
             self.daemons.append(NodeDaemon(one, hosted))
+        self.by_ranks = {d.ranks: d for d in self.daemons}  # (a daemon's simulated ranks)
         self.owner: dict = {}  # socket -> its daemon
         for d in self.daemons:
             for s in (d.up, d.pulse, d.units):
@@ -195,6 +204,7 @@ class SimHost:
                 self.owner.pop(s, None)
             d.close()
             live.remove(d)
+            self.by_ranks.pop(d.ranks, None)
 
     def run(self) -> int:
         for d in self.daemons:
@@ -214,8 +224,9 @@ class SimHost:
             touched = self.clock.fire(now)
             for d in busy:
                 d.serve(events)
-            for d in live:  # (ranks a sleep ended, not served above: their events now)
-                if d.ranks in touched and d not in busy:
+            for r in touched:  # (ranks a sleep ended, not served above: their events now)
+                d = self.by_ranks.get(r)
+                if d is not None and d not in busy:
                     d.ranks.flush(d.units)
             if now >= next_tick:
                 next_tick = now + TICK
@@ -229,6 +240,7 @@ class SimHost:
                         ended.append(d)
                 for d in ended:
                     live.remove(d)
+                    self.by_ranks.pop(d.ranks, None)
                     for s in (d.up, d.pulse, d.units):
                         self.owner.pop(s, None)
         if self.keys is not None:
@@ -253,8 +265,11 @@ def main(argv: list[str]) -> int:
     with open(args.nodes) as f:
         nodes = [(int(h), str(n)) for h, n in json.load(f)]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s node %(levelname)s %(message)s")
-    log.warning("host %s: %d simulated node daemons", socket.gethostname(), len(nodes))
-    return SimHost(args, nodes).run()
+    t0 = time.monotonic()
+    host = SimHost(args, nodes)
+    log.warning("host %s: %d simulated node daemons, made in %.3f s", socket.gethostname(),
+                len(nodes), time.monotonic() - t0)  # fmt: skip
+    return host.run()
 
 
 if __name__ == "__main__":

@@ -168,7 +168,9 @@ def node_loss(pilot, umgr, session) -> tuple[float, bool]:
     umgr.wait_units([u.uid for u in units], state=rp.EXECUTING, timeout=120)
     victim = units[len(units) // 2].node
     hint = next(int(i) for i, d in pilot.nodes.items() if d["name"] == victim)
-    host = hint // 128  # (partition/launch/sim.py PER_HOST)
+    from pilot.partition.launch.sim import PER_HOST
+
+    host = hint // PER_HOST
     path = os.path.join(pilot.sandbox, "nodes", f"sim.{host}.json")
     with open(path + ".kill", "w") as f:
         json.dump([hint], f)

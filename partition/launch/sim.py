@@ -18,7 +18,7 @@ import subprocess
 from pilot import processes
 from pilot.partition.launch.base import exit_codes, launched_pids, stop_processes
 
-PER_HOST = 128  # simulated nodes a host process runs
+PER_HOST = 256  # simulated nodes a host process runs
 # memory, measured by bench/nodes.py (RSS): what a simulated node costs its host (its daemon,
 # three sockets with CURVE), the bootstrap (its node's entries) and its partition's agent
 # (its DEALER to it, its pool), and what each process costs before any node
