@@ -11,7 +11,7 @@ memory cannot hold is skipped, as submit refuses it):
                 wait_units: units/s, end to end
     reconfig    stop a partition of N/8 nodes and start two of N/16 -> both ACTIVE, s
     node loss   one node's daemon ended as kill -9 would end it (SIGUSR1 to its host, which
-                reads its kill file): the first of its units FAILED, s (node_timeout 3 s + REJOIN
+                reads its kill file): the first of its units FAILED, s (node_timeout 10 s + REJOIN
                 3 s is the bound), and whether every unit of the other nodes ended DONE
     memory      RSS of the bootstrap, an agent, the node hosts: KB per node (the slope between
                 the two smallest sizes measured is the per-node cost; the rest is the base)
@@ -52,6 +52,7 @@ import pilot as rp  # noqa: E402
 from pilot.pmgr.core import reaper  # noqa: E402
 
 PARTS = 8
+NODE_TIMEOUT = 10
 CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
 
 
@@ -103,7 +104,9 @@ def by_kind(procs: dict, before: dict, after: dict) -> dict[str, float]:
 def sim_config(tmp: str) -> str:
     with open(os.path.join(ROOT, "configs", "local.yaml")) as f:
         cfg = yaml.safe_load(f)["sim"]
-    cfg["node_timeout"] = 3
+    # (a host runs 256 daemons on a shared core: under a burst of units it answers their
+    # pulses late; 3 s lost live nodes at 200,000 units, 10 s never did)
+    cfg["node_timeout"] = NODE_TIMEOUT
     path = os.path.join(tmp, "sim.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
@@ -132,7 +135,8 @@ def one_size(n: int, units: int, resource: str) -> dict:
         took = time.monotonic() - t1
         after = spent(procs)
         states = Counter(u.state for u in done)
-        assert states == {rp.DONE: units}, states
+        why = Counter(u.reason for u in done if u.state != rp.DONE)
+        assert states == {rp.DONE: units}, (states, why.most_common(3))
         row["rate"] = round(units / took)
         cpu = by_kind(procs, before, after)
         row["cpu_us"] = {k: round(1e6 * v / units, 1) for k, v in cpu.items()}
