@@ -87,9 +87,10 @@ class Agent(Reporting, Stopping):
         self._init_reports()  # (agent/reports.py)
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
-        self.nodes_lost: set[int] = set()  # node indices lost: nothing more starts here
+        self.nodes_lost: set[int] = set()  # node indices lost: nothing more is placed there
         self._init_stopping()  # (agent/stopping.py)
         self.ppid = os.getppid()
+        self.last_load: list = []  # (every_second: its nodes' load as last said)
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, self.uid.encode())
         self.sock.setsockopt(zmq.LINGER, 2000)
@@ -226,8 +227,8 @@ class Agent(Reporting, Stopping):
         self.on_exits()
 
     def start_ready(self) -> None:
-        if self.stopping or self.nodes_lost:
-            return  # (a partition that lost a node is stopped next: its queue goes back)
+        if self.stopping:
+            return
         ready = self.sched.ready()
         while True:  # a few at a time: journaled in one write, then started
             batch = list(itertools.islice(ready, JOURNAL_BATCH))
@@ -331,7 +332,7 @@ class Agent(Reporting, Stopping):
 
     def hold_ahead(self) -> None:
         """Let the runner hold units from the head of the queue ahead (lanes)."""
-        if not self.sched.queue or self.stopping or self.nodes_lost:
+        if not self.sched.queue or self.stopping:
             return
         for unit, reason in self.execu.hold_ahead(self.sched.queue, self.stager.take):
             self.update(unit["uid"], FAILED, {"reason": reason})
@@ -365,10 +366,26 @@ class Agent(Reporting, Stopping):
         self.sync(body.get("cid"), body["uids"])
 
     def on_node_lost(self, body: dict) -> None:
+        """A node of this partition is lost: its units end FAILED with the reason, nothing
+        more is placed there, and the partition goes on with the rest of its nodes (the
+        bootstrap stops it instead when it was the agent's node or the last one); a queued
+        unit that no longer fits any node left ends FAILED, naming what is left."""
         index = int(body["index"])
+        reason = body.get("reason") or "node lost"
         self.nodes_lost.add(index)
-        self.execu.node_lost(index, body.get("reason") or "node lost")
+        self.sched.pool.remove_node(index)
+        self.execu.node_lost(index, reason)
         self.on_exits()
+        q = self.sched.queue
+        misfits = [(u, why) for u in q if (why := self.sched.check(u)) is not None]
+        if misfits:
+            gone = {id(u) for u, _ in misfits}
+            kept = [u for u in q if id(u) not in gone]
+            q.clear()
+            q.extend(kept)
+            for u, why in misfits:
+                self.update(u["uid"], FAILED, {"reason": f"{reason}; now {why}"})
+        self.start_ready()
 
     def on_stop(self, body: dict) -> None:
         self.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
@@ -430,8 +447,16 @@ class Agent(Reporting, Stopping):
             self.flush(force=bool(self.updates) and self.idle())
 
     def every_second(self, now: float) -> None:
-        """The stager's tick; a stop when the bootstrap that started this agent is gone."""
+        """The stager's tick; its nodes' load said when it changed (`load`); a stop when the
+        bootstrap that started this agent is gone."""
         self.stager.tick(now)
+        load = self.sched.pool.load()
+        if load != self.last_load:
+            self.last_load = load
+            try:
+                self.sock.send_multipart(msg(b"load", {"nodes": load}), zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # (the bootstrap is not reading: the next second says it again)
         if os.getppid() == self.cfg.get("adopted_by"):  # its zygote died, not the
             self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
         if os.getppid() != self.ppid:

@@ -75,6 +75,8 @@ import socket
 import sys
 import time
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import zmq
 
@@ -88,6 +90,19 @@ log = logging.getLogger("node")
 BOOTSTRAP = "bootstrap"  # the one peer whose silence a daemon watches (liveness.Silence)
 
 
+@dataclass
+class Hosted:
+    """What a host process gives each node daemon it drives in its loop (agent/node_sim.py):
+    its ZeroMQ context and poller, its CURVE keys, the node descriptor (each daemon sets its
+    own name) and what makes a daemon's ranks (`ranks(node name)`, NodeRanks' interface)."""
+
+    ctx: zmq.Context
+    poller: zmq.Poller
+    keys: object | None
+    node: dict
+    ranks: Callable
+
+
 def children(pos: int, width: int, n: int) -> list[int]:
     """Positions of the children of the node at position `pos` in the fan-out tree over n
     nodes (the bootstrap sends to positions 0..width-1)."""
@@ -95,19 +110,39 @@ def children(pos: int, width: int, n: int) -> list[int]:
     return list(range(first, min(first + width, n)))
 
 
+_LAST_TABLE: list = [b"", {}]  # the last table decoded in this process, and its blob
+
+
+def _decoded_table(blob: bytes) -> dict:
+    """The channel table {index: {name, host_id, endpoint}} in `blob`, read-only.  Decoded
+    once per process: the daemons a simulated host runs (agent/node_sim.py) share it, as
+    real nodes decode theirs in parallel."""
+    if blob != _LAST_TABLE[0]:
+        table = unpack(zlib.decompress(blob))
+        _LAST_TABLE[:] = [blob, {int(k): v for k, v in table.items()}]
+    return _LAST_TABLE[1]
+
+
 class NodeDaemon:
-    def __init__(self, args) -> None:
+    """One node's daemon.  Alone in its process (`run`), or one of many that a host process
+    drives in its own loop (agent/node_sim.py: a simulated resource), given that loop's
+    ZeroMQ context and poller and the ranks it runs (`hosted`): then it installs no signal
+    handlers, reaps no children and ends no context of its own, and `turn` is its share of
+    each turn of the host's loop."""
+
+    def __init__(self, args, hosted: Hosted | None = None) -> None:
         self.args = args
         self.hint = args.hint
-        self.node = network.describe(is_primary=False)
+        self.hosted = hosted is not None
+        self.node = network.describe(is_primary=False) if hosted is None else dict(hosted.node)
         if args.name:
             self.node["name"] = args.name
         self.name = self.node["name"]
-        self.ctx = zmq.Context.instance()
+        self.ctx = zmq.Context.instance() if hosted is None else hosted.ctx
         self.up = self.ctx.socket(zmq.DEALER)
         self.up.setsockopt(zmq.IDENTITY, f"d{self.hint}".encode())
         self.up.setsockopt(zmq.LINGER, 2000)
-        self.keys = security.load(args.curve)
+        self.keys = security.load(args.curve) if hosted is None else hosted.keys
         if self.keys is not None:
             self.keys.client(self.up)
         self.up.connect(args.bootstrap)
@@ -125,24 +160,31 @@ class NodeDaemon:
         addr = network.source_address(args.bootstrap)
         port = self.units.bind_to_random_port(f"tcp://{addr}")
         self.endpoint = f"tcp://{addr}:{port}"
-        self.spawner = Spawner({"PILOT_SESSION_ID": args.session, "PILOT_PILOT_ID": args.pilot})
         self.index: int | None = None
         self.table: dict | None = None
         self.agents: dict[int, str] = {}  # pid -> partition uid of agents hosted here
-        self.poller = zmq.Poller()
-        self.ranks = NodeRanks(self.spawner, self.name, self.poller)  # (agent/node_ranks.py)
         self.silence = liveness.Silence(liveness.tolerance(args.timeout))  # of the bootstrap
         self.silent_since: float | None = None  # (node.silent said; node.heard when it ends)
         self.ppid = os.getppid()
         self.watched = processes.Watched(args.watch_pid) if args.watch_pid else None
+        self.halting: str | None = None
+        self.bad_messages = checks.BadMessages(log)
+        self.internal = checks.InternalErrors(log)
+        self.started = 0.0  # (monotonic) when it said up: its table is awaited from then
+        self.next_hb = 0.0
+        if hosted is not None:  # (the host's poller; the ranks it makes: agent/node_sim.py)
+            self.poller = hosted.poller
+            self.spawner = None
+            self.ranks = hosted.ranks(self.name)
+            return
+        self.spawner = Spawner({"PILOT_SESSION_ID": args.session, "PILOT_PILOT_ID": args.pilot})
+        self.poller = zmq.Poller()
+        self.ranks = NodeRanks(self.spawner, self.name, self.poller)  # (agent/node_ranks.py)
         self.wake_r, self.wake_w = socket.socketpair()
         for s in (self.wake_r, self.wake_w):
             s.setblocking(False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
-        self.halting: str | None = None
-        self.bad_messages = checks.BadMessages(log)
-        self.internal = checks.InternalErrors(log)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
 
@@ -151,24 +193,25 @@ class NodeDaemon:
 
     # -- bring-up -------------------------------------------------------------------------------
     def on_table(self, body: dict, blob: bytes) -> None:
-        if self.index is not None:
-            return  # a second copy (retried send): already forwarded
-        self.index = int(body["index"])
+        if self.index is not None:  # a second copy: the bootstrap asks again, or a parent's
+            self.up.send_multipart(msg(b"ready", {"index": self.index, "forwarded": []}))
+            return  # (already forwarded; this `ready` may be the one that was missed)
+        index = int(body["index"])
         self.silence.heard(BOOTSTRAP)  # it is alive: it sent the table; its clock starts
-        table = unpack(zlib.decompress(blob))
-        self.table = {int(k): v for k, v in table.items()}
+        self.table = _decoded_table(blob)
         width = int(body["width"])
         order = sorted(self.table)  # the tree is over the nodes that are up, in index order
         forwarded = []
-        for child in [order[p] for p in children(order.index(self.index), width, len(order))]:
+        for child in [order[p] for p in children(order.index(index), width, len(order))]:
             sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 2000)
+            sock.setsockopt(zmq.LINGER, 10000)  # (a busy child's handshake may take seconds)
             if self.keys is not None:
                 self.keys.client(sock)
             sock.connect(self.table[child]["endpoint"])
             sock.send_multipart([b"table", pack(dict(body, index=child)), blob])
             sock.close()  # LINGER delivers the message
             forwarded.append(child)
+        self.index = index  # (only now: a table whose forward failed is taken again)
         self.up.send_multipart(msg(b"ready", {"index": self.index, "forwarded": forwarded}))
         log.info(
             "%s: node index %d, table of %d, forwarded to %s",
@@ -203,7 +246,7 @@ class NodeDaemon:
                 processes.signal_process(pid, signal.SIGKILL)
 
     def reap(self) -> None:
-        if not (self.ranks.running or self.agents):
+        if self.hosted or not (self.ranks.running or self.agents):
             return
         for pid, code in exits():
             if self.ranks.ended(pid, code):
@@ -238,13 +281,15 @@ class NodeDaemon:
             )
         )
         log.info("%s: up, pid %d, units on %s", self.name, os.getpid(), self.endpoint)
-        for s in (self.up, self.pulse, self.units, self.wake_r):
+        for s in (self.up, self.pulse, self.units):
             self.poller.register(s, zmq.POLLIN)
+        if not self.hosted:
+            self.poller.register(self.wake_r, zmq.POLLIN)
+        self.started = self.next_hb = time.monotonic()
 
     def run(self) -> int:
+        """Its own loop, alone in its process; the exit code."""
         self.say_up()
-        started = time.monotonic()
-        next_hb = started
         while True:
             events = dict(self.poller.poll(200))
             if self.wake_r in events or self.wake_r.fileno() in events:
@@ -254,27 +299,40 @@ class NodeDaemon:
                     pass
             self.ranks.read_ready(events)
             self.reap()
-            for sock, from_agent in ((self.up, False), (self.units, True)):
-                if sock in events:
-                    self.receive(sock, from_agent)
-            if self.pulse in events:
-                self.receive_pulse()
-            self.ranks.flush(self.units)
-            now = time.monotonic()
-            table_wait = self.args.table_timeout or self.args.timeout
-            if self.index is None and now - started > table_wait:
-                log.error("%s: no channel table within %g s; exiting", self.name, table_wait)
-                return 3
-            if self.halting is None:
-                self.halting = self.why_halt(now)
-            if self.halting is not None:
-                return self.halt()
-            if now >= next_hb:
-                next_hb = now + liveness.PULSE
-                try:
-                    self.pulse.send_multipart(msg(b"hb"), zmq.NOBLOCK)
-                except zmq.Again:  # not connected now (ZMQ_IMMEDIATE): nothing stale queues
-                    pass
+            self.serve(events)
+            code = self.tick(time.monotonic())
+            if code is not None:
+                return code
+
+    def serve(self, events: dict) -> None:
+        """What its sockets hold (by `events`, a poll's), handled; its ranks' events sent."""
+        for sock, from_agent in ((self.up, False), (self.units, True)):
+            if sock in events:
+                self.receive(sock, from_agent)
+        if self.pulse in events:
+            self.receive_pulse()
+        self.ranks.flush(self.units)
+
+    def tick(self, now: float) -> int | None:
+        """Its clocks: the table awaited, a halt, its heartbeat; the exit code once it is done
+        (None: it goes on).  (A host calls it for each daemon a few times a second: the
+        heartbeat is every PULSE s, the table's wait and silence are seconds long.)"""
+        table_wait = self.args.table_timeout or self.args.timeout
+        if self.index is None and now - self.started > table_wait:
+            log.error("%s: no channel table within %g s; exiting", self.name, table_wait)
+            self.close()
+            return 3
+        if self.halting is None:
+            self.halting = self.why_halt(now)
+        if self.halting is not None:
+            return self.halt()
+        if now >= self.next_hb:
+            self.next_hb = now + liveness.PULSE
+            try:
+                self.pulse.send_multipart(msg(b"hb"), zmq.NOBLOCK)
+            except zmq.Again:  # not connected now (ZMQ_IMMEDIATE): nothing stale queues
+                pass
+        return None
 
     def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
         """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""
@@ -329,6 +387,8 @@ class NodeDaemon:
             )
         if self.args.watch_parent and os.getppid() != self.ppid:
             return "the bootstrap process is gone"
+        if self.hosted:  # (its host watches the bootstrap for all of them: node_sim.py)
+            return None
         if self.watched is not None and self.watched.gone():
             return f"the bootstrap process (pid {self.watched.pid}) is gone"
         return None
@@ -340,17 +400,29 @@ class NodeDaemon:
         deadline = time.monotonic() + 5.0
         while (self.ranks.running or self.agents) and time.monotonic() < deadline:
             self.reap()
-            time.sleep(0.01)
+            self.ranks.settle()  # (a host's ranks end what was killed at once)
+            if self.ranks.running or self.agents:
+                time.sleep(0.01)
         self.ranks.flush(self.units)
         self.up.send_multipart(msg(b"bye", {"killed": killed, "reason": self.halting}))
         log.info("%s: halted (%s), %d unit process(es) killed", self.name, self.halting, killed)
-        self.up.close()
-        self.pulse.close()
-        self.units.close()
+        self.close()
+        return 0
+
+    def close(self) -> None:
+        """Its sockets closed (and, alone in its process, its keys' thread and context)."""
+        for s in (self.up, self.pulse, self.units):
+            if self.hosted:
+                try:
+                    self.poller.unregister(s)
+                except KeyError:
+                    pass
+            s.close()
+        if self.hosted:
+            return
         if self.keys is not None:
             self.keys.close()
         self.ctx.term()
-        return 0
 
 
 def main(argv: list[str]) -> int:

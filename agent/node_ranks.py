@@ -53,17 +53,13 @@ class Rank:
         self.killed_why: str | None = None  # killed by this daemon: why (its exit's error)
 
 
-class NodeRanks:
-    """The ranks running on this node, their pipes and output files, and the events that wait
-    to be sent to their agents."""
+class RankEvents:
+    """What waits to be sent to the agents: their ranks' output and exits (`events`), sent as
+    one message per agent (`flush`).  The base of a node's ranks, real (NodeRanks) or
+    simulated (agent/node_sim.py)."""
 
-    def __init__(self, spawner: Spawner, name: str, poller: zmq.Poller) -> None:
-        self.spawner = spawner
+    def __init__(self, name: str) -> None:
         self.name = name  # this node's, in forwarded output and errors
-        self.poller = poller  # the daemon's: output pipes are registered as ranks start
-        self.running: dict[int, Rank] = {}  # pid -> rank
-        self.pipes: dict[int, tuple[Rank, str]] = {}  # read fd -> (rank, stream)
-        self.files: dict[str, list] = {}  # unit uid -> [out fd, err fd, ranks using them]
         self.events: dict[bytes, dict] = {}  # agent identity -> {out, exit}
 
     def _event(self, agent: bytes, kind: str, item: list) -> None:
@@ -71,6 +67,34 @@ class NodeRanks:
         if ev is None:
             ev = self.events[agent] = {"out": [], "exit": []}
         ev[kind].append(item)
+
+    def flush(self, sock: zmq.Socket) -> None:
+        """Send every agent its events, on the daemon's ROUTER `sock`."""
+        if not self.events:
+            return
+        for agent, ev in self.events.items():
+            try:
+                sock.send_multipart([agent, b"events", pack(ev)])
+            except zmq.ZMQError as exc:  # the agent is gone
+                log.warning("events for %s dropped: %s", agent.decode(), exc)
+        self.events.clear()
+
+    def settle(self) -> None:
+        """(a halt) Nothing to do here: killed processes end, and are reaped, on their own
+        (a host's simulated ranks end at once: agent/node_sim.py)."""
+
+
+class NodeRanks(RankEvents):
+    """The ranks running on this node, their pipes and output files, and the events that wait
+    to be sent to their agents."""
+
+    def __init__(self, spawner: Spawner, name: str, poller: zmq.Poller) -> None:
+        super().__init__(name)
+        self.spawner = spawner
+        self.poller = poller  # the daemon's: output pipes are registered as ranks start
+        self.running: dict[int, Rank] = {}  # pid -> rank
+        self.pipes: dict[int, tuple[Rank, str]] = {}  # read fd -> (rank, stream)
+        self.files: dict[str, list] = {}  # unit uid -> [out fd, err fd, ranks using them]
 
     def start(self, agent: bytes, body: dict) -> None:
         """`exec` from `agent`: spawn the rank (its failure is an exit event)."""
@@ -204,12 +228,3 @@ class NodeRanks:
             r.killed_why = why
             processes.signal_group(r.pid, signal.SIGKILL)
         return killed
-
-    def flush(self, sock: zmq.Socket) -> None:
-        """Send every agent its events, on the daemon's ROUTER `sock`."""
-        for agent, ev in self.events.items():
-            try:
-                sock.send_multipart([agent, b"events", pack(ev)])
-            except zmq.ZMQError as exc:  # the agent is gone
-                log.warning("events for %s dropped: %s", agent.decode(), exc)
-        self.events.clear()

@@ -9,6 +9,7 @@ type: a whole number of slots, or a fraction 0 < x < 1 of one slot.
                         then committed); returns an Allocation with an id, or None (wait)
     release(aid)        returns exactly what that allocation took; a second release raises
     never_fits(request) the reason a request can never fit this partition, or None
+    remove_node(index)  a node lost: never offered again (the partition goes on with the rest)
 
 Within a node, instances are chosen best-fit: the instance with the least free capacity that
 holds the whole request, or else the fullest ones first, which keeps whole instances whole for
@@ -38,7 +39,9 @@ class NodePool:
     it does not have to: `whole[t]` counts whole free slots, and for types whose instances all
     have one slot (cores, most GPUs) `full[t]` lists the wholly free instances in id order."""
 
-    __slots__ = ("index", "name", "host_id", "cap", "free", "whole", "full", "single")
+    __slots__ = (
+        "index", "name", "host_id", "cap", "free", "whole", "full", "single", "ranks", "gone",
+    )  # fmt: skip
 
     def __init__(self, node: dict) -> None:
         self.index = node["index"]
@@ -53,6 +56,8 @@ class NodePool:
         self.whole = {t: sum(c // SCALE for c in cap.values()) for t, cap in self.cap.items()}
         self.single = {t for t, cap in self.cap.items() if all(c == SCALE for c in cap.values())}
         self.full = {t: dict.fromkeys(self.cap[t]) for t in self.single}
+        self.ranks = 0  # ranks placed here now (`load`)
+        self.gone = False  # lost with its node: nothing more is placed here (remove_node)
 
     @property
     def free_cpus(self) -> int:
@@ -176,9 +181,31 @@ class PartitionPool:
         for node, grant in alloc.ranks:
             self._give(node, grant)
 
+    def remove_node(self, index: int) -> bool:
+        """The node of pilot index `index` is lost: nothing more is placed there, and what its
+        allocations give back on release is not offered again.  False if no node of this pool
+        has that index (or it is gone already)."""
+        node = next((n for n in self.nodes if n.index == index and not n.gone), None)
+        if node is None:
+            return False
+        node.gone = True
+        del self.buckets[node.free_cpus][node]
+        self.free_cpus -= node.free_cpus
+        self.by_name.pop(node.name, None)
+        self.by_host_id.pop(node.host_id, None)
+        self._fits.clear()
+        return True
+
+    def live_nodes(self) -> list[NodePool]:
+        return [n for n in self.nodes if not n.gone]
+
     def _take(self, node: NodePool, req: dict, pol: dict):
+        if node.gone:
+            return None
         before = node.free_cpus
         grant = node.take(req, pol.get("cpu_affinity"), pol.get("gpu_affinity"))
+        if grant is not None:
+            node.ranks += 1
         if grant is not None and node.free_cpus != before:
             del self.buckets[before][node]
             self.buckets[node.free_cpus][node] = None
@@ -188,7 +215,8 @@ class PartitionPool:
     def _give(self, node: NodePool, grant: dict) -> None:
         before = node.free_cpus
         node.give(grant)
-        if node.free_cpus != before:
+        node.ranks -= 1
+        if node.free_cpus != before and not node.gone:
             del self.buckets[before][node]
             self.buckets[node.free_cpus][node] = None
             self.free_cpus += node.free_cpus - before
@@ -200,7 +228,8 @@ class PartitionPool:
         if placement == "HOST_ID":
             return self.by_host_id.get(pol.get("host_id"))
         if placement == "LOCAL":
-            return None if self.agent_node is None else self.nodes[self.agent_node]
+            node = None if self.agent_node is None else self.nodes[self.agent_node]
+            return None if node is None or node.gone else node
         return False  # not pinned
 
     def _place(self, req: dict, pol: dict):
@@ -246,11 +275,20 @@ class PartitionPool:
         return None
 
     # -- admission ------------------------------------------------------------------------------
+    def load(self) -> list[list[int]]:
+        """[[node index, busy cores, busy GPUs, ranks], ...] of every node, now (a core or
+        GPU partly held counts as busy)."""
+        out = []
+        for n in self.live_nodes():
+            busy_g = len(n.cap.get("gpus") or ()) - n.whole.get("gpus", 0)
+            out.append([n.index, len(n.cap["cpus"]) - n.whole["cpus"], busy_g, n.ranks])
+        return out
+
     def never_fits(self, request: dict) -> str | None:
         if "policy" in request or "resources" in request:
             return self._never_fits(request)
         key = (request.get("cpus", 1), request.get("gpus", 0), request.get("ranks", 1))
-        try:  # a partition's nodes and their capacity do not change: answers are kept
+        try:  # answers are kept: they change only when a node is lost (remove_node clears them)
             return self._fits[key]
         except KeyError:
             if len(self._fits) >= 1024:
@@ -277,11 +315,13 @@ class PartitionPool:
             }[pol.get("placement")]
             return (
                 f"{what}: no such node in this partition (nodes: "
-                f"{', '.join(n.name for n in self.nodes)})"
+                f"{', '.join(n.name for n in self.live_nodes())})"
                 if pol.get("placement") != "LOCAL"
                 else "placement=LOCAL: the agent's node holds no unit slots"
             )
-        candidates = [pinned] if pinned is not False else self.nodes
+        candidates = [pinned] if pinned is not False else self.live_nodes()
+        if not candidates:
+            return "every node of this partition is lost"
         for key, t in (("cpu_affinity", "cpus"), ("gpu_affinity", "gpus")):
             ids = pol.get(key)
             if ids is not None and not any(all(i in n.cap[t] for i in ids) for n in candidates):
@@ -300,9 +340,13 @@ class PartitionPool:
         return None
 
     def _describe_nodes(self) -> str:
-        n = max(self.nodes, key=lambda n: len(n.cap["cpus"]))
+        live = self.live_nodes()
+        n = max(live, key=lambda n: len(n.cap["cpus"]))
         parts = [f"{len(n.cap[t])} {t} ({sum(n.cap[t].values()) // SCALE} slots)" for t in n.cap]
-        return f"at most {', '.join(parts)} per node, {len(self.nodes)} node(s)"
+        lost = len(self.nodes) - len(live)
+        return f"at most {', '.join(parts)} per node, {len(live)} node(s)" + (
+            f" ({lost} lost)" if lost else ""
+        )
 
 
 def _capacity_ranks(node: NodePool, req: dict, pol: dict) -> int:

@@ -14,6 +14,8 @@ DEALER has its partition's uid for identity.
           synced          (flush: partition updates stay ahead of the unit updates that follow);
                           the final moves of `ustates` are kept until the client has them
         output            to the client unchanged
+        load              kept: how busy each of its nodes is (`node_load`, by node index;
+                          the `nodes` command answers with it: partition/control.py)
         bye               to the partition manager (the partition ends in the state it names)
     bootstrap -> agent    units, cancel, sync, node_lost, stop: `send_agent`; an agent that is
                           gone (EHOSTUNREACH) is logged, never waited for
@@ -69,9 +71,11 @@ class AgentChannel:
     to_client: Callable[[list[bytes]], None]  # (client_link.py)
     flush: Callable[[], None]
     outbox: Outbox
+    node_load: dict[int, tuple]
 
     def _open_agent_channel(self) -> None:
         """boot.connect, the agents' side: the ROUTER, bound."""
+        self.node_load = {}  # node index -> (busy cores, busy GPUs, ranks, partition uid)
         self.agents = self.ctx.socket(zmq.ROUTER)
         self.agents.setsockopt(zmq.LINGER, 0)
         self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -188,6 +192,10 @@ class AgentChannel:
     def agent_bye(self, uid: str, frames: list[bytes], body: dict) -> None:
         self.pm.on_bye(uid, body)
 
+    def agent_load(self, uid: str, frames: list[bytes], body: dict) -> None:
+        for index, cores, gpus, ranks in body["nodes"]:
+            self.node_load[index] = (cores, gpus, ranks, uid)
+
     def check_agents(self) -> None:
         for uid, proc in list(self.procs.items()):
             ended = proc.poll()
@@ -208,5 +216,6 @@ FROM_AGENT = wire.Dispatch(
         b"output": AgentChannel.agent_output,
         b"synced": AgentChannel.agent_synced,
         b"bye": AgentChannel.agent_bye,
+        b"load": AgentChannel.agent_load,
     },
 )

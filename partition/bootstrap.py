@@ -24,9 +24,11 @@ the unit processes it left behind (partition/orphans.py), reads its start journa
 client which of its units started (`lost`): those end FAILED, the others are routed again.
 A node lost while the pilot runs (its daemon exited or went silent, node.lost in the log): the
 node is marked down, the agents holding it are told (`node_lost`: their units there end
-FAILED with the reason), and those partitions end FAILED, their queued units handed back to be
-routed elsewhere; node_failure=fail ends the whole pilot FAILED instead, and so does the loss
-of the last node up ("every node of the pilot is lost: ...").
+FAILED with the reason, nothing more is placed there) and their partitions go on with their
+other nodes (node.shrunk in the log); a partition whose agent's node it was, or that has no
+node left, or whose agent is not up yet, ends FAILED, its queued units handed back to be routed
+elsewhere; node_failure=fail ends the whole pilot FAILED instead, and so does the loss of the
+last node up ("every node of the pilot is lost: ...").
 Teardown (on runtime expiry, cancel, client loss, node failure, or a signal), each step bounded:
     down.agents      every live partition is told to stop (running units end CANCELED)
     down.wait        agents say bye or are killed after the deadline
@@ -184,7 +186,12 @@ class Bootstrap(ClientLink, AgentChannel):
                 self.send_agent(
                     part.uid, [b"node_lost", pack({"index": index, "name": name, "reason": reason})]
                 )
-            self.pm.stop(part.uid, FAILED, reason, hand_back=True)
+            left = [i for i in alloc.slots if not self.pool.nodes[i].down]
+            if index in alloc.agent_nodes or not left or part.uid not in self.procs:
+                self.pm.stop(part.uid, FAILED, reason, hand_back=True)
+            else:  # the partition goes on with its other nodes (its agent ends the lost one's)
+                log.info("node.shrunk: %s goes on with %d node(s) without %s", part.uid,
+                         len(left), name)  # fmt: skip
         if self.rcfg.node_failure == "fail" and index < self.nodeset.n:  # (not a later job's)
             self.end(FAILED, reason)
 
@@ -192,6 +199,8 @@ class Bootstrap(ClientLink, AgentChannel):
     def emit(self, uid: str, state: str, info: dict) -> None:
         if state in FINAL:
             self.growth.next_look = 0.0  # (a job's nodes may be of no more use: look at once)
+        if state in FINAL and self.node_load:  # (its nodes' load, as its agent said it, goes)
+            self.node_load = {i: v for i, v in self.node_load.items() if v[3] != uid}
         if state in FINAL and self.nodeset is not None:
             part = self.pm.parts.get(uid)
             if part is not None and part.alloc is not None:  # its agent may have died first

@@ -14,6 +14,9 @@
     cancel_pilot   {reason}                        {}: the pilot tears down, CANCELED
     partitions     {}                              {pilot, size, free, partitions: [...],
                                                     jobs: [...] (partition/growth.py)}
+    nodes          {}                              {pilot, nodes: [[index, name, state,
+                                                    cores, gpus, busy cores, busy gpus,
+                                                    ranks, partition], ...]}
     attach         {client: endpoint, owner,       {pilot, partitions}: a new client process
                     epoch, take_over}               takes over the pilot link; hello and every
                                                     partition's state are sent to it again; an
@@ -97,6 +100,19 @@ def partitions(boot, cid, args: dict) -> dict:
         "partitions": boot.pm.describe(),
         "jobs": boot.growth.describe(),
     }
+
+
+def nodes(boot, cid, args: dict) -> dict:
+    """Each node of the pilot, one row: [index, name, state (up, down, released), cores,
+    GPUs, busy cores, busy GPUs, ranks, partition] (busy: what its partition's agent last
+    said, agent/agent.py `load`; partition: the uid of the one that holds it, or None)."""
+    load = boot.node_load
+    rows = []
+    for n in boot.pool.nodes:
+        state = "released" if n.released else "down" if n.down else "up"
+        busy = load.get(n.index, (0, 0, 0, None))
+        rows.append([n.index, n.name, state, len(n.cores), len(n.gpus), *busy])
+    return {"pilot": boot.uid, "nodes": rows}
 
 
 def attach(boot, cid, args: dict) -> dict:
@@ -244,6 +260,7 @@ OPS = {
     "stop_parts": stop_parts,
     "cancel_pilot": cancel_pilot,
     "partitions": partitions,
+    "nodes": nodes,
     "attach": attach,
     "sync": sync,
 }

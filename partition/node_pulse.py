@@ -25,8 +25,11 @@ QUIET = 4 * liveness.PULSE  # a daemon heard again after this long is logged (no
 
 
 class NodePulse:
-    def __init__(self, ctx: zmq.Context, keys, address: str, node_timeout: float) -> None:
+    def __init__(
+        self, ctx: zmq.Context, keys, address: str, node_timeout: float, backlog: int = 100
+    ) -> None:
         self.sock = liveness.pulse_socket(ctx, zmq.ROUTER)
+        self.sock.setsockopt(zmq.BACKLOG, backlog)  # (every daemon connects at once)
         keys.serve(self.sock)  # CURVE (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{address}")
         self.endpoint = f"tcp://{address}:{port}"

@@ -15,7 +15,11 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
                        up; every node forwards the same bytes to its children (positions
                        fanout*(p+1) ... among the up nodes, in index order), so the
                        broadcast is log_fanout(N) deep and the bootstrap sends only `fanout`
-                       copies.  Gather `ready` {index} until all or bringup_timeout.
+                       copies.  Gather `ready` {index} until all or bringup_timeout; when
+                       none comes for RESEND s while some are missing (a forward was lost:
+                       a parent's new connection to its child failed or was too slow), the
+                       bootstrap sends the table to those straight, on their own connection
+                       (a node ignores a second copy).
     A node missing from either gather is named in the log and the error.  node_failure=fail:
     the pilot fails; continue: the node is marked down (its resources never allocated) and
     the pilot goes on with the others.
@@ -58,6 +62,7 @@ from pilot.protocol import ProtocolError, drain, msg, pack, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
+RESEND = 2.0  # s without a `ready` while some are missing: the table to those straight
 BYE_WAIT = 1.0  # s a daemon that exited 0 is given for its `bye` to be read (check)
 
 
@@ -74,6 +79,12 @@ def tree_depth(m: int, width: int) -> int:
     return depth
 
 
+def backlog(n: int) -> int:
+    """The listen queue for `n` daemons that connect at once (the kernel caps it at
+    net.core.somaxconn)."""
+    return max(100, min(n + 64, 65535))
+
+
 class NodeSet:
     def __init__(
         self, ctx: zmq.Context, rcfg, cfg: dict, n: int, sandbox: str, keys, address: str
@@ -83,10 +94,13 @@ class NodeSet:
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # every daemon connects at once: a listen queue of ZeroMQ's default 100 overflows,
+        # and what it drops comes back only after TCP's 1 s SYN retry (0.35 s at 1,024 nodes)
+        self.sock.setsockopt(zmq.BACKLOG, backlog(n))
         keys.serve(self.sock)  # CURVE (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{address}")
         self.endpoint = f"tcp://{address}:{port}"  # the daemons' way up
-        self.pulse = NodePulse(ctx, keys, address, rcfg.node_timeout)
+        self.pulse = NodePulse(ctx, keys, address, rcfg.node_timeout, backlog(n))
         self.launch = launch.for_resource(
             rcfg,
             n,
@@ -171,13 +185,24 @@ class NodeSet:
 
     def _send_table(self, hints: list[int]) -> tuple[bytes, list[int]]:
         """boot.nodes.table: the compressed table to the broadcast tree's roots: (it, roots)."""
-        blob = zlib.compress(pack(self.table), 6) if hints else b""
+        blob = self._table_blob = zlib.compress(pack(self.table), 6) if hints else b""
         width = self.rcfg.fanout
         roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
         index_to_hint = {i: h for h, i in self.index_of.items()}
         for i in roots:
             self._send(index_to_hint[i], [b"table", pack({"index": i, "width": width}), blob])
         return blob, roots
+
+    def _resend_table(self, hints: list[int]) -> None:
+        """The table straight to each of `hints` (their forward from a parent did not come: a
+        parent's connection to them failed, or is slower than RESEND); each forwards it on to
+        its children, which ignore a second copy."""
+        log.warning("boot.nodes.table: %d node(s) silent for %.0f s: sent to them directly",
+                    len(hints), RESEND)  # fmt: skip
+        width = self.rcfg.fanout
+        for h in hints:
+            body = {"index": self.index_of[h], "width": width}
+            self._send(h, [b"table", pack(body), self._table_blob])
 
     def _gather_ready(self, hints: list[int]) -> list[int]:
         """Gather `ready` until all or bringup_timeout; the hints that did not (missing now)."""
@@ -187,7 +212,13 @@ class NodeSet:
             ready.add(hint)
 
         deadline = time.monotonic() + self.rcfg.bringup_timeout
-        self._gather(lambda: ready >= set(hints), deadline, {b"ready"}, on_ready)
+        want = set(hints)
+        while not ready >= want and time.monotonic() < deadline:
+            before = len(ready)
+            until = min(deadline, time.monotonic() + RESEND)
+            self._gather(lambda: ready >= want, until, {b"ready"}, on_ready)
+            if len(ready) == before and not ready >= want:  # the tree stalled: a forward lost
+                self._resend_table(sorted(want - ready, key=self.index_of.__getitem__))
         late = [h for h in hints if h not in ready]
         if late:
             self._missing(late, "did not confirm the channel table")

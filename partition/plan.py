@@ -112,7 +112,36 @@ def plan_pilot(pd: ComputePilotDescription) -> PilotPlan:
                 f"node(s), the pilot needs {size['nodes']}"
             )
     _check_growth(where, pd, cfg, size)
+    if cfg.launch_method == "sim":
+        _check_simulation(where, pd, size)
     return PilotPlan(pd, cfg, size, network)
+
+
+def _check_simulation(where: str, pd, size: dict) -> None:
+    """A simulated pilot (launch method sim: partition/launch/sim.py) whose nodes would not fit
+    in this machine's memory: ValueError naming the estimate (nothing is started)."""
+    from pilot.partition.launch.sim import memory_estimate
+
+    need = memory_estimate(size["nodes"], len(pd.parts))
+    have = _available_memory()
+    if have is not None and need > 0.8 * have:
+        raise ValueError(
+            f"{where}(resource={pd.resource!r}): {size['nodes']} simulated nodes need about "
+            f"{need / 2**30:.1f} GiB (partition/launch/sim.py memory_estimate); this machine has "
+            f"{have / 2**30:.1f} GiB available: fewer nodes, or a machine with more memory"
+        )
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo, in bytes (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def most_nodes(pd) -> int | None:

@@ -54,6 +54,16 @@ def _output(where: str, value) -> None:
             raise checks.bad(f"{where}[{i}]", chunk, "[uid, node, rank, stream, text]")
 
 
+def _loads(where: str, value) -> None:
+    for i, row in enumerate(items(where, value)):
+        if (
+            not isinstance(row, list)
+            or len(row) != 4
+            or not all(type(v) is int and 0 <= v < 1 << 31 for v in row)
+        ):
+            raise checks.bad(f"{where}[{i}]", row, "[node index, busy cores, busy GPUs, ranks]")
+
+
 def fields(**spec):
     """A check of a mapping whose keys `spec` names (key -> check(where, value)); keys it does
     not name are let through (a newer peer may send more)."""
@@ -133,6 +143,7 @@ CMD = fields(cid=_text, op=_text, args=_opt_dict)
 ACK = fields(uids=_uids)
 READY = fields(pid=_number, runner=_text)
 AGENT_BYE = fields(reason=_text)
+LOAD = fields(nodes=_loads)
 UNITS = _list  # (each unit: pilot/unit_record.py, at the agent)
 CANCEL = fields(uids=_uids, reason=_text)
 SYNC = fields(cid=_text, uids=_uids)

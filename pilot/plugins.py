@@ -25,6 +25,7 @@ LAUNCH_METHODS = {
     "srun": "pilot.partition.launch.srun:SrunLaunch",
     "mpiexec": "pilot.partition.launch.mpiexec:MpiexecLaunch",
     "ssh": "pilot.partition.launch.ssh:SshLaunch",
+    "sim": "pilot.partition.launch.sim:SimLaunch",
 }
 BATCH_SYSTEMS = {
     "local": "pilot.pmgr.batch.local:submit",

@@ -7,6 +7,8 @@ Every process the system starts with `python -m` is named here (the folders are 
     ZYGOTE           pilot.agent.zygote          forks agents that have their code imported
     NODE_DAEMON      pilot.agent.node_daemon     one per node of a multi-node pilot
     NODE_ZYGOTE      pilot.agent.node_zygote     forks node daemons (launch method fork)
+    NODE_SIM         pilot.agent.node_sim        many simulated nodes' daemons (launch method
+                                                 sim: the `local.sim` resource)
     FUNCTION_WORKER  pilot.agent.function_worker a partition's Python worker for function units
     FUNCTION_ONCE    pilot.agent.function_once   one function unit's call on a node daemon's node
     CLI              pilot                       the `pilot` command line
@@ -35,6 +37,7 @@ ZYGOTE = "pilot.agent.zygote"
 NODE_DAEMON = "pilot.agent.node_daemon"
 JOIN = "pilot.partition.join"  # what a job that grows a pilot runs
 NODE_ZYGOTE = "pilot.agent.node_zygote"
+NODE_SIM = "pilot.agent.node_sim"
 FUNCTION_WORKER = "pilot.agent.function_worker"
 FUNCTION_ONCE = "pilot.agent.function_once"  # one call, on a node daemon's node
 CLI = "pilot"

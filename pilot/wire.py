@@ -123,6 +123,9 @@ TABLE: tuple[Message, ...] = (
        "answer to sync: the units it has not, or no longer"),
     _m("agent", "bye", A, B, "{state, reason}", m.AGENT_BYE,
        "the agent's last word: the partition's final state"),
+    _m("agent", "load", A, B, "{nodes: [[index, busy cores, busy GPUs, ranks], ...]}", m.LOAD,
+       "how busy its nodes are, when it changed, at most once a second (`pilot top`, the "
+       "dashboard's node view)"),
     # -- the agent link: bootstrap -> agent
     _m("agent", "units", B, A, "[unit dicts | bulks] (pilot/unit_record.py)", m.UNITS,
        "units to run, forwarded from the client unchanged", "BODY DATA..."),

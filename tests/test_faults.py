@@ -100,7 +100,7 @@ def test_client_killed_right_after_submit(make_session, tmp_path, seed):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_node_daemon_killed_mid_run(session, tmp_path, seed):
     """A node's daemon dies (SIGKILL): units there end FAILED and their processes do not run
-    on, the partition's queued units run in the other partition, nothing runs twice."""
+    on, its partition goes on with its other node, nothing runs twice."""
     import json
     import os
 
@@ -119,10 +119,13 @@ def test_node_daemon_killed_mid_run(session, tmp_path, seed):
         time.sleep(0.01)
     time.sleep(rng.uniform(0.0, 0.4))
     kill(daemon["pid"])
-    assert victim.wait(timeout=30) == rp.FAILED and "lost" in victim.reason
     umgr.wait_units(timeout=90)
     states = check_exactly_once(session, units, log)
     assert states[rp.DONE] >= 25, (states, Counter(u.reason for u in units))
+    for u in units:
+        if u.state != rp.DONE:
+            assert u.node == node["name"] and f"node {node['name']} lost" in u.reason, u
+    assert victim.state == rp.ACTIVE
     assert (
         processes_with(f"PILOT_SESSION_ID={session.uid}", f"PILOT_NODE_NAME={node['name']}") == []
     )  # no unit runs on there

@@ -97,7 +97,10 @@ def test_forwarded_output_is_bounded_files_have_it_all(session):
     assert os.path.getsize(os.path.join(u.sandbox, "STDOUT")) == 200000
 
 
-def test_killed_daemon_fails_its_partition_and_the_rest_go_on(session):
+def test_killed_daemon_fails_its_units_and_its_partition_goes_on_without_it(session):
+    """kill -9 of node3's daemon: the units that ran there end FAILED naming the node; the
+    partition that held it (node2, node3) goes on with node2, whose units run on untouched, and
+    places what comes next there; the other partition and the pilot never notice."""
     pilot, umgr = nodes4(session)
     first, second = pilot.partitions
     sleepers = {
@@ -118,22 +121,33 @@ def test_killed_daemon_fails_its_partition_and_the_rest_go_on(session):
     daemons = sandbox_json(pilot, "daemons.json")
     victim = daemons["3"]
     assert victim["name"] == "node3"
+    on3 = [u for u in sleepers[second.uid] if u.node == "node3"]
+    on2 = [u for u in sleepers[second.uid] if u.node == "node2"]
+    assert on3 and on2, [u.node for u in sleepers[second.uid]]
+    (queued,) = umgr.submit_units(  # three ranks: fits two nodes of 2 cores, not one
+        [rp.ComputeUnitDescription(executable="/bin/true", ranks=3, partition=second.uid)]
+    )
     os.kill(victim["pid"], signal.SIGKILL)
-    assert second.wait(rp.FAILED, timeout=20) == rp.FAILED
-    assert "node3" in second.reason
-    for u in sleepers[second.uid]:
-        assert u.wait(timeout=20) in (rp.FAILED, rp.CANCELED)
-        assert u.reason
-        if u.node == ["node3"]:
-            assert u.state == rp.FAILED and "node node3 lost" in u.reason, u.reason
-    assert any(u.node == "node3" for u in sleepers[second.uid])
-    assert first.state == rp.ACTIVE and pilot.state == rp.ACTIVE
-    assert all(u.state == rp.EXECUTING for u in sleepers[first.uid])
-    umgr.cancel_units(sleepers[first.uid])
-    more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 4)
+    assert queued.wait(timeout=20) == rp.FAILED, queued.state
+    assert "node node3 lost" in queued.reason and "can never fit" in queued.reason, queued.reason
+    for u in on3:
+        assert u.wait(timeout=20) == rp.FAILED and "node node3 lost" in u.reason, u.reason
+    assert second.state == rp.ACTIVE and first.state == rp.ACTIVE and pilot.state == rp.ACTIVE
+    assert all(u.state == rp.EXECUTING for u in on2 + sleepers[first.uid])
+    umgr.cancel_units(on2)  # (node2's cores free again: what comes next runs there)
+    assert [u.wait(timeout=20) for u in on2] == [rp.CANCELED] * len(on2)
+    more = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/true", partition=second.uid)] * 4
+    )
     assert [u.wait(timeout=20) for u in more] == [rp.DONE] * 4
-    assert {u.part for u in more} == {first.uid}
-    assert pilot.free["nodes"] == 1  # node2 came back; node3 is down
+    assert {u.node for u in more} == {"node2"}
+    (late,) = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/true", ranks=3, partition=second.uid)]
+    )
+    assert late.wait(timeout=20) == rp.FAILED and "1 lost" in late.reason, late.reason
+    umgr.cancel_units(sleepers[first.uid])
+    umgr.wait_units(timeout=20)
+    assert second.state == rp.ACTIVE
 
 
 def test_node_failure_fail_ends_the_pilot_with_the_node_named(session, tmp_path):
@@ -233,18 +247,33 @@ def test_channel_table_travels_down_a_fanout_tree(session, tmp_path):
 
 
 def test_a_silent_daemon_is_lost_after_node_timeout(session, tmp_path):
+    """node1's daemon stopped (alive but silent: only heartbeats can tell): after node_timeout
+    its units end FAILED with the reason; its partition goes on with node0."""
     pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_timeout=2))
     first, second = pilot.partitions
+    sleepers = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"], partition=first.uid)]
+        * 4
+    )
+    umgr.wait_units([u.uid for u in sleepers], state=rp.EXECUTING, timeout=20)
+    on1 = [u for u in sleepers if u.node == "node1"]
     victim = sandbox_json(pilot, "daemons.json")["1"]
     os.kill(victim["pid"], signal.SIGSTOP)  # alive but silent: only heartbeats can tell
     try:
         t0 = time.monotonic()
-        assert first.wait(timeout=20) == rp.FAILED
+        for u in on1:
+            assert u.wait(timeout=20) == rp.FAILED
+            assert "node node1 lost: no word from its daemon for 2 s" in u.reason, u.reason
         assert time.monotonic() - t0 < 10
-        assert "node node1 lost: no word from its daemon for 2 s" in first.reason, first.reason
-        assert second.state == rp.ACTIVE
-        u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true", ranks=2))
-        assert u.wait(timeout=20) == rp.DONE and u.part == second.uid
+        assert first.state == rp.ACTIVE and second.state == rp.ACTIVE
+        rest = [u for u in sleepers if u not in on1]
+        assert all(u.state == rp.EXECUTING for u in rest)
+        umgr.cancel_units(rest)
+        umgr.wait_units([u.uid for u in rest], timeout=20)
+        u = umgr.submit_units(
+            rp.ComputeUnitDescription(executable="/bin/true", ranks=2, partition=first.uid)
+        )
+        assert u.wait(timeout=20) == rp.DONE and u.node == ["node0", "node0"]
     finally:
         os.kill(victim["pid"], signal.SIGCONT)
 

@@ -374,8 +374,29 @@ class Watch:
             "note": note,
             "partitions": rows,
             "units": units,
-            "nodes": self._nodes(uid, parts, stored),
+            "nodes": self._node_summary(control, listing) or self._nodes(uid, parts, stored),
         }, stored
+
+    def _node_summary(self, control: dict | None, listing: dict | None) -> dict | None:
+        """A pilot of more than NODES_SHOWN nodes that answers: a row per node, as its
+        bootstrap says (the `nodes` op: its agents' load, no walk of the EXECUTING units):
+        [name, partition, cores, busy cores, GPUs, busy GPUs, ranks, state]; None otherwise
+        (then a cell per core and GPU: `_nodes`)."""
+        if listing is None or (listing.get("size") or {}).get("nodes", 1) <= NODES_SHOWN:
+            return None
+        try:
+            reply = command(control, "nodes", {}, "dashboard.nodes", CONTROL_TIMEOUT)
+        except (UsageError, zmq.ZMQError):
+            return None
+        if not reply.get("ok"):
+            return None
+        rows = reply["result"].get("nodes") or []
+        return {
+            "nodes": [],
+            "summary": [[r[1], r[8], r[3], r[5], r[4], r[6], r[7], r[2]] for r in rows],
+            "total": len(rows),
+            "units_shown": 0,
+        }
 
     def _nodes(self, pilot: str, parts: dict, stored: dict) -> dict:
         """Which partition holds each core and GPU of each node, and which unit uses it now."""

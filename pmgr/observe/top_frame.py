@@ -4,7 +4,10 @@ From the top: a panel with the pilot (state, size and free cores, how long it ha
 has left, or how it ended; where the partitions came from when its control socket did not
 answer), a table of its partitions (state, busy/total cores and GPUs, units per state), a line
 per partition's reason (or, when ACTIVE, how its agent starts units) and the units' totals,
-then a panel with as many of the latest events as the height leaves room for.  rich is
+its nodes (a pilot of more than one node, while it answers: a row each up to NODE_ROWS nodes,
+beyond that one character each, its shade how busy its cores are, NODES_A_LINE to a line, and a
+line that sums them up), then a panel with as many of the latest events as the height leaves
+room for.  rich is
 imported when a frame is drawn: it is an optional extra (extras.py).
 """
 
@@ -23,6 +26,9 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 UNIT_COLUMNS = (S.QUEUED, S.EXECUTING, S.DONE, S.FAILED, S.CANCELED)
+NODE_ROWS = 16  # nodes shown a row each; beyond that, a character each
+NODES_A_LINE = 64
+SHADES = "·▂▄▆█"  # a node's busy cores: none, up to 1/4, 1/2, 3/4, all
 
 
 def render(snap: Snapshot, now: float | None = None, height: int = 40, footer: str = "") -> Group:
@@ -33,15 +39,21 @@ def render(snap: Snapshot, now: float | None = None, height: int = 40, footer: s
 
     now = time.time() if now is None else now
     units = _units_text(snap)
+    nodes = _nodes_view(snap)
     lines = 13 + len(snap.parts) + units.plain.count("\n") + 2 * bool(snap.others)
+    lines += (nodes.plain.count("\n") + 3) if nodes is not None else 0
     room = max(3, min(20, height - lines))
     events = _events_text(snap, room)
     parts = [
         Panel(_header(snap, now), title="pilot", title_align="left"),
         _partition_table(snap),
         units,
-        Panel(events or Text("none yet", style="dim"), title="latest events", title_align="left"),
     ]
+    if nodes is not None:
+        parts.append(Panel(nodes, title="nodes", title_align="left"))
+    parts.append(
+        Panel(events or Text("none yet", style="dim"), title="latest events", title_align="left")
+    )
     if footer:
         parts.append(Text(footer, style="dim"))
     return Group(*parts)
@@ -146,6 +158,47 @@ def _units_text(snap: Snapshot) -> Text:
             + ", ".join(f"{s} {snap.unrouted[s]}" for s in _ordered(snap.unrouted))
         )
     return units
+
+
+def _nodes_view(snap: Snapshot) -> Text | None:
+    """The pilot's nodes (module header): a row each, or a character each, and a sum."""
+    from rich.text import Text
+
+    rows = snap.nodes
+    if not rows:
+        return None
+    out = Text()
+    if len(rows) <= NODE_ROWS:
+        for _, name, state, cores, gpus, busy_c, busy_g, ranks, part in rows:
+            out.append(f"{name:<12} ", style="bold")
+            out.append(f"{state:<8} ", style="" if state == "up" else "red")
+            out.append(f"cores {busy_c:>4}/{cores:<4} GPUs {busy_g:>2}/{gpus:<2} ")
+            out.append(f"ranks {ranks:<5} {part or '-'}\n", style="dim" if not part else "")
+    else:
+        for k, row in enumerate(rows):
+            if k and k % NODES_A_LINE == 0:
+                out.append("\n")
+            _, _, state, cores, _, busy_c, _, _, part = row
+            if state != "up":
+                out.append("x" if state == "down" else " ", style="red")
+                continue
+            share = busy_c / cores if cores else 0.0
+            shade = SHADES[0 if share == 0 else min(4, 1 + int(share * 4 - 1e-9))]
+            out.append(shade, style="green" if share else "dim")
+        out.append("\n")
+    up = [r for r in rows if r[2] == "up"]
+    cores, busy_c = sum(r[3] for r in up), sum(r[5] for r in up)
+    gpus, busy_g = sum(r[4] for r in up), sum(r[6] for r in up)
+    full = sum(1 for r in up if r[3] and r[5] == r[3])
+    idle = sum(1 for r in up if r[5] == 0 and r[6] == 0)
+    down = len(rows) - len(up)
+    out.append(
+        f"{len(rows)} nodes: {len(up)} up" + (f", {down} down or given back" if down else "")
+        + f"; {full} fully busy, {len(up) - full - idle} partly, {idle} idle; "
+        f"cores {busy_c}/{cores}, GPUs {busy_g}/{gpus}, ranks {sum(r[7] for r in up)}",
+        style="dim",
+    )  # fmt: skip
+    return out
 
 
 def _events_text(snap: Snapshot, room: int) -> Text:

@@ -6,14 +6,19 @@ socket with the session's CURVE keys:
     top -> bootstrap   {cid: "top.<pid>", op: "partitions", args: {}}
     bootstrap -> top   {cid, ok: true, result: {pilot, size, free, partitions: [...]}}
                        | {cid, ok: false, error}
+    top -> bootstrap   {cid, op: "nodes", args: {}}          (a pilot of more than one node)
+    bootstrap -> top   {cid, ok: true, result: {pilot, nodes: [[index, name, state, cores,
+                       gpus, busy cores, busy gpus, ranks, partition], ...]}}
 No answer within CONTROL_TIMEOUT: the refresh goes on with the store alone (the header says
 why).  Once the bootstrap's control file is gone or stale it is not asked again; if its client
 has not stored the pilot's end GONE_GRACE later, the pilot is shown as lost.
 The bootstrap's word wins for the pilot's size, free cores and partitions (live whichever
-process runs the client, and even without one); the store's for the pilot's state (though a
-pilot that answers has not ended yet), its units (per partition and state, the cores EXECUTING
-units hold: pmgr/observe/timeline.py) and the latest events (pilot and partition state
-changes, reconfigs, FAILED units with their reason).
+process runs the client, and even without one), and for what is busy where (its nodes' load:
+no walk of the EXECUTING units, which a pilot of 10^5 cores has as many of); the store's for the
+pilot's state (though a pilot that answers has not ended yet), its units (per partition and
+state; the cores EXECUTING units hold when the pilot does not answer: pmgr/observe/
+timeline.py) and the latest events (pilot and partition state changes, reconfigs, FAILED
+units with their reason).
 """
 
 from __future__ import annotations
@@ -68,6 +73,9 @@ class Snapshot:
     note: str = ""  # why it did not
     others: list[str] = field(default_factory=list)
     jobs: list[dict] = field(default_factory=list)  # its batch jobs (partition/growth.py)
+    # its nodes, as the bootstrap says (a pilot of more than one node, while it answers):
+    # [[index, name, state, cores, gpus, busy cores, busy gpus, ranks, partition], ...]
+    nodes: list = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -94,8 +102,8 @@ class Source:
     def close(self) -> None:
         self.reader.close()
 
-    def ask(self) -> tuple[dict | None, str]:
-        """The bootstrap's `partitions` answer, or None and why not."""
+    def ask(self, op: str = "partitions") -> tuple[dict | None, str]:
+        """The bootstrap's answer to `op` (partitions, nodes), or None and why not."""
         if self.gone is None and read_control(self.target.control["path"]) is None:
             self.gone = time.monotonic()
         if self.gone is not None:
@@ -106,7 +114,7 @@ class Source:
         try:
             self.keys.client(sock)
             sock.connect(self.target.control["endpoint"])
-            sock.send(pack({"cid": f"top.{os.getpid()}", "op": "partitions", "args": {}}))
+            sock.send(pack({"cid": f"top.{os.getpid()}", "op": op, "args": {}}))
             reply = unpack(sock.recv())
         except zmq.Again:
             return None, f"no answer within {CONTROL_TIMEOUT:g} s"
@@ -139,7 +147,14 @@ class Source:
         stored = {p["uid"]: p for p in self.reader.partitions(t.pilot)}
         parts = merged_partitions(listing, stored)
         counts = self.reader.unit_counts(t.session, t.pilot)
-        busy = busy_per_partition(self.reader.executing(t.session, t.pilot))
+        nodes = []
+        if listing and (listing.get("size") or {}).get("nodes", 1) > 1:
+            got, _ = self.ask("nodes")
+            nodes = (got or {}).get("nodes") or []
+        if nodes:  # (live: its agents' word; no walk of the EXECUTING units)
+            busy = busy_of_nodes(nodes)
+        else:
+            busy = busy_per_partition(self.reader.executing(t.session, t.pilot))
         rows = [
             partition_row(uid, parts[uid], stored, busy, counts)
             for uid in sorted(parts, key=_natural)
@@ -168,6 +183,7 @@ class Source:
             note=note,
             others=t.others,
             jobs=jobs,
+            nodes=nodes,
         )
 
 
@@ -189,6 +205,17 @@ def busy_per_partition(executing: list[dict]) -> dict:
         cores, gpus = held(u.get("slots"), u.get("description") or {})
         c, g = busy.get(u.get("partition"), (0, 0))
         busy[u.get("partition")] = (c + cores, g + gpus)
+    return busy
+
+
+def busy_of_nodes(nodes: list) -> dict:
+    """{partition: (cores, GPUs)} busy, from the bootstrap's `nodes` rows."""
+    busy: dict = {}
+    for row in nodes:
+        part = row[8]
+        if part is not None:
+            c, g = busy.get(part, (0, 0))
+            busy[part] = (c + row[5], g + row[6])
     return busy
 
 

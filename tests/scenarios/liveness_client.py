@@ -83,30 +83,38 @@ def outage(session, resource: str, ctl: str, links: str, name: str, seconds: str
 
 
 def silent(session, resource: str, ctl: str, *links: str) -> dict:
+    """Each of `links` ("LINK:NODE_NAME") dropped until every unit on its node has ended: how
+    long that took, what the partition and the units became."""
     pilot, umgr, log, units = start(session, resource, units=12, sleep=30)
     deadline = time.monotonic() + 30
     while not any(u.state == rp.EXECUTING for u in units):
         if time.monotonic() > deadline:
             raise SystemExit(f"nothing executing: {[u.state for u in units]}")
         time.sleep(0.02)
+    names = {link.split(":", 1)[1] for link in links}
     for link in links:
-        netns.silence(ctl, int(link))
+        netns.silence(ctl, int(link.split(":")[0]))
     t0 = time.monotonic()
     try:
-        pilot.partitions[0].wait([rp.DONE, rp.FAILED, rp.CANCELED], timeout=60)
+        there = [u for u in units if u.node in names]
+        umgr.wait_units([u.uid for u in there], timeout=60)
         ended = time.monotonic() - t0
+        part = [pilot.partitions[0].state, pilot.partitions[0].reason]
+        elsewhere = sorted({u.state for u in units if u not in there and u.node})
     finally:
         for link in links:
-            netns.mend(ctl, int(link))
-    pilot.cancel(timeout=30)  # (node 1 is left, with no partition: its units end with it)
+            netns.mend(ctl, int(link.split(":")[0]))
+    pilot.cancel(timeout=30)
     umgr.wait_units(timeout=30)
     states = check_exactly_once(session, units, log)
     return {
         "pilot": pilot,
         "ended_s": round(ended, 2),
         "states": dict(states),
+        "lost": [[u.state, u.reason] for u in there],
+        "elsewhere": elsewhere,
         "reasons": sorted({u.reason or "" for u in units}),
-        "part": [pilot.partitions[0].state, pilot.partitions[0].reason],
+        "part": part,
     }
 
 

@@ -184,6 +184,11 @@ function drawNodes() {
   const blocks = [];
   for (const p of state.pilots) {
     const n = p.nodes;
+    if (n.summary) {  // a pilot of many nodes: a cell per node, its shade how busy its cores are
+      if (state.pilots.length > 1) blocks.push(el("div", {class: "legend", text: p.uid}));
+      blocks.push(nodeSummary(n.summary));
+      continue;
+    }
     if (!n.nodes.length) continue;
     if (state.pilots.length > 1) blocks.push(el("div", {class: "legend", text: p.uid}));
     for (const node of n.nodes) {
@@ -208,6 +213,33 @@ function drawNodes() {
   }
   if (!blocks.length) blocks.push(el("p", {class: "muted", text: "no partition holds a node now"}));
   box.replaceChildren(...blocks);
+}
+
+function nodeSummary(rows) {
+  // rows: [name, partition, cores, busy cores, GPUs, busy GPUs, ranks, state]
+  const grid = el("div", {class: "nodegrid"});
+  let cores = 0, busy = 0, gpus = 0, busyG = 0, ranks = 0, full = 0, idle = 0, down = 0;
+  for (const [name, part, c, bc, g, bg, r, st] of rows) {
+    const share = c ? bc / c : 0;
+    const up = st === "up";
+    if (up) {
+      cores += c; busy += bc; gpus += g; busyG += bg; ranks += r;
+      if (c && bc === c) full += 1; else if (!bc && !bg) idle += 1;
+    } else down += 1;
+    grid.append(el("span", {
+      class: `ncell${up ? "" : " down"}`, "data-node": name, "data-part": part || "",
+      title: `${name}: ${up ? `${bc}/${c} cores, ${bg}/${g} GPUs busy, ${r} ranks` : st}` +
+        (part ? `, ${part}` : ""),
+      style: {background: up ? `rgba(46, 139, 87, ${share ? 0.2 + 0.8 * share : 0.05})` : "#c33"},
+    }));
+  }
+  const box = el("div", {class: "nodesummary"}, grid);
+  box.append(el("div", {class: "legend", text:
+    `${rows.length} nodes: ${rows.length - down} up${down ? `, ${down} down or given back` : ""}; ` +
+    `${full} fully busy, ${rows.length - down - full - idle} partly, ${idle} idle; cores ` +
+    `${busy.toLocaleString()}/${cores.toLocaleString()}, GPUs ${busyG}/${gpus}, ranks ` +
+    `${ranks.toLocaleString()}`}));
+  return box;
 }
 
 function drawFailed() {

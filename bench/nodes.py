@@ -1,0 +1,380 @@
+"""A pilot of many nodes on one box (local.sim: real node daemons, many to a process, units
+simulated: agent/node_sim.py): what bring-up, units, reconfig and a node's loss cost as it
+grows, and what each process spends per node and per unit.
+
+    python bench/nodes.py [--nodes 64,256,1024,4096] [--units 200000] [--mixed] [--json FILE]
+
+For each size N (8 partitions of N/8 nodes, 128 cores and 8 GPUs a node; a size this machine's
+memory cannot hold is skipped, as submit refuses it):
+    bring-up    submit_pilots -> every partition ACTIVE, s
+    rate        U units of distinct arguments (`/bin/true i`) through submit_units(list) ->
+                wait_units: units/s, end to end
+    reconfig    stop a partition of N/8 nodes and start two of N/16 -> both ACTIVE, s
+    node loss   one node's daemon ended as kill -9 would end it (SIGUSR1 to its host, which
+                reads its kill file): the first of its units FAILED, s (node_timeout 10 s + REJOIN
+                3 s is the bound), and whether every unit of the other nodes ended DONE
+    memory      RSS of the bootstrap, an agent, the node hosts: KB per node (the slope between
+                the two smallest sizes measured is the per-node cost; the rest is the base)
+    CPU         CPU time per unit of `rate`, per process kind (client, bootstrap, agents, node
+                hosts), us
+Ratios in the same run: each size's CPU per unit against the smallest size's (flat is 1.0); and
+`placement`: a unit's placement (PartitionPool.allocate + release, the agent's) on one node of
+128 cores against one on 1,024 nodes of 128 cores (131,072 cores), the same units, in this
+process.
+--mixed (at the largest size): a workload that fills the pilot, 2 x (cores) units of 1, 8 and
+128 cores with lognormal `sleep` durations, submitted at once: its makespan against the greedy
+list schedule on the same nodes (whenever a unit ends, every waiting unit that fits a node
+starts, oldest first; a node is picked best-fit), x bound (target <= 1.05).
+Targets (issue 55): bring-up at 1,024 nodes <= 3 s; rate >= 20,000 units/s; reconfig <= 0.2 s;
+node loss within node_timeout (+ REJOIN); memory <= 10 KB per node held for the bootstrap and
+each agent beyond its base, <= 4 GiB for every pilot process together; placement within 2 x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import yaml  # noqa: E402
+
+import pilot as rp  # noqa: E402
+from pilot.pmgr.core import reaper  # noqa: E402
+
+PARTS = 8
+NODE_TIMEOUT = 10
+CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
+
+
+# -- what processes spend -------------------------------------------------------------------------
+def _stat(pid: int) -> tuple[float, int]:
+    """(CPU seconds, RSS bytes) of a process; (0, 0) if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        return cpu, rss
+    except (OSError, IndexError, ValueError):
+        return 0.0, 0
+
+
+def _kind(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            cmd = f.read()
+    except OSError:
+        return "?"
+    for needle, kind in (("node_sim", "hosts"), ("bootstrap", "bootstrap"),
+                         ("agent.zygote", "agents"), ("pilot.agent", "agents")):  # fmt: skip
+        if needle in cmd:
+            return kind
+    return "other"
+
+
+def processes(session) -> dict[int, str]:
+    """The session's processes by kind, and this client's own."""
+    out = {pid: _kind(pid) for pid in reaper.session_processes(session.uid)}
+    out[os.getpid()] = "client"
+    return out
+
+
+def spent(procs: dict[int, str]) -> dict[int, tuple[float, int]]:
+    return {pid: _stat(pid) for pid in procs}
+
+
+def by_kind(procs: dict, before: dict, after: dict) -> dict[str, float]:
+    out: Counter = Counter()
+    for pid, kind in procs.items():
+        out[kind] += after.get(pid, (0.0, 0))[0] - before.get(pid, (0.0, 0))[0]
+    return dict(out)
+
+
+# -- one size -------------------------------------------------------------------------------------
+def sim_config(tmp: str) -> str:
+    with open(os.path.join(ROOT, "configs", "local.yaml")) as f:
+        cfg = yaml.safe_load(f)["sim"]
+    # (a host runs 256 daemons on a shared core: under a burst of units it answers their
+    # pulses late; 3 s lost live nodes at 200,000 units, 10 s never did)
+    cfg["node_timeout"] = NODE_TIMEOUT
+    path = os.path.join(tmp, "sim.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+    return path
+
+
+def one_size(n: int, units: int, resource: str) -> dict:
+    row: dict = {"nodes": n}
+    t0 = time.monotonic()
+    with rp.Session() as session:
+        pd = rp.ComputePilotDescription(
+            resource=resource, nodes=n, runtime=30, parts=[CPD(nodes=n // PARTS)] * PARTS
+        )
+        pilot = rp.PilotManager(session).submit_pilots(pd)
+        for part in pilot.partitions:
+            assert part.wait(rp.ACTIVE, timeout=300) == rp.ACTIVE, part.reason
+        row["bringup_s"] = round(time.monotonic() - t0, 2)
+        umgr = rp.UnitManager(session)
+        umgr.add_pilots(pilot)
+        descs = [CUD(executable="/bin/true", arguments=[str(i)]) for i in range(units)]
+        procs = processes(session)
+        before = spent(procs)
+        t1 = time.monotonic()
+        done = umgr.submit_units(descs)
+        umgr.wait_units(timeout=3600)
+        took = time.monotonic() - t1
+        after = spent(procs)
+        states = Counter(u.state for u in done)
+        why = Counter(u.reason for u in done if u.state != rp.DONE)
+        assert states == {rp.DONE: units}, (states, why.most_common(3))
+        row["rate"] = round(units / took)
+        cpu = by_kind(procs, before, after)
+        row["cpu_us"] = {k: round(1e6 * v / units, 1) for k, v in cpu.items()}
+        mem: Counter = Counter()
+        count: Counter = Counter()
+        for pid, kind in procs.items():
+            mem[kind] += after.get(pid, (0.0, 0))[1]
+            count[kind] += 1
+        row["rss_mb"] = {k: round(v / 2**20, 1) for k, v in mem.items()}
+        row["procs"] = dict(count)
+        row["reconfig_s"] = reconfig(pilot)
+        row["node_loss_s"], row["others_done"] = node_loss(pilot, umgr, session)
+    return row
+
+
+def reconfig(pilot) -> float:
+    live = [p for p in pilot.partitions if p.state == rp.ACTIVE]
+    victim = live[0]
+    nodes = len((victim.resources or {}).get("nodes") or ()) or 2
+    t0 = time.monotonic()
+    new = pilot.reconfig(stop=victim.uid, start=[CPD(nodes=nodes // 2), CPD(nodes=nodes // 2)])
+    for p in new:
+        assert p.wait(rp.ACTIVE, timeout=60) == rp.ACTIVE, p.reason
+    return round(time.monotonic() - t0, 3)
+
+
+def node_loss(pilot, umgr, session) -> tuple[float, bool]:
+    """A `sleep 20` on every core of every node; one node's daemon killed: how long until its
+    units end FAILED, and whether all the others end DONE (canceled after: nothing waits 20 s)."""
+    live = [p for p in pilot.partitions if p.state == rp.ACTIVE]
+    n = sum(len((p.resources or {}).get("nodes") or ()) for p in live)
+    units = umgr.submit_units([CUD(executable="sleep", arguments=["20"], cores=128)] * n)
+    umgr.wait_units([u.uid for u in units], state=rp.EXECUTING, timeout=120)
+    victim = units[len(units) // 2].node
+    hint = next(int(i) for i, d in pilot.nodes.items() if d["name"] == victim)
+    from pilot.partition.launch.sim import PER_HOST
+
+    host = hint // PER_HOST
+    path = os.path.join(pilot.sandbox, "nodes", f"sim.{host}.json")
+    with open(path + ".kill", "w") as f:
+        json.dump([hint], f)
+    pids = [p for p in reaper.session_processes(session.uid) if _kind(p) == "hosts"]
+    mine = [p for p in pids if f"sim.{host}.json" in open(f"/proc/{p}/cmdline").read()]
+    t0 = time.monotonic()
+    os.kill(mine[0], signal.SIGUSR1)
+    hit = [u for u in units if u.node == victim]
+    deadline = time.monotonic() + 60
+    while not all(u.final for u in hit) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    took = round(time.monotonic() - t0, 2)
+    others = [u for u in units if u.node != victim]
+    ok = all(u.state == rp.FAILED for u in hit) and not any(u.final for u in others)
+    if not ok:
+        ended = [(u.uid, u.node, u.state, u.reason) for u in others if u.final][:3]
+        print(f"node loss: {Counter(u.state for u in hit)} on the lost node, others "
+              f"{Counter(u.state for u in others)}: {ended}", file=sys.stderr)  # fmt: skip
+    umgr.cancel_units([u.uid for u in others])
+    umgr.wait_units(timeout=120)
+    return took, ok
+
+
+# -- placement at two sizes, in this process ------------------------------------------------------
+def placement(reps: int = 20_000) -> dict:
+    from pilot.agent.pool import PartitionPool
+
+    def pool(nodes: int) -> PartitionPool:
+        return PartitionPool(
+            [
+                {"index": i, "name": f"n{i}", "cores": list(range(128)), "gpus": list(range(8))}
+                for i in range(nodes)
+            ]  # fmt: skip
+        )
+
+    out = {}
+    rng = random.Random(55)
+    shapes = [{"cpus": rng.choice((1, 1, 1, 8)), "ranks": 1} for _ in range(reps)]
+    for nodes in (1, 1024):
+        p = pool(nodes)
+        held: list = []
+        t0 = time.perf_counter()
+        for req in shapes:
+            a = p.allocate(req)
+            if a is None or len(held) >= 64:  # (a steady state: some held, some freed)
+                while held:
+                    p.release(held.pop().aid)
+                a = a or p.allocate(req)
+            held.append(a)
+        out[nodes] = 1e6 * (time.perf_counter() - t0) / reps
+    return {"one_node_us": round(out[1], 2), "1024_nodes_us": round(out[1024], 2),
+            "x": round(out[1024] / out[1], 2)}  # fmt: skip
+
+
+# -- the mixed workload and its greedy bound ------------------------------------------------------
+def mixed_units(cores: int, seed: int = 55) -> list[tuple[int, float]]:
+    """2 x `cores` units of 1, 8 and 128 cores, lognormal durations (median 1 s, sigma 0.5)."""
+    rng = random.Random(seed)
+    widths = rng.choices((1, 8, 128), weights=(70, 25, 5), k=2 * cores)
+    return [(w, round(min(8.0, rng.lognormvariate(0.0, 0.5)), 3)) for w in widths]
+
+
+def greedy_nodes(units: list[tuple[int, float]], nodes: int, per_node: int) -> float:
+    """The greedy list schedule's makespan on `nodes` nodes of `per_node` cores: whenever a unit
+    ends, every waiting unit that fits a node starts, oldest first, on the fullest node that
+    fits (the agent's BLOCK)."""
+    free = [per_node] * nodes
+    buckets = [set() for _ in range(per_node + 1)]
+    buckets[per_node] = set(range(nodes))
+    queues = {w: [] for w in {w for w, _ in units}}
+    for i, (w, _) in enumerate(units):
+        queues[w].append(i)
+    heads = {w: 0 for w in queues}
+    running: list = []
+    t = end = 0.0
+
+    def fit(w: int):
+        for c in range(w, per_node + 1):
+            if buckets[c]:
+                return next(iter(buckets[c]))
+        return None
+
+    while True:
+        while True:  # the oldest waiting unit that fits, again and again
+            best = None
+            for w, q in queues.items():
+                h = heads[w]
+                if h < len(q) and (best is None or q[h] < best[1]) and fit(w) is not None:
+                    best = (w, q[h])
+            if best is None:
+                break
+            w, i = best
+            heads[w] += 1
+            node = fit(w)
+            buckets[free[node]].discard(node)
+            free[node] -= w
+            buckets[free[node]].add(node)
+            done = t + units[i][1]
+            end = max(end, done)
+            heapq.heappush(running, (done, node, w))
+        if not running:
+            return end
+        t, node, w = heapq.heappop(running)
+        buckets[free[node]].discard(node)
+        free[node] += w
+        buckets[free[node]].add(node)
+
+
+def mixed(n: int, resource: str) -> dict:
+    units = mixed_units(n * 128)
+    with rp.Session() as session:
+        pd = rp.ComputePilotDescription(
+            resource=resource, nodes=n, runtime=60, parts=[CPD(nodes=n // PARTS)] * PARTS
+        )
+        pilot = rp.PilotManager(session).submit_pilots(pd)
+        for part in pilot.partitions:
+            assert part.wait(rp.ACTIVE, timeout=300) == rp.ACTIVE, part.reason
+        umgr = rp.UnitManager(session)
+        umgr.add_pilots(pilot)
+        descs = [CUD(executable="sleep", arguments=[f"{d:g}"], cores=w) for w, d in units]
+        t0 = time.time()
+        done = umgr.submit_units(descs)
+        umgr.wait_units(timeout=3600)
+        states = Counter(u.state for u in done)
+        assert states == {rp.DONE: len(units)}, states
+        first = min(ts for u in done for s, ts in u.history if s == rp.EXECUTING)
+        last = max(ts for u in done for s, ts in u.history if s == rp.DONE)
+    bound = greedy_nodes(units, n, 128)
+    return {
+        "units": len(units),
+        "makespan_s": round(last - t0, 2),
+        "start_s": round(first - t0, 2),
+        "bound_s": round(bound, 2),
+        "x_bound": round((last - first) / bound, 3),
+    }
+
+
+def fits(n: int) -> bool:
+    from pilot.partition.launch.sim import memory_estimate
+    from pilot.partition.plan import _available_memory
+
+    have = _available_memory()
+    return have is None or memory_estimate(n, PARTS) <= 0.8 * have
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", default="64,256,1024,4096")
+    ap.add_argument("--units", type=int, default=200_000)
+    ap.add_argument("--mixed", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.nodes.split(",")]
+    tmp = tempfile.mkdtemp(prefix="bench-nodes-")
+    os.environ.setdefault("PILOT_SESSIONS_DIR", os.path.join(tmp, "sessions"))
+    resource = sim_config(tmp)
+    rows = []
+    for n in sizes:
+        if not fits(n):
+            print(f"{n} nodes: skipped, this machine's memory cannot hold them", flush=True)
+            continue
+        units = min(args.units, max(20_000, args.units * n // max(sizes)))
+        rows.append(one_size(n, units, resource))
+        print(json.dumps(rows[-1]), flush=True)
+    place = placement()
+    print("\nnodes  bring-up  units/s  reconfig  node loss  RSS MiB (client/boot/agents/hosts)"
+          "  CPU us/unit (client/boot/agents/hosts)  x smallest")  # fmt: skip
+    base = None
+    for r in rows:
+        cpu, rss = r["cpu_us"], r["rss_mb"]
+        total = sum(cpu.values())
+        base = base or total
+        kinds = ("client", "bootstrap", "agents", "hosts")
+        print(
+            f"{r['nodes']:>5}  {r['bringup_s']:>7.2f}s  {r['rate']:>7}  {r['reconfig_s']:>7.3f}s"
+            f"  {r['node_loss_s']:>6.2f}s{'' if r['others_done'] else '!'}"
+            f"  {'/'.join(str(rss.get(k, 0)) for k in kinds):>28}"
+            f"  {'/'.join(str(cpu.get(k, 0)) for k in kinds):>30}  {total / base:.2f}"
+        )
+    if len(rows) >= 2:
+        a, b = rows[0], rows[1]
+        for kind in ("bootstrap", "agents"):
+            per = (b["rss_mb"][kind] - a["rss_mb"][kind]) * 2**20 / (b["nodes"] - a["nodes"])
+            print(f"memory per node, {kind}: {per / 1024:.1f} KB (all of its processes)")
+        per = (b["rss_mb"]["hosts"] - a["rss_mb"]["hosts"]) * 2**20 / (b["nodes"] - a["nodes"])
+        print(f"memory per simulated node, its host: {per / 1024:.1f} KB")
+    print(f"placement: one node {place['one_node_us']} us a unit, 1,024 nodes "
+          f"{place['1024_nodes_us']} us: x {place['x']}")  # fmt: skip
+    result = {"sizes": rows, "placement": place}
+    if args.mixed and rows:
+        result["mixed"] = mixed(rows[-1]["nodes"], resource)
+        m = result["mixed"]
+        print(f"mixed at {rows[-1]['nodes']} nodes: {m['units']} units, makespan "
+              f"{m['makespan_s']} s (start {m['start_s']} s), greedy bound {m['bound_s']} s: "
+              f"x {m['x_bound']}")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

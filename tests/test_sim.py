@@ -1,0 +1,92 @@
+"""local.sim: simulated nodes (agent/node_sim.py), real node daemons many to a process.
+
+What it simulates: a unit `sleep X` holds its slots X seconds, any other ends at once, exit 0;
+what it does not: processes, output, sandboxes.  Everything else is the real pilot: bring-up,
+the channel table and its fan-out, agents and their placement, node loss, halt."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+import pilot as rp
+from pilot.pmgr.core import reaper
+from tests.conftest import active_pilot
+
+CPD, CUD = rp.ComputePartitionDescription, rp.ComputeUnitDescription
+
+
+def sim(session, nodes: int, parts: int = 2, **kw):
+    return active_pilot(
+        session,
+        parts=[CPD(nodes=nodes // parts)] * parts,
+        resource="local.sim",
+        nodes=nodes,
+        runtime=10,
+        **kw,
+    )
+
+
+def test_sleep_holds_its_slots_and_anything_else_ends_at_once(session):
+    pilot, umgr = sim(session, 8)
+    assert len(pilot.nodes) == 8 and {n["state"] for n in pilot.nodes.values()} == {"up"}
+    t0 = time.monotonic()
+    quick = umgr.submit_units([CUD(executable="/bin/echo", arguments=[str(i)]) for i in range(500)])
+    assert umgr.wait_units([u.uid for u in quick], timeout=60) == [rp.DONE] * 500
+    # 8 nodes of 128 cores: a wave of 16 units of 64 cores, `sleep 1.5`, twice over
+    sleeps = umgr.submit_units(
+        [CUD(executable="/bin/sleep", arguments=["1.5"], cores=64) for _ in range(32)]
+    )
+    t1 = time.monotonic()
+    assert umgr.wait_units([u.uid for u in sleeps], timeout=60) == [rp.DONE] * 32
+    took = time.monotonic() - t1
+    assert 3.0 <= took < 6.0, took  # two waves of 1.5 s, not one, not a process's start each
+    assert all(u.exit_code == 0 for u in sleeps)
+    assert {u.node for u in sleeps} == {n["name"] for n in pilot.nodes.values()}
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_node_lost_among_many_fails_only_its_units(session, tmp_path):
+    """One node's daemon ended as its process killed would (agent/node_sim.py: SIGUSR1 and the
+    kill file): the bootstrap loses it after node_timeout, the units running there end FAILED
+    with the reason, and every other node's units end DONE (its partition's too: the partition
+    goes on without the node)."""
+    import yaml
+
+    cfg = tmp_path / "sim.yaml"
+    with open(os.path.join(os.path.dirname(rp.__file__), "..", "configs", "local.yaml")) as f:
+        base = yaml.safe_load(f)["sim"]
+    cfg.write_text(yaml.safe_dump(dict(base, node_timeout=3)))
+    pilot, umgr = active_pilot(
+        session, parts=[CPD(nodes=4)] * 4, resource=str(cfg), nodes=16, runtime=10
+    )
+    units = umgr.submit_units([CUD(executable="sleep", arguments=["6"], cores=128)] * 16)
+    umgr.wait_units([u.uid for u in units], state=rp.EXECUTING, timeout=60)
+    victim = units[5].node
+    hint = next(int(i) for i, n in pilot.nodes.items() if n["name"] == victim)
+    host = os.path.join(pilot.sandbox, "nodes", "sim.0.json")
+    with open(host + ".kill", "w") as f:
+        json.dump([hint], f)
+    (pid,) = [p for p in reaper.session_processes(session.uid)
+              if "node_sim" in open(f"/proc/{p}/cmdline").read()]  # fmt: skip
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGUSR1)
+    umgr.wait_units(timeout=60)
+    lost = [u for u in units if u.state == rp.FAILED]
+    assert [u.node for u in lost] == [victim], [(u.node, u.state, u.reason) for u in units]
+    assert victim in lost[0].reason and "lost" in lost[0].reason, lost[0].reason
+    assert time.monotonic() - t0 < 3 + 3 + 5  # node_timeout + REJOIN, and a margin
+    assert Counter(u.state for u in units) == {rp.DONE: 15, rp.FAILED: 1}
+    assert all(p.state == rp.ACTIVE for p in pilot.partitions) and pilot.state == rp.ACTIVE
+
+
+def test_a_simulated_pilot_too_large_for_this_machine_is_refused_at_submit(session):
+    with pytest.raises(ValueError, match=r"simulated nodes need about [\d.]+ GiB"):
+        rp.PilotManager(session).submit_pilots(
+            rp.ComputePilotDescription(resource="local.sim", nodes=90_000, runtime=1)
+        )
