@@ -244,3 +244,124 @@ def test_a_deposed_client_leaves_the_files_the_new_owner_staged_back_alone(make_
         a.wait(30)
         if session is None and said.get("session"):
             reaper.kill_session_processes(said["session"])
+
+
+def _cut_link(session, monkeypatch, drop):
+    """What the client sends its pilot is lost on the way when `drop(frames)` says so (a cut
+    link: the pilot's connection looks alive, nothing arrives, nothing is said); returns
+    what was dropped."""
+    dropped = []
+    send = session.channel.send
+
+    def lossy(uid, frames):
+        if drop(frames):
+            dropped.append(frames)
+            return
+        send(uid, frames)
+
+    monkeypatch.setattr(session.channel, "send", lossy)
+    return dropped
+
+
+def _is_sync(frames) -> bool:
+    from pilot.protocol import unpack
+
+    return frames[0] == b"cmd" and unpack(frames[1]).get("op") == "sync"
+
+
+def test_units_of_a_partition_lost_whose_pilot_ended_before_its_answer_end_once(
+    session, tmp_path, monkeypatch
+):
+    """Units sent to a partition over a cut link never reach it (SCHEDULING); the partition
+    ends FAILED (its node lost), so the client asks the pilot about them (`sync`), and the
+    pilot dies (kill -9 of the bootstrap) before any answer: every unit ends FAILED once, with
+    a reason (was: SCHEDULING for ever, 20 units of 77: the pilot's end settled only the
+    partitions that ended with it, and the ask was never answered; found by the fault
+    campaign, seed 176 on slurm-netns: its client link cut, the client stopped while the
+    pilot's nodes were lost, the ask unsent, then the bootstrap's bye)."""
+    import json
+    import time
+
+    import pilot as rp
+    from tests.conftest import active_pilot
+    from tests.faults import check_exactly_once, kill, read_truth, truth_unit
+
+    log = str(tmp_path / "truth.log")
+    pilot, umgr = active_pilot(
+        session, parts=[rp.ComputePartitionDescription(nodes=2)], resource="local.nodes4",
+        runtime=10,
+    )  # fmt: skip
+    part = pilot.partitions[0]
+    dropped = _cut_link(session, monkeypatch, lambda f: f[0] == b"units" or _is_sync(f))
+    units = umgr.submit_units([truth_unit(log, sleep=0.1) for _ in range(6)])
+    deadline = time.monotonic() + 20
+    while not all(u.part == part.uid for u in units) or not dropped:
+        assert time.monotonic() < deadline, [(u.uid, u.state, u.part) for u in units]
+        time.sleep(0.02)
+    assert session.writer.flush(timeout=30)
+    with open(os.path.join(pilot.sandbox, "daemons.json")) as f:
+        daemon = json.load(f)[str(part.resources["nodes"][0]["index"])]
+    kill(daemon["pid"])  # its node lost: the partition ends FAILED, the client asks (dropped)
+    assert part.wait(timeout=30) == rp.FAILED and "lost" in part.reason, part.reason
+    deadline = time.monotonic() + 20
+    while not any(_is_sync(f) for f in dropped):
+        assert time.monotonic() < deadline, "the client did not ask about the units"
+        time.sleep(0.02)
+    assert [u.state for u in units] == [rp.SCHEDULING] * 6
+    with open(os.path.join(pilot.sandbox, "control.json")) as f:
+        kill(json.load(f)["pid"])  # the bootstrap: the pilot ends before it answers
+    assert pilot.wait(timeout=30) == rp.FAILED
+    assert umgr.wait_units(timeout=20) == [rp.FAILED] * 6, [(u.uid, u.state) for u in units]
+    check_exactly_once(session, units, log)
+    assert {u.reason for u in units} == {"no live pilot is left to run it"}
+    starts, _ = read_truth(log)
+    assert not starts, f"units ran that never reached their partition: {starts}"
+
+
+def test_an_ask_about_units_the_channel_could_not_send_is_sent_again(
+    session, tmp_path, monkeypatch
+):
+    """The same, with the pilot alive: the ask about the units of a partition lost (`sync`)
+    cannot be sent (the pilot not connected: the channel says `unsent`); once the link is
+    back it is sent again, the pilot answers that the partition never had them, and they run
+    on the other partition (was: SCHEDULING for as long as the pilot lived, the failed command
+    only logged; the other half of seed 176's hang)."""
+    import json
+    import time
+
+    import pilot as rp
+    from tests.conftest import active_pilot
+    from tests.faults import check_exactly_once, kill, truth_unit
+
+    log = str(tmp_path / "truth.log")
+    two = [rp.ComputePartitionDescription(nodes=2)] * 2
+    pilot, umgr = active_pilot(session, parts=two, resource="local.nodes4", runtime=10)
+    victim, other = pilot.partitions
+    cut = {"on": True}
+
+    def drop(frames):
+        if frames[0] == b"units" and frames[1] == victim.uid.encode():
+            return True
+        return cut["on"] and _is_sync(frames)
+
+    dropped = _cut_link(session, monkeypatch, drop)
+    units = umgr.submit_units([truth_unit(log, sleep=0.1) for _ in range(8)])
+    deadline = time.monotonic() + 20
+    while not any(u.part == victim.uid for u in units) or not dropped:
+        assert time.monotonic() < deadline, [(u.uid, u.state, u.part) for u in units]
+        time.sleep(0.02)
+    assert session.writer.flush(timeout=30)
+    with open(os.path.join(pilot.sandbox, "daemons.json")) as f:
+        daemon = json.load(f)[str(victim.resources["nodes"][0]["index"])]
+    kill(daemon["pid"])
+    assert victim.wait(timeout=30) == rp.FAILED and "lost" in victim.reason, victim.reason
+    deadline = time.monotonic() + 20
+    while not any(_is_sync(f) for f in dropped):
+        assert time.monotonic() < deadline, "the client did not ask about the units"
+        time.sleep(0.02)
+    sync = next(f for f in dropped if _is_sync(f))
+    cut["on"] = False  # the link is back; the channel says the ask could not be sent
+    session.on_message(pilot.uid, [b"unsent", b"Host unreachable", *sync])
+    assert umgr.wait_units(timeout=30) == [rp.DONE] * 8, [(u.uid, u.state) for u in units]
+    check_exactly_once(session, units, log)
+    assert pilot.state == rp.ACTIVE and all(u.part == other.uid for u in units)

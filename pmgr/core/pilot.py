@@ -12,7 +12,8 @@ callbacks registered on the PilotManager see every state change of its pilots.  
 units goes on to the UnitManager that routes units to the pilot, through the small interface
 `UnitRouter` (pmgr/core/unit_router.py: everything a Pilot calls on it).  Commands to the
 bootstrap (`command`: reconfig, stop_parts, cancel_pilot, cancel_units, sync) go at once when
-the pilot is ACTIVE and linked, else once its hello came.
+the pilot is ACTIVE and linked, else once its hello came; a sync the channel could not send
+(the pilot not connected) is sent again at the next heartbeat while the pilot lives.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class Pilot(Stateful):
         self._silence_said = False  # (tick: a silent pilot whose job lives, said once)
         self._next_hb = 0.0
         self._queued_cmds: list[dict] = []
+        self._syncs: dict[str, dict] = {}  # cid -> a sync sent, until its reply
+        self._resync: list[dict] = []  # syncs the channel could not send: asked again
         self.linked = False  # its bootstrap said hello to this client process: sends arrive
         self._cancel_requested: str | None = None
         self._free: dict | None = None
@@ -266,6 +269,8 @@ class Pilot(Stateful):
         another client took over takes no more commands from this one."""
         if self.released:
             raise PilotOwned(self.uid, f"not this client's any more: {self.released}")
+        if cmd.get("op") == "sync" and cmd.get("cid"):
+            self._syncs[cmd["cid"]] = cmd
         if self.state == S.ACTIVE and self.linked:
             self.session.channel.send(self.uid, [b"cmd", pack(cmd)])
         else:
@@ -404,7 +409,17 @@ class Pilot(Stateful):
 
     def on_reply(self, body: dict) -> None:
         new = self._new_by_cmd.pop(body.get("cid"), [])
+        sync = self._syncs.pop(body.get("cid"), None)
         if body.get("ok"):
+            return
+        if sync is not None and not self.ending and not self.released:
+            # (its units would wait for an answer that never comes while the pilot lives:
+            # asked again at the next heartbeat; once the pilot ends, they are settled then,
+            # UnitEvents.on_pilot_changed)
+            log.warning(
+                "%s: sync %s failed: %s; asked again", self.uid, sync["cid"], body.get("error")
+            )
+            self._resync.append(sync)
             return
         log.error("%s: command %s failed: %s", self.uid, body.get("cid"), body.get("error"))
         for uid in new:  # a refused reconfig starts nothing: its partitions end here
@@ -528,6 +543,9 @@ class Pilot(Stateful):
             if now >= self._next_hb and self.linked:
                 self._next_hb = now + HEARTBEAT
                 self.session.channel.send(self.uid, msg(b"hb"))
+                syncs, self._resync = self._resync, []
+                for cmd in syncs:  # (a sync the channel could not send: asked again)
+                    self.command({**cmd, "cid": self.session.ids.next_cid(self.uid)})
 
     def _job_lives(self, now: float) -> bool:
         """(tick) The pilot's job runs (its process, or the batch system says so: a poll that

@@ -359,7 +359,23 @@ class UnitEvents:
         return True
 
     def on_pilot_changed(self, pilot) -> None:
-        """One of the manager's pilots ended: where units can go changed."""
+        """One of the manager's pilots ended: where units can go changed, and nothing is left
+        to ask about a unit still routed to one of its partitions.  Those that ended with it
+        were settled (on_partition_changed); one that ended before and was asked for (`sync`)
+        may never have been answered (the pilot went first, or the ask was never sent): its
+        units not final here are settled now, as if their partition had ended with it (only
+        sent: routed again; any other FAILED, its outcome unknown).  A unit whose output
+        files come here (`staging_out`) is left to its transfer, which ends it."""
+        if pilot.final:
+            now = time.time()
+            for unit in self.units.active():
+                if unit.final or unit.part is None or unit.staging_out:
+                    continue
+                part = pilot.parts.get(unit.part)
+                if part is None:  # (another pilot's)
+                    continue
+                part.outstanding = max(0, part.outstanding - 1)
+                self._never_reached(unit, _lost_with(part), now, front=True)
         self.routing.route()
 
     def on_synced(self, part_uid: str, unknown: list) -> None:
