@@ -287,9 +287,9 @@ def test_units_of_a_partition_lost_whose_pilot_ended_before_its_answer_end_once(
     from tests.faults import check_exactly_once, kill, read_truth, truth_unit
 
     log = str(tmp_path / "truth.log")
-    pilot, umgr = active_pilot(
-        session, parts=[rp.ComputePartitionDescription(nodes=2)], resource="local.nodes4",
-        runtime=10,
+    pilot, umgr = active_pilot(  # (a partition of one node in a pilot of two: its node lost,
+        session, parts=[rp.ComputePartitionDescription(nodes=1)], resource="local.nodes4",
+        nodes=2, runtime=10,  # the partition ends FAILED and the pilot goes on)
     )  # fmt: skip
     part = pilot.partitions[0]
     dropped = _cut_link(session, monkeypatch, lambda f: f[0] == b"units" or _is_sync(f))
@@ -300,8 +300,9 @@ def test_units_of_a_partition_lost_whose_pilot_ended_before_its_answer_end_once(
         time.sleep(0.02)
     assert session.writer.flush(timeout=30)
     with open(os.path.join(pilot.sandbox, "daemons.json")) as f:
-        daemon = json.load(f)[str(part.resources["nodes"][0]["index"])]
-    kill(daemon["pid"])  # its node lost: the partition ends FAILED, the client asks (dropped)
+        daemons = json.load(f)
+    for node in part.resources["nodes"]:  # its nodes lost: the partition ends FAILED (with one
+        kill(daemons[str(node["index"])]["pid"])  # left it would go on), the client asks
     assert part.wait(timeout=30) == rp.FAILED and "lost" in part.reason, part.reason
     deadline = time.monotonic() + 20
     while not any(_is_sync(f) for f in dropped):
@@ -352,8 +353,9 @@ def test_an_ask_about_units_the_channel_could_not_send_is_sent_again(
         time.sleep(0.02)
     assert session.writer.flush(timeout=30)
     with open(os.path.join(pilot.sandbox, "daemons.json")) as f:
-        daemon = json.load(f)[str(victim.resources["nodes"][0]["index"])]
-    kill(daemon["pid"])
+        daemons = json.load(f)
+    for node in victim.resources["nodes"]:  # (all of them: with one left it would go on)
+        kill(daemons[str(node["index"])]["pid"])
     assert victim.wait(timeout=30) == rp.FAILED and "lost" in victim.reason, victim.reason
     deadline = time.monotonic() + 20
     while not any(_is_sync(f) for f in dropped):
