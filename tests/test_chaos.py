@@ -244,3 +244,56 @@ def test_a_deposed_client_leaves_the_files_the_new_owner_staged_back_alone(make_
         a.wait(30)
         if session is None and said.get("session"):
             reaper.kill_session_processes(said["session"])
+
+
+def test_no_unit_starts_after_its_partition_ended_with_its_stopped_node(session, tmp_path):
+    """The daemon of a one-node partition is stopped (SIGSTOP) with units sent to it; the
+    node is lost (node_timeout 2 s) and the partition ends FAILED; the daemon goes on
+    (SIGCONT): none of those units starts, each ends once with a reason (was: the woken daemon
+    started them at once, before it heard the bootstrap's halt, after the partition's final
+    record; found by the fault campaign, seed 177 on slurm-netns)."""
+    import signal
+    import time
+
+    import pilot as rp
+    from tests.faults import check_exactly_once
+    from tests.test_nodes import nodes4, nodes4_variant, sandbox_json
+
+    one = rp.ComputePartitionDescription(nodes=1)
+    pilot, umgr = nodes4(
+        session, [one, one, rp.ComputePartitionDescription(nodes=2)],
+        resource=nodes4_variant(tmp_path, node_timeout=2),
+    )  # fmt: skip
+    first = pilot.partitions[0]  # (node0: lost, it is the partition's last node)
+    log, times = str(tmp_path / "truth.log"), str(tmp_path / "starts.log")
+    script = (
+        f'echo "$PILOT_UNIT_ID $(date +%s.%N)" >> {times}; echo "$PILOT_UNIT_ID start" >> {log}; '
+        f'sleep 0.5; echo "$PILOT_UNIT_ID end" >> {log}'
+    )
+    victim = sandbox_json(pilot, "daemons.json")["0"]
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        units = umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sh", arguments=["-c", script], partition=first.uid
+                )
+                for _ in range(2)
+            ]
+        )
+        assert first.wait(rp.FAILED, timeout=30) == rp.FAILED, first.state
+        assert "node node0 lost" in first.reason, first.reason
+        ended = time.time()
+    finally:
+        os.kill(victim["pid"], signal.SIGCONT)
+    umgr.wait_units([u.uid for u in units], timeout=30)
+    time.sleep(2.0)  # (what the woken daemon would start, it starts at once)
+    late = []
+    if os.path.exists(times):
+        for line in open(times).read().splitlines():
+            uid, at = line.split()
+            if float(at) > ended:
+                late.append((uid, f"{float(at) - ended:.1f} s after the partition ended"))
+    assert not late, late
+    check_exactly_once(session, units, log)
+
