@@ -430,10 +430,10 @@ class Agent(Reporting, Stopping):
                     self.execu.on_readable(key)
                 except ProtocolError as exc:
                     log.error("%s: %s", self.uid, exc)
+            if any(key is self.sock for key, _ in events):  # the bootstrap's word first: a
+                for frames in drain(self.sock, 100):  # stop or a node lost that came while
+                    self.handle(frames)  # this agent was away goes before any start
             self.on_exits()
-            if any(key is self.sock for key, _ in events):
-                for frames in drain(self.sock, 100):
-                    self.handle(frames)
             now = time.monotonic()
             if sweep_at is not None and now >= sweep_at:
                 self.execu.sweep(now)  # (output of lane units: read, not polled)

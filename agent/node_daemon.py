@@ -33,7 +33,9 @@ Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>
     silent node must not take the healthy ones down with it): the daemon logs it and exits 3.
 Liveness (the pulse: this daemon's DEALER, identity "d<hint>", to the bootstrap's pulse
 ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/liveness.py):
-    <- hb {} and -> hb {} every PULSE s.  Silence is not death: the bootstrap may be stalled
+    -> hb {n} and <- hb {n, d} every PULSE s (n: this daemon's heartbeats, numbered; the
+       bootstrap's says the last one it heard, and d how many `drop`s it sent on the node
+       channel).  Silence is not death: the bootstrap may be stalled
        (stopped, swapped out, its loop behind a slow file system) or its link down, and the
        batch job that holds this daemon still lives, so its units run on and their outcomes
        wait in the queues to their agents (ROUTER_MANDATORY, SNDHWM 100,000).  Nothing from
@@ -43,6 +45,16 @@ ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/liveness.py):
        the job step, srun); or, without a batch system (fork/exec/netns launches: nothing
        else would end it), the bootstrap process gone (--watch-parent / --watch-pid).
     <- halt {reason}   on the pulse too: this node was declared lost (see below)
+    The lease: a rank starts only while the bootstrap cannot have declared this node lost
+    (and so ended the partitions it was the agent's node or the last node of, their final
+    records written): within node_timeout of sending a heartbeat the bootstrap has since said
+    it heard (it loses a node only after node_timeout + REJOIN s without word from it), and
+    with every `drop` it had sent by then read.  An `exec` that comes outside the lease (this
+    daemon was stopped, or its link cut, for longer) waits, in order, until the bootstrap
+    answers again; a `halt` then (the node was lost meanwhile), a `drop` of its partition, or
+    a `kill` of its unit, and it is reported without having started: an exit with no code
+    and "not started on NODE: why" (a kill's: its signal), once.  An `exec` of a partition
+    already dropped, or during a halt, is reported so at once.
 Life (the node channel):
     <- drop {part}     a partition ended: kill (SIGKILL) what of its units still runs here
     <- agent {uid, argv, log, cfg, cfg_text}   start a partition's agent on this node (its
@@ -168,6 +180,13 @@ class NodeDaemon:
         self.ppid = os.getppid()
         self.watched = processes.Watched(args.watch_pid) if args.watch_pid else None
         self.halting: str | None = None
+        self.hb_n = 0  # heartbeats sent, numbered: the bootstrap echoes the last it heard
+        self.hb_sent: dict[int, float] = {}  # their numbers -> when sent (monotonic)
+        self.lease = 0.0  # when the latest heartbeat the bootstrap heard was sent
+        self.drops_seen = 0  # `drop`s read on the node channel
+        self.drops_due = 0  # `drop`s the bootstrap had sent when it last beat
+        self.dropped: set[bytes] = set()  # partitions ended: their execs are refused
+        self.held: list[tuple[bytes, dict]] = []  # execs that came outside the lease
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
         self.started = 0.0  # (monotonic) when it said up: its table is awaited from then
@@ -285,7 +304,7 @@ class NodeDaemon:
             self.poller.register(s, zmq.POLLIN)
         if not self.hosted:
             self.poller.register(self.wake_r, zmq.POLLIN)
-        self.started = self.next_hb = time.monotonic()
+        self.started = self.next_hb = self.lease = time.monotonic()  # (nobody lost it before)
 
     def run(self) -> int:
         """Its own loop, alone in its process; the exit code."""
@@ -306,11 +325,13 @@ class NodeDaemon:
 
     def serve(self, events: dict) -> None:
         """What its sockets hold (by `events`, a poll's), handled; its ranks' events sent."""
-        for sock, from_agent in ((self.up, False), (self.units, True)):
-            if sock in events:
-                self.receive(sock, from_agent)
-        if self.pulse in events:
+        if self.up in events:  # the bootstrap's first: a `drop` before its partition's execs
+            self.receive(self.up, False)
+        if self.pulse in events:  # (before the agents' execs: a halt, or a lease renewed)
             self.receive_pulse()
+        if self.units in events:
+            self.receive(self.units, True)
+        self.release_held()
         self.ranks.flush(self.units)
 
     def tick(self, now: float) -> int | None:
@@ -329,9 +350,16 @@ class NodeDaemon:
         if now >= self.next_hb:
             self.next_hb = now + liveness.PULSE
             try:
-                self.pulse.send_multipart(msg(b"hb"), zmq.NOBLOCK)
+                self.pulse.send_multipart(msg(b"hb", {"n": self.hb_n + 1}), zmq.NOBLOCK)
+                self.hb_n += 1
+                self.hb_sent[self.hb_n] = now
+                if len(self.hb_sent) > 1024:  # (never echoed: the oldest go)
+                    del self.hb_sent[min(self.hb_sent)]
             except zmq.Again:  # not connected now (ZMQ_IMMEDIATE): nothing stale queues
                 pass
+        if self.held:
+            self.release_held()
+            self.ranks.flush(self.units)
         return None
 
     def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
@@ -358,6 +386,77 @@ class NodeDaemon:
             if self.index is not None:
                 self.heard_bootstrap()
             handler(self, None, frames, body)
+
+    # -- the lease (the module's header) -------------------------------------------------------
+    def echoed(self, body: dict) -> None:
+        """The bootstrap's `hb` {n, d}: it heard heartbeat n (the lease runs from n's send)
+        and had sent d drops."""
+        n = body.get("n")
+        sent = self.hb_sent.get(n) if n is not None else None
+        if sent is not None:
+            self.lease = max(self.lease, sent)
+            for k in [k for k in self.hb_sent if k < n]:
+                del self.hb_sent[k]
+        self.drops_due = max(self.drops_due, int(body.get("d") or 0))
+
+    def may_start(self) -> bool:
+        return (
+            self.halting is None
+            and time.monotonic() - self.lease < self.args.timeout
+            and self.drops_seen >= self.drops_due
+        )
+
+    def exec_rank(self, agent: bytes, body: dict) -> None:
+        """An agent's `exec`: started now, or held outside the lease, or refused."""
+        if self.halting is not None:
+            self.ranks.not_started(agent, body, f"its daemon halts ({self.halting})")
+        elif agent in self.dropped:
+            self.ranks.not_started(agent, body, f"partition {agent.decode()} ended")
+        elif self.held or not self.may_start():
+            if not self.held:
+                log.warning(
+                    "%s: node.held: no word from the bootstrap for %.1f s: ranks wait for it "
+                    "before they start (it may have declared this node lost)",
+                    self.name,
+                    time.monotonic() - self.lease,
+                )
+            self.held.append((agent, body))
+        else:
+            self.ranks.start(agent, body)
+
+    def release_held(self) -> None:
+        """The execs held, started in order once the lease holds again."""
+        if not self.held or not self.may_start():
+            return
+        held, self.held = self.held, []
+        log.info("%s: node.released: %d held rank(s) start", self.name, len(held))
+        for agent, body in held:
+            self.ranks.start(agent, body)
+
+    def unhold(self, why: str, agent: bytes | None = None, uids=None, sig: int = 0) -> None:
+        """Held execs that will never start (all, `agent`'s, or those of `uids`: killed by
+        `sig`), reported so."""
+        kept = []
+        for a, body in self.held:
+            if agent is not None and a != agent or uids is not None and body["uid"] not in uids:
+                kept.append((a, body))
+            elif uids is not None:
+                self.ranks.not_started(a, body, None, -sig)
+            else:
+                self.ranks.not_started(a, body, why)
+        self.held = kept
+
+    def drop(self, part: bytes) -> None:
+        """`drop` {part}: its partition ended."""
+        self.drops_seen += 1
+        self.dropped.add(part)
+        self.unhold(f"partition {part.decode()} ended", agent=part)
+        self.ranks.drop(part)
+
+    def kill(self, uids, sig: int) -> None:
+        uids = set(uids)
+        self.unhold("killed", uids=uids, sig=sig)
+        self.ranks.kill(uids, sig)
 
     def heard_bootstrap(self) -> None:
         self.silence.heard(BOOTSTRAP)
@@ -394,6 +493,7 @@ class NodeDaemon:
         return None
 
     def halt(self) -> int:
+        self.unhold(f"its daemon halted ({self.halting})")
         killed = self.ranks.kill_all(f"killed: node {self.name}'s daemon halted ({self.halting})")
         for pid in self.agents:  # normally gone already: the bootstrap stops agents first
             processes.signal_process(pid, signal.SIGKILL)

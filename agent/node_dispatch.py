@@ -14,11 +14,11 @@ from pilot.protocol import ProtocolError
 
 
 def got_exec(daemon, ident, frames: list[bytes], body: dict) -> None:
-    daemon.ranks.start(ident, body)
+    daemon.exec_rank(ident, body)  # (now, or held outside its lease, or refused)
 
 
 def got_kill(daemon, ident, frames: list[bytes], body: dict) -> None:
-    daemon.ranks.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
+    daemon.kill(body["uids"], int(body.get("sig", signal.SIGTERM)))
 
 
 def got_table(daemon, ident, frames: list[bytes], body: dict) -> None:
@@ -31,6 +31,10 @@ def got_hb(daemon, ident, frames: list[bytes], body: dict) -> None:
     pass  # (word from the bootstrap: the daemon's receive loop noted it)
 
 
+def got_pulse_hb(daemon, ident, frames: list[bytes], body: dict) -> None:
+    daemon.echoed(body or {})  # (its lease: agent/node_daemon.py)
+
+
 def got_agent(daemon, ident, frames: list[bytes], body: dict) -> None:
     daemon.start_agent(body)
 
@@ -40,7 +44,7 @@ def got_agent_kill(daemon, ident, frames: list[bytes], body: dict) -> None:
 
 
 def got_drop(daemon, ident, frames: list[bytes], body: dict) -> None:
-    daemon.ranks.drop(body["part"].encode())
+    daemon.drop(body["part"].encode())
 
 
 def got_halt(daemon, ident, frames: list[bytes], body: dict) -> None:
@@ -64,4 +68,4 @@ FROM_RANKS = wire.Dispatch(
     "daemon",
     {b"exec": got_exec, b"kill": got_kill, b"hb": got_hb, b"table": got_table},
 )
-FROM_PULSE = wire.Dispatch("pulse", "daemon", {b"hb": got_hb, b"halt": got_halt})
+FROM_PULSE = wire.Dispatch("pulse", "daemon", {b"hb": got_pulse_hb, b"halt": got_halt})

@@ -68,6 +68,12 @@ class RankEvents:
             ev = self.events[agent] = {"out": [], "exit": []}
         ev[kind].append(item)
 
+    def not_started(self, agent: bytes, body: dict, why: str | None, code=None) -> None:
+        """An `exec` that will never start: its exit, with no code and why (or a kill's
+        `code`, the signal's negative, and no error)."""
+        error = None if why is None else f"not started on {self.name}: {why}"
+        self._event(agent, "exit", [body["uid"], body["rank"], code, error])
+
     def flush(self, sock: zmq.Socket) -> None:
         """Send every agent its events, on the daemon's ROUTER `sock`."""
         if not self.events:

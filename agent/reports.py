@@ -128,7 +128,9 @@ class Reporting:
             or self.updates.n >= FLUSH_SIZE
             or time.monotonic() - self.first_pending >= FLUSH_EVERY
         ):
-            frames = self.updates.frames()  # (with data frames: sent without a copy)
+            # (with data frames: sent without a copy); each group names this partition: the
+            # client drops what it says of a unit that has left it (routed again since)
+            frames = self.updates.frames(part=self.uid)
             self.sock.send_multipart(frames, copy=len(frames) <= 3)
             self.updates = Moves()
 

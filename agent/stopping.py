@@ -52,6 +52,7 @@ class Stopping:
     stager: Stager
     kill_grace: float  # seconds between a cancel's SIGTERM and its SIGKILL
     states: dict[str, str]  # (agent/reports.py) units here and not final -> their state
+    known: dict[str, list]  # (agent/reports.py) what was said of them, for a sync
     update: Callable[..., None]  # (agent/reports.py)
     flush: Callable[..., None]  # (agent/reports.py)
     take_back: Callable[[], None]  # units held ahead by the runner back to the queue
@@ -127,8 +128,9 @@ class Stopping:
         if not self.late:
             return
         if self.stopping["hand_back"]:
-            for u in self.late:  # routed again by the client: no longer this agent's
-                self.states.pop(u["uid"], None)
+            for u in self.late:  # routed again by the client: no longer this agent's (a
+                self.states.pop(u["uid"], None)  # sync after this says it does not know it,
+                self.known.pop(u["uid"], None)  # never again what it said before)
             self.flush(force=True)
             back = [{"uid": u["uid"]} for u in self.late]  # (the client has the rest)
             self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": back}))

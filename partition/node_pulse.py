@@ -1,8 +1,11 @@
 """The bootstrap's end of the node daemons' pulse channels (the protocol: pilot/liveness.py).
 
     NodePulse.endpoint  the ROUTER the daemons' pulse DEALERs connect to (`--pulse`)
-    beat(hints)         `hb` to each of them, every PULSE s (a daemon not connected: dropped)
-    read()              what came: `hb` from a daemon is word from it (`heard`); from a
+    beat(hints)         `hb` {n, d} to each of them, every PULSE s (a daemon not connected:
+                        dropped): n the last `hb` heard from it (its number), d how many
+                        `drop`s the node channel took for it (`dropped`): what a daemon needs
+                        before it starts a rank (its lease: agent/node_daemon.py)
+    read()              what came: `hb` {n} from a daemon is word from it (`heard`); from a
                         daemon of a node already lost, `halt` {reason} is the answer, once
                         per PULSE s, until it is gone
     silent()            {hint: seconds} of the daemons silent for longer than the tolerance
@@ -37,6 +40,8 @@ class NodePulse:
         self.gone: dict[int, str] = {}  # hint -> why its node was lost (it is told to halt)
         self.next_beat = 0.0
         self.told: dict[int, float] = {}  # hint -> when it was last told to halt
+        self.echo: dict[int, int] = {}  # hint -> the number of its last `hb` heard
+        self.drops: dict[int, int] = {}  # hint -> `drop`s its node channel took
 
     def heard(self, hint: int) -> None:
         if hint not in self.gone:
@@ -46,6 +51,11 @@ class NodePulse:
         """The node of `hint` is lost: no more clocks for it, and `halt` if it speaks again."""
         self.silence.forget(hint)
         self.gone[hint] = why
+        self.echo.pop(hint, None)  # (a lost node is never told it was heard again)
+
+    def dropped(self, hint: int) -> None:
+        """A `drop` went to the daemon of `hint` on the node channel."""
+        self.drops[hint] = self.drops.get(hint, 0) + 1
 
     def beat(self, hints: list[int]) -> None:
         now = time.monotonic()
@@ -53,7 +63,10 @@ class NodePulse:
             return
         self.next_beat = now + liveness.PULSE
         for h in hints:
-            self._send(h, msg(b"hb"))
+            body = {"d": self.drops.get(h, 0)}
+            if h in self.echo:
+                body["n"] = self.echo[h]
+            self._send(h, msg(b"hb", body))
 
     def read(self) -> None:
         for frames in drain(self.sock, 1000):
@@ -62,16 +75,20 @@ class NodePulse:
                 if not ident.startswith("d") or len(frames) < 2:
                     raise ProtocolError(f"{frames[:2]!r:.80} is not a daemon's pulse")
                 hint = int(ident[1:])
-                handler, _, _ = PULSE.read(frames[1], frames[2] if len(frames) > 2 else None)
+                handler, _, body = PULSE.read(frames[1], frames[2] if len(frames) > 2 else None)
             except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad pulse from a node daemon: %s", exc)
                 continue
-            handler(self, hint)
+            handler(self, hint, body)
 
-    def daemon_hb(self, hint: int) -> None:
-        """The daemon of `hint` lives: heard; or, its node lost, told to halt (once a PULSE)."""
+    def daemon_hb(self, hint: int, body: dict | None = None) -> None:
+        """The daemon of `hint` lives: heard (its `hb`'s number goes back to it with the next
+        beat); or, its node lost, told to halt (once a PULSE)."""
         why = self.gone.get(hint)
         if why is None:
+            n = (body or {}).get("n")
+            if n is not None:
+                self.echo[hint] = int(n)
             quiet = time.monotonic() - self.silence.last.get(hint, time.monotonic())
             if quiet > QUIET:
                 log.info("node.pulse: daemon hint %d heard again after %.1f s", hint, quiet)
@@ -98,5 +115,5 @@ class NodePulse:
         self.sock.close()
 
 
-# what the bootstrap receives on the pulse (pilot/wire.py): handler(pulse, hint)
+# what the bootstrap receives on the pulse (pilot/wire.py): handler(pulse, hint, body)
 PULSE = wire.Dispatch("pulse", "bootstrap", {b"hb": NodePulse.daemon_hb})

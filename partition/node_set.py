@@ -407,8 +407,9 @@ class NodeSet:
         """A partition ended: its daemons kill whatever of its units still runs (normally
         nothing; something when its agent died without stopping them)."""
         for i in indices:
-            if i not in self.down:
-                self.send_index(i, msg(b"drop", {"part": part}))
+            if i not in self.down and self.send_index(i, msg(b"drop", {"part": part})):
+                hint = next(h for h, j in self.index_of.items() if j == i)
+                self.pulse.dropped(hint)  # (its daemon starts nothing until it has it)
 
     def send_index(self, index: int, frames: list[bytes]) -> bool:
         hint = next((h for h, i in self.index_of.items() if i == index), None)

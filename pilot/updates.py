@@ -20,10 +20,13 @@ as columns, one group per state:
            to from HEAD (pilot/framed.py); none in the usual batch
 
 Info keys (what a move carries, as before): exit_code, reason, node, slots, lost, stdout,
-stderr, value, exception.  `Moves` builds a batch (the agent, the bootstrap's outbox when it
-answers a sync); `read` checks one that arrived (every group's shape, every uid's form in one
-regular-expression pass, the times' count and finiteness) and gives its `Group`s; a batch that
-does not pass is a bad message (checks.Invalid) and nothing of it is applied.
+stderr, value, exception; and `part`, in `same`: the partition whose agent said it
+(`frames(part=...)`), so that the client drops a move of a partition the unit has left
+(routed again since: pmgr/core/unit_events.py).  `Moves` builds a batch (the agent, the
+bootstrap's outbox when it answers a sync); `read` checks one that arrived (every group's
+shape, every uid's form in one regular-expression pass, the times' count and finiteness) and
+gives its `Group`s; a batch that does not pass is a bad message (checks.Invalid) and nothing
+of it is applied.
 """
 
 from __future__ import annotations
@@ -95,12 +98,17 @@ class Moves:
     def __len__(self) -> int:
         return self.n
 
-    def frames(self, kind: bytes = b"ustates") -> list[bytes]:
+    def frames(self, kind: bytes = b"ustates", part: str | None = None) -> list[bytes]:
+        """The message; `part`: the partition whose agent says these moves (in each group's
+        `same`)."""
         head = []
         times = array.array("d")
         for state in sorted(self.groups, key=_RANK.__getitem__):
             uids, ts, infos = self.groups[state]
             same, cols = _columns(infos)
+            if part is not None:
+                same["part"] = part
+                cols.pop("part", None)
             head.append([state, uids, same, cols])
             times.extend(ts)
         if not _LITTLE:

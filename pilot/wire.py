@@ -153,8 +153,10 @@ TABLE: tuple[Message, ...] = (
     _m("node", "halt", B, D, "{reason}", m.HALT, "kill what runs, say bye, exit"),
     _m("node", "hb", B, D, "{}", m.EMPTY, "accepted and ignored (the pulse carries liveness)"),
     # -- the pulse
-    _m("pulse", "hb", D, B, "{}", m.EMPTY, "the daemon lives, every liveness.PULSE s"),
-    _m("pulse", "hb", B, D, "{}", m.EMPTY, "the bootstrap lives, every liveness.PULSE s"),
+    _m("pulse", "hb", D, B, "{n}", m.PULSE_HB, "the daemon lives, every liveness.PULSE s; n: "
+       "its number"),
+    _m("pulse", "hb", B, D, "{n, d}", m.PULSE_HB, "the bootstrap lives, every liveness.PULSE s; "
+       "n: the daemon's last hb heard, d: drops sent to it (its lease to start ranks)"),
     _m("pulse", "halt", B, D, "{reason}", m.HALT, "this node was declared lost: halt"),
     # -- the ranks channel: agent (or parent daemon) -> node daemon, and back
     _m("ranks", "exec", A, D, "{uid, rank, argv, env, gpu_var, sandbox, files, cpus}", m.EXEC,

@@ -367,3 +367,146 @@ def test_an_ask_about_units_the_channel_could_not_send_is_sent_again(
     assert umgr.wait_units(timeout=30) == [rp.DONE] * 8, [(u.uid, u.state) for u in units]
     check_exactly_once(session, units, log)
     assert pilot.state == rp.ACTIVE and all(u.part == other.uid for u in units)
+
+
+def test_no_unit_starts_after_its_partition_ended_with_its_stopped_node(session, tmp_path):
+    """The daemon of a one-node partition is stopped (SIGSTOP) with units sent to it; the
+    node is lost (node_timeout 2 s) and the partition ends FAILED; the daemon goes on
+    (SIGCONT): none of those units starts, each ends once with a reason (was: the woken daemon
+    started them at once, before it heard the bootstrap's halt, after the partition's final
+    record; found by the fault campaign, seed 177 on slurm-netns)."""
+    import signal
+    import time
+
+    import pilot as rp
+    from tests.faults import check_exactly_once
+    from tests.test_nodes import nodes4, nodes4_variant, sandbox_json
+
+    one = rp.ComputePartitionDescription(nodes=1)
+    pilot, umgr = nodes4(
+        session, [one, one, rp.ComputePartitionDescription(nodes=2)],
+        resource=nodes4_variant(tmp_path, node_timeout=2),
+    )  # fmt: skip
+    first = pilot.partitions[0]  # (node0: lost, it is the partition's last node)
+    log, times = str(tmp_path / "truth.log"), str(tmp_path / "starts.log")
+    script = (
+        f'echo "$PILOT_UNIT_ID $(date +%s.%N)" >> {times}; echo "$PILOT_UNIT_ID start" >> {log}; '
+        f'sleep 0.5; echo "$PILOT_UNIT_ID end" >> {log}'
+    )
+    victim = sandbox_json(pilot, "daemons.json")["0"]
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        units = umgr.submit_units(
+            [
+                rp.ComputeUnitDescription(
+                    executable="/bin/sh", arguments=["-c", script], partition=first.uid
+                )
+                for _ in range(2)
+            ]
+        )
+        assert first.wait(rp.FAILED, timeout=30) == rp.FAILED, first.state
+        assert "node node0 lost" in first.reason, first.reason
+        ended = time.time()
+    finally:
+        os.kill(victim["pid"], signal.SIGCONT)
+    umgr.wait_units([u.uid for u in units], timeout=30)
+    time.sleep(2.0)  # (what the woken daemon would start, it starts at once)
+    late = []
+    if os.path.exists(times):
+        for line in open(times).read().splitlines():
+            uid, at = line.split()
+            if float(at) > ended:
+                late.append((uid, f"{float(at) - ended:.1f} s after the partition ended"))
+    assert not late, late
+    check_exactly_once(session, units, log)
+
+
+HANDED_BACK_CLIENT = r"""
+import json, sys, time
+import pilot as rp
+from tests.faults import truth_unit
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.nodes4", runtime=5,
+                                parts=[rp.ComputePartitionDescription(nodes=2)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+part = pilot.partitions[0]
+part.wait(rp.ACTIVE, timeout=60)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+busy = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"])
+                          for _ in range(4)])  # (every core of the partition)
+umgr.wait_units([u.uid for u in busy], state=rp.EXECUTING, timeout=60)
+queued = umgr.submit_units([truth_unit(sys.argv[1], sleep=0.2) for _ in range(4)])
+umgr.wait_units([u.uid for u in queued], state=rp.QUEUED, timeout=60)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "sandbox": pilot.sandbox, "part": part.uid,
+                  "queued": [u.uid for u in queued]}), flush=True)
+sys.stdin.readline()  # (its agent is stopped now)
+pilot.reconfig(stop=part.uid, start=[rp.ComputePartitionDescription(nodes=2)])
+time.sleep(1.0)
+s.writer.flush(timeout=30)
+print(json.dumps({"reconfig": True}), flush=True)
+time.sleep(120)  # (killed long before)
+"""
+
+
+def test_units_handed_back_by_a_stopped_agent_keep_their_history_in_order(make_session, tmp_path):
+    """Units QUEUED in a partition whose agent is stopped (SIGSTOP); the partition is stopped
+    by a reconfig (its queued units to be handed back) and a new one started; the client dies
+    and a new one attaches (it asks the agents about every unit); the agent goes on (SIGCONT):
+    it hands the units back, the client routes them to the new partition, and the old agent's
+    answer to the sync is not taken as a move of theirs: each ends DONE once, its history in
+    time order (was: QUEUED stamped at the first route written after the second SCHEDULING,
+    "time goes back", 4 units of 4: the agent said again what it had said of units it had
+    handed back, and the client took a move of a partition the unit had left; found by the
+    fault campaign, seed 184 on slurm-netns)."""
+    import json
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pilot as rp
+    from pilot.pmgr.core import reaper
+    from tests.conftest import ROOT
+    from tests.faults import check_exactly_once
+
+    log = str(tmp_path / "truth.log")
+    client = subprocess.Popen(
+        [sys.executable, "-c", HANDED_BACK_CLIENT, log],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )  # fmt: skip
+    said, agent, session = {}, None, None
+    try:
+        said = json.loads(client.stdout.readline())
+        with open(os.path.join(said["sandbox"], f"{said['part']}.agent.log")) as f:
+            agent = int(re.search(r"up, pid (\d+)", f.read()).group(1))
+        os.kill(agent, signal.SIGSTOP)
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert json.loads(client.stdout.readline())["reconfig"]
+        client.kill()
+        session = make_session(uid=said["session"])
+        rp.PilotManager(session).get_pilots()
+        umgr = rp.UnitManager(session)
+        time.sleep(1.0)  # (its sync reaches the stopped agent, behind the stop)
+        os.kill(agent, signal.SIGCONT)
+        units = [u for u in umgr.get_units() if u.uid in said["queued"]]
+        assert [u.wait(timeout=60) for u in units] == [rp.DONE] * 4, [u.reason for u in units]
+        check_exactly_once(session, units, log)
+        for unit in units:
+            assert unit.part != said["part"], unit.part
+            times = [t for _, t in unit.history]
+            assert times == sorted(times), f"{unit.uid}: time goes back: {unit.history}"
+    finally:
+        client.kill()
+        client.wait(30)
+        if agent is not None:
+            try:
+                os.kill(agent, signal.SIGCONT)  # (the fixture's SIGTERM must reach it)
+            except ProcessLookupError:  # (it stopped: its partition was stopped)
+                pass
+        if session is None and said.get("session"):
+            reaper.kill_session_processes(said["session"])

@@ -11,6 +11,11 @@ Nothing is lost: every unit ends in exactly one final state.
   - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
     at submit with the reason
   - handed back by a stopped partition (queued, not started): routed again
+  - a move that is not final from a partition the unit has left (it was routed again since:
+    handed back, never reached, its partition lost before it started) is stale, whatever
+    its time (an agent stopped while it was handed back, answering a new client's sync when
+    it wakes): dropped, counted in `said_again`.  A final move is taken from any partition
+    that ran the unit: its outcome is the truth, and the first final state is the one kept
   - its partition or pilot ended while the unit was queued or running there, without a word
     from the agent: FAILED with the partition's reason
   - no live pilot is left to run it: FAILED
@@ -110,6 +115,7 @@ class UnitEvents:
         outs, errs = g.column("stdout"), g.column("stderr")  # (a function's, a cleanup unit's)
         values, raised = g.column("value"), g.column("exception")
         paths = _PATHS
+        parts = g.column("part")  # (the partition whose agent said it)
         together, when = [], []
         taken: set[str] = set()  # (a uid the group names twice: the agent's report and its
         for i, uid in enumerate(uids):  # answer to a sync, said again: the move once)
@@ -123,6 +129,7 @@ class UnitEvents:
                 or unit.part is None
                 or (unit.state, state) not in paths
                 or (state == S.DONE and unit.client_out)
+                or (parts is not None and parts[i] != unit.part)
             ):
                 self.on_unit_state(uid, state, ts[i], g.info(i))
                 if final and self.units.state_of(uid) in S.FINAL:
@@ -169,7 +176,7 @@ class UnitEvents:
             return
         if state == unit.state:
             return
-        if unit.part is None and state not in S.FINAL:
+        if state not in S.FINAL and (unit.part is None or info.get("part", unit.part) != unit.part):
             self.said_again += 1  # from a partition it left (routed again): stale
             return
         if not S.reachable(S.UNIT_MACHINE, unit.state, state):
