@@ -137,7 +137,9 @@ def one_size(n: int, units: int, resource: str) -> dict:
         after = spent(procs)
         states = Counter(u.state for u in done)
         why = Counter(u.reason for u in done if u.state != rp.DONE)
-        assert states == {rp.DONE: units}, (states, why.most_common(3))
+        row["not_done"] = units - states[rp.DONE]  # (a live node lost under load: its units)
+        if row["not_done"]:
+            print(f"{n} nodes: {dict(states)}: {why.most_common(2)}", file=sys.stderr)
         row["rate"] = round(units / took)
         cpu = by_kind(procs, before, after)
         row["cpu_us"] = {k: round(1e6 * v / units, 1) for k, v in cpu.items()}
@@ -362,6 +364,7 @@ def main() -> int:
             f"{r['nodes']:>5}  {r['bringup_s']:>7.2f}s  {r['rate']:>7}  {r['reconfig_s']:>7.3f}s"
             f"  {r['node_loss_s']:>6.2f}s{'' if r['others_done'] else '!'}"
             f"{f' ({lost} lost under load)' if (lost := r['lost_under_load']) else ''}"
+            f"{f' ({bad} units not DONE)' if (bad := r['not_done']) else ''}"
             f"  {'/'.join(str(rss.get(k, 0)) for k in kinds):>28}"
             f"  {'/'.join(str(cpu.get(k, 0)) for k in kinds):>30}  {total / base:.2f}"
         )
