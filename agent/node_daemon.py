@@ -326,13 +326,17 @@ class NodeDaemon:
             self.halting = self.why_halt(now)
         if self.halting is not None:
             return self.halt()
+        self.beat(now)
+        return None
+
+    def beat(self, now: float) -> None:
+        """Its heartbeat to the bootstrap, when due (every PULSE s)."""
         if now >= self.next_hb:
             self.next_hb = now + liveness.PULSE
             try:
                 self.pulse.send_multipart(msg(b"hb"), zmq.NOBLOCK)
             except zmq.Again:  # not connected now (ZMQ_IMMEDIATE): nothing stale queues
                 pass
-        return None
 
     def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
         """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""
