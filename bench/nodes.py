@@ -164,10 +164,10 @@ def lost_nodes(pilot) -> set[str]:
 
 def reconfig(pilot) -> float:
     lost = lost_nodes(pilot)
-    live = [p for p in pilot.partitions if p.state == rp.ACTIVE
-            and not {n["name"] for n in (p.resources or {}).get("nodes") or ()} & lost]  # fmt: skip
-    victim = live[0]
-    nodes = len((victim.resources or {}).get("nodes") or ()) or 2
+    live = [p for p in pilot.partitions if p.state == rp.ACTIVE]
+    names = {p.uid: {n["name"] for n in (p.resources or {}).get("nodes") or ()} for p in live}
+    victim = min(live, key=lambda p: len(names[p.uid] & lost))  # (one that lost none, if any)
+    nodes = len(names[victim.uid] - lost) or 2
     t0 = time.monotonic()
     new = pilot.reconfig(stop=victim.uid, start=[CPD(nodes=nodes // 2), CPD(nodes=nodes // 2)])
     for p in new:
