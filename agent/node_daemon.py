@@ -347,6 +347,14 @@ class NodeDaemon:
             self.halting = self.why_halt(now)
         if self.halting is not None:
             return self.halt()
+        self.beat(now)
+        if self.held:
+            self.release_held()
+            self.ranks.flush(self.units)
+        return None
+
+    def beat(self, now: float) -> None:
+        """Its heartbeat to the bootstrap, when due (every PULSE s)."""
         if now >= self.next_hb:
             self.next_hb = now + liveness.PULSE
             try:
@@ -357,10 +365,6 @@ class NodeDaemon:
                     del self.hb_sent[min(self.hb_sent)]
             except zmq.Again:  # not connected now (ZMQ_IMMEDIATE): nothing stale queues
                 pass
-        if self.held:
-            self.release_held()
-            self.ranks.flush(self.units)
-        return None
 
     def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
         """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""

@@ -222,8 +222,12 @@ class SimHost:
                 events = {s: e for s, e in events.items() if s in self.owner}
             busy = {self.owner[s] for s in events if s in self.owner}
             touched = self.clock.fire(now)
-            for d in busy:
+            for k, d in enumerate(busy):
                 d.serve(events)
+                if k % 16 == 15 and time.monotonic() - now > TICK:  # a long burst: the
+                    beat = time.monotonic()  # heartbeats go on meanwhile (or the bootstrap
+                    for one in live:  # would take a busy host's nodes for lost)
+                        one.beat(beat)
             for r in touched:  # (ranks a sleep ended, not served above: their events now)
                 d = self.by_ranks.get(r)
                 if d is not None and d not in busy:

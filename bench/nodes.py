@@ -21,10 +21,11 @@ Ratios in the same run: each size's CPU per unit against the smallest size's (fl
 `placement`: a unit's placement (PartitionPool.allocate + release, the agent's) on one node of
 128 cores against one on 1,024 nodes of 128 cores (131,072 cores), the same units, in this
 process.
---mixed (at the largest size): a workload that fills the pilot, 2 x (cores) units of 1, 8 and
-128 cores with lognormal `sleep` durations, submitted at once: its makespan against the greedy
-list schedule on the same nodes (whenever a unit ends, every waiting unit that fits a node
-starts, oldest first; a node is picked best-fit), x bound (target <= 1.05).
+--mixed (at 1,024 nodes, or the largest size if smaller): a workload that fills the pilot, 2 x
+(cores) units of 1, 8 and 128 cores with lognormal `sleep` durations, submitted at once: its
+makespan against the greedy list schedule on the same nodes (whenever a unit ends, every waiting
+unit that fits a node starts, oldest first; a node is picked best-fit), x bound (target <=
+1.05).
 Targets (issue 55): bring-up at 1,024 nodes <= 3 s; rate >= 20,000 units/s; reconfig <= 0.2 s;
 node loss within node_timeout (+ REJOIN); memory <= 10 KB per node held for the bootstrap and
 each agent beyond its base, <= 4 GiB for every pilot process together; placement within 2 x.
@@ -136,7 +137,9 @@ def one_size(n: int, units: int, resource: str) -> dict:
         after = spent(procs)
         states = Counter(u.state for u in done)
         why = Counter(u.reason for u in done if u.state != rp.DONE)
-        assert states == {rp.DONE: units}, (states, why.most_common(3))
+        row["not_done"] = units - states[rp.DONE]  # (a live node lost under load: its units)
+        if row["not_done"]:
+            print(f"{n} nodes: {dict(states)}: {why.most_common(2)}", file=sys.stderr)
         row["rate"] = round(units / took)
         cpu = by_kind(procs, before, after)
         row["cpu_us"] = {k: round(1e6 * v / units, 1) for k, v in cpu.items()}
@@ -147,15 +150,24 @@ def one_size(n: int, units: int, resource: str) -> dict:
             count[kind] += 1
         row["rss_mb"] = {k: round(v / 2**20, 1) for k, v in mem.items()}
         row["procs"] = dict(count)
+        row["lost_under_load"] = len(lost_nodes(pilot))  # (live nodes lost for silence)
         row["reconfig_s"] = reconfig(pilot)
         row["node_loss_s"], row["others_done"] = node_loss(pilot, umgr, session)
     return row
 
 
+def lost_nodes(pilot) -> set[str]:
+    """The nodes the bootstrap lost so far (node.lost in its log)."""
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        return {ln.split("node.lost: node ")[1].split()[0] for ln in f if "node.lost: node " in ln}
+
+
 def reconfig(pilot) -> float:
+    lost = lost_nodes(pilot)
     live = [p for p in pilot.partitions if p.state == rp.ACTIVE]
-    victim = live[0]
-    nodes = len((victim.resources or {}).get("nodes") or ()) or 2
+    names = {p.uid: {n["name"] for n in (p.resources or {}).get("nodes") or ()} for p in live}
+    victim = min(live, key=lambda p: len(names[p.uid] & lost))  # (one that lost none, if any)
+    nodes = len(names[victim.uid] - lost) or 2
     t0 = time.monotonic()
     new = pilot.reconfig(stop=victim.uid, start=[CPD(nodes=nodes // 2), CPD(nodes=nodes // 2)])
     for p in new:
@@ -351,11 +363,13 @@ def main() -> int:
         print(
             f"{r['nodes']:>5}  {r['bringup_s']:>7.2f}s  {r['rate']:>7}  {r['reconfig_s']:>7.3f}s"
             f"  {r['node_loss_s']:>6.2f}s{'' if r['others_done'] else '!'}"
+            f"{f' ({lost} lost under load)' if (lost := r['lost_under_load']) else ''}"
+            f"{f' ({bad} units not DONE)' if (bad := r['not_done']) else ''}"
             f"  {'/'.join(str(rss.get(k, 0)) for k in kinds):>28}"
             f"  {'/'.join(str(cpu.get(k, 0)) for k in kinds):>30}  {total / base:.2f}"
         )
     if len(rows) >= 2:
-        a, b = rows[0], rows[1]
+        a, b = rows[0], rows[-1]  # (the slope over the widest span)
         for kind in ("bootstrap", "agents"):
             per = (b["rss_mb"][kind] - a["rss_mb"][kind]) * 2**20 / (b["nodes"] - a["nodes"])
             print(f"memory per node, {kind}: {per / 1024:.1f} KB (all of its processes)")
@@ -365,9 +379,10 @@ def main() -> int:
           f"{place['1024_nodes_us']} us: x {place['x']}")  # fmt: skip
     result = {"sizes": rows, "placement": place}
     if args.mixed and rows:
-        result["mixed"] = mixed(rows[-1]["nodes"], resource)
+        at = min(max(r["nodes"] for r in rows), 1024)  # (the issue's size: 262,144 units)
+        result["mixed"] = mixed(at, resource)
         m = result["mixed"]
-        print(f"mixed at {rows[-1]['nodes']} nodes: {m['units']} units, makespan "
+        print(f"mixed at {at} nodes: {m['units']} units, makespan "
               f"{m['makespan_s']} s (start {m['start_s']} s), greedy bound {m['bound_s']} s: "
               f"x {m['x_bound']}")  # fmt: skip
     if args.json:

@@ -19,10 +19,11 @@ from pilot import processes
 from pilot.partition.launch.base import exit_codes, launched_pids, stop_processes
 
 PER_HOST = 256  # simulated nodes a host process runs
-# memory, measured by bench/nodes.py (RSS): what a simulated node costs its host (its daemon,
-# three sockets with CURVE), the bootstrap (its node's entries) and its partition's agent
-# (its DEALER to it, its pool), and what each process costs before any node
-NODE_BYTES = 400 * 1024
+# memory, measured by bench/nodes.py (RSS, 64 -> 1,024 nodes): what a simulated node costs its
+# host (its daemon, three sockets with CURVE: ~280 KB), the bootstrap (its two connections and
+# entries: ~140 KB) and its partition's agent (its connection to it, its pool: ~80 KB), and
+# what each process costs before any node
+NODE_BYTES = 512 * 1024
 HOST_BYTES = 40 * 2**20
 AGENT_BYTES = 60 * 2**20
 BOOTSTRAP_BYTES = 80 * 2**20
