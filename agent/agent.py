@@ -87,6 +87,7 @@ class Agent(Reporting, Stopping):
         self._init_reports()  # (agent/reports.py)
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
+        self.boot_seen = 0.0  # when the bootstrap was last seen alive (start_ready)
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more is placed there
         self._init_stopping()  # (agent/stopping.py)
         self.ppid = os.getppid()
@@ -229,6 +230,11 @@ class Agent(Reporting, Stopping):
     def start_ready(self) -> None:
         if self.stopping:
             return
+        now = time.monotonic()  # (asked at most every 50 ms: a stop or a freeze of this agent
+        if now - self.boot_seen > 0.05:  # counts in the monotonic clock, so a woken agent asks)
+            if self.bootstrap_gone():
+                return
+            self.boot_seen = now
         ready = self.sched.ready()
         while True:  # a few at a time: journaled in one write, then started
             batch = list(itertools.islice(ready, JOURNAL_BATCH))
@@ -457,10 +463,37 @@ class Agent(Reporting, Stopping):
                 self.sock.send_multipart(msg(b"load", {"nodes": load}), zmq.NOBLOCK)
             except zmq.Again:
                 pass  # (the bootstrap is not reading: the next second says it again)
-        if os.getppid() == self.cfg.get("adopted_by"):  # its zygote died, not the
+        self.bootstrap_gone()
+
+    def bootstrap_gone(self) -> bool:
+        """Whether the bootstrap that started this agent is gone (then the agent stops: it
+        starts nothing more).  Asked every second and before units start: a unit must not
+        start once the client may have recorded the pilot lost (the fault campaign, seed 200:
+        an agent whose zygote outlived a killed bootstrap started a unit 9 s later).  The
+        bootstrap's own pid where the agent runs on its host (`adopted_by`: a process gone,
+        or a zombie, is gone), else a change of parent."""
+        boot = self.cfg.get("adopted_by")
+        if os.getppid() == boot:  # its zygote died, not the
             self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
-        if os.getppid() != self.ppid:
+        if os.getppid() != self.ppid or (boot is not None and not _alive(int(boot))):
             self.stop("the pilot's bootstrap is gone", hand_back=False)
+            return True
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` (on this host) runs: not gone, not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        try:  # (no /proc: a zombie passes for alive)
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 # what an agent receives on the agent link (pilot/wire.py), by kind: handler(agent, body)

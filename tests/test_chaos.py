@@ -510,3 +510,67 @@ def test_units_handed_back_by_a_stopped_agent_keep_their_history_in_order(make_s
                 pass
         if session is None and said.get("session"):
             reaper.kill_session_processes(said["session"])
+
+
+def test_no_unit_starts_after_its_bootstrap_died_while_its_zygote_lives(session, tmp_path):
+    """The bootstrap is killed (-9) while the agent zygote, stopped, outlives it, so that the
+    agent keeps its parent: two units hold the partition's cores, four wait; once the pilot is
+    FAILED at the client and the holders have ended, none of the four starts (the agent stops
+    for its bootstrap's death, not its parent's); every unit ends once (was: the agent started
+    the waiting units as cores freed, 9 s after the pilot's final record; found by the fault
+    campaign, seed 200 on local.nodes4)."""
+    import json
+    import signal
+    import time
+
+    import pilot as rp
+    from pilot.pmgr.core import reaper
+    from tests.conftest import active_pilot
+    from tests.faults import check_exactly_once
+
+    pilot, umgr = active_pilot(session, parts=((2,),))
+    log, times = str(tmp_path / "truth.log"), str(tmp_path / "starts.log")
+
+    def unit(sleep: float) -> rp.ComputeUnitDescription:
+        script = (
+            f'echo "$PILOT_UNIT_ID $(date +%s.%N)" >> {times}; '
+            f'echo "$PILOT_UNIT_ID start" >> {log}; '
+            f'sleep {sleep}; echo "$PILOT_UNIT_ID end" >> {log}'
+        )
+        return rp.ComputeUnitDescription(executable="/bin/sh", arguments=["-c", script])
+
+    hold = umgr.submit_units([unit(2)] * 2)
+    umgr.wait_units([u.uid for u in hold], state=rp.EXECUTING, timeout=30)
+    wait = umgr.submit_units([unit(0)] * 4)
+    umgr.wait_units([u.uid for u in wait], state=rp.QUEUED, timeout=30)
+    with open(os.path.join(pilot.sandbox, "control.json")) as f:
+        boot = json.load(f)["pid"]
+
+    def parent(pid: int) -> int:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+    zygotes = [p for p in reaper.session_processes(session.uid)
+               if "agent.zygote" in open(f"/proc/{p}/cmdline").read().replace("\0", " ")
+               and parent(p) == boot]  # fmt: skip
+    assert len(zygotes) == 1, zygotes
+    os.kill(zygotes[0], signal.SIGSTOP)
+    try:
+        os.kill(boot, signal.SIGKILL)
+        assert pilot.wait(timeout=30) == rp.FAILED, pilot.state
+        ended = time.time()
+        time.sleep(3.0)  # (the holders end after 2 s: their cores free for the waiting four)
+    finally:
+        os.kill(zygotes[0], signal.SIGCONT)
+    umgr.wait_units([u.uid for u in hold + wait], timeout=30)
+    late = []
+    for line in open(times).read().splitlines():
+        uid, at = line.split()
+        if float(at) > ended:
+            late.append((uid, f"{float(at) - ended:.1f} s after the pilot ended"))
+    assert not late, late
+    assert {u.state for u in wait} == {rp.FAILED}, (
+        [(u.uid, u.state, u.reason) for u in hold + wait],
+        open(times).read(),
+        ended,
+    )
+    check_exactly_once(session, hold + wait, log)
