@@ -187,6 +187,14 @@ def test_ctrl_c_cancels_the_running_jobs_units_and_ends_the_pilot(tmp_path, sess
         assert proc.poll() is None and time.monotonic() < deadline, _finish(proc, 5)
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # (the terminal sends Ctrl-C to the foreground group)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        # Once in CI (not in 12 runs here), Snakemake did not act on one Ctrl-C at all (its
+        # "Terminating processes on user request" never came, the jobs ran on): a user presses
+        # it again, and so does this test; a second miss fails it
+        print("snakemake did not act on the first Ctrl-C within 30 s: sent again")
+        os.killpg(proc.pid, signal.SIGINT)
     out = _finish(proc, 60)
     assert proc.returncode != 0
     assert not list(tmp_path.glob("slow.*")), out

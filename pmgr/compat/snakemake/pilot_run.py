@@ -16,7 +16,9 @@ Nothing here knows Snakemake; pmgr/compat/snakemake/executor.py drives it.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 
 from pilot import states as S
 from pilot.adapt_policy import Adapt
@@ -31,6 +33,9 @@ from pilot.pmgr.compat.snakemake.settings import (
     ExecutorSettings,
 )
 from pilot.pmgr.core import PilotManager, Session
+
+log = logging.getLogger("pilot.snakemake")
+END_WAIT = 30.0  # s the end waits for units still running (then the session's close ends them)
 
 
 class PilotRunError(RuntimeError):
@@ -137,9 +142,18 @@ class PilotRun:
         self.executor.cancel_units(running, reason)
 
     def end(self) -> str | None:
-        """Wait for every future, then close the session; the pilot ends with it, or is left
-        running with --pilot-keep (then the session id is returned)."""
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        """Wait for every future (at most END_WAIT s), then close the session; the pilot ends
+        with it (and what still runs in it), or is left running with --pilot-keep (then the
+        session id is returned)."""
+        waiting = threading.Thread(  # (bounded: a unit whose cancel was lost must not hang
+            target=self.executor.shutdown,  # Snakemake's exit; the close below ends it)
+            kwargs={"wait": True, "cancel_futures": True},
+            daemon=True,
+        )
+        waiting.start()
+        waiting.join(END_WAIT)
+        if waiting.is_alive():
+            log.warning("units still running %g s after the workflow's end", END_WAIT)
         keep = self.settings.keep and not self.pilot.final
         self.session.close(terminate=not keep)
         return self.session.uid if keep else None
