@@ -114,19 +114,25 @@ def sim_config(tmp: str) -> str:
     return path
 
 
+def sim_pilot(session, resource: str, n: int, runtime: float):
+    """A pilot of n simulated nodes in PARTS partitions, every one ACTIVE; (pilot, its umgr)."""
+    pd = rp.ComputePilotDescription(
+        resource=resource, nodes=n, runtime=runtime, parts=[CPD(nodes=n // PARTS)] * PARTS
+    )
+    pilot = rp.PilotManager(session).submit_pilots(pd)
+    for part in pilot.partitions:
+        assert part.wait(rp.ACTIVE, timeout=300) == rp.ACTIVE, part.reason
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    return pilot, umgr
+
+
 def one_size(n: int, units: int, resource: str) -> dict:
     row: dict = {"nodes": n}
     t0 = time.monotonic()
     with rp.Session() as session:
-        pd = rp.ComputePilotDescription(
-            resource=resource, nodes=n, runtime=30, parts=[CPD(nodes=n // PARTS)] * PARTS
-        )
-        pilot = rp.PilotManager(session).submit_pilots(pd)
-        for part in pilot.partitions:
-            assert part.wait(rp.ACTIVE, timeout=300) == rp.ACTIVE, part.reason
+        pilot, umgr = sim_pilot(session, resource, n, runtime=30)
         row["bringup_s"] = round(time.monotonic() - t0, 2)
-        umgr = rp.UnitManager(session)
-        umgr.add_pilots(pilot)
         descs = [CUD(executable="/bin/true", arguments=[str(i)]) for i in range(units)]
         procs = processes(session)
         before = spent(procs)
@@ -298,14 +304,7 @@ def greedy_nodes(units: list[tuple[int, float]], nodes: int, per_node: int) -> f
 def mixed(n: int, resource: str) -> dict:
     units = mixed_units(n * 128)
     with rp.Session() as session:
-        pd = rp.ComputePilotDescription(
-            resource=resource, nodes=n, runtime=60, parts=[CPD(nodes=n // PARTS)] * PARTS
-        )
-        pilot = rp.PilotManager(session).submit_pilots(pd)
-        for part in pilot.partitions:
-            assert part.wait(rp.ACTIVE, timeout=300) == rp.ACTIVE, part.reason
-        umgr = rp.UnitManager(session)
-        umgr.add_pilots(pilot)
+        pilot, umgr = sim_pilot(session, resource, n, runtime=60)
         descs = [CUD(executable="sleep", arguments=[f"{d:g}"], cores=w) for w, d in units]
         t0 = time.time()
         done = umgr.submit_units(descs)
