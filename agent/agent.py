@@ -126,8 +126,9 @@ class Agent(Reporting, Stopping):
         n = 0
         for data in checks.items("units", units):
             bulk = isinstance(data, dict) and "uids" in data
+            each = None  # (a bulk's units' own arguments, aligned with its uids)
             if bulk:
-                first, uids, malformed = UnitRecord.arrived_bulk(data)
+                first, uids, malformed, each = UnitRecord.arrived_bulk(data)
             else:
                 first, malformed = UnitRecord.arrived(data)
                 uids = [first["uid"]] if first is not None else []
@@ -148,7 +149,11 @@ class Agent(Reporting, Stopping):
                         self.serve_running()
                     except Exception:  # (nothing of the running units may cost this batch)
                         log.exception("%s: serving running units failed", self.uid)
-                self._arrived(first if i == 0 else first.copy_for(uid), reason)
+                if i == 0 and each is None:
+                    self._arrived(first, reason)
+                    continue
+                rec, bad = first.copy_for(uid, False if each is None else each[i])
+                self._arrived(rec, reason or (bad and f"malformed unit: {bad}"))
         if self.sched.unsorted:  # a higher priority came: what lanes hold ahead goes back first
             self.take_back()
             self.sched.reorder()

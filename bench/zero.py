@@ -1,6 +1,7 @@
 """The stack's own ceiling: zero-launch units through the whole path, and where its CPU goes.
 
     python bench/zero.py [--n 100000] [--parts 1,2,4] [--reps 1] [--kind exec|function]
+                         [--descs shared,each,distinct]
 
 Each run is a fresh process: a Session on disk (sqlite, the default store) and a pilot on
 `local.zero` (this machine, 64 logical cores; units never start a process: the agent ends each
@@ -53,7 +54,21 @@ def _noop() -> None:
     return None
 
 
-def one_run(n: int, parts: int, kind: str) -> dict:
+def _descriptions(rp, n: int, kind: str, descs: str) -> list:
+    """N descriptions as a script builds them: `shared` (one object N times), `each` (an object
+    per unit, all alike) or `distinct` (an object per unit with its own arguments)."""
+    if kind == "function":
+        if descs == "shared":
+            return [rp.ComputeUnitDescription(function=_noop)] * n
+        return [rp.ComputeUnitDescription(function=_noop) for _ in range(n)]
+    if descs == "shared":
+        return [rp.ComputeUnitDescription(executable="/bin/true")] * n
+    if descs == "each":
+        return [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(n)]
+    return [rp.ComputeUnitDescription(executable="/bin/true", arguments=[str(i)]) for i in range(n)]
+
+
+def one_run(n: int, parts: int, kind: str, descs: str = "each") -> dict:
     import threading
 
     import pilot as rp
@@ -70,10 +85,7 @@ def one_run(n: int, parts: int, kind: str) -> dict:
             p.wait(rp.ACTIVE, timeout=60)
         umgr = rp.UnitManager(session)
         umgr.add_pilots(pilot)
-        if kind == "function":
-            descs = [rp.ComputeUnitDescription(function=_noop) for _ in range(n)]
-        else:
-            descs = [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(n)]
+        made = _descriptions(rp, n, kind, descs)
         agents = _agents(pilot, session)
         boot = pilot.job.pid
         names = {t.native_id: t.name for t in threading.enumerate()}
@@ -88,7 +100,7 @@ def one_run(n: int, parts: int, kind: str) -> dict:
 
         before = sample()
         t0 = time.perf_counter()
-        units = umgr.submit_units(descs)
+        units = umgr.submit_units(made)
         umgr.wait_units(timeout=600)
         session.writer.flush(timeout=600)
         wall = time.perf_counter() - t0
@@ -117,35 +129,51 @@ def main() -> int:
     ap.add_argument("--parts", default="1,2,4")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--kind", choices=("exec", "function"), default="exec")
+    ap.add_argument(
+        "--descs",
+        default="shared,each,distinct",
+        help="how the N descriptions are built: shared (one object), each (an object "
+        "per unit, alike), distinct (an object per unit, its own arguments)",
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one_run(args.n, int(args.parts), args.kind)))
+        print(json.dumps(one_run(args.n, int(args.parts), args.kind, args.descs)))
         return 0
     parts = [int(p) for p in args.parts.split(",")]
-    runs: dict[int, list] = {p: [] for p in parts}
+    shapes = args.descs.split(",")
+    bad = [d for d in shapes if d not in ("shared", "each", "distinct")]
+    if bad:
+        ap.error(f"--descs: {bad[0]!r} is not one of shared, each, distinct")
+    runs: dict[tuple[str, int], list] = {(d, p): [] for d in shapes for p in parts}
     for rep in range(args.reps):
-        for p in parts:
-            cmd = ["--n", str(args.n), "--parts", str(p), "--kind", args.kind]
+        for d, p in runs:
+            cmd = ["--n", str(args.n), "--parts", str(p), "--kind", args.kind, "--descs", d]
             run = in_fresh_process(__file__, cmd, timeout=1200)
             if run is None:
                 return 1
             if run["done"] != args.n:
                 print(f"only {run['done']} of {args.n} units DONE", file=sys.stderr)
                 return 1
-            runs[p].append(run)
-            print(f"rep {rep + 1}, {p} partition(s): {run['rate']:.0f} units/s", file=sys.stderr)
+            runs[d, p].append(run)
+            print(
+                f"rep {rep + 1}, {d}, {p} partition(s): {run['rate']:.0f} units/s", file=sys.stderr
+            )
     med = statistics.median
     print(
         f"\nN={args.n} zero-launch {args.kind} units, local.zero ({CORES} logical cores split "
         f"into P partitions), sqlite on disk, {os.cpu_count()} cores; medians of {args.reps}\n"
+        "descriptions: shared = one object N times, each = an object per unit (alike), "
+        "distinct = an object per unit with its own arguments\n"
     )
     keys = sorted({k for rs in runs.values() for r in rs for k in r["rows"]})
     client_keys = [k for k in keys if k.startswith("client:")]
-    head = "| P | units/s | client us/unit | " + " | ".join(k[8:] for k in client_keys)
+    head = "| descriptions | P | units/s | client us/unit | " + " | ".join(
+        k[8:] for k in client_keys
+    )
     print(head + " | bootstrap | agents | peak RSS MB client / bootstrap / agent |")
-    print("|---" * (6 + len(client_keys)) + "|")
-    for p, rs in runs.items():
+    print("|---" * (7 + len(client_keys)) + "|")
+    for (d, p), rs in runs.items():
         rate = med(r["rate"] for r in rs)
         client = med(sum(r["rows"][k] for k in client_keys if k in r["rows"]) for r in rs)
         cells = [f"{med(r['rows'].get(k, 0.0) for r in rs):.1f}" for k in client_keys]
@@ -153,7 +181,7 @@ def main() -> int:
             f"{med(r['rss'][k] for r in rs):.0f}" for k in ("client", "bootstrap", "agent")
         )
         print(
-            f"| {p} | {rate:,.0f} | {client:.1f} | {' | '.join(cells)} | "
+            f"| {d} | {p} | {rate:,.0f} | {client:.1f} | {' | '.join(cells)} | "
             f"{med(r['rows']['bootstrap'] for r in rs):.1f} | "
             f"{med(r['rows']['agent'] for r in rs):.1f} | {rss} |"
         )

@@ -7,8 +7,11 @@ a description (`for_description`, once per unit, at submit); the agent checks wh
 (`UnitRecord.arrived`: every field it uses, named in the error) before it queues the unit.
 
 A `units` message is a list of such records, or of bulks {"of": the fields every unit of the
-bulk shares, "uids": [uid, ...]} (the client sends units made from one description and routed
-together that way: the fields are checked once a bulk, `arrived_bulk`).
+bulk shares, "uids": [uid, ...]} and, when any unit of it has arguments of its own,
+"arguments": [each unit's list, or null], aligned with "uids" (the client sends units made from
+one description, or from descriptions that differ in their arguments only, and routed together
+that way: the shared fields are checked once a bulk, each unit's arguments on their own:
+`arrived_bulk`, `copy_for`).
 
 FIELDS (wire key: what it is; default when absent)
     uid          the unit's id                                                  (required)
@@ -69,12 +72,15 @@ class UnitRecord(dict):
         policy in it as merged at construction): defaults are left out."""
         rec = cls(uid=uid)
         rec.update(cls.template_of(description, stored))
+        if description.function is None:
+            rec["arguments"] = description.peek("arguments")
         return rec
 
     @classmethod
     def template_of(cls, description, stored: dict) -> UnitRecord:
-        """`for_description` without the uid: what every unit of `description` shares (the
-        client sends units that share it as one bulk: `expand`)."""
+        """`for_description` without the uid and the arguments: what every unit of
+        `description` shares (the client sends units that share it as one bulk, each with
+        its own arguments)."""
         d = description
         pol = d.policy
         rec = cls()
@@ -82,7 +88,6 @@ class UnitRecord(dict):
             rec["function"] = stored["function"]
         else:
             rec["executable"] = d.executable
-            rec["arguments"] = d.peek("arguments")
             rec["environment"] = d.peek("environment")
         cores = len(pol.cpu_affinity) if pol.cpu_affinity is not None else d.rank_cores
         gpus = len(pol.gpu_affinity) if pol.gpu_affinity is not None else d.rank_gpus
@@ -130,11 +135,13 @@ class UnitRecord(dict):
 
     # -- the agent's side ----------------------------------------------------------------------
     @classmethod
-    def arrived_bulk(cls, data) -> tuple[UnitRecord | None, list, str | None]:
-        """A bulk {"of": template, "uids": [...]} as it arrived: (the template as a record
-        checked with its first uid, the uids, None) or (None or the record, the uids, what is
-        wrong): every unit of a bulk fails alike.  (None, [], reason) when not even its uids
-        can be read."""
+    def arrived_bulk(cls, data) -> tuple[UnitRecord | None, list, str | None, list | None]:
+        """A bulk {"of": template, "uids": [...], "arguments": [...]?} as it arrived: (the
+        template as a record checked with its first uid (and no arguments when each unit has
+        its own: every unit's record is then a `copy_for`), the uids, None, each unit's
+        arguments or None) or (None or the record, the uids, what is wrong, ...): every
+        unit of a bulk fails alike, but for its own arguments (`copy_for`).  (None, [],
+        reason, None) when not even its uids can be read."""
         uids = data.get("uids")
         of = data.get("of")
         if (
@@ -143,18 +150,37 @@ class UnitRecord(dict):
             or len(uids) > checks.LIST_MAX
             or not all(type(u) is str and checks.UID.match(u) for u in uids)
         ):
-            return None, [], f"a bulk of units without valid uids: {uids!r:.80}"
+            return None, [], f"a bulk of units without valid uids: {uids!r:.80}", None
         if not isinstance(of, dict) or "uid" in of or "uids" in of or "of" in of:
-            return None, uids, f"a bulk of units without a valid template: {of!r:.80}"
-        rec, why = cls.arrived({**of, "uid": uids[0]})
-        return rec, uids, why
+            return None, uids, f"a bulk of units without a valid template: {of!r:.80}", None
+        each = data.get("arguments")
+        first = {**of, "uid": uids[0]}
+        if each is not None:
+            if type(each) is not list or len(each) != len(uids):
+                why = f"a bulk of {len(uids)} units whose arguments are not one per unit"
+                return None, uids, f"{why}: {each!r:.80}", None
+            first.pop("arguments", None)  # (each unit's own: `copy_for`)
+        rec, why = cls.arrived(first)
+        return rec, uids, why, each
 
-    def copy_for(self, uid: str) -> UnitRecord:
-        """This (checked) record for another unit of its bulk."""
+    def copy_for(self, uid: str, arguments=False) -> tuple[UnitRecord, str | None]:
+        """This (checked) record for another unit of its bulk, with `arguments` of its own
+        (a bulk's "arguments" item: a list, or None for none; False: the record's): (the
+        record, what is wrong with those arguments, or None)."""
         rec = UnitRecord(self)
         rec["uid"] = uid
         rec.taken_sandbox, rec.not_found, rec.overtaken = None, self.not_found, 0
-        return rec
+        if arguments is False:
+            return rec, None
+        if arguments is None:
+            rec.pop("arguments", None)
+            return rec, None
+        rec["arguments"] = arguments
+        try:
+            _check_arguments(arguments)
+        except ValueError as exc:
+            return rec, str(exc)
+        return rec, None
 
     @classmethod
     def arrived(cls, data) -> tuple[UnitRecord | None, str | None]:
@@ -172,8 +198,7 @@ class UnitRecord(dict):
         try:
             long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
             self._check_call_or_program(long)
-            for i, a in enumerate(checks.items("arguments", self.get("arguments") or [], 100_000)):
-                checks.text(f"arguments[{i}]", a, optional=False, most=long)
+            _check_arguments(self.get("arguments") or [])
             env = checks.mapping("environment", self.get("environment") or {})
             for k, v in env.items():
                 if not k or "=" in k:
@@ -266,6 +291,12 @@ def _placing(policy: dict) -> dict:
         if key is not None and len(_PLACING) < 1024:
             _PLACING[key] = placing
     return placing
+
+
+def _check_arguments(arguments) -> None:
+    """ValueError naming the item when `arguments` is not a list of words."""
+    for i, a in enumerate(checks.items("arguments", arguments, 100_000)):
+        checks.text(f"arguments[{i}]", a, optional=False, most=checks.LINE_MAX)
 
 
 def uids_of(items: list) -> list[str]:

@@ -36,14 +36,17 @@ commands = st.fixed_dictionaries(
         "args": st.dictionaries(st.sampled_from(ARG_NAMES), json_values, max_size=4) | json_values,
     }
 )
-units = st.lists(
-    st.dictionaries(
-        st.sampled_from(["uid", "executable", "arguments", "environment", "cpus", "ranks", "x"]),
-        json_values,
-        max_size=6,
-    ),
-    max_size=4,
+record = st.dictionaries(
+    st.sampled_from(["uid", "executable", "arguments", "environment", "cpus", "ranks", "x"]),
+    json_values,
+    max_size=6,
 )
+uids = st.lists(st.sampled_from(["unit.900001", "unit.900002", "x/y"]) | json_values, max_size=3)
+bulk = st.fixed_dictionaries(  # (a bulk: units of one template, each with its own arguments)
+    {"of": record | json_values, "uids": uids | json_values},
+    optional={"arguments": st.lists(st.lists(json_values, max_size=2) | json_values, max_size=3)},
+)
+units = st.lists(record | bulk, max_size=4)
 
 
 @settings(max_examples=300, deadline=None)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from pilot.pmgr.store import open_store
-from pilot.pmgr.store.base import HISTORY, Batch, Template, UnitMoves
+from pilot.pmgr.store.base import HISTORY, Batch, Own, Template, UnitMoves, UnitsPlaced
 
 
 @pytest.fixture
@@ -343,6 +343,43 @@ def test_units_that_share_a_description_store_it_once(store):
     assert [docs[u]["description"] for u in ("u00", "u49")] == [shared.value] * 2
     assert [d["description"] for d in store.find("units", session="s1")].count(shared.value) == 50
     assert len(store.open_units("s1")) == 50  # (u07 is DONE)
+
+
+def test_units_of_one_template_with_arguments_of_their_own_read_back_whole(store):
+    """A sweep's units share one template and each keeps its own arguments (its first doc's
+    Own, or a UnitsPlaced's `own`): a read lays them over the template; later upserts, a
+    retried batch, and units without any of their own keep what they had."""
+    shared = Template({"executable": "/bin/echo", "policy": {"placement": None}})
+    b = Batch()
+    for i in range(3):
+        b.docs["units"][f"d{i}"] = unit_doc(f"d{i}", description=False)
+        b.docs["units"][f"d{i}"]["description"] = Own(shared, {"arguments": [f"doc {i}"]})
+    own = [{"arguments": ["p0", "x y"]}, None, {"arguments": ["p2"]}]
+    b.placed.append(UnitsPlaced("s1", "SCHEDULING", "pilot.0000", None, ["p0", "p1", "p2"],
+                                shared, own))  # fmt: skip
+    store.write_batch(b)
+    store.write_batch(b)  # (a retry: the same rows)
+    b = Batch()
+    b.docs["units"]["d1"] = unit_doc("d1", "DONE", description=False, times=[["NEW", 1.0]])
+    b.placed.append(UnitsPlaced("s1", "SCHEDULING", "pilot.0000", "part.0001", ["p2"]))
+    store.write_batch(b)
+    docs = store.get_many("units", ["d0", "d1", "d2", "p0", "p1", "p2"])
+    got = {u: d["description"] for u, d in docs.items()}
+    assert got["d1"] == {**shared.value, "arguments": ["doc 1"]}
+    assert docs["d1"]["state"] == "DONE" and docs["p2"]["partition"] == "part.0001"
+    assert got["p0"] == {**shared.value, "arguments": ["p0", "x y"]}
+    assert got["p1"] == shared.value and got["p2"]["arguments"] == ["p2"]
+    assert store.get("units", "d2")["description"]["arguments"] == ["doc 2"]
+    found = {d["uid"]: d["description"] for d in store.find("units", session="s1")}
+    assert found == got
+    assert store.get("units", "p1")["description"] == shared.value  # (not another's)
+    import sqlite3
+
+    if isinstance(store.db, sqlite3.Connection):
+        (count,) = store.db.execute("SELECT COUNT(*) FROM templates").fetchone()
+    else:
+        count = store.db.templates.count_documents({})
+    assert count == 1
 
 
 def test_moves_written_twice_are_stored_once(store):

@@ -11,9 +11,14 @@ one to_stored() and one JSON text per distinct description object, not one per u
     shape       (pilot, partition, cores per rank, GPUs per rank, ranks): what routing and the
                 "can never fit" verdict read
 
+A unit's `arguments` are its own, not its blueprint's (`OWN`): the units of a sweep, one
+description object each with arguments of its own (`arguments=[str(i)]`), share one blueprint,
+and each carries only its arguments (Unit.own): to the store (pmgr/store/base.py, Own) and to
+its agent (a bulk's "arguments": pilot/unit_record.py).
+
 A description changed after its units were made changes none of them: the blueprint holds the
-stored form captured at submit (a description object changed between two submit calls gets a
-new blueprint the second time).
+stored form captured at submit, the unit a copy of its arguments (a description object changed
+between two submit calls gets a new blueprint the second time).
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from pilot import staging
 from pilot.pmgr.store.base import Template
 from pilot.unit_record import UnitRecord
 
+OWN = "arguments"  # the field each unit carries itself (the header)
+
 
 class Blueprint:
     __slots__ = ("stored", "wire", "asked", "client_in", "client_out", "shape")
 
     def __init__(self, description) -> None:
         stored = description.to_stored()  # captured at submit; later edits change nothing
+        stored.pop(OWN, None)  # (each unit's own)
         self.stored = Template(stored)
         self.wire = UnitRecord.template_of(description, stored)
         d = description
@@ -58,13 +66,22 @@ class Blueprints(dict):
         return bp
 
 
+def own_of(description) -> list | None:
+    """A unit's own field, copied at submit (None: it has none)."""
+    own = description.peek(OWN)
+    return list(own) if own else None
+
+
 def _content(description) -> tuple | None:
-    """A key equal for descriptions of equal fields (None: one that has no such key, as a
+    """A key equal for descriptions of equal fields but their own (OWN) (None: one that has
+    no such key, as a
     staging directive's dict in a list): the fields a description holds (its non-defaults),
     each a hashable value; its policy's fields (captured at construction).  The key holds ids:
     it is good while the call holds the descriptions."""
     items = [type(description)]
     for name, value in description.__dict__.items():
+        if name == OWN:  # (each unit's own: not the blueprint's)
+            continue
         t = type(value)
         if t is list:
             value = tuple(value)

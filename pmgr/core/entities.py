@@ -18,8 +18,8 @@ import time
 
 from pilot import functions
 from pilot import states as S
-from pilot.pmgr.core.blueprint import Blueprint
-from pilot.pmgr.store.base import FIELDS, UnitDoc
+from pilot.pmgr.core.blueprint import Blueprint, own_of
+from pilot.pmgr.store.base import FIELDS, Own, UnitDoc
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
 from pilot.unit_record import UnitRecord
@@ -217,6 +217,8 @@ class Unit(Stateful):
         self.description = description
         # what the units of its description share, captured at submit (pmgr/core/blueprint.py)
         self.blueprint = bp = blueprint or Blueprint(description)
+        # its own arguments (a copy made now), not its blueprint's (pmgr/core/blueprint.py)
+        self.own = own_of(description) if description.function is None else None
         self.value: str | None = None  # a function unit's packed return value (as stored)
         self.exception: str | None = None  # a function unit's exception, "Type: message"
         self.client_in = bp.client_in
@@ -276,7 +278,13 @@ class Unit(Stateful):
         """What the agent gets: the unit as placed and run there."""
         rec = UnitRecord(self.blueprint.wire)
         rec["uid"] = self.uid
+        if self.own is not None:
+            rec["arguments"] = self.own
         return rec
+
+    def own_fields(self) -> dict | None:
+        """Its fields that are not its blueprint's, as its doc carries them (None: none)."""
+        return None if self.own is None else {"arguments": self.own}
 
     @property
     def sandbox(self) -> str | None:
@@ -364,7 +372,7 @@ class Unit(Stateful):
                 "reason": self.reason,
                 "metadata": self.metadata,
                 "description": type(self.description)
-                .from_stored(self.blueprint.stored.value)
+                .from_stored({**self.blueprint.stored.value, **(self.own_fields() or {})})
                 .as_dict(),
             }
         out["stdout"] = self.stdout
@@ -386,13 +394,19 @@ class Unit(Stateful):
                 self.exit_code,
                 self.node,
                 self.slots,
-                self.blueprint.stored if full else None,
+                self._stored_description() if full else None,
                 self.value,
                 self.exception,
                 self.kept or None,
                 self.history if final else None,
             )
         )
+
+    def _stored_description(self):
+        """Its description as its first doc carries it: the blueprint's Template, with its own
+        fields beside it when it has any (pmgr/store/base.py, Own)."""
+        own = self.own_fields()
+        return self.blueprint.stored if own is None else Own(self.blueprint.stored, own)
 
 
 class Partition(Stateful):

@@ -372,13 +372,25 @@ class Routing:
 
 def wire_list(units: list[Unit]) -> list[dict]:
     """A `units` message's body (pilot/unit_record.py): units in a row that share their
-    blueprint's wire form go as one bulk {"of": it, "uids": [...]}, a unit alone as its
-    record."""
+    blueprint's wire form go as one bulk {"of": it, "uids": [...]}, with "arguments": [each
+    unit's, or None] when any has its own; a unit alone as its record."""
     runs: list[tuple] = []
     for u in units:
         w = u.blueprint.wire
         if runs and runs[-1][0] is w:
             runs[-1][1].append(u.uid)
+            runs[-1][2].append(u.own)
         else:
-            runs.append((w, [u.uid]))
-    return [{"of": w, "uids": uids} if len(uids) > 1 else {**w, "uid": uids[0]} for w, uids in runs]
+            runs.append((w, [u.uid], [u.own]))
+    out = []
+    for w, uids, own in runs:
+        if len(uids) > 1:
+            bulk = {"of": w, "uids": uids}
+            if any(own):
+                bulk["arguments"] = own
+            out.append(bulk)
+        elif own[0] is not None:
+            out.append({**w, "uid": uids[0], "arguments": own[0]})
+        else:
+            out.append({**w, "uid": uids[0]})
+    return out

@@ -18,7 +18,11 @@ A unit's description holds the fields not at their default, its policy whole
 description share it: the writer hands the store a `Template` (its JSON text made once) and
 the store keeps each distinct text once (sqlite: a row of `templates`, the unit's row names
 it; MongoDB: a document of `templates`); a read gives the description back as a dict, as
-ever.  Units' state changes come in columns (`UnitMoves`: the moves of a batch to one state),
+ever.  A unit's own fields (its `arguments`: a sweep's units differ in nothing else) are not in
+the template: its first doc carries `Own(template, fields)`, and the store keeps those fields
+with the unit (sqlite and MongoDB: in `description`, while `template` names the shared part); a
+read gives the description back whole, the unit's fields over the template's.
+Units' state changes come in columns (`UnitMoves`: the moves of a batch to one state),
 one history record a group instead of a row a move; every read of the history (`history`,
 `iter_history`, `last_events`) gives them back as rows, so a reader cannot tell the two apart.
 
@@ -223,6 +227,25 @@ class Template:
             self.text = None
 
 
+class Own:
+    """A unit's description as its first doc carries it when the unit has fields of its own
+    (pmgr/core/blueprint.py: its arguments): the Template it shares with the units of its
+    description, and its own fields (a dict), which a read lays over the template's."""
+
+    __slots__ = ("template", "fields")
+
+    def __init__(self, template: Template, fields: dict) -> None:
+        self.template = template
+        self.fields = fields
+
+
+def laid_over(template: dict | None, own: dict | None) -> dict | None:
+    """A description read back: a unit's own fields over its template's."""
+    if own is None:
+        return template
+    return {**(template or {}), **own}
+
+
 @dataclass
 class UnitMoves:
     """Units that moved to one state, in one batch: their history rows in columns.
@@ -294,9 +317,10 @@ class UnitMoves:
 class UnitsPlaced:
     """Units whose docs are written together: new ones (`template`: their description; their
     first write, every other field empty), or ones the store has whose pilot and partition
-    alone changed (`template` None: a unit that waited at the client, placed now).  A store
-    may write them as the docs `docs()` gives (as MongoDB does); sqlite writes each as one
-    statement."""
+    alone changed (`template` None: a unit that waited at the client, placed now); `own`:
+    each new unit's own fields (a dict, or None), aligned with `uids`, None when no unit has
+    any.  A store may write them as the docs `docs()` gives (as MongoDB does); sqlite writes
+    each as one statement."""
 
     session: str
     state: str
@@ -304,9 +328,11 @@ class UnitsPlaced:
     partition: str | None
     uids: list
     template: Template | None = None
+    own: list | None = None
 
     def docs(self) -> Iterator[tuple[str, dict]]:
-        for uid in self.uids:
+        own = self.own
+        for i, uid in enumerate(self.uids):
             doc = {
                 "uid": uid,
                 "session": self.session,
@@ -315,7 +341,8 @@ class UnitsPlaced:
                 "state": self.state,
             }
             if self.template is not None:
-                doc["description"] = self.template
+                mine = own[i] if own is not None else None
+                doc["description"] = self.template if mine is None else Own(self.template, mine)
             yield uid, doc
 
 

@@ -3,7 +3,8 @@
 One collection per kind (sessions, pilots, partitions, units) with `_id` = uid, plus `history`
 (one document per state change, or per units' moves to one state in a batch: `uids`, `tss`,
 `seqs`, `reasons` in columns, `_id` the record's key) and `templates` (the descriptions units
-share, `_id` the SHA-1 of the text: a unit's doc names it in `template`).  Indexes: pilots by
+share, `_id` the SHA-1 of the text: a unit's doc names it in `template`, and holds in
+`description` its own fields only, which a read lays over the template's).  Indexes: pilots by
 session; partitions by session, pilot and state; units by session+state and by partition;
 history by uid and by session.  A batch is one `bulk_write` per collection (UpdateOne with $set
 and upsert: a doc without `description` keeps the stored one), history rows included (_id =
@@ -61,12 +62,14 @@ from pilot.pmgr.store.base import (
     PAGE,
     Batch,
     Fenced,
+    Own,
     Refusal,
     StateStore,
     Template,
     TextIds,
     UnitMoves,
     check_kind,
+    laid_over,
 )
 
 CONNECT_TIMEOUT = 3.0
@@ -198,7 +201,11 @@ class MongoStore(StateStore):
                 fields["return_value"] = data_files.store_value(fields["return_value"], self.data)
             first = fields.get("description") is not None
             if kind == "units" and first:
-                fields["template"] = self._template(fields.pop("description"), made)
+                d = fields.pop("description")
+                if type(d) is Own:  # (its own fields stay in its doc: `_doc` lays them over)
+                    fields["description"] = d.fields
+                    d = d.template
+                fields["template"] = self._template(d, made)
             cond: dict = {"_id": uid}
             if kind in _STATED:  # (stored: not final, or this final state; one term: an
                 state = fields.get("state")  # $or costs SecantusDB a scan per doc)
@@ -260,8 +267,8 @@ class MongoStore(StateStore):
         doc = {c: raw.get(c) for c in FIELDS[kind]}
         doc["uid"] = raw["_id"]
         tid = raw.get("template")
-        if tid is not None and doc.get("description") is None:
-            doc["description"] = self._described(tid)
+        if tid is not None:  # (a description of its own, if any: its own fields)
+            doc["description"] = laid_over(self._described(tid), doc.get("description"))
         if kind == "units" and doc.get("return_value") is not None:
             doc["return_value"] = data_files.value(doc["return_value"], self.data)
         return doc

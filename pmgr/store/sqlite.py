@@ -44,6 +44,7 @@ from pilot.pmgr.store.base import (
     STRUCTURED,
     Batch,
     Fenced,
+    Own,
     Refusal,
     StateStore,
     StoreRenewed,
@@ -108,7 +109,7 @@ def _row(kind: str, doc: dict) -> list:
                 if len(_TEXT_JSON) < _TEXT_JSON_MAX:
                     _TEXT_JSON[v] = text
             row[i] = text
-        elif t is not Template:  # (a description's: made a template's row by the store)
+        elif t is not Template and t is not Own:  # (a description's: made a template's row)
             row[i] = encode(v)
     if kind == "units" and row[_TIMES] is not None:
         row[_TIMES] = _pack_times(row[_TIMES])
@@ -142,7 +143,7 @@ def _with_value(d, value):
 def _placed_row(d: UnitDoc, template, made: dict) -> tuple | None:
     """A unit's first doc as the short way binds it (_PLACED), or None when it has more to
     say (it has moved on meanwhile) and goes the general way."""
-    if d[5:9] != _NONE4 or d[10:] != _NONE4:
+    if d[5:9] != _NONE4 or d[10:] != _NONE4 or type(d[9]) is Own:
         return None
     return (d[0], d[1], d[2], d[3], d[4], template(d[9], made))
 
@@ -461,7 +462,11 @@ class SqliteStore(StateStore):
             uids = _dumps(p.uids)
             if p.template is not None:
                 args = (p.session, p.pilot, p.partition, p.state, self._template(p.template, made))
-                self.db.execute(sql.units_new(), (*args, uids))
+                if p.own is None:
+                    self.db.execute(sql.units_new(), (*args, uids))
+                else:
+                    rows = _dumps([[u, o] for u, o in zip(p.uids, p.own)])
+                    self.db.execute(sql.UNITS_NEW_OWN, (*args, rows))
                 continue
             before = self.db.total_changes
             self.db.execute(sql.UNITS_PLACED, (p.pilot, p.partition, p.state, uids))
@@ -496,6 +501,9 @@ class SqliteStore(StateStore):
         for row in rows:
             d = row[_DESCRIPTION]
             row[_DESCRIPTION] = None
+            if type(d) is Own:  # (the unit's own fields stay with its row)
+                row[_DESCRIPTION] = encode(d.fields)
+                d = d.template
             row.append(None if d is None else self._template(d, made))
 
     def _insert_moves(self, moves: list) -> None:

@@ -4,7 +4,8 @@ is brought up to date (pmgr/store/sqlite.py opens it; docs/store.md shows the sc
 Tables: one per kind (sessions, pilots, partitions, units: a column per field, structured
 fields as JSON text, `uid` the key), `history`, `counters` (uid blocks), `templates` (the
 descriptions units share: a unit's row names one in `template`, its `description` is then
-NULL), `unit_tally`, `unit_flow`, `unit_flow_since`, `session_span`, `owners` (a session's
+NULL, or the unit's own fields that a read lays over the template's: json_patch),
+`unit_tally`, `unit_flow`, `unit_flow_since`, `session_span`, `owners` (a session's
 installed owner epoch and who holds it), `refusals` (writes refused because their object's
 state was final: both records).
 A trigger per kind (`<kind>_final_once`) keeps a final state final: an UPDATE that would
@@ -91,8 +92,13 @@ HISTORY_BULK_INDEX = (
     "CREATE UNIQUE INDEX IF NOT EXISTS history_bulk ON history (bulk) WHERE bulk IS NOT NULL"
 )
 
-# a unit's field as a SELECT term: `description` from its template when it names one
-DESCRIPTION = "COALESCE(u.description, (SELECT text FROM templates t WHERE t.id = u.template))"
+# a unit's field as a SELECT term: `description` from its template when it names one, the
+# unit's own fields (its `description` then: pmgr/store/base.py, Own) laid over the template's
+_TEMPLATE_TEXT = "(SELECT text FROM templates t WHERE t.id = u.template)"
+DESCRIPTION = (
+    f"CASE WHEN u.template IS NULL THEN u.description WHEN u.description IS NULL THEN "
+    f"{_TEMPLATE_TEXT} ELSE json_patch({_TEMPLATE_TEXT}, u.description) END"
+)
 
 
 def columns_of(kind: str, fields: tuple | None = None) -> str:
@@ -329,6 +335,18 @@ def units_new(*_) -> str:
         "partition = excluded.partition, state = excluded.state, "
         "template = COALESCE(excluded.template, units.template)"
     )
+
+
+# ... each with its own fields: [[uid, own fields or null], ...] (a JSON list)
+UNITS_NEW_OWN = (
+    "INSERT INTO units (uid, session, pilot, partition, state, template, description) "
+    "SELECT json_extract(value, '$[0]'), ?, ?, ?, ?, ?, json_extract(value, '$[1]') "
+    "FROM json_each(?) WHERE true "
+    "ON CONFLICT(uid) DO UPDATE SET session = excluded.session, pilot = excluded.pilot, "
+    "partition = excluded.partition, state = excluded.state, "
+    "template = COALESCE(excluded.template, units.template), "
+    "description = IIF(excluded.template IS NULL, units.description, excluded.description)"
+)
 
 
 UNITS_PLACED = (  # units the store has: their pilot and partition (their uids a JSON list)

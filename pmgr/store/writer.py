@@ -406,16 +406,18 @@ class BatchWriter:
                     if key is not None:
                         got = together.get(key)
                         if got is None:
-                            got = together[key] = []
-                        got.append(obj.uid)
+                            got = together[key] = ([], [])
+                        got[0].append(obj.uid)
+                        got[1].append(obj.own_fields())
                         continue
                 batch.docs[obj.KIND][obj.uid] = obj.as_doc(not obj.stored)
             except Exception as exc:  # a bug in one object must not stop the writer
                 unbuilt.add(obj.uid)
                 self.unpersisted.add(obj.uid)
                 self.refusals.report(f"record of {obj.uid} could not be built: {exc!r}")
-        for (session, state, pilot, part, template), uids in together.items():
-            batch.placed.append(UnitsPlaced(session, state, pilot, part, uids, template))
+        for (session, state, pilot, part, template), (uids, own) in together.items():
+            own = own if template is not None and any(own) else None
+            batch.placed.append(UnitsPlaced(session, state, pilot, part, uids, template, own))
         return batch, objs, thens, unbuilt
 
     def _columns(self, moves: _Moved, moved: dict, objs: dict) -> None:

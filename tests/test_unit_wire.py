@@ -1,0 +1,89 @@
+"""A `units` message as the client builds it (pmgr/core/routing.py, wire_list) and as an agent
+reads it (pilot/unit_record.py): units of one blueprint go as one bulk, each with its own
+arguments; an agent gives each unit its own, and a unit whose arguments are malformed fails
+alone while the rest of its bulk runs."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from pilot import descriptions as rp_d
+from pilot.pmgr.core.blueprint import Blueprints
+from pilot.pmgr.core.routing import wire_list
+from pilot.unit_record import UnitRecord
+
+
+def _units(descs: list) -> list:
+    """Stand-ins for the client's units: what wire_list reads of them."""
+    from pilot.pmgr.core.blueprint import own_of
+
+    bps = Blueprints()
+    return [
+        SimpleNamespace(uid=f"unit.{i:06d}", blueprint=bps.of(d), own=own_of(d))
+        for i, d in enumerate(descs)
+    ]
+
+
+def _arrived(body: list) -> dict:
+    """Each unit as an agent takes it from the message body: uid -> (record, reason)."""
+    out = {}
+    for data in json.loads(json.dumps(body)):  # (as the wire carries it)
+        if "uids" in data:
+            first, uids, why, each = UnitRecord.arrived_bulk(data)
+            for i, uid in enumerate(uids):
+                if i == 0 and each is None:
+                    out[uid] = (first, why)
+                    continue
+                rec, bad = first.copy_for(uid, False if each is None else each[i])
+                out[uid] = (rec, why or bad)
+        else:
+            out[data["uid"]] = UnitRecord.arrived(data)
+    return out
+
+
+def test_a_sweep_goes_as_one_bulk_and_each_unit_gets_its_own_arguments():
+    descs = [
+        rp_d.ComputeUnitDescription(executable="/bin/echo", arguments=[str(i), "x y"])
+        for i in range(5)
+    ]
+    descs.append(rp_d.ComputeUnitDescription(executable="/bin/echo"))  # (none of its own)
+    body = wire_list(_units(descs))
+    assert len(body) == 1 and len(body[0]["uids"]) == 6
+    assert "arguments" not in body[0]["of"]
+    got = _arrived(body)
+    assert [got[f"unit.{i:06d}"][0].get("arguments") for i in range(6)] == [
+        *([str(i), "x y"] for i in range(5)),
+        None,
+    ]
+    assert all(why is None for _, why in got.values())
+    alone = wire_list(_units(descs[:1]))  # a unit alone: its record, its arguments in it
+    assert alone == [{**alone[0], "uid": "unit.000000", "arguments": ["0", "x y"]}]
+
+
+def test_a_unit_whose_own_arguments_are_malformed_fails_alone():
+    descs = [rp_d.ComputeUnitDescription(executable="/bin/echo", arguments=["a"])] * 3
+    body = wire_list(_units(descs))
+    body[0]["arguments"][1] = ["ok", 7]  # (hostile or broken: not a word)
+    got = _arrived(body)
+    assert got["unit.000001"][1] is not None and "arguments[1]" in got["unit.000001"][1]
+    assert got["unit.000000"][1] is None and got["unit.000002"][1] is None
+    assert got["unit.000002"][0]["arguments"] == ["a"]
+
+
+def test_a_bulk_whose_arguments_are_not_one_per_unit_fails_whole():
+    descs = [rp_d.ComputeUnitDescription(executable="/bin/echo", arguments=["a"])] * 3
+    body = wire_list(_units(descs))
+    for bad in (body[0]["arguments"][:2], "a", {"0": ["a"]}):
+        first, uids, why, each = UnitRecord.arrived_bulk({**body[0], "arguments": bad})
+        assert first is None and len(uids) == 3 and "one per unit" in why and each is None
+
+
+def test_descriptions_that_differ_in_their_arguments_share_one_blueprint():
+    made = _units(
+        [rp_d.ComputeUnitDescription(executable="/bin/echo", arguments=[str(i)]) for i in range(4)]
+        + [rp_d.ComputeUnitDescription(executable="/bin/echo", cores_per_rank=2)]
+    )
+    assert len({id(u.blueprint) for u in made[:4]}) == 1
+    assert made[4].blueprint is not made[0].blueprint
+    assert "arguments" not in made[0].blueprint.stored.value
