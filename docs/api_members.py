@@ -103,7 +103,7 @@ INTERNAL = {
     ],
     _CORE + "entities.Stateful": ["advance", "manager_callbacks"],
     _CORE + "entities.Partition": ["as_doc"],
-    _CORE + "entities.Unit": ["add_output", "as_doc", "manager_callbacks", "wire"],
+    _CORE + "entities.Unit": ["add_output", "as_doc", "manager_callbacks", "own_fields", "wire"],
     _CORE + "pilot.Pilot": [
         *("as_doc", "client_endpoint", "command", "end", "ending", "hand_orphans"),
         *("kill_job", "lost", "manager_callbacks", "new_partition", "on_back", "on_bye"),
