@@ -16,6 +16,7 @@ NodeSet calls `heard` for it.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import zmq
@@ -62,14 +63,20 @@ class NodePulse:
         if now < self.next_beat:
             return
         self.next_beat = now + liveness.PULSE
-        for h in hints:
-            body = {"d": self.drops.get(h, 0)}
-            if h in self.echo:
-                body["n"] = self.echo[h]
-            self._send(h, msg(b"hb", body))
+        drops, echo = self.drops, self.echo
+        for h in hints:  # (msg(b"hb", {"d": .., "n": ..}), its text made here: ints only)
+            n = echo.get(h)
+            d = drops.get(h, 0)
+            body = b'{"d":%d}' % d if n is None else b'{"d":%d,"n":%d}' % (d, n)
+            self._send(h, [b"hb", body])
 
     def read(self) -> None:
         for frames in drain(self.sock, 1000):
+            if len(frames) == 3 and frames[1] == b"hb":  # (the usual one: 2 a second a node)
+                hint, n = _usual_hb(frames)
+                if hint is not None:
+                    self.daemon_hb(hint, {"n": n})
+                    continue
             try:
                 ident = frames[0].decode()
                 if not ident.startswith("d") or len(frames) < 2:
@@ -113,6 +120,22 @@ class NodePulse:
 
     def close(self) -> None:
         self.sock.close()
+
+
+_HINT = re.compile(rb"d(\d{1,9})")
+_HB_BODY = re.compile(rb'\{"n":(0|[1-9]\d{0,14})\}')
+
+
+def _usual_hb(frames: list[bytes]) -> tuple[int | None, int]:
+    """(hint, n) of an `hb` exactly as a daemon sends it (identity d<hint>, body {"n":N}),
+    read without the JSON decoder and the table's check (at 1,024 nodes: 2,048 a second,
+    the bootstrap's biggest cost); (None, 0) for anything else, which `read` takes the
+    checked way."""
+    ident = _HINT.fullmatch(frames[0])
+    body = _HB_BODY.fullmatch(frames[2])
+    if ident is None or body is None:
+        return None, 0
+    return int(ident[1]), int(body[1])
 
 
 # what the bootstrap receives on the pulse (pilot/wire.py): handler(pulse, hint, body)
