@@ -384,7 +384,7 @@ class Agent(Reporting, Stopping):
         index = int(body["index"])
         reason = body.get("reason") or "node lost"
         self.nodes_lost.add(index)
-        self.sched.pool.remove_node(index)
+        self.sched.pool.remove_node(index, reason)
         self.execu.node_lost(index, reason)
         self.on_exits()
         q = self.sched.queue

@@ -144,6 +144,7 @@ class Allocation:
 class PartitionPool:
     def __init__(self, nodes: list[dict], agent_node: int | None = None) -> None:
         self.nodes = [NodePool(n) for n in nodes]
+        self.lost_why: list[str] = []  # why each node removed was lost (remove_node)
         self._fits: dict[tuple, str | None] = {}  # never_fits of plain requests
         self.by_name = {n.name: n for n in self.nodes}
         self.by_host_id = {n.host_id: n for n in self.nodes}
@@ -181,14 +182,16 @@ class PartitionPool:
         for node, grant in alloc.ranks:
             self._give(node, grant)
 
-    def remove_node(self, index: int) -> bool:
-        """The node of pilot index `index` is lost: nothing more is placed there, and what its
-        allocations give back on release is not offered again.  False if no node of this pool
-        has that index (or it is gone already)."""
+    def remove_node(self, index: int, why: str | None = None) -> bool:
+        """The node of pilot index `index` is lost (`why`: the reason, which a unit that can
+        never fit without it is told): nothing more is placed there, and what its allocations
+        give back on release is not offered again.  False if no node of this pool has that
+        index (or it is gone already)."""
         node = next((n for n in self.nodes if n.index == index and not n.gone), None)
         if node is None:
             return False
         node.gone = True
+        self.lost_why.append(why or f"node {node.name} lost")
         del self.buckets[node.free_cpus][node]
         self.free_cpus -= node.free_cpus
         self.by_name.pop(node.name, None)
@@ -344,8 +347,9 @@ class PartitionPool:
         n = max(live, key=lambda n: len(n.cap["cpus"]))
         parts = [f"{len(n.cap[t])} {t} ({sum(n.cap[t].values()) // SCALE} slots)" for t in n.cap]
         lost = len(self.nodes) - len(live)
+        why = "; ".join(self.lost_why[:2]) + ("; ..." if len(self.lost_why) > 2 else "")
         return f"at most {', '.join(parts)} per node, {len(live)} node(s)" + (
-            f" ({lost} lost)" if lost else ""
+            f" ({lost} lost: {why})" if lost else ""
         )
 
 

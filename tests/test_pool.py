@@ -120,6 +120,17 @@ def test_multi_rank_all_or_nothing():
     assert "x 4 ranks can never fit" in pool.never_fits(req(cpus=2, ranks=4))
 
 
+def test_a_unit_that_can_never_fit_once_a_node_is_lost_is_told_why_it_was_lost():
+    """A unit that arrives after a node was lost and needs it: its reason names the node and
+    why it was lost (the agent's on_node_lost fails the units it already had the same way)."""
+    pool = PartitionPool([node(0, cores=2, gpus=0), node(1, cores=2, gpus=0)])
+    assert pool.never_fits(req(ranks=3)) is None
+    assert pool.remove_node(1, "node n1 lost: its daemon exited with code -9")
+    why = pool.never_fits(req(ranks=3))
+    assert "can never fit" in why and "1 node(s) (1 lost: node n1 lost: its daemon exited" in why
+    assert not pool.remove_node(1, "again")  # (gone already: said once)
+
+
 def test_large_units_are_not_starved_by_small_ones():
     """Small units arrive behind a 4-core one on a 4-core node and keep overtaking it while
     cores free up one at a time; aging stops that after MAX_OVERTAKES."""
