@@ -82,7 +82,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import socket
 import sys
@@ -101,9 +100,6 @@ from pilot.protocol import drain, msg, pack, unpack
 
 log = logging.getLogger("node")
 BOOTSTRAP = "bootstrap"  # the one peer whose silence a daemon watches (liveness.Silence)
-# the bootstrap's `hb` exactly as it sends it (partition/node_pulse.py, beat): read without the
-# JSON decoder and the table's check; anything else goes the checked way
-_USUAL_HB = re.compile(rb'\{"d":(0|[1-9]\d{0,14})(?:,"n":(0|[1-9]\d{0,14}))?\}')
 
 
 @dataclass
@@ -386,12 +382,11 @@ class NodeDaemon:
         """`hb` (word from the bootstrap) or `halt` on the pulse channel."""
         for frames in drain(self.pulse, 200):
             if len(frames) == 2 and frames[0] == b"hb":  # (the usual one, twice a second)
-                usual = _USUAL_HB.fullmatch(frames[1])
+                usual = liveness.usual_bootstrap_hb(frames[1])
                 if usual is not None:
                     if self.index is not None:
                         self.heard_bootstrap()
-                    d, n = usual[1], usual[2]
-                    self.echoed({"d": int(d), "n": None if n is None else int(n)})
+                    self.echoed(usual)
                     continue
             try:
                 kind = frames[0]

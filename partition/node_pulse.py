@@ -16,7 +16,6 @@ NodeSet calls `heard` for it.
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 import zmq
@@ -64,18 +63,15 @@ class NodePulse:
             return
         self.next_beat = now + liveness.PULSE
         drops, echo = self.drops, self.echo
-        for h in hints:  # (msg(b"hb", {"d": .., "n": ..}), its text made here: ints only)
-            n = echo.get(h)
-            d = drops.get(h, 0)
-            body = b'{"d":%d}' % d if n is None else b'{"d":%d,"n":%d}' % (d, n)
-            self._send(h, [b"hb", body])
+        for h in hints:
+            self._send(h, [b"hb", liveness.hb_text(drops.get(h, 0), echo.get(h))])
 
     def read(self) -> None:
         for frames in drain(self.sock, 1000):
             if len(frames) == 3 and frames[1] == b"hb":  # (the usual one: 2 a second a node)
-                hint, n = _usual_hb(frames)
-                if hint is not None:
-                    self.daemon_hb(hint, {"n": n})
+                usual = liveness.usual_daemon_hb(frames[0], frames[2])
+                if usual is not None:
+                    self.daemon_hb(usual[0], {"n": usual[1]})
                     continue
             try:
                 ident = frames[0].decode()
@@ -120,22 +116,6 @@ class NodePulse:
 
     def close(self) -> None:
         self.sock.close()
-
-
-_HINT = re.compile(rb"d(\d{1,9})")
-_HB_BODY = re.compile(rb'\{"n":(0|[1-9]\d{0,14})\}')
-
-
-def _usual_hb(frames: list[bytes]) -> tuple[int | None, int]:
-    """(hint, n) of an `hb` exactly as a daemon sends it (identity d<hint>, body {"n":N}),
-    read without the JSON decoder and the table's check (at 1,024 nodes: 2,048 a second,
-    the bootstrap's biggest cost); (None, 0) for anything else, which `read` takes the
-    checked way."""
-    ident = _HINT.fullmatch(frames[0])
-    body = _HB_BODY.fullmatch(frames[2])
-    if ident is None or body is None:
-        return None, 0
-    return int(ident[1]), int(body[1])
 
 
 # what the bootstrap receives on the pulse (pilot/wire.py): handler(pulse, hint, body)

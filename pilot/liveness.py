@@ -12,7 +12,12 @@ Pulse channel, one per node daemon, beside the node channel that carries the wor
 (partition/node_set.py, agent/node_daemon.py):
     the bootstrap's ROUTER (bound beside its node channel, CURVE) <-> the daemon's DEALER,
     identity d<hint>
-    <-> hb {}           every PULSE s, both ways
+    <-> hb {}           every PULSE s, both ways (the daemon's {"n": its number}, the
+                        bootstrap's {"d": drops, "n": the last number heard}); an `hb` in
+                        exactly that form is made and read without the JSON codec and the
+                        table's check (`hb_text`, `usual_daemon_hb`, `usual_bootstrap_hb`:
+                        2,048 a second at the bootstrap of 1,024 nodes); any other goes the
+                        checked way
     <-  halt {reason}   to a daemon of a node declared lost that speaks again: it halts
     ZeroMQ's own heartbeats (ZMTP PING every 0.5 s; 1.5 s without traffic closes the
     connection, ZMQ_HEARTBEAT_IVL/TIMEOUT/TTL) end a connection stuck behind TCP's
@@ -40,6 +45,7 @@ start when it runs again; one whose every turn is slow still counts STALL s a tu
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Hashable
 
@@ -124,3 +130,30 @@ class Silence:
                 self.last[peer] = min(now, t + away)
                 self.since[peer] = min(now, self.since[peer] + away)
         return {p: now - t for p, t in self.last.items() if now - t > self.limit}
+
+
+_NUM = rb"(0|[1-9]\d{0,14})"  # (a JSON integer >= 0: no sign, no leading zero)
+_DAEMON_ID = re.compile(rb"d(\d{1,9})")
+_DAEMON_HB = re.compile(rb'\{"n":' + _NUM + rb"\}")
+_BOOTSTRAP_HB = re.compile(rb'\{"d":' + _NUM + rb'(?:,"n":' + _NUM + rb")?\}")
+
+
+def hb_text(d: int, n: int | None) -> bytes:
+    """The bootstrap's `hb` body {"d": d, "n": n} (no "n": None) as pack() would make it."""
+    return b'{"d":%d}' % d if n is None else b'{"d":%d,"n":%d}' % (d, n)
+
+
+def usual_daemon_hb(ident: bytes, body: bytes) -> tuple[int, int] | None:
+    """(hint, n) of a daemon's `hb` exactly as it sends it (identity d<hint>, {"n":N}); None
+    for anything else (read the checked way)."""
+    who, got = _DAEMON_ID.fullmatch(ident), _DAEMON_HB.fullmatch(body)
+    return None if who is None or got is None else (int(who[1]), int(got[1]))
+
+
+def usual_bootstrap_hb(body: bytes) -> dict | None:
+    """The bootstrap's `hb` body {"d", "n"?} exactly as hb_text makes it; None for anything
+    else (read the checked way)."""
+    got = _BOOTSTRAP_HB.fullmatch(body)
+    if got is None:
+        return None
+    return {"d": int(got[1]), "n": None if got[2] is None else int(got[2])}

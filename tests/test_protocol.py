@@ -125,3 +125,28 @@ def test_the_manuals_protocol_page_is_the_table():
                 row = f"| `{e.kind.decode()}` | {e.sender} -> {e.receiver} |"
                 assert row in section, row
     assert "Pilot link: client ROUTER" not in protocol.__doc__  # (no second copy of the table)
+
+
+def test_a_heartbeat_made_and_read_without_the_codec_is_what_the_codec_makes_and_reads():
+    """pilot/liveness.py's fast path for `hb`: the text is pack()'s; a body in exactly that
+    form reads as unpack() reads it; any other form is left to the checked way (None)."""
+    from pilot import liveness
+    from pilot.protocol import pack, unpack
+
+    for d, n in ((0, None), (3, 0), (12, 987654321)):
+        body = {"d": d} if n is None else {"d": d, "n": n}
+        assert liveness.hb_text(d, n) == pack(body)
+        assert liveness.usual_bootstrap_hb(pack(body)) == {"d": d, "n": n}
+    assert liveness.usual_daemon_hb(b"d17", pack({"n": 42})) == (17, 42)
+    for ident, text in (
+        (b"d17", b'{"n": 42}'),
+        (b"d17", b'{"n":042}'),
+        (b"x17", b'{"n":1}'),
+        (b"d17", b'{"n":-1}'),
+        (b"d17", b'{"n":1,"x":2}'),
+        (b"d", b'{"n":1}'),
+    ):
+        assert liveness.usual_daemon_hb(ident, text) is None, (ident, text)
+    for text in (b'{"n":1,"d":2}', b'{"d":1.5}', b'{"d":1} ', b"[]", b'{"d":"1"}'):
+        assert liveness.usual_bootstrap_hb(text) is None, text
+    assert unpack(b'{"d":1,"n":2}') == liveness.usual_bootstrap_hb(b'{"d":1,"n":2}')

@@ -19,7 +19,7 @@ import time
 from pilot import functions
 from pilot import states as S
 from pilot.pmgr.core.blueprint import Blueprint, own_of
-from pilot.pmgr.store.base import FIELDS, Own, UnitDoc
+from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
 from pilot.unit_record import UnitRecord
@@ -372,7 +372,7 @@ class Unit(Stateful):
                 "reason": self.reason,
                 "metadata": self.metadata,
                 "description": type(self.description)
-                .from_stored({**self.blueprint.stored.value, **(self.own_fields() or {})})
+                .from_stored(laid_over(self.blueprint.stored.value, self.own_fields()))
                 .as_dict(),
             }
         out["stdout"] = self.stdout
