@@ -244,6 +244,7 @@ class Agent(Reporting, Stopping):
         while True:  # a few at a time: journaled in one write, then started
             batch = list(itertools.islice(ready, JOURNAL_BATCH))
             if not batch:
+                self.execu.flush()  # (the daemon runner's: one exec per node)
                 return
             try:
                 # journaled before they can start (a failure after this only errs on the

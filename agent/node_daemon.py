@@ -64,9 +64,14 @@ Life (the node channel):
     <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
 Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid; agent/node_ranks.py):
-    <- exec    {uid, rank, argv, env, gpu_var, sandbox, files, cpus}   spawn one rank: own process
-               group, stdin /dev/null, stdout/stderr through pipes, bound to `cpus` (logical
-               core ids, round-robin onto the real ones); `env` adds to the daemon's own
+    <- exec    {env, node, prof, gpus,
+                ranks: [{uid, rank, ranks, argv, sandbox, files, cpus, ids, unit, env}, ...]}
+               spawn each rank: own process group, stdin /dev/null, stdout/stderr through
+               pipes, bound to `cpus` (logical core ids, round-robin onto the real ones); its
+               environment (agent/rank_env.py exec_env: its unit's `environment` and the
+               PILOT_* / RP_* variables of its unit, `ids` and rank, over the partition's
+               `env`, sent once per message) adds to the daemon's own.  The ranks an agent
+               placed on this node in one turn of its loop come in one message
     <- kill    {uids, sig}                                      signal those units' groups
     -> events  {out: [[uid, node, rank, stream, text], ...],    batched once per loop turn;
                 exit: [[uid, rank, code, error], ...]}          a rank's output is sent before

@@ -14,7 +14,10 @@ from pilot.protocol import ProtocolError
 
 
 def got_exec(daemon, ident, frames: list[bytes], body: dict) -> None:
-    daemon.exec_rank(ident, body)  # (now, or held outside its lease, or refused)
+    ranks = body.pop("ranks")
+    for rank in ranks:  # (each keeps what the message carries once: agent/rank_env.py exec_env)
+        rank["head"] = body
+        daemon.exec_rank(ident, rank)  # (now, or held outside its lease, or refused)
 
 
 def got_kill(daemon, ident, frames: list[bytes], body: dict) -> None:

@@ -2,7 +2,8 @@
 their output and their exits.
 
 What each message becomes here (the bodies are in agent/node_daemon.py's header):
-    <- exec    start      spawn one rank: a process group of its own, stdin /dev/null, stdout
+    <- exec    start      spawn each rank (its environment: agent/rank_env.py `exec_env`):
+                          a process group of its own, stdin /dev/null, stdout
                           and stderr through pipes, bound to its cores (agent/spawn.py); one
                           that cannot start is reported at once, as an exit with no code and
                           the error
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 import zmq
 
 from pilot import processes
+from pilot.agent.rank_env import exec_env
 from pilot.agent.spawn import Spawner
 from pilot.protocol import pack
 
@@ -123,13 +125,14 @@ class NodeRanks(RankEvents):
                 r, w = os.pipe2(os.O_CLOEXEC)
                 fcntl.fcntl(r, fcntl.F_SETFL, os.O_NONBLOCK)
                 pipes.append((r, w))
+            env, gpu_var = exec_env(body["head"], body)
             pid = self.spawner.spawn(
                 body["argv"],
                 body["sandbox"],
                 pipes[0][1],
                 pipes[1][1],
-                body.get("env") or {},
-                body.get("gpu_var"),
+                env,
+                gpu_var,
                 body.get("cpus") or (),
             )
         except (OSError, ValueError, TypeError) as exc:  # ValueError: a NUL byte

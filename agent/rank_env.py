@@ -2,6 +2,8 @@
 placeholders of the unit's own `environment`.  Used by the local runner (agent/runners/local.py,
 agent/runners/lane_feed.py), the daemon runner (agent/runners/daemons.py) and the agent, which
 checks the placeholders as a unit arrives (agent/agent.py); the spawn itself is agent/spawn.py's.
+A node daemon makes its ranks' environments with the same function, from what an `exec` carries
+(`exec_unit` at the agent, `exec_env` at the daemon).
 
 Environment a rank sees, besides the spawning process's own and the unit's `environment`:
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
@@ -111,6 +113,38 @@ def rank_env(
         env[var] = ids.get("gpus", "")
     if ids.get("gpus"):
         env["RP_GPU_ID"] = ids["gpus"]
+    return env, var
+
+
+def exec_unit(unit: dict) -> dict:
+    """What rank_env reads of a unit besides its uid, as an `exec` carries it to the node
+    daemon that makes the rank's environment (`exec_env`): only what the unit has."""
+    bits = {k: unit[k] for k in ("name", "environment", "prof") if unit.get(k)}
+    gpu_var = (unit.get("policy") or {}).get("gpu_env_str")
+    if gpu_var:
+        bits["policy"] = {"gpu_env_str": gpu_var}
+    return bits
+
+
+def exec_env(head: dict, body: dict) -> tuple[dict, str | None]:
+    """(env, gpu_var) of one rank of an `exec`, at its node daemon (agent/node_ranks.py):
+    rank_env of the rank's unit (`exec_unit`) on the message's node, over what the message
+    carries once for its partition (`head`: env, node, prof, gpus), under the rank's own extra
+    `env` (a function unit's path) - what the agent's rank_env would have made."""
+    unit = {**(body.get("unit") or {}), "uid": body["uid"]}
+    own, var = rank_env(
+        unit,
+        body["sandbox"],
+        head.get("node") or "",
+        body.get("ids") or {},
+        body["rank"],
+        body.get("ranks") or 1,
+        bool(head.get("gpus")),
+        head.get("prof") or "",
+    )
+    env = {**head["env"], **own} if head.get("env") else own
+    if body.get("env"):
+        env.update(body["env"])
     return env, var
 
 

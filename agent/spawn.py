@@ -1,8 +1,7 @@
 """Starting unit processes on this node: the spawn, binding, and the one non-blocking reap
 loop.  Used by the agent's local runner (agent/runners/local.py) and by node daemons
 (agent/node_daemon.py).  The environment a rank sees (every variable, and the placeholders of a
-unit's `environment`) is agent/rank_env.py's; rank_env and grant_ids are named here too, for
-the modules that import them from here.
+unit's `environment`) is agent/rank_env.py's.
 
 Binding: the process is on the unit's cores before the program's first instruction.  The spawn
 goes through agent/_spawn-src/vfork_spawn.c (built with the package), whose child sets its own
@@ -34,8 +33,6 @@ from types import MappingProxyType
 
 from pilot.agent import native
 from pilot.agent.native import spawn as _spawn  # None: posix_spawn, then bind (see above)
-from pilot.agent.rank_env import grant_ids as grant_ids  # (re-exported: runners/daemons.py)
-from pilot.agent.rank_env import rank_env as rank_env
 
 NATIVE = _spawn is not None  # whether agent/_spawn-src/ was built
 NO_WAIT = NATIVE and hasattr(_spawn, "start")  # start() does not wait for the exec (x86-64)

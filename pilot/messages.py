@@ -149,16 +149,35 @@ CANCEL = fields(uids=_uids, reason=_text)
 SYNC = fields(cid=_text, uids=_uids)
 NODE_LOST = fields(index=_number, reason=_text)
 STOP = fields(reason=_text)
-EXEC = fields(
+
+
+def _opt_flag(where: str, value) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise checks.bad(where, value, "true or false")
+
+
+_EXEC_UNIT = optional(fields(name=_text, environment=_opt_dict, prof=_text, policy=_opt_dict))
+EXEC_RANK = fields(
     uid=_uid,
     rank=_number,
+    ranks=_opt_number,
     sandbox=_req_text,
     argv=_texts,
     env=_opt_dict,
-    gpu_var=_text,
     cpus=_opt_list,
     files=_opt_list,
+    ids=_opt_dict,
+    unit=_EXEC_UNIT,
 )
+EXEC_MAX = 4096  # ranks in one `exec` (agent/runners/daemons.py sends at most EXEC_BATCH)
+
+
+def _exec_ranks(where: str, value) -> None:
+    for i, rank in enumerate(items(where, value, EXEC_MAX)):
+        EXEC_RANK(f"{where}[{i}]", rank)
+
+
+EXEC = fields(env=_opt_dict, node=_text, prof=_text, gpus=_opt_flag, ranks=_exec_ranks)
 KILL = fields(uids=_uids, sig=_opt_number)
 TABLE = fields(index=_number, width=_number)
 AGENT = fields(uid=_uid, argv=_texts, log=_req_text, cfg=_text, cfg_text=_line)

@@ -159,8 +159,9 @@ TABLE: tuple[Message, ...] = (
        "n: the daemon's last hb heard, d: drops sent to it (its lease to start ranks)"),
     _m("pulse", "halt", B, D, "{reason}", m.HALT, "this node was declared lost: halt"),
     # -- the ranks channel: agent (or parent daemon) -> node daemon, and back
-    _m("ranks", "exec", A, D, "{uid, rank, argv, env, gpu_var, sandbox, files, cpus}", m.EXEC,
-       "start one rank of a unit"),
+    _m("ranks", "exec", A, D, "{env, node, prof, gpus, ranks: [{uid, rank, ranks, argv, "
+       "sandbox, files, cpus, ids, unit, env}]}", m.EXEC, "start ranks of units on this node "
+       "(agent/rank_env.py exec_env: their environments)"),
     _m("ranks", "kill", A, D, "{uids, sig}", m.KILL, "signal those units' process groups"),
     _m("ranks", "hb", A, D, "{}", m.EMPTY, "accepted and ignored"),
     _m("ranks", "table", D, D, "{index, width} + zlib(JSON)", m.TABLE,

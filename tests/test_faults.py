@@ -200,6 +200,7 @@ def test_database_killed_and_restarted_mid_run(make_session, tmp_path, mongo_ser
         states = check_exactly_once(session, units, log)
         assert states == {rp.DONE: 200}, states
         assert not session.writer.unpersisted
+        session.close()  # (while its database is up: else its last records wait for it)
     finally:
         server.stop()
 

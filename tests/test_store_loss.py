@@ -51,6 +51,7 @@ def test_database_lost_and_back_mid_run(make_session, tmp_path, mongo_server):
         per_unit = Counter(h["uid"] for h in hist if h["kind"] == "units")
         assert set(per_unit.values()) == {5} and len(per_unit) == 151
         assert first[0].uid in per_unit
+        session.close()  # (while its database is up: else its last records wait for it)
     finally:
         server.stop()
 

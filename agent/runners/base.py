@@ -115,6 +115,7 @@ class RunnerBase:
     hearing without the agent's SIGCHLD: has_exited (the local runner; the others learn of
         exits on their sockets or at once)
     what it must hear and look at: watch, on_readable (sockets, pipes), due, sweep
+    starts sent together: flush (the daemon runner sends a turn's ranks per node at once)
     nodes of a multi-node partition: node_lost (the daemon runner)
     """
 
@@ -150,6 +151,9 @@ class RunnerBase:
 
     def on_readable(self, key) -> None:
         pass
+
+    def flush(self) -> None:  # send what `spawn` held back (after each turn of starts)
+        pass  # (its spawns went out at once)
 
     def due(self) -> float | None:  # when `sweep` wants to be called next (None: never)
         return None

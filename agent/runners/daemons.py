@@ -1,7 +1,16 @@
 """The daemon runner: units of a multi-node partition, run by the node daemons of its nodes.
 
-The agent's scheduler places a unit as before; `DaemonRunner.spawn` sends one `exec` per rank to
-the daemon of that rank's node (agent/node_daemon.py has the messages) and returns at once.
+The agent's scheduler places a unit as before; `DaemonRunner.spawn` makes one rank body per rank
+and returns at once; `flush`, at the end of the agent's turn of starts, sends each node's bodies
+as one `exec` (agent/node_daemon.py has the messages), with what every rank of the partition
+has alike in its environment (RP's pilot names, the partition's id) once, beside them.  A rank's
+body says what its environment is made of (its unit's own `environment`, name and ids, its
+rank), not the environment itself: the daemon makes that with the same `rank_env` the local
+runner uses (agent/node_ranks.py), so the dozen variables that repeat the unit's uid and
+sandbox do not cross the network for every rank.  A kill
+sends what waits first, so that it follows the exec it is for.  A node whose daemon takes no
+more (its queue at the high-water mark) fails the units of the ranks it did not take, and kills
+their ranks elsewhere.
 Exits and forwarded output come back as `events`; `reap()` yields units whose ranks have all
 ended, like the local runner.  A rank that could not start, or whose node was lost
 (`node_lost`), ends its unit FAILED with that reason; the unit's other ranks are killed.
@@ -26,13 +35,13 @@ import zmq
 from pilot import processes, security, wire
 from pilot.agent import unit_command
 from pilot.agent.function_worker import PATH_VAR
-from pilot.agent.rank_env import prof_command, rp_pilot_vars
+from pilot.agent.rank_env import exec_unit, grant_ids, prof_command, rp_pilot_vars
 from pilot.agent.runners.base import QuietStager, Run, RunnerBase
-from pilot.agent.spawn import grant_ids, rank_env
 from pilot.protocol import ProtocolError, drain, pack, unpack
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 
 CALL, REPLY = ".call", ".reply"  # a function unit's call and reply (agent/function_once.py)
+EXEC_BATCH = 1024  # ranks in one `exec` at most (pilot/messages.py: EXEC_MAX)
 
 
 class NoStager(QuietStager):
@@ -59,7 +68,9 @@ class DaemonRunner(RunnerBase):
 
     def __init__(self, cfg: dict, ctx: zmq.Context) -> None:
         self.uid = cfg["uid"]
-        self.rp_env = rp_pilot_vars(cfg)  # RADICAL-Pilot's names, as units see them
+        # every rank's, under its own (RADICAL-Pilot's names; the daemon's environment has
+        # no partition): sent once per `exec`, with what rank_env needs besides
+        self.base_env = {**rp_pilot_vars(cfg), "PILOT_PARTITION_ID": self.uid}
         self.prof = prof_command(cfg["pilot_sandbox"])  # (RP 1.x tasks' RP_PROF)
         self.has_gpus = any(n["gpus"] for n in cfg["nodes"])
         self.mpi_command = cfg.get("mpi_command")
@@ -67,6 +78,9 @@ class DaemonRunner(RunnerBase):
         self.functions = functions_dir(cfg["pilot_sandbox"], cfg["uid"])
         self.function_path = os.pathsep.join(cfg.get("python_path") or ())
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
+        self.names = {node["index"]: node["name"] for node in cfg["nodes"]}
+        # what every `exec` carries once (agent/node_ranks.py `exec_env`)
+        self.head = {"env": self.base_env, "prof": self.prof, "gpus": self.has_gpus}
         keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
             sock = ctx.socket(zmq.DEALER)
@@ -78,6 +92,7 @@ class DaemonRunner(RunnerBase):
             sock.connect(node["endpoint"])
             self.socks[node["index"]] = sock
         self.running: dict[tuple[str, int], Run] = {}  # (unit uid, rank) -> its Run
+        self.pending: dict[int, list] = {}  # node index -> [(rank body, Run)] to send (flush)
         self.done: list[tuple[Run, int | None]] = []
         self.output: list[list] = []  # [uid, node, rank, stream, text] for the client
         self.lost: dict[int, str] = {}
@@ -116,35 +131,70 @@ class DaemonRunner(RunnerBase):
                 per_node[node.name] = per_node.get(node.name, 0) + 1
             argv = unit_command.mpi_argv(unit, self.mpi_command, list(per_node.items()))
             placed = placed[:1]
+        bits = exec_unit(unit)
+        extra = None  # (a function unit's path: its rank's own env)
+        if unit.get("function") and self.function_path:
+            extra = {PATH_VAR: self.function_path}
         for rank, (node, grant) in placed:
-            ids = grant_ids(node.cap, grant)
-            own, var = rank_env(
-                unit, sandbox, node.name, ids, rank, ranks, self.has_gpus, self.prof
-            )
-            # the daemon's own environment has no partition; the unit's own names win
-            env = {**self.rp_env, "PILOT_PARTITION_ID": self.uid, **own}
-            if unit.get("function") and self.function_path:
-                env[PATH_VAR] = self.function_path
             body = {
                 "uid": unit["uid"],
                 "rank": rank,
+                "ranks": ranks,
                 "argv": argv,
-                "env": env,
-                "gpu_var": var,
                 "sandbox": sandbox,
                 "files": files,
                 "cpus": [c for c, _ in grant.get("cpus", ())],
+                "ids": grant_ids(node.cap, grant),
             }
-            try:
-                self.socks[node.index].send_multipart([b"exec", pack(body)], zmq.NOBLOCK)
-            except zmq.Again:
-                self.kill(run, signal.SIGKILL)  # ranks already sent, if any
-                for k in run.pids:
-                    self.running.pop((unit["uid"], k[1]), None)
-                raise OSError(f"the node daemon of {node.name} takes no more work") from None
+            if bits:
+                body["unit"] = bits
+            if extra:
+                body["env"] = extra
+            waiting = self.pending.get(node.index)
+            if waiting is None:
+                waiting = self.pending[node.index] = []
+            waiting.append((body, run))
             run.pids.append((node.index, rank))
             self.running[(unit["uid"], rank)] = run
         return run
+
+    def flush(self) -> None:
+        """Send each node the ranks placed on it since (one `exec`, or one per EXEC_BATCH); a
+        node whose daemon takes no more fails the units of the ranks it did not take."""
+        pending, self.pending = self.pending, {}
+        unsent: list = []
+        for index, waiting in pending.items():
+            if index in self.lost:
+                continue  # (node_lost ended their units)
+            sock = self.socks[index]
+            for i in range(0, len(waiting), EXEC_BATCH):
+                ranks = [body for body, _ in waiting[i : i + EXEC_BATCH]]
+                head = {**self.head, "node": self.names[index], "ranks": ranks}
+                try:
+                    sock.send_multipart([b"exec", pack(head)], zmq.NOBLOCK)
+                except zmq.Again:
+                    unsent.extend((index, body, run) for body, run in waiting[i:])
+                    break
+        if unsent:
+            self._not_taken(unsent)
+
+    def _not_taken(self, unsent: list) -> None:
+        """Ranks a daemon did not take: their units FAILED, never having run (their ranks on
+        other nodes, if sent, killed)."""
+        failed = {}
+        for index, body, run in unsent:
+            if run.fail_reason is None:
+                name = self.names[index]
+                run.fail_reason = f"cannot start: the node daemon of {name} takes no more work"
+                run.not_started = True
+            failed[id(run)] = run
+            if (body["uid"], body["rank"]) in self.running:
+                self._ended(run, body["uid"], body["rank"], None)
+        for run in failed.values():
+            self.kill(run, signal.SIGKILL)  # (its ranks that were sent)
+
+    def due(self) -> float | None:
+        return 0.0 if self.done else None  # (units failed by a flush: reaped at once)
 
     def _call_argv(self, unit: dict) -> list[str]:
         """A function unit's command: its call written to FUNCTIONS/<uid>.call first."""
@@ -227,6 +277,8 @@ class DaemonRunner(RunnerBase):
         yield from done
 
     def kill(self, run: Run, sig: int) -> None:
+        if self.pending:
+            self.flush()  # (its exec before the kill)
         for index in {k[0] for k in run.pids if k not in run.codes}:
             if index not in self.lost:
                 try:

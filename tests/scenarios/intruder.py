@@ -41,7 +41,8 @@ def frames_for(kind: str, t: dict) -> list[list[bytes]]:
         return [[b"state", body(state)], [b"bye", body({"state": "FAILED", "reason": "forged"})]]
     marker = t["marker"]  # a path only the pilot's user could create
     argv = ["/bin/sh", "-c", f"touch {marker}"]
-    return [[b"exec", body({"uid": "x", "rank": 0, "argv": argv, "env": {}, "cpus": []})]]
+    rank = {"uid": "x", "rank": 0, "argv": argv, "env": {}, "sandbox": "/tmp", "cpus": []}
+    return [[b"exec", body({"env": {}, "ranks": [rank]})]]
 
 
 def reaches(endpoint: str) -> bool:

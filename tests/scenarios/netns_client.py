@@ -92,7 +92,7 @@ def rogues(session, endpoint: str) -> dict:
             "cpus": [],
         }
         try:
-            sock.send_multipart([b"exec", pack(body)], zmq.NOBLOCK)
+            sock.send_multipart([b"exec", pack({"env": {}, "ranks": [body]})], zmq.NOBLOCK)
         except zmq.Again:
             pass  # no connection completed: refused before a byte of it was sent
         time.sleep(1.5)
