@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# pytest-xdist workers for `make test` (tests/conftest.py: the modules that must run alone);
+# two: the suite mostly waits, and more would crowd the timing of the fault tests on few cores
+WORKERS ?= 2
 
 .PHONY: demo demo-nodes demo-pipeline test lint docs bench peers chaos clean bytecode
 
@@ -60,8 +63,8 @@ bytecode: $(STAMP)
 
 test: $(STAMP) $(SUITES) bytecode  ## lint + the whole test suite + the pure-Python spawn path
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
-	PILOT_NATIVE=0 $(PY) -m pytest -q $(PURE_TESTS)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
+	PILOT_NATIVE=0 $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup $(PURE_TESTS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

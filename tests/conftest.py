@@ -26,9 +26,48 @@ from pilot.pmgr.core import reaper  # noqa: E402
 
 
 def pytest_configure(config):
+    if hasattr(config, "workerinput"):  # an xdist worker is given LINES=24 COLUMNS=80: the
+        os.environ.pop("LINES", None)  # commands the tests run (`pilot top`) see what they
+        os.environ.pop("COLUMNS", None)  # would under a serial run (no terminal: 120 x 40)
     config.addinivalue_line(
         "markers", "internal_errors_expected: the test injects a bug (no_internal_errors)"
     )
+
+
+# `make test` runs the suite on two workers (pytest-xdist, --dist loadgroup): most tests wait on
+# processes, timeouts and the store more than they compute.  The modules that use the one set of
+# network-namespace test hosts (tests/netns.py: one subnet) or the one local SLURM cluster
+# (tests/slurm.sh) run in one group, on one worker, one after another.
+HOSTS_GROUP = {
+    "test_chaos.py",
+    "test_cluster.py",
+    "test_liveness.py",
+    "test_netns.py",
+    "test_rp_sites.py",
+    "test_slurm.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # (before xdist reads the groups)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in HOSTS_GROUP:
+            item.add_marker(pytest.mark.xdist_group("hosts"))
+
+
+def pytest_collection_finish(session):
+    """Under --dist loadgroup the hosts group must have reached xdist (its nodeid suffix):
+    else those modules would bring up one SLURM and one subnet on two workers at once."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items if i.path.name in HOSTS_GROUP]
+    lost = [n for n in lost if not n.endswith("@hosts")]
+    if lost:
+        raise pytest.UsageError(
+            f"xdist_group('hosts') did not reach pytest-xdist's scheduler ({lost[0]}): this "
+            f"pytest {pytest.__version__} and pytest-xdist disagree on node ids (setup.cfg "
+            "pins pytest for it); run without -n instead"
+        )
 
 
 # Nothing the suite runs may change the checkout or the installed package (tests/tree_state.py):

@@ -86,7 +86,7 @@ def test_a_reconfig_beyond_the_free_nodes_grows_the_pilot_and_gives_the_job_back
     free = pilot.free
     assert free["nodes"] == 0, free
     # `pilot top` shows the job and why it was asked for
-    env = dict(os.environ, PYTHONPATH=ROOT, COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=ROOT, COLUMNS="200", LINES="60")  # (room for its events)
     top = subprocess.run(
         [sys.executable, "-m", "pilot", "top", f"{session.uid}/{pilot.uid}", "--once"],
         capture_output=True, text=True, timeout=60, env=env,
