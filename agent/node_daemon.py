@@ -105,6 +105,10 @@ from pilot.protocol import drain, msg, pack, unpack
 
 log = logging.getLogger("node")
 BOOTSTRAP = "bootstrap"  # the one peer whose silence a daemon watches (liveness.Silence)
+# ranks the agents' execs start in one turn of the loop at most (an exec holds a turn's ranks
+# for this node, up to 1,024): the rest wait in the socket, and the loop's heartbeats, and
+# those of the other daemons a host process drives (agent/node_sim.py), go on between
+RANKS_PER_TURN = 256
 
 
 @dataclass
@@ -192,6 +196,7 @@ class NodeDaemon:
         self.drops_due = 0  # `drop`s the bootstrap had sent when it last beat
         self.dropped: set[bytes] = set()  # partitions ended: their execs are refused
         self.held: list[tuple[bytes, dict]] = []  # execs that came outside the lease
+        self.turn_ranks = 0  # ranks of execs read in this turn (RANKS_PER_TURN)
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
         self.started = 0.0  # (monotonic) when it said up: its table is awaited from then
@@ -372,7 +377,9 @@ class NodeDaemon:
                 pass
 
     def receive(self, sock: zmq.Socket, from_agent: bool) -> None:
-        """The messages waiting on `sock` (the bootstrap's or the agents'), each handled."""
+        """The messages waiting on `sock` (the bootstrap's or the agents'), each handled: of
+        the agents', as many as hold RANKS_PER_TURN ranks (the rest: the next turn)."""
+        self.turn_ranks = 0
         for frames in drain(sock, 200):
             if not from_agent and self.index is not None:
                 self.heard_bootstrap()
@@ -382,6 +389,8 @@ class NodeDaemon:
                 self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
             except Exception as exc:  # our own bug: said as such, and the daemon goes on
                 self.internal.report(f"node daemon {frames[:1]!r:.40}", exc)
+            if self.turn_ranks >= RANKS_PER_TURN:
+                return  # (level-triggered: the next poll finds the rest)
 
     def receive_pulse(self) -> None:
         """`hb` (word from the bootstrap) or `halt` on the pulse channel."""

@@ -15,6 +15,7 @@ from pilot.protocol import ProtocolError
 
 def got_exec(daemon, ident, frames: list[bytes], body: dict) -> None:
     ranks = body.pop("ranks")
+    daemon.turn_ranks += len(ranks)
     for rank in ranks:  # (each keeps what the message carries once: agent/rank_env.py exec_env)
         rank["head"] = body
         daemon.exec_rank(ident, rank)  # (now, or held outside its lease, or refused)
