@@ -1,4 +1,4 @@
-"""Outcomes the pilot keeps until its client has them (DESIGN.md, "Guarantees").
+"""Outcomes the pilot keeps until its client has them (docs/guarantees.md).
 
 A unit's final state reaches the bootstrap from its agent (a `ustates` batch, on its way to the
 client: pilot/updates.py); the bootstrap keeps that record here until the client acknowledges

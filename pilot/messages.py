@@ -1,6 +1,7 @@
 """The shape of every message body a component acts on, checked before any handler runs.
 
-DESIGN.md: every message is validated (types, sizes, depth, uid format) before it is acted on.
+docs/guarantees.md ("Who may talk to a pilot"): every message is validated (types, sizes,
+depth, uid format) before it is acted on.
 `body(check, kind, frame)` decodes a message's body and checks it with its kind's check, one of
 the named checks below, which pilot/wire.py's table gives each message (a kind the table does
 not list for its receiver is refused before: wire.Dispatch); a message that fails is a bad

@@ -2,7 +2,7 @@
 
 Every unit runs `/bin/sh -c 'echo $PILOT_UNIT_ID start >> LOG; sleep S; echo $PILOT_UNIT_ID end
 >> LOG'`: the log says, whatever the pilot reports, which units started and which finished.
-`check_exactly_once` compares it with the client and the store (DESIGN.md, "Guarantees").
+`check_exactly_once` compares it with the client and the store (docs/guarantees.md).
 """
 
 from __future__ import annotations

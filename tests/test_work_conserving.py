@@ -1,5 +1,5 @@
-"""Work-conserving placement (DESIGN.md): a unit that fits free slots never waits behind another
-unit's slot, whatever the speed tricks (lanes queue units ahead of time).  Checked on
+"""Work-conserving placement (docs/concepts.md): a unit that fits free slots never waits behind
+another unit's slot, whatever the speed tricks (lanes queue units ahead of time).  Checked on
 the times the agent recorded: while a unit waited (QUEUED -> EXECUTING), no core of its
 partition may idle longer than a reaction time.  `/bin/sleep` units use no CPU, so a loaded
 machine does not move the numbers; the tolerance is the agent's reaction to an exit."""

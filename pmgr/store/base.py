@@ -32,7 +32,7 @@ history row whose (uid, seq) is stored already is not stored again, so a batch r
 failure that left part of it written (a server killed mid-write) duplicates nothing.  A doc in
 a batch is an upsert of the fields it holds: `description` is sent once, when an object is
 first written, and kept from then on.
-One final record, one owner (DESIGN.md, "Guarantees"), held by the store itself, not by its
+One final record, one owner (docs/guarantees.md), held by the store itself, not by its
 writers' good behaviour:
     final once   a unit, partition or pilot whose stored state is final (DONE, FAILED,
                  CANCELED) keeps it: a write that would give it another state (a second final
