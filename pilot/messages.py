@@ -19,7 +19,17 @@ import re
 
 from pilot import checks, framed
 from pilot.protocol import unpack
-from pilot.validate import LINE_MAX, count, items, mapping, number, one_of, optional, text
+from pilot.validate import (
+    LINE_MAX,
+    count,
+    flag,
+    items,
+    mapping,
+    number,
+    one_of,
+    optional,
+    text,
+)
 
 # the checks of the tables: pilot/validate.py's and pilot/checks.py's themselves where they fit
 # as they are (no wrapper: a message runs ~10 of them)
@@ -151,12 +161,6 @@ SYNC = fields(cid=_text, uids=_uids)
 NODE_LOST = fields(index=_number, reason=_text)
 STOP = fields(reason=_text)
 
-
-def _opt_flag(where: str, value) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise checks.bad(where, value, "true or false")
-
-
 _EXEC_UNIT = optional(fields(name=_text, environment=_opt_dict, prof=_text, policy=_opt_dict))
 EXEC_RANK = fields(
     uid=_uid,
@@ -178,7 +182,7 @@ def _exec_ranks(where: str, value) -> None:
         EXEC_RANK(f"{where}[{i}]", rank)
 
 
-EXEC = fields(env=_opt_dict, node=_text, prof=_text, gpus=_opt_flag, ranks=_exec_ranks)
+EXEC = fields(env=_opt_dict, node=_text, prof=_text, gpus=optional(flag()), ranks=_exec_ranks)
 KILL = fields(uids=_uids, sig=_opt_number)
 TABLE = fields(index=_number, width=_number)
 AGENT = fields(uid=_uid, argv=_texts, log=_req_text, cfg=_text, cfg_text=_line)

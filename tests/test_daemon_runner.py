@@ -37,27 +37,23 @@ def unit(uid, ranks=1):
 
 @pytest.fixture
 def rig(tmp_path):
-    """A DaemonRunner of two nodes; `daemons[i]` the ROUTER of node i's stand-in (CURVE server,
-    the session's keys), or None for node 1 when it listens nowhere (`reachable=False`)."""
+    """A DaemonRunner of two nodes; `daemons[i]` the ROUTER of node i's stand-in (a CURVE
+    server with the session's keys)."""
     made = []
 
-    def make(reachable: bool = True):
+    def make():
         keys_dir = security.make_keys(str(tmp_path))
         ctx = zmq.Context()
         keys = security.load(keys_dir)
         daemons, nodes = [], []
         for i in range(2):
             n = node(i)
-            if i == 1 and not reachable:
-                n["endpoint"] = "tcp://127.0.0.1:9"  # (nobody: nothing is ever queued there)
-                daemons.append(None)
-            else:
-                sock = ctx.socket(zmq.ROUTER)
-                sock.setsockopt(zmq.LINGER, 0)
-                keys.serve(sock)
-                port = sock.bind_to_random_port("tcp://127.0.0.1")
-                n["endpoint"] = f"tcp://127.0.0.1:{port}"
-                daemons.append(sock)
+            sock = ctx.socket(zmq.ROUTER)
+            sock.setsockopt(zmq.LINGER, 0)
+            keys.serve(sock)
+            port = sock.bind_to_random_port("tcp://127.0.0.1")
+            n["endpoint"] = f"tcp://127.0.0.1:{port}"
+            daemons.append(sock)
             nodes.append(n)
         cfg = {
             "uid": "part.0000",
@@ -75,8 +71,7 @@ def rig(tmp_path):
     for ctx, keys, runner, daemons in made:
         runner.close()
         for sock in daemons:
-            if sock is not None:
-                sock.close(0)
+            sock.close(0)
         keys.close()
         ctx.term()
 
@@ -172,7 +167,7 @@ def full(runner, index: int) -> None:
 
 
 def test_a_daemon_that_takes_no_more_fails_only_its_units_and_kills_their_other_ranks(rig):
-    runner, pool, daemons = rig(reachable=False)
+    runner, pool, daemons = rig()
     full(runner, 1)
     alone = spawn(runner, pool, unit("u.0"), placement="HOST_NAME", host_name="n1")
     fine = spawn(runner, pool, unit("u.1"), placement="HOST_NAME", host_name="n0")
