@@ -107,6 +107,7 @@ class Part:
     created: float = field(default_factory=time.time)
     runner: str | None = None  # how its agent starts units, as it said when ready
     awaits: str | None = None  # the job whose nodes it waits for (partition/growth.py)
+    stopped_by: str | None = None  # the id of the reconfig command that stopped it
 
 
 class PartitionManager:
@@ -284,7 +285,10 @@ class PartitionManager:
         self.move(part, state)
         part.reason = reason
         part.buffered.clear()
-        self.io.emit(part.uid, state, {"reason": reason} if reason else {})
+        info = {"reason": reason} if reason else {}
+        if part.stopped_by:
+            info["stopped_by"] = part.stopped_by
+        self.io.emit(part.uid, state, info)
         log.info("%s %s%s", part.uid, state, f": {reason}" if reason else "")
 
     def take_buffered_or_bounce(self, uid: str, batch: list[bytes]) -> bool:
@@ -340,6 +344,8 @@ class PartitionManager:
             descs.append(d)
         for uid in stop_uids:
             why = f"stopped by reconfig: {reason}" if reason else "stopped by reconfig"
+            if not self.parts[uid].final:
+                self.parts[uid].stopped_by = cid
             self.stop(uid, CANCELED, why, hand_back=True)
         # the stopped partitions' resources are free for the starts, even while their agents
         # drain: a stopped partition's units no longer run anything new
@@ -353,7 +359,7 @@ class PartitionManager:
             uid = uids[i] if uids and i < len(uids) else self.new_uid()
             part = self.add(uid, desc)
             new.append(part)
-            self.io.emit(uid, PENDING, {"description": desc.to_stored()})
+            self.io.emit(uid, PENDING, {"description": desc.to_stored(), "started_by": cid})
             if not self.start(part, may_wait=True):
                 wait.append(part)
         if wait:  # one job for what they need, or FAILED beyond max_nodes (growth.py)

@@ -162,6 +162,9 @@ def test_plot_png_matches_the_store(ran, tmp_path):
     assert (reconfig.stopped, reconfig.started) == ([p["B"]], [p["D"]])
     by_uid = {x.uid: x for x in tl.partitions}
     assert by_uid[p["B"]].first("ACTIVE") < reconfig.ts < by_uid[p["D"]].first("ACTIVE")
+    # the store names the command: B stopped and D started by the same one, the others by none
+    assert by_uid[p["B"]].stopped_by and by_uid[p["B"]].stopped_by == by_uid[p["D"]].started_by
+    assert not any(by_uid[p[k]].started_by or by_uid[p[k]].stopped_by for k in "AC")
 
     counts = series.unit_states(tl)
     finals = Counter(u["state"] for u in units)
@@ -250,6 +253,36 @@ def test_chrome_trace(ran):
     jsonl = cli(ran, "export", ran["session"])  # the default stays JSON lines
     rows = [json.loads(line) for line in jsonl.stdout.decode().splitlines()]
     assert len(rows) == len(history) and {"uid", "state", "ts"} <= set(rows[0])
+
+
+def test_reconfigs_close_together_are_told_apart_by_their_commands():
+    """Two reconfigs 0.5 s apart (a stage shorter than RECONFIG_GAP between them) are two when
+    the partitions name their commands; a store without the names can only merge them."""
+
+    def part(uid, history, reason=None, started_by=None, stopped_by=None):
+        return timeline.Entity(uid, history[-1][0], history, reason, pilot="p",
+                               started_by=started_by, stopped_by=stopped_by)  # fmt: skip
+
+    pilot = timeline.Entity("p", "DONE", [("NEW", 0.0), ("ACTIVE", 1.0), ("DONE", 20.0)])
+    pilot.description = {"parts": [{}, {}]}
+    stopped = "stopped by reconfig"
+    parts = [
+        part("p.part.0000", [("NEW", 0.0), ("ACTIVE", 1.0), ("CANCELED", 5.1)], stopped,
+             stopped_by="c1"),
+        part("p.part.0001", [("NEW", 0.0), ("ACTIVE", 1.0), ("DONE", 20.0)]),
+        part("p.part.0002", [("NEW", 5.0), ("ACTIVE", 5.2), ("CANCELED", 5.6)], stopped,
+             started_by="c1", stopped_by="c2"),
+        part("p.part.0003", [("NEW", 5.5), ("ACTIVE", 5.7), ("DONE", 20.0)], started_by="c2"),
+    ]  # fmt: skip
+    named = timeline.find_reconfigs([pilot], parts)
+    assert [(r.ts, r.stopped, r.started) for r in named] == [
+        (5.0, ["p.part.0000"], ["p.part.0002"]),
+        (5.5, ["p.part.0002"], ["p.part.0003"]),
+    ]
+    for p in parts:
+        p.started_by = p.stopped_by = None
+    (merged,) = timeline.find_reconfigs([pilot], parts)  # what the histories alone allow
+    assert merged.started == ["p.part.0002", "p.part.0003"]
 
 
 # -- 100,000 units -------------------------------------------------------------------------

@@ -422,6 +422,9 @@ class Partition(Stateful):
         pilot (Pilot): its pilot.
         resources (dict | None): what its agent reported once ACTIVE: `cores`, `gpus`, `nodes`
             (each with its cores and GPUs), `agent_nodes`; None before.
+        started_by (str | None): the id of the reconfig command that started it (None: one
+            the pilot was submitted with).
+        stopped_by (str | None): the id of the reconfig command that stopped it.
     """
 
     KIND = "partitions"
@@ -432,6 +435,8 @@ class Partition(Stateful):
         self.description = description
         self.pilot = pilot
         self.resources: dict | None = None  # {cores, gpus, nodes: [...], agent_nodes}
+        self.started_by: str | None = None  # reconfig command ids, as the bootstrap says them
+        self.stopped_by: str | None = None
         self.outstanding = 0  # units sent here and not final
         self.accepting = True  # False once a stop was asked for or it handed units back
         self.reserved = False  # True: only units that name it go there (see could_hold)
@@ -519,4 +524,6 @@ class Partition(Stateful):
             "description": self.description.to_stored() if full else None,
             "resources": self.resources,
             "reason": self.reason,
+            "started_by": self.started_by,
+            "stopped_by": self.stopped_by,
         }

@@ -439,6 +439,9 @@ class Pilot(Stateful):
             return
         if "resources" in info:
             part.resources = info["resources"]
+        for key in ("started_by", "stopped_by"):  # (reconfig command ids: checked, as all)
+            if isinstance(info.get(key), str) and len(info[key]) <= 200:
+                setattr(part, key, info[key])
         if "free" in info:
             self._free = info["free"]
         part.advance(state, ts, info.get("reason"))

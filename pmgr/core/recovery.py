@@ -106,6 +106,7 @@ class Recovery:
                 )
                 self._restore(part, pdoc)
                 part.resources = pdoc.get("resources")
+                part.started_by, part.stopped_by = pdoc.get("started_by"), pdoc.get("stopped_by")
                 pilot.parts[part.uid] = part
                 session.ids.seen_uid(f"{pilot.uid}.part", part.uid)
             session.ids.seen_uid("pilot", pilot.uid)

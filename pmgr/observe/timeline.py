@@ -24,13 +24,15 @@ or RP's gpu_processes for the whole unit).  A GPU shared by fractional requests 
 that fraction.  It holds them from EXECUTING until its next state (its final one; a
 restartable unit routed again holds nothing meanwhile); still EXECUTING: until `end`.
 
-Reconfigs: the store keeps no record of the command itself, so they are read from the
-partitions' histories.  A pilot's initial partitions are the first len(description.parts) of
-it (all those that were NEW before its first partition went ACTIVE, without a description);
+Reconfigs: each partition a reconfig started or stopped names its command (`started_by`,
+`stopped_by`: the id partition/manager.py gives them), so a reconfig is the partitions that name
+one command, at the time of its first change (a start's NEW, a stop's final state, when its
+agent had drained).  A store written before partitions named their commands has only the
+partitions' histories: there a pilot's initial partitions are the first len(description.parts)
+of it (all those that were NEW before its first partition went ACTIVE, without a description);
 every later partition was started by a reconfig (its NEW time), and a partition that ended
-with the reason "stopped by reconfig" (partition/manager.py) was stopped by one (its final
-time, when its agent had drained).  Starts and stops within RECONFIG_GAP seconds of each
-other are one reconfig, at the time of its first change; a partition canceled otherwise
+with the reason "stopped by reconfig" was stopped by one.  Starts and stops within
+RECONFIG_GAP seconds of each other are one reconfig there; a partition canceled otherwise
 (`partition.cancel()`) inside such a cluster joins it, unless it ended with its pilot (within
 RECONFIG_GAP of the pilot's final state: that is the pilot's teardown).
 """
@@ -61,6 +63,8 @@ class Entity:
     pilot: str | None = None  # partitions: the pilot they are part of
     description: dict = field(default_factory=dict)
     jobs: list[dict] = field(default_factory=list)  # pilots: the jobs it grew by (growth.py)
+    started_by: str | None = None  # partitions: the reconfig command that started it
+    stopped_by: str | None = None  # partitions: the reconfig command that stopped it
 
     def job_marks(self) -> list[tuple[float, str]]:
         """(ts, label) of each job it grew by: asked for, and given back or ended."""
@@ -218,7 +222,13 @@ def _entity(doc: dict, hist: dict, size: dict) -> Entity:
         pilot=doc.get("pilot"),
         description=doc.get("description") or {},
         jobs=[j for j in doc.get("jobs") or [] if isinstance(j, dict)],
+        started_by=_text(doc.get("started_by")),
+        stopped_by=_text(doc.get("stopped_by")),
     )
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _unit(doc: dict, history: list) -> UnitRow:
@@ -240,44 +250,64 @@ def _unit(doc: dict, history: list) -> UnitRow:
 
 
 def find_reconfigs(pilots: list[Entity], parts: list[Entity], gap: float = RECONFIG_GAP):
-    """The reconfigs of each pilot, read from its partitions' histories (module docstring)."""
+    """The reconfigs of each pilot: by the commands its partitions name, or read from their
+    histories in a store that has no such names (module docstring)."""
     out = []
     for pilot in pilots:
         mine = [p for p in parts if p.pilot == pilot.uid]
-        initial = _initial(pilot, mine)
-        changes = [(p.first(NEW), "start", p.uid) for p in mine if p.uid not in initial]
-        changes += [
-            (p.ended, "stop", p.uid)
-            for p in mine
-            if (p.reason or "").startswith(STOPPED_BY_RECONFIG)
-        ]
-        clusters: list[list] = []
-        for change in sorted(c for c in changes if c[0] is not None):
-            if clusters and change[0] - clusters[-1][-1][0] <= gap:
-                clusters[-1].append(change)
-            else:
-                clusters.append([change])
-        teardown = pilot.ended - gap if pilot.ended is not None else float("inf")
-        others = [  # ended otherwise (partition.cancel()), but not as the pilot ended
-            p
-            for p in mine
-            if not (p.reason or "").startswith(STOPPED_BY_RECONFIG)
-            and p.state in (CANCELED, DONE)
-            and p.ended is not None
-            and p.ended < teardown
-        ]
-        for cluster in clusters:
-            lo, hi = cluster[0][0] - gap, cluster[-1][0] + gap
-            cluster += [(p.ended, "stop", p.uid) for p in others if lo <= p.ended <= hi]
-            out.append(
-                Reconfig(
-                    pilot=pilot.uid,
-                    ts=min(c[0] for c in cluster),
-                    stopped=sorted({u for _, k, u in cluster if k == "stop"}, key=_natural),
-                    started=sorted({u for _, k, u in cluster if k == "start"}, key=_natural),
-                )
-            )
+        if any(p.started_by or p.stopped_by for p in mine):
+            out += _named_reconfigs(pilot, mine)
+        else:
+            out += _inferred_reconfigs(pilot, mine, gap)
     return sorted(out, key=lambda r: r.ts)
+
+
+def _named_reconfigs(pilot: Entity, parts: list[Entity]) -> list[Reconfig]:
+    changes: dict[str, list] = {}  # command id -> [(ts, "start" | "stop", uid)]
+    for p in parts:
+        if p.started_by and p.first(NEW) is not None:
+            changes.setdefault(p.started_by, []).append((p.first(NEW), "start", p.uid))
+        if p.stopped_by and p.ended is not None:
+            changes.setdefault(p.stopped_by, []).append((p.ended, "stop", p.uid))
+    return [_reconfig(pilot, cluster) for cluster in changes.values()]
+
+
+def _reconfig(pilot: Entity, cluster: list) -> Reconfig:
+    return Reconfig(
+        pilot=pilot.uid,
+        ts=min(c[0] for c in cluster),
+        stopped=sorted({u for _, k, u in cluster if k == "stop"}, key=_natural),
+        started=sorted({u for _, k, u in cluster if k == "start"}, key=_natural),
+    )
+
+
+def _inferred_reconfigs(pilot: Entity, mine: list[Entity], gap: float) -> list[Reconfig]:
+    initial = _initial(pilot, mine)
+    changes = [(p.first(NEW), "start", p.uid) for p in mine if p.uid not in initial]
+    changes += [
+        (p.ended, "stop", p.uid) for p in mine if (p.reason or "").startswith(STOPPED_BY_RECONFIG)
+    ]
+    clusters: list[list] = []
+    for change in sorted(c for c in changes if c[0] is not None):
+        if clusters and change[0] - clusters[-1][-1][0] <= gap:
+            clusters[-1].append(change)
+        else:
+            clusters.append([change])
+    teardown = pilot.ended - gap if pilot.ended is not None else float("inf")
+    others = [  # ended otherwise (partition.cancel()), but not as the pilot ended
+        p
+        for p in mine
+        if not (p.reason or "").startswith(STOPPED_BY_RECONFIG)
+        and p.state in (CANCELED, DONE)
+        and p.ended is not None
+        and p.ended < teardown
+    ]
+    out = []
+    for cluster in clusters:
+        lo, hi = cluster[0][0] - gap, cluster[-1][0] + gap
+        cluster += [(p.ended, "stop", p.uid) for p in others if lo <= p.ended <= hi]
+        out.append(_reconfig(pilot, cluster))
+    return out
 
 
 def _initial(pilot: Entity, parts: list[Entity]) -> set[str]:

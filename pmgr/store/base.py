@@ -84,7 +84,17 @@ FIELDS = {
         "jobs",  # the batch jobs it grew by (pmgr/core/pilot_jobs.py)
         "adapt",  # its adapt policy's decisions (pmgr/core/adapt.py)
     ),
-    "partitions": ("uid", "session", "pilot", "state", "reason", "description", "resources"),
+    "partitions": (
+        "uid",
+        "session",
+        "pilot",
+        "state",
+        "reason",
+        "description",
+        "resources",
+        "started_by",  # the id of the reconfig command that started it (None: the pilot's own)
+        "stopped_by",  # the id of the reconfig command that stopped it
+    ),
     "units": (
         "uid",
         "session",
