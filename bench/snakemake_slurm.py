@@ -22,9 +22,13 @@ Every output names the host its job ran on.  Both runs get the same `--jobs` and
               plugin's guess via sacct finds none and it submits without); its status-check
               interval is its own default (40 s; `--slurm-status-interval S` sets
               --slurm-init-seconds-before-status-checks)
-  (b) pilot   `snakemake --executor pilot --pilot-resource slurm.localhost --pilot-nodes K
-              [--pilot-max-nodes M]` (configs/slurm.yaml; a copy with the cluster's nodes and
-              CPUs when --nodes/--cpus differ from it)
+              (and its job step plugin, which strips SLURM_CONF before its inner srun: the
+              cluster's config is linked at SLURM's default path, /etc/slurm/slurm.conf, while
+              the runs last, as a site has it, when nothing is there)
+  (b) pilot   `snakemake --executor pilot --pilot-resource slurm-bench.yaml --pilot-nodes K
+              [--pilot-max-nodes M]` (a copy of configs/slurm.yaml's localhost with the
+              cluster's nodes and CPUs, and a site's queue poll interval, 30 s, not the test
+              config's 1 s: --pilot-poll-interval)
 
 Measured for each, on the same cluster:
 
@@ -70,6 +74,7 @@ there).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -369,15 +374,42 @@ class Cluster:
 
 
 def pilot_resource(args: argparse.Namespace, where: str) -> str:
-    """slurm.localhost if it describes the cluster, else a copy of it that does."""
+    """A copy of slurm.localhost (configs/slurm.yaml) with the cluster's nodes and CPUs and
+    the queue poll interval a site would use (--pilot-poll-interval; the test config's 1 s
+    would count 30 times the squeue RPCs a user's pilot makes)."""
     with open(os.path.join(ROOT, "configs", "slurm.yaml")) as f:
         cfg = yaml.safe_load(f)["localhost"]
-    if cfg.get("nodes") == args.nodes and cfg.get("cores_per_node") == args.cpus:
-        return "slurm.localhost"
     path = os.path.join(where, "slurm-bench.yaml")
+    cfg = dict(cfg, nodes=args.nodes, cores_per_node=args.cpus)
+    cfg["queue_poll_interval"] = args.pilot_poll_interval
     with open(path, "w") as f:
-        yaml.safe_dump(dict(cfg, nodes=args.nodes, cores_per_node=args.cpus), f)
+        yaml.safe_dump(cfg, f)
     return path
+
+
+DEFAULT_CONF = "/etc/slurm/slurm.conf"
+
+
+@contextlib.contextmanager
+def default_config(conf: str):
+    """The cluster's config at SLURM's default path while the runs last, when none is there
+    (a link, removed after; one found there is left alone and must be this cluster's).  The
+    slurm plugin's job step (snakemake-executor-plugin-slurm-jobstep) removes every SLURM_*
+    variable but the job's ids before its inner `srun`, SLURM_CONF with them: on a site srun
+    then reads the default path, and here it must find the same."""
+    made = False
+    if not os.path.lexists(DEFAULT_CONF):
+        os.makedirs(os.path.dirname(DEFAULT_CONF), exist_ok=True)
+        os.symlink(conf, DEFAULT_CONF)
+        made = True
+    elif os.path.realpath(DEFAULT_CONF) != os.path.realpath(conf):
+        print(f"warning: {DEFAULT_CONF} is another cluster's: the slurm run's srun reads it",
+              file=sys.stderr)  # fmt: skip
+    try:
+        yield made
+    finally:
+        if made and os.path.islink(DEFAULT_CONF) and os.readlink(DEFAULT_CONF) == conf:
+            os.unlink(DEFAULT_CONF)
 
 
 def snakemake_argv(kind: str, args: argparse.Namespace, where: str, partition: str) -> list[str]:
@@ -564,6 +596,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pilot-max-nodes", type=int, help="--pilot-max-nodes (default: fixed)")
     ap.add_argument("--pilot-runtime", type=int, default=120, help="--pilot-runtime, min (120)")
     ap.add_argument(
+        "--pilot-poll-interval", type=float, default=30.0,
+        help="the pilot's queue_poll_interval, s (30: the default a site's config has)",
+    )  # fmt: skip
+    ap.add_argument(
         "--slurm-status-interval", type=int,
         help="--slurm-init-seconds-before-status-checks (default: the plugin's, 40)",
     )  # fmt: skip
@@ -650,9 +686,12 @@ def main(argv: list[str] | None = None) -> int:
             "cluster_brought_up": cluster.brought_up,
         }
         meta["idle_rpc_per_s"] = idle_rate(cluster, args.settle)
-        for kind in args.runs:
-            runs[kind] = measure(kind, cluster, args, top, args.instances)
-            failed |= runs[kind]["rc"] != 0 or not runs[kind]["outputs"]["complete"]
+        meta["pilot_poll_interval"] = args.pilot_poll_interval
+        with default_config(cluster.conf) as linked:
+            meta["default_conf_linked"] = linked
+            for kind in args.runs:
+                runs[kind] = measure(kind, cluster, args, top, args.instances)
+                failed |= runs[kind]["rc"] != 0 or not runs[kind]["outputs"]["complete"]
     finally:
         if cluster.brought_up and not args.keep_cluster:
             cluster.down()
