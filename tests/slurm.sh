@@ -98,13 +98,14 @@ hosts_down() { # the namespaces first, the blackhole route last
 ensure_packages() {
   if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
      && command -v munged >/dev/null && command -v ip >/dev/null && command -v nsenter >/dev/null \
-     && command -v mpirun >/dev/null && ldconfig -p | grep -q 'libfuse\.so\.2'
+     && command -v mpirun >/dev/null && command -v mpicc.openmpi >/dev/null \
+     && ldconfig -p | grep -q 'libfuse\.so\.2'
   then return; fi
-  say "installing slurmctld slurmd slurm-client munge openmpi-bin libfuse2 (apt)"
+  say "installing slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev libfuse2 (apt)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge \
-    iproute2 util-linux openmpi-bin libfuse2 >&2
+    iproute2 util-linux openmpi-bin libopenmpi-dev libfuse2 >&2
 }
 
 munge_up() {

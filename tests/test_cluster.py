@@ -105,14 +105,14 @@ def in_login(argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{LOGIN}", *argv]
 
 
-def client(cluster, *args: str, timeout: float = 240) -> dict:
+def client(cluster, *args: str, timeout: float = 240, env: dict | None = None) -> dict:
     out = subprocess.run(
         in_login([sys.executable, "-m", "tests.scenarios.cluster_client", *args]),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=cluster["env"],
+        env={**cluster["env"], **(env or {})},
     )
     assert out.returncode == 0, out.stderr[-3000:] + logs(cluster)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -183,6 +183,51 @@ def test_the_client_on_the_login_node_runs_a_pilot_on_compute_nodes(cluster):
     assert {s for s, _, _ in rc["units"]} == {"DONE"}
     assert r["cancel"][:2] == ["CANCELED", "canceled by the user"]
     assert job_gone(cluster, r["job"]), "the SLURM job outlived the cancel"
+    assert no_processes_left(r["session"]) == []
+
+
+MPI_HELLO = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0;
+    const char *node = getenv("SLURMD_NODENAME");
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d of %d on %s sum %d\n", rank, size, node ? node : "?", sum);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+MPICC = "mpicc.openmpi"  # (Open MPI's, whichever MPI `mpicc` names: srun --mpi=pmix starts it)
+
+
+@pytest.mark.skipif(shutil.which(MPICC) is None, reason="no mpicc.openmpi (tests/slurm.sh install)")
+def test_parsl_mpi_apps_run_a_real_mpi_program_on_the_compute_nodes(cluster):
+    """Parsl MPI apps as Parsl writes them (`$PARSL_MPI_PREFIX` with mpi_launcher="srun"):
+    a real MPI program's ranks meet (an allreduce) on the node the pilot placed the app on."""
+    src = os.path.join(cluster["top"], "mpi_hello.c")
+    binary = os.path.join(cluster["top"], "mpi_hello")
+    with open(src, "w") as f:
+        f.write(MPI_HELLO)
+    cc = subprocess.run([MPICC, "-o", binary, src], capture_output=True, text=True, timeout=120)
+    assert cc.returncode == 0, cc.stderr
+    r = client(cluster, "parsl_mpi", cluster["resource"], env={"PILOT_TEST_MPI_HELLO": binary})
+    apps = r["apps"]
+    assert [a["code"] for a in apps] == [0, 0, 0, 0], apps
+    for a in apps[:2]:  # two ranks, one node, each rank saw the other's (0 + 1)
+        nodes = {line.split()[5] for line in a["lines"]}
+        assert len(nodes) == 1 and nodes <= {"node1", "node2", "node3"}, a
+        node = nodes.pop()
+        assert sorted(a["lines"]) == [f"rank {i} of 2 on {node} sum 1" for i in (0, 1)], a
+    for a in apps[2:]:
+        assert len(a["lines"]) == 1 and a["lines"][0].startswith("rank 0 of 1 on node"), a
+    assert job_gone(cluster, r["job"]), "the SLURM job outlived the executor's shutdown"
     assert no_processes_left(r["session"]) == []
 
 

@@ -60,7 +60,11 @@ PSIJ_CONFIGS = {  # each PSI/J batch executor's own config class
 class SlurmJob:
     SYSTEM = "SLURM"  # (pmgr/batch/pbs.py and lsf.py follow their jobs with this class)
     CANCEL = "scancel"
-    EXCLUSIVE = False  # whole nodes asked for explicitly (SLURM: the partition's own policy)
+    # whole nodes, every CPU of each (`--exclusive`): asked for one process a node and no
+    # more, a partition that shares nodes gives the job one CPU a node and other jobs the
+    # rest, while the pilot places units on all of them (and a unit's srun step beside the
+    # node daemons' finds "More processors requested than permitted")
+    EXCLUSIVE = True
 
     def __init__(self, job, executor, sandbox: str, interval: float = 30.0) -> None:
         self.job = job

@@ -6,6 +6,7 @@ the SLURM that `PILOT_SLURM_NETNS=1 tests/slurm.sh up` starts, its pilot job on 
     python -m tests.scenarios.cluster_client attach SESSION_UID
     python -m tests.scenarios.cluster_client expire RESOURCE.yaml
     python -m tests.scenarios.cluster_client grow RESOURCE.yaml
+    python -m tests.scenarios.cluster_client parsl_mpi RESOURCE.yaml  (PILOT_TEST_MPI_HELLO=BIN)
 
 run     a two-partition pilot over two compute nodes: units print their host, output comes back
         here, `pilot partitions` (the CLI) answers, a reconfig, a cancel
@@ -16,6 +17,11 @@ grow    a one-node pilot (max_nodes=4) grows by a second SLURM job of two nodes,
         a shell (`pilot reconfig PILOT --start nodes=2`); units run on its hosts; stopping the
         partition gives the job back; a grow of three more nodes (the cluster has three in all,
         one the pilot's) SLURM refuses: that fails only its partition
+parsl_mpi
+        Parsl on a two-node pilot (pilot.parsl.PilotExecutor, mpi_launcher="srun"): MPI apps
+        as Parsl writes them, `$PARSL_MPI_PREFIX BIN` with num_ranks / ranks_per_node /
+        launcher_options; BIN a real MPI program (tests/test_cluster.py compiles it); two
+        one-rank apps at once on one node, then a two-rank app on each node
 Each prints one JSON line last.
 """
 
@@ -237,6 +243,44 @@ def attach(session, _: str | None = None) -> dict:
     return out
 
 
+def parsl_mpi(session, resource: str) -> dict:
+    import parsl
+
+    from pilot.parsl import PilotExecutor
+
+    hello = os.environ["PILOT_TEST_MPI_HELLO"]
+    pd = rp.ComputePilotDescription(resource=resource, nodes=2, runtime=5)
+    ex = PilotExecutor(pilot_description=pd, session=session, mpi_launcher="srun")
+
+    @parsl.bash_app
+    def mpi_hello(stdout=None, stderr=None, parsl_resource_specification=None):
+        return f"$PARSL_MPI_PREFIX {hello}"
+
+    out: dict = {"apps": []}
+    with parsl.load(parsl.Config(executors=[ex], strategy="none")):
+        top = os.environ["PILOT_SESSIONS_DIR"]
+        pmix = {"launcher_options": "--mpi=pmix"}  # (the cluster's MpiDefault is none)
+        specs = [{"num_ranks": 2, "ranks_per_node": 2, "num_nodes": 1, **pmix}] * 2
+        specs += [{"num_ranks": 1, **pmix}] * 2
+        futures = []
+        for i, spec in enumerate(specs):
+            path = os.path.join(top, f"mpi_hello.{i}.out")
+            app = mpi_hello(stdout=path, stderr=path + ".err", parsl_resource_specification=spec)
+            futures.append((path, app))
+        for path, f in futures:
+            try:
+                code = f.result(timeout=120)
+                why = None
+            except Exception as e:  # (said in the JSON: the test names it)
+                code, why = None, repr(e)
+            said = [open(p).read() if os.path.exists(p) else "" for p in (path, path + ".err")]
+            out["apps"].append(
+                {"code": code, "error": why, "lines": said[0].splitlines(), "stderr": said[1]}
+            )
+        out["job"] = ex.executor.pilot.job.pid
+    return out
+
+
 def main() -> int:
     scenario, arg = sys.argv[1], sys.argv[2]
     if scenario == "attach":
@@ -244,7 +288,14 @@ def main() -> int:
     else:
         session = rp.Session()
     try:
-        scenarios = {"run": run, "start": start, "attach": attach, "expire": expire, "grow": grow}
+        scenarios = {
+            "run": run,
+            "start": start,
+            "attach": attach,
+            "expire": expire,
+            "grow": grow,
+            "parsl_mpi": parsl_mpi,
+        }
         result = scenarios[scenario](session, arg)
         result["session"] = session.uid
         print(json.dumps(result), flush=True)

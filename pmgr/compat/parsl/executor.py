@@ -37,6 +37,11 @@ futures and the batching.  What Parsl hands `submit(func, resource_specification
     $PARSL_APRUN_PREFIX composed by Parsl's own composer over that node (PilotExecutor's
     mpi_launcher picks PARSL_MPI_PREFIX, as MPIExecutor's does).  num_nodes > 1 is refused
     (InvalidResourceSpecification): a unit's cores on several nodes are its ranks' here.
+    The srun prefixes get `--overlap --cpu-bind=none` (SRUN_HEAD): on SLURM the node daemons
+    run as a job step of the pilot's allocation and hold a CPU of every node, so a step without
+    it would wait for that CPU as long as the pilot runs (MPIExecutor's workers run in the batch
+    script, no step); and the cores the app's ranks use are the pilot's placement, not SLURM's
+    binding (launcher_options come after: a --cpu-bind there wins).
 Outputs and std streams are checked and opened where the client sees them: the client and the
 pilot share a file system (a local pilot, a cluster's shared file system), as Parsl's default
 staging assumes.  Not supported: Parsl's monitoring (resource monitoring and its radio:
@@ -87,6 +92,7 @@ MPI_BASH_SCRIPT = (
     '  p=${!v-}; [ -z "$p" ] || export "$v=${p//@PILOT_NODE@/$PILOT_NODE_NAME}"\n'
     "done\n" + BASH_SCRIPT
 )
+SRUN_HEAD = "srun --overlap --cpu-bind=none "  # (the module's header: Parsl MPI apps)
 NODE = "@PILOT_NODE@"  # the node's name in a composed prefix, filled where the app runs
 MPI_KEYS = ("num_ranks", "ranks_per_node", "num_nodes", "launcher_options")
 USED_KEYS = (
@@ -290,6 +296,9 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         if "launcher_options" in mpi:
             composed["launcher_options"] = mpi["launcher_options"]
         env = compose_all(self.mpi_launcher, composed, [NODE])
+        for key, prefix in env.items():  # a step beside the node daemons' (SRUN_OVERLAP)
+            if prefix.startswith("srun "):
+                env[key] = SRUN_HEAD + prefix[len("srun ") :]
         return {"cores": ranks * spec.get("cores", 1), "environment": env}
 
     def _submit_bash(self, app, args: tuple, kwargs: dict, fields: dict, runtime) -> Future:
