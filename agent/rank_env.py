@@ -8,6 +8,9 @@ A node daemon makes its ranks' environments with the same function, from what an
 Environment a rank sees, besides the spawning process's own and the unit's `environment`:
     PILOT_SESSION_ID PILOT_PILOT_ID PILOT_PARTITION_ID PILOT_UNIT_ID PILOT_UNIT_SANDBOX
     PILOT_NODE_NAME PILOT_RANK PILOT_RANKS
+    PILOT_NODE_LIST    the nodes of the unit's ranks, comma-separated, each once, in rank
+                       order (its own node for a unit of one node): what a command that
+                       starts its own ranks over them (an MPI launcher) names
     RP_SESSION_ID RP_PILOT_ID RP_PILOT_SANDBOX RP_UNIT_ID RP_UNIT_NAME RP_UNIT_SANDBOX
     RP_PARTITION_ID RP_RESOURCE RP_SESSION_SANDBOX RP_RESOURCE_SANDBOX
     RP_GTOD            a command that prints the time (RADICAL-Pilot's; in the pilot sandbox)
@@ -106,6 +109,7 @@ def rank_env(
     var = None
     env.update(unit_vars(unit, sandbox, prof))
     env["PILOT_NODE_NAME"] = node_name
+    env["PILOT_NODE_LIST"] = unit.get("nodes") or node_name
     env["PILOT_RANK"] = env["RP_RANK"] = str(rank)
     env["PILOT_RANKS"] = env["RP_RANKS"] = str(ranks)
     if has_gpus or ids.get("gpus"):
@@ -119,11 +123,21 @@ def rank_env(
 def exec_unit(unit: dict) -> dict:
     """What rank_env reads of a unit besides its uid, as an `exec` carries it to the node
     daemon that makes the rank's environment (`exec_env`): only what the unit has."""
-    bits = {k: unit[k] for k in ("name", "environment", "prof") if unit.get(k)}
+    bits = {k: unit[k] for k in ("name", "environment", "prof", "nodes") if unit.get(k)}
     gpu_var = (unit.get("policy") or {}).get("gpu_env_str")
     if gpu_var:
         bits["policy"] = {"gpu_env_str": gpu_var}
     return bits
+
+
+def node_list(ranks) -> str | None:
+    """PILOT_NODE_LIST of a unit placed as `ranks` [(node, grant)], when it is more than its
+    one node's name (several nodes); None otherwise."""
+    names: list[str] = []
+    for node, _ in ranks:
+        if node.name not in names:
+            names.append(node.name)
+    return ",".join(names) if len(names) > 1 else None
 
 
 def exec_env(head: dict, body: dict) -> tuple[dict, str | None]:

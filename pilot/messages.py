@@ -161,7 +161,9 @@ SYNC = fields(cid=_text, uids=_uids)
 NODE_LOST = fields(index=_number, reason=_text)
 STOP = fields(reason=_text)
 
-_EXEC_UNIT = optional(fields(name=_text, environment=_opt_dict, prof=_text, policy=_opt_dict))
+_EXEC_UNIT = optional(
+    fields(name=_text, environment=_opt_dict, prof=_text, policy=_opt_dict, nodes=_text)
+)
 EXEC_RANK = fields(
     uid=_uid,
     rank=_number,

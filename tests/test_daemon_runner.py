@@ -14,7 +14,7 @@ import zmq
 from pilot import security
 from pilot.agent.node_dispatch import FROM_RANKS
 from pilot.agent.pool import PartitionPool
-from pilot.agent.rank_env import exec_env, grant_ids, rank_env
+from pilot.agent.rank_env import exec_env, grant_ids, node_list, rank_env
 from pilot.agent.runners.daemons import DaemonRunner
 from pilot.protocol import unpack
 
@@ -130,13 +130,15 @@ def test_the_daemon_makes_the_environment_the_agent_would(rig):
         _, body = recv(daemons[i])
         rank = body.pop("ranks")[0]
         got = exec_env(body, rank)
+        both = {**u, "nodes": node_list(alloc.ranks)}  # (as the local runner gives it)
         own, var = rank_env(
-            u, "/sandbox/u.0", node.name, grant_ids(node.cap, grant), i, 2, True, runner.prof
+            both, "/sandbox/u.0", node.name, grant_ids(node.cap, grant), i, 2, True, runner.prof
         )
         assert got == ({**runner.base_env, **own}, var)
         env = got[0]
         assert env["RP_PILOT_ID"] == "mine" and env["PILOT_PARTITION_ID"] == "part.0000"
         assert env["PILOT_RANK"] == str(i) and env["PILOT_NODE_NAME"] == node.name
+        assert env["PILOT_NODE_LIST"] == ",".join(n.name for n, _ in alloc.ranks)
         assert env["CORES"] == env["PILOT_CPU_IDS"] and env["RP_TASK_NAME"] == "mine"
         assert env["RP_PROF"] == runner.prof and var == "MY_GPUS" and env["MY_GPUS"] == ""
 

@@ -15,6 +15,7 @@ parsl = pytest.importorskip(
 )
 from parsl.app.errors import AppTimeout, BashExitFailure, MissingOutputs  # noqa: E402
 from parsl.data_provider.files import File  # noqa: E402
+from parsl.dataflow.dflow import DataFlowKernel  # noqa: E402
 from parsl.executors.errors import InvalidResourceSpecification  # noqa: E402
 
 import pilot as rp  # noqa: E402
@@ -148,12 +149,46 @@ def test_parsl_mpi_apps_get_parsls_prefixes_over_their_node(dfk, tmp_path):
         meet(b, a, parsl_resource_specification=one),
     ]
     assert [f.result(60) for f in apps] == [0, 0]
-    with pytest.raises(InvalidResourceSpecification, match="num_nodes=2"):
-        prefixes(parsl_resource_specification={"num_nodes": 2, "ranks_per_node": 1}).result(60)
+    with pytest.raises(InvalidResourceSpecification, match="num_ranks=3 is not num_nodes=2"):
+        prefixes(parsl_resource_specification={"num_nodes": 2, "num_ranks": 3}).result(60)
     with pytest.raises(InvalidResourceSpecification, match="give one kind"):
         prefixes(parsl_resource_specification={"num_ranks": 2, "mpi": True}).result(60)
     with pytest.raises(ValueError, match="mpi_launcher='mpirun'"):
         PilotExecutor(mpi_launcher="mpirun")
+
+
+def spread(mark, parsl_resource_specification=None):
+    # once per app: its prefixes, its node list, then holds its nodes a moment
+    return (
+        f'echo "$PARSL_MPI_PREFIX|$PARSL_MPIEXEC_PREFIX|$PILOT_NODE_LIST|$PILOT_RANKS" >> {mark}'
+        f"; sleep 1; echo end >> {mark}"
+    )
+
+
+def test_a_parsl_mpi_app_of_two_nodes_holds_both_and_runs_once(tmp_path, monkeypatch):
+    """num_nodes=2: whole nodes, as MPIExecutor's blocks; the command runs once, its prefixes
+    over both nodes (local.simulated: three logical nodes of 4 cores)."""
+    monkeypatch.setenv("PILOT_SESSIONS_DIR", str(tmp_path / "sessions"))
+    pd = rp.ComputePilotDescription(resource="local.simulated", nodes=3)
+    ex = PilotExecutor(label="multi", pilot_description=pd)
+    # (a kernel of its own beside the module's loaded one: the app names it)
+    dfk = DataFlowKernel(parsl.Config(executors=[ex], run_dir=str(tmp_path / "runinfo")))
+    app = parsl.bash_app(spread, data_flow_kernel=dfk)
+    try:
+        mark = tmp_path / "spread.out"
+        spec = {"num_nodes": 2, "ranks_per_node": 3, "launcher_options": "-l"}
+        assert app(mark, parsl_resource_specification=spec).result(60) == 0
+        lines = mark.read_text().splitlines()
+        assert len(lines) == 2 and lines[1] == "end", lines  # once, not once a node
+        mpi, mpiexec, nodes, ranks = lines[0].split("|")
+        names = nodes.split(",")
+        assert len(names) == 2 and set(names) <= {"n0", "n1", "n2"} and ranks == "2", lines
+        assert mpi == mpiexec == f"mpiexec -n 6 -ppn 3 -hosts {nodes} -l", mpi
+        with pytest.raises(InvalidResourceSpecification, match="more than the 4 cores"):
+            app(mark, parsl_resource_specification={"num_nodes": 2, "ranks_per_node": 5}).result(60)
+    finally:
+        dfk.cleanup()
+    assert ex.executor.pilot.final
 
 
 def test_parsl_own_suite(tmp_path):

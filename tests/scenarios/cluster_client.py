@@ -20,8 +20,9 @@ grow    a one-node pilot (max_nodes=4) grows by a second SLURM job of two nodes,
 parsl_mpi
         Parsl on a two-node pilot (pilot.parsl.PilotExecutor, mpi_launcher="srun"): MPI apps
         as Parsl writes them, `$PARSL_MPI_PREFIX BIN` with num_ranks / ranks_per_node /
-        launcher_options; BIN a real MPI program (tests/test_cluster.py compiles it); two
-        one-rank apps at once on one node, then a two-rank app on each node
+        launcher_options; BIN a real MPI program (tests/test_cluster.py compiles it): two
+        two-rank apps, two one-rank apps; then an app of a rank on each of the two nodes,
+        whose step runs a shell on each
 Each prints one JSON line last.
 """
 
@@ -256,16 +257,25 @@ def parsl_mpi(session, resource: str) -> dict:
     def mpi_hello(stdout=None, stderr=None, parsl_resource_specification=None):
         return f"$PARSL_MPI_PREFIX {hello}"
 
+    @parsl.bash_app
+    def across(stdout=None, stderr=None, parsl_resource_specification=None):
+        said = "echo rank $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME"
+        return f"$PARSL_MPI_PREFIX /bin/sh -c '{said}'"
+
     out: dict = {"apps": []}
     with parsl.load(parsl.Config(executors=[ex], strategy="none")):
         top = os.environ["PILOT_SESSIONS_DIR"]
         pmix = {"launcher_options": "--mpi=pmix"}  # (the cluster's MpiDefault is none)
         specs = [{"num_ranks": 2, "ranks_per_node": 2, "num_nodes": 1, **pmix}] * 2
         specs += [{"num_ranks": 1, **pmix}] * 2
+        specs += [{"num_nodes": 2, "ranks_per_node": 1}]  # (both nodes, whole; see below)
         futures = []
         for i, spec in enumerate(specs):
             path = os.path.join(top, f"mpi_hello.{i}.out")
-            app = mpi_hello(stdout=path, stderr=path + ".err", parsl_resource_specification=spec)
+            # (across nodes SLURM's PMIx fails to start the ranks in this cluster of
+            # namespaces: that app's srun step runs a shell on each node instead)
+            how = across if spec.get("num_nodes", 1) > 1 else mpi_hello
+            app = how(stdout=path, stderr=path + ".err", parsl_resource_specification=spec)
             futures.append((path, app))
         for path, f in futures:
             try:

@@ -35,8 +35,9 @@ futures and the batching.  What Parsl hands `submit(func, resource_specification
     such apps share a node where its cores allow, which MPIExecutor's whole-node blocks
     cannot), with $PARSL_MPI_PREFIX, $PARSL_MPIEXEC_PREFIX, $PARSL_SRUN_PREFIX and
     $PARSL_APRUN_PREFIX composed by Parsl's own composer over that node (PilotExecutor's
-    mpi_launcher picks PARSL_MPI_PREFIX, as MPIExecutor's does).  num_nodes > 1 is refused
-    (InvalidResourceSpecification): a unit's cores on several nodes are its ranks' here.
+    mpi_launcher picks PARSL_MPI_PREFIX, as MPIExecutor's does).  An app of num_nodes > 1
+    holds that many whole nodes (a rank of all a node's cores on each: as MPIExecutor's
+    blocks) and runs once, in its rank 0, its prefixes naming those nodes ($PILOT_NODE_LIST).
     The srun prefixes get `--overlap --cpu-bind=none` (SRUN_HEAD): on SLURM the node daemons
     run as a job step of the pilot's allocation and hold a CPU of every node, so a step without
     it would wait for that CPU as long as the pilot runs (MPIExecutor's workers run in the batch
@@ -86,14 +87,16 @@ BASH_SCRIPT = (
     '[ -z "$3" ] || exec 2>>"$3"\n'
     'exec /bin/bash -c "$4"\n'
 )
-# a Parsl MPI app's unit: the same, the PARSL_*_PREFIX variables composed over its node first
+# a Parsl MPI app's unit: the same, the PARSL_*_PREFIX variables composed over its nodes
+# first; a unit over several nodes (a rank holding each) runs it once, in its rank 0
 MPI_BASH_SCRIPT = (
+    '[ "${PILOT_RANK:-0}" = 0 ] || exit 0\n'
     "for v in PARSL_MPI_PREFIX PARSL_MPIEXEC_PREFIX PARSL_SRUN_PREFIX PARSL_APRUN_PREFIX; do\n"
-    '  p=${!v-}; [ -z "$p" ] || export "$v=${p//@PILOT_NODE@/$PILOT_NODE_NAME}"\n'
+    '  p=${!v-}; [ -z "$p" ] || export "$v=${p//@PILOT_NODES@/$PILOT_NODE_LIST}"\n'
     "done\n" + BASH_SCRIPT
 )
 SRUN_HEAD = "srun --overlap --cpu-bind=none "  # (the module's header: Parsl MPI apps)
-NODE = "@PILOT_NODE@"  # the node's name in a composed prefix, filled where the app runs
+NODES = "@PILOT_NODES@"  # the nodes' names in a composed prefix, filled where the app runs
 MPI_KEYS = ("num_ranks", "ranks_per_node", "num_nodes", "launcher_options")
 USED_KEYS = (
     "cores gpus ranks num_ranks num_nodes ranks_per_node launcher_options mpi partition "
@@ -268,38 +271,63 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         return fields, None if minutes is None else 60.0 * minutes, bash_only
 
     def _mpi_app(self, spec: dict) -> dict:
-        """A Parsl MPI app's unit fields: all its ranks' cores on one node, and Parsl's
-        PARSL_*_PREFIX variables as its composer makes them, over that node (NODE, filled
-        where the app runs)."""
+        """A Parsl MPI app's unit fields: on one node, all its ranks' cores there; on
+        num_nodes > 1, whole nodes (a rank of each node's cores, as MPIExecutor's blocks);
+        and Parsl's PARSL_*_PREFIX variables as its composer makes them, over those nodes
+        (NODES, filled where the app runs)."""
         mpi = {k: spec[k] for k in MPI_KEYS if k in spec}
         for key in ("num_ranks", "ranks_per_node", "num_nodes"):
             v = mpi.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise InvalidResourceSpecification({key}, f"{key}={v!r} must be an integer >= 1")
-        if mpi.get("num_nodes", 1) > 1:
-            raise InvalidResourceSpecification(
-                {"num_nodes"},
-                f"num_nodes={mpi['num_nodes']}: a Parsl MPI app runs on one node of the pilot "
-                "here (its ranks' cores there); num_nodes must be 1",
-            )
-        ranks = mpi.get("num_ranks", mpi.get("ranks_per_node"))
-        if ranks is None:
+        nodes = mpi.get("num_nodes", 1)
+        per_node = mpi.get("ranks_per_node")
+        ranks = mpi.get("num_ranks")
+        if ranks is None and per_node is None:
             raise InvalidResourceSpecification(
                 set(mpi), "a Parsl MPI app needs num_ranks (or num_nodes and ranks_per_node)"
             )
-        if mpi.get("ranks_per_node", ranks) != ranks:
+        if per_node is None:
+            per_node = max(1, ranks // nodes)
+        if ranks is None:
+            ranks = nodes * per_node
+        if ranks != nodes * per_node:
             raise InvalidResourceSpecification(
-                {"num_ranks", "ranks_per_node"},
-                f"num_ranks={ranks} on one node: ranks_per_node={mpi['ranks_per_node']} differs",
+                {"num_ranks", "ranks_per_node", "num_nodes"},
+                f"num_ranks={ranks} is not num_nodes={nodes} x ranks_per_node={per_node}",
             )
-        composed = {"num_ranks": ranks, "ranks_per_node": ranks}
+        composed = {"num_ranks": ranks, "ranks_per_node": per_node}
         if "launcher_options" in mpi:
             composed["launcher_options"] = mpi["launcher_options"]
-        env = compose_all(self.mpi_launcher, composed, [NODE])
-        for key, prefix in env.items():  # a step beside the node daemons' (SRUN_OVERLAP)
-            if prefix.startswith("srun "):
-                env[key] = SRUN_HEAD + prefix[len("srun ") :]
-        return {"cores": ranks * spec.get("cores", 1), "environment": env}
+        marks = [f"@PILOT_NODE_{i}@" for i in range(nodes)]
+        env = compose_all(self.mpi_launcher, composed, marks)
+        for key, prefix in env.items():
+            prefix = prefix.replace(",".join(marks), NODES)
+            if prefix.startswith("srun "):  # a step beside the node daemons' (SRUN_HEAD)
+                prefix = SRUN_HEAD + prefix[len("srun ") :]
+            env[key] = prefix
+        cores = per_node * spec.get("cores", 1)
+        if nodes == 1:
+            return {"cores": cores, "environment": env}
+        whole = self._node_cores()
+        if cores > whole:
+            raise InvalidResourceSpecification(
+                {"ranks_per_node"},
+                f"ranks_per_node={per_node} x cores={spec.get('cores', 1)} is more than the "
+                f"{whole} cores of a node of the pilot",
+            )
+        return {"ranks": nodes, "cores": whole, "environment": env}
+
+    def _node_cores(self) -> int:
+        """The cores of the largest node the app may run on (the executor's partition's, or
+        any partition's of the pilot), as its agent reported them."""
+        part = self.executor.partition
+        parts = [part] if part is not None else self.executor.pilot.partitions
+        sizes = [len(n.get("cores") or ()) for p in parts for n in _nodes(p)]
+        if sizes:
+            return max(sizes)
+        size = self.executor.pilot.size
+        return max(1, size["cores"] // max(1, size.get("nodes") or 1))
 
     def _submit_bash(self, app, args: tuple, kwargs: dict, fields: dict, runtime) -> Future:
         """A bash app as an executable unit (see the module's header)."""
@@ -320,6 +348,10 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
         outputs = [f for f in kwargs.get("outputs", []) if isinstance(f, File)]
         outcome = functools.partial(_bash_outcome, name, outputs, walltime)
         return self.executor.submit_unit(desc, outcome, runtime)
+
+
+def _nodes(part) -> list:
+    return (part.resources or {}).get("nodes") or []
 
 
 # wrap_error's wrapper (functools.wraps copies the partial's __module__, "functools" since
