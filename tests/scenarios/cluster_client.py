@@ -263,8 +263,9 @@ def parsl_mpi(session, resource: str) -> dict:
         return f"$PARSL_MPI_PREFIX /bin/sh -c '{said}'"
 
     out: dict = {"apps": []}
-    with parsl.load(parsl.Config(executors=[ex], strategy="none")):
-        top = os.environ["PILOT_SESSIONS_DIR"]
+    top = os.environ["PILOT_SESSIONS_DIR"]
+    config = parsl.Config(executors=[ex], strategy="none", run_dir=os.path.join(top, "runinfo"))
+    with parsl.load(config):
         pmix = {"launcher_options": "--mpi=pmix"}  # (the cluster's MpiDefault is none)
         specs = [{"num_ranks": 2, "ranks_per_node": 2, "num_nodes": 1, **pmix}] * 2
         specs += [{"num_ranks": 1, **pmix}] * 2
