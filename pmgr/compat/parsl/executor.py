@@ -40,9 +40,9 @@ futures and the batching.  What Parsl hands `submit(func, resource_specification
     blocks) and runs once, in its rank 0, its prefixes naming those nodes ($PILOT_NODE_LIST).
     The srun prefixes get `--overlap --cpu-bind=none` (SRUN_HEAD): on SLURM the node daemons
     run as a job step of the pilot's allocation and hold a CPU of every node, so a step without
-    it that needs that CPU would wait as long as the pilot runs (MPIExecutor's workers run in the batch
-    script, no step); and the cores the app's ranks use are the pilot's placement, not SLURM's
-    binding (launcher_options come after: a --cpu-bind there wins).
+    it that needs that CPU would wait as long as the pilot runs (MPIExecutor's workers run in
+    the batch script, no step); and the cores the app's ranks use are the pilot's placement,
+    not SLURM's binding (launcher_options come after: a --cpu-bind there wins).
 Outputs and std streams are checked and opened where the client sees them: the client and the
 pilot share a file system (a local pilot, a cluster's shared file system), as Parsl's default
 staging assumes.  Not supported: Parsl's monitoring (resource monitoring and its radio:
