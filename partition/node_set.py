@@ -15,7 +15,12 @@ Protocol (the daemon's side and the message bodies are in agent/node_daemon.py):
                        up; every node forwards the same bytes to its children (positions
                        fanout*(p+1) ... among the up nodes, in index order), so the
                        broadcast is log_fanout(N) deep and the bootstrap sends only `fanout`
-                       copies.  Gather `ready` {index} until all or bringup_timeout; when
+                       copies.  Unless the resource sets `fanout`, the bootstrap sends every
+                       node its copy itself (the width is N: no node has children) while the
+                       copies come to at most DIRECT_BYTES, and a tree of TREE_WIDTH beyond:
+                       a forward costs a new connection (a CURVE handshake each side), the
+                       bootstrap's copy one send on a connection it has.  Gather `ready`
+                       {index} until all or bringup_timeout; when
                        none comes for RESEND s while some are missing (a forward was lost:
                        a parent's new connection to its child failed or was too slow), the
                        bootstrap sends the table to those straight, on their own connection
@@ -63,6 +68,8 @@ from pilot.protocol import ProtocolError, drain, msg, pack, wait_ms
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
 RESEND = 2.0  # s without a `ready` while some are missing: the table to those straight
+DIRECT_BYTES = 16 * 2**20  # the table's copies the bootstrap sends itself, at most (fanout unset)
+TREE_WIDTH = 8  # the broadcast tree's width beyond that
 BYE_WAIT = 1.0  # s a daemon that exited 0 is given for its `bye` to be read (check)
 # s between two looks at every node's clocks and exit (check): each is a walk over all of them,
 # and the bootstrap's loop turns once per message batch (at 1,024 nodes under a flood of units,
@@ -120,6 +127,7 @@ class NodeSet:
         self.down: dict[int, str] = {}  # node index -> why it is down
         self.byes: set[int] = set()
         self.stats: dict = {}
+        self.table_width = TREE_WIDTH  # (_send_table sets it)
         self.lost_reported: set[int] = set()
         self.all_silent = False  # every live daemon silent now (logged once: node.silent)
         self.next_check = 0.0  # (check: when it looks next)
@@ -141,7 +149,7 @@ class NodeSet:
         blob, roots = self._send_table(hints)
         late = self._gather_ready(hints)
         t_ready = time.monotonic()
-        width = self.rcfg.fanout
+        width = self.table_width
         self.stats = {
             "nodes": self.n,
             "up": len(hints) - len(late),
@@ -189,10 +197,18 @@ class NodeSet:
             self._missing(missing, why)
         return hints
 
+    def _width(self, blob: bytes) -> int:
+        """The broadcast tree's width: the resource's `fanout`, else every node a root while
+        their copies come to at most DIRECT_BYTES (the module's header)."""
+        if self.rcfg.fanout:
+            return self.rcfg.fanout
+        n = len(self.table)
+        return max(2, n) if n * len(blob) <= DIRECT_BYTES else TREE_WIDTH
+
     def _send_table(self, hints: list[int]) -> tuple[bytes, list[int]]:
         """boot.nodes.table: the compressed table to the broadcast tree's roots: (it, roots)."""
         blob = self._table_blob = zlib.compress(pack(self.table), 6) if hints else b""
-        width = self.rcfg.fanout
+        width = self.table_width = self._width(blob)
         roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
         index_to_hint = {i: h for h, i in self.index_of.items()}
         for i in roots:
@@ -205,7 +221,7 @@ class NodeSet:
         its children, which ignore a second copy."""
         log.warning("boot.nodes.table: %d node(s) silent for %.0f s: sent to them directly",
                     len(hints), RESEND)  # fmt: skip
-        width = self.rcfg.fanout
+        width = self.table_width
         for h in hints:
             body = {"index": self.index_of[h], "width": width}
             self._send(h, [b"table", pack(body), self._table_blob])

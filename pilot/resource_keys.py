@@ -233,8 +233,12 @@ class ResourceConfig:
         shown="the session's address (`127.0.0.1` unless `Session(address=)` or "
         "`PILOT_CLIENT_ADDRESS` says otherwise)",
     )
-    fanout: int = opt(
-        8, _count(minimum=2), "width of the channel-table broadcast tree (at least 2)"
+    fanout: int | None = opt(
+        None,
+        validate.optional(_count(minimum=2)),
+        "width of the channel-table broadcast tree (at least 2); unset: the bootstrap sends the "
+        "table to every node itself while that is at most 16 MiB in all (no connection between "
+        "nodes), else a tree of width 8",
     )
     bringup_timeout: float = opt(
         30, _seconds, "seconds every bring-up gather waits (daemons up, table received)"

@@ -246,6 +246,18 @@ def test_channel_table_travels_down_a_fanout_tree(session, tmp_path):
     assert [u.wait(timeout=20) for u in units] == [rp.DONE] * 4
 
 
+def test_a_small_table_goes_from_the_bootstrap_to_every_node(session):
+    """fanout unset: four nodes' table is a few hundred bytes, so the bootstrap sends each node
+    its copy itself and no node opens a connection to another to forward it."""
+    pilot, umgr = nodes4(session)
+    with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+        log = f.read()
+    assert "'bootstrap_sends': 4" in log and "'tree_depth': 1" in log and "'fanout': 4" in log
+    for i in range(4):
+        with open(os.path.join(pilot.sandbox, "nodes", f"node.{i}.log")) as f:
+            assert "forwarded to []" in f.read()
+
+
 def test_a_silent_daemon_is_lost_after_node_timeout(session, tmp_path):
     """node1's daemon stopped (alive but silent: only heartbeats can tell): after node_timeout
     its units end FAILED with the reason; its partition goes on with node0."""
