@@ -167,7 +167,7 @@ class NodeDaemon:
         if self.keys is not None:
             self.keys.client(self.up)
         self.up.connect(args.bootstrap)
-        self.pulse = liveness.pulse_socket(self.ctx, zmq.DEALER)
+        self.pulse = liveness.pulse_socket(self.ctx, zmq.DEALER, args.timeout)
         self.pulse.setsockopt(zmq.IDENTITY, f"d{self.hint}".encode())
         if self.keys is not None:
             self.keys.client(self.pulse)

@@ -31,7 +31,7 @@ class NodePulse:
     def __init__(
         self, ctx: zmq.Context, keys, address: str, node_timeout: float, backlog: int = 100
     ) -> None:
-        self.sock = liveness.pulse_socket(ctx, zmq.ROUTER)
+        self.sock = liveness.pulse_socket(ctx, zmq.ROUTER, node_timeout)
         self.sock.setsockopt(zmq.BACKLOG, backlog)  # (every daemon connects at once)
         keys.serve(self.sock)  # CURVE (pilot/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{address}")

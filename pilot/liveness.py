@@ -19,13 +19,20 @@ Pulse channel, one per node daemon, beside the node channel that carries the wor
                         2,048 a second at the bootstrap of 1,024 nodes); any other goes the
                         checked way
     <-  halt {reason}   to a daemon of a node declared lost that speaks again: it halts
-    ZeroMQ's own heartbeats (ZMTP PING every 0.5 s; 1.5 s without traffic closes the
-    connection, ZMQ_HEARTBEAT_IVL/TIMEOUT/TTL) end a connection stuck behind TCP's
-    retransmissions, and the daemon connects anew every ~0.6-0.7 s (each attempt is given
-    ZMQ_CONNECT_TIMEOUT 0.5 s, then ZMQ_RECONNECT_IVL 0.1 s plus ZeroMQ's jitter) instead of
-    waiting out the back-off; the bootstrap's ROUTER hands the identity over to the new
-    connection (ZMQ_ROUTER_HANDOVER).  So after an outage of d s the first heartbeat comes
-    within d + ~1.7 s: the last one before it (PULSE), a reconnect, the next one (PULSE).
+    ZeroMQ's own heartbeats (ZMTP PING every 0.5 s; `dead_ms(node_timeout)` without
+    traffic, half the node_timeout within 1.5 to 5 s, closes the connection,
+    ZMQ_HEARTBEAT_IVL/TIMEOUT/TTL) end a connection stuck behind TCP's retransmissions, and
+    the daemon connects anew every ~0.6-0.7 s (each attempt is given ZMQ_CONNECT_TIMEOUT 0.5 s,
+    then ZMQ_RECONNECT_IVL 0.1 s plus ZeroMQ's jitter) instead of waiting out the back-off;
+    the bootstrap's ROUTER hands the identity over to the new connection
+    (ZMQ_ROUTER_HANDOVER).  So after an outage of d s longer than that the first heartbeat
+    comes within d + ~1.7 s: the last one before it (PULSE), a reconnect, the next one
+    (PULSE); after a shorter one, at TCP's next retransmission (within ~2d + 0.2 s), which is
+    less than node_timeout + REJOIN either way.  Why not 1.5 s always: with 15 processes on 2
+    cores and 200,000 units in flight (bench/nodes.py, 1,024 simulated nodes, node_timeout
+    10 s) pings ran late past 1.5 s, connections were closed and made anew by the hundred,
+    and 38 / 50 live nodes were lost in two runs; with 5 s none, and the flood ran 26 s
+    instead of 33-41 s (the reconnects' CURVE handshakes cost CPU too).
     Nothing but heartbeats travels here, so a connection dropped loses nothing: the node
     channel keeps its own connection, and TCP delivers what waited there late but whole.
     The daemon sends only on a completed connection (ZMQ_IMMEDIATE): nothing stale queues.
@@ -55,7 +62,7 @@ PULSE = 0.5  # seconds between heartbeats on a pulse channel, both ways
 REJOIN = 3.0  # seconds a link that came back needs to carry a heartbeat again (see above)
 STALL = 1.0  # a gap this long between two looks at the clocks: this process did not run
 ZMQ_PING_MS = 500  # ZeroMQ's heartbeat on the pulse connection
-ZMQ_DEAD_MS = 1500  # no traffic for this long: the connection is closed (and made anew)
+ZMQ_DEAD_MS = (1500, 5000)  # no traffic for node_timeout / 2 within these: closed, made anew
 CONNECT_MS = 500  # one connect attempt (a SYN lost is retried by a new attempt, not by TCP)
 RECONNECT_MS = 100  # pause between attempts (ZeroMQ adds up to as much again)
 
@@ -65,15 +72,22 @@ def tolerance(node_timeout: float) -> float:
     return node_timeout + REJOIN
 
 
-def pulse_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+def dead_ms(node_timeout: float) -> int:
+    """Milliseconds without traffic after which ZeroMQ closes a pulse connection (and the
+    daemon makes it anew): half the node_timeout, within ZMQ_DEAD_MS (see above)."""
+    low, high = ZMQ_DEAD_MS
+    return int(min(high, max(low, 500 * node_timeout)))
+
+
+def pulse_socket(ctx: zmq.Context, kind: int, node_timeout: float) -> zmq.Socket:
     """A pulse channel's socket: ROUTER (the bootstrap's, bound) or DEALER (a daemon's,
     connecting); CURVE is set by the caller (pilot/security.py)."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 16)
     sock.setsockopt(zmq.HEARTBEAT_IVL, ZMQ_PING_MS)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ZMQ_DEAD_MS)
-    sock.setsockopt(zmq.HEARTBEAT_TTL, ZMQ_DEAD_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, dead_ms(node_timeout))
+    sock.setsockopt(zmq.HEARTBEAT_TTL, dead_ms(node_timeout))
     if kind == zmq.ROUTER:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a peer not connected: EHOSTUNREACH, dropped
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)

@@ -74,6 +74,15 @@ def scenario(hosts, *args: str) -> dict:
     return result
 
 
+def test_a_pulse_connection_is_closed_after_half_the_node_timeout_within_bounds():
+    """ZeroMQ closes a silent pulse connection after node_timeout / 2, at least 1.5 s (an
+    outage's end found fast) and at most 5 s (a loaded machine's late pings close none)."""
+    from pilot import liveness
+
+    got = [liveness.dead_ms(t) for t in (1, 2, 4, 6, 10, 60)]
+    assert got == [1500, 1500, 2000, 3000, 5000, 5000]
+
+
 @needs_netns
 @pytest.mark.parametrize("seconds", ["4.2", "5.6"])
 def test_an_outage_shorter_than_node_timeout_ends_no_node(hosts, tmp_path, seconds):
