@@ -3,7 +3,7 @@ simulated: agent/node_sim.py): what bring-up, units, reconfig and a node's loss 
 grows, and what each process spends per node and per unit.
 
     python bench/nodes.py [--nodes 64,256,1024,4096] [--units 200000] [--mixed] [--json FILE]
-                          [--node-timeout S] [--mixed-only]
+                          [--node-timeout S] [--mixed-only] [--bringup-only K]
 
 For each size N (8 partitions of N/8 nodes, 128 cores and 8 GPUs a node; a size this machine's
 memory cannot hold is skipped, as submit refuses it):
@@ -35,6 +35,7 @@ each agent beyond its base, <= 4 GiB for every pilot process together; placement
 from __future__ import annotations
 
 import argparse
+import ast
 import heapq
 import json
 import os
@@ -126,6 +127,24 @@ def sim_pilot(session, resource: str, n: int, runtime: float):
     umgr = rp.UnitManager(session)
     umgr.add_pilots(pilot)
     return pilot, umgr
+
+
+def bringup(n: int, resource: str) -> dict:
+    """One bring-up of n nodes: submit -> every partition ACTIVE, s, and the bootstrap's own
+    phases from its log (`boot.nodes.table`: up_s, table_s)."""
+    t0 = time.monotonic()
+    with rp.Session() as session:
+        pilot, _ = sim_pilot(session, resource, n, runtime=30)
+        took = time.monotonic() - t0
+        with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
+            line = next((x for x in f if "boot.nodes.table:" in x), "")
+    stats = {}
+    if line:
+        stats = ast.literal_eval(line.split("boot.nodes.table: ", 1)[1].strip())
+    return {"nodes": n, "bringup_s": round(took, 2), **{k: stats.get(k) for k in PHASES}}
+
+
+PHASES = ("up_s", "table_s", "fanout", "tree_depth")
 
 
 def one_size(n: int, units: int, resource: str) -> dict:
@@ -347,12 +366,24 @@ def main() -> int:
         help=f"the simulated resource's node_timeout, s (default {NODE_TIMEOUT})",
     )
     ap.add_argument("--mixed-only", action="store_true", help="--mixed at the largest --nodes")
+    ap.add_argument(
+        "--bringup-only",
+        type=int,
+        metavar="K",
+        help="only bring-up, K times at each size: submit -> all ACTIVE, and the bootstrap's "
+        "own phases (daemons up, the channel table)",
+    )
     args = ap.parse_args()
     sizes = [int(x) for x in args.nodes.split(",")]
     tmp = tempfile.mkdtemp(prefix="bench-nodes-")
     os.environ.setdefault("PILOT_SESSIONS_DIR", os.path.join(tmp, "sessions"))
     resource = sim_config(tmp, args.node_timeout)
     rows = []
+    if args.bringup_only:
+        for n in sizes:
+            for _ in range(args.bringup_only):
+                print(json.dumps(bringup(n, resource)), flush=True)
+        return 0
     if args.mixed_only:
         m = mixed(max(sizes), resource)
         print(json.dumps(m))
