@@ -133,11 +133,15 @@ def exec_unit(unit: dict) -> dict:
 def node_list(ranks) -> str | None:
     """PILOT_NODE_LIST of a unit placed as `ranks` [(node, grant)], when it is more than its
     one node's name (several nodes); None otherwise."""
-    names: list[str] = []
-    for node, _ in ranks:
-        if node.name not in names:
-            names.append(node.name)
+    names = dict.fromkeys(node.name for node, _ in ranks)
     return ",".join(names) if len(names) > 1 else None
+
+
+def with_nodes(unit: dict, ranks) -> dict:
+    """`unit`, or a copy naming its nodes (`nodes`: PILOT_NODE_LIST) when `ranks` span
+    several."""
+    nodes = node_list(ranks) if len(ranks) > 1 else None
+    return {**unit, "nodes": nodes} if nodes else unit
 
 
 def exec_env(head: dict, body: dict) -> tuple[dict, str | None]:

@@ -14,7 +14,7 @@ import zmq
 from pilot import security
 from pilot.agent.node_dispatch import FROM_RANKS
 from pilot.agent.pool import PartitionPool
-from pilot.agent.rank_env import exec_env, grant_ids, node_list, rank_env
+from pilot.agent.rank_env import exec_env, grant_ids, rank_env, with_nodes
 from pilot.agent.runners.daemons import DaemonRunner
 from pilot.protocol import unpack
 
@@ -130,7 +130,7 @@ def test_the_daemon_makes_the_environment_the_agent_would(rig):
         _, body = recv(daemons[i])
         rank = body.pop("ranks")[0]
         got = exec_env(body, rank)
-        both = {**u, "nodes": node_list(alloc.ranks)}  # (as the local runner gives it)
+        both = with_nodes(u, alloc.ranks)  # (as the local runner gives it)
         own, var = rank_env(
             both, "/sandbox/u.0", node.name, grant_ids(node.cap, grant), i, 2, True, runner.prof
         )

@@ -38,9 +38,9 @@ from pilot.agent.function_worker import PATH_VAR
 from pilot.agent.rank_env import (
     exec_unit,
     grant_ids,
-    node_list,
     prof_command,
     rp_pilot_vars,
+    with_nodes,
 )
 from pilot.agent.runners.base import QuietStager, Run, RunnerBase
 from pilot.protocol import ProtocolError, drain, pack, unpack
@@ -137,8 +137,7 @@ class DaemonRunner(RunnerBase):
                 per_node[node.name] = per_node.get(node.name, 0) + 1
             argv = unit_command.mpi_argv(unit, self.mpi_command, list(per_node.items()))
             placed = placed[:1]
-        nodes = node_list(alloc.ranks) if ranks > 1 else None
-        bits = exec_unit({**unit, "nodes": nodes} if nodes else unit)
+        bits = exec_unit(with_nodes(unit, alloc.ranks))
         extra = None  # (a function unit's path: its rank's own env)
         if unit.get("function") and self.function_path:
             extra = {PATH_VAR: self.function_path}

@@ -37,10 +37,10 @@ from pilot.agent.rank_env import (
     call_base_env,
     call_unit_env,
     grant_ids,
-    node_list,
     prof_command,
     rank_env,
     rp_pilot_vars,
+    with_nodes,
 )
 from pilot.agent.runners.base import Run, RunnerBase
 from pilot.agent.runners.functions import FunctionWorkers
@@ -200,9 +200,7 @@ class LocalRunner(LaneFeed, RunnerBase):
                 raise
             finally:
                 self.streams.spawned(streams)
-        nodes = node_list(alloc.ranks) if ranks > 1 else None
-        if nodes:  # (PILOT_NODE_LIST: rank_env)
-            unit = {**unit, "nodes": nodes}
+        unit = with_nodes(unit, alloc.ranks)  # (PILOT_NODE_LIST: rank_env)
         try:
             for rank, (node, grant) in enumerate(alloc.ranks):
                 ids = grant_ids(node.cap, grant)
@@ -248,9 +246,7 @@ class LocalRunner(LaneFeed, RunnerBase):
                 grant.setdefault(t, []).extend(got)
         ids = grant_ids(node.cap, grant)
         ranks = len(run.alloc.ranks)
-        nodes = node_list(run.alloc.ranks)
-        if nodes:  # (PILOT_NODE_LIST: rank_env)
-            unit = {**unit, "nodes": nodes}
+        unit = with_nodes(unit, run.alloc.ranks)  # (PILOT_NODE_LIST: rank_env)
         env, var = rank_env(unit, sandbox, node.name, ids, 0, ranks, self.has_gpus, self.prof)
         argv = unit_command.mpi_argv(unit, self.mpi_command, [("localhost", ranks)])
         cpus = sorted({c for c, _ in grant.get("cpus", ())})
