@@ -41,6 +41,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -136,15 +137,61 @@ def bringup(n: int, resource: str) -> dict:
     with rp.Session() as session:
         pilot, _ = sim_pilot(session, resource, n, runtime=30)
         took = time.monotonic() - t0
+        time.sleep(2)  # (settled: pulses flowing, nothing in flight)
+        procs = processes(session)
+        now = spent(procs)
+        held: Counter = Counter()
+        for pid, kind in procs.items():
+            held[kind] += now.get(pid, (0.0, 0))[1]
         with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
             line = next((x for x in f if "boot.nodes.table:" in x), "")
-    stats = {}
+    stats = {"idle_rss_mb": {k: round(v / 2**20, 1) for k, v in held.items()}}
     if line:
-        stats = ast.literal_eval(line.split("boot.nodes.table: ", 1)[1].strip())
+        stats |= ast.literal_eval(line.split("boot.nodes.table: ", 1)[1].strip())
     return {"nodes": n, "bringup_s": round(took, 2), **{k: stats.get(k) for k in PHASES}}
 
 
-PHASES = ("up_s", "table_s", "fanout", "tree_depth")
+FLOOR_CONNS = 1000
+
+
+def zmq_floor() -> float:
+    """KB a CURVE ROUTER holds per accepted connection, idle (its peers in a child process):
+    libzmq's floor under every per-node connection the bootstrap and the agents hold."""
+    import zmq
+
+    pub, sec = zmq.curve_keypair()
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.curve_server, router.curve_secretkey, router.curve_publickey = True, sec, pub
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    pid = os.fork()
+    if pid == 0:  # (the peers: their memory is not this process's)
+        try:
+            peers = zmq.Context()
+            for _ in range(FLOOR_CONNS):
+                d = peers.socket(zmq.DEALER)
+                d.curve_publickey, d.curve_secretkey = zmq.curve_keypair()
+                d.curve_serverkey = pub
+                d.connect(f"tcp://127.0.0.1:{port}")
+                d.send(b"hi")
+            time.sleep(5)
+        finally:
+            os._exit(0)
+    try:
+        before = _stat(os.getpid())[1]
+        router.rcvtimeo = 30_000
+        for _ in range(FLOOR_CONNS):
+            router.recv_multipart()
+        time.sleep(0.3)
+        return (_stat(os.getpid())[1] - before) / FLOOR_CONNS / 1024
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        router.close(linger=0)
+        ctx.term()
+
+
+PHASES = ("up_s", "table_s", "fanout", "tree_depth", "idle_rss_mb")
 
 
 def one_size(n: int, units: int, resource: str) -> dict:
@@ -373,16 +420,33 @@ def main() -> int:
         help="only bring-up, K times at each size: submit -> all ACTIVE, and the bootstrap's "
         "own phases (daemons up, the channel table)",
     )
+    ap.add_argument("--zmq-floor", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.zmq_floor:
+        print(f"{zmq_floor():.1f}")
+        return 0
     sizes = [int(x) for x in args.nodes.split(",")]
     tmp = tempfile.mkdtemp(prefix="bench-nodes-")
     os.environ.setdefault("PILOT_SESSIONS_DIR", os.path.join(tmp, "sessions"))
     resource = sim_config(tmp, args.node_timeout)
     rows = []
     if args.bringup_only:
+        held = {}
         for n in sizes:
             for _ in range(args.bringup_only):
-                print(json.dumps(bringup(n, resource)), flush=True)
+                row = bringup(n, resource)
+                held[n] = row["idle_rss_mb"]
+                print(json.dumps(row), flush=True)
+        if len(held) >= 2:
+            a, b = min(held), max(held)
+            for kind in ("bootstrap", "agents", "hosts"):
+                per = (held[b][kind] - held[a][kind]) * 2**20 / (b - a) / 1024
+                print(f"memory held idle per node, {kind}: {per:.1f} KB", flush=True)
+            floor = subprocess.run(  # (a fresh process: no freed heap to reuse)
+                [sys.executable, __file__, "--zmq-floor"], capture_output=True, text=True,
+                timeout=120, check=True).stdout.strip()  # fmt: skip
+            print(f"a ZeroMQ connection held idle (one CURVE ROUTER, {FLOOR_CONNS} peers, a "
+                  f"fresh process): {floor} KB", flush=True)  # fmt: skip
         return 0
     if args.mixed_only:
         m = mixed(max(sizes), resource)
