@@ -100,7 +100,7 @@ class Stateful:
             if state is None
             else frozenset([state] if isinstance(state, str) else state) | S.FINAL
         )
-        settle = not self.session.callbacks.in_callback()  # final: once its callbacks have run
+        settle = not self.session.changes.in_callback()  # final: once its callbacks have run
 
         self.session.wait_for(
             lambda: self.state in wanted and (self.settled or not settle),
@@ -127,9 +127,8 @@ class Stateful:
             if reason and step in S.FINAL:
                 self.reason = reason
             if step in S.FINAL:
-                self.settled = False  # session.callbacks.fire settles it
-            self.session.callbacks.persist_state(self, step, ts)
-            self.session.callbacks.changed(self, step)
+                self.settled = False  # session.changes.fire settles it
+            self.session.changes.record(self, step, ts)
         return True
 
     @property
@@ -164,10 +163,9 @@ def advance_together(session, units: list, state: str, ts) -> None:
         seqs.append(len(h) - 1)
     if final:
         for u in units:
-            u.settled = False  # session.callbacks.fire settles it
+            u.settled = False  # session.changes.fire settles it
     reasons = [u.reason for u in units] if final else None
-    session.callbacks.persist_together(state, units, ts, seqs, prevs, reasons)
-    session.callbacks.changed_together(units, state)
+    session.changes.record_together(state, units, ts, seqs, prevs, reasons)
 
 
 # the unit moves a single step of the machine makes (advance_together's)
@@ -255,7 +253,7 @@ class Unit(Stateful):
     @property
     def output(self) -> list[tuple]:
         """Output forwarded by node daemons: [(node, rank, stream, text)] in arrival order."""
-        with self.session.lock:
+        with self.session.locked():
             return list(self._output or ())
 
     def add_output(self, node: str, rank: int, stream: str, text: str) -> None:
@@ -355,7 +353,7 @@ class Unit(Stateful):
 
     def as_dict(self) -> dict:
         """RADICAL-Pilot's view of a unit (its keys), plus ours."""
-        with self.session.lock:
+        with self.session.locked():
             out = {
                 "type": "unit",
                 "umgr": self.umgr.uid,

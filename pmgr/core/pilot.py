@@ -128,13 +128,13 @@ class Pilot(Stateful):
     @property
     def partitions(self) -> list[Partition]:
         """Every partition this pilot ever had, final ones included, in creation order."""
-        with self.session.lock:
+        with self.session.locked():
             return list(self.parts.values())
 
     def partition(self, uid: str) -> Partition:
         """Its partition `uid` (the full uid, or the part after the pilot's: `part.0001`);
         ValueError, naming the ones it has, when it has none of that name."""
-        with self.session.lock:
+        with self.session.locked():
             part = self.parts.get(uid) or self.parts.get(f"{self.uid}.{uid}")
         if part is None:
             raise ValueError(
@@ -158,14 +158,14 @@ class Pilot(Stateful):
     def jobs(self) -> list[dict]:
         """Its batch jobs: the first (`job.0000`) and those it grew by (max_nodes), each
         {job, nodes, state, id, ...}: asked, queued, joined, released, failed or ended."""
-        with self.session.lock:
+        with self.session.locked():
             return self.extra_jobs.describe()
 
     @property
     def adapt_log(self) -> list[dict]:
         """What its adapt policy decided, oldest first: {ts, action: grow | shrink, nodes,
         reason} ([] without one)."""
-        with self.session.lock:
+        with self.session.locked():
             return list(self.adapt.decisions) if self.adapt is not None else []
 
     def cancel(self, timeout: float | None = 60.0) -> None:
@@ -250,11 +250,11 @@ class Pilot(Stateful):
         uid = uid or self.session.ids.next_uid(f"{self.uid}.part")
         part = Partition(self.session, uid, desc, self)
         self.parts[uid] = part
-        self.session.callbacks.persist_state(part, S.NEW, part.history[0][1])
+        self.session.changes.record(part, S.NEW, part.history[0][1], fire=False)
         return part
 
     def stop_partitions(self, uids: list[str], reason: str, timeout: float | None) -> None:
-        with self.session.lock:
+        with self.session.locked():
             for uid in uids:
                 self.parts[uid].accepting = False
             cid = self.session.ids.next_cid(self.uid)
@@ -282,7 +282,7 @@ class Pilot(Stateful):
         return self.final or self._cancel_requested is not None
 
     def request_cancel(self, reason: str) -> None:
-        with self.session.lock:
+        with self.session.locked():
             if self.final or self._cancel_requested:
                 return
             self._cancel_requested = reason
@@ -611,7 +611,7 @@ class Pilot(Stateful):
     @property
     def log(self) -> list[tuple[float, str]]:
         """What happened to the pilot and its partitions, in time order: [(ts, text)]."""
-        with self.session.lock:
+        with self.session.locked():
             events = [(ts, f"pilot {state}") for state, ts in self.history]
             if self.reason:
                 events.append((self.history[-1][1], f"pilot reason: {self.reason}"))
@@ -630,7 +630,7 @@ class Pilot(Stateful):
         js_url, js_hop, endpoint_fs = self._rp_endpoints()
         root = endpoint_fs.rstrip("/")  # (RP's sandbox URLs: the endpoint's, with the path)
         stdout, stderr = self.stdout, self.stderr  # (files: read outside the lock)
-        with self.session.lock:
+        with self.session.locked():
             return {
                 "session": self.session.uid,
                 "pmgr": self.pmgr.uid,

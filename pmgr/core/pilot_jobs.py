@@ -159,11 +159,11 @@ class PilotJobs:
             if not isinstance(exc, (OSError, ValueError)):
                 log.exception("%s: %s: submission failed", pilot.uid, name)
             log.error("%s: %s could not be submitted: %s", pilot.uid, name, exc)
-            with pilot.session.lock:
+            with pilot.session.locked():
                 self.info[name].update(state="failed", why_ended=str(exc), ended=time.time())
             self._said(name, "failed", f"batch submission failed: {exc}")
             return
-        with pilot.session.lock:
+        with pilot.session.locked():
             self.handles[name] = job
             info = self.info[name]
             ended = pilot.ending or info.get("state") == "released"

@@ -149,7 +149,7 @@ class PilotManager:
             pilot = self.PILOT(session, uid, pd, self, plan.size, plan.config)
             session.pilots[pilot.uid] = pilot
             self.pilots.append(pilot)
-            session.callbacks.persist_state(pilot, S.NEW, pilot.history[0][1])
+            session.changes.record(pilot, S.NEW, pilot.history[0][1], fire=False)
             for d in pd.parts:
                 pilot.new_partition(d)
             pilot.advance(S.LAUNCHING, time.time(), None)

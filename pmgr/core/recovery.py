@@ -79,7 +79,7 @@ class Recovery:
         now = time.time()
         for step in ([S.NEW] if last is None else []) + list(steps):
             obj.history.append((step, now))
-            self.session.callbacks.persist_state(obj, step, now)
+            self.session.changes.record(obj, step, now, fire=False)
         log.info("%s: %s, as its doc says, added to its history", obj.uid, obj.state)
 
     def adopt_pilots(self, pmgr) -> list:

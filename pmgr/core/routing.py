@@ -303,7 +303,7 @@ class Routing:
                 if done is not None:
                     done.set()
 
-        self.session.callbacks.hand_moves()  # (their first moves join the batch their docs go in)
+        self.session.changes.hand_moves()  # (their first moves join the batch their docs go in)
         self.session.writer.send_after(sent, send, short)
         return done
 
@@ -339,7 +339,7 @@ class Routing:
                 if unit is not None and not unit.final:
                     part.outstanding -= 1
                     unit.advance(S.FAILED, time.time(), why)
-            self.session.cond.notify_all()
+            self.session.changes.notify()
 
     # -- data staging (pmgr/core/transfers.py) ----------------------------------------------------
     def _stage_in(self, unit: Unit, target) -> None:

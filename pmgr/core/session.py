@@ -13,12 +13,12 @@ sqlite file, one sandbox per pilot (logs, unit sandboxes, the control endpoint f
 A Session owns the session directory, the state store and its writer thread, and the pilot link
 (channel thread); its machinery is in parts it holds, one module each:
     ids        pmgr/core/session_ids.py       uids: the store's reserved blocks, own counts
-    callbacks  pmgr/core/callbacks.py         the session lock, state changes persisted, the
-                                              callbacks they fire
+    changes    pmgr/core/state_changes.py     the session lock (`locked()`), every state change
+                                              persisted and its callbacks fired (`record`)
     dispatch   pmgr/core/session_dispatch.py  what pilots send, by pilot/wire.py's table
     teardown   pmgr/core/session_teardown.py  close(): its steps, in order
 The rest of the client's core calls the parts' methods that the Session names as its own
-(`next_uid`, `locked`, `changed`, `persist_state`, ...: listed in `__init__`), or the parts.
+(`locked`, `on_message`, ...: listed in `__init__`), or the parts.
 close() runs at interpreter exit too.
 """
 
@@ -35,12 +35,12 @@ import uuid
 from pilot import network, security
 from pilot.errors import PilotOwned
 from pilot.pmgr.core import ownership
-from pilot.pmgr.core.callbacks import Callbacks
 from pilot.pmgr.core.channel import Channel
 from pilot.pmgr.core.recovery import Recovery
 from pilot.pmgr.core.session_dispatch import SessionDispatch
 from pilot.pmgr.core.session_ids import FROM_STORE, ID_BLOCK, STORE_WAIT, SessionIds
 from pilot.pmgr.core.session_teardown import Teardown
+from pilot.pmgr.core.state_changes import StateChanges
 from pilot.pmgr.core.transfers import Transfers
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.data_files import DataFiles
@@ -101,8 +101,8 @@ class Session:
         dir (str): the session directory.
         url (str): the state store's URL.
         ids (SessionIds): the uids it hands out (pmgr/core/session_ids.py).
-        callbacks (Callbacks): its lock, state changes persisted and the callbacks they
-            fire (pmgr/core/callbacks.py).
+        changes (StateChanges): its lock, state changes persisted and the callbacks they
+            fire (pmgr/core/state_changes.py).
         dispatch (SessionDispatch): what pilots send, by the protocol table
             (pmgr/core/session_dispatch.py).
         teardown (Teardown): close()'s steps (pmgr/core/session_teardown.py).
@@ -171,15 +171,14 @@ class Session:
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": url}
         )
         # the parts (the module's header), and what of them the rest of the core calls here
-        self.callbacks = Callbacks(self.uid, self.writer)
-        self.ids = SessionIds(self.uid, self.store, url, self.callbacks.lock)
+        self.changes = StateChanges(self.uid, self.writer)
+        self.ids = SessionIds(self.uid, self.store, url, self.changes.locked)
         self.dispatch = SessionDispatch(self)
         self.teardown = Teardown(self)
         # the session lock, which every core object takes (`with session.locked():` also
         # delivers the callbacks of what changed under it); the rest of the machinery is
-        # called on its part: session.ids.next_uid(...), session.callbacks.persist_state(...)
-        self.lock, self.cond = self.callbacks.lock, self.callbacks.cond
-        self.locked = self.callbacks.locked
+        # called on its part: session.ids.next_uid(...), session.changes.record(...)
+        self.locked = self.changes.locked
         self.on_message, self.on_unsent = self.dispatch.on_message, self.dispatch.on_unsent
         self.on_tick = self.dispatch.on_tick
         self.keys = security.load(security.make_keys(self.dir))  # CURVE on every channel
@@ -257,12 +256,8 @@ class Session:
                 "delivers state changes; register another callback instead"
             )
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.cond:
-            while not predicate():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"timeout after {timeout} s: {describe()}")
-                self.cond.wait(min(left, 1.0) if left is not None else 1.0)
+        if not self.changes.wait_until(predicate, deadline):
+            raise TimeoutError(f"timeout after {timeout} s: {describe()}")
 
     def tell_waiting(self, pilot) -> None:
         """(lock held) `pilot` ended or a manager took it: the other managers with units

@@ -56,11 +56,11 @@ def asking_store(what: str, call):
 class SessionIds:
     """The uids of one session: its store's reserved blocks and this process's own counts."""
 
-    def __init__(self, session_uid: str, store, url: str, lock) -> None:
+    def __init__(self, session_uid: str, store, url: str, locked) -> None:
         self.uid = session_uid
         self.store = store
         self.url = url
-        self.lock = lock  # the session lock
+        self.locked = locked  # the session lock (`with locked():`)
         self.token = uuid.uuid4().hex[:6]  # makes this process's command ids unique
         self.counters: dict[str, int] = {}
         self.blocks: dict[str, list] = {}  # prefix -> its reserved numbers: [[next, end], ...]
@@ -75,7 +75,7 @@ class SessionIds:
         here with `prefix` continue after it (unit and pilot ids come from the store)."""
         if prefix in FROM_STORE:
             return
-        with self.lock:
+        with self.locked():
             self.counters[prefix] = ids.next_index(self.counters.get(prefix, 0), uid)
 
     def next_uid(self, prefix: str, width: int = 4) -> str:
@@ -85,7 +85,7 @@ class SessionIds:
         this process's own (a partition's, made by the pilot's one owner).  The next block
         is reserved while half of one is left, so a store that fails for a while (a full
         disk) stops nothing until that is used up; then StoreUnavailable."""
-        with self.lock:
+        with self.locked():
             if prefix not in FROM_STORE:
                 n = self.counters.get(prefix, 0)
                 self.counters[prefix] = n + 1
@@ -104,14 +104,14 @@ class SessionIds:
         """An iterator of the next `n` numbers next_uid(prefix) would give (one take of the
         lock and the reserved blocks for a chunk of units, not one a unit)."""
         if prefix not in FROM_STORE:
-            with self.lock:
+            with self.locked():
                 first = self.counters.get(prefix, 0)
                 self.counters[prefix] = first + n
             return iter(range(first, first + n))
         if n <= 0:
             return iter(())
         taken = []
-        with self.lock:
+        with self.locked():
             self._reserve(prefix, n)
             blocks = self.blocks[prefix]
             while n:
@@ -148,7 +148,7 @@ class SessionIds:
             return
 
         def reserve() -> None:
-            with self.lock:  # (released between tries: the writer's batches go on)
+            with self.locked():  # (released between tries: the writer's batches go on)
                 self._reserve(prefix, n)
 
         asking_store(f"{self.uid}: {prefix} ids", reserve)

@@ -67,7 +67,7 @@ class Teardown:
         session = self.session
         # (a pilot another client took over, or that refused to be attached, is not ours;
         # nor one the store says another client took over while this one did not hear)
-        with session.lock:
+        with session.locked():
             for p in session.pilots.values():
                 p.taken_over_unheard()
         live = [p for p in session.pilots.values() if not p.final and not p.released]

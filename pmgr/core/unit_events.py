@@ -71,7 +71,7 @@ class UnitEvents:
     def on_output(self, chunks: list) -> None:
         """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
         calls = []
-        with self.session.lock:
+        with self.session.locked():
             for uid, node, rank, stream, text in chunks:
                 unit = self.units.live.get(uid)  # (a released unit takes no more output)
                 if unit is None:

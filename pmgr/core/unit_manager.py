@@ -149,7 +149,7 @@ class UnitManager:
             ValueError: another `metric`, or a `cb` that is not callable.
         """
         wrapped = callback("UnitManager.register_callback", cb, metric, cb_data)
-        with self.session.lock:
+        with self.session.locked():
             self.callbacks.append(wrapped)
             self.registered_cbs.append((cb, wrapped))
 
@@ -168,7 +168,7 @@ class UnitManager:
             raise ValueError(
                 f"UnitManager.unregister_callback: metric={metric!r}; accepted: {UNIT_STATE!r}"
             )
-        with self.session.lock:
+        with self.session.locked():
             gone = {id(w) for c, w in self.registered_cbs if cb is None or c == cb}
             self.registered_cbs = [(c, w) for c, w in self.registered_cbs if id(w) not in gone]
             self.callbacks = [w for w in self.callbacks if id(w) not in gone]

@@ -60,14 +60,14 @@ class UnitQueries:
                     ),
                 )
             return self.states()
-        with session.lock:
+        with session.locked():
             uids = list(table) if uids is None else _uids(uids)
             items = [table.live.get(uid) or table.state_of(uid) for uid in uids]
         unknown = [uid for uid, item in zip(uids, items) if item is None]
         if unknown:
             raise ValueError(f"unit uid={unknown[0]!r} is unknown to {self.book.uid}")
         live = [u for u in items if type(u) is not str]
-        settle = not session.callbacks.in_callback()  # a callback cannot wait for callbacks
+        settle = not session.changes.in_callback()  # a callback cannot wait for callbacks
 
         def there(u: Unit) -> bool:  # in a final state only once its callbacks have run
             return u.state in wanted and (u.settled or not settle or u.state not in S.FINAL)
@@ -95,18 +95,18 @@ class UnitQueries:
 
     def states(self) -> list[str]:
         """(UnitManager.states) Every unit's state, in the order they were made."""
-        with self.session.lock:
+        with self.session.locked():
             return self.units.states()
 
     # RADICAL-Pilot's listing names
     def list_units(self) -> list[str]:
         """(UnitManager.list_units) The uids, in the order the units were made."""
-        with self.session.lock:
+        with self.session.locked():
             return list(self.units)
 
     def get_units(self, uids=None) -> list[Unit]:
         """(UnitManager.get_units) The units, in the order asked."""
-        with self.session.lock:
+        with self.session.locked():
             if uids is None:
                 return list(self.units.values())
             return [self.unit(u) for u in _uids(uids)]

@@ -94,14 +94,14 @@ class UnitStream:
             self.feed()
         finally:
             session = self.umgr.session
-            with session.cond:
+            with session.locked():
                 self.umgr.feeding -= 1
-                session.cond.notify_all()
+            session.changes.notify()
 
     def feed(self) -> None:
         """Pull, wait for room, submit, until the iterable ends, fails or is canceled."""
         session = self.umgr.session
-        waits = not session.callbacks.in_callback() and not session.channel.in_thread()
+        waits = not session.changes.in_callback() and not session.channel.in_thread()
         while not self.stopped:
             if waits:
                 self._room()
@@ -160,13 +160,12 @@ class UnitStream:
         session, table = self.umgr.session, self.umgr.units
         while len(table.live) >= self.window and not self.stopped:
             # (the store has them: let go of as the lock is let go of)
-            if session.callbacks.releasable:
+            if session.changes.releasable:
                 with session.locked():
                     pass
                 if len(table.live) < self.window:
                     return
-            with session.cond:
-                session.cond.wait(0.05)
+            session.changes.wait(0.05)
 
     def _note(self, units: list) -> None:
         add = self.runs.add
@@ -332,8 +331,7 @@ class UnitStream:
             reason (str): the canceled units' `reason`.
         """
         self.stopped = True
-        with self.umgr.session.cond:
-            self.umgr.session.cond.notify_all()
+        self.umgr.session.changes.notify()
         if self.thread is not None:
             self.thread.join(30.0)
         live = self.umgr.units.live  # (its units not released: found by their ledger byte)

@@ -113,7 +113,7 @@ class Submission:
         blueprints = Blueprints()  # (the call holds every description: ids are theirs)
         start = 0
         # (a callback holds up the channel: it never waits)
-        yields = not session.callbacks.in_callback()
+        yields = not session.changes.in_callback()
         while start < len(descs):  # in chunks: the first ones run while the rest are made
             size = min(SUBMIT_CHUNK_MAX, max(SUBMIT_CHUNK_MIN, start))
             chunk = descs[start : start + size]
@@ -165,13 +165,11 @@ class Submission:
             made.append(unit)
         units.extend(made)
         if made and made[0].TOGETHER:  # (NEW and SCHEDULING: one record each for the chunk)
-            session.callbacks.persist_together(S.NEW, made, now, 0, None, None)
-            session.callbacks.changed_together(made, S.NEW)
+            session.changes.record_together(S.NEW, made, now, 0, None, None)
             advance_together(session, made, S.SCHEDULING, now)
         else:
             for unit in made:
-                session.callbacks.persist_state(unit, S.NEW, now)
-                session.callbacks.changed(unit, S.NEW)
+                session.changes.record(unit, S.NEW, now)
                 unit.advance(S.SCHEDULING, now, None)
         for unit in made:
             d = unit.description

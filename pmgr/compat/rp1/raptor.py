@@ -272,8 +272,7 @@ def _virtual(tmgr, cls, d: TaskDescription, uid: str):
     form = d.to_be_formed(uid)
     task = cls(session, uid, form, tmgr, now)
     tmgr.units[uid] = task
-    session.callbacks.persist_state(task, S.NEW, now)
-    session.callbacks.changed(task, S.NEW)
+    session.changes.record(task, S.NEW, now)
     task.advance(S.SCHEDULING, now, None)
     return task
 

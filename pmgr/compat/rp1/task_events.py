@@ -76,13 +76,13 @@ class TaskEvents:
                 )
             if uid is not None and uid not in self.tmgr.units:
                 raise ValueError(f"TaskManager.register_callback: uid={uid!r} is no task here")
-            with self.session.lock:
+            with self.session.locked():
                 self.registered.append((m, cb, cb_data, uid))
 
     def unregister_callback(self, cb=None, metrics=None, uid: str | None = None) -> None:
         metrics = [TASK_STATE] if metrics is None else metrics
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
-        with self.session.lock:
+        with self.session.locked():
             self.registered = [
                 r
                 for r in self.registered
@@ -99,7 +99,7 @@ class TaskEvents:
             self._tell(task, state)
 
     def _tell(self, task, state: str) -> None:
-        with self.session.lock:
+        with self.session.locked():
             registered = list(self.registered)
             batch, self.changed = (self.changed, {}) if self.bulk else ({}, self.changed)
             size = len(self.tmgr.pending) + len(self.held)
@@ -125,7 +125,7 @@ class TaskEvents:
     def know_orders(self, descs: list) -> dict:
         """(before they are queued) The orders of these tasks exist: those above wait.
         Returns the orders known before (to set back if the tasks are not made after all)."""
-        with self.session.lock:
+        with self.session.locked():
             before = {k: list(v) for k, v in self.orders.items()}
             for d in descs:
                 order = d.tags.get("order")
