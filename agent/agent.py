@@ -49,7 +49,7 @@ import time
 
 import zmq
 
-from pilot import checks, security, wire
+from pilot import checks, security, validate, wire
 from pilot.agent import runners
 from pilot.agent.rank_env import check_environment
 from pilot.agent.reports import FLUSH_EVERY, Reporting
@@ -83,7 +83,7 @@ class Agent(Reporting, Stopping):
             os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
             0o600,
         )
-        self.execu, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
+        self.runner, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
         self._init_reports()  # (agent/reports.py)
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
@@ -107,7 +107,7 @@ class Agent(Reporting, Stopping):
         # is left at its default (ignored; nothing is reaped by it): a handler made every unit
         # a lane thread started wake this thread as it exited (measured: 0.6 signals a
         # unit, each an interrupted poll, a handler and a wake-up byte: 6-14 us a unit)
-        chld = self.execu.sigchld
+        chld = self.runner.sigchld
         signal.signal(signal.SIGCHLD, (lambda *_: None) if chld else signal.SIG_DFL)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -115,7 +115,7 @@ class Agent(Reporting, Stopping):
 
     def idle(self) -> bool:
         """Nothing is queued or running here (the last updates need not wait for others)."""
-        return not self.sched.queue and not self.execu.runs()
+        return not self.sched.queue and not self.runner.runs()
 
     # -- units --------------------------------------------------------------------------------
     def on_units(self, units: list) -> None:
@@ -124,7 +124,7 @@ class Agent(Reporting, Stopping):
         the reason it can never run here; then what fits starts."""
         found: dict = {}  # (program, PATH) -> where it is: looked up once per batch
         n = 0
-        for data in checks.items("units", units):
+        for data in validate.items("units", units):
             bulk = isinstance(data, dict) and "uids" in data
             each = None  # (a bulk's units' own arguments, aligned with its uids)
             if bulk:
@@ -169,7 +169,7 @@ class Agent(Reporting, Stopping):
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             reason = f"malformed unit: {exc}"
         if u.get("function"):
-            if reason is None and not self.execu.runs_functions:
+            if reason is None and not self.runner.runs_functions:
                 reason = (
                     "function units run on single-node partitions; this one spans "
                     f"{len(self.cfg['nodes'])} nodes"
@@ -216,7 +216,7 @@ class Agent(Reporting, Stopping):
         key = (executable, search)
         where = found.get(key, found)
         if where is found:
-            where = found[key] = self.execu.which(executable, search)
+            where = found[key] = self.runner.which(executable, search)
         return where
 
     def serve_running(self) -> None:
@@ -227,7 +227,7 @@ class Agent(Reporting, Stopping):
         for key, _ in self.poller.poll(0):
             if key is not self.sock and key is not self.wake_r and key != self.wake_r.fileno():
                 try:
-                    self.execu.on_readable(key)
+                    self.runner.on_readable(key)
                 except ProtocolError as exc:
                     log.error("%s: %s", self.uid, exc)
         self.on_exits()
@@ -244,7 +244,7 @@ class Agent(Reporting, Stopping):
         while True:  # a few at a time: journaled in one write, then started
             batch = list(itertools.islice(ready, JOURNAL_BATCH))
             if not batch:
-                self.execu.flush()  # (the daemon runner's: one exec per node)
+                self.runner.flush()  # (the daemon runner's: one exec per node)
                 return
             try:
                 # journaled before they can start (a failure after this only errs on the
@@ -263,7 +263,7 @@ class Agent(Reporting, Stopping):
                 raise journaled
             # (a call runs in its worker's directory: the runner's)
             sandbox = None if unit.get("function") else self.stager.take(unit)
-            run = self.execu.spawn(unit, sandbox, alloc)
+            run = self.runner.spawn(unit, sandbox, alloc)
         except (OSError, ValueError) as exc:  # ValueError: what posix_spawn cannot pass
             self.sched.release(alloc)
             self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
@@ -283,7 +283,7 @@ class Agent(Reporting, Stopping):
     def on_exits(self) -> None:
         ended = []
         freed = []
-        for r, code in self.execu.reap():
+        for r, code in self.runner.reap():
             if not r.handed_on:  # (else the next unit in its lane holds it now)
                 self.sched.release(r.alloc)
                 freed.append(r)
@@ -308,7 +308,7 @@ class Agent(Reporting, Stopping):
     def take_back(self, freed: list | None = None) -> list:
         """Units the runner holds ahead go back to the head of the queue, in order: all of
         them, or those the allocations of the Runs `freed` may be for (UnitRunner)."""
-        back = self.execu.give_back(freed)
+        back = self.runner.give_back(freed)
         if back:
             self.sched.queue.extendleft(reversed(back))
         return back
@@ -319,7 +319,7 @@ class Agent(Reporting, Stopping):
         q = self.sched.queue
         if not (back and q and any(q[0] is u for u in back)):
             return
-        rest = self.execu.give_back()
+        rest = self.runner.give_back()
         lead = []
         while q and any(q[0] is u for u in back):
             lead.append(q.popleft())
@@ -328,7 +328,7 @@ class Agent(Reporting, Stopping):
     def runner_started(self) -> None:
         """Units the runner started on its own since (or could not): EXECUTING at its time;
         one that started while a cancel or stop took the others back goes the way they went."""
-        for r in self.execu.started():
+        for r in self.runner.started():
             uid = r.unit["uid"]
             if r.start_errno:
                 self.update(uid, FAILED, {"reason": f"cannot start: {os.strerror(r.start_errno)}"})
@@ -346,7 +346,7 @@ class Agent(Reporting, Stopping):
         """Let the runner hold units from the head of the queue ahead (lanes)."""
         if not self.sched.queue or self.stopping:
             return
-        for unit, reason in self.execu.hold_ahead(self.sched.queue, self.stager.take):
+        for unit, reason in self.runner.hold_ahead(self.sched.queue, self.stager.take):
             self.update(unit["uid"], FAILED, {"reason": reason})
 
     # -- loop ---------------------------------------------------------------------------------
@@ -361,12 +361,12 @@ class Agent(Reporting, Stopping):
                 frames[1] if len(frames) > 1 else None,
                 frames[2:] if kind == b"units" else (),  # (a call's large arguments)
             )
-        except checks.Invalid as exc:
+        except validate.Invalid as exc:
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
             return
         try:
             handler(self, body)
-        except checks.Invalid as exc:  # (a unit's own check, deeper down)
+        except validate.Invalid as exc:  # (a unit's own check, deeper down)
             self.bad_messages.report(f"bad message {kind[:16]!r}: {exc}")
         except Exception as exc:  # our own bug: said as such, and the agent goes on
             self.internal.report(f"agent {kind[:16]!r} handler", exc)
@@ -386,7 +386,7 @@ class Agent(Reporting, Stopping):
         reason = body.get("reason") or "node lost"
         self.nodes_lost.add(index)
         self.sched.pool.remove_node(index, reason)
-        self.execu.node_lost(index, reason)
+        self.runner.node_lost(index, reason)
         self.on_exits()
         q = self.sched.queue
         misfits = [(u, why) for u in q if (why := self.sched.check(u)) is not None]
@@ -406,12 +406,12 @@ class Agent(Reporting, Stopping):
         """Say `ready`; the poller of the loop: the bootstrap's socket, the wake-up socket and
         what the runner must hear."""
         self.sock.send_multipart(
-            msg(b"ready", {"pid": os.getpid(), "runner": self.execu.describe()})
+            msg(b"ready", {"pid": os.getpid(), "runner": self.runner.describe()})
         )
         self.poller = poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_r, zmq.POLLIN)
-        self.execu.watch(poller)  # node daemons' sockets, units' output pipes, lanes
+        self.runner.watch(poller)  # node daemons' sockets, units' output pipes, lanes
         return poller
 
     def run(self) -> int:
@@ -425,7 +425,7 @@ class Agent(Reporting, Stopping):
                 timeout = min(timeout, self.timers[0][0] - now)
             if self.updates:
                 timeout = min(timeout, self.first_pending + FLUSH_EVERY - now)
-            sweep_at = self.execu.due()
+            sweep_at = self.runner.due()
             if sweep_at is not None:
                 timeout = min(timeout, sweep_at - now)
             events = poller.poll(wait_ms(timeout))
@@ -439,7 +439,7 @@ class Agent(Reporting, Stopping):
                         pass
                     continue
                 try:
-                    self.execu.on_readable(key)
+                    self.runner.on_readable(key)
                 except ProtocolError as exc:
                     log.error("%s: %s", self.uid, exc)
             if any(key is self.sock for key, _ in events):  # the bootstrap's word first: a
@@ -448,13 +448,13 @@ class Agent(Reporting, Stopping):
             self.on_exits()
             now = time.monotonic()
             if sweep_at is not None and now >= sweep_at:
-                self.execu.sweep(now)  # (output of lane units: read, not polled)
+                self.runner.sweep(now)  # (output of lane units: read, not polled)
             if self.timers and self.timers[0][0] <= now:
                 self.kill_late(now)
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0
                 self.every_second(now)
-            if self.stopping and (not self.execu.runs() or self.stop_overdue(now)):
+            if self.stopping and (not self.runner.runs() or self.stop_overdue(now)):
                 return self.finish()
             self.flush(force=bool(self.updates) and self.idle())
 
@@ -539,7 +539,7 @@ def main(argv: list[str]) -> int:
         agent.uid,
         os.getpid(),
         len(cfg["nodes"]),
-        agent.execu.describe(),
+        agent.runner.describe(),
     )
     try:
         return agent.run()

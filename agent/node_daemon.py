@@ -97,7 +97,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from pilot import checks, liveness, network, processes, security
+from pilot import checks, liveness, network, processes, security, validate
 from pilot.agent.node_dispatch import FROM_NODE, FROM_PULSE, FROM_RANKS
 from pilot.agent.node_ranks import NodeRanks
 from pilot.agent.spawn import Spawner, exits
@@ -385,7 +385,7 @@ class NodeDaemon:
                 self.heard_bootstrap()
             try:
                 self.on_message(frames, from_agent)
-            except (checks.Invalid, zlib.error) as exc:  # a peer's bad message
+            except (validate.Invalid, zlib.error) as exc:  # a peer's bad message
                 self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
             except Exception as exc:  # our own bug: said as such, and the daemon goes on
                 self.internal.report(f"node daemon {frames[:1]!r:.40}", exc)
@@ -405,7 +405,7 @@ class NodeDaemon:
             try:
                 kind = frames[0]
                 handler, _, body = FROM_PULSE.read(kind, frames[1] if len(frames) > 1 else None)
-            except checks.Invalid as exc:
+            except validate.Invalid as exc:
                 self.bad_messages.report(f"bad pulse {frames[:2]!r:.120}: {exc}")
                 continue
             if self.index is not None:

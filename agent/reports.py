@@ -66,7 +66,7 @@ class Reporting:
     cfg: dict
     uid: str
     sock: zmq.Socket
-    execu: UnitRunner
+    runner: UnitRunner
     stager: Stager
 
     def _init_reports(self) -> None:
@@ -119,10 +119,10 @@ class Reporting:
         self.sock.send_multipart(msg(b"synced", {"cid": cid, "part": self.uid, "unknown": unknown}))
 
     def flush(self, force: bool = False) -> None:
-        output = self.execu.output
+        output = self.runner.output
         if output:  # ahead of the state updates, so a unit's output precedes its end
             self.sock.send_multipart([b"output", pack(output)])
-            self.execu.output = []
+            self.runner.output = []
         if self.updates.n and (
             force
             or self.updates.n >= FLUSH_SIZE

@@ -48,7 +48,7 @@ class Stopping:
     uid: str
     sock: zmq.Socket
     sched: Scheduler
-    execu: UnitRunner
+    runner: UnitRunner
     stager: Stager
     kill_grace: float  # seconds between a cancel's SIGTERM and its SIGKILL
     states: dict[str, str]  # (agent/reports.py) units here and not final -> their state
@@ -69,7 +69,7 @@ class Stopping:
         uids = set(uids)
         self.take_back()  # units held ahead, not started yet, go back to the queue first
         known = {u["uid"] for u in self.sched.queue}
-        known.update(r.unit["uid"] for r in self.execu.runs())
+        known.update(r.unit["uid"] for r in self.runner.runs())
         for uid in uids - known:  # (or started by the runner just now: runner_started)
             self.canceled_early[uid] = reason
         keep = []
@@ -82,15 +82,15 @@ class Stopping:
                 keep.append(u)
         self.sched.queue.clear()
         self.sched.queue.extend(keep)
-        for r in self.execu.runs():
+        for r in self.runner.runs():
             if r.unit["uid"] in uids and r.cancel_reason is None:
                 self._terminate(r, reason)
 
     def _terminate(self, r: Run, reason: str) -> None:
-        if self.execu.has_exited(r):
+        if self.runner.has_exited(r):
             return  # it ended before the cancel: it ends as its exit code says
         r.cancel_reason = reason
-        self.execu.kill(r, signal.SIGTERM)
+        self.runner.kill(r, signal.SIGTERM)
         heapq.heappush(self.timers, (time.monotonic() + self.kill_grace, id(r), r))
 
     def kill_late(self, now: float) -> None:
@@ -98,7 +98,7 @@ class Stopping:
         while self.timers and self.timers[0][0] <= now:
             _, _, r = heapq.heappop(self.timers)
             if len(r.codes) < len(r.pids):
-                self.execu.kill(r, signal.SIGKILL)
+                self.runner.kill(r, signal.SIGKILL)
 
     def stop(self, reason: str, hand_back: bool) -> None:
         if self.stopping:
@@ -112,7 +112,7 @@ class Stopping:
         self.late.extend(self.sched.queue)
         self.sched.queue.clear()
         self.release_late()
-        for r in self.execu.runs():
+        for r in self.runner.runs():
             self._terminate(r, reason)
 
     def _unstage(self, u: dict) -> None:
@@ -145,7 +145,7 @@ class Stopping:
         the stop is over (True)."""
         if now < self.stop_by:
             return False
-        for r in list(self.execu.runs()):
+        for r in list(self.runner.runs()):
             uid = r.unit["uid"]
             log.error("%s: %s did not report its end %g s after the stop", self.uid, uid,
                       self.kill_grace + STOP_GRACE)  # fmt: skip
@@ -161,8 +161,8 @@ class Stopping:
         updates and `bye`; the exit code (0)."""
         self.stager.close()
         log.info("%s: sandboxes %s", self.uid, self.stager.summary())
-        log.info("%s: %s", self.uid, self.execu.summary())
-        self.execu.close()
+        log.info("%s: %s", self.uid, self.runner.summary())
+        self.runner.close()
         # the last words are bounded: with the bootstrap gone, a DEALER send waits
         # for a peer forever
         self.sock.setsockopt(zmq.SNDTIMEO, 500)

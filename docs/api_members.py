@@ -33,11 +33,11 @@ CALLED = {
         *("cancel", "count", "counts", "done", "failed", "feed", "start", "uids", "units"),
         "wait",
     ],
-    _CORE + "entities.Stateful": ["final", "register_callback", "wait"],
-    _CORE + "entities.Partition": [
+    _CORE + "handles.Stateful": ["final", "register_callback", "wait"],
+    _CORE + "handles.Partition": [
         *("cancel", "cores", "could_hold", "gpus", "largest_node", "window"),
     ],
-    _CORE + "entities.Unit": [
+    _CORE + "handles.Unit": [
         *("as_dict", "cancel", "client_sandbox", "metadata", "name", "output"),
         *("pilot_sandbox", "return_value", "sandbox", "stderr", "stdout", "unit_sandbox"),
     ],
@@ -101,9 +101,9 @@ INTERNAL = {
         *("on_pilot_changed", "on_synced", "on_unit_moves", "on_unit_state", "on_units_back"),
         *("said_again", "unit_from_doc", "waiting"),
     ],
-    _CORE + "entities.Stateful": ["advance", "manager_callbacks"],
-    _CORE + "entities.Partition": ["as_doc"],
-    _CORE + "entities.Unit": ["add_output", "as_doc", "manager_callbacks", "own_fields", "wire"],
+    _CORE + "handles.Stateful": ["advance", "manager_callbacks"],
+    _CORE + "handles.Partition": ["as_doc"],
+    _CORE + "handles.Unit": ["add_output", "as_doc", "manager_callbacks", "own_fields", "wire"],
     _CORE + "pilot.Pilot": [
         *("as_doc", "client_endpoint", "command", "end", "ending", "hand_orphans"),
         *("kill_job", "lost", "manager_callbacks", "new_partition", "on_back", "on_bye"),

@@ -153,7 +153,7 @@ class AgentChannel:
 
     def on_agent(self, frames: list[bytes]) -> None:
         """A message from an agent, to its handler by pilot/wire.py's table (FROM_AGENT); its
-        body's shape is checked first (pilot/messages.py: checks.Invalid, a bad message); what
+        body's shape is checked first (pilot/messages.py: validate.Invalid, a bad message); what
         a handler raises after that is our own bug."""
         if len(frames) < 2:
             raise ProtocolError(f"a message of {len(frames)} frame(s) from an agent")

@@ -55,7 +55,7 @@ import time
 
 import zmq
 
-from pilot import checks, liveness, processes, resource_config, security
+from pilot import checks, liveness, processes, resource_config, security, validate
 from pilot.agent.rank_env import install_rp_tools
 from pilot.descriptions import ComputePartitionDescription
 from pilot.partition import orphans
@@ -68,7 +68,7 @@ from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
 from pilot.partition.node_set import BringUpError, NodeSet
 from pilot.partition.off_loop import LogWriter, OffLoop
 from pilot.partition.outbox import Outbox
-from pilot.partition.pool import Pool
+from pilot.partition.resources import PilotResources
 from pilot.protocol import HEARTBEAT, drain, msg, pack
 from pilot.states import (
     ACTIVE,
@@ -129,7 +129,7 @@ class Bootstrap(ClientLink, AgentChannel):
         self.network: dict | None = None
         # jobs beyond the first: the pilot grows to max_nodes (partition/growth.py)
         self.growth = Growth(self, cfg.get("max_nodes"), float(cfg.get("idle_after") or 0.0))
-        self.make_pool(cfg.get("network"))
+        self.make_resources(cfg.get("network"))
         self.out: list = []  # partition state updates waiting to be sent
         self.outbox = Outbox()  # outcomes kept until the client has them
         self.deadline = time.monotonic() + cfg["runtime"]
@@ -140,11 +140,11 @@ class Bootstrap(ClientLink, AgentChannel):
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
 
-    def make_pool(self, network: dict | None) -> None:
-        self.pool = Pool.for_pilot(self.cfg["size"], self.rcfg, network)
+    def make_resources(self, network: dict | None) -> None:
+        self.resources = PilotResources.for_pilot(self.cfg["size"], self.rcfg, network)
         for index, node in (network or {}).items():
             if node.get("state") == "down":
-                self.pool.mark_down(int(index))
+                self.resources.mark_down(int(index))
         agent_cfg = {
             "session": self.cfg["session"],
             "pilot": self.uid,
@@ -156,7 +156,7 @@ class Bootstrap(ClientLink, AgentChannel):
             "unit_launch": self.rcfg.unit_launch,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
         }
-        self.pm = PartitionManager(self.pool, self, agent_cfg, pilot_uid=self.uid)
+        self.pm = PartitionManager(self.resources, self, agent_cfg, pilot_uid=self.uid)
         self.pm.growth = self.growth if self.growth.enabled else None
 
     def network_changed(self) -> None:
@@ -165,7 +165,7 @@ class Bootstrap(ClientLink, AgentChannel):
         nodeset = self.nodeset
         self.network = nodeset.network_config()
         for index, node in self.network.items():
-            if self.pool.nodes[index].released:
+            if self.resources.nodes[index].released:
                 node["state"] = "released"
         network = {str(k): v for k, v in self.network.items()}
         daemons = nodeset.daemons()
@@ -173,8 +173,8 @@ class Bootstrap(ClientLink, AgentChannel):
         self.files.run(lambda: _write_json(self.sandbox, "daemons.json", daemons))
 
     def node_lost(self, index: int, reason: str) -> None:
-        self.pool.mark_down(index)
-        name = self.pool.nodes[index].name
+        self.resources.mark_down(index)
+        name = self.resources.nodes[index].name
         orphans.end_orphans(  # units of a daemon that died here (fork/exec/netns)
             {"PILOT_PILOT_ID": self.uid, "PILOT_NODE_NAME": name}, self.own_children()
         )
@@ -186,7 +186,7 @@ class Bootstrap(ClientLink, AgentChannel):
                 self.send_agent(
                     part.uid, [b"node_lost", pack({"index": index, "name": name, "reason": reason})]
                 )
-            left = [i for i in alloc.slots if not self.pool.nodes[i].down]
+            left = [i for i in alloc.slots if not self.resources.nodes[i].down]
             if index in alloc.agent_nodes or not left or part.uid not in self.procs:
                 self.pm.stop(part.uid, FAILED, reason, hand_back=True)
             else:  # the partition goes on with its other nodes (its agent ends the lost one's)
@@ -205,7 +205,7 @@ class Bootstrap(ClientLink, AgentChannel):
             part = self.pm.parts.get(uid)
             if part is not None and part.alloc is not None:  # its agent may have died first
                 self.nodeset.drop_partition(uid, list(part.alloc.slots))
-        info["free"] = self.pool.free  # what no live partition holds, after this change
+        info["free"] = self.resources.free  # what no live partition holds, after this change
         self.out.append(("part", uid, state, time.time(), info))
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -259,9 +259,9 @@ class Bootstrap(ClientLink, AgentChannel):
         self.files.run(lambda: install_rp_tools(self.sandbox), _tools_failed)
 
     def _boot_nodes(self, nodeset: NodeSet) -> bool:
-        """boot.nodes.*: the node daemons up (partition/node_set.py), the pool made again over
-        the nodes found, network.json and daemons.json written; False when bring-up failed
-        (the pilot is FAILED then)."""
+        """boot.nodes.*: the node daemons up (partition/node_set.py), the pilot's resources made
+        again over the nodes found, network.json and daemons.json written; False when bring-up
+        failed (the pilot is FAILED then)."""
         try:
             given = {int(k): v for k, v in (self.cfg.get("network") or {}).items()}
             self.network = nodeset.bring_up(given or None)
@@ -269,7 +269,7 @@ class Bootstrap(ClientLink, AgentChannel):
             check_transition(PILOT_MACHINE, self, FAILED)
             self.ending = (FAILED, f"bring-up failed: {exc}")
             return False
-        self.make_pool(self.network)
+        self.make_resources(self.network)
         network = {str(k): v for k, v in self.network.items()}
         daemons = nodeset.daemons()
         self.files.run(lambda: _write_json(self.sandbox, "network.json", network))
@@ -343,7 +343,7 @@ class Bootstrap(ClientLink, AgentChannel):
         for index, reason in lost:
             self.node_lost(index, reason)
         if lost and self.ending is None and nodeset.all_down():
-            names = ", ".join(self.pool.nodes[i].name for i in sorted(nodeset.down)[:8])
+            names = ", ".join(self.resources.nodes[i].name for i in sorted(nodeset.down)[:8])
             names += ", ..." if len(nodeset.down) > 8 else ""
             reasons = list(dict.fromkeys(nodeset.down[i] for i in sorted(nodeset.down)))
             more = f"; and {len(reasons) - 2} more" if len(reasons) > 2 else ""
@@ -377,7 +377,7 @@ class Bootstrap(ClientLink, AgentChannel):
         for frames in drain(sock, 200):
             try:
                 handler(frames)
-            except checks.Invalid as exc:  # a peer's bad message (pilot/messages.py)
+            except validate.Invalid as exc:  # a peer's bad message (pilot/messages.py)
                 self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
             except Exception as exc:  # our own bug: said as such, and the pilot goes on
                 self.internal.report(f"bootstrap {handler.__name__}", exc)

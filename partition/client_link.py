@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from pilot import checks, framed, network, wire
+from pilot import checks, framed, network, validate, wire
 from pilot.partition import control
 from pilot.partition.client_probe import first_answering
 from pilot.protocol import ProtocolError, drain, msg, pack, unpack
@@ -145,7 +145,7 @@ class ClientLink:
 
     def on_client(self, frames: list[bytes]) -> None:
         """A message from the client, to its handler by pilot/wire.py's table (FROM_CLIENT);
-        its body's shape is checked first (pilot/messages.py: checks.Invalid, a bad message);
+        its body's shape is checked first (pilot/messages.py: validate.Invalid, a bad message);
         what a handler raises after that is our own bug."""
         self.last_heard = time.monotonic()
         kind = frames[0]
@@ -159,7 +159,7 @@ class ClientLink:
         uid = checks.uid("units partition", frames[1].decode(errors="replace"))
         if not self.pm.take_buffered_or_bounce(uid, frames[2:]):
             self.flush()
-            back = checks.items("units", unpack(frames[2]))
+            back = validate.items("units", unpack(frames[2]))
             self.to_client(msg(b"back", {"part": uid, "units": back}))
 
     def client_put(self, frames: list[bytes], body: None) -> None:
@@ -219,7 +219,7 @@ class ClientLink:
                     return
                 try:
                     self.on_client(frames)
-                except checks.Invalid as exc:
+                except validate.Invalid as exc:
                     log.warning("attach: a bad message from the old owner: %s", exc)
         log.warning("attach: the old owner did not say released within %g s", wait)
 

@@ -35,7 +35,7 @@ import time
 
 import zmq
 
-from pilot import checks, updates
+from pilot import checks, updates, validate
 from pilot.ids import ALL
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.states import CANCELED, FINAL
@@ -51,25 +51,25 @@ def reconfig(boot, cid, args: dict) -> dict:
     if stop is not None and stop != ALL:
         stop = [stop] if isinstance(stop, str) else stop
         checks.uids("args.stop", stop, START_MAX * 16)
-    start = checks.items("args.start", args.get("start") or [], START_MAX)
+    start = validate.items("args.start", args.get("start") or [], START_MAX)
     for i, d in enumerate(start):
-        checks.mapping(f"args.start[{i}]", d)
+        validate.mapping(f"args.start[{i}]", d)
     uids = args.get("uids")
     if uids is not None:
         checks.uids("args.uids", uids, len(start))
-    reason = checks.text("args.reason", args.get("reason"))
+    reason = validate.text("args.reason", args.get("reason"))
     return boot.pm.reconfig(cid or f"anon.{time.time()}", stop, start, uids, reason)
 
 
 def cancel_units(boot, cid, args: dict) -> dict:
     by_part: dict[str, list] = {}
-    for i, pair in enumerate(checks.items("args.units", args.get("units"))):
+    for i, pair in enumerate(validate.items("args.units", args.get("units"))):
         if not isinstance(pair, list) or len(pair) != 2:
-            raise checks.bad(f"args.units[{i}]", pair, "a pair [unit uid, partition uid]")
+            raise validate.bad(f"args.units[{i}]", pair, "a pair [unit uid, partition uid]")
         uid = checks.uid(f"args.units[{i}][0]", pair[0])
         part = checks.uid(f"args.units[{i}][1]", pair[1])
         by_part.setdefault(part, []).append(uid)
-    reason = checks.text("args.reason", args.get("reason")) or "canceled"
+    reason = validate.text("args.reason", args.get("reason")) or "canceled"
     for part, uids in by_part.items():
         if part in boot.pm.parts:
             boot.send_agent(part, [b"cancel", pack({"uids": uids, "reason": reason})])
@@ -81,14 +81,14 @@ def stop_parts(boot, cid, args: dict) -> dict:
     unknown = [u for u in uids if u not in boot.pm.parts]
     if unknown:
         raise ValueError(f"args.uids: no such partition(s) {unknown[:5]} in {boot.uid}")
-    reason = checks.text("args.reason", args.get("reason")) or "canceled"
+    reason = validate.text("args.reason", args.get("reason")) or "canceled"
     for uid in uids:
         boot.pm.stop(uid, CANCELED, reason, hand_back=True)
     return {}
 
 
 def cancel_pilot(boot, cid, args: dict) -> dict:
-    boot.end(CANCELED, checks.text("args.reason", args.get("reason")) or "canceled")
+    boot.end(CANCELED, validate.text("args.reason", args.get("reason")) or "canceled")
     return {}
 
 
@@ -96,7 +96,7 @@ def partitions(boot, cid, args: dict) -> dict:
     return {
         "pilot": boot.uid,
         "size": boot.cfg["size"],
-        "free": boot.pool.free,
+        "free": boot.resources.free,
         "partitions": boot.pm.describe(),
         "jobs": boot.growth.describe(),
     }
@@ -108,7 +108,7 @@ def nodes(boot, cid, args: dict) -> dict:
     said, agent/agent.py `load`; partition: the uid of the one that holds it, or None)."""
     load = boot.node_load
     rows = []
-    for n in boot.pool.nodes:
+    for n in boot.resources.nodes:
         state = "released" if n.released else "down" if n.down else "up"
         busy = load.get(n.index, (0, 0, 0, None))
         rows.append([n.index, n.name, state, len(n.cores), len(n.gpus), *busy])
@@ -179,7 +179,7 @@ def attach(boot, cid, args: dict) -> dict:
     )
     boot.hello(attach=True)
     for part in boot.pm.parts.values():
-        info = {"resources": part.alloc.to_dict(boot.pool)} if part.alloc else {}
+        info = {"resources": part.alloc.to_dict(boot.resources)} if part.alloc else {}
         info["description"] = part.desc.to_stored()
         if part.reason:
             info["reason"] = part.reason
@@ -206,7 +206,7 @@ def _epoch(boot, value, owner: dict) -> int:
     pilot's owner's, or that owner's own (it asks again); an older one is a request of a
     client the store deposed already (one killed while its request waited here)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise checks.bad("args.epoch", value, "the client's owner epoch, a whole number >= 1")
+        raise validate.bad("args.epoch", value, "the client's owner epoch, a whole number >= 1")
     current = boot.cfg.get("epoch") or 0
     if value < current or (value == current and owner != boot.cfg.get("owner")):
         raise ValueError(
@@ -218,12 +218,12 @@ def _epoch(boot, value, owner: dict) -> int:
 
 def _owner(value) -> dict:
     """An attaching client's {host, pid, since}, checked."""
-    owner = checks.mapping("args.owner", value if value is not None else {})
-    checks.text("args.owner.host", owner.get("host"))
+    owner = validate.mapping("args.owner", value if value is not None else {})
+    validate.text("args.owner.host", owner.get("host"))
     for key in ("pid", "since"):
         v = owner.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise checks.bad(f"args.owner.{key}", v, "a number")
+            raise validate.bad(f"args.owner.{key}", v, "a number")
     return {k: owner.get(k) for k in ("host", "pid", "since")}
 
 
@@ -232,7 +232,7 @@ def sync(boot, cid, args: dict) -> dict:
     are said again at once; each partition's agent is asked for the others, and answers with
     state updates and a `synced` message naming the uids it does not know; a partition without
     an agent knows none of them."""
-    units = checks.mapping("args.units", args.get("units"))
+    units = validate.mapping("args.units", args.get("units"))
     for part_uid, uids in units.items():
         checks.uid("args.units key", part_uid)
         checks.uids(f"args.units[{part_uid!r}]", uids)
@@ -271,13 +271,13 @@ def run(boot, body: dict) -> dict:
     cid = body.get("cid")
     try:
         if cid is not None:
-            cid = checks.text("cid", cid)
+            cid = validate.text("cid", cid)
         op, args = body.get("op"), body.get("args")
         if not isinstance(op, str) or op not in OPS:
-            raise checks.bad("op", op, f"one of {', '.join(OPS)}")
-        args = checks.mapping("args", {} if args is None else args)
+            raise validate.bad("op", op, f"one of {', '.join(OPS)}")
+        args = validate.mapping("args", {} if args is None else args)
         return {"cid": cid, "ok": True, "result": OPS[op](boot, cid, args)}
-    except ValueError as exc:  # (checks.Invalid among them) refused, saying why
+    except ValueError as exc:  # (validate.Invalid among them) refused, saying why
         log.warning("command refused: %s", exc)
         reply = {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
         if isinstance(exc, Owned):

@@ -23,7 +23,7 @@ import os
 import tarfile
 import time
 
-from pilot import checks, staging
+from pilot import checks, staging, validate
 from pilot.sandbox import sandbox_of
 
 CHUNK = 1 << 20  # bytes per message
@@ -36,13 +36,13 @@ class DataPort:
         self.open: dict[str, dict] = {}  # transfer id -> {fd, path, tar, at}
 
     def _path(self, hdr: dict, key: str) -> str:
-        url = checks.text(key, hdr.get(key), optional=False)
+        url = validate.text(key, hdr.get(key), optional=False)
         unit = {"uid": checks.uid("unit", hdr.get("unit")), "sandbox": hdr.get("sandbox")}
-        checks.text("sandbox", unit["sandbox"])
+        validate.text("sandbox", unit["sandbox"])
         return staging.resolve(url, self.root, sandbox_of(self.root, unit))
 
     def put(self, hdr: dict, chunk: bytes) -> dict:
-        tid = checks.text("id", hdr.get("id"), optional=False)
+        tid = validate.text("id", hdr.get("id"), optional=False)
         offset = hdr.get("offset")
         reply = {"id": tid, "offset": offset, "error": None}
         try:
@@ -75,7 +75,7 @@ class DataPort:
         return reply
 
     def get(self, hdr: dict) -> tuple[dict, bytes]:
-        tid = checks.text("id", hdr.get("id"), optional=False)
+        tid = validate.text("id", hdr.get("id"), optional=False)
         offset = hdr.get("offset")
         reply = {"id": tid, "offset": offset, "last": True, "error": None}
         try:

@@ -4,9 +4,9 @@ A pilot submitted with max_nodes (ComputePilotDescription) may hold more than it
 job.  When a reconfig starts partitions that do not fit what is free, and they are sized in
 nodes, cores or GPUs (a share or FILL is of what the pilot has: never a reason to grow), the
 partition manager keeps them PENDING (`waiting`) and asks here: `plan` finds the fewest nodes
-that fit them all (on a copy of the pool, with the nodes of jobs already asked for), and asks
-the client for one job of that many (`grow` on the pilot link; the client submits it through
-the batch system, pmgr/core/pilot_jobs.py).  Beyond max_nodes the partitions end FAILED with
+that fit them all (on a copy of the pilot's resources, with the nodes of jobs already asked for),
+and asks the client for one job of that many (`grow` on the pilot link; the client submits it
+through the batch system, pmgr/core/pilot_jobs.py).  Beyond max_nodes the partitions end FAILED with
 the reason, and nothing else moves.
 
 Jobs, by the pilot's own name for them (`job.NNNN`):
@@ -17,8 +17,8 @@ Jobs, by the pilot's own name for them (`job.NNNN`):
                `nodes` daemons from hint `hint` on (partition/node_join.py)
     queued     the client said the batch system took it: `job` {job, state: queued, id}
     (each change of a job's state is told to the client: `jobs` {jobs, nodes})
-    joined     its daemons came up and took the table: the pool has its nodes
-               (Pool.add_nodes), and the waiting partitions are started in order; one that
+    joined     its daemons came up and took the table: the pilot's resources have its nodes
+               (PilotResources.add_nodes), and the waiting partitions are started in order; one that
                waited for this job and still does not fit ends FAILED with why
     released   every node of it idle for idle_after s (0: as soon as the partitions on them
                are stopped), or, still queued, no partition waits for it any more: its
@@ -42,9 +42,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from pilot import checks
+from pilot import validate
 from pilot.descriptions import FILL
-from pilot.partition.pool import AllocationError, Pool
+from pilot.partition.resources import AllocationError, PilotResources
 from pilot.protocol import msg
 
 log = logging.getLogger("bootstrap.growth")
@@ -71,13 +71,13 @@ class Job:
     idle_since: float | None = None
     positions: list[int] = field(default_factory=list)  # of the resource's nodes (_positions)
 
-    def to_dict(self, pool: Pool) -> dict:
+    def to_dict(self, res: PilotResources) -> dict:
         return {
             "job": self.name,
             "nodes": self.nodes,
             "state": self.state,
             "id": self.batch_id,
-            "names": [pool.nodes[i].name for i in self.indices],
+            "names": [res.nodes[i].name for i in self.indices],
             "reason": self.reason,
             "asked": self.asked,
             "joined": self.joined,
@@ -95,14 +95,16 @@ class Growth:
         self.idle_after = idle_after
         self.jobs: dict[str, Job] = {}
         self.next_look = 0.0  # (tick: not every turn of the loop)
-        if boot.nodeset is not None:  # a job's nodes enter the pool as they are numbered
+        if (
+            boot.nodeset is not None
+        ):  # a job's nodes enter the pilot's resources as they are numbered
             boot.nodeset.joins.numbered = self.numbered
 
     def numbered(self, named: list) -> None:
-        """(partition/node_join.py) A job's nodes took the next node indices: the pool has
-        them from now on, held back until the job joined (so its indices stay the NodeSet's,
+        """(partition/node_join.py) A job's nodes took the next node indices: the pilot's resources
+        have them from now on, held back until the job joined (so its indices stay the NodeSet's,
         whichever job joins, fails or is given back first)."""
-        self.boot.pool.add_nodes(named, ready=False)
+        self.boot.resources.add_nodes(named, ready=False)
 
     @property
     def enabled(self) -> bool:
@@ -114,8 +116,8 @@ class Growth:
 
     def held(self) -> int:
         """Nodes the pilot has or has asked for: its own, and those of live jobs."""
-        pool = self.boot.pool
-        have = sum(1 for n in pool.nodes if not n.released)
+        res = self.boot.resources
+        have = sum(1 for n in res.nodes if not n.released)
         return have + sum(j.nodes for j in self.jobs.values() if j.state in (ASKED, QUEUED))
 
     # -- growing --------------------------------------------------------------------------------
@@ -159,10 +161,10 @@ class Growth:
             part.awaits = job.name
         return refused
 
-    def _probe(self) -> Pool:
-        """A copy of the pool with the nodes of the jobs asked for, the partitions already
-        waiting allocated on it in order."""
-        probe = copy.deepcopy(self.boot.pool)
+    def _probe(self) -> PilotResources:
+        """A copy of the pilot's resources with the nodes of the jobs asked for, the partitions
+        already waiting allocated on it in order."""
+        probe = copy.deepcopy(self.boot.resources)
         for job in self.jobs.values():
             if job.state in (ASKED, QUEUED):
                 self._add_fresh(probe, job.nodes)
@@ -174,7 +176,7 @@ class Growth:
                     pass
         return probe
 
-    def _fewest(self, probe: Pool, desc) -> int | None:
+    def _fewest(self, probe: PilotResources, desc) -> int | None:
         """The fewest fresh nodes on which `desc` fits beside what `probe` holds (None: not
         even on as many as the resource has); more nodes never hurt: a binary search."""
 
@@ -199,9 +201,9 @@ class Growth:
         return lo
 
     @staticmethod
-    def _add_fresh(pool: Pool, m: int) -> None:
-        start = len(pool.nodes)
-        pool.add_nodes([(start + i, f"(fresh {start + i})", None) for i in range(m)])
+    def _add_fresh(res: PilotResources, m: int) -> None:
+        start = len(res.nodes)
+        res.add_nodes([(start + i, f"(fresh {start + i})", None) for i in range(m)])
 
     def _ask(self, nodes: int, uids: list[str], why: str | None) -> Job:
         name = f"job.{len(self.jobs) + 1:04d}"
@@ -210,7 +212,7 @@ class Growth:
         job = Job(name, nodes, reason)
         self.jobs[name] = job
         hint = self.boot.nodeset.joins.expect(name, nodes)
-        exclude = [n.name for n in self.boot.pool.nodes if not n.released]
+        exclude = [n.name for n in self.boot.resources.nodes if not n.released]
         log.info("grow: %s of %d node(s) asked for: %s", name, nodes, reason)
         ns = self.boot.nodeset
         job.positions = self._positions(nodes)
@@ -227,14 +229,14 @@ class Growth:
         the resource names them (logical nodes, test hosts): the first that neither the
         pilot nor a job asked for holds.  (SLURM names the nodes it gives: srun ignores them.)"""
         rcfg = self.boot.rcfg
-        held = {n.name for n in self.boot.pool.nodes if not n.released}
+        held = {n.name for n in self.boot.resources.nodes if not n.released}
         taken = {p for j in self.jobs.values() if j.state in (ASKED, QUEUED) for p in j.positions}
         free = [p for p in range(rcfg.nodes) if p not in taken and rcfg.node_name(p) not in held]
         return free[:nodes] if len(free) >= nodes else []
 
     def joined(self, join) -> None:
-        """(the loop) `join` (partition/node_join.py) joined: its nodes into the pool, then
-        the waiting partitions started in order."""
+        """(the loop) `join` (partition/node_join.py) joined: its nodes into the pilot's resources,
+        then the waiting partitions started in order."""
         job = self.jobs.get(join.job)
         if job is None or job.state not in (ASKED, QUEUED):
             return
@@ -242,7 +244,7 @@ class Growth:
         indices = sorted(join.index_of.values())
         for i in indices:
             if i not in ns.down:
-                self.boot.pool.bring_up(i)
+                self.boot.resources.bring_up(i)
         job.state, job.indices, job.joined = JOINED, indices, time.time()
         log.info("grow: %s joined: node(s) %s", job.name, [ns.label[i] for i in indices])
         self.boot.network_changed()
@@ -253,7 +255,7 @@ class Growth:
     def on_job(self, body: dict) -> None:
         job = self.jobs.get(body["job"])
         if job is None:
-            raise checks.bad("job.job", body["job"], f"a job {self.boot.uid} asked for")
+            raise validate.bad("job.job", body["job"], f"a job {self.boot.uid} asked for")
         state, reason = body["state"], body.get("reason") or "no reason given"
         if state == QUEUED:
             job.batch_id = body.get("id")
@@ -273,7 +275,7 @@ class Growth:
             return
         job.state = FAILED
         for index in self.boot.nodeset.joins.over(job.name, reason)[0]:  # (numbered, not joined)
-            self.boot.pool.mark_down(index)
+            self.boot.resources.mark_down(index)
         log.error("grow: %s failed: %s", job.name, reason)
         self.boot.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {reason}")
         self.tell()
@@ -289,7 +291,7 @@ class Growth:
             return
         self.next_look = now + LOOK_EVERY
         waiting = self.boot.pm.waiting()
-        if waiting and self.boot.pool.free["cores"]:  # room came free: they may fit now
+        if waiting and self.boot.resources.free["cores"]:  # room came free: they may fit now
             self.boot.pm.start_waiting("")
             waiting = self.boot.pm.waiting()
         awaited = {p.awaits for p in waiting}
@@ -308,11 +310,11 @@ class Growth:
             elif job.state in (ASKED, QUEUED) and job.name not in awaited:
                 self.release(job, "no partition waits for its nodes any more")
             elif job.state == JOINED:
-                pool = self.boot.pool.nodes
-                live = [i for i in job.indices if not pool[i].down]
+                nodes = self.boot.resources.nodes
+                live = [i for i in job.indices if not nodes[i].down]
                 if not live:
                     self.release(job, "none of its nodes is left")
-                elif all(pool[i].wholly_free for i in live) and not stopping:
+                elif all(nodes[i].wholly_free for i in live) and not stopping:
                     job.idle_since = job.idle_since or now
                     if now - job.idle_since >= self.idle_after:
                         idle = (
@@ -327,7 +329,7 @@ class Growth:
     def release(self, job: Job, reason: str) -> None:
         why = f"given back with job {job.name}: {reason}"
         for index in self.boot.nodeset.joins.release(job.name, why):
-            self.boot.pool.mark_down(index, released=True)
+            self.boot.resources.mark_down(index, released=True)
         if job.state == JOINED:
             self.boot.network_changed()
         job.state, job.ended, job.why_ended = RELEASED, time.time(), reason
@@ -336,4 +338,4 @@ class Growth:
         self.tell()
 
     def describe(self) -> list[dict]:
-        return [j.to_dict(self.boot.pool) for j in self.jobs.values()]
+        return [j.to_dict(self.boot.resources) for j in self.jobs.values()]

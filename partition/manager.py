@@ -1,7 +1,7 @@
 """The partition manager: starts and stops partitions inside a running pilot.
 
-It lives in the bootstrap process and owns the pilot's resource pool.  The bootstrap hands it
-commands and agent events; it answers through a small I/O interface (`PartitionIO`): send a
+It lives in the bootstrap process and owns the pilot's resources (PilotResources).  The bootstrap
+hands it commands and agent events; it answers through a small I/O interface (`PartitionIO`): send a
 message to an agent, start an agent process (an `AgentProcess`: forked by the agent zygote,
 partition/agents/forked.py, or started by a node daemon, partition/agents/hosted.py), emit a
 partition state update.  Every state change goes through the partition state machine
@@ -31,7 +31,7 @@ from typing import Protocol
 
 from pilot import ids, processes
 from pilot.descriptions import ComputePartitionDescription
-from pilot.partition.pool import AllocationError, PartitionResources, Pool
+from pilot.partition.resources import AllocationError, PartitionResources, PilotResources
 from pilot.protocol import pack
 from pilot.resource_config import agent_configs, check_agent_config
 from pilot.states import (
@@ -112,9 +112,14 @@ class Part:
 
 class PartitionManager:
     def __init__(
-        self, pool: Pool, io: PartitionIO, agent_cfg: dict, pilot_uid: str, next_index: int = 0
+        self,
+        res: PilotResources,
+        io: PartitionIO,
+        agent_cfg: dict,
+        pilot_uid: str,
+        next_index: int = 0,
     ) -> None:
-        self.pool = pool
+        self.resources = res
         self.io = io
         self.agent_cfg = agent_cfg
         self.parts: dict[str, Part] = {}
@@ -136,7 +141,7 @@ class PartitionManager:
                 "state": p.state,
                 "reason": p.reason,
                 "description": p.desc.to_stored(),
-                "resources": p.alloc.to_dict(self.pool) if p.alloc else None,
+                "resources": p.alloc.to_dict(self.resources) if p.alloc else None,
                 "runner": p.runner,
             }
             for p in self.parts.values()
@@ -166,7 +171,7 @@ class PartitionManager:
         """Allocate and start `part`; False when it does not fit and, `may_wait` on a pilot
         that may grow for it, stays PENDING (the caller asks growth.plan for it)."""
         try:
-            part.alloc = self.pool.allocate(part.desc)
+            part.alloc = self.resources.allocate(part.desc)
         except AllocationError as exc:
             if may_wait and self.growth is not None and self.growth.may_grow_for(part.desc):
                 return False
@@ -184,7 +189,7 @@ class PartitionManager:
             p for p in waiting if p.awaits != job
         ]:
             try:
-                part.alloc = self.pool.allocate(part.desc)
+                part.alloc = self.resources.allocate(part.desc)
             except AllocationError as exc:
                 if part.awaits == job:
                     more = f" ({missing})" if missing else ""
@@ -202,8 +207,8 @@ class PartitionManager:
 
     def _spawn(self, part: Part) -> None:
         self.move(part, STARTING)
-        self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.pool)})
-        nodes = part.alloc.to_dict(self.pool)["nodes"]
+        self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.resources)})
+        nodes = part.alloc.to_dict(self.resources)["nodes"]
         cfg = dict(
             self.agent_cfg,
             uid=part.uid,
@@ -281,7 +286,7 @@ class PartitionManager:
     def end(self, part: Part, state: str, reason: str | None) -> None:
         """`part` is over (final `state`, with `reason`): its resources are free again."""
         if part.alloc is not None:
-            self.pool.release(part.alloc)
+            self.resources.release(part.alloc)
         self.move(part, state)
         part.reason = reason
         part.buffered.clear()
@@ -352,7 +357,7 @@ class PartitionManager:
         for uid in stop_uids:
             part = self.parts[uid]
             if part.alloc is not None and part.state not in FINAL:
-                self.pool.release(part.alloc)
+                self.resources.release(part.alloc)
                 part.alloc = None
         new, wait = [], []
         for i, desc in enumerate(descs):
@@ -377,7 +382,7 @@ class PartitionManager:
         return reply
 
     def warn_idle(self) -> None:
-        free = self.pool.free
+        free = self.resources.free
         if free["cores"] or free["gpus"]:
             log.warning(
                 "under-use: %d cores, %d GPUs of the pilot are held by no partition",

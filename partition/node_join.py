@@ -11,7 +11,7 @@ the same node channel and pulse as the first job's, with the same keys:
                                           that came (the others are named in the log).  A
                                           daemon whose node name is a live node's of the pilot
                                           (the batch system gave a node twice) is refused and
-                                          told to halt: the pool would count it twice.
+                                          told to halt: the pilot's resources would count it twice.
     table   {index, width: k} + zlib(JSON)  to each of the job's k daemons, the table of its
                                           own nodes only (the nodes up before are not told:
                                           agents learn daemons' endpoints from the bootstrap)
@@ -63,7 +63,8 @@ class Joins:
         self.by_job: dict[str, Join] = {}
         self.done: list[Join] = []  # joined since the last `check`
         # called with [(index, name, host_id)] as a job's nodes take their indices: the
-        # bootstrap's pool takes them in at once, held back until they joined (Pool.add_nodes)
+        # bootstrap's resources take them in at once, held back until they joined
+        # (PilotResources.add_nodes)
         self.numbered = lambda named: None
 
     def expect(self, job: str, count: int) -> int:

@@ -20,7 +20,7 @@ import time
 
 import zmq
 
-from pilot import checks, liveness, wire
+from pilot import liveness, validate, wire
 from pilot.protocol import ProtocolError, drain, msg
 
 log = logging.getLogger("bootstrap.nodes")
@@ -79,7 +79,7 @@ class NodePulse:
                     raise ProtocolError(f"{frames[:2]!r:.80} is not a daemon's pulse")
                 hint = int(ident[1:])
                 handler, _, body = PULSE.read(frames[1], frames[2] if len(frames) > 2 else None)
-            except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
+            except (validate.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad pulse from a node daemon: %s", exc)
                 continue
             handler(self, hint, body)

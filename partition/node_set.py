@@ -57,7 +57,7 @@ import zlib
 
 import zmq
 
-from pilot import checks, liveness, wire
+from pilot import liveness, validate, wire
 from pilot.partition import launch
 from pilot.partition.agents.hosted import HostedAgent
 from pilot.partition.launch.base import ALL_NODES
@@ -347,7 +347,7 @@ class NodeSet:
                 frame = frames[2] if len(frames) > 2 else None
                 body = FROM_DAEMONS.body(frames[1], frame)
                 hint = int(ident[1:])
-            except (checks.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
+            except (validate.Invalid, ValueError) as exc:  # (int(): not a daemon's identity)
                 log.error("bad message from a node daemon %r: %s", frames[:2], exc)
                 continue
             yield hint, frames[1], body

@@ -1,9 +1,9 @@
 """Pilot size: what a pilot description needs of its resource (no processes).
 
 `pilot_size()` derives a pilot's size by allocating its initial partitions, in order, on an empty
-copy of the resource (`Pool.allocate`, partition/pool.py): the bootstrap later allocates the same
-partitions in the same order on the real pilot, so the derived size always fits.  partition/plan.py
-calls it at submit, once the partitions are checked against the resource.
+copy of the resource (`PilotResources.allocate`, partition/resources.py): the bootstrap later
+allocates the same partitions in the same order on the real pilot, so the derived size always fits.
+partition/plan.py calls it at submit, once the partitions are checked against the resource.
 
     node-granular  the copy has the pilot's nodes= (or cores= rounded up to whole nodes), else all
                    of the resource's nodes; without an explicit size the pilot holds the nodes
@@ -13,7 +13,7 @@ calls it at submit, once the partitions are checked against the resource.
                    explicit size the pilot holds exactly the cores and GPUs its partitions used,
                    their agents' overhead included
 Relative partition sizes ("P%", FILL) need an explicit pilot size.  How each request resolves,
-and the granularities, are told in partition/pool.py.
+and the granularities, are told in partition/resources.py.
 
 Errors are ValueError naming the description and the field.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 
-from pilot.partition.pool import AllocationError, Pool
+from pilot.partition.resources import AllocationError, PilotResources
 from pilot.resource_config import ResourceConfig
 
 log = logging.getLogger("partition.sizing")
@@ -65,7 +65,7 @@ def _check_asked(pd, cfg: ResourceConfig, where: str, explicit: bool) -> None:
         raise ValueError(f"{where}: gpus={pd.gpus} but the resource has no GPUs")
 
 
-def _node_probe(pd, cfg: ResourceConfig, where: str) -> Pool:
+def _node_probe(pd, cfg: ResourceConfig, where: str) -> PilotResources:
     """The empty copy of a node-granular resource: the pilot's nodes= (cores= in whole nodes),
     else every node of the resource."""
     cpn, gpn = cfg.cores_per_node, cfg.gpus_per_node
@@ -76,7 +76,7 @@ def _node_probe(pd, cfg: ResourceConfig, where: str) -> Pool:
         max_nodes = math.ceil(pd.cores / cpn)
     if max_nodes > cfg.nodes:
         raise ValueError(f"{where}: needs {max_nodes} nodes, the resource has {cfg.nodes}")
-    return Pool.for_pilot(
+    return PilotResources.for_pilot(
         {
             "nodes": max_nodes,
             "cores_per_node": cpn,
@@ -87,7 +87,7 @@ def _node_probe(pd, cfg: ResourceConfig, where: str) -> Pool:
     )
 
 
-def _core_probe(pd, cfg: ResourceConfig, where: str) -> Pool:
+def _core_probe(pd, cfg: ResourceConfig, where: str) -> PilotResources:
     """The empty copy of a core-granular resource: one node of the pilot's cores= and gpus=,
     else of the cores its partitions ask for (at least the machine's) and every GPU."""
     cpn, gpn = cfg.cores_per_node, cfg.gpus_per_node
@@ -107,13 +107,15 @@ def _core_probe(pd, cfg: ResourceConfig, where: str) -> Pool:
         raise ValueError(
             f"{where}: cores={cores}, gpus={gpus} exceed the resource's {cpn} cores, {gpn} GPUs"
         )
-    return Pool.for_pilot(
+    return PilotResources.for_pilot(
         {"nodes": 1, "cores_per_node": cores, "gpus_per_node": gpus, "node_granular": False},
         cfg,
     )
 
 
-def _size_of(probe: Pool, cfg: ResourceConfig, node_granular: bool, explicit: bool) -> dict:
+def _size_of(
+    probe: PilotResources, cfg: ResourceConfig, node_granular: bool, explicit: bool
+) -> dict:
     """The pilot's size once its partitions are allocated on `probe`: all of the copy when the
     pilot's size is explicit, else what the partitions used (whole nodes when node-granular)."""
     cpn, gpn = cfg.cores_per_node, cfg.gpus_per_node

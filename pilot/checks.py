@@ -1,10 +1,10 @@
 """Checks for what arrives in messages: every field a component acts on is checked here first.
 
 Each check takes `where` (the field, as a person would name it: `args.stop[2]`) and the value,
-and returns the value or raises Invalid naming both (the value cut to 80 characters); the
-checks of types and sizes (`text`, `mapping`, `items`, `bad`) are pilot/validate.py's, the
-ones only messages need (uids, endpoints) are here.  A uid is letters, digits, `_`, `.`, `-`
-(at most 128, not starting with `.` or `-`): never a path.
+and returns the value or raises validate.Invalid naming both (the value cut to 80 characters).
+The checks of types and sizes (`text`, `mapping`, `items`, `bad`) are pilot/validate.py's and
+are called from there; the ones only messages need (uids, endpoints) are here.  A uid is
+letters, digits, `_`, `.`, `-` (at most 128, not starting with `.` or `-`): never a path.
 """
 
 from __future__ import annotations
@@ -14,27 +14,23 @@ import time
 
 from pilot import validate
 
-# the shared checks (pilot/validate.py), named here as the message checks always were
-TEXT_MAX, LINE_MAX, LIST_MAX = validate.TEXT_MAX, validate.LINE_MAX, validate.LIST_MAX
-Invalid = validate.Invalid
-bad, text, mapping, items = validate.bad, validate.text, validate.mapping, validate.items
 UID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}\Z")
 ENDPOINT = re.compile(r"tcp://[A-Za-z0-9_.\-\[\]:]{1,255}:\d{1,5}\Z")
 
 
 def uid(where: str, value) -> str:
     if not isinstance(value, str) or not UID.match(value):
-        raise bad(where, value, "a uid (letters, digits, _ . -; at most 128)")
+        raise validate.bad(where, value, "a uid (letters, digits, _ . -; at most 128)")
     return value
 
 
-def uids(where: str, value, most: int = LIST_MAX) -> list[str]:
-    return [uid(f"{where}[{i}]", u) for i, u in enumerate(items(where, value, most))]
+def uids(where: str, value, most: int = validate.LIST_MAX) -> list[str]:
+    return [uid(f"{where}[{i}]", u) for i, u in enumerate(validate.items(where, value, most))]
 
 
 def endpoint(where: str, value) -> str:
     if not isinstance(value, str) or not ENDPOINT.match(value):
-        raise bad(where, value, "a ZeroMQ endpoint tcp://HOST:PORT")
+        raise validate.bad(where, value, "a ZeroMQ endpoint tcp://HOST:PORT")
     return value
 
 

@@ -5,7 +5,7 @@ depth, uid format) before it is acted on.
 `body(check, kind, frame)` decodes a message's body and checks it with its kind's check, one of
 the named checks below, which pilot/wire.py's table gives each message (a kind the table does
 not list for its receiver is refused before: wire.Dispatch); a message that fails is a bad
-message (checks.Invalid: ProtocolError, or a check's ValueError naming the field).  What a
+message (validate.Invalid: ProtocolError, or a check's ValueError naming the field).  What a
 handler raises after that is a bug of our own, never a peer's: it is an internal error, logged
 with its traceback (checks.InternalErrors), and the test suite fails on one.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from pilot import checks, framed
+from pilot import checks, framed, validate
 from pilot.protocol import unpack
 from pilot.validate import (
     LINE_MAX,
@@ -50,9 +50,9 @@ def _any(where: str, value) -> None:
 def _state_batch(where: str, value) -> None:
     for i, rec in enumerate(items(where, value)):
         if not isinstance(rec, list) or len(rec) != 5:
-            raise checks.bad(f"{where}[{i}]", rec, "[kind, uid, state, ts, info]")
+            raise validate.bad(f"{where}[{i}]", rec, "[kind, uid, state, ts, info]")
         if rec[0] != "part":  # (units' moves come in columns: pilot/updates.py)
-            raise checks.bad(f"{where}[{i}].kind", rec[0], "part")
+            raise validate.bad(f"{where}[{i}].kind", rec[0], "part")
         checks.uid(f"{where}[{i}].uid", rec[1])
         text(f"{where}[{i}].state", rec[2], optional=False)
         _number(f"{where}[{i}].ts", rec[3])
@@ -62,7 +62,7 @@ def _state_batch(where: str, value) -> None:
 def _output(where: str, value) -> None:
     for i, chunk in enumerate(items(where, value)):
         if not isinstance(chunk, list) or len(chunk) != 5:
-            raise checks.bad(f"{where}[{i}]", chunk, "[uid, node, rank, stream, text]")
+            raise validate.bad(f"{where}[{i}]", chunk, "[uid, node, rank, stream, text]")
 
 
 def _loads(where: str, value) -> None:
@@ -72,7 +72,7 @@ def _loads(where: str, value) -> None:
             or len(row) != 4
             or not all(type(v) is int and 0 <= v < 1 << 31 for v in row)
         ):
-            raise checks.bad(f"{where}[{i}]", row, "[node index, busy cores, busy GPUs, ranks]")
+            raise validate.bad(f"{where}[{i}]", row, "[node index, busy cores, busy GPUs, ranks]")
 
 
 def fields(**spec):
@@ -102,7 +102,7 @@ def _texts(w, v):
 
 def _job(w, v):  # a job the pilot grew by: its name is a path in the sandbox (jobs/JOB)
     if not isinstance(v, str) or not re.fullmatch(r"job\.\d{4,9}", v):
-        raise checks.bad(w, v, "a job name job.NNNN")
+        raise validate.bad(w, v, "a job name job.NNNN")
     return v
 
 
@@ -128,7 +128,7 @@ def _jobs(w, v):  # the jobs a pilot grew by (partition/growth.py Job.to_dict)
 def _node_map(w, v):  # {index: {name, state}}: a pilot's nodes (hello, jobs)
     for key, node in mapping(w, v or {}).items():
         if not (isinstance(key, str) and key.isdigit() and len(key) < 10):
-            raise checks.bad(f"{w} key", key, "a node index")
+            raise validate.bad(f"{w} key", key, "a node index")
         mapping(f"{w}[{key}]", node)
 
 
@@ -201,7 +201,7 @@ DAEMON_BYE = fields(reason=_text, killed=_opt_number)
 
 def body(check, kind: bytes, frame: bytes | None, data=()):
     """The decoded body of a message of `kind`, checked by `check` (one of the above, as
-    pilot/wire.py's table names it); ProtocolError / ValueError (both checks.Invalid) for a
+    pilot/wire.py's table names it); ProtocolError / ValueError (both validate.Invalid) for a
     body of the wrong shape.  `data`: the frames of the bytes values the body refers to
     (pilot/framed.py: a `units` message's)."""
     if frame is None:

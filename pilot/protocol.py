@@ -32,7 +32,7 @@ import math
 
 import zmq
 
-from pilot.checks import Invalid
+from pilot.validate import Invalid
 
 HEARTBEAT = 1.0  # seconds between heartbeats on the pilot link (node pulses: liveness.PULSE)
 

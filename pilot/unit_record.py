@@ -44,7 +44,7 @@ Agent's own (attributes):
 
 from __future__ import annotations
 
-from pilot import checks, functions, staging
+from pilot import checks, functions, staging, validate
 from pilot.policy import AGENT_DEFAULTS
 
 FIELDS = (
@@ -147,7 +147,7 @@ class UnitRecord(dict):
         if (
             not isinstance(uids, list)
             or not uids
-            or len(uids) > checks.LIST_MAX
+            or len(uids) > validate.LIST_MAX
             or not all(type(u) is str and checks.UID.match(u) for u in uids)
         ):
             return None, [], f"a bulk of units without valid uids: {uids!r:.80}", None
@@ -196,22 +196,22 @@ class UnitRecord(dict):
     def error(self) -> str | None:
         """What is wrong with the fields the agent uses, naming the field; None if nothing."""
         try:
-            long = checks.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
+            long = validate.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
             self._check_call_or_program(long)
             _check_arguments(self.get("arguments") or [])
-            env = checks.mapping("environment", self.get("environment") or {})
+            env = validate.mapping("environment", self.get("environment") or {})
             for k, v in env.items():
                 if not k or "=" in k:
-                    raise checks.bad("environment key", k, "a non-empty name without '='")
-                checks.text(f"environment key {k[:40]!r}", k, optional=False)
-                checks.text(f"environment[{k[:40]!r}]", v, optional=False, most=long)
+                    raise validate.bad("environment key", k, "a non-empty name without '='")
+                validate.text(f"environment key {k[:40]!r}", k, optional=False)
+                validate.text(f"environment[{k[:40]!r}]", v, optional=False, most=long)
             for key in ("cpus", "ranks"):
                 n = self.get(key, 1)
                 if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1 << 31:
-                    raise checks.bad(key, n, "a whole number >= 1")
+                    raise validate.bad(key, n, "a whole number >= 1")
             g = self.get("gpus", 0)
             if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1 << 31:
-                raise checks.bad("gpus", g, "a number >= 0")
+                raise validate.bad("gpus", g, "a number >= 0")
             if self.keys() - _COMMON:  # (most units have none of the others)
                 self._check_rare_fields(long)
         except ValueError as exc:
@@ -220,46 +220,46 @@ class UnitRecord(dict):
 
     def _check_call_or_program(self, long: int) -> None:
         if "function" not in self:
-            checks.text("executable", self.get("executable"), optional=False, most=long)
+            validate.text("executable", self.get("executable"), optional=False, most=long)
             return
         f = self["function"]
         if not functions.is_packed(f) or functions.packed_size(f) > functions.PACKED_MAX + 8:
-            raise checks.bad("function", f, "a call as pilot/functions.py packs it")
+            raise validate.bad("function", f, "a call as pilot/functions.py packs it")
         for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
             if self.get(key):
                 raise ValueError(f"{key} does not apply to a function unit")
         if self.get("ranks", 1) != 1:
-            raise checks.bad("ranks", self.get("ranks"), "1 for a function unit")
+            raise validate.bad("ranks", self.get("ranks"), "1 for a function unit")
 
     def _check_rare_fields(self, long: int) -> None:
         """error()'s checks of the fields most units leave out; ValueError naming the field."""
         unknown = self.keys() - _KNOWN
         if unknown:
             raise ValueError(f"unknown field(s) {sorted(unknown)[:5]}; accepted: {FIELDS}")
-        checks.mapping("resources", self.get("resources") or {})
-        checks.mapping("policy", self.get("policy") or {})
+        validate.mapping("resources", self.get("resources") or {})
+        validate.mapping("policy", self.get("policy") or {})
         for key in ("pre_exec", "post_exec"):
-            for i, line in enumerate(checks.items(key, self.get(key) or [], 10_000)):
-                checks.text(f"{key}[{i}]", line, optional=False, most=long)
+            for i, line in enumerate(validate.items(key, self.get(key) or [], 10_000)):
+                validate.text(f"{key}[{i}]", line, optional=False, most=long)
         for key in ("stage_in", "stage_out"):
             if key in self:
                 staging.check_wire(key, self[key])
         for key in ("shell", "cleanup", "mpi", "keep_output"):
             if self.get(key) is not None and not isinstance(self[key], bool):
-                raise checks.bad(key, self[key], "true, false or absent")
-        checks.text("name", self.get("name"))
+                raise validate.bad(key, self[key], "true, false or absent")
+        validate.text("name", self.get("name"))
         if self.get("prof", "command") != "command":
-            raise checks.bad("prof", self["prof"], "'command' or absent")
+            raise validate.bad("prof", self["prof"], "'command' or absent")
         p = self.get("priority", 0)
         if isinstance(p, bool) or not isinstance(p, int) or abs(p) > 1 << 31:
-            raise checks.bad("priority", p, "an integer")
-        sandbox = checks.text("sandbox", self.get("sandbox"))
+            raise validate.bad("priority", p, "an integer")
+        sandbox = validate.text("sandbox", self.get("sandbox"))
         if sandbox is not None and ".." in sandbox.split("/"):
-            raise checks.bad("sandbox", sandbox, "a directory path without '..'")
+            raise validate.bad("sandbox", sandbox, "a directory path without '..'")
         for key in ("stdout", "stderr"):
-            name = checks.text(key, self.get(key))
+            name = validate.text(key, self.get(key))
             if name is not None and ("/" in name or name in (".", "..")):
-                raise checks.bad(key, name, "a file name (no '/')")
+                raise validate.bad(key, name, "a file name (no '/')")
 
     @classmethod
     def at_agent(cls, data: dict) -> UnitRecord:
@@ -295,8 +295,8 @@ def _placing(policy: dict) -> dict:
 
 def _check_arguments(arguments) -> None:
     """ValueError naming the item when `arguments` is not a list of words."""
-    for i, a in enumerate(checks.items("arguments", arguments, 100_000)):
-        checks.text(f"arguments[{i}]", a, optional=False, most=checks.LINE_MAX)
+    for i, a in enumerate(validate.items("arguments", arguments, 100_000)):
+        validate.text(f"arguments[{i}]", a, optional=False, most=validate.LINE_MAX)
 
 
 def uids_of(items: list) -> list[str]:

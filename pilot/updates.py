@@ -25,7 +25,7 @@ stderr, value, exception; and `part`, in `same`: the partition whose agent said 
 (routed again since: pmgr/core/unit_events.py).  `Moves` builds a batch (the agent, the
 bootstrap's outbox when it answers a sync); `read` checks one that arrived (every group's
 shape, every uid's form in one regular-expression pass, the times' count and finiteness) and
-gives its `Group`s; a batch that does not pass is a bad message (checks.Invalid) and nothing
+gives its `Group`s; a batch that does not pass is a bad message (validate.Invalid) and nothing
 of it is applied.
 """
 
@@ -36,7 +36,7 @@ import math
 import re
 import sys
 
-from pilot import checks, framed
+from pilot import checks, framed, validate
 from pilot.protocol import ProtocolError, pack, unpack
 from pilot.states import CANCELED, DONE, EXECUTING, FAILED, QUEUED, SCHEDULING
 
@@ -141,7 +141,7 @@ def _columns(infos: list) -> tuple[dict, dict]:
 
 
 def read(head: bytes, times: bytes, data=()) -> list[Group]:
-    """The groups of a `ustates` message, checked (checks.Invalid naming what is wrong);
+    """The groups of a `ustates` message, checked (validate.Invalid naming what is wrong);
     `data`: the frames after TIMES."""
     body = framed.loads(head, data) if data else unpack(head)
     if not isinstance(body, list) or len(body) > len(ORDER):
@@ -158,23 +158,23 @@ def read(head: bytes, times: bytes, data=()) -> list[Group]:
     for k, group in enumerate(body):
         where = f"ustates[{k}]"
         if not isinstance(group, list) or len(group) != 4:
-            raise checks.bad(where, group, "[state, uids, same, cols]")
+            raise validate.bad(where, group, "[state, uids, same, cols]")
         state, uids, same, cols = group
         if state not in _RANK or state in seen:
-            raise checks.bad(f"{where}.state", state, f"one of {ORDER}, once")
+            raise validate.bad(f"{where}.state", state, f"one of {ORDER}, once")
         seen.add(state)
-        checks.items(f"{where}.uids", uids, GROUP_MAX)
+        validate.items(f"{where}.uids", uids, GROUP_MAX)
         if not uids or not all(type(u) is str for u in uids):
-            raise checks.bad(f"{where}.uids", uids, "a non-empty list of uids")
+            raise validate.bad(f"{where}.uids", uids, "a non-empty list of uids")
         joined = "\n".join(uids)  # (a uid holding a newline would pass as two: counted)
         if joined.count("\n") != len(uids) - 1 or not _UIDS.match(joined):
             bad = next(u for u in uids if not checks.UID.match(u))
-            raise checks.bad(f"{where}.uids", bad, "uids (letters, digits, _ . -; at most 128)")
-        checks.mapping(f"{where}.same", same)
-        checks.mapping(f"{where}.cols", cols)
+            raise validate.bad(f"{where}.uids", bad, "uids (letters, digits, _ . -; at most 128)")
+        validate.mapping(f"{where}.same", same)
+        validate.mapping(f"{where}.cols", cols)
         for key, values in cols.items():
             if not isinstance(values, list) or len(values) != len(uids):
-                raise checks.bad(f"{where}.cols.{key}", values, f"a list of {len(uids)} values")
+                raise validate.bad(f"{where}.cols.{key}", values, f"a list of {len(uids)} values")
         n = len(uids)
         if at + n > len(ts):
             raise ProtocolError(f"ustates: {len(ts)} times for more uids")

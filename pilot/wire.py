@@ -212,7 +212,7 @@ class Dispatch:
     def read(self, kind: bytes, frame: bytes | None, data=()) -> tuple[Callable, Message, object]:
         """(handler, table entry, checked body) of a `kind` message, the kind looked up once:
         the body is None when the table says the handler reads the frames itself (its `check`
-        is None).  ProtocolError for a kind not received here, checks.Invalid for a body of the
+        is None).  ProtocolError for a kind not received here, validate.Invalid for a body of the
         wrong shape."""
         handler, entry = self.route(kind)
         if entry.check is None:
@@ -221,7 +221,7 @@ class Dispatch:
 
     def body(self, kind: bytes, frame: bytes | None, data=()):
         """The checked body of a `kind` message (pilot/messages.py): ProtocolError for a kind
-        not received here, checks.Invalid for a body of the wrong shape."""
+        not received here, validate.Invalid for a body of the wrong shape."""
         _, entry = self.route(kind)
         if entry.check is None:
             raise ProtocolError(f"{kind[:16]!r} has no JSON body to check")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pilot import checks, framed
+from pilot import framed, validate
 from pilot.pmgr.store import data_files
 
 
@@ -23,7 +23,7 @@ def test_bytes_become_frames_and_come_back_in_place():
 
 
 def test_too_many_frames_are_refused():
-    with pytest.raises(checks.Invalid, match="more than"):
+    with pytest.raises(validate.Invalid, match="more than"):
         framed.loads("[]", [b"x"] * (framed.FRAMES_MAX + 1))
 
 

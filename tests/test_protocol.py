@@ -9,7 +9,7 @@ import time
 import pytest
 import zmq
 
-from pilot import checks, protocol, wire
+from pilot import protocol, validate, wire
 from pilot.protocol import ProtocolError, wait_ms
 
 
@@ -100,7 +100,7 @@ def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
         FROM_BOOTSTRAP.route(b"ready")  # (the agent sends it; it never gets one)
     with pytest.raises(ProtocolError, match="unknown message type"):
         FROM_CLIENT.body(b"x" * 100, b"{}")
-    with pytest.raises(checks.Invalid, match="cancel.uids"):
+    with pytest.raises(validate.Invalid, match="cancel.uids"):
         FROM_BOOTSTRAP.body(b"cancel", b'{"uids": 3}')
     assert FROM_BOOTSTRAP.body(b"cancel", b'{"uids": ["unit.0001"]}') == {"uids": ["unit.0001"]}
     assert wire.received("pilot", "client")[b"hello"].check is not None
@@ -109,7 +109,7 @@ def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
     handler, entry, body = FROM_BOOTSTRAP.read(b"cancel", b'{"uids": ["unit.0001"], "reason": "r"}')
     assert entry.kind == b"cancel" and body["reason"] == "r" and callable(handler)
     assert FROM_CLIENT.read(b"units", b"part")[2] is None
-    with pytest.raises(checks.Invalid, match="cancel.uids"):
+    with pytest.raises(validate.Invalid, match="cancel.uids"):
         FROM_BOOTSTRAP.read(b"cancel", b'{"uids": 3}')
 
 

@@ -5,7 +5,7 @@ import pytest
 import pilot as rp
 from pilot import resource_config
 from pilot.partition.plan import plan_pilot
-from pilot.partition.pool import AllocationError, Pool
+from pilot.partition.resources import AllocationError, PilotResources
 
 CPD = rp.ComputePartitionDescription
 
@@ -36,7 +36,7 @@ def test_node_granular_core_partitions_pack():
 
 def _pool(nodes, resource="cray.fake"):
     cfg = resource_config.load(resource)
-    return Pool.for_pilot(
+    return PilotResources.for_pilot(
         {
             "nodes": nodes,
             "cores_per_node": cfg.cores_per_node,
@@ -75,7 +75,7 @@ def test_shares_and_all_gpus_on_a_core_granular_pilot(tmp_path):
     cfg = tmp_path / "g.yaml"
     cfg.write_text("cores_per_node: 8\ngpus_per_node: 4\n")
     rc = resource_config.load(str(cfg))
-    pool = Pool.for_pilot(
+    pool = PilotResources.for_pilot(
         {"nodes": 1, "cores_per_node": 8, "gpus_per_node": 4, "node_granular": False}, rc
     )
     half = pool.allocate(CPD("50%"))

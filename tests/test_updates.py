@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from pilot import checks, updates
+from pilot import updates, validate
 
 
 def _round_trip(moves: updates.Moves) -> list[updates.Group]:
@@ -76,16 +76,16 @@ def _frames(head, ts) -> tuple[bytes, bytes]:
     ],
 )
 def test_a_batch_that_is_not_what_was_accepted_is_refused_whole(head, ts, says):
-    with pytest.raises(checks.Invalid, match=says):
+    with pytest.raises(validate.Invalid, match=says):
         updates.read(*_frames(head, ts))
 
 
 def test_times_of_a_wrong_length_and_a_body_that_is_no_json_are_refused():
-    with pytest.raises(checks.Invalid, match="float64"):
+    with pytest.raises(validate.Invalid, match="float64"):
         updates.read(b"[]", b"\0" * 7)
-    with pytest.raises(checks.Invalid, match="undecodable"):
+    with pytest.raises(validate.Invalid, match="undecodable"):
         updates.read(b"\xff[", b"")
-    with pytest.raises(checks.Invalid, match="nested too deep"):
+    with pytest.raises(validate.Invalid, match="nested too deep"):
         updates.read(b"[" * 100_000, b"")
 
 
@@ -120,5 +120,5 @@ def test_a_large_value_goes_as_a_frame_of_its_own_and_comes_back_whole():
 )
 def test_data_frames_that_do_not_match_their_references_are_refused_whole(value, data, says):
     head = json.dumps([["DONE", ["unit.000001"], {}, {"value": [value]}]]).encode()
-    with pytest.raises(checks.Invalid, match=says):
+    with pytest.raises(validate.Invalid, match=says):
         updates.read(head, array.array("d", [1.0]).tobytes(), data)

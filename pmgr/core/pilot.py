@@ -29,7 +29,7 @@ from pilot.errors import PilotOwned
 from pilot.partition.plan import check_partition, most_nodes
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.adapt import AdaptPolicy
-from pilot.pmgr.core.entities import Partition, Stateful
+from pilot.pmgr.core.handles import Partition, Stateful
 from pilot.pmgr.core.pilot_jobs import PilotJobs
 from pilot.pmgr.core.unit_router import UnitRouter
 from pilot.protocol import HEARTBEAT, msg, pack

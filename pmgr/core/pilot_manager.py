@@ -21,7 +21,7 @@ from pilot.agent import native
 from pilot.descriptions import ComputePilotDescription
 from pilot.partition.plan import most_nodes, plan_pilot
 from pilot.pmgr.batch import job_script, submitter
-from pilot.pmgr.core.entities import PILOT_STATE, callback
+from pilot.pmgr.core.handles import PILOT_STATE, callback
 from pilot.pmgr.core.pilot import Pilot
 
 log = logging.getLogger("pmgr.pilots")

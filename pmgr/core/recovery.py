@@ -39,7 +39,7 @@ from pilot.descriptions import (
 from pilot.errors import PilotOwned
 from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
-from pilot.pmgr.core.entities import Partition
+from pilot.pmgr.core.handles import Partition
 from pilot.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")

@@ -41,7 +41,7 @@ from collections import deque
 
 from pilot import framed
 from pilot import states as S
-from pilot.pmgr.core.entities import Unit
+from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_table import UnitTable
 from pilot.protocol import pack

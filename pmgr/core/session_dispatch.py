@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 
-from pilot import checks, updates, wire
+from pilot import updates, validate, wire
 from pilot.pmgr.core.pilot import Pilot
 from pilot.protocol import ProtocolError, unpack
 
@@ -101,7 +101,7 @@ class SessionDispatch:
             handler, _, body = FROM_PILOT.read(kind, frames[1] if len(frames) > 1 else None)
             if kind == b"ustates":  # (put_ack, got: the transfer reads their frames itself)
                 body = _read_ustates(frames)
-        except checks.Invalid as exc:
+        except validate.Invalid as exc:
             bad.report(f"bad message {kind[:16]!r} from {pilot_uid}: {exc}")
             return
         pilot.last_heard = time.monotonic()

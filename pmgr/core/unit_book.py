@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from pilot.pmgr.core.entities import Unit
+from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_table import UnitTable
 
 

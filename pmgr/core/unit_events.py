@@ -29,7 +29,7 @@ import logging
 import time
 
 import pilot.states as S
-from pilot.pmgr.core.entities import DIRECT, Unit, advance_together
+from pilot.pmgr.core.handles import DIRECT, Unit, advance_together
 from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.unit_book import UnitBook
 from pilot.unit_record import uids_of

@@ -9,7 +9,7 @@ Every hook but on_change is called with the session lock held, on the thread tha
 change:
     on_change(unit, state)   the manager's first state callback (before the users'): on the
                              thread that made the change, after the session lock is released,
-                             in the order of the changes (pmgr/core/entities.py)
+                             in the order of the changes (pmgr/core/handles.py)
     hold(unit)               a unit is about to wait at the client to be routed: True if the
                              face holds it instead; it hands it back with `umgr.enqueue(unit)`
                              (then `umgr.route()`) when it may go
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pilot.pmgr.core.entities import Stateful, Unit
+from pilot.pmgr.core.handles import Stateful, Unit
 
 
 class UnitHooks(Protocol):

@@ -25,7 +25,7 @@ import time
 
 import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
-from pilot.pmgr.core.entities import UNIT_STATE, Unit, callback
+from pilot.pmgr.core.handles import UNIT_STATE, Unit, callback
 from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.stream_marks import StreamMarks
 from pilot.pmgr.core.unit_book import UnitBook

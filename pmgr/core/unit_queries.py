@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pilot.states as S
-from pilot.pmgr.core.entities import Unit
+from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_book import UnitBook
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from pilot.pmgr.core.entities import Partition, Stateful
+from pilot.pmgr.core.handles import Partition, Stateful
 
 
 class UnitRouter(Protocol):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.core.blueprint import Blueprints
-from pilot.pmgr.core.entities import Unit, advance_together
+from pilot.pmgr.core.handles import Unit, advance_together
 from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.unit_book import UnitBook
 

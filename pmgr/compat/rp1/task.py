@@ -1,4 +1,4 @@
-"""RADICAL-Pilot 1.x's Task: a unit (pmgr/core/entities.py) with RP 1.x's names and semantics, made
+"""RADICAL-Pilot 1.x's Task: a unit (pmgr/core/handles.py) with RP 1.x's names and semantics, made
 by the TaskManager (pmgr/compat/rp1/tasks.py).  What differs from a Unit: wait() returns the state
 when its timeout passes (no TimeoutError) and a state counts once the task is in it or past it;
 register_callback takes RP 1.x's order (cb, cb_data, metric); as_dict has RP 1.x's keys; `pilot` is

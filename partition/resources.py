@@ -1,12 +1,12 @@
-"""The pilot's resource pool, and how a partition is carved out of it (no processes).
+"""The pilot's resources (PilotResources), and how a partition is carved out of them (no processes).
 
 The pilot's resources are a list of nodes, each with core ids and GPU ids.  Two granularities:
     core-granular  a single-node resource run as a local process tree (local.localhost): the pilot
                    holds exactly the cores and GPUs its partitions (plus agent overhead) need
     node-granular  every other resource: the pilot holds whole nodes
 
-`Pool.allocate()` carves one partition out of the free resources, all or nothing, and says what
-was missing when it cannot (AllocationError); `release()` gives a partition's resources back;
+`PilotResources.allocate()` carves one partition out of the free resources, all or nothing, and says
+what was missing when it cannot (AllocationError); `release()` gives a partition's resources back;
 `mark_down()` takes a lost (or given back) node out for good; `add_nodes()` takes in the
 nodes of a job that grew the pilot (partition/growth.py), like its first nodes.  One
 algorithm for both uses: the bootstrap's partition manager (partition/manager.py) allocates
@@ -97,25 +97,25 @@ class PartitionResources:
     def gpus(self) -> int:
         return sum(len(g) for _, g in self.slots.values())
 
-    def to_dict(self, pool: Pool) -> dict:
+    def to_dict(self, res: PilotResources) -> dict:
         return {
             "cores": self.cores,
             "gpus": self.gpus,
             "nodes": [
                 {
                     "index": i,
-                    "name": pool.nodes[i].name,
-                    "host_id": pool.nodes[i].host_id if pool.nodes[i].host_id is not None else i,
+                    "name": res.nodes[i].name,
+                    "host_id": res.nodes[i].host_id if res.nodes[i].host_id is not None else i,
                     "cores": c,
                     "gpus": g,
                     "pool": dict(
-                        pool.node_pool(i, g, self.extra.get(i, {})),
+                        res.node_pool(i, g, self.extra.get(i, {})),
                         **(self.own if i == min(self.slots) else {}),
                     ),
                 }
                 for i, (c, g) in sorted(self.slots.items())
             ],
-            "agent_nodes": [pool.nodes[i].name for i in self.agent_nodes],
+            "agent_nodes": [res.nodes[i].name for i in self.agent_nodes],
         }
 
 
@@ -130,7 +130,7 @@ class AllocationError(Exception):
     """A partition does not fit the free resources; the message says what was missing."""
 
 
-class Pool:
+class PilotResources:
     """The pilot's nodes and what is free on them."""
 
     def __init__(
@@ -146,7 +146,9 @@ class Pool:
         self.slots = slots or {}  # type -> {instance id: slots} where not 1
 
     @classmethod
-    def for_pilot(cls, size: dict, cfg: ResourceConfig, network: dict | None = None) -> Pool:
+    def for_pilot(
+        cls, size: dict, cfg: ResourceConfig, network: dict | None = None
+    ) -> PilotResources:
         """The pilot's nodes: named by the network config when there is one (node i is its
         entry i, with its host_id), else by the resource config."""
         n, cpn, gpn = size["nodes"], size["cores_per_node"], size["gpus_per_node"]
