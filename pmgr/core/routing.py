@@ -68,17 +68,18 @@ class Routing:
 
     Args:
         book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
-        scheduler (str): SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (pilot/rp_names.py).
+        rule (str): how units spread over the pilots (RP's `UnitManager(scheduler=)`):
+            SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (pilot/rp_names.py).
     """
 
-    def __init__(self, book: UnitBook, scheduler: str) -> None:
+    def __init__(self, book: UnitBook, rule: str) -> None:
         self.book = book
         self.session = book.session
         self.units: UnitTable = book.units
         self.pilots: list = book.pilots
         self.pending: deque[Unit] = book.pending
         self.waiting_for: set[str] = book.waiting_for
-        self.scheduler = scheduler
+        self.rule = rule
         self.turn = 0  # round robin: the pilot the next unit is bound to
         self.pinned = 0  # units submitted with pilot= (counted by the Submission)
 
@@ -146,7 +147,7 @@ class Routing:
         d = unit.description
         if d.pilot is not None:
             return next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
-        if self.scheduler != SCHEDULER_ROUND_ROBIN:
+        if self.rule != SCHEDULER_ROUND_ROBIN:
             return None
         if unit.bound is None or unit.bound.final:
             live = [p for p in self.pilots if not p.final and self._could_run(p, d)]

@@ -1,7 +1,7 @@
 """How each kind of fault is made (tests/chaos/schedule.py names them).
 
 The victims are found by pid, never by name alone: every process of a session carries
-PILOT_SESSION_ID=<session> in its environment (pilot/pmgr/core/reaper.py), and among those
+PILOT_SESSION_ID=<session> in its environment (pmgr/core/reaper.py), and among those
     bootstrap      python -m pilot.partition.bootstrap <pilot sandbox>/bootstrap.json
     agent          the pid its partition's log says (`<partition>.agent.log`: "up, pid N")
     agent zygote   pilot.agent.zygote, a child of the bootstrap, and no agent (agents are

@@ -5,7 +5,8 @@
 spread   two partitions (2 nodes + 1 node) over three hosts; multi-rank units on each
 silent   one host never reports: the pilot goes on without it (or fails, per the config)
 four     a pilot of four nodes (one partition over all of it), ACTIVE; a unit on every core of
-         every node, each saying where it ran (tests/test_launch_methods.py: ssh, mpiexec);
+         every node, each saying where it ran (tests/test_netns.py, tests/test_rp_sites.py:
+         ssh, mpiexec);
          a third argument: what the units echo instead of $PILOT_NODE_NAME (shell words)
 """
 
