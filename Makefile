@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # two: the suite mostly waits, and more would crowd the timing of the fault tests on few cores
 WORKERS ?= 2
 
-.PHONY: demo demo-nodes demo-pipeline test lint docs bench peers chaos clean bytecode
+.PHONY: demo demo-nodes demo-pipeline test lint typecheck docs bench peers chaos clean bytecode
 
 $(STAMP): setup.cfg pyproject.toml $(wildcard agent/_spawn-src/*.c agent/_spawn-src/*.h) pilot/rp_bin/radical-pilot-hello.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,14 +61,18 @@ PURE_TESTS = tests/test_pilot_e2e.py tests/test_faults.py tests/test_work_conser
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j 0 agent partition pmgr pilot tests bench examples >/dev/null
 
-test: $(STAMP) $(SUITES) bytecode  ## lint + the whole test suite + the pure-Python spawn path
+test: $(STAMP) $(SUITES) bytecode  ## lint + type check + the whole test suite + the pure-Python spawn path
 	$(PY) -m ruff check .
+	$(PY) tests/typecheck.py
 	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup
 	PILOT_NATIVE=0 $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup $(PURE_TESTS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+typecheck: $(STAMP)                ## mypy over pilot/, agent/, partition/, pmgr/ (tests/typecheck.py)
+	$(PY) tests/typecheck.py
 
 # The manual (mkdocs.yml, docs/): into build/site, warnings as errors (a broken link or
 # reference, a public name without a docstring); its runnable examples are tests/test_docs.py.

@@ -49,6 +49,7 @@ class Submitter(Protocol):
         queue: str | None,
         project: str | None,
         rcfg,
+        exclude: list[str] | None = None,
     ) -> BatchJob: ...
 
 

@@ -1,0 +1,122 @@
+"""mypy over the product's packages (pilot/, agent/, partition/, pmgr/), as `make test` runs it.
+
+    python tests/typecheck.py          # exit 0: clean, but for the modules in NOT_YET
+    python tests/typecheck.py --debt   # the errors of the modules in NOT_YET, by module
+
+The folders are one import name, `pilot` (setup.cfg's package_dir: `agent/` is `pilot.agent`),
+which mypy cannot map from a checkout; so the check runs on a tree of links in a temporary
+directory (`pilot/` with `agent`, `partition`, `pmgr`, `configs` linked in, as installed) and
+its report names the checkout's files again.  mypy's settings are setup.cfg's [mypy] section.
+
+NOT_YET lists the modules that had errors when the check came in: their errors are reported
+only with --debt.  The list may only shrink: a module in it that checks clean fails the run
+(take it out of the list), and so does an error in any module not in it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINKED = ("agent", "partition", "pmgr", "configs")
+
+NOT_YET = """
+pilot.agent.agent pilot.agent.native pilot.agent.node_daemon pilot.agent.node_ranks
+pilot.agent.node_sim pilot.agent.pool pilot.agent.rank_env pilot.agent.runners.daemons
+pilot.agent.runners.functions pilot.agent.runners.lane_feed pilot.agent.runners.lanes
+pilot.agent.runners.local pilot.agent.runners.stager pilot.agent.runners.streams
+pilot.agent.spawn pilot.agent.stopping pilot.agent.worker_env pilot.control_client
+pilot.functions pilot.messages pilot.partition.agent_channel pilot.partition.agents.forked
+pilot.partition.bootstrap pilot.partition.client_link pilot.partition.control
+pilot.partition.data_port pilot.partition.growth pilot.partition.launch.base
+pilot.partition.launch.fork pilot.partition.launch.sim pilot.partition.launch.srun
+pilot.partition.manager pilot.partition.node_pulse pilot.partition.node_set pilot.pmgr.batch.lsf
+pilot.pmgr.batch.pbs pilot.pmgr.compat.entk.appmanager pilot.pmgr.compat.entk.pipeline
+pilot.pmgr.compat.entk.resources pilot.pmgr.compat.entk.stage pilot.pmgr.compat.futures.executor
+pilot.pmgr.compat.futures.executor_feed pilot.pmgr.compat.parsl.executor
+pilot.pmgr.compat.rp1.nodes pilot.pmgr.compat.rp1.pilot_staging pilot.pmgr.compat.rp1.raptor
+pilot.pmgr.compat.rp1.task_events pilot.pmgr.compat.rp1.tasks pilot.pmgr.core.adapt
+pilot.pmgr.core.blueprint pilot.pmgr.core.channel pilot.pmgr.core.handles pilot.pmgr.core.pilot
+pilot.pmgr.core.pilot_manager pilot.pmgr.core.recovery pilot.pmgr.core.routing
+pilot.pmgr.core.session pilot.pmgr.core.transfers pilot.pmgr.core.unit_events
+pilot.pmgr.core.unit_list pilot.pmgr.core.unit_manager pilot.pmgr.core.unit_queries
+pilot.pmgr.core.unit_table pilot.pmgr.observe.dashboard pilot.pmgr.observe.dashboard_data
+pilot.pmgr.observe.plot pilot.pmgr.observe.series pilot.pmgr.observe.text
+pilot.pmgr.observe.timeline pilot.pmgr.observe.top_frame pilot.pmgr.observe.top_snapshot
+pilot.pmgr.observe.top_store pilot.pmgr.observe.trace pilot.pmgr.store.base
+pilot.pmgr.store.mongo pilot.pmgr.store.null pilot.pmgr.store.sqlite pilot.pmgr.store.writer
+pilot.processes pilot.resource_config pilot.rp_resources pilot.security pilot.states
+pilot.unit_record
+"""
+
+
+def tree(tmp: str) -> str:
+    """`pilot` as installed, made of links into the checkout."""
+    top = os.path.join(tmp, "pilot")
+    os.mkdir(top)
+    for name in os.listdir(os.path.join(ROOT, "pilot")):
+        os.symlink(os.path.join(ROOT, "pilot", name), os.path.join(top, name))
+    for name in LINKED:
+        os.symlink(os.path.join(ROOT, name), os.path.join(top, name))
+    return tmp
+
+
+def to_checkout(path: str) -> str:
+    """pilot/agent/pool.py -> agent/pool.py (the checkout's name of a file mypy reported)."""
+    first = path.split("/")[1] if path.count("/") >= 2 else ""
+    return path[len("pilot/") :] if first in LINKED else path
+
+
+def module_of(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+def run_mypy() -> tuple[int, list[str]]:
+    with tempfile.TemporaryDirectory(prefix="typecheck-") as tmp:
+        out = subprocess.run(
+            [sys.executable, "-m", "mypy", "--config-file", os.path.join(ROOT, "setup.cfg"),
+             "--no-error-summary", "--show-error-codes", "-p", "pilot"],
+            cwd=tree(tmp), capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+    if out.returncode not in (0, 1):  # (2: mypy itself failed: its own words)
+        print(out.stdout + out.stderr, file=sys.stderr)
+        return out.returncode, []
+    return out.returncode, [ln for ln in out.stdout.splitlines() if ln.strip()]
+
+
+def main() -> int:
+    debt_only = "--debt" in sys.argv[1:]
+    listed = set(NOT_YET.split())
+    code, lines = run_mypy()
+    if code not in (0, 1):
+        return code
+    found: dict[str, list[str]] = {}
+    for line in lines:
+        where = re.match(r"(pilot/[^:]+\.py):\d+:", line)
+        if where is None or ": note:" in line:
+            continue
+        mod = module_of(where[1])
+        found.setdefault(mod, []).append(line.replace(where[1], to_checkout(where[1]), 1))
+    if debt_only:
+        for mod in sorted(found):
+            print("\n".join(found[mod]))
+        print(f"{sum(len(v) for v in found.values())} errors in {len(found)} modules")
+        return 0
+    new = {m: v for m, v in found.items() if m not in listed}
+    clean = sorted(listed - set(found))
+    for mod in sorted(new):
+        print("\n".join(new[mod]))
+    if clean:
+        print(f"checks clean now, take out of NOT_YET in {__file__}: {' '.join(clean)}")
+    debt = sum(len(v) for m, v in found.items() if m in listed)
+    print(f"mypy: {sum(len(v) for v in new.values())} errors; {len(listed)} modules not yet "
+          f"checked ({debt} errors: --debt)")  # fmt: skip
+    return 1 if new or clean else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
