@@ -152,7 +152,7 @@ class Keys:
         self.client_public, self.client_secret = load_certificate(
             os.path.join(keys_dir, "client.key_secret")
         )
-        self.auth = None
+        self.auth: _Zap | None = None
 
     def allowed(self) -> list[bytes]:
         """The public keys (z85) in allowed/."""

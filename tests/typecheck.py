@@ -35,22 +35,19 @@ pilot.partition.bootstrap pilot.partition.client_link pilot.partition.control
 pilot.partition.data_port pilot.partition.growth pilot.partition.launch.base
 pilot.partition.launch.fork pilot.partition.launch.sim pilot.partition.launch.srun
 pilot.partition.manager pilot.partition.node_pulse pilot.partition.node_set pilot.pmgr.batch.lsf
-pilot.pmgr.batch.pbs pilot.pmgr.compat.entk.appmanager pilot.pmgr.compat.entk.pipeline
-pilot.pmgr.compat.entk.resources pilot.pmgr.compat.entk.stage pilot.pmgr.compat.futures.executor
-pilot.pmgr.compat.futures.executor_feed pilot.pmgr.compat.parsl.executor
-pilot.pmgr.compat.rp1.nodes pilot.pmgr.compat.rp1.pilot_staging pilot.pmgr.compat.rp1.raptor
-pilot.pmgr.compat.rp1.task_events pilot.pmgr.compat.rp1.tasks pilot.pmgr.core.adapt
-pilot.pmgr.core.blueprint pilot.pmgr.core.channel pilot.pmgr.core.handles pilot.pmgr.core.pilot
-pilot.pmgr.core.pilot_manager pilot.pmgr.core.recovery pilot.pmgr.core.routing
-pilot.pmgr.core.session pilot.pmgr.core.transfers pilot.pmgr.core.unit_events
-pilot.pmgr.core.unit_list pilot.pmgr.core.unit_manager pilot.pmgr.core.unit_queries
-pilot.pmgr.core.unit_table pilot.pmgr.observe.dashboard pilot.pmgr.observe.dashboard_data
-pilot.pmgr.observe.plot pilot.pmgr.observe.series pilot.pmgr.observe.text
-pilot.pmgr.observe.timeline pilot.pmgr.observe.top_frame pilot.pmgr.observe.top_snapshot
-pilot.pmgr.observe.top_store pilot.pmgr.observe.trace pilot.pmgr.store.base
-pilot.pmgr.store.mongo pilot.pmgr.store.null pilot.pmgr.store.sqlite pilot.pmgr.store.writer
-pilot.processes pilot.resource_config pilot.rp_resources pilot.security pilot.states
-pilot.unit_record
+pilot.pmgr.batch.pbs pilot.pmgr.compat.entk.appmanager pilot.pmgr.compat.entk.resources
+pilot.pmgr.compat.futures.executor pilot.pmgr.compat.futures.executor_feed
+pilot.pmgr.compat.parsl.executor pilot.pmgr.compat.rp1.pilot_staging
+pilot.pmgr.compat.rp1.raptor pilot.pmgr.compat.rp1.task_events pilot.pmgr.compat.rp1.tasks
+pilot.pmgr.core.blueprint pilot.pmgr.core.handles pilot.pmgr.core.pilot pilot.pmgr.core.recovery
+pilot.pmgr.core.routing pilot.pmgr.core.session pilot.pmgr.core.transfers
+pilot.pmgr.core.unit_events pilot.pmgr.core.unit_list pilot.pmgr.core.unit_manager
+pilot.pmgr.core.unit_queries pilot.pmgr.core.unit_table pilot.pmgr.observe.dashboard
+pilot.pmgr.observe.dashboard_data pilot.pmgr.observe.plot pilot.pmgr.observe.series
+pilot.pmgr.observe.text pilot.pmgr.observe.timeline pilot.pmgr.observe.top_frame
+pilot.pmgr.observe.top_snapshot pilot.pmgr.observe.trace pilot.pmgr.store.base
+pilot.pmgr.store.mongo pilot.pmgr.store.sqlite pilot.pmgr.store.writer pilot.processes
+pilot.resource_config pilot.rp_resources pilot.states pilot.unit_record
 """
 
 
@@ -66,7 +63,7 @@ def tree(tmp: str) -> str:
 
 
 def to_checkout(path: str) -> str:
-    """pilot/agent/pool.py -> agent/pool.py (the checkout's name of a file mypy reported)."""
+    """The checkout's name of a file mypy reported: its pilot/agent/... is agent/..."""
     first = path.split("/")[1] if path.count("/") >= 2 else ""
     return path[len("pilot/") :] if first in LINKED else path
 

@@ -72,7 +72,7 @@ class AdaptPolicy:
         else:
             self.waited_since = None
         if waiting and not growing and held < self.max_nodes:
-            waited = now - self.waited_since
+            waited = now - (self.waited_since or now)
             if waited >= self.adapt.grow_after and now >= self.last_grow + patience:
                 cores = waiting * (self.adapt.cores_per_unit or 1)
                 per_node = max(pilot.size["cores_per_node"], 1)

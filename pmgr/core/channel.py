@@ -96,7 +96,7 @@ class Channel:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.efd, zmq.POLLIN)
         while not self._stop:
-            events = dict(poller.poll(TICK * 1000))
+            events = dict(poller.poll(int(TICK * 1000)))
             if self.efd in events:
                 try:
                     os.eventfd_read(self.efd)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from pilot import ids, network
 from pilot import states as S
@@ -35,6 +36,9 @@ from pilot.pmgr.core.unit_router import UnitRouter
 from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.resource_config import ResourceConfig
 from pilot.utils import pilot_endpoints
+
+if TYPE_CHECKING:
+    from pilot.pmgr.batch import BatchJob
 
 log = logging.getLogger("pmgr.pilots")
 ORPHANS_KEPT = 100_000  # unit updates kept for the UnitManager that has not come yet
@@ -79,7 +83,7 @@ class Pilot(Stateful):
         if description.sandbox:
             self.sandbox = os.path.join(os.path.abspath(description.sandbox), session.uid, uid)
         self.parts: dict[str, Partition] = {}
-        self.job = None  # the BatchJob (pmgr/batch/): submitted here, or followed (an attach)
+        self.job: BatchJob | None = None  # submitted here, or followed (an attach)
         self.job_id = None  # the job's pid or batch id, kept in the store
         self.extra_jobs = PilotJobs(self)  # the jobs it grew by (pmgr/core/pilot_jobs.py)
         self.adapt = (  # grows and shrinks on its own (pmgr/core/adapt.py)

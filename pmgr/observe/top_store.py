@@ -184,7 +184,7 @@ class SqliteReader:
             found = self.db.execute(
                 select_ + "AND id > ? ORDER BY id", (session, self.last_id)
             ).fetchall()
-        rows = []
+        rows: list = []
         for row in found:
             self.last_id = max(self.last_id, row[0])
             rows += expand_row(row[1:]) if bulk else [row[1:8]]

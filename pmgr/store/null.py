@@ -15,8 +15,8 @@ class NullStore(StateStore):
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def write_batch(self, batch: Batch) -> None:
-        pass
+    def write_batch(self, batch: Batch) -> list:
+        return []  # (nothing refused: nothing is kept)
 
     def get(self, kind: str, uid: str) -> dict | None:
         check_kind(kind)

@@ -37,7 +37,7 @@ class Pipeline:
 
     def __init__(self) -> None:
         self._uid = f"pipeline.{next(_COUNTER):04d}"
-        self._name = None
+        self._name: str | None = None
         self._stages: list[Stage] = []
         self._state = states.INITIAL
         self._state_history = [states.INITIAL]

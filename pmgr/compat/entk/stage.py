@@ -41,7 +41,7 @@ class Stage:
 
     def __init__(self) -> None:
         self._uid = f"stage.{next(_COUNTER):04d}"
-        self._name = None
+        self._name: str | None = None
         self._tasks: set[Task] = set()
         self._state = states.INITIAL
         self._state_history = [states.INITIAL]

@@ -104,7 +104,7 @@ class Node(_Record):
 
     def as_pool(self) -> dict:
         """The node as agent/pool.py takes it (DOWN resources left out)."""
-        ids = {}
+        ids: dict = {}
         for kind in ("cores", "gpus"):
             ids[kind] = []
             for i, ro in enumerate(self[kind]):
