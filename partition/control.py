@@ -279,7 +279,7 @@ def run(boot, body: dict) -> dict:
         return {"cid": cid, "ok": True, "result": OPS[op](boot, cid, args)}
     except ValueError as exc:  # (validate.Invalid among them) refused, saying why
         log.warning("command refused: %s", exc)
-        reply = {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
+        reply: dict = {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
         if isinstance(exc, Owned):
             reply["owner"] = exc.owner
         return reply

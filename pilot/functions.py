@@ -76,7 +76,7 @@ _lock = threading.Lock()
 
 def pack(f: Any, args: tuple, kwargs: dict) -> dict:
     """The wire form of a call; ValueError when it cannot be pickled."""
-    packed = {"name": name_of(f), "pickle": _pickle_function(f)}
+    packed: dict = {"name": name_of(f), "pickle": _pickle_function(f)}
     size = len(packed["pickle"]) * 3 // 4
     if args or kwargs:
         packed["args"] = wrap(_pickled_bytes(f, "its args and kwargs", (tuple(args), dict(kwargs))))

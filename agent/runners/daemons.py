@@ -226,7 +226,7 @@ class DaemonRunner(RunnerBase):
                 pass
         if not isinstance(reply, dict):
             return
-        extra = {k: str(reply[k]) for k in ("stdout", "stderr") if reply.get(k)}
+        extra: dict = {k: str(reply[k]) for k in ("stdout", "stderr") if reply.get(k)}
         if reply.get("ok"):
             extra["value"] = reply.get("value")
         else:

@@ -141,7 +141,7 @@ class UnitList(Sequence):
             return len(other) == len(self) and all(a is b for a, b in zip(self, other))
         return NotImplemented
 
-    __hash__ = None  # (a sequence compared by value)
+    __hash__ = None  # type: ignore[assignment]  # (a sequence compared by value)
 
     def __add__(self, other) -> list:
         return [*self, *other]

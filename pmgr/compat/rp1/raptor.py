@@ -187,6 +187,7 @@ class Raptor(Task):
 
     def _follow(self, part, state: str) -> None:
         """(a state callback of its partition) The raptor and its workers follow it."""
+        new: str | None
         if state in S.FINAL:
             new = S.DONE if self.stopping else _ENDED[state]
         else:
