@@ -97,6 +97,14 @@ def spent(procs: dict[int, str]) -> dict[int, tuple[float, int]]:
     return {pid: _stat(pid) for pid in procs}
 
 
+def rss_mb(procs: dict, stats: dict) -> dict[str, float]:
+    """MiB resident by process kind, from `spent`'s stats."""
+    out: Counter = Counter()
+    for pid, kind in procs.items():
+        out[kind] += stats.get(pid, (0.0, 0))[1]
+    return {k: round(v / 2**20, 1) for k, v in out.items()}
+
+
 def by_kind(procs: dict, before: dict, after: dict) -> dict[str, float]:
     out: Counter = Counter()
     for pid, kind in procs.items():
@@ -139,13 +147,10 @@ def bringup(n: int, resource: str) -> dict:
         took = time.monotonic() - t0
         time.sleep(2)  # (settled: pulses flowing, nothing in flight)
         procs = processes(session)
-        now = spent(procs)
-        held: Counter = Counter()
-        for pid, kind in procs.items():
-            held[kind] += now.get(pid, (0.0, 0))[1]
+        held = rss_mb(procs, spent(procs))
         with open(os.path.join(pilot.sandbox, "bootstrap.log")) as f:
             line = next((x for x in f if "boot.nodes.table:" in x), "")
-    stats = {"idle_rss_mb": {k: round(v / 2**20, 1) for k, v in held.items()}}
+    stats: dict = {"idle_rss_mb": held}
     if line:
         stats |= ast.literal_eval(line.split("boot.nodes.table: ", 1)[1].strip())
     return {"nodes": n, "bringup_s": round(took, 2), **{k: stats.get(k) for k in PHASES}}
@@ -216,13 +221,8 @@ def one_size(n: int, units: int, resource: str) -> dict:
         row["rate"] = round(units / took)
         cpu = by_kind(procs, before, after)
         row["cpu_us"] = {k: round(1e6 * v / units, 1) for k, v in cpu.items()}
-        mem: Counter = Counter()
-        count: Counter = Counter()
-        for pid, kind in procs.items():
-            mem[kind] += after.get(pid, (0.0, 0))[1]
-            count[kind] += 1
-        row["rss_mb"] = {k: round(v / 2**20, 1) for k, v in mem.items()}
-        row["procs"] = dict(count)
+        row["rss_mb"] = rss_mb(procs, after)
+        row["procs"] = dict(Counter(procs.values()))
         row["lost_under_load"] = len(lost_nodes(pilot))  # (live nodes lost for silence)
         row["reconfig_s"] = reconfig(pilot)
         row["node_loss_s"], row["others_done"] = node_loss(pilot, umgr, session)
