@@ -49,15 +49,16 @@ import time
 
 import zmq
 
-from pilot import checks, security, validate, wire
+from pilot import validate
 from pilot.agent import runners
 from pilot.agent.rank_env import check_environment
 from pilot.agent.reports import FLUSH_EVERY, Reporting
 from pilot.agent.scheduler import Scheduler
 from pilot.agent.stopping import Stopping
-from pilot.protocol import ProtocolError, drain, journal_path, msg, wait_ms
 from pilot.states import CANCELED, EXECUTING, FAILED, QUEUED
 from pilot.unit_record import UnitRecord
+from pilot.wire import checks, links, security
+from pilot.wire.protocol import ProtocolError, drain, journal_path, msg, wait_ms
 
 SERVE_EVERY = 8  # units of an arriving batch between looks at the running ones
 # units placed, journaled in one write, then started: a write a unit cost the agent a quarter
@@ -351,11 +352,12 @@ class Agent(Reporting, Stopping):
 
     # -- loop ---------------------------------------------------------------------------------
     def handle(self, frames: list[bytes]) -> None:
-        """A message from the bootstrap, to its handler by pilot/wire.py's table (FROM_BOOTSTRAP);
-        its body's shape is checked first: a bad message is reported and dropped, a handler's
-        exception is our own bug (reported with its traceback), and the agent goes on."""
+        """A message from the bootstrap, to its handler by pilot/wire/links.py's table
+        (FROM_BOOTSTRAP); its body's shape is checked first: a bad message is reported and
+        dropped, a handler's exception is our own bug (reported with its traceback), and the agent
+        goes on."""
         kind = frames[0]
-        try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
+        try:  # (the body's shape is checked before anything acts on it: pilot/wire/messages.py)
             handler, _, body = FROM_BOOTSTRAP.read(
                 kind,
                 frames[1] if len(frames) > 1 else None,
@@ -502,8 +504,8 @@ def _alive(pid: int) -> bool:
         return True
 
 
-# what an agent receives on the agent link (pilot/wire.py), by kind: handler(agent, body)
-FROM_BOOTSTRAP = wire.Dispatch(
+# what an agent receives on the agent link (pilot/wire/links.py), by kind: handler(agent, body)
+FROM_BOOTSTRAP = links.Dispatch(
     "agent",
     "agent",
     {

@@ -1,4 +1,4 @@
-"""The fork-server loop the two zygotes share (agent/zygote.py forks agents, agent/node_zygote.py
+"""The fork-server loop the two zygotes share (agent/zygote.py forks agents, agent/node/zygote.py
 forks node daemons): a single-threaded process that has imported what its children run, creates
 no ZeroMQ context (so forking it is safe) and forks one child per request.
 

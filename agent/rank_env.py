@@ -145,7 +145,7 @@ def with_nodes(unit: dict, ranks) -> dict:
 
 
 def exec_env(head: dict, body: dict) -> tuple[dict, str | None]:
-    """(env, gpu_var) of one rank of an `exec`, at its node daemon (agent/node_ranks.py):
+    """(env, gpu_var) of one rank of an `exec`, at its node daemon (agent/node/ranks.py):
     rank_env of the rank's unit (`exec_unit`) on the message's node, over what the message
     carries once for its partition (`head`: env, node, prof, gpus), under the rank's own extra
     `env` (a function unit's path) - what the agent's rank_env would have made."""

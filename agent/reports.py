@@ -4,12 +4,12 @@ says them again from; a unit's final state once its processes have ended.
 Agent (agent/agent.py) is a Reporting: the methods here are its own, kept in a module of their
 own (they run for every unit: the same object, not one reached through another), and use the
 agent's attributes declared in the class body.  Messages, on the agent's DEALER to the bootstrap
-(pilot/protocol.py, agent link):
+(pilot/wire/protocol.py, agent link):
     output  [[uid, node, rank, stream, text], ...]   the runner's forwarded output, sent by
                                                      `flush` ahead of the state updates, so a
                                                      unit's output precedes its end
     ustates HEAD TIMES                               the moves `update` recorded, in columns
-                                                     (pilot/updates.py), each checked against
+                                                     (pilot/wire/updates.py), each checked against
                                                      the unit state machine (pilot/states.py
                                                      UNIT_MACHINE: an illegal one raises);
                                                      `flush` sends them at most FLUSH_EVERY
@@ -23,7 +23,7 @@ agent's attributes declared in the class body.  Messages, on the agent's DEALER 
                                                      does not know (never had, or ended)
 Memory: the updates of the units here and not ended are kept (`known`), for `sync` and for a
 unit sent again (`say_again`); once a unit's final state is sent, the bootstrap keeps it until
-the client has it (partition/outbox.py), and this agent keeps only that it ended (a bit:
+the client has it (partition/client/outbox.py), and this agent keeps only that it ended (a bit:
 pilot/seen.py): a unit that arrives again after its end is never run twice.  Nothing grows
 with the units that ended.
 A unit's end (`report_end`): its output staged (the first fatal failure FAILs it), a `cleanup`
@@ -43,18 +43,18 @@ import zmq
 
 from pilot import processes, staging
 from pilot.agent.runners.base import Run, Stager, UnitRunner
-from pilot.protocol import msg, pack
 from pilot.sandbox import output_names, sandbox_of
 from pilot.seen import SeenUnits
 from pilot.states import CANCELED, DONE, FAILED, FINAL, SCHEDULING, UNIT_MACHINE, check_move
-from pilot.updates import Moves
+from pilot.wire.protocol import msg, pack
+from pilot.wire.updates import Moves
 
 # state updates wait at most this long to go in one message: each message costs the agent, the
 # bootstrap and the client's channel and store threads a turn of their own (measured, 5,000 null
 # units on 2 cores: 0.05 s gives 2.7-5% more units a second than 0.02 s; 0.1 s no more)
 FLUSH_EVERY = 0.05
 FLUSH_SIZE = 1000
-_DONE = {"exit_code": 0}  # (shared: a batch of plain ends carries it once, pilot/updates.py)
+_DONE = {"exit_code": 0}  # (shared: a batch of plain ends carries it once, pilot/wire/updates.py)
 KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its files are removed)
 log = logging.getLogger("agent")
 
@@ -89,7 +89,7 @@ class Reporting:
             self.first_pending = time.monotonic()
         rec = (uid, state, at or time.time(), info)
         updates.add(*rec)
-        if state in FINAL:  # (the bootstrap keeps it now: partition/outbox.py)
+        if state in FINAL:  # (the bootstrap keeps it now: partition/client/outbox.py)
             self.known.pop(uid, None)
             self.ended.add(uid)
             return

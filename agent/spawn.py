@@ -1,6 +1,6 @@
 """Starting unit processes on this node: the spawn, binding, and the one non-blocking reap
 loop.  Used by the agent's local runner (agent/runners/local.py) and by node daemons
-(agent/node_daemon.py).  The environment a rank sees (every variable, and the placeholders of a
+(agent/node/daemon.py).  The environment a rank sees (every variable, and the placeholders of a
 unit's `environment`) is agent/rank_env.py's.
 
 Binding: the process is on the unit's cores before the program's first instruction.  The spawn
@@ -58,7 +58,7 @@ def exits(options: int = 0) -> Iterator[tuple[int, int]]:
 
 class Spawner:
     """Start one process on this node: environment, spawn, binding.  Used by the agent's local
-    runner and by node daemons (agent/node_daemon.py)."""
+    runner and by node daemons (agent/node/daemon.py)."""
 
     def __init__(self, extra_env: dict) -> None:
         self.allowed = sorted(os.sched_getaffinity(0))

@@ -1,7 +1,7 @@
 """How an agent ends units before they end on their own: cancel and stop, and its last words.
 
 Agent (agent/agent.py) is a Stopping: the methods here are its own, kept in a module of their
-own, and use the agent's attributes declared in the class body.  Messages (pilot/protocol.py,
+own, and use the agent's attributes declared in the class body.  Messages (pilot/wire/protocol.py,
 agent link):
     <- cancel {uids, reason}   units held ahead by the runner go back to the queue first; queued
                                ones are CANCELED at once (what was made for their sandboxes
@@ -34,8 +34,8 @@ import zmq
 
 from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.agent.scheduler import Scheduler
-from pilot.protocol import msg
 from pilot.states import CANCELED, FAILED
+from pilot.wire.protocol import msg
 
 log = logging.getLogger("agent")
 STOP_GRACE = 10.0  # seconds a stop waits, beyond kill_grace, for its killed units' exits

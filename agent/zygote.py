@@ -27,8 +27,8 @@ import signal
 import sys
 
 import pilot.agent.agent as agent_main
-from pilot import plugins
 from pilot.agent import fork_server
+from pilot.config import plugins
 
 for _where in plugins.RUNNERS.values():  # what every agent loads, loaded once here
     importlib.import_module(_where.partition(":")[0])

@@ -4,7 +4,7 @@ off, alternating in one run.
     python bench/auth.py [--n 3000] [--reps 8] [--where /dev/shm]
 
 "Off" is a copy of this tree (in a temporary directory) whose `Keys.serve` / `Keys.client`
-(pilot/security.py) do nothing: no CURVE handshake, no encryption, no ZAP.  It exists only
+(pilot/wire/security.py) do nothing: no CURVE handshake, no encryption, no ZAP.  It exists only
 here, for this measurement.  Each repetition runs bench/throughput.py --one (N /bin/true units
 through a 2-core local pilot) for both trees, in alternating order; the table shows medians
 [min-max] and on / off.
@@ -38,7 +38,7 @@ def auth_off_copy(where: str) -> str:
         text = f.read()
     for method in ("serve", "client"):
         head = f"    def {method}(self, sock: zmq.Socket) -> None:\n"
-        assert head in text, f"pilot/security.py has no Keys.{method}"
+        assert head in text, f"pilot/wire/security.py has no Keys.{method}"
         text = text.replace(head, head + "        return  # bench/auth.py: authentication off\n")
     with open(path, "w") as f:
         f.write(text)

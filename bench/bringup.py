@@ -3,12 +3,12 @@
     python bench/bringup.py [--nodes 4,16,64] [--reps 2] [--units 2000] [--methods exec,fork]
 
 Bring-up: a pilot of N logical nodes on this machine, a real node daemon each (no stand-in:
-agent/node_daemon.py with its CURVE keys, pulse channel and log), fan-out width 8, four
+agent/node/daemon.py with its CURVE keys, pulse channel and log), fan-out width 8, four
 partitions of N/4 nodes each.  Measured from submit_pilots() to every partition ACTIVE, for
 each launch method named in --methods, same run:
-    exec   every daemon a fresh `python -m pilot.agent.node_daemon` (an interpreter start and
+    exec   every daemon a fresh `python -m pilot.agent.node.daemon` (an interpreter start and
            its imports per node, all on this host's cores): the baseline
-    fork   one node zygote (agent/node_zygote.py) imports the daemon's code once and forks
+    fork   one node zygote (agent/node/zygote.py) imports the daemon's code once and forks
            every daemon (partition/launch/fork.py): what resources with launch_method fork use
 Where the time goes, from the bootstrap's log (its timestamps against the client's clock):
     job     submit -> the bootstrap's channels bound (boot.connect: the pilot job's start)

@@ -1,5 +1,5 @@
 """A pilot of many nodes on one box (local.sim: real node daemons, many to a process, units
-simulated: agent/node_sim.py): what bring-up, units, reconfig and a node's loss cost as it
+simulated: agent/node/sim.py): what bring-up, units, reconfig and a node's loss cost as it
 grows, and what each process spends per node and per unit.
 
     python bench/nodes.py [--nodes 64,256,1024,4096] [--units 200000] [--mixed] [--json FILE]
@@ -79,7 +79,7 @@ def _kind(pid: int) -> str:
             cmd = f.read()
     except OSError:
         return "?"
-    for needle, kind in (("node_sim", "hosts"), ("bootstrap", "bootstrap"),
+    for needle, kind in (("pilot.agent.node.sim", "hosts"), ("bootstrap", "bootstrap"),
                          ("agent.zygote", "agents"), ("pilot.agent", "agents")):  # fmt: skip
         if needle in cmd:
             return kind

@@ -1,2 +1,2 @@
-"""Resource configs (their keys: pilot/resource_keys.py) and agent configs (agents.yaml),
+"""Resource configs (their keys: pilot/config/resource_keys.py) and agent configs (agents.yaml),
 as YAML."""

@@ -14,8 +14,8 @@ What they do, in build order:
   tests/test_docs.py: `unplaced`, `unsorted_members`).
   And reference/configuration.md with its key table filled in (`configuration_page`): the page
   keeps its prose and KEYS_MARK, which becomes a row per resource config key, made from the
-  key's default and doc in pilot/resource_keys.py.
-- on_files, too: reference/protocol.md, every message on every link, from pilot/wire.py's
+  key's default and doc in pilot/config/resource_keys.py.
+- on_files, too: reference/protocol.md, every message on every link, from pilot/wire/links.py's
   TABLE (`protocol_page`): the manual's protocol page is the table the processes dispatch from.
 tests/test_docs.py runs the same checks without MkDocs (`missing_docstrings`, `unplaced`,
 `unsorted_members`, `configuration_page`).
@@ -282,7 +282,7 @@ KEYS_MARK = "<!-- resource config keys: docs/hooks.py puts the table here -->"
 
 def key_table() -> str:
     """The resource config keys as a Markdown table: key, default, what it says."""
-    from pilot.resource_keys import key_docs
+    from pilot.config.resource_keys import key_docs
 
     lines = ["| key | default | what it says |", "|---|---|---|"]
     for key, shown, doc in key_docs():
@@ -322,30 +322,31 @@ def _cell(text: str) -> str:
 
 
 def protocol_page() -> str:
-    """reference/protocol.md: pilot/wire.py's TABLE, one section per link."""
-    from pilot import wire
+    """reference/protocol.md: pilot/wire/links.py's TABLE, one section per link."""
+    from pilot.wire import links
 
     lines = [
         "# Wire protocol",
         "",
         "Every message between the processes of a pilot, made from the table they dispatch from",
-        "(`pilot/wire.py`); the framing, heartbeats and timeouts are in `pilot/protocol.py`, the",
-        "commands a pilot obeys (`cmd`) in `partition/control.py`.  A message is ZeroMQ",
+        "(`pilot/wire/links.py`); the framing, heartbeats and timeouts are in",
+        "`pilot/wire/protocol.py`, the commands a pilot obeys (`cmd`) in `partition/control.py`.",
+        "A message is ZeroMQ",
         "multipart: the kind, then its frames; BODY is compact JSON, checked (the check named)",
         "before any handler runs.  A kind the receiver does not get on that link, or a body its",
         "check refuses, is a bad message: logged and dropped (answered with an error where a",
         "reply is expected); it never stops a component.",
         "",
     ]
-    for link, sockets in wire.LINKS.items():
+    for link, sockets in links.LINKS.items():
         lines += [f"## The {link} link", "", _cell(sockets), ""]
         lines += ["| kind | from -> to | frames | body | check | meaning |", "|---" * 6 + "|"]
-        for e in wire.TABLE:
+        for e in links.TABLE:
             if e.link != link:
                 continue
             check = "(its handler reads the frames)"
             if e.check is not None:
-                name = next(n for n, v in vars(wire.m).items() if v is e.check and n.isupper())
+                name = next(n for n, v in vars(links.m).items() if v is e.check and n.isupper())
                 check = f"`messages.{name}`"
             lines.append(
                 f"| `{e.kind.decode()}` | {e.sender} -> {e.receiver} | `{e.frames}` | "

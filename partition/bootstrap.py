@@ -9,9 +9,8 @@ Bring-up (step names appear in the log):
                      ports; the control endpoint written to PILOT_SANDBOX/control.json (0600);
                      RP's trace commands copied to PILOT_SANDBOX/prof and gtod
     boot.nodes.*     resources with node daemons: one daemon per node, bounded gathers, the
-                     channel table (partition/node_set.py); nodes missing -> marked down, or the
-                     pilot
-                     FAILED (node_failure)
+                     channel table (partition/nodes/node_set.py); nodes missing -> marked down, or
+                     the pilot FAILED (node_failure)
     boot.hello       `hello` to the client: the pilot is ACTIVE
     boot.partitions  the initial partitions are allocated and their agents started
 Agents are forked from the agent zygote here, or, on multi-node pilots whose agents need a node
@@ -36,10 +35,10 @@ Teardown (on runtime expiry, cancel, client loss, node failure, or a signal), ea
     (children)       whatever is still the bootstrap's child is ended (SIGTERM, SIGKILL):
                      nothing the job started outlives it (partition/orphans.py)
     down.bye         `bye` with the pilot's final state to the client; sockets closed; exit
-Where it lives: the pilot link and the control endpoint in partition/client_link.py, the agents'
-channel, their processes and an agent's death in partition/agent_channel.py (the Bootstrap is
-both), the node daemons in partition/node_set.py; here the bring-up and teardown steps, the loop
-and a node's loss.
+Where it lives: the pilot link and the control endpoint in partition/client/link.py, the agents'
+channel, their processes and an agent's death in partition/agents/channel.py (the Bootstrap is
+both), the node daemons in partition/nodes/node_set.py; here the bring-up and teardown steps, the
+loop and a node's loss.
 """
 
 from __future__ import annotations
@@ -55,21 +54,21 @@ import time
 
 import zmq
 
-from pilot import checks, liveness, processes, resource_config, security, validate
+from pilot import processes, validate
 from pilot.agent.rank_env import install_rp_tools
+from pilot.config import resource_config
 from pilot.descriptions import ComputePartitionDescription
 from pilot.partition import orphans
-from pilot.partition.agent_channel import AgentChannel
+from pilot.partition.agents.channel import AgentChannel
 from pilot.partition.agents.forked import AgentForker
-from pilot.partition.client_link import ClientLink
-from pilot.partition.data_port import DataPort
+from pilot.partition.client.data_port import DataPort
+from pilot.partition.client.link import ClientLink
+from pilot.partition.client.outbox import Outbox
 from pilot.partition.growth import Growth
 from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
-from pilot.partition.node_set import BringUpError, NodeSet
+from pilot.partition.nodes.node_set import BringUpError, NodeSet
 from pilot.partition.off_loop import LogWriter, OffLoop
-from pilot.partition.outbox import Outbox
 from pilot.partition.resources import PilotResources
-from pilot.protocol import HEARTBEAT, drain, msg, pack
 from pilot.states import (
     ACTIVE,
     CANCELED,
@@ -80,6 +79,8 @@ from pilot.states import (
     PILOT_MACHINE,
     check_transition,
 )
+from pilot.wire import checks, liveness, security
+from pilot.wire.protocol import HEARTBEAT, drain, msg, pack
 
 log = logging.getLogger("bootstrap")
 TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
@@ -103,7 +104,7 @@ class Bootstrap(ClientLink, AgentChannel):
             # this interpreter (pmgr/batch/job_script.py): agents and daemons run on it too
             self.rcfg = dataclasses.replace(self.rcfg, python=sys.executable)
         self.ctx = zmq.Context.instance()
-        self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/security.py
+        self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/wire/security.py
         self._open_client_link()
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
@@ -195,7 +196,7 @@ class Bootstrap(ClientLink, AgentChannel):
         if self.rcfg.node_failure == "fail" and index < self.nodeset.n:  # (not a later job's)
             self.end(FAILED, reason)
 
-    # -- PartitionIO (send_agent, spawn_agent, agent_lost: agent_channel.py) -----------------------
+    # -- PartitionIO (send_agent, spawn_agent, agent_lost: partition/agents/channel.py) ----------
     def emit(self, uid: str, state: str, info: dict) -> None:
         if state in FINAL:
             self.growth.next_look = 0.0  # (a job's nodes may be of no more use: look at once)
@@ -259,8 +260,8 @@ class Bootstrap(ClientLink, AgentChannel):
         self.files.run(lambda: install_rp_tools(self.sandbox), _tools_failed)
 
     def _boot_nodes(self, nodeset: NodeSet) -> bool:
-        """boot.nodes.*: the node daemons up (partition/node_set.py), the pilot's resources made
-        again over the nodes found, network.json and daemons.json written; False when bring-up
+        """boot.nodes.*: the node daemons up (partition/nodes/node_set.py), the pilot's resources
+        made again over the nodes found, network.json and daemons.json written; False when bring-up
         failed (the pilot is FAILED then)."""
         try:
             given = {int(k): v for k, v in (self.cfg.get("network") or {}).items()}
@@ -377,7 +378,7 @@ class Bootstrap(ClientLink, AgentChannel):
         for frames in drain(sock, 200):
             try:
                 handler(frames)
-            except validate.Invalid as exc:  # a peer's bad message (pilot/messages.py)
+            except validate.Invalid as exc:  # a peer's bad message (pilot/wire/messages.py)
                 self.bad_messages.report(f"bad message {frames[:2]!r:.120}: {exc}")
             except Exception as exc:  # our own bug: said as such, and the pilot goes on
                 self.internal.report(f"bootstrap {handler.__name__}", exc)

@@ -23,7 +23,7 @@
                                                     epoch older than the owner's is refused
     sync           {units: {part: [uids]}}         {asked: [parts]}: their agents say again
                                                     what they know, then `synced` per partition
-Every field is checked before anything is done (pilot/checks.py: types, sizes, uid format);
+Every field is checked before anything is done (pilot/wire/checks.py: types, sizes, uid format);
 a command that fails answers ok: false with the error naming the field; no input stops the
 bootstrap.
 """
@@ -35,10 +35,11 @@ import time
 
 import zmq
 
-from pilot import checks, updates, validate
+from pilot import validate
 from pilot.ids import ALL
-from pilot.protocol import HEARTBEAT, msg, pack
 from pilot.states import CANCELED, FINAL
+from pilot.wire import checks, updates
+from pilot.wire.protocol import HEARTBEAT, msg, pack
 
 log = logging.getLogger("bootstrap")
 
@@ -228,7 +229,7 @@ def _owner(value) -> dict:
 
 
 def sync(boot, cid, args: dict) -> dict:
-    """The current state of these units: the outcomes the pilot keeps (partition/outbox.py)
+    """The current state of these units: the outcomes the pilot keeps (partition/client/outbox.py)
     are said again at once; each partition's agent is asked for the others, and answers with
     state updates and a `synced` message naming the uids it does not know; a partition without
     an agent knows none of them."""

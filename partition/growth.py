@@ -14,7 +14,7 @@ Jobs, by the pilot's own name for them (`job.NNNN`):
                reason} sent (runtime: the s the pilot has left, the job's time limit)
                (endpoint, pulse: the node channel and pulse its daemons report to; positions:
                which of the resource's named nodes they are, _positions); the node channel expects
-               `nodes` daemons from hint `hint` on (partition/node_join.py)
+               `nodes` daemons from hint `hint` on (partition/nodes/joins.py)
     queued     the client said the batch system took it: `job` {job, state: queued, id}
     (each change of a job's state is told to the client: `jobs` {jobs, nodes})
     joined     its daemons came up and took the table: the pilot's resources have its nodes
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pilot import validate
 from pilot.descriptions import FILL
 from pilot.partition.resources import AllocationError, PilotResources
-from pilot.protocol import msg
+from pilot.wire.protocol import msg
 
 log = logging.getLogger("bootstrap.growth")
 ASKED, QUEUED, JOINED, RELEASED, FAILED, ENDED = (
@@ -101,9 +101,9 @@ class Growth:
             boot.nodeset.joins.numbered = self.numbered
 
     def numbered(self, named: list) -> None:
-        """(partition/node_join.py) A job's nodes took the next node indices: the pilot's resources
-        have them from now on, held back until the job joined (so its indices stay the NodeSet's,
-        whichever job joins, fails or is given back first)."""
+        """(partition/nodes/joins.py) A job's nodes took the next node indices: the pilot's
+        resources have them from now on, held back until the job joined (so its indices stay the
+        NodeSet's, whichever job joins, fails or is given back first)."""
         self.boot.resources.add_nodes(named, ready=False)
 
     @property
@@ -235,8 +235,8 @@ class Growth:
         return free[:nodes] if len(free) >= nodes else []
 
     def joined(self, join) -> None:
-        """(the loop) `join` (partition/node_join.py) joined: its nodes into the pilot's resources,
-        then the waiting partitions started in order."""
+        """(the loop) `join` (partition/nodes/joins.py) joined: its nodes into the pilot's
+        resources, then the waiting partitions started in order."""
         job = self.jobs.get(join.job)
         if job is None or job.state not in (ASKED, QUEUED):
             return

@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pilot import ids, processes
+from pilot.config.resource_config import agent_configs, check_agent_config
 from pilot.descriptions import ComputePartitionDescription
 from pilot.partition.resources import AllocationError, PartitionResources, PilotResources
-from pilot.protocol import pack
-from pilot.resource_config import agent_configs, check_agent_config
 from pilot.states import (
     ACTIVE,
     CANCELED,
@@ -45,6 +44,7 @@ from pilot.states import (
     STARTING,
     check_transition,
 )
+from pilot.wire.protocol import pack
 
 log = logging.getLogger("bootstrap.partitions")
 EXIT_GRACE = 1.0  # seconds an ended agent's last messages get to arrive

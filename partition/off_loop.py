@@ -11,16 +11,16 @@ the pilot, and its nodes' heartbeats, so it must never wait on one.  Two threads
                 how many once the file takes writes again.  `close(timeout)` waits, bounded,
                 for the queue to be written.
     OffLoop     file jobs (the boot files control.json, network.json, daemons.json; data
-                staging chunks, partition/data_port.py) run in order on a thread of its own;
+                staging chunks, partition/client/data_port.py) run in order on a thread of its own;
                 `run(job, done)`: `done(result)` is called back on the loop (its `fd` is
                 polled: readable when results wait; `finish()` runs their callbacks).  A job
                 that raises gives `done` the exception.  `wait(timeout)`, `close(timeout)`
                 wait, bounded: bring-up gives the boot files BOOT_FILES_WAIT s before it says
                 hello (the `pilot` CLI and the tests read them), the loop never waits.
-What stays on the loop: reading an agent's start journal when it died (partition/
-agent_channel.py), the zygote's log opened when a zygote is replaced, /proc reads (no file
-system that blocks).  Agent configs are written by the forked child or the node daemon that
-starts the agent (agent/zygote.py, agent/node_daemon.py).
+What stays on the loop: reading an agent's start journal when it died
+(partition/agents/channel.py), the zygote's log opened when a zygote is replaced, /proc reads (no
+file system that blocks).  Agent configs are written by the forked child or the node daemon that
+starts the agent (agent/zygote.py, agent/node/daemon.py).
 """
 
 from __future__ import annotations

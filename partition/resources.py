@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pilot.config.resource_config import AgentOverhead, ResourceConfig
 from pilot.descriptions import ALL, FILL
-from pilot.resource_config import AgentOverhead, ResourceConfig
 
 
 @dataclass

@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import math
 
+from pilot.config.resource_config import ResourceConfig
 from pilot.partition.resources import AllocationError, PilotResources
-from pilot.resource_config import ResourceConfig
 
 log = logging.getLogger("partition.sizing")
 

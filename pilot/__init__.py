@@ -11,17 +11,42 @@ with rp.Session() as session:
 """
 
 import os as _os
+import sys as _sys
 
-# The folders agent/, partition/, pmgr/ and configs/ are pilot's subpackages (setup.cfg maps them
-# in when it installs).  In a source checkout (an editable install, a test run) they are this
-# folder's siblings: pilot's path includes the checkout too, so that `pilot.agent` is found
-# there at the cost of two stat calls (setuptools' editable finder for the mapping costs every
-# Python process ~30 ms at start-up: the client, the bootstrap, node daemons, workers).
+# In a source checkout (an editable install, a test run) the folders agent/, partition/, pmgr/
+# and configs/ are this folder's siblings, not its children.  A finder maps exactly those four
+# import names to them, as setup.cfg's package_dir does when it installs (their subpackages are
+# then found in them as usual); nothing else of the checkout is importable as pilot.* .
+# setuptools' own editable finder does the same from a .pth file, which costs every Python
+# process of the environment ~20 ms at start-up (`python -c pass`: 38 against 18 ms, measured),
+# and the pilot starts many: the client, the bootstrap, zygotes, function workers.
+_FOLDERS = ("agent", "partition", "pmgr", "configs")  # setup.cfg: package_dir
+
+
+class _CheckoutFolders:
+    """pilot.<folder> -> the checkout's <folder>/ (a meta path finder)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        parent, _, name = fullname.rpartition(".")
+        if parent != "pilot" or name not in _FOLDERS:
+            return None
+        from importlib.util import spec_from_file_location
+
+        folder = _os.path.join(self.root, name)
+        init = _os.path.join(folder, "__init__.py")
+        return spec_from_file_location(fullname, init, submodule_search_locations=[folder])
+
+
 _here = _os.path.dirname(__file__)
 if not _os.path.isdir(_os.path.join(_here, "agent")):
     _root = _os.path.dirname(_here)
-    if _os.path.isfile(_os.path.join(_root, "agent", "__init__.py")):
-        __path__.append(_root)  # noqa: F821 (the package's own __path__)
+    if _os.path.isfile(_os.path.join(_root, "agent", "__init__.py")) and not any(
+        isinstance(f, _CheckoutFolders) for f in _sys.meta_path
+    ):
+        _sys.meta_path.append(_CheckoutFolders(_root))
 
 # Names are imported on first use (PEP 562), so processes that only need a submodule (node
 # daemons, agents, the CLI) do not pay for the whole client API at start-up.
@@ -71,7 +96,7 @@ _STATES = (
     "STARTING IllegalTransition"
 ).split()
 _WHERE.update(dict.fromkeys(_STATES, "pilot.states"))
-# RADICAL-Pilot's names (pilot/rp_names.py): its state names as aliases of ours, constants
+# RADICAL-Pilot's names (pilot/rp/names.py): its state names as aliases of ours, constants
 _RP = (
     "PMGR_LAUNCHING_PENDING PMGR_LAUNCHING PMGR_ACTIVE_PENDING PMGR_ACTIVE "
     "UMGR_SCHEDULING_PENDING UMGR_SCHEDULING UMGR_STAGING_INPUT_PENDING UMGR_STAGING_INPUT "
@@ -81,7 +106,7 @@ _RP = (
     "SCHEDULER_BACKFILLING SCHEDULER_DEFAULT POSIX MPI OpenMP TRANSFER COPY LINK MOVE TARBALL "
     "CREATE_PARENTS SKIP_FAILED NON_FATAL RECURSIVE"
 ).split()
-_WHERE.update(dict.fromkeys(_RP, "pilot.rp_names"))
+_WHERE.update(dict.fromkeys(_RP, "pilot.rp.names"))
 _RP1 = (
     "TMGR_SCHEDULING_PENDING TMGR_SCHEDULING TMGR_STAGING_INPUT_PENDING TMGR_STAGING_INPUT "
     "TMGR_STAGING_OUTPUT_PENDING TMGR_STAGING_OUTPUT PENDING_LAUNCH PENDING_ACTIVE TASK_STATE "
@@ -100,8 +125,8 @@ __version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
 def __getattr__(name: str):
     import importlib
 
-    if name == "utils":  # rp.utils: RP 1.x's resource-config look-ups (pilot/utils.py)
-        return importlib.import_module("pilot.utils")
+    if name == "utils":  # rp.utils: RP 1.x's resource-config look-ups (pilot/rp/utils.py)
+        return importlib.import_module("pilot.rp.utils")
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'pilot' has no attribute {name!r}")

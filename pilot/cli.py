@@ -39,7 +39,7 @@ import sys
 import time
 from contextlib import closing, contextmanager
 
-from pilot import resource_config
+from pilot.config import resource_config
 from pilot.control_client import (  # (the dashboard reaches a pilot the same way)
     REPLY_TIMEOUT,
     UsageError,
@@ -305,7 +305,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
 
 def run_network_config(args: argparse.Namespace) -> int:
     """`pilot network-config`: this node's (or the allocation's nodes') descriptor."""
-    from pilot import network
+    from pilot.config import network
 
     text = network.dump(network.network_config(args.this_node), args.format)
     if args.output:

@@ -3,15 +3,15 @@
 
 A running pilot's bootstrap listens on its control socket (partition/control.py); its address
 is in the pilot sandbox's control.json, found under the sessions directory.  One command is one
-REQ socket, a CURVE client with the session's keys (SESSION_DIR/keys, pilot/security.py: only
+REQ socket, a CURVE client with the session's keys (SESSION_DIR/keys, pilot/wire/security.py: only
 the user who runs the session can read them; the pilot refuses any other key):
 
-    us -> bootstrap   {cid, op, args}                 (pilot/protocol.py's pack)
+    us -> bootstrap   {cid, op, args}                 (pilot/wire/protocol.py's pack)
     bootstrap -> us   {cid, ok: true, result} | {cid, ok: false, error}
 No answer within REPLY_TIMEOUT: NoAnswer (a UsageError and a TimeoutError) naming the pilot;
 keys that cannot be read: UsageError saying only the session's user may command it; the socket
 itself failing (a control.json whose endpoint ZeroMQ refuses): zmq.ZMQError; an answer that is
-not JSON: pilot.protocol.ProtocolError.  A retry with the same cid is applied once
+not JSON: pilot.wire.protocol.ProtocolError.  A retry with the same cid is applied once
 (partition/manager.py).
 
 Sizes of partitions to start are written as the CLI's --start takes them (`parse_size`):
@@ -25,9 +25,9 @@ import os
 
 import zmq
 
-from pilot import security
 from pilot.descriptions import ALL, FILL, ComputePartitionDescription
-from pilot.protocol import pack, unpack
+from pilot.wire import security
+from pilot.wire.protocol import pack, unpack
 
 REPLY_TIMEOUT = 10.0  # s a command waits for the pilot's answer
 SIZE_KEYS = ("cores", "gpus", "nodes", "config")

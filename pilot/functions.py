@@ -11,7 +11,7 @@ notebook travel by value, importable ones by reference):
 
 which is also the description's stored form (`to_dict`), so a description read back from the
 store runs the same call.  Arguments that pickle to LARGE bytes or more stay bytes: `args` is
-the pickle itself, and it crosses every hop as a frame of its own (pilot/framed.py: no base64,
+the pickle itself, and it crosses every hop as a frame of its own (pilot/wire/framed.py: no base64,
 no JSON string of megabytes; the store keeps it as a BLOB).  The worker sends back the return
 value the same way (`wrap`: base64 of cloudpickle, or the bytes from LARGE on);
 `unpack_value` turns it into the object again on the client.

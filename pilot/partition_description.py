@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pilot.config.resource_config import parse_pool
 from pilot.fields import Description, field_error, optional_count, text
 from pilot.ids import ALL  # all GPUs (gpus=)
-from pilot.resource_config import parse_pool
 
 FILL = "FILL"  # a partition takes every resource not held by a live partition
 

@@ -5,12 +5,14 @@ Every process the system starts with `python -m` is named here (the folders are 
     BOOTSTRAP        pilot.partition.bootstrap   the pilot job's first process
     AGENT            pilot.agent                 one partition's agent (agent/agent.py)
     ZYGOTE           pilot.agent.zygote          forks agents that have their code imported
-    NODE_DAEMON      pilot.agent.node_daemon     one per node of a multi-node pilot
-    NODE_ZYGOTE      pilot.agent.node_zygote     forks node daemons (launch method fork)
-    NODE_SIM         pilot.agent.node_sim        many simulated nodes' daemons (launch method
+    NODE_DAEMON      pilot.agent.node.daemon     one per node of a multi-node pilot
+    NODE_ZYGOTE      pilot.agent.node.zygote     forks node daemons (launch method fork)
+    NODE_SIM         pilot.agent.node.sim        many simulated nodes' daemons (launch method
                                                  sim: the `local.sim` resource)
-    FUNCTION_WORKER  pilot.agent.function_worker a partition's Python worker for function units
-    FUNCTION_ONCE    pilot.agent.function_once   one function unit's call on a node daemon's node
+    FUNCTION_WORKER  pilot.agent.workers.function_worker
+                                                 a partition's Python worker for function units
+    FUNCTION_ONCE    pilot.agent.workers.function_once
+                                                 one function unit's call on a node daemon's node
     CLI              pilot                       the `pilot` command line
 
 `signal_group` / `signal_process` send a signal to a process group / process that may have
@@ -34,12 +36,12 @@ import time
 BOOTSTRAP = "pilot.partition.bootstrap"
 AGENT = "pilot.agent"
 ZYGOTE = "pilot.agent.zygote"
-NODE_DAEMON = "pilot.agent.node_daemon"
-JOIN = "pilot.partition.join"  # what a job that grows a pilot runs
-NODE_ZYGOTE = "pilot.agent.node_zygote"
-NODE_SIM = "pilot.agent.node_sim"
-FUNCTION_WORKER = "pilot.agent.function_worker"
-FUNCTION_ONCE = "pilot.agent.function_once"  # one call, on a node daemon's node
+NODE_DAEMON = "pilot.agent.node.daemon"
+JOIN = "pilot.partition.nodes.join_job"  # what a job that grows a pilot runs
+NODE_ZYGOTE = "pilot.agent.node.zygote"
+NODE_SIM = "pilot.agent.node.sim"
+FUNCTION_WORKER = "pilot.agent.workers.function_worker"
+FUNCTION_ONCE = "pilot.agent.workers.function_once"  # one call, on a node daemon's node
 CLI = "pilot"
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")  # $NAME or ${NAME}: what a path may name
 

@@ -14,9 +14,9 @@ absolute path on the pilot's nodes).  A path without a scheme is on the client f
 end (input source, output target: a relative one from its working directory, an absolute one as
 it is) and in the unit sandbox for the other.
 Actions: TRANSFER moves data between the client and the pilot over the pilot link, in chunks
-(pmgr/core/transfers.py, partition/data_port.py); TARBALL does the same with a tar of the source,
-unpacked so that the target ends as COPY leaves it (`untar_as_copy`); COPY, LINK and MOVE act
-on the pilot's (shared) file system, done by the agent before the unit starts (input) or after
+(pmgr/core/transfers.py, partition/client/data_port.py); TARBALL does the same with a tar of the
+source, unpacked so that the target ends as COPY leaves it (`untar_as_copy`); COPY, LINK and MOVE
+act on the pilot's (shared) file system, done by the agent before the unit starts (input) or after
 it ended (output).  A
 TRANSFER with no client end is a COPY.  Flags: CREATE_PARENTS (the default; parent
 directories of the target are made), SKIP_FAILED / NON_FATAL (a failed step is logged and the

@@ -28,7 +28,7 @@ from pilot.fields import (
     text,
 )
 from pilot.policy import Policy, capture
-from pilot.rp_names import MPI, POSIX, OpenMP  # RP's process and thread types
+from pilot.rp.names import MPI, POSIX, OpenMP  # RP's process and thread types
 
 
 def policy_field(owner, field, value):

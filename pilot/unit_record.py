@@ -44,8 +44,9 @@ Agent's own (attributes):
 
 from __future__ import annotations
 
-from pilot import checks, functions, staging, validate
+from pilot import functions, staging, validate
 from pilot.policy import AGENT_DEFAULTS
+from pilot.wire import checks
 
 FIELDS = (
     "uid executable function arguments environment cpus gpus ranks resources policy pre_exec "

@@ -2,8 +2,8 @@
 mappings of a type, sizes.
 
 Four users build their field tables from them: the descriptions (pilot/fields.py), the resource
-config's keys (pilot/resource_config.py), message bodies (pilot/checks.py, pilot/messages.py)
-and EnTK's cpu_reqs / gpu_reqs (pmgr/compat/entk/reqs.py).
+config's keys (pilot/config/resource_config.py), message bodies (pilot/wire/checks.py,
+pilot/wire/messages.py) and EnTK's cpu_reqs / gpu_reqs (pmgr/compat/entk/reqs.py).
 
 A check takes `where` (the field as a person names it: `cores`, `args.stop[2]`,
 `resource_pool.gpus`) and the value; it returns the value as kept, or raises BadValue naming the
@@ -35,7 +35,7 @@ SHOWN_MAX = 80  # a value's repr in an error is cut to this (a peer may send a m
 
 class Invalid(ValueError):
     """What arrived is not what was accepted (in a message: a peer's bad message, never our own
-    bug; pilot/checks.py)."""
+    bug; pilot/wire/checks.py)."""
 
 
 class BadValue(Invalid):

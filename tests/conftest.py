@@ -163,12 +163,12 @@ def sessions_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def no_internal_errors(sessions_dir, request):
-    """A test fails when any component met a bug of our own (pilot/checks.py InternalErrors:
+    """A test fails when any component met a bug of our own (pilot/wire/checks.py InternalErrors:
     INTERNAL ERROR, with its traceback): in this process's log, or in the logs of the
     sessions it ran (their bootstraps, agents, node daemons)."""
     import logging
 
-    from pilot.checks import InternalErrors
+    from pilot.wire.checks import InternalErrors
 
     seen: list[str] = []
 

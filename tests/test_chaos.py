@@ -264,7 +264,7 @@ def _cut_link(session, monkeypatch, drop):
 
 
 def _is_sync(frames) -> bool:
-    from pilot.protocol import unpack
+    from pilot.wire.protocol import unpack
 
     return frames[0] == b"cmd" and unpack(frames[1]).get("op") == "sync"
 

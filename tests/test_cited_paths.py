@@ -1,6 +1,6 @@
 """Every file path the tree cites (in docstrings, comments, the manual, configs) exists.
 
-A path is cited as from the repository's root (`partition/outbox.py`, `docs/scaling.md`);
+A path is cited as from the repository's root (`partition/client/outbox.py`, `docs/scaling.md`);
 docstrings lead a reader to the file that has the rest, so a moved or deleted file must take
 its citations with it.  A path must be a tracked file (a file only this checkout has does not
 count); paths with a placeholder (`configs/SITE.yaml`), pages the manual's build makes
@@ -19,7 +19,7 @@ CITED = re.compile(
     r"[\w/.-]*\w\.(?:py|md|yaml|sh|json|cfg|js|html|css|txt))\b"
 )
 PLACEHOLDER = re.compile(r"(?<![A-Za-z])(SITE|NAME|NNNN)(?![A-Za-z])")
-GENERATED = {"docs/reference/protocol.md"}  # (docs/hooks.py makes it from pilot/wire.py)
+GENERATED = {"docs/reference/protocol.md"}  # (docs/hooks.py makes it from pilot/wire/links.py)
 
 
 def git(*args: str, check: bool = True) -> list[str]:
@@ -61,6 +61,6 @@ def test_every_cited_path_exists():
 
 def test_a_missing_citation_is_found(tmp_path):
     """The pattern sees a citation as docstrings write them, and not a module path."""
-    text = '"""Its rest is in partition/outbox.py (and pilot.agent.pool is not a path)."""'
-    assert [m.group(1) for m in CITED.finditer(text)] == ["partition/outbox.py"]
+    text = '"""Its rest is in partition/client/outbox.py (and pilot.agent.pool is not a path)."""'
+    assert [m.group(1) for m in CITED.finditer(text)] == ["partition/client/outbox.py"]
     assert [m.group(1) for m in CITED.finditer("see `docs/nowhere.md`.")] == ["docs/nowhere.md"]

@@ -120,7 +120,7 @@ def test_resources_lists_configs():
     assert names == sorted(names)
     native = ["cray.fake", "local.localhost", "local.nodes4", "local.simulated", "local.zero"]
     assert set(native + ["slurm.localhost"]) <= set(names)
-    # RADICAL-Pilot's site configs are resources too (pilot/rp_resources.py)
+    # RADICAL-Pilot's site configs are resources too (pilot/config/rp_sites.py)
     assert {"ornl.frontier", "anl.polaris", "nersc.perlmutter"} <= set(names)
 
 

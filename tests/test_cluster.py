@@ -64,7 +64,7 @@ def cluster():
         yield {
             "top": top,
             # the shipped resource, nothing configured: the client listens on every address
-            # of the login node, the job probes them (partition/client_probe.py)
+            # of the login node, the job probes them (partition/client/probe.py)
             "resource": "slurm.localhost",
             "env": dict(
                 os.environ,

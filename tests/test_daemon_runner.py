@@ -11,12 +11,12 @@ import signal
 import pytest
 import zmq
 
-from pilot import security
-from pilot.agent.node_dispatch import FROM_RANKS
+from pilot.agent.node.dispatch import FROM_RANKS
 from pilot.agent.pool import PartitionPool
 from pilot.agent.rank_env import exec_env, grant_ids, rank_env, with_nodes
 from pilot.agent.runners.daemons import DaemonRunner
-from pilot.protocol import unpack
+from pilot.wire import security
+from pilot.wire.protocol import unpack
 
 WAIT_MS = 5000  # every receive here has this deadline
 
@@ -81,7 +81,7 @@ def recv(sock) -> tuple[bytes, dict]:
     assert sock.poll(WAIT_MS), "nothing arrived within the deadline"
     frames = sock.recv_multipart()
     assert frames[0] == b"part.0000"  # (the agent's identity: its partition)
-    FROM_RANKS.read(frames[1], frames[2])  # (pilot/messages.py: a bad message raises)
+    FROM_RANKS.read(frames[1], frames[2])  # (pilot/wire/messages.py: a bad message raises)
     return frames[1], unpack(frames[2])
 
 

@@ -636,7 +636,7 @@ def test_a_failed_control_socket_or_no_poll_is_an_answer_and_the_token_is_never_
     failure; an internal error is logged with its traceback; a state no poll delivers in
     STATE_TIMEOUT is a 504.  Every request carries the token in its URI, as the page's GETs
     do; no log line holds it."""
-    from pilot import security
+    from pilot.wire import security
 
     monkeypatch.setattr(dashboard, "STATE_TIMEOUT", 0.5)
     endpoint = "tcp://no-such-host:"  # (ZeroMQ refuses it: Invalid argument)

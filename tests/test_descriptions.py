@@ -156,11 +156,11 @@ def test_resource_config_errors(session, tmp_path):
 
 def test_every_resource_config_key_is_documented_and_checked(tmp_path):
     """The keys are the ResourceConfig fields (one list), each with its doc there
-    (pilot/resource_keys.py; docs/reference/configuration.md's table is made from them)."""
+    (pilot/config/resource_keys.py; docs/reference/configuration.md's table is made from them)."""
     from dataclasses import fields
 
-    from pilot import resource_config
-    from pilot.resource_keys import ResourceConfig
+    from pilot.config import resource_config
+    from pilot.config.resource_keys import ResourceConfig
 
     documented = {f.name for f in fields(ResourceConfig) if f.metadata.get("doc")}
     assert set(resource_config.KEYS) == documented

@@ -10,7 +10,8 @@
   either shown (users call it) or declared for the other layers (docs/hooks.py's checks, which
   `make docs` runs too): a new public name cannot land undocumented.
 - The state diagrams of docs/concepts.md hold exactly the moves of pilot/states.py's machines.
-- Every resource config key has a doc (pilot/resource_keys.py) and the configuration reference,
+- Every resource config key has a doc (pilot/config/resource_keys.py) and the configuration
+reference,
   as built (its key table made from those docs by docs/hooks.py), lists every key; it names
   every environment variable the code reads; the command-line reference every subcommand.
 The build itself (`mkdocs build --strict`) is `make docs`, which .ci/run runs.
@@ -156,13 +157,13 @@ def test_state_diagrams_match_the_machines():
 def test_configuration_reference_is_complete():
     from dataclasses import fields
 
-    from pilot.resource_config import KEYS
-    from pilot.resource_keys import ResourceConfig
+    from pilot.config.resource_config import KEYS
+    from pilot.config.resource_keys import ResourceConfig
 
     undocumented = [
         f.name for f in fields(ResourceConfig) if f.name in KEYS and not f.metadata.get("doc")
     ]
-    assert undocumented == [], "resource config keys without a doc (pilot/resource_keys.py)"
+    assert undocumented == [], "resource config keys without a doc (pilot/config/resource_keys.py)"
     built = _hooks().configuration_page()  # the page as the manual shows it: the table filled
     assert [k for k in KEYS if f"\n| `{k}` | " not in built] == []
     text = (DOCS / "reference" / "configuration.md").read_text()

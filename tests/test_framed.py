@@ -1,4 +1,4 @@
-"""JSON with its bytes beside it (pilot/framed.py) and large bytes beside the store
+"""JSON with its bytes beside it (pilot/wire/framed.py) and large bytes beside the store
 (pmgr/store/data_files.py): what goes in comes out, and what does not match is refused."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from pilot import framed, validate
+from pilot import validate
 from pilot.pmgr.store import data_files
+from pilot.wire import framed
 
 
 def test_bytes_become_frames_and_come_back_in_place():

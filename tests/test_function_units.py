@@ -1,5 +1,6 @@
 """Function units: Python callables run by persistent workers of a partition (pilot/functions.py,
-agent/runners/functions.py, agent/function_worker.py), placed and accounted like any unit."""
+agent/runners/functions.py, agent/workers/function_worker.py), placed and accounted like any
+unit."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import pilot as rp
 from pilot.partition.control import OPS
-from pilot.protocol import ProtocolError, pack, unpack
+from pilot.wire.protocol import ProtocolError, pack, unpack
 from tests.conftest import active_pilot
 
 json_values = st.recursive(

@@ -1,6 +1,6 @@
 """A pilot that grows by batch jobs of its own and gives them back (max_nodes, rp.Adapt):
 local.nodes4, four logical nodes with a daemon each; the pilot's first job holds some of them,
-a later job (a process tree of the `local` batch system, running partition/join.py) the
+a later job (a process tree of the `local` batch system, running partition/nodes/join_job.py) the
 others.  The same on a real SLURM, job by job on different hosts: tests/test_cluster.py."""
 
 from __future__ import annotations

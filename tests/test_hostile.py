@@ -9,7 +9,7 @@ import time
 import zmq
 
 import pilot as rp
-from pilot.protocol import pack
+from pilot.wire.protocol import pack
 from tests.conftest import active_pilot
 
 CUD = rp.ComputeUnitDescription

@@ -164,6 +164,37 @@ def test_one_import_name_for_every_folder():
     assert not bare, f"imports of a folder's bare name: {bare}"
 
 
+def test_a_checkout_imports_the_folders_setup_cfg_maps_and_nothing_else():
+    """In a checkout, pilot/__init__.py's finder maps exactly the folders setup.cfg's
+    package_dir maps (pilot.agent is agent/, ...), and nothing else of the checkout is
+    importable under `pilot` (no pilot.tests, no pilot.pilot)."""
+    import configparser
+    import subprocess
+    import sys
+
+    import pilot
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    mapped = {
+        k.strip().removeprefix("pilot."): v.strip()
+        for k, _, v in (line.partition("=") for line in cfg["options"]["package_dir"].split("\n"))
+        if k.strip().startswith("pilot.")
+    }
+    assert mapped == {f: f for f in pilot._FOLDERS}  # noqa: SLF001 (the finder's own table)
+    code = (
+        "import importlib, pilot.agent.node.daemon, pilot.configs\n"
+        "for name in ('pilot.tests', 'pilot.pilot', 'pilot.bench', 'pilot.docs'):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError:\n"
+        "        continue\n"
+        "    raise SystemExit(name + ' imports')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_imports_point_down_and_never_around():
     known = modules()
     graph = {name: imports(name, path, known) for name, path in known.items()}

@@ -1,4 +1,4 @@
-"""Liveness that tolerates what networks do (pilot/liveness.py, partition/node_pulse.py,
+"""Liveness that tolerates what networks do (pilot/wire/liveness.py, partition/nodes/pulse.py,
 pmgr/batch/slurm.py).
 
 - An outage of a node's link shorter than node_timeout never ends the node, though TCP's
@@ -77,7 +77,7 @@ def scenario(hosts, *args: str) -> dict:
 def test_a_pulse_connection_is_closed_after_half_the_node_timeout_within_bounds():
     """ZeroMQ closes a silent pulse connection after node_timeout / 2, at least 1.5 s (an
     outage's end found fast) and at most 5 s (a loaded machine's late pings close none)."""
-    from pilot import liveness
+    from pilot.wire import liveness
 
     got = [liveness.dead_ms(t) for t in (1, 2, 4, 6, 10, 60)]
     assert got == [1500, 1500, 2000, 3000, 5000, 5000]

@@ -115,7 +115,7 @@ def test_a_host_that_never_reports_fails_the_pilot_when_configured(hosts, tmp_pa
 
 
 def test_a_network_config_file_with_a_silent_host_in_the_middle(hosts, tmp_path):
-    from pilot import network
+    from pilot.config import network
 
     me = network.describe()
     given = {

@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from pilot import network
+from pilot.config import network
 from tests.test_cli import cli
 
 FIELDS = {"name", "host_id", "ip_addrs", "is_primary", "num_cpus", "gpus", "physical_mem", "state"}

@@ -291,7 +291,7 @@ def test_a_silent_daemon_is_lost_after_node_timeout(session, tmp_path):
 
 
 def test_a_network_config_file_names_the_nodes_instead_of_discovery(session, tmp_path):
-    from pilot import network
+    from pilot.config import network
 
     me = network.describe()
     names = ["alpha", "beta", "gamma", "delta"]
@@ -380,12 +380,12 @@ def test_fork_daemons_come_from_one_zygote_and_leave_nothing_behind(session):
     (zygote,) = parents
     assert zygote != pilot.job.pid and _ppid(zygote) == pilot.job.pid
     with open(f"/proc/{zygote}/cmdline", "rb") as f:
-        assert b"pilot.agent.node_zygote" in f.read()
+        assert b"pilot.agent.node.zygote" in f.read()
     for d in daemons.values():
         with open(os.path.join(pilot.sandbox, "nodes", f"node.{d['hint']}.log")) as f:
             assert f"{d['name']}: up, pid {d['pid']}" in f.read()
         with open(f"/proc/{d['pid']}/cmdline", "rb") as f:
-            assert b"node_zygote" in f.read()  # forked, not a fresh interpreter
+            assert b"pilot.agent.node.zygote" in f.read()  # forked, not a fresh interpreter
     more = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true")] * 8)
     assert [u.wait(timeout=20) for u in more] == [rp.DONE] * 8
     pilot.cancel(timeout=30)
@@ -399,7 +399,7 @@ def test_exec_launch_starts_each_daemon_as_a_fresh_interpreter(session, tmp_path
     for d in daemons.values():
         assert _ppid(d["pid"]) == pilot.job.pid
         with open(f"/proc/{d['pid']}/cmdline", "rb") as f:
-            assert b"pilot.agent.node_daemon" in f.read()
+            assert b"pilot.agent.node.daemon" in f.read()
     u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
     assert u.wait(timeout=20) == rp.DONE
     pilot.cancel(timeout=30)

@@ -1,4 +1,4 @@
-"""The bootstrap's outbox (partition/outbox.py): outcomes kept until the client acknowledges
+"""The bootstrap's outbox (partition/client/outbox.py): outcomes kept until the client acknowledges
 them, and a lost agent's start journal narrowed to the units whose outcome the client may not
 have, without holding the journal in memory."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 
-from pilot import updates
-from pilot.partition.outbox import Outbox
+from pilot.partition.client.outbox import Outbox
+from pilot.wire import updates
 
 
 def _moves(*moves) -> list:

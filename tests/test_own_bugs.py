@@ -3,7 +3,7 @@
 Nothing of the client's Python reaches a unit (the pilot's processes find this project as its
 installation does; function workers alone get the client's module directories, in a variable
 only they see).  A handler that raises after the message it handles was checked
-(pilot/messages.py) is an internal error: logged once per kind with its traceback, and the
+(pilot/wire/messages.py) is an internal error: logged once per kind with its traceback, and the
 component goes on; a malformed message is a bad message, named, without a traceback."""
 
 from __future__ import annotations

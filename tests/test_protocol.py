@@ -1,5 +1,6 @@
-"""pilot/protocol.py's helpers shared by every component's loop; pilot/wire.py's table: every
-process dispatches exactly the kinds it lists for it; the manual's protocol page is made from it."""
+"""pilot/wire/protocol.py's helpers shared by every component's loop; pilot/wire/links.py's table:
+every process dispatches exactly the kinds it lists for it; the manual's protocol page is made from
+it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import time
 import pytest
 import zmq
 
-from pilot import protocol, validate, wire
-from pilot.protocol import ProtocolError, wait_ms
+from pilot import validate
+from pilot.wire import links, protocol
+from pilot.wire.protocol import ProtocolError, wait_ms
 
 
 def test_wait_ms_rounds_up_and_never_goes_negative():
@@ -43,15 +45,16 @@ def test_a_loop_waiting_for_a_sub_millisecond_deadline_sleeps_instead_of_spinnin
         ctx.term()
 
 
-# -- the protocol table (pilot/wire.py) and the dispatchers built from it -------------------------
+# -- the protocol table (pilot/wire/links.py) and the dispatchers built from it
+# -------------------------
 DISPATCHING = (  # every module that builds a dispatch from the table
     "pilot.pmgr.core.session_dispatch",  # the client: the pilot link
-    "pilot.partition.client_link",  # the bootstrap: the pilot link
-    "pilot.partition.agent_channel",  # the bootstrap: the agent link
+    "pilot.partition.client.link",  # the bootstrap: the pilot link
+    "pilot.partition.agents.channel",  # the bootstrap: the agent link
     "pilot.agent.agent",  # the agent: the agent link
-    "pilot.partition.node_set",  # the bootstrap: the node channel
-    "pilot.partition.node_pulse",  # the bootstrap: the pulse
-    "pilot.agent.node_dispatch",  # a node daemon: the node channel, the pulse, the ranks channel
+    "pilot.partition.nodes.node_set",  # the bootstrap: the node channel
+    "pilot.partition.nodes.pulse",  # the bootstrap: the pulse
+    "pilot.agent.node.dispatch",  # a node daemon: the node channel, the pulse, the ranks channel
     "pilot.agent.runners.daemons",  # an agent's runner: the ranks channel
 )
 
@@ -59,42 +62,42 @@ DISPATCHING = (  # every module that builds a dispatch from the table
 def _dispatchers():
     for name in DISPATCHING:
         importlib.import_module(name)
-    return wire
+    return links
 
 
 def test_every_receiver_in_the_table_dispatches_exactly_its_kinds():
-    wire = _dispatchers()
+    _dispatchers()
     built = {}
-    for d in wire.DISPATCHERS:
+    for d in links.DISPATCHERS:
         key = (d.link, d.receiver)
         assert key not in built or built[key] is d, f"two dispatches of {key}"
         built[key] = d
-        assert set(d.handlers) == set(wire.received(*key)), key
-    receivers = {(e.link, e.receiver) for e in wire.TABLE}
+        assert set(d.handlers) == set(links.received(*key)), key
+    receivers = {(e.link, e.receiver) for e in links.TABLE}
     assert receivers == set(built), (
         f"in the table, no dispatch: {receivers - set(built)}; "
         f"a dispatch the table has no messages for: {set(built) - receivers}"
     )
-    kinds = {(e.link, e.receiver, e.kind) for e in wire.TABLE}
-    assert len(kinds) == len(wire.TABLE), "a (link, receiver, kind) listed twice"
+    kinds = {(e.link, e.receiver, e.kind) for e in links.TABLE}
+    assert len(kinds) == len(links.TABLE), "a (link, receiver, kind) listed twice"
 
 
 def test_a_dispatch_unlike_the_table_is_refused_at_once():
 
-    kinds = wire.received("agent", "agent")
+    kinds = links.received("agent", "agent")
     handlers = dict.fromkeys(kinds, print)
-    with pytest.raises(wire.ProtocolTableError, match="without a handler.*'stop'"):
-        wire.Dispatch("agent", "agent", {k: v for k, v in handlers.items() if k != b"stop"})
-    with pytest.raises(wire.ProtocolTableError, match="does not list for it: \\[b'hello'\\]"):
-        wire.Dispatch("agent", "agent", {**handlers, b"hello": print})
-    with pytest.raises(wire.ProtocolTableError, match="link='nope'"):
-        wire.Dispatch("nope", "agent", {})
+    with pytest.raises(links.ProtocolTableError, match="without a handler.*'stop'"):
+        links.Dispatch("agent", "agent", {k: v for k, v in handlers.items() if k != b"stop"})
+    with pytest.raises(links.ProtocolTableError, match="does not list for it: \\[b'hello'\\]"):
+        links.Dispatch("agent", "agent", {**handlers, b"hello": print})
+    with pytest.raises(links.ProtocolTableError, match="link='nope'"):
+        links.Dispatch("nope", "agent", {})
 
 
 def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
-    wire = _dispatchers()
+    _dispatchers()
     from pilot.agent.agent import FROM_BOOTSTRAP
-    from pilot.partition.client_link import FROM_CLIENT
+    from pilot.partition.client.link import FROM_CLIENT
 
     with pytest.raises(ProtocolError, match="unknown message type b'ready'"):
         FROM_BOOTSTRAP.route(b"ready")  # (the agent sends it; it never gets one)
@@ -103,7 +106,7 @@ def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
     with pytest.raises(validate.Invalid, match="cancel.uids"):
         FROM_BOOTSTRAP.body(b"cancel", b'{"uids": 3}')
     assert FROM_BOOTSTRAP.body(b"cancel", b'{"uids": ["unit.0001"]}') == {"uids": ["unit.0001"]}
-    assert wire.received("pilot", "client")[b"hello"].check is not None
+    assert links.received("pilot", "client")[b"hello"].check is not None
     # read(): the handler, its entry and the checked body in one look-up; no body for a kind
     # whose handler reads its frames itself
     handler, entry, body = FROM_BOOTSTRAP.read(b"cancel", b'{"uids": ["unit.0001"], "reason": "r"}')
@@ -116,11 +119,11 @@ def test_a_kind_the_receiver_does_not_get_is_a_bad_message():
 def test_the_manuals_protocol_page_is_the_table():
     from tests.test_docs import _hooks
 
-    wire = _dispatchers()
+    _dispatchers()
     page = _hooks().protocol_page()
-    for link in wire.LINKS:
+    for link in links.LINKS:
         section = page.split(f"## The {link} link")[1].split("## ")[0]
-        for e in wire.TABLE:
+        for e in links.TABLE:
             if e.link == link:
                 row = f"| `{e.kind.decode()}` | {e.sender} -> {e.receiver} |"
                 assert row in section, row
@@ -128,10 +131,10 @@ def test_the_manuals_protocol_page_is_the_table():
 
 
 def test_a_heartbeat_made_and_read_without_the_codec_is_what_the_codec_makes_and_reads():
-    """pilot/liveness.py's fast path for `hb`: the text is pack()'s; a body in exactly that
+    """pilot/wire/liveness.py's fast path for `hb`: the text is pack()'s; a body in exactly that
     form reads as unpack() reads it; any other form is left to the checked way (None)."""
-    from pilot import liveness
-    from pilot.protocol import pack, unpack
+    from pilot.wire import liveness
+    from pilot.wire.protocol import pack, unpack
 
     for d, n in ((0, None), (3, 0), (12, 987654321)):
         body = {"d": d} if n is None else {"d": d, "n": n}

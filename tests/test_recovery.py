@@ -129,7 +129,7 @@ def test_outcomes_outlive_their_partition_and_the_clients_absence(make_session, 
     """The client dies after its units were sent; they end while no client listens; a shell
     stops every partition (`pilot reconfig ... --stop all --start fill`); a new client
     attaches: every unit that ran to its end is DONE (the bootstrap kept the outcomes its
-    agents reported until a client's store had them: partition/outbox.py)."""
+    agents reported until a client's store had them: partition/client/outbox.py)."""
     import time
 
     from tests.faults import check_exactly_once, read_truth

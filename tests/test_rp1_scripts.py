@@ -102,7 +102,7 @@ def test_task_descriptions_become_the_units_that_run():
     evals = unit_form(_raw({"mode": rp.TASK_EVAL, "code": "1+1"}), "t4", ctx)
     assert evals.function.__name__ == "eval_code" and evals.args == ("1+1",)
     named = unit_form(_raw({"mode": rp.TASK_FUNC, "function": "hello"}), "t5", ctx)
-    assert named.function == "pilot.raptor_functions.hello"
+    assert named.function == "pilot.rp.raptor_functions.hello"
     raptor = unit_form(_raw({"function": "a.b", "raptor_id": "r"}), "t6", ctx)
     assert raptor.partition == "pilot.0000.part.0009"
     with pytest.raises(ValueError, match="no name the workers know"):

@@ -76,7 +76,7 @@ def test_command_lines_are_what_rps_shell_line_gives(session, tmp_path):
 def test_every_rp_name_is_reachable_from_the_package():
     """pilot/__init__.py names RP's constants statically (lazy imports): none may be missing."""
     import pilot as rp
-    from pilot import rp_names
+    from pilot.rp import names as rp_names
 
     public = [n for n in vars(rp_names) if n[0].isupper() and n != "SCHEDULERS"]
     assert public and all(getattr(rp, n) == getattr(rp_names, n) for n in public)

@@ -1,4 +1,4 @@
-"""RADICAL-Pilot's sites here: its resource_*.json configs read as ours (pilot/rp_resources.py),
+"""RADICAL-Pilot's sites here: its resource_*.json configs read as ours (pilot/config/rp_sites.py),
 PBS Pro and LSF pilot jobs through PSI/J (pmgr/batch/pbs.py, lsf.py), and the node daemons'
 launch methods for sites without srun: mpiexec and ssh (partition/launch/).
 
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import pilot as rp
-from pilot import resource_config
+from pilot.config import resource_config
 from pilot.pmgr.core import reaper
 from tests import netns
 from tests.conftest import ROOT
@@ -316,7 +316,7 @@ def test_lsfs_launch_node_gets_no_daemon(tmp_path):
     hostfile.write_text("batch3\n" + "".join(f"lassen{i}\n" * 44 for i in (7, 9)))
     env = {"LSB_DJOB_HOSTFILE": str(hostfile)}
     lassen = resource_config.load("llnl.lassen")
-    argv = ["python3", "-m", "pilot.agent.node_daemon"]
+    argv = ["python3", "-m", "pilot.agent.node.daemon"]
     for method in (SshLaunch, MpiexecLaunch):
         launch = method.for_nodes(lassen, 2, argv, str(tmp_path), env, ["n0", "n1"])
         assert launch.names() == ["lassen7", "lassen9"], method

@@ -1,4 +1,4 @@
-"""Who may talk to a pilot (pilot/security.py): CURVE on every channel, private files."""
+"""Who may talk to a pilot (pilot/wire/security.py): CURVE on every channel, private files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import zmq
 
-from pilot import security
+from pilot.wire import security
 
 
 def test_keys_are_private_to_the_user_and_made_once(tmp_path):
@@ -82,7 +82,7 @@ def test_a_peer_without_the_keys_is_refused_on_every_pilot_socket(session):
     import time
 
     import pilot as rp
-    from pilot.protocol import pack
+    from pilot.wire.protocol import pack
     from tests.conftest import active_pilot
 
     pilot, umgr = active_pilot(session, parts=((1,),))

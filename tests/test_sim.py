@@ -1,4 +1,4 @@
-"""local.sim: simulated nodes (agent/node_sim.py), real node daemons many to a process.
+"""local.sim: simulated nodes (agent/node/sim.py), real node daemons many to a process.
 
 What it simulates: a unit `sleep X` holds its slots X seconds, any other ends at once, exit 0;
 what it does not: processes, output, sandboxes.  Everything else is the real pilot: bring-up,
@@ -52,7 +52,7 @@ def test_sleep_holds_its_slots_and_anything_else_ends_at_once(session):
 
 
 def test_a_node_lost_among_many_fails_only_its_units(session, tmp_path):
-    """One node's daemon ended as its process killed would (agent/node_sim.py: SIGUSR1 and the
+    """One node's daemon ended as its process killed would (agent/node/sim.py: SIGUSR1 and the
     kill file): the bootstrap loses it after node_timeout, the units running there end FAILED
     with the reason, and every other node's units end DONE (its partition's too: the partition
     goes on without the node)."""
@@ -73,7 +73,7 @@ def test_a_node_lost_among_many_fails_only_its_units(session, tmp_path):
     with open(host + ".kill", "w") as f:
         json.dump([hint], f)
     (pid,) = [p for p in reaper.session_processes(session.uid)
-              if "node_sim" in open(f"/proc/{p}/cmdline").read()]  # fmt: skip
+              if "pilot.agent.node.sim" in open(f"/proc/{p}/cmdline").read()]  # fmt: skip
     t0 = time.monotonic()
     os.kill(pid, signal.SIGUSR1)
     umgr.wait_units(timeout=60)

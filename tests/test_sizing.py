@@ -3,7 +3,7 @@
 import pytest
 
 import pilot as rp
-from pilot import resource_config
+from pilot.config import resource_config
 from pilot.partition.plan import plan_pilot
 from pilot.partition.resources import AllocationError, PilotResources
 

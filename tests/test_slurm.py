@@ -178,7 +178,7 @@ def test_a_job_that_dies_before_its_bootstrap_reports_fails_with_the_batch_error
 
 
 def test_network_config_in_an_allocation_describes_every_node(slurm, tmp_path):
-    from pilot import network
+    from pilot.config import network
 
     out = tmp_path / "net.yaml"
     job = subprocess.run(

@@ -1,5 +1,5 @@
-"""Data staging (pilot/staging.py, pmgr/core/transfers.py, partition/data_port.py): directives
-checked when written, files moved over the pilot link in chunks, failures named."""
+"""Data staging (pilot/staging.py, pmgr/core/transfers.py, partition/client/data_port.py):
+directives checked when written, files moved over the pilot link in chunks, failures named."""
 
 from __future__ import annotations
 

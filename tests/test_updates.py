@@ -1,4 +1,4 @@
-"""Unit moves on the wire in columns (pilot/updates.py): what goes in comes out, in each unit's
+"""Unit moves on the wire in columns (pilot/wire/updates.py): what goes in comes out, in each unit's
 order, and a batch that is not what was accepted is refused whole, naming what is wrong."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from pilot import updates, validate
+from pilot import validate
+from pilot.wire import updates
 
 
 def _round_trip(moves: updates.Moves) -> list[updates.Group]:

@@ -1,5 +1,5 @@
-"""A function worker's per-call environment (agent/worker_env.py): what a call and the programs
-it starts see, and no memory kept per value (os.environ's setenv kept ~80 bytes of every
+"""A function worker's per-call environment (agent/workers/worker_env.py): what a call and the
+programs it starts see, and no memory kept per value (os.environ's setenv kept ~80 bytes of every
 distinct value: ~440 bytes a call)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 SCRIPT = r"""
 import os, subprocess
-from pilot.agent.worker_env import WorkerEnviron
+from pilot.agent.workers.worker_env import WorkerEnviron
 
 def rss_mb():
     with open("/proc/self/status") as f:

@@ -25,15 +25,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINKED = ("agent", "partition", "pmgr", "configs")
 
 NOT_YET = """
-pilot.agent.agent pilot.agent.native pilot.agent.node_daemon pilot.agent.node_ranks
-pilot.agent.node_sim pilot.agent.pool pilot.agent.rank_env pilot.agent.runners.functions
+pilot.agent.agent pilot.agent.native pilot.agent.node.daemon pilot.agent.node.ranks
+pilot.agent.node.sim pilot.agent.pool pilot.agent.rank_env pilot.agent.runners.functions
 pilot.agent.runners.lane_feed pilot.agent.runners.lanes pilot.agent.runners.local
 pilot.agent.runners.stager pilot.agent.runners.streams pilot.agent.spawn pilot.agent.stopping
-pilot.agent.worker_env pilot.control_client pilot.messages pilot.partition.agent_channel
-pilot.partition.agents.forked pilot.partition.bootstrap pilot.partition.client_link
-pilot.partition.data_port pilot.partition.growth pilot.partition.launch.base
-pilot.partition.launch.fork pilot.partition.launch.sim pilot.partition.launch.srun
-pilot.partition.manager pilot.partition.node_pulse pilot.partition.node_set pilot.pmgr.batch.lsf
+pilot.agent.workers.worker_env pilot.config.resource_config pilot.config.rp_sites
+pilot.control_client pilot.partition.agents.channel pilot.partition.agents.forked
+pilot.partition.bootstrap pilot.partition.client.data_port pilot.partition.client.link
+pilot.partition.growth pilot.partition.launch.base pilot.partition.launch.fork
+pilot.partition.launch.sim pilot.partition.launch.srun pilot.partition.manager
+pilot.partition.nodes.node_set pilot.partition.nodes.pulse pilot.pmgr.batch.lsf
 pilot.pmgr.batch.pbs pilot.pmgr.compat.entk.appmanager pilot.pmgr.compat.entk.resources
 pilot.pmgr.compat.futures.executor pilot.pmgr.compat.futures.executor_feed
 pilot.pmgr.compat.parsl.executor pilot.pmgr.compat.rp1.pilot_staging
@@ -45,7 +46,7 @@ pilot.pmgr.observe.dashboard pilot.pmgr.observe.dashboard_data pilot.pmgr.observ
 pilot.pmgr.observe.series pilot.pmgr.observe.text pilot.pmgr.observe.timeline
 pilot.pmgr.observe.top_frame pilot.pmgr.observe.top_snapshot pilot.pmgr.observe.trace
 pilot.pmgr.store.base pilot.pmgr.store.mongo pilot.pmgr.store.sqlite pilot.pmgr.store.writer
-pilot.processes pilot.resource_config pilot.rp_resources pilot.states pilot.unit_record
+pilot.processes pilot.states pilot.unit_record pilot.wire.messages
 """
 
 

@@ -6,13 +6,14 @@ are in agent/runners/base.py).
               (every node of the partition has a daemon endpoint: multi-node pilots)
     zero      no process at all: units end DONE once   ZeroRunner + ZeroStager
               placed (resource config unit_launch: zero, a benchmark of the stack alone)
-(named once, in pilot/plugins.py: RUNNERS; each runner's `for_partition` makes it and its stager)
+(named once, in pilot/config/plugins.py: RUNNERS; each runner's `for_partition` makes it and its
+stager)
 """
 
 from __future__ import annotations
 
-from pilot import plugins
 from pilot.agent.runners.base import Stager, UnitRunner
+from pilot.config import plugins
 
 
 def for_partition(cfg: dict, ctx, journal: int) -> tuple[UnitRunner, Stager]:

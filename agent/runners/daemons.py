@@ -2,11 +2,11 @@
 
 The agent's scheduler places a unit as before; `DaemonRunner.spawn` makes one rank body per rank
 and returns at once; `flush`, at the end of the agent's turn of starts, sends each node's bodies
-as one `exec` (agent/node_daemon.py has the messages), with what every rank of the partition
+as one `exec` (agent/node/daemon.py has the messages), with what every rank of the partition
 has alike in its environment (RP's pilot names, the partition's id) once, beside them.  A rank's
 body says what its environment is made of (its unit's own `environment`, name and ids, its
 rank), not the environment itself: the daemon makes that with the same `rank_env` the local
-runner uses (agent/node_ranks.py), so the dozen variables that repeat the unit's uid and
+runner uses (agent/node/ranks.py), so the dozen variables that repeat the unit's uid and
 sandbox do not cross the network for every rank.  A kill
 sends what waits first, so that it follows the exec it is for.  A node whose daemon takes no
 more (its queue at the high-water mark) fails the units of the ranks it did not take, and kills
@@ -14,8 +14,9 @@ their ranks elsewhere.
 Exits and forwarded output come back as `events`; `reap()` yields units whose ranks have all
 ended, like the local runner.  A rank that could not start, or whose node was lost
 (`node_lost`), ends its unit FAILED with that reason; the unit's other ranks are killed.
-A function unit (one rank) runs as a process of its own on its node (agent/function_once.py),
-in the partition's functions directory (as its workers would: pilot/sandbox.py), its call
+A function unit (one rank) runs as a process of its own on its node
+(agent/workers/function_once.py), in the partition's functions directory (as its workers
+would: pilot/sandbox.py), its call
 written there to <uid>.call and its reply read from <uid>.call.reply when it ends (the value,
 or the exception: the unit FAILED with it, as from a function worker); what the process writes
 outside the call goes to <uid>.out and <uid>.err there.
@@ -32,9 +33,8 @@ import sys
 
 import zmq
 
-from pilot import processes, security, wire
+from pilot import processes
 from pilot.agent import unit_command
-from pilot.agent.function_worker import PATH_VAR
 from pilot.agent.rank_env import (
     exec_unit,
     grant_ids,
@@ -43,11 +43,13 @@ from pilot.agent.rank_env import (
     with_nodes,
 )
 from pilot.agent.runners.base import QuietStager, Run, RunnerBase
-from pilot.protocol import ProtocolError, drain, pack, unpack
+from pilot.agent.workers.function_worker import PATH_VAR
 from pilot.sandbox import functions_dir, output_names, sandbox_of
+from pilot.wire import links, security
+from pilot.wire.protocol import ProtocolError, drain, pack, unpack
 
-CALL, REPLY = ".call", ".reply"  # a function unit's call and reply (agent/function_once.py)
-EXEC_BATCH = 1024  # ranks in one `exec` at most (pilot/messages.py: EXEC_MAX)
+CALL, REPLY = ".call", ".reply"  # a function unit's call and reply (agent/workers/function_once.py)
+EXEC_BATCH = 1024  # ranks in one `exec` at most (pilot/wire/messages.py: EXEC_MAX)
 
 
 class NoStager(QuietStager):
@@ -65,7 +67,7 @@ class NoStager(QuietStager):
 
 
 class DaemonRunner(RunnerBase):
-    runs_functions = True  # (one process per call: agent/function_once.py)
+    runs_functions = True  # (one process per call: agent/workers/function_once.py)
 
     @classmethod
     def for_partition(cls, cfg: dict, ctx, journal: int):
@@ -85,7 +87,7 @@ class DaemonRunner(RunnerBase):
         self.function_path = os.pathsep.join(cfg.get("python_path") or ())
         self.socks: dict[int, zmq.Socket] = {}  # node index -> DEALER to its daemon
         self.names = {node["index"]: node["name"] for node in cfg["nodes"]}
-        # what every `exec` carries once (agent/node_ranks.py `exec_env`)
+        # what every `exec` carries once (agent/node/ranks.py `exec_env`)
         self.head = {"env": self.base_env, "prof": self.prof, "gpus": self.has_gpus}
         keys = security.load(cfg.get("curve"))
         for node in cfg["nodes"]:
@@ -237,11 +239,11 @@ class DaemonRunner(RunnerBase):
 
     def on_readable(self, sock: zmq.Socket) -> None:
         for frames in drain(sock, 200):
-            handler, _ = FROM_DAEMONS.route(frames[0])  # (pilot/wire.py: the ranks channel)
+            handler, _ = FROM_DAEMONS.route(frames[0])  # (pilot/wire/links.py: the ranks channel)
             handler(self, frames)
 
     def daemon_events(self, frames: list[bytes]) -> None:
-        """Ranks' output and exits from a node daemon (agent/node_ranks.py sends them)."""
+        """Ranks' output and exits from a node daemon (agent/node/ranks.py sends them)."""
         if len(frames) != 2:
             raise ProtocolError(f"events of {len(frames) - 1} frames (body)")
         ev = unpack(frames[1])
@@ -306,5 +308,5 @@ class DaemonRunner(RunnerBase):
             sock.close()
 
 
-# what an agent's runner receives from node daemons (pilot/wire.py): handler(runner, frames)
-FROM_DAEMONS = wire.Dispatch("ranks", "agent", {b"events": DaemonRunner.daemon_events})
+# what an agent's runner receives from node daemons (pilot/wire/links.py): handler(runner, frames)
+FROM_DAEMONS = links.Dispatch("ranks", "agent", {b"events": DaemonRunner.daemon_events})

@@ -1,10 +1,10 @@
 """Function units on a single-node partition: persistent Python workers, one call at a time each.
 
 The agent places a function unit like any unit (cores, GPUs, policies: agent/scheduler.py), then
-hands it here instead of spawning a process: an idle worker gets the call (agent/
-function_worker.py has the protocol).  Workers are started when needed, at most one per core of
-the partition (a unit holds at least one core, so an idle worker is always there or may be
-started), and live as long as the agent; they work in PILOT_SANDBOX/<partition>.functions, and
+hands it here instead of spawning a process: an idle worker gets the call
+(agent/workers/function_worker.py has the protocol).  Workers are started when needed, at most one
+per core of the partition (a unit holds at least one core, so an idle worker is always there or may
+be started), and live as long as the agent; they work in PILOT_SANDBOX/<partition>.functions, and
 what they write outside a call goes to PILOT_SANDBOX/<partition>.functions.log.
 
 A worker that dies (killed, os._exit, a crash in C code) is replaced by the next call that needs
@@ -25,8 +25,8 @@ import sys
 import time
 
 from pilot import processes
-from pilot.agent.function_worker import OUTPUT_MAX, PATH_VAR
 from pilot.agent.runners.base import Run
+from pilot.agent.workers.function_worker import OUTPUT_MAX, PATH_VAR
 from pilot.functions import VALUE_MAX
 from pilot.sandbox import functions_dir
 

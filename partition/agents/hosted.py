@@ -1,7 +1,7 @@
 """Agents started by the node daemon of their own node (resources whose agents need nodes of
 their own: agent_overhead.nodes, the RFC's Cray case).
 
-The bootstrap's NodeSet (partition/node_set.py) sends that daemon `agent {uid, argv, log}`;
+The bootstrap's NodeSet (partition/nodes/node_set.py) sends that daemon `agent {uid, argv, log}`;
 the daemon reports `agent_exit {uid, code}` when the agent ends, and the NodeSet records it
 here (`exited`).  When the node is lost, or the message cannot be sent because the node is
 down, the agent is over without an exit code (`lost`).  Interface: AgentProcess
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from pilot.partition.manager import AgentExit
-from pilot.protocol import msg
+from pilot.wire.protocol import msg
 
 
 class HostedAgent:

@@ -89,11 +89,11 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
         "--table-timeout",
         str(2 * rcfg.bringup_timeout + rcfg.node_timeout),
     ]
-    if cfg.get("pulse"):  # the bootstrap's pulse channel (pilot/liveness.py)
+    if cfg.get("pulse"):  # the bootstrap's pulse channel (pilot/wire/liveness.py)
         args += ["--pulse", cfg["pulse"]]
     if cfg.get("curve"):
         args += ["--curve", cfg["curve"]]
-    if cfg.get("hint_base"):  # the daemons of a job that grows the pilot (partition/join.py)
+    if cfg.get("hint_base"):  # the daemons of a job growing the pilot: partition/nodes/join_job.py
         args += ["--hint-base", str(cfg["hint_base"])]
     return processes.python_m(processes.NODE_DAEMON, *args, python=rcfg.python)
 

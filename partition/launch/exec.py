@@ -1,5 +1,5 @@
 """The `exec` launch method: one node daemon per (logical) node on this machine, each a fresh
-interpreter (`python -m pilot.agent.node_daemon ...`).
+interpreter (`python -m pilot.agent.node.daemon ...`).
 
 What `fork` did before it forked daemons from a zygote (partition/launch/fork.py), kept as the
 baseline bench/bringup.py measures `fork` against, and as the base of `netns`, whose daemons

@@ -1,5 +1,5 @@
 """The `fork` launch method: one node daemon per (logical) node on this machine, each forked
-from the node zygote (agent/node_zygote.py, whose header has the protocol).
+from the node zygote (agent/node/zygote.py, whose header has the protocol).
 
 For tests, benchmarks and single-host runs.  A fresh interpreter per daemon (launch method
 `exec`, partition/launch/exec.py) pays its start and imports N times on this host's cores;

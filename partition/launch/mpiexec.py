@@ -1,7 +1,7 @@
 """The `mpiexec` launch method: one mpiexec over the job's nodes, one node daemon rank per node.
 
     mpiexec [launcher_options] -n N --ppn 1 --hostfile LOG_DIR/nodes.hosts
-            /bin/sh -c WRAP sh python -m pilot.agent.node_daemon ...
+            /bin/sh -c WRAP sh python -m pilot.agent.node.daemon ...
 
 For PBS Pro sites whose MPI starter is Cray's PALS (Polaris, Aurora), and any site with an MPICH
 (hydra) or PALS mpiexec: both read `-n`, `--ppn` and `--hostfile`, and place rank i on the

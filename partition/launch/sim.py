@@ -1,8 +1,8 @@
 """The `sim` launch method: simulated nodes, many node daemons to a process on this machine.
 
-    python -m pilot.agent.node_sim LOG_DIR/sim.<k>.json <the node daemon's arguments>
+    python -m pilot.agent.node.sim LOG_DIR/sim.<k>.json <the node daemon's arguments>
 
-Host k runs the daemons of nodes k*PER_HOST .. (k+1)*PER_HOST-1 in one loop (agent/node_sim.py:
+Host k runs the daemons of nodes k*PER_HOST .. (k+1)*PER_HOST-1 in one loop (agent/node/sim.py:
 each a real NodeDaemon, its protocol, keys, pulse, table, bring-up and halt; what runs a unit
 is simulated); its output goes to LOG_DIR/sim.<k>.log.  A host's end is the end of every node
 it ran (`exited()` reports each of its hints).  The NodeLaunch interface is in

@@ -1,7 +1,7 @@
 """The `srun` launch method: one SLURM job step, one node daemon task per node.
 
     srun --nodes=N --ntasks=N --ntasks-per-node=1 --kill-on-bad-exit=0 --cpu-bind=none
-         --output=LOG_DIR/node.%t.log  python -m pilot.agent.node_daemon ...
+         --output=LOG_DIR/node.%t.log  python -m pilot.agent.node.daemon ...
 
 SLURM numbers the tasks: a daemon takes SLURM_NODEID as its hint.  `--cpu-bind=none` leaves
 the daemon free to bind units itself.  The step is one process for all nodes: its end is

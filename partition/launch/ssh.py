@@ -4,7 +4,7 @@
         export K='V'                 (one line per variable of the bootstrap's environment)
         ...
         cd LOG_DIR || exit 1
-        exec python -m pilot.agent.node_daemon ... --hint i --name NAME_i --watch-parent
+        exec python -m pilot.agent.node.daemon ... --hint i --name NAME_i --watch-parent
             </dev/null >>LOG_DIR/node.<i>.log 2>&1
 
 For sites whose nodes neither srun nor an mpiexec reaches (an LSF site whose starter is jsrun, a

@@ -4,7 +4,7 @@
     slurm   pmgr/batch/slurm.py   through PSI/J's SLURM executor
     pbs     pmgr/batch/pbs.py     through PSI/J's PBS Pro executor
     lsf     pmgr/batch/lsf.py     through PSI/J's LSF executor
-(named once, in pilot/plugins.py: BATCH_SYSTEMS)
+(named once, in pilot/config/plugins.py: BATCH_SYSTEMS)
 
 Each module has `submit(argv, env, sandbox, *, nodes, runtime, queue, project, rcfg)` (a
 `Submitter`) returning a `BatchJob`: the handle the client keeps to follow, cancel and explain
@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Protocol
 
-from pilot import plugins
+from pilot.config import plugins
 
 
 class BatchJob(Protocol):
@@ -64,6 +64,6 @@ def follower(batch_system: str) -> Follower:
 
 
 def submitter(batch_system: str) -> Submitter:
-    """The submitter of `batch_system` (named in pilot/plugins.py; loaded when used: slurm
+    """The submitter of `batch_system` (named in pilot/config/plugins.py; loaded when used: slurm
     imports PSI/J only when it submits)."""
     return plugins.load(plugins.BATCH_SYSTEMS, batch_system, "batch_system")

@@ -1,11 +1,11 @@
-"""The client end of the pilot link (see pilot/protocol.py): one ROUTER socket, one thread.
+"""The client end of the pilot link (see pilot/wire/protocol.py): one ROUTER socket, one thread.
 
 The ROUTER binds the session's address (default 127.0.0.1; `Session(address=)`,
 PILOT_CLIENT_ADDRESS) on an OS-chosen port, and, for a pilot whose resource config names a
 `client_address`, that address too (`endpoint_on`); for a pilot whose job may run on another
 host and nothing says where the client is, every address of this host (`endpoints_everywhere`:
 0.0.0.0, the job gets the list and probes it).  It is a CURVE server that admits only
-the session's keys (pilot/security.py); every pilot's bootstrap connects a DEALER whose
+the session's keys (pilot/wire/security.py); every pilot's bootstrap connects a DEALER whose
 identity is the pilot uid.  Only the channel thread touches the socket: other threads hand frames
 to `send()`, which queues them and wakes the thread through an eventfd.  Incoming messages go to
 `on_message(pilot_uid, frames)`; `on_tick()` runs at least every TICK seconds (heartbeats, pilot
@@ -21,8 +21,9 @@ import threading
 
 import zmq
 
-from pilot import checks, network
-from pilot.protocol import drain
+from pilot.config import network
+from pilot.wire import checks
+from pilot.wire.protocol import drain
 
 log = logging.getLogger("pmgr.channel")
 TICK = 0.25
@@ -41,7 +42,7 @@ class Channel:
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.keys = keys
-        keys.serve(self.sock)  # only the session's bootstraps get in (pilot/security.py)
+        keys.serve(self.sock)  # only the session's bootstraps get in (pilot/wire/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{host}")
         self.endpoint = f"tcp://{host}:{port}"
         self.endpoints = {host: self.endpoint}  # address -> the endpoint there

@@ -7,7 +7,7 @@ client_timeout seconds, is FAILED with what its output said.  Partition states a
 bootstrap; partitions the client did not create (started from a shell) appear in
 `pilot.partitions` when first heard of.
 Messages from the bootstrap reach the Pilot's public `on_*` handlers through the session's
-dispatch (pmgr/core/session_dispatch.py HANDLERS, checked against pilot/wire.py's table);
+dispatch (pmgr/core/session_dispatch.py HANDLERS, checked against pilot/wire/links.py's table);
 callbacks registered on the PilotManager see every state change of its pilots.  What concerns
 units goes on to the UnitManager that routes units to the pilot, through the small interface
 `UnitRouter` (pmgr/core/unit_router.py: everything a Pilot calls on it).  Commands to the
@@ -23,8 +23,10 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from pilot import ids, network
+from pilot import ids
 from pilot import states as S
+from pilot.config import network
+from pilot.config.resource_config import ResourceConfig
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.errors import PilotOwned
 from pilot.partition.plan import check_partition, most_nodes
@@ -33,9 +35,8 @@ from pilot.pmgr.core.adapt import AdaptPolicy
 from pilot.pmgr.core.handles import Partition, Stateful
 from pilot.pmgr.core.pilot_jobs import PilotJobs
 from pilot.pmgr.core.unit_router import UnitRouter
-from pilot.protocol import HEARTBEAT, msg, pack
-from pilot.resource_config import ResourceConfig
-from pilot.utils import pilot_endpoints
+from pilot.rp.utils import pilot_endpoints
+from pilot.wire.protocol import HEARTBEAT, msg, pack
 
 if TYPE_CHECKING:
     from pilot.pmgr.batch import BatchJob
@@ -73,7 +74,7 @@ class Pilot(Stateful):
         self.umgr: UnitRouter | None = None  # the UnitManager that routes units to it
         # unit updates heard before a UnitManager used it (an attach: the agent's updates
         # come before the new client made its UnitManager), handed to the first that does
-        self.orphans: list = []  # [groups, ...] (pilot/updates.py)
+        self.orphans: list = []  # [groups, ...] (pilot/wire/updates.py)
         self.orphaned = 0  # unit moves in them
         self.size = dict(size)
         self.resource = resource
@@ -306,8 +307,9 @@ class Pilot(Stateful):
         return max(60.0, self.born + runtime - time.monotonic())
 
     def join_config(self) -> dict:
-        """What a job that grows it needs to know of it (partition/join.py's join.json)."""
-        from pilot import resource_config
+        """What a job that grows it needs to know of it (the join.json of
+        partition/nodes/join_job.py)."""
+        from pilot.config import resource_config
 
         return {
             "pilot": self.uid,
@@ -356,7 +358,7 @@ class Pilot(Stateful):
             self.on_partition_state(uid, state, ts, info)
 
     def on_unit_moves(self, groups: list) -> None:
-        """A batch of unit moves (pilot/updates.py's Groups) from one of its agents, or the
+        """A batch of unit moves (pilot/wire/updates.py's Groups) from one of its agents, or the
         outbox's answer to a sync."""
         umgr = self.umgr
         if umgr is None:  # (not acknowledged: the pilot keeps them, and so do we, for a while)
@@ -381,7 +383,7 @@ class Pilot(Stateful):
 
     def _ack(self, uids: list[str]) -> None:
         """(store writer thread) These units' final states are written: the pilot may let go
-        of them (partition/outbox.py); one the store refused for good is not acknowledged."""
+        of them (partition/client/outbox.py); one the store refused for good is not acknowledged."""
         lost = self.session.writer.unpersisted
         kept = [u for u in uids if u not in lost] if lost else uids
         if kept and self.final:  # it said bye: its outbox ended with it, nothing to let go of
@@ -628,7 +630,7 @@ class Pilot(Stateful):
     def as_dict(self) -> dict:
         """RADICAL-Pilot's view of a pilot: RP 1.103's keys, as RP gives them (its sandboxes
         as URLs on the resource's file system endpoint, `file://localhost/...`; js_url, js_hop
-        and endpoint_fs those of its resource and access schema, pilot/utils.py
+        and endpoint_fs those of its resource and access schema, pilot/rp/utils.py
         pilot_endpoints; resource_details and nodelist None: no agent reports RP's resource
         manager details), plus ours (reason, size, partitions, job)."""
         js_url, js_hop, endpoint_fs = self._rp_endpoints()

@@ -5,7 +5,7 @@ On the pilot link:
     <- grow {job, nodes, hint, exclude, positions, endpoint, pulse, runtime, reason}
            write PILOT_SANDBOX/jobs/JOB/join.json (the bootstrap's node channel, pulse and keys,
            the hints, the runtime the pilot has left by its bootstrap's clock) and submit a job
-           of `nodes` nodes running partition/join.py through the pilot's own batch system
+           of `nodes` nodes running partition/nodes/join_job.py through the pilot's own batch system
            (pmgr/batch/: PSI/J for SLURM, PBS, LSF), on a thread of its own (a submission may
            take seconds; the session's close waits for it, bounded, then ends the job); the nodes
            the pilot holds are `exclude`d where the batch system can say so (SLURM --exclude;
@@ -33,7 +33,7 @@ import time
 
 from pilot import processes
 from pilot.pmgr.batch import job_script, submitter
-from pilot.protocol import msg
+from pilot.wire.protocol import msg
 
 log = logging.getLogger("pmgr.pilots")
 LIVE = ("asked", "queued", "joined")

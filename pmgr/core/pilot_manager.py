@@ -15,9 +15,10 @@ import logging
 import os
 import time
 
-from pilot import functions, processes, resource_config
+from pilot import functions, processes
 from pilot import states as S
 from pilot.agent import native
+from pilot.config import resource_config
 from pilot.descriptions import ComputePilotDescription
 from pilot.partition.plan import most_nodes, plan_pilot
 from pilot.pmgr.batch import job_script, submitter
@@ -223,7 +224,7 @@ class PilotManager:
                 for p in pilot.parts.values()
             ],
         }
-        cfg["curve"] = session.keys.dir  # every channel of the pilot: pilot/security.py
+        cfg["curve"] = session.keys.dir  # every channel of the pilot: pilot/wire/security.py
         cfg_path = os.path.join(pilot.sandbox, "bootstrap.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)

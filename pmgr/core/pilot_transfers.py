@@ -1,6 +1,6 @@
 """RADICAL-Pilot's pilot.stage_in / pilot.stage_out: files between the client and a pilot's
-sandbox, outside any unit, over the pilot link (pmgr/core/transfers.py moves them; partition/
-data_port.py is the pilot's end).
+sandbox, outside any unit, over the pilot link (pmgr/core/transfers.py moves them;
+partition/client/data_port.py is the pilot's end).
 
     stage(pilot, directives, into_pilot) -> the targets, once every file is there
 

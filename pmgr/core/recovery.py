@@ -30,8 +30,8 @@ import time
 
 import zmq
 
-from pilot import resource_config
 from pilot import states as S
+from pilot.config import resource_config
 from pilot.descriptions import (
     ComputePartitionDescription,
     ComputePilotDescription,
@@ -40,7 +40,7 @@ from pilot.errors import PilotOwned
 from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.handles import Partition
-from pilot.protocol import pack, unpack
+from pilot.wire.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")
 ATTACH_TIMEOUT = 10.0

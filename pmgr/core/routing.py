@@ -39,13 +39,13 @@ import threading
 import time
 from collections import deque
 
-from pilot import framed
 from pilot import states as S
 from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_table import UnitTable
-from pilot.protocol import pack
-from pilot.rp_names import SCHEDULER_ROUND_ROBIN
+from pilot.rp.names import SCHEDULER_ROUND_ROBIN
+from pilot.wire import framed
+from pilot.wire.protocol import pack
 
 SEND_CHUNK = 2000
 log = logging.getLogger("pmgr.units")
@@ -69,7 +69,7 @@ class Routing:
     Args:
         book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
         rule (str): how units spread over the pilots (RP's `UnitManager(scheduler=)`):
-            SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (pilot/rp_names.py).
+            SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (pilot/rp/names.py).
     """
 
     def __init__(self, book: UnitBook, rule: str) -> None:

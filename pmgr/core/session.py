@@ -15,7 +15,7 @@ A Session owns the session directory, the state store and its writer thread, and
     ids        pmgr/core/session_ids.py       uids: the store's reserved blocks, own counts
     changes    pmgr/core/state_changes.py     the session lock (`locked()`), every state change
                                               persisted and its callbacks fired (`record`)
-    dispatch   pmgr/core/session_dispatch.py  what pilots send, by pilot/wire.py's table
+    dispatch   pmgr/core/session_dispatch.py  what pilots send, by pilot/wire/links.py's table
     teardown   pmgr/core/session_teardown.py  close(): its steps, in order
 The rest of the client's core calls the parts' methods that the Session names as its own
 (`locked`, `on_message`, ...: listed in `__init__`), or the parts.
@@ -32,7 +32,7 @@ import socket
 import time
 import uuid
 
-from pilot import network, security
+from pilot.config import network
 from pilot.errors import PilotOwned
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.channel import Channel
@@ -45,6 +45,7 @@ from pilot.pmgr.core.transfers import Transfers
 from pilot.pmgr.store import open_store
 from pilot.pmgr.store.data_files import DataFiles
 from pilot.pmgr.store.writer import BatchWriter
+from pilot.wire import security
 
 __all__ = ["Session", "sessions_dir", "private_dir", "FROM_STORE", "ID_BLOCK", "STORE_WAIT"]
 log = logging.getLogger("pmgr.session")
@@ -269,7 +270,7 @@ class Session:
 
     def get_resource_config(self, resource: str, schema: str | None = None) -> dict:
         """RADICAL-Pilot 1.x's: the RP config of `resource` with its access schema's endpoints
-        laid over it (pilot/utils.py `session_config`).
+        laid over it (pilot/rp/utils.py `session_config`).
 
         Args:
             resource (str): SITE.NAME.
@@ -278,7 +279,7 @@ class Session:
         Raises:
             RuntimeError: an unknown resource or schema (RP's error).
         """
-        from pilot import utils
+        from pilot.rp import utils
 
         return utils.session_config(resource, schema)
 

@@ -1,9 +1,10 @@
-"""The client's dispatch of what pilots send on the pilot link, built from pilot/wire.py's table.
+"""The client's dispatch of what pilots send on the pilot link, built from pilot/wire/links.py's
+table.
 
 `HANDLERS` names a handler for every kind the table says the client receives on the pilot link
-(wire.Dispatch checks that at import: no kind more, none less).  Each is called on the channel
+(links.Dispatch checks that at import: no kind more, none less).  Each is called on the channel
 thread as handler(dispatch, pilot, frames, body): `body` checked by the table's check
-(pilot/messages.py); for ustates the groups of unit moves pilot/updates.py read; None for
+(pilot/wire/messages.py); for ustates the groups of unit moves pilot/wire/updates.py read; None for
 put_ack and got (the transfer waiting for them reads their frames).  The Pilot's handlers run
 with the session lock held, inside `session.locked()` (its callbacks after), but `output`, whose
 callbacks may be slow (`pilot_handler` makes one of a Pilot method).
@@ -19,9 +20,10 @@ from __future__ import annotations
 import logging
 import time
 
-from pilot import updates, validate, wire
+from pilot import validate
 from pilot.pmgr.core.pilot import Pilot
-from pilot.protocol import ProtocolError, unpack
+from pilot.wire import links, updates
+from pilot.wire.protocol import ProtocolError, unpack
 
 log = logging.getLogger("pmgr.session")
 
@@ -38,7 +40,7 @@ def pilot_handler(method):
 
 
 def _read_ustates(frames: list[bytes]):
-    """A `ustates` message's groups of unit moves (pilot/updates.py checks them)."""
+    """A `ustates` message's groups of unit moves (pilot/wire/updates.py checks them)."""
     if len(frames) < 3:
         raise ProtocolError(f"ustates of {len(frames) - 1} frames (head, times)")
     return updates.read(frames[1], frames[2], frames[3:])
@@ -75,7 +77,7 @@ HANDLERS = {
     b"put_ack": _transfer,
     b"got": _transfer,
 }
-FROM_PILOT = wire.Dispatch("pilot", "client", HANDLERS)
+FROM_PILOT = links.Dispatch("pilot", "client", HANDLERS)
 
 
 class SessionDispatch:
@@ -97,7 +99,7 @@ class SessionDispatch:
             with session.locked():
                 self.on_unsent(pilot, frames[2:], frames[1].decode())
             return
-        try:  # (the body's shape is checked before anything acts on it: pilot/messages.py)
+        try:  # (the body's shape is checked before anything acts on it: pilot/wire/messages.py)
             handler, _, body = FROM_PILOT.read(kind, frames[1] if len(frames) > 1 else None)
             if kind == b"ustates":  # (put_ack, got: the transfer reads their frames itself)
                 body = _read_ustates(frames)

@@ -2,7 +2,7 @@
 
 A unit with client-side input steps is routed as any other, then, before it is sent, its files
 are pushed to its pilot (`put`); one with client-side output steps stays EXECUTING after its
-agent says DONE until its files are pulled (`get`).  partition/data_port.py has the protocol;
+agent says DONE until its files are pulled (`get`).  partition/client/data_port.py has the protocol;
 chunks of CHUNK bytes, one in flight per transfer, so memory stays flat for any file size and
 the client may be on another host than the pilot.  One worker thread does the transfers in
 order; `then(error)` is called on it when a unit's steps are done (error: the first failed
@@ -20,7 +20,7 @@ import threading
 import time
 
 from pilot import staging
-from pilot.protocol import ProtocolError, pack, unpack
+from pilot.wire.protocol import ProtocolError, pack, unpack
 
 log = logging.getLogger("pmgr.transfers")
 CHUNK = 1 << 20

@@ -87,7 +87,7 @@ class UnitEvents:
 
     # -- events (lock held, channel thread) ---------------------------------------------------
     def on_unit_moves(self, groups: list) -> list[str]:
-        """A batch of moves (pilot/updates.py's Groups, each unit's in its order); returns
+        """A batch of moves (pilot/wire/updates.py's Groups, each unit's in its order); returns
         the uids of its units that are final here now (the pilot may let go of their
         outcomes once the store has them).  A move of a live unit that goes on along the
         unit machine with no more than an exit code, a node and slots, and a reason takes
@@ -326,7 +326,7 @@ class UnitEvents:
 
     def on_partition_changed(self, part) -> None:
         """A partition ended: units of it not final here are asked for (`sync`): the pilot
-        keeps every outcome its agents reported until the store has it (partition/outbox.py),
+        keeps every outcome its agents reported until the store has it (partition/client/outbox.py),
         so only what it does not know is lost (on_synced); with the pilot gone too, nothing
         is left to ask."""
         if part.final:

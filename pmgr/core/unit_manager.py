@@ -36,7 +36,7 @@ from pilot.pmgr.core.unit_queries import UnitQueries
 from pilot.pmgr.core.unit_stream import UnitStream
 from pilot.pmgr.core.unit_submit import Submission
 from pilot.pmgr.core.unit_table import UnitTable
-from pilot.rp_names import SCHEDULER_DEFAULT, SCHEDULERS
+from pilot.rp.names import SCHEDULER_DEFAULT, SCHEDULERS
 
 log = logging.getLogger("pmgr.units")
 

@@ -4,8 +4,8 @@ The UnitManager implements it by delegating to the parts it holds (`UnitEvents`,
 pmgr/core/unit_events.py; `route` to its `Routing`, pmgr/core/routing.py); a pilot has one
 once `add_pilots` gave it one (`Pilot.umgr`, None before).  Every call comes on the channel
 thread, with the session lock held, inside `session.locked()` (on_output without it), and
-passes on the news a pilot's bootstrap sent (pilot/protocol.py):
-    ustates a batch of unit moves (pilot/updates.py) -> on_unit_moves, then route() once
+passes on the news a pilot's bootstrap sent (pilot/wire/protocol.py):
+    ustates a batch of unit moves (pilot/wire/updates.py) -> on_unit_moves, then route() once
     output  unit output forwarded by node daemons -> on_output
     back    units a partition handed back (or the channel could not send) -> on_units_back
     lost    a partition's agent died -> on_partition_lost
@@ -27,7 +27,7 @@ class UnitRouter(Protocol):
     news about units and partitions, each called on the channel thread holding the session
     lock, inside `session.locked()` (on_output without it)."""
 
-    # a batch of unit moves (pilot/updates.py's Groups); returns the uids final here now
+    # a batch of unit moves (pilot/wire/updates.py's Groups); returns the uids final here now
     def on_unit_moves(self, groups: list) -> list[str]: ...
 
     def on_output(self, chunks: list) -> None: ...  # [uid, node, rank, stream, text]

@@ -71,7 +71,7 @@ from pilot.pmgr.core import sessions_dir
 from pilot.pmgr.observe.dashboard_data import Look, Watch
 from pilot.pmgr.observe.extras import require
 from pilot.pmgr.observe.top_target import resolve
-from pilot.protocol import ProtocolError
+from pilot.wire.protocol import ProtocolError
 
 log = logging.getLogger("pilot.dashboard")
 

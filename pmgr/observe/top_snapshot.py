@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from pilot import security
 from pilot import states as S
 from pilot.descriptions import ComputePilotDescription
 from pilot.pmgr.observe.timeline import STOPPED_BY_RECONFIG
 from pilot.pmgr.observe.top_store import open_reader
 from pilot.pmgr.observe.top_target import Target, read_control
 from pilot.pmgr.store.held import held
-from pilot.protocol import pack, unpack
+from pilot.wire import security
+from pilot.wire.protocol import pack, unpack
 
 CONTROL_TIMEOUT = 2.0  # s a refresh waits for the pilot's answer
 GONE_GRACE = 5.0  # s the client gets to store a pilot's end once its bootstrap is gone

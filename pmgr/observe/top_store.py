@@ -27,11 +27,11 @@ import os
 import sqlite3
 from collections import deque
 
-from pilot import framed
 from pilot import states as S
 from pilot.pmgr.core import sessions_dir
 from pilot.pmgr.store.sqlite import EXECUTING_NOW, expand_row
 from pilot.pmgr.store.sqlite_schema import DESCRIPTION, ROW
+from pilot.wire import framed
 
 EVENTS_KEPT = 200
 HELD_FIELDS = (  # the description fields pmgr/store/held.py's held() reads
@@ -137,7 +137,7 @@ class SqliteReader:
         desc = DESCRIPTION if self._has_templates() else "description"
         try:  # a whole description is long (environment, arguments): only these fields
             docs = self._docs(
-                sql.format(  # (a framed one, a BLOB, is read whole: pilot/framed.py)
+                sql.format(  # (a framed one, a BLOB, is read whole: pilot/wire/framed.py)
                     f"CASE WHEN typeof({desc}) = 'blob' THEN {desc} "
                     f"ELSE json_extract({desc}, {paths}) END"
                 ),

@@ -7,7 +7,7 @@ null://                  pmgr/store/null.py     persists nothing (benchmarks)
 
 from __future__ import annotations
 
-from pilot import plugins
+from pilot.config import plugins
 from pilot.pmgr.store.base import StateStore
 
 __all__ = ["StateStore", "open_store"]
@@ -15,7 +15,7 @@ __all__ = ["StateStore", "open_store"]
 
 def open_store(url: str) -> StateStore:
     """A store for `url`: sqlite:///PATH (embedded) or mongodb://... (the schemes are named in
-    pilot/plugins.py, STORES; pymongo is imported only for MongoDB)."""
+    pilot/config/plugins.py, STORES; pymongo is imported only for MongoDB)."""
     scheme, sep, _ = url.partition("://") if isinstance(url, str) else ("", "", "")
     if not sep or scheme not in plugins.STORES:
         raise ValueError(

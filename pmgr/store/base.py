@@ -62,7 +62,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from pilot import framed
+from pilot.wire import framed
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -215,7 +215,7 @@ class TextIds:
 
 def encode(value) -> str | bytes:
     """A structured field as stored when no data files are at hand: JSON text, or (holding
-    bytes) one BLOB of JSON and its frames (pilot/framed.py)."""
+    bytes) one BLOB of JSON and its frames (pilot/wire/framed.py)."""
     try:
         return _dumps(value)
     except TypeError:

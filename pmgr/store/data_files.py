@@ -24,7 +24,7 @@ import json
 import os
 import uuid
 
-from pilot import framed
+from pilot.wire import framed
 
 REF = "\x00file"
 VALUE_REF = "\x00file:"
@@ -66,7 +66,7 @@ class DataFiles:
 
 def encode(value, data: DataFiles | None) -> str | bytes:
     """A structured field as stored: JSON text; its bytes values as files of `data` (no
-    `data`: one BLOB of JSON and its frames, pilot/framed.py)."""
+    `data`: one BLOB of JSON and its frames, pilot/wire/framed.py)."""
     try:
         return _dumps(value)
     except TypeError:

@@ -64,7 +64,7 @@ import threading
 import time
 import uuid
 
-import pilot.checks as checks
+import pilot.wire.checks as checks
 from pilot.pmgr.store.base import (
     Batch,
     Fenced,

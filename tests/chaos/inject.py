@@ -7,7 +7,7 @@ PILOT_SESSION_ID=<session> in its environment (pmgr/core/reaper.py), and among t
     agent zygote   pilot.agent.zygote, a child of the bootstrap, and no agent (agents are
                    forked from it: they show its command line too)
     node daemon    the pids of `daemons.json` in the pilot sandbox (grown jobs' nodes too)
-    node zygote    pilot.agent.node_zygote, and no node daemon (the fork launch method only:
+    node zygote    pilot.agent.node.zygote, and no node daemon (the fork launch method only:
                    srun starts the daemons itself)
 Signals go to one pid (os.kill); a process that ended meanwhile is no error.
 
@@ -108,7 +108,7 @@ class Targets:
         return [p for p in pids if isinstance(p, int) and p in self.cmd]
 
     def node_zygote(self) -> list[int]:
-        zygotes = self._with("pilot.agent.node_zygote")
+        zygotes = self._with("pilot.agent.node.zygote")
         daemons = set(self.node_daemon())
         return [p for p in zygotes if p not in daemons and ppid(p) not in zygotes]
 

@@ -69,7 +69,7 @@ def rogues(session, endpoint: str) -> dict:
     """Peers without the session's keys try to run a unit on a daemon: nothing may run."""
     import zmq
 
-    from pilot.protocol import pack
+    from pilot.wire.protocol import pack
 
     ctx = zmq.Context.instance()
     out = {}

@@ -28,7 +28,7 @@ import os
 from pilot.pmgr.compat.entk import references
 from pilot.pmgr.compat.entk.errors import EnTKValueError
 from pilot.pmgr.compat.rp1 import TaskDescription
-from pilot.rp_names import MPI, OpenMP
+from pilot.rp.names import MPI, OpenMP
 
 
 class Catalog:

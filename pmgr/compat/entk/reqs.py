@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pilot.fields import Description, amount, count, field_error, one_of, text
 from pilot.pmgr.compat.rp1 import CUDA, ROCm
-from pilot.rp_names import MPI, POSIX, OpenMP
+from pilot.rp.names import MPI, POSIX, OpenMP
 
 
 def _type(*accepted):

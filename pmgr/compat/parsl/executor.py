@@ -76,7 +76,7 @@ from parsl.utils import RepresentationMixin, get_std_fname_mode
 from pilot import states as S
 from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.compat.futures import Executor, ExecutorError, call_outcome
-from pilot.rp_names import MPI
+from pilot.rp.names import MPI
 
 log = logging.getLogger("pmgr.parsl")
 

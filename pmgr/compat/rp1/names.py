@@ -1,4 +1,4 @@
-"""RADICAL-Pilot 1.x's names (its TaskManager API, 2020 on) beside RP 0.90's (pilot/rp_names.py),
+"""RADICAL-Pilot 1.x's names (its TaskManager API, 2020 on) beside RP 0.90's (pilot/rp/names.py),
 so a script written for `import radical.pilot as rp` runs with `import pilot as rp`.
 
 A task is a unit here; RP 1.x's task states are aliases of the unit states that hold a task at
@@ -8,7 +8,7 @@ that point, as RP 0.90's are (TMGR_ is UMGR_ renamed).  Task modes are RP's stri
 
 from __future__ import annotations
 
-from pilot.rp_names import (
+from pilot.rp.names import (
     UMGR_SCHEDULING,
     UMGR_SCHEDULING_PENDING,
     UMGR_STAGING_INPUT,

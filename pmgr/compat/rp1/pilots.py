@@ -18,8 +18,9 @@ import copy
 import os
 from collections import deque
 
-from pilot import resource_config, staging
+from pilot import staging
 from pilot import states as S
+from pilot.config import resource_config
 from pilot.descriptions import ComputePilotDescription
 from pilot.pilot_description import PilotDescription
 from pilot.pmgr.compat.rp1 import named_envs, pilot_staging

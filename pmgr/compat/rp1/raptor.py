@@ -11,7 +11,7 @@ partitions: a Raptor master is a partition of function workers.
         partition, FILL], which needs that partition to run nothing then
     raptor.submit_tasks(tds) -> [Task]: tasks of any mode, run in the raptor's partition (a
         function task by one of its function workers, one per core;
-        pilot/raptor_functions.py has the names they know)
+        pilot/rp/raptor_functions.py has the names they know)
     raptor.rpc("stop") -> the partition stops (its queued tasks go back and fail, having no
         partition); the raptor and its workers end DONE
 States of a raptor and its workers: SCHEDULING until the workers are submitted, QUEUED while

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 
-from pilot import checks, staging, validate
+from pilot import staging, validate
 from pilot.fields import count, field, field_error, flag, optional_count, str_list
 from pilot.pmgr.compat.rp1.names import (
     AGENT_SERVICE,
@@ -53,8 +53,9 @@ from pilot.pmgr.compat.rp1.names import (
     TASK_SERVICE,
 )
 from pilot.pmgr.compat.rp1.task_reads import RP_UNSET, AsRP, rp_unset_accepted, rp_value
-from pilot.rp_names import POSIX, OpenMP
+from pilot.rp.names import POSIX, OpenMP
 from pilot.unit_description import ComputeUnitDescription
+from pilot.wire import checks
 
 
 def _opt_text(owner, field, value):

@@ -7,7 +7,7 @@ reads (those of a unit).
 What becomes what (the TaskManager gives `ctx`, the `TaskContext`, for what needs its tasks,
 pilots and raptors):
     mode             TASK_SHELL: /bin/sh -c command; TASK_FUNCTION / TASK_METHOD: function (a
-                     bare name: the one the workers know, pilot/raptor_functions.py);
+                     bare name: the one the workers know, pilot/rp/raptor_functions.py);
                      TASK_EVAL / TASK_EXEC: a call of raptor_functions.eval_code / exec_code; a
                      function task is one call (ranks 1, no shell lines, no named_env)
     use_mpi          (default ranks > 1) cpu_process_type rp.MPI: one MPI starter over the
@@ -29,7 +29,7 @@ from __future__ import annotations
 import shlex
 from typing import Protocol
 
-from pilot import raptor_functions, staging
+from pilot import staging
 from pilot.pmgr.compat.rp1.names import (
     DOWNLOAD,
     GPU_ENV,
@@ -44,7 +44,8 @@ from pilot.pmgr.compat.rp1.names import (
 )
 from pilot.pmgr.compat.rp1.task_description import TaskDescription
 from pilot.policy import Policy
-from pilot.rp_names import MPI
+from pilot.rp import raptor_functions
+from pilot.rp.names import MPI
 
 # an MPI task's ranks share the environment the pilot gave its starter: each rank's shell
 # takes its rank from the starter's variable (Open MPI / PMIx, MPICH, SLURM)
