@@ -29,9 +29,9 @@ State updates are collected and sent in batches: at most every FLUSH_EVERY secon
 when FLUSH_SIZE updates are waiting or the partition has gone idle (nothing queued or running:
 nothing else is coming that they could wait for): agent/reports.py.  Every wait is bounded: the
 loop wakes at least once a second and tears down when its parent bootstrap is gone.
-The Agent class is in three modules: this one (bring-up, units in, started and ended, the
-loop), agent/reports.py (Reporting: what it says about its units) and agent/stopping.py
-(Stopping: cancel, stop, its last words); each part declares what it uses of the others.
+The Agent holds its parts, each given the collaborators it uses: `reports` (agent/reports.py:
+what it says about its units) and `stops` (agent/stopping.py: cancel, stop, its last words);
+this module has bring-up, units in, started and ended, and the loop.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ import zmq
 from pilot import validate
 from pilot.agent import runners
 from pilot.agent.rank_env import check_environment
-from pilot.agent.reports import FLUSH_EVERY, Reporting
+from pilot.agent.reports import FLUSH_EVERY, Reports
 from pilot.agent.scheduler import Scheduler
-from pilot.agent.stopping import Stopping
+from pilot.agent.stopping import Stops
 from pilot.states import CANCELED, EXECUTING, FAILED, QUEUED
 from pilot.unit_record import UnitRecord
 from pilot.wire import checks, links, security
@@ -68,13 +68,12 @@ JOURNAL_BATCH = 32
 log = logging.getLogger("agent")
 
 
-class Agent(Reporting, Stopping):
-    """One partition's agent (the module's header); Reporting and Stopping are parts of it."""
+class Agent:
+    """One partition's agent (the module's header)."""
 
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.uid = cfg["uid"]
-        self.kill_grace = float(cfg.get("kill_grace", 2.0))
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
         self.ctx = zmq.Context.instance()
         slots = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
@@ -85,12 +84,10 @@ class Agent(Reporting, Stopping):
             0o600,
         )
         self.runner, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
-        self._init_reports()  # (agent/reports.py)
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
         self.boot_seen = 0.0  # when the bootstrap was last seen alive (start_ready)
         self.nodes_lost: set[int] = set()  # node indices lost: nothing more is placed there
-        self._init_stopping()  # (agent/stopping.py)
         self.ppid = os.getppid()
         self.last_load: list = []  # (every_second: its nodes' load as last said)
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -100,6 +97,18 @@ class Agent(Reporting, Stopping):
         if keys is not None:  # the bootstrap's agent channel listens beyond loopback
             keys.client(self.sock)
         self.sock.connect(cfg["endpoint"])
+        # its parts, each given what it uses: what it says of its units, how it ends them
+        self.reports = Reports(self.uid, self.sock, self.runner, self.stager, cfg["pilot_sandbox"])
+        self.stops = Stops(
+            self.uid,
+            self.sock,
+            self.sched,
+            self.runner,
+            self.stager,
+            self.reports,
+            self.take_back,
+            float(cfg.get("kill_grace", 2.0)),
+        )
         self.poller = None  # (run's)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
@@ -113,6 +122,9 @@ class Agent(Reporting, Stopping):
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_term)
+
+    def _on_term(self, signum, _frame) -> None:
+        self.stops.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)
 
     def idle(self) -> bool:
         """Nothing is queued or running here (the last updates need not wait for others)."""
@@ -138,7 +150,7 @@ class Agent(Reporting, Stopping):
                 continue
             if first is None:  # (a bulk whose template is not even a mapping)
                 for uid in uids:
-                    self.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
+                    self.reports.update(uid, FAILED, {"reason": f"malformed unit: {malformed}"})
                 continue
             reason = malformed and f"malformed unit: {malformed}"
             if reason is None:
@@ -158,8 +170,8 @@ class Agent(Reporting, Stopping):
         if self.sched.unsorted:  # a higher priority came: what lanes hold ahead goes back first
             self.take_back()
             self.sched.reorder()
-        if self.stopping:
-            self.release_late()
+        if self.stops.stopping:
+            self.stops.release_late()
         self.start_ready()
 
     def _never_runs(self, u: UnitRecord, found: dict) -> str | None:
@@ -187,28 +199,28 @@ class Agent(Reporting, Stopping):
     def _arrived(self, u: UnitRecord, reason: str | None) -> None:
         """One unit of a `units` message, its fate judged (`reason`: why it can never run)."""
         uid = u["uid"]
-        if uid in self.known:  # sent again: it is here already, or has run: never twice
+        if uid in self.reports.known:  # sent again: it is here already, or has run: never twice
             log.warning("%s: unit %s arrived again; its updates said again", self.uid, uid)
-            self.say_again(uid)
+            self.reports.say_again(uid)
             return
-        if uid in self.ended:
+        if uid in self.reports.ended:
             log.warning("%s: unit %s arrived again after its end: not run twice", self.uid, uid)
             return
         if reason is not None and reason.startswith("malformed unit"):
-            self.update(uid, FAILED, {"reason": reason})
+            self.reports.update(uid, FAILED, {"reason": reason})
             return
-        if self.canceled_early:
-            early = self.canceled_early.pop(uid, None)
+        if self.stops.canceled_early:
+            early = self.stops.canceled_early.pop(uid, None)
             if early is not None:
-                self.update(uid, CANCELED, {"reason": early})
+                self.reports.update(uid, CANCELED, {"reason": early})
                 return
-        if self.stopping:
-            self.late.append(u)
+        if self.stops.stopping:
+            self.stops.late.append(u)
             return
         if reason is not None:
-            self.update(uid, FAILED, {"reason": reason})
+            self.reports.update(uid, FAILED, {"reason": reason})
             return
-        self.update(uid, QUEUED)
+        self.reports.update(uid, QUEUED)
         self.sched.enqueue(u)
         if not u.get("function"):  # a call runs in a worker's directory
             self.stager.submit(u)
@@ -234,7 +246,7 @@ class Agent(Reporting, Stopping):
         self.on_exits()
 
     def start_ready(self) -> None:
-        if self.stopping:
+        if self.stops.stopping:
             return
         now = time.monotonic()  # (asked at most every 50 ms: a stop or a freeze of this agent
         if now - self.boot_seen > 0.05:  # counts in the monotonic clock, so a woken agent asks)
@@ -267,11 +279,11 @@ class Agent(Reporting, Stopping):
             run = self.runner.spawn(unit, sandbox, alloc)
         except (OSError, ValueError) as exc:  # ValueError: what posix_spawn cannot pass
             self.sched.release(alloc)
-            self.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
+            self.reports.update(unit["uid"], FAILED, {"reason": f"cannot start: {exc}"})
             return
         slots = [{t: [i for i, _ in got] for t, got in grant.items()} for _, grant in alloc.ranks]
         nodes = run.nodes
-        self.update(
+        self.reports.update(
             unit["uid"],
             EXECUTING,
             {
@@ -302,7 +314,7 @@ class Agent(Reporting, Stopping):
             self.start_ready()  # their cores first (idle until then); their reports can wait
         finally:  # (reaped: nothing else would ever report them)
             for r, code in ended:
-                self.report_end(r, code, r.ended_at or ended_at)
+                self.reports.report_end(r, code, r.ended_at or ended_at)
         self.settle(back)
         self.hold_ahead()
 
@@ -332,23 +344,24 @@ class Agent(Reporting, Stopping):
         for r in self.runner.started():
             uid = r.unit["uid"]
             if r.start_errno:
-                self.update(uid, FAILED, {"reason": f"cannot start: {os.strerror(r.start_errno)}"})
+                why = f"cannot start: {os.strerror(r.start_errno)}"
+                self.reports.update(uid, FAILED, {"reason": why})
                 continue
             node, grant = r.alloc.ranks[0]
             slots = {t: [i for i, _ in got] for t, got in grant.items()}
-            self.update(uid, EXECUTING, {"node": node.name, "slots": slots}, r.started_at)
-            reason = self.canceled_early.pop(uid, None)
-            if reason is None and self.stopping:
-                reason = self.stopping["reason"]
+            self.reports.update(uid, EXECUTING, {"node": node.name, "slots": slots}, r.started_at)
+            reason = self.stops.canceled_early.pop(uid, None)
+            if reason is None and self.stops.stopping:
+                reason = self.stops.stopping["reason"]
             if reason is not None:
-                self._terminate(r, reason)
+                self.stops.terminate(r, reason)
 
     def hold_ahead(self) -> None:
         """Let the runner hold units from the head of the queue ahead (lanes)."""
-        if not self.sched.queue or self.stopping:
+        if not self.sched.queue or self.stops.stopping:
             return
         for unit, reason in self.runner.hold_ahead(self.sched.queue, self.stager.take):
-            self.update(unit["uid"], FAILED, {"reason": reason})
+            self.reports.update(unit["uid"], FAILED, {"reason": reason})
 
     # -- loop ---------------------------------------------------------------------------------
     def handle(self, frames: list[bytes]) -> None:
@@ -374,10 +387,10 @@ class Agent(Reporting, Stopping):
             self.internal.report(f"agent {kind[:16]!r} handler", exc)
 
     def on_cancel(self, body: dict) -> None:
-        self.cancel(body["uids"], body.get("reason") or "canceled")
+        self.stops.cancel(body["uids"], body.get("reason") or "canceled")
 
     def on_sync(self, body: dict) -> None:
-        self.sync(body.get("cid"), body["uids"])
+        self.reports.sync(body.get("cid"), body["uids"])
 
     def on_node_lost(self, body: dict) -> None:
         """A node of this partition is lost: its units end FAILED with the reason, nothing
@@ -398,11 +411,11 @@ class Agent(Reporting, Stopping):
             q.clear()
             q.extend(kept)
             for u, why in misfits:
-                self.update(u["uid"], FAILED, {"reason": f"{reason}; now {why}"})
+                self.reports.update(u["uid"], FAILED, {"reason": f"{reason}; now {why}"})
         self.start_ready()
 
     def on_stop(self, body: dict) -> None:
-        self.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
+        self.stops.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
 
     def bring_up(self) -> zmq.Poller:
         """Say `ready`; the poller of the loop: the bootstrap's socket, the wake-up socket and
@@ -423,10 +436,10 @@ class Agent(Reporting, Stopping):
         while True:
             now = time.monotonic()
             timeout = next_ppid_check - now
-            if self.timers:
-                timeout = min(timeout, self.timers[0][0] - now)
-            if self.updates:
-                timeout = min(timeout, self.first_pending + FLUSH_EVERY - now)
+            if self.stops.timers:
+                timeout = min(timeout, self.stops.timers[0][0] - now)
+            if self.reports.updates:
+                timeout = min(timeout, self.reports.first_pending + FLUSH_EVERY - now)
             sweep_at = self.runner.due()
             if sweep_at is not None:
                 timeout = min(timeout, sweep_at - now)
@@ -451,14 +464,14 @@ class Agent(Reporting, Stopping):
             now = time.monotonic()
             if sweep_at is not None and now >= sweep_at:
                 self.runner.sweep(now)  # (output of lane units: read, not polled)
-            if self.timers and self.timers[0][0] <= now:
-                self.kill_late(now)
+            if self.stops.timers and self.stops.timers[0][0] <= now:
+                self.stops.kill_late(now)
             if now >= next_ppid_check:
                 next_ppid_check = now + 1.0
                 self.every_second(now)
-            if self.stopping and (not self.runner.runs() or self.stop_overdue(now)):
-                return self.finish()
-            self.flush(force=bool(self.updates) and self.idle())
+            if self.stops.stopping and (not self.runner.runs() or self.stops.stop_overdue(now)):
+                return self.stops.finish()
+            self.reports.flush(force=bool(self.reports.updates) and self.idle())
 
     def every_second(self, now: float) -> None:
         """The stager's tick; its nodes' load said when it changed (`load`); a stop when the
@@ -484,7 +497,7 @@ class Agent(Reporting, Stopping):
         if os.getppid() == boot:  # its zygote died, not the
             self.ppid = os.getppid()  # bootstrap: that adopted it, and it goes on
         if os.getppid() != self.ppid or (boot is not None and not _alive(int(boot))):
-            self.stop("the pilot's bootstrap is gone", hand_back=False)
+            self.stops.stop("the pilot's bootstrap is gone", hand_back=False)
             return True
         return False
 

@@ -1,10 +1,10 @@
 """What an agent says about its units: every state move, sent in batches; the memory `sync`
 says them again from; a unit's final state once its processes have ended.
 
-Agent (agent/agent.py) is a Reporting: the methods here are its own, kept in a module of their
-own (they run for every unit: the same object, not one reached through another), and use the
-agent's attributes declared in the class body.  Messages, on the agent's DEALER to the bootstrap
-(pilot/wire/protocol.py, agent link):
+The agent (agent/agent.py) holds one Reports, `agent.reports`, given what it uses: the agent's
+DEALER, its runner (whose forwarded output goes first) and stager (an empty sandbox recycled),
+the pilot sandbox.  Messages, on the agent's DEALER to the bootstrap (pilot/wire/protocol.py,
+agent link):
     output  [[uid, node, rank, stream, text], ...]   the runner's forwarded output, sent by
                                                      `flush` ahead of the state updates, so a
                                                      unit's output precedes its end
@@ -59,18 +59,18 @@ KEPT_OUTPUT = 65536  # bytes of stdout / stderr a `cleanup` unit keeps (its file
 log = logging.getLogger("agent")
 
 
-class Reporting:
-    """The agent's state updates (a part of Agent, agent/agent.py)."""
+class Reports:
+    """What an agent says about its units (the module's header)."""
 
-    # the agent's
-    cfg: dict
-    uid: str
-    sock: zmq.Socket
-    runner: UnitRunner
-    stager: Stager
-
-    def _init_reports(self) -> None:
-        """Nothing said yet."""
+    def __init__(
+        self, uid: str, sock: zmq.Socket, runner: UnitRunner, stager: Stager, root: str
+    ) -> None:
+        """Nothing said yet; `root` is the pilot sandbox."""
+        self.uid = uid
+        self.sock = sock
+        self.runner = runner
+        self.stager = stager
+        self.root = root
         self.updates = Moves()
         self.first_pending = 0.0  # (monotonic) when the oldest of `updates` was recorded
         self.known: dict[str, list] = {}  # units here and not final -> what was said of them
@@ -118,6 +118,12 @@ class Reporting:
         self.flush(force=True)
         self.sock.send_multipart(msg(b"synced", {"cid": cid, "part": self.uid, "unknown": unknown}))
 
+    def forget(self, uid: str) -> None:
+        """`uid` is no longer this agent's (handed back: routed again by the client), so a sync
+        says it does not know it, never again what it said before."""
+        self.states.pop(uid, None)
+        self.known.pop(uid, None)
+
     def flush(self, force: bool = False) -> None:
         output = self.runner.output
         if output:  # ahead of the state updates, so a unit's output precedes its end
@@ -149,8 +155,7 @@ class Reporting:
         if r.extra:  # a function's value or exception, and what it printed
             kept.update(r.extra)
         if r.left_empty:  # nothing of it is there: no directory is left behind
-            root = self.cfg["pilot_sandbox"]
-            self.stager.recycle(r.sandbox or sandbox_of(root, r.unit))
+            self.stager.recycle(r.sandbox or sandbox_of(self.root, r.unit))
         if r.fail_reason is not None:
             info = {"reason": r.fail_reason, **kept}
             if not r.not_started:  # (a unit that never ran has no exit code)
@@ -175,9 +180,9 @@ class Reporting:
     def stage_out(self, unit: dict) -> str | None:
         """The unit's pilot-side output steps (COPY, LINK, MOVE), in order; the first fatal
         failure's text, or None."""
-        sandbox = sandbox_of(self.cfg["pilot_sandbox"], unit)
+        sandbox = sandbox_of(self.root, unit)
         for d in unit["stage_out"]:
-            why = staging.act(d, self.cfg["pilot_sandbox"], sandbox)
+            why = staging.act(d, self.root, sandbox)
             if why and why.startswith("skipped: "):
                 log.warning("%s: output staging %s", unit["uid"], why)
             elif why:
@@ -187,7 +192,7 @@ class Reporting:
     def clean_up(self, unit: dict) -> dict:
         """A `cleanup` unit's sandbox is removed once it ended; the first KEPT_OUTPUT bytes of
         its stdout and stderr travel with its final state instead."""
-        sandbox = sandbox_of(self.cfg["pilot_sandbox"], unit)
+        sandbox = sandbox_of(self.root, unit)
         kept = {}
         for key, name in zip(("stdout", "stderr"), output_names(unit)):
             try:

@@ -1,8 +1,9 @@
 """How an agent ends units before they end on their own: cancel and stop, and its last words.
 
-Agent (agent/agent.py) is a Stopping: the methods here are its own, kept in a module of their
-own, and use the agent's attributes declared in the class body.  Messages (pilot/wire/protocol.py,
-agent link):
+The agent (agent/agent.py) holds one Stops, `agent.stops`, given what it uses: the agent's
+DEALER, its scheduler's queue, runner and stager, its Reports (agent/reports.py: what it says
+of the units it ends) and `take_back` (units its runner holds ahead, back to the queue).
+Messages (pilot/wire/protocol.py, agent link):
     <- cancel {uids, reason}   units held ahead by the runner go back to the queue first; queued
                                ones are CANCELED at once (what was made for their sandboxes
                                goes); running ones get SIGTERM, and SIGKILL after kill_grace
@@ -32,6 +33,7 @@ from collections.abc import Callable, Iterable
 
 import zmq
 
+from pilot.agent.reports import Reports
 from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.agent.scheduler import Scheduler
 from pilot.states import CANCELED, FAILED
@@ -41,24 +43,30 @@ log = logging.getLogger("agent")
 STOP_GRACE = 10.0  # seconds a stop waits, beyond kill_grace, for its killed units' exits
 
 
-class Stopping:
-    """Cancel and stop (a part of Agent, agent/agent.py)."""
+class Stops:
+    """Cancel and stop (the module's header)."""
 
-    # the agent's
-    uid: str
-    sock: zmq.Socket
-    sched: Scheduler
-    runner: UnitRunner
-    stager: Stager
-    kill_grace: float  # seconds between a cancel's SIGTERM and its SIGKILL
-    states: dict[str, str]  # (agent/reports.py) units here and not final -> their state
-    known: dict[str, list]  # (agent/reports.py) what was said of them, for a sync
-    update: Callable[..., None]  # (agent/reports.py)
-    flush: Callable[..., None]  # (agent/reports.py)
-    take_back: Callable[[], None]  # units held ahead by the runner back to the queue
-
-    def _init_stopping(self) -> None:
-        """Nothing canceled, no stop."""
+    def __init__(
+        self,
+        uid: str,
+        sock: zmq.Socket,
+        sched: Scheduler,
+        runner: UnitRunner,
+        stager: Stager,
+        reports: Reports,
+        take_back: Callable[[], object],
+        kill_grace: float,
+    ) -> None:
+        """Nothing canceled, no stop; `kill_grace`: seconds between a cancel's SIGTERM and its
+        SIGKILL."""
+        self.uid = uid
+        self.sock = sock
+        self.sched = sched
+        self.runner = runner
+        self.stager = stager
+        self.reports = reports
+        self.take_back = take_back
+        self.kill_grace = kill_grace
         self.timers: list = []  # (when, id, Run): SIGKILL then, unless it ended
         self.stopping: dict | None = None
         self.stop_by = 0.0  # (monotonic) when a stop stops waiting for its units' exits
@@ -77,16 +85,16 @@ class Stopping:
             if u["uid"] in uids:
                 if not u.get("function"):
                     self._unstage(u)
-                self.update(u["uid"], CANCELED, {"reason": reason})
+                self.reports.update(u["uid"], CANCELED, {"reason": reason})
             else:
                 keep.append(u)
         self.sched.queue.clear()
         self.sched.queue.extend(keep)
         for r in self.runner.runs():
             if r.unit["uid"] in uids and r.cancel_reason is None:
-                self._terminate(r, reason)
+                self.terminate(r, reason)
 
-    def _terminate(self, r: Run, reason: str) -> None:
+    def terminate(self, r: Run, reason: str) -> None:
         if self.runner.has_exited(r):
             return  # it ended before the cancel: it ends as its exit code says
         r.cancel_reason = reason
@@ -113,7 +121,7 @@ class Stopping:
         self.sched.queue.clear()
         self.release_late()
         for r in self.runner.runs():
-            self._terminate(r, reason)
+            self.terminate(r, reason)
 
     def _unstage(self, u: dict) -> None:
         """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
@@ -128,15 +136,14 @@ class Stopping:
         if not self.late:
             return
         if self.stopping["hand_back"]:
-            for u in self.late:  # routed again by the client: no longer this agent's (a
-                self.states.pop(u["uid"], None)  # sync after this says it does not know it,
-                self.known.pop(u["uid"], None)  # never again what it said before)
-            self.flush(force=True)
+            for u in self.late:  # routed again by the client: no longer this agent's
+                self.reports.forget(u["uid"])
+            self.reports.flush(force=True)
             back = [{"uid": u["uid"]} for u in self.late]  # (the client has the rest)
             self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": back}))
         else:
             for u in self.late:
-                self.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})
+                self.reports.update(u["uid"], CANCELED, {"reason": self.stopping["reason"]})
         self.late = []
 
     def stop_overdue(self, now: float) -> bool:
@@ -149,12 +156,9 @@ class Stopping:
             uid = r.unit["uid"]
             log.error("%s: %s did not report its end %g s after the stop", self.uid, uid,
                       self.kill_grace + STOP_GRACE)  # fmt: skip
-            self.update(uid, FAILED, {"reason": f"killed: {self.stopping['reason']} (its "
+            self.reports.update(uid, FAILED, {"reason": f"killed: {self.stopping['reason']} (its "
                                                   "end was never reported)"})  # fmt: skip
         return True
-
-    def _on_term(self, signum, _frame) -> None:
-        self.stop(f"agent received {signal.Signals(signum).name}", hand_back=False)
 
     def finish(self) -> int:
         """A stopped agent with nothing running: close the runner and stager, say the last
@@ -167,7 +171,7 @@ class Stopping:
         # for a peer forever
         self.sock.setsockopt(zmq.SNDTIMEO, 500)
         try:
-            self.flush(force=True)
+            self.reports.flush(force=True)
             self.sock.send_multipart(msg(b"bye", self.stopping))
         except zmq.Again:
             log.error("%s: nobody took its last updates and bye", self.uid)
