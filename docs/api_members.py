@@ -93,12 +93,9 @@ INTERNAL = {
     _CORE + "session.Session": [
         *("check_owner", "read_store", "tell_waiting", "unpersisted", "wait_for"),
     ],
-    # (what a Pilot calls on the manager that routes units to it: pmgr/core/unit_router.py;
-    # what a face calls: enqueue, route)
+    # (what a face calls: enqueue; what its pilots' adapt policy asks: waiting)
     _CORE + "unit_manager.UnitManager": [
-        *("make_units", "pinned_to_unknown", "enqueue", "feeding", "find_partition", "route"),
-        *("has_ended", "on_output", "on_partition_changed", "on_partition_lost"),
-        *("on_pilot_changed", "on_synced", "on_unit_moves", "on_unit_state", "on_units_back"),
+        *("make_units", "pinned_to_unknown", "enqueue", "feeding", "find_partition"),
         *("said_again", "unit_from_doc", "waiting"),
     ],
     _CORE + "handles.Stateful": ["advance", "manager_callbacks"],

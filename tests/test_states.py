@@ -82,7 +82,7 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
     umgr = rp.UnitManager(session)  # no pilot: the unit stays SCHEDULING at the client
     unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
     with session.locked():
-        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {})
+        umgr.events.on_unit_state(unit.uid, rp.QUEUED, time.time(), {})
         assert unit.state == rp.SCHEDULING  # not sent anywhere: an update for it is stale
     assert umgr.said_again == 1
 
@@ -92,11 +92,11 @@ def test_client_refuses_updates_its_machine_does_not_allow_and_says_so(session, 
 
     unit.part, unit.pilot = "pilot.0000.part.0000", Sent()
     with caplog.at_level(logging.WARNING, logger="pmgr.units"), session.locked():
-        umgr.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {})  # QUEUED filled in
-        umgr.on_unit_state(unit.uid, rp.QUEUED, time.time(), {})  # said again
+        umgr.events.on_unit_state(unit.uid, rp.EXECUTING, time.time(), {})  # QUEUED filled in
+        umgr.events.on_unit_state(unit.uid, rp.QUEUED, time.time(), {})  # said again
         assert unit.state == rp.EXECUTING
-        umgr.on_unit_state(unit.uid, rp.FAILED, time.time(), {"reason": "boom"})
-        umgr.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0})
+        umgr.events.on_unit_state(unit.uid, rp.FAILED, time.time(), {"reason": "boom"})
+        umgr.events.on_unit_state(unit.uid, rp.DONE, time.time(), {"exit_code": 0})
         assert unit.state == rp.FAILED and unit.exit_code is None and unit.reason == "boom"
     assert umgr.said_again == 2
     refused = [r.getMessage() for r in caplog.records]

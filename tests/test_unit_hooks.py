@@ -44,7 +44,7 @@ class Gate:
             for unit in self.held:
                 self.umgr.enqueue(unit)
             self.held.clear()
-            self.umgr.route()
+            self.umgr.routing.route()
 
 
 def test_hooks_hold_units_see_changes_first_and_hear_of_ended_pilots(session):

@@ -9,8 +9,9 @@ bootstrap; partitions the client did not create (started from a shell) appear in
 Messages from the bootstrap reach the Pilot's public `on_*` handlers through the session's
 dispatch (pmgr/core/session_dispatch.py HANDLERS, checked against pilot/wire/links.py's table);
 callbacks registered on the PilotManager see every state change of its pilots.  What concerns
-units goes on to the UnitManager that routes units to the pilot, through the small interface
-`UnitRouter` (pmgr/core/unit_router.py: everything a Pilot calls on it).  Commands to the
+units goes on to the parts of the UnitManager that routes units to the pilot (`umgr`): its
+`events` (pmgr/core/unit_events.py: which message leads to which call) and, after them, its
+`routing.route()`.  Commands to the
 bootstrap (`command`: reconfig, stop_parts, cancel_pilot, cancel_units, sync) go at once when
 the pilot is ACTIVE and linked, else once its hello came; a sync the channel could not send
 (the pilot not connected) is sent again at the next heartbeat while the pilot lives.
@@ -34,12 +35,12 @@ from pilot.pmgr.core import ownership
 from pilot.pmgr.core.adapt import AdaptPolicy
 from pilot.pmgr.core.handles import Partition, Stateful
 from pilot.pmgr.core.pilot_jobs import PilotJobs
-from pilot.pmgr.core.unit_router import UnitRouter
 from pilot.rp.utils import pilot_endpoints
 from pilot.wire.protocol import HEARTBEAT, msg, pack
 
 if TYPE_CHECKING:
     from pilot.pmgr.batch import BatchJob
+    from pilot.pmgr.core.unit_manager import UnitManager
 
 log = logging.getLogger("pmgr.pilots")
 ORPHANS_KEPT = 100_000  # unit updates kept for the UnitManager that has not come yet
@@ -71,7 +72,7 @@ class Pilot(Stateful):
         super().__init__(session, uid)
         self.description = description
         self.pmgr = pmgr
-        self.umgr: UnitRouter | None = None  # the UnitManager that routes units to it
+        self.umgr: UnitManager | None = None  # the UnitManager that routes units to it
         # unit updates heard before a UnitManager used it (an attach: the agent's updates
         # come before the new client made its UnitManager), handed to the first that does
         self.orphans: list = []  # [groups, ...] (pilot/wire/updates.py)
@@ -368,8 +369,8 @@ class Pilot(Stateful):
             else:
                 log.warning("%s: unit moves, but no UnitManager uses it: dropped", self.uid)
             return
-        ended = umgr.on_unit_moves(groups)
-        umgr.route()  # units ended: their partitions have room again
+        ended = umgr.events.on_unit_moves(groups)
+        umgr.routing.route()  # units ended: their partitions have room again
         if ended:  # the pilot keeps their outcomes until the store has them
             self.session.writer.then(lambda: self._ack(ended), urgent=False)
 
@@ -394,24 +395,24 @@ class Pilot(Stateful):
     def on_output(self, chunks: list) -> None:
         """Unit output forwarded by node daemons (channel thread, without the lock)."""
         if self.umgr is not None:
-            self.umgr.on_output(chunks)
+            self.umgr.events.on_output(chunks)
 
     def on_back(self, body: dict) -> None:
         """Units a partition handed back (stopped before they ran): routed again."""
         if self.umgr is not None:
-            self.umgr.on_units_back(body["part"], body["units"])
+            self.umgr.events.on_units_back(body["part"], body["units"])
 
     def on_lost(self, body: dict) -> None:
         """A partition's agent died: which of its units had started (see UnitManager)."""
         if self.umgr is not None:
-            self.umgr.on_partition_lost(
+            self.umgr.events.on_partition_lost(
                 body["part"], body["started"], body["killed"], body["reason"]
             )
 
     def on_synced(self, body: dict) -> None:
         """After a sync: the units the partition's agent never had."""
         if self.umgr is not None:
-            self.umgr.on_synced(body["part"], body["unknown"])
+            self.umgr.events.on_synced(body["part"], body["unknown"])
 
     def on_reply(self, body: dict) -> None:
         new = self._new_by_cmd.pop(body.get("cid"), [])
@@ -452,7 +453,7 @@ class Pilot(Stateful):
             self._free = info["free"]
         part.advance(state, ts, info.get("reason"))
         if self.umgr is not None and state in (S.ACTIVE,) + tuple(S.FINAL):
-            self.umgr.on_partition_changed(part)
+            self.umgr.events.on_partition_changed(part)
 
     def end(self, state: str, reason: str | None) -> None:
         if self.final:
@@ -470,8 +471,8 @@ class Pilot(Stateful):
         self.extra_jobs.end_all()
         if self.umgr is not None:
             for part in ended:
-                self.umgr.on_partition_changed(part)
-            self.umgr.on_pilot_changed(self)
+                self.umgr.events.on_partition_changed(part)
+            self.umgr.events.on_pilot_changed(self)
         self.session.tell_waiting(self)
 
     def lost(self, reason: str) -> None:

@@ -265,7 +265,7 @@ class Recovery:
                 pilot.command(
                     {"cid": session.ids.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
                 )
-            umgr.route()
+            umgr.routing.route()
         log.info(
             "%s: %d units recovered, %d being reconciled with their agents",
             session.uid,

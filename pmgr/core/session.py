@@ -266,7 +266,7 @@ class Session:
         (pmgr/core/routing.py _never_added)."""
         for umgr in self.umgrs:
             if umgr is not pilot.umgr and pilot.uid in umgr.waiting_for:
-                umgr.route()
+                umgr.routing.route()
 
     def get_resource_config(self, resource: str, schema: str | None = None) -> dict:
         """RADICAL-Pilot 1.x's: the RP config of `resource` with its access schema's endpoints

@@ -2,10 +2,18 @@
 
 `UnitEvents` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the manager's
 shared state (`UnitBook`, pmgr/core/unit_book.py) and its `Routing` (pmgr/core/routing.py) in its
-constructor.  The manager's `UnitRouter` methods (pmgr/core/unit_router.py: which message of a
-pilot leads to which call, on which thread, under which lock) are its, `route` the Routing's.
-All but on_unit_state and on_output end in `route()`, and the Pilot calls `route()` after a
-batch of state updates: where units can go may have changed.
+constructor.  A Pilot (pmgr/core/pilot.py) calls it directly, as `pilot.umgr.events`, on the
+channel thread, with the session lock held, inside `session.locked()` (on_output without it),
+passing on the news its bootstrap sent (pilot/wire/protocol.py):
+    ustates a batch of unit moves (pilot/wire/updates.py) -> on_unit_moves, then the
+            Routing's route() once
+    output  unit output forwarded by node daemons -> on_output
+    back    units a partition handed back (or the channel could not send) -> on_units_back
+    lost    a partition's agent died -> on_partition_lost
+    synced  after a sync: the units a partition's agent never had -> on_synced
+and the pilot's own news: a partition ACTIVE or final -> on_partition_changed, the pilot ended
+-> on_pilot_changed (the face's hooks are told after).  All but on_unit_state and on_output
+end in `route()`: where units can go may have changed.
 
 Nothing is lost: every unit ends in exactly one final state.
   - cannot ever fit (larger than any node of every pilot, or than its named partition): FAILED
@@ -32,6 +40,7 @@ import pilot.states as S
 from pilot.pmgr.core.handles import DIRECT, Unit, advance_together
 from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.unit_book import UnitBook
+from pilot.pmgr.core.unit_hooks import UnitHooks
 from pilot.unit_record import uids_of
 
 log = logging.getLogger("pmgr.units")
@@ -54,19 +63,18 @@ class UnitEvents:
     Args:
         book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
         routing (Routing): the manager's routing (pmgr/core/routing.py).
+        hooks (UnitHooks | None): what a face does on its units (pmgr/core/unit_hooks.py):
+            told when one of the manager's pilots ended.
     """
 
-    def __init__(self, book: UnitBook, routing: Routing) -> None:
+    def __init__(self, book: UnitBook, routing: Routing, hooks: UnitHooks | None = None) -> None:
         self.session = book.session
         self.units = book.units
         self.pending = book.pending
         self.routing = routing
+        self.hooks = hooks
         self.said_again = 0  # updates refused because the unit had passed them (sync replays)
         self.output_callbacks: list = []  # register_output_callback's
-
-    def has_ended(self, uid: str) -> bool:
-        """Whether this manager's unit `uid` is in a final state (UnitRouter)."""
-        return self.units.state_of(uid) in S.FINAL
 
     def on_output(self, chunks: list) -> None:
         """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
@@ -384,6 +392,8 @@ class UnitEvents:
                 part.outstanding = max(0, part.outstanding - 1)
                 self._never_reached(unit, _lost_with(part), now, front=True)
         self.routing.route()
+        if self.hooks is not None:
+            self.hooks.on_pilot_changed(pilot)
 
     def on_synced(self, part_uid: str, unknown: list) -> None:
         """After an attach, the agent of `part_uid` does not know these units: one that was

@@ -12,7 +12,7 @@ change:
                              in the order of the changes (pmgr/core/handles.py)
     hold(unit)               a unit is about to wait at the client to be routed: True if the
                              face holds it instead; it hands it back with `umgr.enqueue(unit)`
-                             (then `umgr.route()`) when it may go
+                             (then `umgr.routing.route()`) when it may go
     release(unit)            a unit not sent anywhere is canceled: True if the face held it
                              (and lets go of it now), False if it waits in the manager's queue
     on_pilot_changed(pilot)  one of the manager's pilots ended (after the manager routed)

@@ -6,21 +6,21 @@ pmgr/core/unit_book.py: session, uid, pilots, unit table, the units waiting) in 
 and its public methods delegate to them:
     _submission  Submission (pmgr/core/unit_submit.py): descriptions checked, units made (its
                  `UNIT`) and queued, in chunks
-    _routing     Routing (pmgr/core/routing.py): where waiting units go, and their sending
-    _events      UnitEvents (pmgr/core/unit_events.py): what the pilots say about units (state
+    routing      Routing (pmgr/core/routing.py): where waiting units go, and their sending
+    events       UnitEvents (pmgr/core/unit_events.py): what the pilots say about units (state
                  updates, units handed back, partitions lost), with the guarantee that every
                  unit ends in exactly one final state
     _queries     UnitQueries (pmgr/core/unit_queries.py): wait_units, get_units, list_units
     units        UnitTable (pmgr/core/unit_table.py): live units as objects, released as a byte
-A Pilot calls the manager's `UnitRouter` methods (pmgr/core/unit_router.py), which go to
-`_events` and `_routing`.  A face changes what the manager does with its units only through
-`hooks` (pmgr/core/unit_hooks.py) and the public class attributes UNIT, DESCRIPTION, UID_PREFIX.
+A Pilot talks to the two parts it needs, on the channel thread: its news to `events`, then
+`routing.route()` (where units can go changed).  A face changes what the manager does with its
+units only through `hooks` (pmgr/core/unit_hooks.py) and the public class attributes UNIT,
+DESCRIPTION, UID_PREFIX.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import pilot.states as S
@@ -88,11 +88,12 @@ class UnitManager:
         self.pilots = book.pilots
         self.pending = book.pending
         self.waiting_for = book.waiting_for  # pilots units are pinned to, not added (yet)
-        self._routing = Routing(book, scheduler)
-        self._events = UnitEvents(book, self._routing)
+        # the parts its pilots talk to (Pilot.umgr): routing, and their news about units
+        self.routing = Routing(book, scheduler)
+        self.events = UnitEvents(book, self.routing, hooks)
         self._queries = UnitQueries(book, self._handle)
         self._submission = Submission(
-            book, self._routing, self._make, self.UID_PREFIX, hooks and hooks.hold
+            book, self.routing, self._make, self.UID_PREFIX, hooks and hooks.hold
         )
         self.callbacks: list = [] if hooks is None else [hooks.on_change]
         self.registered_cbs: list[tuple] = []  # (cb as given, as called): unregister_callback
@@ -121,7 +122,7 @@ class UnitManager:
     @property
     def said_again(self) -> int:
         """Updates refused because the unit had passed them (sync replays)."""
-        return self._events.said_again
+        return self.events.said_again
 
     def _make(self, session, uid: str, desc, created, blueprint, number) -> Unit:
         """(Submission) A new unit's handle: this manager's UNIT."""
@@ -182,7 +183,7 @@ class UnitManager:
             cb (callable): called as `cb(unit, node, rank, stream, text)`: the Unit, the node's
                 name (str), the rank (int), "stdout" or "stderr", and the text (str).
         """
-        self._events.output_callbacks.append(cb)
+        self.events.output_callbacks.append(cb)
 
     def add_pilots(self, pilots) -> None:
         """Route units to these pilots too (from now on, units waiting included).
@@ -205,7 +206,7 @@ class UnitManager:
                     self.pilots.append(p)
                     p.hand_orphans()
                     self.session.tell_waiting(p)
-            self.route()
+            self.routing.route()
 
     def submit_units(
         self, descriptions, lazy: bool = False, window: int | None = None, name: str | None = None
@@ -370,55 +371,11 @@ class UnitManager:
 
     def find_partition(self, uid: str):
         """The partition `uid` of this manager's pilots, or None."""
-        return self._routing.find_partition(uid)
-
-    # -- UnitRouter (pmgr/core/unit_router.py): the pilots' news, to the parts ----------------
-    def route(self) -> threading.Event | None:
-        """Send waiting units to partitions with room (pmgr/core/routing.py); an Event set
-        once they are sent when a partition was short of units, else None."""
-        return self._routing.route()
-
-    def has_ended(self, uid: str) -> bool:
-        """Whether this manager's unit `uid` is in a final state."""
-        return self._events.has_ended(uid)
+        return self.routing.find_partition(uid)
 
     def waiting(self) -> int:
         """How many units wait at the client for room in a partition."""
         return len(self._book.pending)
-
-    def on_unit_moves(self, groups: list) -> list[str]:
-        """A batch of unit moves; the uids final here now (pmgr/core/unit_events.py)."""
-        return self._events.on_unit_moves(groups)
-
-    def on_unit_state(self, uid: str, state: str, ts: float, info: dict) -> None:
-        """One state update from an agent (pmgr/core/unit_events.py)."""
-        self._events.on_unit_state(uid, state, ts, info)
-
-    def on_output(self, chunks: list) -> None:
-        """Forwarded output [[uid, node, rank, stream, text], ...] (channel thread)."""
-        self._events.on_output(chunks)
-
-    def on_units_back(self, part_uid: str, units: list) -> None:
-        """Units a partition could not or did not run: routed again."""
-        self._events.on_units_back(part_uid, units)
-
-    def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
-        """The agent of `part_uid` died (pmgr/core/unit_events.py)."""
-        self._events.on_partition_lost(part_uid, started, killed, reason)
-
-    def on_partition_changed(self, part) -> None:
-        """A partition is ACTIVE or final (pmgr/core/unit_events.py)."""
-        self._events.on_partition_changed(part)
-
-    def on_synced(self, part_uid: str, unknown: list) -> None:
-        """After a sync: the units the agent of `part_uid` never had."""
-        self._events.on_synced(part_uid, unknown)
-
-    def on_pilot_changed(self, pilot) -> None:
-        """One of this manager's pilots ended: routed again, then the hooks are told."""
-        self._events.on_pilot_changed(pilot)
-        if self.hooks is not None:
-            self.hooks.on_pilot_changed(pilot)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
         """Cancel units (all of this manager's when uids is None); running ones are killed.
@@ -485,4 +442,4 @@ class UnitManager:
             for unit in self.pending:
                 if unit.bound is not None and unit.bound.uid in names:
                     unit.bound = None
-            self.route()
+            self.routing.route()

@@ -167,7 +167,7 @@ class TaskEvents:
                 self.held.remove(unit)
                 self.tmgr.enqueue(unit)
             if ready:
-                self.tmgr.route()
+                self.tmgr.routing.route()
 
     def on_pilot_changed(self, pilot) -> None:
         """(UnitHooks, lock held) With no live pilot left, the tasks held wait for nothing."""
