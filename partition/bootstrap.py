@@ -88,8 +88,9 @@ BOOT_FILES_WAIT = 5.0  # seconds bring-up gives control.json, network.json (part
 
 
 class Bootstrap(ClientLink, AgentChannel):
-    """The pilot job's first process; the PartitionIO of its partition manager
-    (partition/manager.py)."""
+    """The pilot job's first process; what its partition manager (partition/manager.py) is
+    given to act through: send_agent, spawn_agent, agent_lost (partition/agents/channel.py) and
+    emit."""
 
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -157,7 +158,15 @@ class Bootstrap(ClientLink, AgentChannel):
             "unit_launch": self.rcfg.unit_launch,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
         }
-        self.pm = PartitionManager(self.resources, self, agent_cfg, pilot_uid=self.uid)
+        self.pm = PartitionManager(
+            self.resources,
+            agent_cfg,
+            pilot_uid=self.uid,
+            send_agent=self.send_agent,
+            spawn_agent=self.spawn_agent,
+            emit=self.emit,
+            agent_lost=self.agent_lost,
+        )
         self.pm.growth = self.growth if self.growth.enabled else None
 
     def network_changed(self) -> None:
@@ -196,7 +205,7 @@ class Bootstrap(ClientLink, AgentChannel):
         if self.rcfg.node_failure == "fail" and index < self.nodeset.n:  # (not a later job's)
             self.end(FAILED, reason)
 
-    # -- PartitionIO (send_agent, spawn_agent, agent_lost: partition/agents/channel.py) ----------
+    # -- the partition manager's: emit (send_agent, spawn_agent, agent_lost: partition/agents/) --
     def emit(self, uid: str, state: str, info: dict) -> None:
         if state in FINAL:
             self.growth.next_look = 0.0  # (a job's nodes may be of no more use: look at once)

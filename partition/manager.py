@@ -1,11 +1,12 @@
 """The partition manager: starts and stops partitions inside a running pilot.
 
 It lives in the bootstrap process and owns the pilot's resources (PilotResources).  The bootstrap
-hands it commands and agent events; it answers through a small I/O interface (`PartitionIO`): send a
-message to an agent, start an agent process (an `AgentProcess`: forked by the agent zygote,
-partition/agents/forked.py, or started by a node daemon, partition/agents/hosted.py), emit a
-partition state update.  Every state change goes through the partition state machine
-(pilot/states.py PARTITION_MACHINE): an illegal one raises.
+hands it commands and agent events; it answers through the four functions it is given: send a
+message to an agent (`send_agent`), start an agent process (`spawn_agent`: an `AgentProcess`,
+forked by the agent zygote, partition/agents/forked.py, or started by a node daemon,
+partition/agents/hosted.py), emit a partition state update (`emit`), and end what an agent
+that died without stopping left running (`agent_lost`).  Every state change goes through the
+partition state machine (pilot/states.py PARTITION_MACHINE): an illegal one raises.
 
 Partition life inside the pilot:
     start(uid, desc)  PENDING -> STARTING when the resources are allocated (FAILED with what was
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,18 +80,6 @@ class AgentProcess(Protocol):
     def kill(self) -> None: ...
 
 
-class PartitionIO(Protocol):
-    """What the partition manager needs from the bootstrap."""
-
-    def send_agent(self, uid: str, frames: list[bytes]) -> None: ...
-
-    def spawn_agent(self, uid: str, cfg: dict) -> AgentProcess: ...
-
-    def emit(self, uid: str, state: str, info: dict) -> None: ...
-
-    def agent_lost(self, uid: str, why: str) -> None: ...  # ended without stopping its units
-
-
 @dataclass
 class Part:
     uid: str
@@ -114,13 +104,23 @@ class PartitionManager:
     def __init__(
         self,
         res: PilotResources,
-        io: PartitionIO,
         agent_cfg: dict,
         pilot_uid: str,
+        *,
+        send_agent: Callable[[str, list[bytes]], None],
+        spawn_agent: Callable[[str, dict], AgentProcess],
+        emit: Callable[[str, str, dict], None],
+        agent_lost: Callable[[str, str], None],
         next_index: int = 0,
     ) -> None:
+        """`send_agent(uid, frames)`, `spawn_agent(uid, cfg)`, `emit(uid, state, info)` and
+        `agent_lost(uid, why)` (an agent ended without stopping its units) are the bootstrap's
+        (the module's header)."""
         self.resources = res
-        self.io = io
+        self.send_agent = send_agent
+        self.spawn_agent = spawn_agent
+        self.emit = emit
+        self.agent_lost = agent_lost
         self.agent_cfg = agent_cfg
         self.parts: dict[str, Part] = {}
         self.next_index = next_index
@@ -207,7 +207,7 @@ class PartitionManager:
 
     def _spawn(self, part: Part) -> None:
         self.move(part, STARTING)
-        self.io.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.resources)})
+        self.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.resources)})
         nodes = part.alloc.to_dict(self.resources)["nodes"]
         cfg = dict(
             self.agent_cfg,
@@ -218,7 +218,7 @@ class PartitionManager:
             kill_grace=agent_configs()[part.desc.agent_config].get("kill_grace", 2.0),
         )
         try:
-            part.proc = self.io.spawn_agent(part.uid, cfg)
+            part.proc = self.spawn_agent(part.uid, cfg)
         except OSError as exc:
             self.end(part, FAILED, f"cannot start its agent: {exc}")
 
@@ -229,9 +229,9 @@ class PartitionManager:
             return
         part.runner = runner
         self.move(part, ACTIVE)
-        self.io.emit(uid, ACTIVE, {})
+        self.emit(uid, ACTIVE, {})
         for batch in part.buffered:
-            self.io.send_agent(uid, [b"units", *batch])
+            self.send_agent(uid, [b"units", *batch])
         part.buffered.clear()
         if part.final:  # stopped while it was starting
             self._send_stop(part)
@@ -252,7 +252,7 @@ class PartitionManager:
 
     def _send_stop(self, part: Part) -> None:
         units = "back" if part.hand_back else "cancel"
-        self.io.send_agent(part.uid, [b"stop", pack({"reason": part.reason, "units": units})])
+        self.send_agent(part.uid, [b"stop", pack({"reason": part.reason, "units": units})])
         part.stop_deadline = time.monotonic() + 10.0
 
     def on_bye(self, uid: str, body: dict) -> None:
@@ -275,7 +275,7 @@ class PartitionManager:
         if part.final and exit.code == 0:
             self.end(part, part.final, part.reason)
         else:
-            self.io.agent_lost(uid, f"its agent {exit.why}")
+            self.agent_lost(uid, f"its agent {exit.why}")
             self.end(
                 part,
                 FAILED,
@@ -293,7 +293,7 @@ class PartitionManager:
         info = {"reason": reason} if reason else {}
         if part.stopped_by:
             info["stopped_by"] = part.stopped_by
-        self.io.emit(part.uid, state, info)
+        self.emit(part.uid, state, info)
         log.info("%s %s%s", part.uid, state, f": {reason}" if reason else "")
 
     def take_buffered_or_bounce(self, uid: str, batch: list[bytes]) -> bool:
@@ -303,7 +303,7 @@ class PartitionManager:
         if part is None or part.state in FINAL or part.final:
             return False
         if part.state == ACTIVE:
-            self.io.send_agent(uid, [b"units", *batch])
+            self.send_agent(uid, [b"units", *batch])
         else:
             part.buffered.append(batch)
         return True
@@ -364,7 +364,7 @@ class PartitionManager:
             uid = uids[i] if uids and i < len(uids) else self.new_uid()
             part = self.add(uid, desc)
             new.append(part)
-            self.io.emit(uid, PENDING, {"description": desc.to_stored(), "started_by": cid})
+            self.emit(uid, PENDING, {"description": desc.to_stored(), "started_by": cid})
             if not self.start(part, may_wait=True):
                 wait.append(part)
         if wait:  # one job for what they need, or FAILED beyond max_nodes (growth.py)

@@ -1,9 +1,9 @@
 """The bootstrap's agent channel: the agents' socket, their processes, and an agent's death.
 
-Part of the Bootstrap (partition/bootstrap.py), which is an AgentChannel and, with these methods,
-the PartitionIO of its partition manager (partition/manager.py); the messages, their bodies and
-their checks are in pilot/wire/links.py's table (link "agent"), from which `FROM_AGENT`, this side's
-dispatch, is built.
+Part of the Bootstrap (partition/bootstrap.py), which is an AgentChannel and gives its partition
+manager (partition/manager.py) send_agent, spawn_agent and agent_lost from here; the messages,
+their bodies and their checks are in pilot/wire/links.py's table (link "agent"), from which
+`FROM_AGENT`, this side's dispatch, is built.
 
 Channel: a ROUTER (CURVE server, ROUTER_MANDATORY) bound on 127.0.0.1 and, on resources with node
 daemons, on the node address too, for agents on other nodes (OS-chosen ports); each agent's
