@@ -129,12 +129,23 @@ class Bootstrap(ClientLink, AgentChannel):
             else None
         )
         self.network: dict | None = None
+        self.deadline = time.monotonic() + cfg["runtime"]
         # jobs beyond the first: the pilot grows to max_nodes (partition/growth.py)
-        self.growth = Growth(self, cfg.get("max_nodes"), float(cfg.get("idle_after") or 0.0))
+        self.growth = Growth(
+            self.uid,
+            self.rcfg,
+            self.nodeset,
+            to_client=self.to_client,
+            network_changed=self.network_changed,
+            nodes_up=self.nodes_up,
+            ending=self.is_ending,
+            deadline=self.deadline,
+            max_nodes=cfg.get("max_nodes"),
+            idle_after=float(cfg.get("idle_after") or 0.0),
+        )
         self.make_resources(cfg.get("network"))
         self.out: list = []  # partition state updates waiting to be sent
         self.outbox = Outbox()  # outcomes kept until the client has them
-        self.deadline = time.monotonic() + cfg["runtime"]
         self.last_heard = time.monotonic()
         self.looked = self.last_heard  # (_check_clocks: the time this process was away)
         self.ending: tuple[str, str] | None = None
@@ -167,7 +178,12 @@ class Bootstrap(ClientLink, AgentChannel):
             emit=self.emit,
             agent_lost=self.agent_lost,
         )
+        self.growth.bind(self.resources, self.pm)
         self.pm.growth = self.growth if self.growth.enabled else None
+
+    def is_ending(self) -> bool:
+        """Whether the pilot is ending (`end` was called: a signal, its runtime, a cancel)."""
+        return self.ending is not None
 
     def network_changed(self) -> None:
         """Nodes joined or were given back (partition/growth.py): network.json and

@@ -40,12 +40,19 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pilot import validate
 from pilot.descriptions import FILL
 from pilot.partition.resources import AllocationError, PilotResources
 from pilot.wire.protocol import msg
+
+if TYPE_CHECKING:
+    from pilot.config.resource_config import ResourceConfig
+    from pilot.partition.manager import PartitionManager
+    from pilot.partition.nodes.node_set import NodeSet
 
 log = logging.getLogger("bootstrap.growth")
 ASKED, QUEUED, JOINED, RELEASED, FAILED, ENDED = (
@@ -89,26 +96,57 @@ class Job:
 class Growth:
     """The jobs of one pilot beyond its first (the Bootstrap's `growth`)."""
 
-    def __init__(self, boot, max_nodes: int | None, idle_after: float) -> None:
-        self.boot = boot
+    def __init__(
+        self,
+        uid: str,
+        rcfg: ResourceConfig,
+        nodeset: NodeSet | None,
+        *,
+        to_client: Callable[[list[bytes]], None],
+        network_changed: Callable[[], None],
+        nodes_up: Callable[[], dict],
+        ending: Callable[[], bool],
+        deadline: float,
+        max_nodes: int | None,
+        idle_after: float,
+    ) -> None:
+        """The pilot's uid, resource config and node set (None: no node daemons, no growth);
+        what it asks of the bootstrap: `to_client(frames)`, `network_changed()` (nodes joined
+        or were given back), `nodes_up()`, `ending()` (the pilot is ending: nothing is given
+        back any more); `deadline` (monotonic) is when the pilot's runtime ends.  The pilot's
+        resources and partition manager are bound later (`bind`), and again whenever the
+        bootstrap makes them anew."""
+        self.uid = uid
+        self.rcfg = rcfg
+        self.nodeset = nodeset
+        self.to_client = to_client
+        self.network_changed = network_changed
+        self.nodes_up = nodes_up
+        self.ending = ending
+        self.deadline = deadline
         self.max_nodes = max_nodes
         self.idle_after = idle_after
         self.jobs: dict[str, Job] = {}
         self.next_look = 0.0  # (tick: not every turn of the loop)
-        if (
-            boot.nodeset is not None
-        ):  # a job's nodes enter the pilot's resources as they are numbered
-            boot.nodeset.joins.numbered = self.numbered
+        self.resources: PilotResources
+        self.pm: PartitionManager
+        if nodeset is not None:  # a job's nodes enter the pilot's resources as they are numbered
+            nodeset.joins.numbered = self.numbered
+
+    def bind(self, resources: PilotResources, pm: PartitionManager) -> None:
+        """The pilot's resources and partition manager, as the bootstrap (re)made them."""
+        self.resources = resources
+        self.pm = pm
 
     def numbered(self, named: list) -> None:
         """(partition/nodes/joins.py) A job's nodes took the next node indices: the pilot's
         resources have them from now on, held back until the job joined (so its indices stay the
         NodeSet's, whichever job joins, fails or is given back first)."""
-        self.boot.resources.add_nodes(named, ready=False)
+        self.resources.add_nodes(named, ready=False)
 
     @property
     def enabled(self) -> bool:
-        return self.max_nodes is not None and self.boot.nodeset is not None
+        return self.max_nodes is not None and self.nodeset is not None
 
     def may_grow_for(self, desc) -> bool:
         """A partition that does not fit may wait for nodes: sized in nodes, cores or GPUs."""
@@ -116,7 +154,7 @@ class Growth:
 
     def held(self) -> int:
         """Nodes the pilot has or has asked for: its own, and those of live jobs."""
-        res = self.boot.resources
+        res = self.resources
         have = sum(1 for n in res.nodes if not n.released)
         return have + sum(j.nodes for j in self.jobs.values() if j.state in (ASKED, QUEUED))
 
@@ -153,7 +191,7 @@ class Growth:
         elif wanted == 0:  # (they fit what is free after all)
             for part in fits:
                 part.awaits = ""
-            self.boot.pm.start_waiting("")
+            self.pm.start_waiting("")
             return refused
         else:
             job = self._ask(wanted, [p.uid for p in fits], why)
@@ -164,11 +202,11 @@ class Growth:
     def _probe(self) -> PilotResources:
         """A copy of the pilot's resources with the nodes of the jobs asked for, the partitions
         already waiting allocated on it in order."""
-        probe = copy.deepcopy(self.boot.resources)
+        probe = copy.deepcopy(self.resources)
         for job in self.jobs.values():
             if job.state in (ASKED, QUEUED):
                 self._add_fresh(probe, job.nodes)
-        for part in self.boot.pm.waiting():
+        for part in self.pm.waiting():
             if part.awaits is not None:
                 try:
                     probe.allocate(part.desc)
@@ -189,7 +227,7 @@ class Growth:
             except AllocationError:
                 return False
 
-        lo, hi = 0, max(self.boot.rcfg.nodes, self.max_nodes)  # (beyond room: to say the need)
+        lo, hi = 0, max(self.rcfg.nodes, self.max_nodes)  # (beyond room: to say the need)
         if not fits(hi):
             return None
         while lo < hi:
@@ -211,16 +249,16 @@ class Growth:
         reason = f"{why}: {reason}" if why else reason
         job = Job(name, nodes, reason)
         self.jobs[name] = job
-        hint = self.boot.nodeset.joins.expect(name, nodes)
-        exclude = [n.name for n in self.boot.resources.nodes if not n.released]
+        hint = self.nodeset.joins.expect(name, nodes)
+        exclude = [n.name for n in self.resources.nodes if not n.released]
         log.info("grow: %s of %d node(s) asked for: %s", name, nodes, reason)
-        ns = self.boot.nodeset
+        ns = self.nodeset
         job.positions = self._positions(nodes)
-        self.boot.to_client(
+        self.to_client(
             msg(b"grow", {"job": name, "nodes": nodes, "hint": hint, "exclude": exclude,
                           "positions": job.positions, "endpoint": ns.endpoint,
                           "pulse": ns.pulse.endpoint, "reason": reason,
-                          "runtime": max(60.0, self.boot.deadline - time.monotonic())})
+                          "runtime": max(60.0, self.deadline - time.monotonic())})
         )  # fmt: skip
         return job
 
@@ -228,8 +266,8 @@ class Growth:
         """Which of the resource's nodes (its node_names, hosts) a job's daemons are, where
         the resource names them (logical nodes, test hosts): the first that neither the
         pilot nor a job asked for holds.  (SLURM names the nodes it gives: srun ignores them.)"""
-        rcfg = self.boot.rcfg
-        held = {n.name for n in self.boot.resources.nodes if not n.released}
+        rcfg = self.rcfg
+        held = {n.name for n in self.resources.nodes if not n.released}
         taken = {p for j in self.jobs.values() if j.state in (ASKED, QUEUED) for p in j.positions}
         free = [p for p in range(rcfg.nodes) if p not in taken and rcfg.node_name(p) not in held]
         return free[:nodes] if len(free) >= nodes else []
@@ -240,22 +278,22 @@ class Growth:
         job = self.jobs.get(join.job)
         if job is None or job.state not in (ASKED, QUEUED):
             return
-        ns = self.boot.nodeset
+        ns = self.nodeset
         indices = sorted(join.index_of.values())
         for i in indices:
             if i not in ns.down:
-                self.boot.resources.bring_up(i)
+                self.resources.bring_up(i)
         job.state, job.indices, job.joined = JOINED, indices, time.time()
         log.info("grow: %s joined: node(s) %s", job.name, [ns.label[i] for i in indices])
-        self.boot.network_changed()
-        self.boot.pm.start_waiting(job.name, "; ".join(join.missing))
+        self.network_changed()
+        self.pm.start_waiting(job.name, "; ".join(join.missing))
         self.tell()
 
     # -- what the client says of a job ---------------------------------------------------------
     def on_job(self, body: dict) -> None:
         job = self.jobs.get(body["job"])
         if job is None:
-            raise validate.bad("job.job", body["job"], f"a job {self.boot.uid} asked for")
+            raise validate.bad("job.job", body["job"], f"a job {self.uid} asked for")
         state, reason = body["state"], body.get("reason") or "no reason given"
         if state == QUEUED:
             job.batch_id = body.get("id")
@@ -269,34 +307,34 @@ class Growth:
         if job.state == JOINED:
             job.state = ENDED
             why = f"job {job.name} (batch job {job.batch_id}) ended: {reason}"
-            self.boot.nodeset.joins.over(job.name, f"node lost: {why}")  # (check() loses them)
+            self.nodeset.joins.over(job.name, f"node lost: {why}")  # (check() loses them)
             log.error("grow: %s", why)
             self.tell()
             return
         job.state = FAILED
-        for index in self.boot.nodeset.joins.over(job.name, reason)[0]:  # (numbered, not joined)
-            self.boot.resources.mark_down(index)
+        for index in self.nodeset.joins.over(job.name, reason)[0]:  # (numbered, not joined)
+            self.resources.mark_down(index)
         log.error("grow: %s failed: %s", job.name, reason)
-        self.boot.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {reason}")
+        self.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {reason}")
         self.tell()
 
     def tell(self) -> None:
         """`jobs` {jobs, nodes} to the client: what its Pilot's jobs and nodes say."""
-        self.boot.to_client(msg(b"jobs", {"jobs": self.describe(), "nodes": self.boot.nodes_up()}))
+        self.to_client(msg(b"jobs", {"jobs": self.describe(), "nodes": self.nodes_up()}))
 
     # -- shrinking -------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """(the loop) Give back the jobs that are of no more use (see the header)."""
-        if not self.jobs or self.boot.ending is not None or now < self.next_look:
+        if not self.jobs or self.ending() or now < self.next_look:
             return
         self.next_look = now + LOOK_EVERY
-        waiting = self.boot.pm.waiting()
-        if waiting and self.boot.resources.free["cores"]:  # room came free: they may fit now
-            self.boot.pm.start_waiting("")
-            waiting = self.boot.pm.waiting()
+        waiting = self.pm.waiting()
+        if waiting and self.resources.free["cores"]:  # room came free: they may fit now
+            self.pm.start_waiting("")
+            waiting = self.pm.waiting()
         awaited = {p.awaits for p in waiting}
         # (a partition stopping may still have units on the nodes it let go of: wait for it)
-        stopping = any(p.final is not None for p in self.boot.pm.live())
+        stopping = any(p.final is not None for p in self.pm.live())
         for job in self.jobs.values():
             if job.state == ASKED and time.time() - job.asked > SUBMIT_WAIT:
                 why = (
@@ -305,12 +343,12 @@ class Growth:
                 )
                 self.release(job, why)  # (ended if it was submitted after all)
                 job.state = FAILED
-                self.boot.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {why}")
+                self.pm.fail_waiting(job.name, f"the job asked for its nodes failed: {why}")
                 self.tell()
             elif job.state in (ASKED, QUEUED) and job.name not in awaited:
                 self.release(job, "no partition waits for its nodes any more")
             elif job.state == JOINED:
-                nodes = self.boot.resources.nodes
+                nodes = self.resources.nodes
                 live = [i for i in job.indices if not nodes[i].down]
                 if not live:
                     self.release(job, "none of its nodes is left")
@@ -328,14 +366,14 @@ class Growth:
 
     def release(self, job: Job, reason: str) -> None:
         why = f"given back with job {job.name}: {reason}"
-        for index in self.boot.nodeset.joins.release(job.name, why):
-            self.boot.resources.mark_down(index, released=True)
+        for index in self.nodeset.joins.release(job.name, why):
+            self.resources.mark_down(index, released=True)
         if job.state == JOINED:
-            self.boot.network_changed()
+            self.network_changed()
         job.state, job.ended, job.why_ended = RELEASED, time.time(), reason
         log.info("release: %s: %s", job.name, reason)
-        self.boot.to_client(msg(b"release", {"job": job.name, "reason": reason}))
+        self.to_client(msg(b"release", {"job": job.name, "reason": reason}))
         self.tell()
 
     def describe(self) -> list[dict]:
-        return [j.to_dict(self.boot.resources) for j in self.jobs.values()]
+        return [j.to_dict(self.resources) for j in self.jobs.values()]
