@@ -19,8 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from pilot.config import network as net
-from pilot.config import resource_config
+from pilot.config import network as net, resource_config
 from pilot.config.resource_config import ResourceConfig
 from pilot.descriptions import FILL, ComputePartitionDescription, ComputePilotDescription
 from pilot.partition.sizing import pilot_size

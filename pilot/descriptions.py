@@ -13,7 +13,9 @@ description reads a file or sizes anything; a pilot is sized where it is submitt
 from __future__ import annotations
 
 from pilot.ids import ALL as ALL  # all partitions (reconfig stop=) / all GPUs (gpus=)
-from pilot.partition_description import FILL as FILL
-from pilot.partition_description import ComputePartitionDescription as ComputePartitionDescription
+from pilot.partition_description import (
+    FILL as FILL,
+    ComputePartitionDescription as ComputePartitionDescription,
+)
 from pilot.pilot_description import ComputePilotDescription as ComputePilotDescription
 from pilot.unit_description import ComputeUnitDescription as ComputeUnitDescription

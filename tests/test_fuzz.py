@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 import zmq
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import pilot as rp
 from pilot.partition.control import OPS

@@ -195,6 +195,46 @@ def test_a_checkout_imports_the_folders_setup_cfg_maps_and_nothing_else():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def _type_checking_names(path: str) -> dict[str, str]:
+    """{name: "module:attribute"} the `if TYPE_CHECKING:` block of a file imports."""
+    out = {}
+    for node in ast.parse(open(path).read(), path).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom), f"{path}: only imports there"
+                for a in imp.names:
+                    out[a.asname or a.name] = f"{imp.module}:{a.name}"
+    return out
+
+
+def _declared(path: str) -> dict[str, str]:
+    """{name: "module:attribute"} of a package's `declare(__name__, {...})` table."""
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "declare":
+            table = ast.literal_eval(node.args[1])
+            return {n: t if ":" in t else f"{t}:{n}" for n, t in table.items()}
+    raise AssertionError(f"{path}: no declare() table")
+
+
+def test_the_lazy_names_are_seen_by_the_type_checker():
+    """A package whose names are imported on first use (pilot/__init__.py's _WHERE, the
+    `declare()` tables of the core and the faces) imports the same names, from the same
+    modules, under `if TYPE_CHECKING:`, so that mypy and editors see what they resolve to:
+    the two may not drift apart."""
+    import pilot
+
+    where = {n: f"{m}:{n}" for n, m in pilot._WHERE.items()}  # noqa: SLF001 (its table)
+    where["utils"] = "pilot.rp:utils"
+    seen = _type_checking_names(os.path.join(ROOT, "pilot", "__init__.py"))
+    assert seen == where, {n: (seen.get(n), where.get(n)) for n in set(seen) ^ set(where)}
+    for package in (CORE, *FACES):
+        path = os.path.join(ROOT, *package.split(".")[1:], "__init__.py")
+        seen, table = _type_checking_names(path), _declared(path)
+        drift = {n: (seen.get(n), table.get(n)) for n in set(seen) | set(table)}
+        drift = {n: v for n, v in drift.items() if v[0] != v[1]}
+        assert not drift, f"{package}: TYPE_CHECKING imports and declare() differ: {drift}"
+
+
 def test_imports_point_down_and_never_around():
     known = modules()
     graph = {name: imports(name, path, known) for name, path in known.items()}

@@ -31,8 +31,10 @@ from tests.conftest import ROOT
 from tests.faults import check_exactly_once, truth_unit
 from tests.test_netns import resource
 from tests.test_nodes import nodes4, nodes4_variant
-from tests.test_slurm import _why_not as slurm_unavailable
-from tests.test_slurm import slurm  # noqa: F401 (the fixture: a local SLURM, tests/slurm.sh)
+from tests.test_slurm import (
+    _why_not as slurm_unavailable,
+    slurm,  # noqa: F401 (the fixture: a local SLURM, tests/slurm.sh)
+)
 
 needs_netns = pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))
 needs_slurm = pytest.mark.skipif(slurm_unavailable() is not None, reason=str(slurm_unavailable()))

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
-from pilot import functions
-from pilot import states as S
+from pilot import functions, states as S
 from pilot.pmgr.core.blueprint import Blueprint, own_of
 from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
@@ -233,7 +233,8 @@ class Unit(Stateful):
         self.bound = None  # round robin: the Pilot it waits for (pmgr/core/routing.py)
         self.after: Unit | None = None  # `tag`: the earlier unit it runs beside
         self.part: str | None = None
-        self.pilot = None  # the Pilot handle it was sent to
+        # the Pilot handle it was sent to (Any: pmgr/core/pilot.py imports this module)
+        self.pilot: Any = None
         self.exit_code: int | None = None
         self.node: str | None = None
         self.slots: dict | None = None

@@ -24,8 +24,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from pilot import ids
-from pilot import states as S
+from pilot import ids, states as S
 from pilot.config import network
 from pilot.config.resource_config import ResourceConfig
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription

@@ -15,8 +15,7 @@ import logging
 import os
 import time
 
-from pilot import functions, processes
-from pilot import states as S
+from pilot import functions, processes, states as S
 from pilot.agent import native
 from pilot.config import resource_config
 from pilot.descriptions import ComputePilotDescription

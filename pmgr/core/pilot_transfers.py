@@ -17,8 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from pilot import staging
-from pilot import states as S
+from pilot import staging, states as S
 
 WAIT = 600.0  # seconds for the pilot to become ACTIVE and the files to move
 

@@ -32,8 +32,7 @@ import weakref
 from collections.abc import Iterator
 
 from pilot import states as S
-from pilot.seen import PREFIXES
-from pilot.seen import uid_number as _number
+from pilot.seen import PREFIXES, uid_number as _number
 
 FINAL_CODES = (S.DONE, S.FAILED, S.CANCELED)
 _CODE = {state: i + 1 for i, state in enumerate(FINAL_CODES)}

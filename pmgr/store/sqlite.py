@@ -33,8 +33,7 @@ import sqlite3
 import sys
 import threading
 
-from pilot.pmgr.store import data_files
-from pilot.pmgr.store import sqlite_schema as sql
+from pilot.pmgr.store import data_files, sqlite_schema as sql
 from pilot.pmgr.store.base import (
     FIELDS,
     FINAL,

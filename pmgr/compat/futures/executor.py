@@ -33,8 +33,7 @@ import time
 import weakref
 from concurrent import futures
 
-from pilot import remote_call
-from pilot import states as S
+from pilot import remote_call, states as S
 from pilot.adapt_policy import Adapt
 from pilot.descriptions import (
     ComputePartitionDescription,

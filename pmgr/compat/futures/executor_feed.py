@@ -46,8 +46,7 @@ import time
 from collections import deque
 from concurrent import futures
 
-from pilot import remote_call
-from pilot import states as S
+from pilot import remote_call, states as S
 from pilot.descriptions import ComputeUnitDescription
 
 BATCH_FULL = 64

@@ -18,15 +18,13 @@ import copy
 import os
 from collections import deque
 
-from pilot import staging
-from pilot import states as S
+from pilot import staging, states as S
 from pilot.config import resource_config
 from pilot.descriptions import ComputePilotDescription
 from pilot.pilot_description import PilotDescription
 from pilot.pmgr.compat.rp1 import named_envs, pilot_staging
 from pilot.pmgr.compat.rp1.task_events import bulk_from_env
-from pilot.pmgr.core import PILOT_STATE, Pilot, pilot_directives
-from pilot.pmgr.core import PilotManager as CorePilotManager
+from pilot.pmgr.core import PILOT_STATE, Pilot, PilotManager as CorePilotManager, pilot_directives
 
 
 class RPPilot(Pilot):
@@ -135,7 +133,8 @@ class PilotManager(CorePilotManager):
         if state in S.FINAL and pilot.uid in self.staging_out:
             pilot_staging.stage_out(pilot, self.staging_out.pop(pilot.uid))
 
-    def register_callback(self, cb, cb_data=None, metric=PILOT_STATE) -> None:
+    # (RP 1.x's order of arguments, not the base's RP 0.90 one: the override is on purpose)
+    def register_callback(self, cb, cb_data=None, metric=PILOT_STATE) -> None:  # type: ignore[override]
         """`cb(pilot, state[, cb_data])` after every state change of this manager's pilots;
         RP 1.x's order (cb, cb_data, metric), and RP 0.90's (cb, metric, cb_data) when the
         second argument is the metric's name.  With RADICAL_PILOT_BULK_CB set (as RP 1.x):

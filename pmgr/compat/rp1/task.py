@@ -117,7 +117,8 @@ class Task(Unit):
             self.umgr.note_change(self)  # (bulk callbacks: pmgr/compat/rp1/task_events.py)
         return moved
 
-    def register_callback(self, cb, cb_data=None, metric=None) -> None:
+    # (RP 1.x's order of arguments, not the base's RP 0.90 one: the override is on purpose)
+    def register_callback(self, cb, cb_data=None, metric=None) -> None:  # type: ignore[override]
         """RP 1.x's order: cb(task, state), or cb(task, state, cb_data).
 
         Args:
