@@ -35,10 +35,11 @@ Teardown (on runtime expiry, cancel, client loss, node failure, or a signal), ea
     (children)       whatever is still the bootstrap's child is ended (SIGTERM, SIGKILL):
                      nothing the job started outlives it (partition/orphans.py)
     down.bye         `bye` with the pilot's final state to the client; sockets closed; exit
-Where it lives: the pilot link and the control endpoint in partition/client/link.py, the agents'
-channel, their processes and an agent's death in partition/agents/channel.py (the Bootstrap is
-both), the node daemons in partition/nodes/node_set.py; here the bring-up and teardown steps, the
-loop and a node's loss.
+Where it lives: the Bootstrap holds its parts, each given what it uses: the pilot link and the
+control endpoint (`link`: partition/client/link.py), the agents' channel, their processes and an
+agent's death (`agents`: partition/agents/channel.py), the node daemons (`nodeset`:
+partition/nodes/node_set.py), growth (partition/growth.py), the partition manager
+(partition/manager.py); here the bring-up and teardown steps, the loop and a node's loss.
 """
 
 from __future__ import annotations
@@ -58,14 +59,14 @@ from pilot import processes, validate
 from pilot.agent.rank_env import install_rp_tools
 from pilot.config import resource_config
 from pilot.descriptions import ComputePartitionDescription
-from pilot.partition import orphans
+from pilot.partition import control, orphans
 from pilot.partition.agents.channel import AgentChannel
 from pilot.partition.agents.forked import AgentForker
 from pilot.partition.client.data_port import DataPort
 from pilot.partition.client.link import ClientLink
 from pilot.partition.client.outbox import Outbox
 from pilot.partition.growth import Growth
-from pilot.partition.manager import AgentExit, AgentProcess, PartitionManager
+from pilot.partition.manager import AgentExit, PartitionManager
 from pilot.partition.nodes.node_set import BringUpError, NodeSet
 from pilot.partition.off_loop import LogWriter, OffLoop
 from pilot.partition.resources import PilotResources
@@ -87,10 +88,12 @@ TEARDOWN_GRACE = 10.0  # seconds the agents get to stop before they are killed
 BOOT_FILES_WAIT = 5.0  # seconds bring-up gives control.json, network.json (partition/off_loop.py)
 
 
-class Bootstrap(ClientLink, AgentChannel):
-    """The pilot job's first process; what its partition manager (partition/manager.py) is
-    given to act through: send_agent, spawn_agent, agent_lost (partition/agents/channel.py) and
-    emit."""
+class Bootstrap:
+    """The pilot job's first process.  It holds its parts, each given what it uses: the client
+    link (`link`, partition/client/link.py), the agents' channel (`agents`,
+    partition/agents/channel.py), the node set (`nodeset`), growth (`growth`), the partition
+    manager (`pm`: it acts through the channel's send_agent, spawn_agent and agent_lost and
+    this class's emit)."""
 
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -106,15 +109,25 @@ class Bootstrap(ClientLink, AgentChannel):
             self.rcfg = dataclasses.replace(self.rcfg, python=sys.executable)
         self.ctx = zmq.Context.instance()
         self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/wire/security.py
-        self._open_client_link()
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
-        self._open_agent_channel()
-        self._open_control()
+        self.link = ClientLink(cfg, self.uid, self.ctx, self.keys, self.internal)
+        self.outbox = Outbox()  # outcomes kept until the client has them
+        self.forker = AgentForker(self.sandbox)
+        self.agents = AgentChannel(
+            cfg,
+            self.uid,
+            self.sandbox,
+            self.rcfg,
+            self.ctx,
+            self.keys,
+            forker=self.forker,
+            outbox=self.outbox,
+            to_client=self.link.to_client,
+            flush=self.link.flush,
+        )
         self.data = DataPort(self.sandbox)  # files from and to the client (on self.files)
         self.files = OffLoop()  # file-system work off the loop (partition/off_loop.py)
-        self.procs: dict[str, AgentProcess] = {}
-        self.forker = AgentForker(self.sandbox)
         self.nodeset = (
             NodeSet(
                 self.ctx,
@@ -123,7 +136,7 @@ class Bootstrap(ClientLink, AgentChannel):
                 cfg["size"]["nodes"],
                 self.sandbox,
                 self.keys,
-                self.nodes_address,
+                self.agents.nodes_address,
             )
             if self.rcfg.node_daemons
             else None
@@ -135,7 +148,7 @@ class Bootstrap(ClientLink, AgentChannel):
             self.uid,
             self.rcfg,
             self.nodeset,
-            to_client=self.to_client,
+            to_client=self.link.to_client,
             network_changed=self.network_changed,
             nodes_up=self.nodes_up,
             ending=self.is_ending,
@@ -144,10 +157,7 @@ class Bootstrap(ClientLink, AgentChannel):
             idle_after=float(cfg.get("idle_after") or 0.0),
         )
         self.make_resources(cfg.get("network"))
-        self.out: list = []  # partition state updates waiting to be sent
-        self.outbox = Outbox()  # outcomes kept until the client has them
-        self.last_heard = time.monotonic()
-        self.looked = self.last_heard  # (_check_clocks: the time this process was away)
+        self.looked = time.monotonic()  # (_check_clocks: the time this process was away)
         self.ending: tuple[str, str] | None = None
         self.parent = os.getppid() if cfg.get("watch_parent") else None
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -161,7 +171,7 @@ class Bootstrap(ClientLink, AgentChannel):
         agent_cfg = {
             "session": self.cfg["session"],
             "pilot": self.uid,
-            "endpoint": self.agent_endpoint,
+            "endpoint": self.agents.endpoint,
             "pilot_sandbox": self.sandbox,
             "resource": self.cfg["resource"],
             "curve": self.cfg.get("curve"),
@@ -173,13 +183,34 @@ class Bootstrap(ClientLink, AgentChannel):
             self.resources,
             agent_cfg,
             pilot_uid=self.uid,
-            send_agent=self.send_agent,
-            spawn_agent=self.spawn_agent,
+            send_agent=self.agents.send_agent,
+            spawn_agent=self.agents.spawn_agent,
             emit=self.emit,
-            agent_lost=self.agent_lost,
+            agent_lost=self.agents.agent_lost,
         )
         self.growth.bind(self.resources, self.pm)
         self.pm.growth = self.growth if self.growth.enabled else None
+        self.agents.bind(self.pm, self.nodeset)
+        self.link.serve(
+            pm=self.pm,
+            growth=self.growth,
+            data=self.data,
+            files=self.files,
+            outbox=self.outbox,
+            command=self.command,
+            nodes_up=self.nodes_up,
+        )
+
+    def command(self, body: dict) -> dict:
+        """Run one command (from the client or the CLI): partition/control.py."""
+        return control.run(self, body)
+
+    def nodes_up(self) -> dict:
+        """{index: {name, state}} of the pilot's nodes (hello, jobs)."""
+        return {
+            str(i): {"name": n["name"], "state": n["state"]}
+            for i, n in (self.network or {}).items()
+        }
 
     def is_ending(self) -> bool:
         """Whether the pilot is ending (`end` was called: a signal, its runtime, a cancel)."""
@@ -202,18 +233,18 @@ class Bootstrap(ClientLink, AgentChannel):
         self.resources.mark_down(index)
         name = self.resources.nodes[index].name
         orphans.end_orphans(  # units of a daemon that died here (fork/exec/netns)
-            {"PILOT_PILOT_ID": self.uid, "PILOT_NODE_NAME": name}, self.own_children()
+            {"PILOT_PILOT_ID": self.uid, "PILOT_NODE_NAME": name}, self.agents.own_children()
         )
         for part in self.pm.live():
             alloc = part.alloc
             if alloc is None or (index not in alloc.slots and index not in alloc.agent_nodes):
                 continue
-            if part.uid in self.procs:
-                self.send_agent(
+            if part.uid in self.agents.procs:
+                self.agents.send_agent(
                     part.uid, [b"node_lost", pack({"index": index, "name": name, "reason": reason})]
                 )
             left = [i for i in alloc.slots if not self.resources.nodes[i].down]
-            if index in alloc.agent_nodes or not left or part.uid not in self.procs:
+            if index in alloc.agent_nodes or not left or part.uid not in self.agents.procs:
                 self.pm.stop(part.uid, FAILED, reason, hand_back=True)
             else:  # the partition goes on with its other nodes (its agent ends the lost one's)
                 log.info("node.shrunk: %s goes on with %d node(s) without %s", part.uid,
@@ -221,18 +252,19 @@ class Bootstrap(ClientLink, AgentChannel):
         if self.rcfg.node_failure == "fail" and index < self.nodeset.n:  # (not a later job's)
             self.end(FAILED, reason)
 
-    # -- the partition manager's: emit (send_agent, spawn_agent, agent_lost: partition/agents/) --
+    # -- the partition manager's emit (its send_agent, spawn_agent, agent_lost: self.agents) --
     def emit(self, uid: str, state: str, info: dict) -> None:
         if state in FINAL:
             self.growth.next_look = 0.0  # (a job's nodes may be of no more use: look at once)
-        if state in FINAL and self.node_load:  # (its nodes' load, as its agent said it, goes)
-            self.node_load = {i: v for i, v in self.node_load.items() if v[3] != uid}
+        load = self.agents.node_load
+        if state in FINAL and load:  # (its nodes' load, as its agent said it, goes)
+            self.agents.node_load = {i: v for i, v in load.items() if v[3] != uid}
         if state in FINAL and self.nodeset is not None:
             part = self.pm.parts.get(uid)
             if part is not None and part.alloc is not None:  # its agent may have died first
                 self.nodeset.drop_partition(uid, list(part.alloc.slots))
         info["free"] = self.resources.free  # what no live partition holds, after this change
-        self.out.append(("part", uid, state, time.time(), info))
+        self.link.out.append(("part", uid, state, time.time(), info))
 
     # -- life cycle -----------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -258,7 +290,7 @@ class Bootstrap(ClientLink, AgentChannel):
         check_transition(PILOT_MACHINE, self, ACTIVE)
         if not self.files.wait(BOOT_FILES_WAIT):  # (bring-up: the loop never waits on them)
             log.warning("boot.hello: the boot files are not written after %g s", BOOT_FILES_WAIT)
-        self.hello()
+        self.link.hello()
         log.info("boot.hello: sent")
         self._boot_partitions()
         return self._serve()
@@ -269,13 +301,13 @@ class Bootstrap(ClientLink, AgentChannel):
         log.info(
             "boot.connect: client %s, agents %s, control %s; adopts orphans: %s",
             self.cfg["client"],
-            self.agent_endpoint,
-            self.control_endpoint,
+            self.agents.endpoint,
+            self.link.control_endpoint,
             orphans.become_subreaper(),
         )
         control = {
             "pilot": self.uid,
-            "endpoint": self.control_endpoint,
+            "endpoint": self.link.control_endpoint,
             "pid": os.getpid(),
             "host": socket.gethostname(),
         }
@@ -314,7 +346,8 @@ class Bootstrap(ClientLink, AgentChannel):
         """The loop, until teardown is over: route what arrives, watch the agents, the nodes
         and the clocks, send heartbeats; returns the exit code (`finish`)."""
         poller = zmq.Poller()
-        for s in (self.client, self.agents, self.control):
+        link, agents = self.link, self.agents
+        for s in (link.client, agents.sock, link.control):
             poller.register(s, zmq.POLLIN)
         poller.register(self.files.fd, zmq.POLLIN)
         next_expire = time.monotonic() + 5.0
@@ -328,18 +361,18 @@ class Bootstrap(ClientLink, AgentChannel):
         next_hb = time.monotonic()
         while True:
             events = dict(poller.poll(200))
-            for sock, handler in ((self.agents, self.on_agent), (self.client, self.on_client)):
+            for sock, handler in ((agents.sock, agents.on_agent), (link.client, link.on_client)):
                 if sock in events:
                     self._drain(sock, handler)
-            if self.control in events:
-                self._drain(self.control, self.on_control)
+            if link.control in events:
+                self._drain(link.control, link.on_control)
             if self.files.fd in events:
                 self.files.finish()
             zygote_fd = self._watch_zygote(poller, zygote_fd, events)
             if self.nodeset is not None:
                 self._watch_nodes(events)  # (reads the launch's fd: check() asks exited())
                 launch_fd = _repoll(poller, launch_fd, self.nodeset.launch_fd())
-            self.check_agents()
+            agents.check_agents()
             self.pm.check_stuck()
             now = time.monotonic()
             if now >= next_expire:  # (the port's state is the file thread's)
@@ -352,8 +385,8 @@ class Bootstrap(ClientLink, AgentChannel):
                     return self.finish()
             if now >= next_hb:
                 next_hb = now + HEARTBEAT
-                self.to_client(msg(b"hb"))
-            self.flush()
+                link.to_client(msg(b"hb"))
+            link.flush()
 
     def _watch_nodes(self, events: dict) -> None:
         """Read the node daemons, beat their pulses, end the nodes lost; a pilot that has lost
@@ -391,10 +424,10 @@ class Bootstrap(ClientLink, AgentChannel):
         away = now - self.looked - liveness.STALL  # (stopped, swapped out: nobody's silence)
         self.looked = now
         if away > 0:
-            self.last_heard = min(now, self.last_heard + away)
+            self.link.last_heard = min(now, self.link.last_heard + away)
         if now >= self.deadline:
             self.end(DONE, f"pilot runtime of {self.cfg['runtime'] / 60:g} min expired")
-        elif now - self.last_heard > timeout:
+        elif now - self.link.last_heard > timeout:
             self.end(CANCELED, f"no word from the client for {timeout:g} s")
         elif self.parent is not None and os.getppid() != self.parent:
             self.end(CANCELED, "the client process is gone")
@@ -410,14 +443,15 @@ class Bootstrap(ClientLink, AgentChannel):
 
     def finish(self) -> int:
         state, reason = self.ending
-        log.info("down.wait: %d agent(s) left", len(self.procs))
-        for uid, proc in list(self.procs.items()):
+        agents, link = self.agents, self.link
+        log.info("down.wait: %d agent(s) left", len(agents.procs))
+        for uid, proc in list(agents.procs.items()):
             ended = proc.wait(timeout=2.0)  # an agent that said bye exits at once
             if ended is None:
                 log.error("%s: agent pid %s still running at teardown; killed", uid, proc.pid)
                 proc.kill()
                 ended = proc.wait(timeout=5.0)
-            self._drain(self.agents, self.on_agent)  # its last words, if any are left
+            self._drain(agents.sock, agents.on_agent)  # its last words, if any are left
             if ended is None:
                 ended = AgentExit(None, "did not end within 5 s of SIGKILL at teardown")
             self.pm.on_agent_exit(uid, ended, grace=0)
@@ -427,8 +461,8 @@ class Bootstrap(ClientLink, AgentChannel):
         orphans.end_children()  # nothing it started outlives the job (see orphans.py)
         for part in self.pm.live():
             self.pm.end(part, FAILED, "pilot ended before the partition did")
-        self.flush()
-        self.to_client(msg(b"bye", {"state": state, "reason": reason}))
+        link.flush()
+        link.to_client(msg(b"bye", {"state": state, "reason": reason}))
         log.info(
             "down.bye: %s (%s); %d outcome(s) acknowledged by the client, %d not",
             state,
@@ -439,7 +473,7 @@ class Bootstrap(ClientLink, AgentChannel):
         self.files.run(lambda: _unlink(os.path.join(self.sandbox, "control.json")))
         if not self.files.close(timeout=2.0):
             log.warning("down.bye: the sandbox's file system did not take the last writes in 2 s")
-        for s in (self.client, self.agents, self.control):
+        for s in (link.client, agents.sock, link.control):
             s.close()
         self.keys.close()
         self.ctx.term()

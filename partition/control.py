@@ -33,8 +33,6 @@ from __future__ import annotations
 import logging
 import time
 
-import zmq
-
 from pilot import validate
 from pilot.ids import ALL
 from pilot.states import CANCELED, FINAL
@@ -73,7 +71,7 @@ def cancel_units(boot, cid, args: dict) -> dict:
     reason = validate.text("args.reason", args.get("reason")) or "canceled"
     for part, uids in by_part.items():
         if part in boot.pm.parts:
-            boot.send_agent(part, [b"cancel", pack({"uids": uids, "reason": reason})])
+            boot.agents.send_agent(part, [b"cancel", pack({"uids": uids, "reason": reason})])
     return {}
 
 
@@ -107,7 +105,7 @@ def nodes(boot, cid, args: dict) -> dict:
     """Each node of the pilot, one row: [index, name, state (up, down, released), cores,
     GPUs, busy cores, busy GPUs, ranks, partition] (busy: what its partition's agent last
     said, agent/agent.py `load`; partition: the uid of the one that holds it, or None)."""
-    load = boot.node_load
+    load = boot.agents.node_load
     rows = []
     for n in boot.resources.nodes:
         state = "released" if n.released else "down" if n.down else "up"
@@ -136,7 +134,7 @@ def attach(boot, cid, args: dict) -> dict:
         given = checks.endpoint("args.client", given)
     epoch = _epoch(boot, args.get("epoch"), owner)
     current = boot.cfg.get("owner") or {}
-    silent = time.monotonic() - boot.last_heard
+    silent = time.monotonic() - boot.link.last_heard
     live = silent < OWNER_SILENCE and current and current != owner
     if live and not args.get("take_over"):
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(current.get("since", 0)))
@@ -147,7 +145,7 @@ def attach(boot, cid, args: dict) -> dict:
             {**current, "silent": silent, "live_for": OWNER_SILENCE - silent},
         )
     try:  # (a take-over asked by a client killed since is no take-over: the owner keeps it)
-        endpoint = boot.find_client(given, waiting=ATTACH_PROBE)
+        endpoint = boot.link.find_client(given, waiting=ATTACH_PROBE)
     except OSError as exc:
         raise ValueError(f"args.client: {exc}") from None
     if live and endpoint == boot.cfg["client"]:  # the live owner answered the probe itself:
@@ -157,35 +155,25 @@ def attach(boot, cid, args: dict) -> dict:
             f"pid {owner.get('pid')}'s: a request of a client gone since"
         )
     if live:
-        boot.release_owner(owner, RELEASE_WAIT)
+        boot.link.release_owner(owner, RELEASE_WAIT)
     old = boot.cfg["client"]
-    if endpoint != old:
-        try:
-            boot.client.connect(endpoint)
-        except zmq.ZMQError as exc:
-            raise ValueError(f"args.client={endpoint!r}: cannot connect: {exc}") from None
-        try:
-            boot.client.disconnect(old)
-        except zmq.ZMQError:
-            pass
-        boot.cfg["client"] = endpoint
+    boot.link.point_at(endpoint)
     boot.cfg["owner"] = owner
     boot.cfg["epoch"] = epoch
-    boot.last_heard = time.monotonic()
     log.info(
         "attach: client now %s (was %s; %d messages dropped meanwhile)",
         endpoint,
         old,
-        boot.dropped,
+        boot.link.dropped,
     )
-    boot.hello(attach=True)
+    boot.link.hello(attach=True)
     for part in boot.pm.parts.values():
         info = {"resources": part.alloc.to_dict(boot.resources)} if part.alloc else {}
         info["description"] = part.desc.to_stored()
         if part.reason:
             info["reason"] = part.reason
         boot.emit(part.uid, part.state, info)
-    boot.flush()
+    boot.link.flush()
     return {"pilot": boot.uid, "partitions": len(boot.pm.parts)}
 
 
@@ -243,15 +231,15 @@ def sync(boot, cid, args: dict) -> dict:
         found, units[part_uid] = boot.outbox.answer(units[part_uid])
         kept += found
     if kept:
-        boot.flush()
-        boot.to_client(updates.of_records(kept).frames())
+        boot.link.flush()
+        boot.link.to_client(updates.of_records(kept).frames())
     for part_uid, uids in units.items():
         part = boot.pm.parts.get(part_uid)
-        if part is not None and part.state not in FINAL and part.uid in boot.procs:
-            boot.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
+        if part is not None and part.state not in FINAL and part.uid in boot.agents.procs:
+            boot.agents.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
             waiting.append(part_uid)
         else:
-            boot.to_client(msg(b"synced", {"cid": cid, "part": part_uid, "unknown": uids}))
+            boot.link.to_client(msg(b"synced", {"cid": cid, "part": part_uid, "unknown": uids}))
     return {"asked": waiting}
 
 

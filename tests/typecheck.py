@@ -31,11 +31,11 @@ pilot.agent.runners.lane_feed pilot.agent.runners.lanes pilot.agent.runners.loca
 pilot.agent.runners.stager pilot.agent.runners.streams pilot.agent.spawn pilot.agent.stopping
 pilot.agent.workers.worker_env pilot.config.resource_config pilot.config.rp_sites
 pilot.control_client pilot.partition.agents.channel pilot.partition.agents.forked
-pilot.partition.bootstrap pilot.partition.client.data_port pilot.partition.client.link
-pilot.partition.growth pilot.partition.launch.base pilot.partition.launch.fork
-pilot.partition.launch.sim pilot.partition.launch.srun pilot.partition.manager
-pilot.partition.nodes.node_set pilot.partition.nodes.pulse pilot.pmgr.batch.lsf
-pilot.pmgr.batch.pbs pilot.pmgr.compat.entk.appmanager pilot.pmgr.compat.entk.resources
+pilot.partition.bootstrap pilot.partition.client.data_port pilot.partition.growth
+pilot.partition.launch.base pilot.partition.launch.fork pilot.partition.launch.sim
+pilot.partition.launch.srun pilot.partition.manager pilot.partition.nodes.node_set
+pilot.partition.nodes.pulse pilot.pmgr.batch.lsf pilot.pmgr.batch.pbs
+pilot.pmgr.compat.entk.appmanager pilot.pmgr.compat.entk.resources
 pilot.pmgr.compat.futures.executor pilot.pmgr.compat.futures.executor_feed
 pilot.pmgr.compat.parsl.executor pilot.pmgr.compat.rp1.pilot_staging
 pilot.pmgr.compat.rp1.task_events pilot.pmgr.compat.rp1.tasks pilot.pmgr.core.blueprint

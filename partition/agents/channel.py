@@ -1,9 +1,11 @@
 """The bootstrap's agent channel: the agents' socket, their processes, and an agent's death.
 
-Part of the Bootstrap (partition/bootstrap.py), which is an AgentChannel and gives its partition
-manager (partition/manager.py) send_agent, spawn_agent and agent_lost from here; the messages,
-their bodies and their checks are in pilot/wire/links.py's table (link "agent"), from which
-`FROM_AGENT`, this side's dispatch, is built.
+A part the Bootstrap (partition/bootstrap.py) holds, `boot.agents`: it binds its socket when made,
+and is given the client link's `to_client` and `flush`, the outbox and the agent forker, then
+(`bind`) the partition manager and the node set, again whenever the bootstrap makes them anew.
+The partition manager (partition/manager.py) is given send_agent, spawn_agent and agent_lost
+from here; the messages, their bodies and their checks are in pilot/wire/links.py's table (link
+"agent"), from which `FROM_AGENT`, this side's dispatch, is built.
 
 Channel: a ROUTER (CURVE server, ROUTER_MANDATORY) bound on 127.0.0.1 and, on resources with node
 daemons, on the node address too, for agents on other nodes (OS-chosen ports); each agent's
@@ -57,42 +59,54 @@ log = logging.getLogger("bootstrap")
 
 
 class AgentChannel:
-    """The agents' channel and processes, as methods of the Bootstrap (a mixin)."""
+    """The agents' channel and processes (the module's header)."""
 
-    # the Bootstrap's, which these methods use
-    cfg: dict
-    uid: str
-    sandbox: str
-    rcfg: ResourceConfig
-    ctx: zmq.Context
-    keys: Keys
-    pm: PartitionManager
-    procs: dict[str, AgentProcess]
-    forker: AgentForker
-    nodeset: NodeSet | None
-    to_client: Callable[[list[bytes]], None]  # (partition/client/link.py)
-    flush: Callable[[], None]
-    outbox: Outbox
-    node_load: dict[int, tuple]
-
-    def _open_agent_channel(self) -> None:
-        """boot.connect, the agents' side: the ROUTER, bound."""
-        self.node_load = {}  # node index -> (busy cores, busy GPUs, ranks, partition uid)
-        self.agents = self.ctx.socket(zmq.ROUTER)
-        self.agents.setsockopt(zmq.LINGER, 0)
-        self.agents.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.keys.serve(self.agents)
-        port = self.agents.bind_to_random_port("tcp://127.0.0.1")
-        self.agent_endpoint = f"tcp://127.0.0.1:{port}"
-        self.agent_endpoint_nodes = self.agent_endpoint
+    def __init__(
+        self,
+        cfg: dict,
+        uid: str,
+        sandbox: str,
+        rcfg: ResourceConfig,
+        ctx: zmq.Context,
+        keys: Keys,
+        *,
+        forker: AgentForker,
+        outbox: Outbox,
+        to_client: Callable[[list[bytes]], None],
+        flush: Callable[[], None],
+    ) -> None:
+        """boot.connect, the agents' side: the ROUTER, bound (`cfg["client"]` is where the
+        client answered: the node address faces it)."""
+        self.cfg = cfg
+        self.uid = uid
+        self.sandbox = sandbox
+        self.rcfg = rcfg
+        self.forker = forker
+        self.outbox = outbox
+        self.to_client = to_client  # (partition/client/link.py)
+        self.flush = flush  # partition updates first, then what follows them
+        self.procs: dict[str, AgentProcess] = {}  # partition uid -> its agent process
+        self.node_load: dict[int, tuple] = {}  # node index -> (busy cores, GPUs, ranks, part)
+        self.nodeset: NodeSet | None = None
+        self.pm: PartitionManager
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        keys.serve(self.sock)
+        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{port}"
+        self.endpoint_nodes = self.endpoint
         self.nodes_address = None
-        if self.rcfg.node_daemons:  # agents on other nodes reach it on the node address
-            addr = self.nodes_address = network.listen_address(
-                self.rcfg.address, self.cfg["client"]
-            )
+        if rcfg.node_daemons:  # agents on other nodes reach it on the node address
+            addr = self.nodes_address = network.listen_address(rcfg.address, cfg["client"])
             if addr != "127.0.0.1":
-                nport = self.agents.bind_to_random_port(f"tcp://{addr}")
-                self.agent_endpoint_nodes = f"tcp://{addr}:{nport}"
+                nport = self.sock.bind_to_random_port(f"tcp://{addr}")
+                self.endpoint_nodes = f"tcp://{addr}:{nport}"
+
+    def bind(self, pm: PartitionManager, nodeset: NodeSet | None) -> None:
+        """The partition manager and the node set, as the bootstrap (re)made them."""
+        self.pm = pm
+        self.nodeset = nodeset
 
     def own_children(self) -> set[int]:
         """The processes this bootstrap started itself (never taken for orphans)."""
@@ -127,7 +141,7 @@ class AgentChannel:
     def send_agent(self, uid: str, frames: list[bytes]) -> None:
         try:
             # (a message with data frames, a call's large arguments: sent without a copy)
-            self.agents.send_multipart([uid.encode()] + frames, copy=len(frames) <= 3)
+            self.sock.send_multipart([uid.encode()] + frames, copy=len(frames) <= 3)
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
             log.error("%s: cannot reach agent: %s", uid, exc)
 
@@ -135,7 +149,7 @@ class AgentChannel:
         if self.nodeset is not None:  # units go to the daemons of the partition's nodes
             for node in cfg["nodes"]:
                 node["endpoint"] = self.nodeset.endpoint_of(node["index"])
-            cfg["endpoint"] = self.agent_endpoint_nodes
+            cfg["endpoint"] = self.endpoint_nodes
         path = os.path.join(self.sandbox, f"{uid}.agent.json")
         if self.nodeset is None or cfg.get("agent_host") is None:  # forked by the zygote
             cfg["adopted_by"] = os.getpid()  # its parent, should the zygote die first

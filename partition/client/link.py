@@ -1,8 +1,11 @@
 """The bootstrap's ways in from outside: the pilot link to its client, and the control endpoint.
 
-Part of the Bootstrap (partition/bootstrap.py), which is a ClientLink; the messages, their bodies
-and their checks are in pilot/wire/links.py's table (link "pilot"), from which `FROM_CLIENT`, this
-side's dispatch, is built; the commands are in partition/control.py.
+A part the Bootstrap (partition/bootstrap.py) holds, `boot.link`: it opens both sockets when made,
+and is given what the client's messages act on (`serve`: the partition manager, again whenever
+the bootstrap makes it anew; growth, the data port and its file thread, the outbox, the command
+table's runner, the pilot's nodes).  The messages, their bodies and their checks are in
+pilot/wire/links.py's table (link "pilot"), from which `FROM_CLIENT`, this side's dispatch, is
+built; the commands are in partition/control.py.
 
 Pilot link: a DEALER (identity = the pilot uid, a CURVE client) connected to the client's ROUTER
 at cfg["client"] (or, when that is a list, at the first of them that answers:
@@ -40,13 +43,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import zmq
 
 from pilot import validate
 from pilot.config import network
-from pilot.partition import control
 from pilot.partition.client.probe import first_answering
 from pilot.wire import checks, framed, links
 from pilot.wire.protocol import ProtocolError, drain, msg, pack, unpack
@@ -56,40 +59,66 @@ if TYPE_CHECKING:
     from pilot.partition.client.outbox import Outbox
     from pilot.partition.growth import Growth
     from pilot.partition.manager import PartitionManager
+    from pilot.partition.off_loop import OffLoop
     from pilot.wire.security import Keys
 
 log = logging.getLogger("bootstrap")
 
 
 class ClientLink:
-    """The pilot link and the control endpoint, as methods of the Bootstrap (a mixin)."""
+    """The pilot link and the control endpoint (the module's header)."""
 
-    # the Bootstrap's, which these methods use
-    cfg: dict
-    uid: str
-    ctx: zmq.Context
-    keys: Keys
-    pm: PartitionManager
-    growth: Growth
-    data: DataPort
-    network: dict | None
-    last_heard: float
-    out: list
-    outbox: Outbox
-
-    def _open_client_link(self) -> None:
-        """boot.connect, the client's side: the DEALER to the client, connected."""
-        self.client = self.ctx.socket(zmq.DEALER)
-        self.client.setsockopt(zmq.IDENTITY, self.uid.encode())
+    def __init__(
+        self, cfg: dict, uid: str, ctx: zmq.Context, keys: Keys, internal: checks.InternalErrors
+    ) -> None:
+        """boot.connect, the client's side: the DEALER to the client, connected, and the
+        control endpoint, bound.  `cfg` is the bootstrap's (client, client_timeout, size; an
+        attach changes client, owner and epoch in it)."""
+        self.cfg = cfg
+        self.uid = uid
+        self.ctx = ctx
+        self.keys = keys
+        self.internal = internal  # (a data port job's own bug is reported there)
+        self.out: list = []  # partition state updates waiting to be sent (`flush`)
+        self.dropped = 0  # messages dropped at the high-water mark (no client listening)
+        self.last_heard = time.monotonic()  # the client's last word (the bootstrap's clocks)
+        self.client = ctx.socket(zmq.DEALER)
+        self.client.setsockopt(zmq.IDENTITY, uid.encode())
         self.client.setsockopt(zmq.LINGER, 3000)
         self.client.setsockopt(zmq.SNDHWM, 100_000)
-        self.keys.client(self.client)
-        self.cfg["client"] = self.find_client(self.cfg["client"])
-        self.client.connect(self.cfg["client"])
+        keys.client(self.client)
+        cfg["client"] = self.find_client(cfg["client"])
+        self.client.connect(cfg["client"])
         # the address this node reaches the client from: the client (and a CLI next to it)
         # reaches the control socket there, whichever node of the allocation this runs on
-        self.here = network.source_address(self.cfg["client"])
-        self.dropped = 0
+        self.here = network.source_address(cfg["client"])
+        self.control = ctx.socket(zmq.ROUTER)
+        self.control.setsockopt(zmq.LINGER, 0)
+        keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
+        cport = self.control.bind_to_random_port(f"tcp://{self.here}")
+        self.control_endpoint = f"tcp://{self.here}:{cport}"
+
+    def serve(
+        self,
+        *,
+        pm: PartitionManager,
+        growth: Growth,
+        data: DataPort,
+        files: OffLoop,
+        outbox: Outbox,
+        command: Callable[[dict], dict],
+        nodes_up: Callable[[], dict],
+    ) -> None:
+        """What the client's messages act on (`pm` again whenever the bootstrap makes the
+        pilot's resources anew); `command(body)` runs one command (partition/control.py),
+        `nodes_up()` is the pilot's nodes as `hello` names them."""
+        self.pm = pm
+        self.growth = growth
+        self.data = data
+        self.files = files
+        self.outbox = outbox
+        self.command = command
+        self.nodes_up = nodes_up
 
     def find_client(self, client: str | list[str], waiting: float | None = None) -> str:
         """The client's endpoint: the one given, or the first of its addresses that answers
@@ -109,14 +138,6 @@ class ClientLink:
             1e3 * (time.monotonic() - t0),
         )
         return found
-
-    def _open_control(self) -> None:
-        """boot.connect, the control endpoint: bound on an OS-chosen port."""
-        self.control = self.ctx.socket(zmq.ROUTER)
-        self.control.setsockopt(zmq.LINGER, 0)
-        self.keys.serve(self.control)  # the CLI and attaching clients hold the session's keys
-        cport = self.control.bind_to_random_port(f"tcp://{self.here}")
-        self.control_endpoint = f"tcp://{self.here}:{cport}"
 
     def _answer(self, send):
         """A data port job's callback (on the loop): `send` its result; a job that raised
@@ -225,9 +246,21 @@ class ClientLink:
                     log.warning("attach: a bad message from the old owner: %s", exc)
         log.warning("attach: the old owner did not say released within %g s", wait)
 
-    def command(self, body: dict) -> dict:
-        """Run one command (from the client or the CLI): partition/control.py."""
-        return control.run(self, body)
+    def point_at(self, endpoint: str) -> None:
+        """(an attach) The link to the client at `endpoint` from now on (ValueError when it
+        cannot connect there); word from it counts from now."""
+        old = self.cfg["client"]
+        if endpoint != old:
+            try:
+                self.client.connect(endpoint)
+            except zmq.ZMQError as exc:
+                raise ValueError(f"args.client={endpoint!r}: cannot connect: {exc}") from None
+            try:
+                self.client.disconnect(old)
+            except zmq.ZMQError:
+                pass
+            self.cfg["client"] = endpoint
+        self.last_heard = time.monotonic()
 
     def hello(self, attach: bool = False) -> None:
         """Tell the client the pilot is up (or, after an attach, that it is its client now)."""
@@ -245,13 +278,6 @@ class ClientLink:
                 },
             )
         )
-
-    def nodes_up(self) -> dict:
-        """{index: {name, state}} of the pilot's nodes (hello, jobs)."""
-        return {
-            str(i): {"name": n["name"], "state": n["state"]}
-            for i, n in (self.network or {}).items()
-        }
 
     def on_control(self, frames: list[bytes]) -> None:
         ident, body = frames[0], frames[-1]
