@@ -13,7 +13,8 @@
 How a call travels: submit() packs it in the caller's thread (pilot/remote_call.py) and queues
 it; the executor's feeder thread submits what is queued in one UnitManager.submit_units, a unit
 per call or short calls bundled; the unit's states resolve the futures on the session's
-delivery thread (pmgr/compat/futures/executor_feed.py, this class's base, has the rules).  A future
+delivery thread (pmgr/compat/futures/executor_feed.py: the Feed, a part the executor holds,
+has the rules).  A future
 is running once its unit is EXECUTING (once its bundle is submitted): Future.cancel() fails from
 then on, as documented; before, it cancels the unit too.
 
@@ -40,7 +41,7 @@ from pilot.descriptions import (
     ComputePilotDescription,
     ComputeUnitDescription,
 )
-from pilot.pmgr.compat.futures.executor_feed import BATCH_FULL, ExecutorError, Feeding
+from pilot.pmgr.compat.futures.executor_feed import ExecutorError, Feed
 from pilot.pmgr.core import PilotManager, Session, UnitManager
 
 MAP_WINDOW = 20_000  # calls (or chunks) of a map submitted ahead of what it has yielded
@@ -137,7 +138,7 @@ def _result_or_cancel(fut, end: float | None):
         del fut
 
 
-class Executor(Feeding, futures.Executor):
+class Executor(futures.Executor):
     """A concurrent.futures.Executor whose calls are function units of a pilot (or of one of
     its partitions).
 
@@ -235,25 +236,19 @@ class Executor(Feeding, futures.Executor):
             self._fields["partition"] = self._partition.uid
         else:
             self._fields["pilot"] = self._pilot.uid
-        self._proto = ComputeUnitDescription(function="math.gcd", **self._fields)  # (checks)
-        self._reruns = reruns
-        self._bundling = bundle
-        self._busy = max(1, self._pilot.size["cores"])  # in flight: a trickle lingers (_feed)
-        self._go = threading.Event()
-        self._cwd = cwd
-        self._sent = {}
-        self._took = {}
-        self._queue = collections.deque()
-        self._transit = []
-        self._wake = threading.Event()
-        self._lock = threading.Lock()  # submit against shutdown
-        self._shutdown = False
-        self._ended = False
-        self._keep = True  # False once shutdown(cancel_futures=True): no call runs again
-        self._deadlines = None
-        self._umgr.register_callback(self._on_state)
-        self._feeder = threading.Thread(target=self._feed, name="pilot-executor", daemon=True)
-        self._feeder.start()
+        # its calls' queue, the feeder thread and the states' callback (checks the fields)
+        self._feed = Feed(
+            self._umgr,
+            self._fields,
+            cwd=cwd,
+            reruns=reruns,
+            bundling=bundle,
+            busy=max(1, self._pilot.size["cores"]),  # calls in flight: a trickle lingers
+            cores=self._cores,
+            stopped_under=self._stopped_under,
+            cancel_units=self.cancel_units,
+        )
+        self._umgr.register_callback(self._feed.on_state)
         _live.add(self)
 
     # -- where calls run ------------------------------------------------------------------------
@@ -376,16 +371,10 @@ class Executor(Feeding, futures.Executor):
         return self._queued(Future(self, outcome, runtime), description)
 
     def _queued(self, fut: Future, item) -> Future:
-        with self._lock:
-            if _exiting:
-                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            self._queue.append((fut, item))
-        if not self._wake.is_set():
-            self._wake.set()
-        if len(self._queue) >= BATCH_FULL:
-            self._go.set()
+        if _exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        if not self._feed.put(fut, item):
+            raise RuntimeError("cannot schedule new futures after shutdown")
         return fut
 
     def map(
@@ -441,7 +430,7 @@ class Executor(Feeding, futures.Executor):
         yielded; what is left is canceled when the iterator is closed or fails."""
         try:
             while fs:
-                if args is not None and not self._shutdown:
+                if args is not None and not self._feed.closed:
                     for a in itertools.islice(args, 1):
                         fs.append(self.submit(fn, *a))
                 # (no name holds the future or its value while the caller has it)
@@ -465,7 +454,7 @@ class Executor(Feeding, futures.Executor):
         """Whether the unit was canceled because its partition was stopped (and its pilot and
         this executor's partition are still there to run it again)."""
         pilot = unit.pilot
-        if not self._keep or pilot is None or pilot.final:
+        if not self._feed.keep or pilot is None or pilot.final:
             return False
         part = pilot.parts.get(unit.part) if unit.part else None
         if part is None or part is self._partition:
@@ -484,13 +473,12 @@ class Executor(Feeding, futures.Executor):
                 count as started and run, as ProcessPoolExecutor's); none runs again after a
                 reconfig.
         """
-        with self._lock:
-            self._shutdown = True
+        self._feed.close()
         if cancel_futures:
-            self._keep = False
+            self._feed.keep = False
             # the oldest calls, one per core, count as started (as ProcessPoolExecutor's call
             # queue holds max_workers + 1 calls it no longer cancels): they run
-            for fut in self._pending()[self._cores() :]:
+            for fut in self._feed.pending()[self._cores() :]:
                 if not fut.started:
                     fut.cancel()
         if wait:
@@ -504,22 +492,15 @@ class Executor(Feeding, futures.Executor):
 
     def _finish(self) -> None:
         """Wait for every future, then end the feeder and what this executor owns."""
-        while not self._ended:
-            pending = self._pending()
+        while not self._feed.ended:
+            pending = self._feed.pending()
             if not pending:
                 break
             futures.wait(pending)
-        with self._lock:
-            if self._ended:
-                return
-            self._ended = True
-        self._wake.set()
-        self._go.set()
-        self._feeder.join()
-        if self._deadlines is not None:
-            self._deadlines.close()
+        if not self._feed.stop():
+            return
         _live.discard(self)
-        self._umgr.unregister_callback(self._on_state)  # (a shared manager keeps no trace)
+        self._umgr.unregister_callback(self._feed.on_state)  # (a shared manager keeps no trace)
         self._end_owned()
 
     def _end_owned(self) -> None:

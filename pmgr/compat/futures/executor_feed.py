@@ -1,5 +1,7 @@
-"""How rp.Executor's calls become units and its futures learn their outcome: `Feeding`, the
-Executor's base (pmgr/compat/futures/executor.py), with the attributes it declares below.
+"""How rp.Executor's calls become units and its futures learn their outcome: `Feed`, a part the
+Executor (pmgr/compat/futures/executor.py) holds, given the unit manager and what the executor
+decides (its unit fields, directory, reruns, bundling, how many cores it has, whether a unit's
+partition was stopped under it, how its units are canceled).
 
 The feeder thread takes everything queued at once (pairs of a future and a `remote_call.Call`,
 or of a future and a ComputeUnitDescription of the caller's own) and submits it with one
@@ -44,6 +46,7 @@ import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent import futures
 
 from pilot import remote_call, states as S
@@ -74,65 +77,111 @@ class Sent:
         self.desc, self.items, self.bundle = desc, items, bundle
 
 
-class Feeding:
-    """The feeder and the state callback of an Executor (which sets the attributes below)."""
+class Feed:
+    """The feeder thread and the state callback of an Executor (the module's header).  Every
+    future is in one of `queue`, `transit` (being submitted) or `sent` until it is done."""
 
-    _umgr: object  # the UnitManager
-    _fields: dict  # unit fields of every call
-    _proto: ComputeUnitDescription | None  # a description with them: each unit's is a copy
-    _cwd: str | None
-    _reruns: int
-    _bundling: bool
-    _busy: int  # calls in flight above which a trickle lingers
-    _queue: deque  # (future, Call | ComputeUnitDescription), oldest first
-    _transit: list  # what the feeder took from _queue and is submitting now
-    _lock: threading.Lock  # guards _queue against _transit (and submit against shutdown)
-    _sent: dict[int, Sent]  # id(description) -> what was submitted, not final yet
-    _took: dict[str, float | None]  # a function's pickle -> seconds a call takes (None: unknown)
-    _wake: threading.Event  # the feeder has work
-    _go: threading.Event  # the feeder's linger ends
-    _ended: bool
-    _keep: bool  # False once shutdown(cancel_futures=True): no call runs again
-    _deadlines: Deadlines | None
+    def __init__(
+        self,
+        umgr,
+        fields: dict,
+        *,
+        cwd: str | None,
+        reruns: int,
+        bundling: bool,
+        busy: int,
+        cores: Callable[[], int],
+        stopped_under: Callable[[object], bool],
+        cancel_units: Callable[[list, str], None],
+    ) -> None:
+        """`umgr`: the UnitManager; `fields`: unit fields of every call; `busy`: calls in
+        flight above which a trickle lingers; `cores()`: the cores its calls have;
+        `stopped_under(unit)`: whether a canceled unit's partition was stopped under it (its
+        calls run again); `cancel_units(units, reason)`: the executor's."""
+        self.umgr = umgr
+        self.fields = fields
+        self.proto = ComputeUnitDescription(function="math.gcd", **fields)  # each unit's: a copy
+        self.cwd = cwd
+        self.reruns = reruns
+        self.bundling = bundling
+        self.busy = busy
+        self.cores = cores
+        self.stopped_under = stopped_under
+        self.cancel_units = cancel_units
+        self.queue: deque = deque()  # (future, Call | ComputeUnitDescription), oldest first
+        self.transit: list = []  # what the feeder took from the queue and is submitting now
+        self.lock = threading.Lock()  # the queue against transit, and put against close
+        self.sent: dict[int, Sent] = {}  # id(description) -> what was submitted, not final yet
+        self.took: dict[str, float | None] = {}  # a function's pickle -> s a call takes
+        self.wake = threading.Event()  # the feeder has work
+        self.go = threading.Event()  # the feeder's linger ends
+        self.closed = False  # no more calls (the executor's shutdown)
+        self.ended = False  # the feeder is ended
+        self.keep = True  # False once shutdown(cancel_futures=True): no call runs again
+        self.deadlines: Deadlines | None = None
+        self.thread = threading.Thread(target=self._run, name="pilot-executor", daemon=True)
+        self.thread.start()
 
-    def _cores(self) -> int:
-        raise NotImplementedError
+    def put(self, fut, item) -> bool:
+        """Queue a call (or a unit description of the caller's own); False once closed."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.queue.append((fut, item))
+        if not self.wake.is_set():
+            self.wake.set()
+        if len(self.queue) >= BATCH_FULL:
+            self.go.set()
+        return True
 
-    def _stopped_under(self, unit) -> bool:
-        raise NotImplementedError
+    def close(self) -> None:
+        """No more calls (what is queued still goes)."""
+        with self.lock:
+            self.closed = True
 
-    def cancel_units(self, units: list, reason: str) -> None:
-        raise NotImplementedError
+    def stop(self) -> bool:
+        """End the feeder thread and the deadlines' (its futures done: the caller waited);
+        False when it was ended already."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.ended = True
+        self.wake.set()
+        self.go.set()
+        self.thread.join()
+        if self.deadlines is not None:
+            self.deadlines.close()
+        return True
 
     # -- the feeder thread ----------------------------------------------------------------------
-    def _feed(self) -> None:
+    def _run(self) -> None:
         while True:
-            self._wake.wait()
-            self._wake.clear()
+            self.wake.wait()
+            self.wake.clear()
             n = self._submit_queued()
-            if n == 0 and self._ended:
+            if n == 0 and self.ended:
                 return
             if 0 < n < BATCH_FULL:  # a trickle: while the cores are busy, the next calls
-                self._go.clear()  # gather (until BATCH_FULL are queued, or fewer in flight)
-                if self._in_flight() >= self._busy and len(self._queue) < BATCH_FULL:
-                    self._go.wait(LINGER)
+                self.go.clear()  # gather (until BATCH_FULL are queued, or fewer in flight)
+                if self._in_flight() >= self.busy and len(self.queue) < BATCH_FULL:
+                    self.go.wait(LINGER)
 
     def _in_flight(self) -> int:
-        return len(self._sent)
+        return len(self.sent)
 
     def _submit_queued(self) -> int:
         """Submit what is queued, at once; how many futures that was."""
         batch = []
-        queue = self._queue
-        with self._lock:  # (a future is always in one of _queue, _transit, _sent: _pending)
+        queue = self.queue
+        with self.lock:  # (a future is always in one of _queue, _transit, _sent: _pending)
             while queue:
                 batch.append(queue.popleft())
-            self._transit = batch
+            self.transit = batch
         try:
             if batch:
                 self._submit_batch(batch)
         finally:
-            self._transit = []
+            self.transit = []
         return len(batch)
 
     def _submit_batch(self, batch: list) -> None:
@@ -144,14 +193,14 @@ class Feeding:
         if not sent:
             return
         for s in sent:
-            self._sent[id(s.desc)] = s
+            self.sent[id(s.desc)] = s
             for f, _ in s.items:
                 f.runs += 1
         try:
-            units = self._umgr.make_units([s.desc for s in sent])
+            units = self.umgr.make_units([s.desc for s in sent])
         except Exception as exc:  # (a description the UnitManager refused; a closed session)
             for s in sent:
-                if self._sent.pop(id(s.desc), None) is not None:
+                if self.sent.pop(id(s.desc), None) is not None:
                     for f, _ in s.items:
                         if not f.done():
                             f.set_exception(exc)
@@ -160,21 +209,21 @@ class Feeding:
         for s, unit in zip(sent, units):
             for f, _ in s.items:
                 f.unit = unit
-            if not s.bundle and s.items[0][0].dropped and id(s.desc) in self._sent:
+            if not s.bundle and s.items[0][0].dropped and id(s.desc) in self.sent:
                 canceled.append(unit)
         if canceled:
             self.cancel_units(canceled, "canceled through its future")
 
     def _groups(self, calls: list) -> list[list]:
         """The calls of a batch as units: one each, or short ones bundled (see the header)."""
-        spread = 2 * max(1, self._cores())
-        if not self._bundling or len(calls) <= spread:
+        spread = 2 * max(1, self.cores())
+        if not self.bundling or len(calls) <= spread:
             return [[c] for c in calls]
         most = min(BUNDLE_MAX, len(calls) // spread)
         out, bundle, bundle_s = [], [], 0.0
         for item in calls:
             fut, call = item
-            took = self._took.get(call.fn_text)
+            took = self.took.get(call.fn_text)
             if took is None or took > BUNDLE_CALL_S or fut.runtime is not None:
                 out.append([item])  # (a runtime limit is a unit's)
                 continue
@@ -199,11 +248,11 @@ class Feeding:
             if not group:
                 return None
         first = group[0][1]
-        function = remote_call.packed([c for _, c in group], self._cwd)
+        function = remote_call.packed([c for _, c in group], self.cwd)
         if first.fields is None:  # (a copy of the executor's own, only its call set)
-            proto = self._proto
+            proto = self.proto
             if proto is None:
-                proto = self._proto = ComputeUnitDescription(function="math.gcd", **self._fields)
+                proto = self.proto = ComputeUnitDescription(function="math.gcd", **self.fields)
             desc = proto.with_fields(function=function)
         else:
             desc = ComputeUnitDescription(function=function, **first.fields)
@@ -218,19 +267,19 @@ class Feeding:
             return False
 
     # -- unit states (the session's delivery thread) ------------------------------------------
-    def _on_state(self, unit, state: str) -> None:
+    def on_state(self, unit, state: str) -> None:
         if state == S.EXECUTING:
-            sent = self._sent.get(id(unit.description))
+            sent = self.sent.get(id(unit.description))
             if sent is not None and not sent.bundle and not sent.items[0][0].started:
                 self._started(sent.items[0][0])
             return
         if state not in S.FINAL:
             return
-        sent = self._sent.pop(id(unit.description), None)
+        sent = self.sent.pop(id(unit.description), None)
         if sent is None:  # (another executor's unit, on a shared UnitManager)
             return
-        if len(self._sent) < self._busy:
-            self._go.set()
+        if len(self.sent) < self.busy:
+            self.go.set()
         if sent.bundle:
             self._bundle_ended(sent, unit, state)
             return
@@ -280,12 +329,12 @@ class Feeding:
     def _again(self, sent: Sent, unit) -> bool:
         """A unit canceled because its partition was stopped under it: its calls are queued
         again (at most `reruns` times); False when they are not."""
-        if not self._stopped_under(unit) or max(f.runs for f, _ in sent.items) > self._reruns:
+        if not self.stopped_under(unit) or max(f.runs for f, _ in sent.items) > self.reruns:
             return False
         for fut, item in sent.items:
             fut.unit = None
-            self._queue.append((fut, item if item is not None else sent.desc))
-        self._wake.set()
+            self.queue.append((fut, item if item is not None else sent.desc))
+        self.wake.set()
         return True
 
     def _measured(self, calls: list, seconds: float | None) -> None:
@@ -294,7 +343,7 @@ class Feeding:
         if seconds is None:
             return
         each = seconds / len(calls)
-        took = self._took
+        took = self.took
         for c in calls:
             old = took.get(c.fn_text, _FIRST)
             if old is _FIRST:
@@ -306,9 +355,9 @@ class Feeding:
         if not self._mark_running(fut):
             return
         if fut.runtime is not None:
-            if self._deadlines is None:
-                self._deadlines = Deadlines(self._expired)
-            self._deadlines.add(fut.runtime, fut)
+            if self.deadlines is None:
+                self.deadlines = Deadlines(self._expired)
+            self.deadlines.add(fut.runtime, fut)
 
     def _expired(self, fut) -> None:
         """(deadline thread) A future's unit ran past its runtime limit: it is canceled."""
@@ -317,12 +366,12 @@ class Feeding:
             fut.timed_out = True
             self.cancel_units([unit], f"its runtime limit of {fut.runtime} s was reached")
 
-    def _pending(self) -> list:
+    def pending(self) -> list:
         """Futures not done: submitted ones oldest first, then those being submitted, then
         queued ones."""
-        with self._lock:
-            sent = [f for s in list(self._sent.values()) for f, _ in s.items]
-            later = [f for f, _ in self._transit] + [f for f, _ in self._queue]
+        with self.lock:
+            sent = [f for s in list(self.sent.values()) for f, _ in s.items]
+            later = [f for f, _ in self.transit] + [f for f, _ in self.queue]
         return list(dict.fromkeys(sent + later))
 
 
