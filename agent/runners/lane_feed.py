@@ -2,13 +2,13 @@
 queue ahead it keeps filled from the head of the agent's queue.
 
 agent/runners/lanes.py has the lanes themselves (a thread per core, agent/_spawn-src/lanes.c's
-LaneThreads) and their protocol; LocalRunner (agent/runners/local.py) is a LaneFeed: the
-methods here are its own, kept apart, and use the runner's attributes declared in the class
-body below.
+LaneThreads) and their protocol; LocalRunner (agent/runners/local.py) holds a LaneFeed
+(`runner.feed`), given what it uses of the runner: its spawner, output streams, slots, its
+running and starting tables, and what it does once a unit started (`on_start`).
     lane_shape(unit)      (cores, GPUs) of a unit that may run in a lane, or None: one rank on
                           one core, no placement of its own, nothing that names its slot
-    use_lanes(journal)    start the lanes (once); the runner's `spawn` starts a unit in a free
-                          slot through `_start_in_lane`
+    use_lanes(journal, quiet)  start the lanes (once); the runner's `spawn` starts a unit in
+                          a free slot through `start_in_lane`
     hold_ahead(queue, take)   the agent (UnitRunner): move units from the head of its queue
                           into the queue ahead, in order, while the head asks for a shape a
                           lane holds now; returns (unit, reason) for those that cannot start
@@ -67,22 +67,34 @@ def lane_shape(unit: dict, ahead: bool = False) -> tuple | None:
 
 
 class LaneFeed:
-    """The lanes of a LocalRunner, fed from the agent's queue (a part of LocalRunner)."""
+    """The lanes of a LocalRunner, fed from the agent's queue (the module's header)."""
 
-    # the runner's (agent/runners/local.py)
-    spawner: Spawner
-    streams: StreamSet
-    slots: int  # its logical cores: one lane each
-    sigchld: bool
-    has_gpus: bool
-    prof: str  # RP 1.x tasks' RP_PROF command
-    node_types: list[str]
-    running: dict[int, Run]
-    starting: dict
-    _started: Callable[[Run, Any], None]  # (run, its start handle): it runs now
-
-    def _init_lanes(self) -> None:
-        """No lanes yet (use_lanes starts them), nothing ahead."""
+    def __init__(
+        self,
+        spawner: Spawner,
+        streams: StreamSet,
+        slots: int,
+        *,
+        has_gpus: bool,
+        prof: str,
+        node_types: list[str],
+        running: dict[int, Run],
+        starting: dict,
+        on_start: Callable[[Run, Any], None],
+    ) -> None:
+        """No lanes yet (use_lanes starts them), nothing ahead.  `slots`: the runner's logical
+        cores, one lane each; `prof`: RP 1.x tasks' RP_PROF command; `running`, `starting`:
+        the runner's tables (pid -> Run, pid -> start handle), which the lanes' news fills;
+        `on_start(run, handle)`: the runner's, once a lane started a unit."""
+        self.spawner = spawner
+        self.streams = streams
+        self.slots = slots
+        self.has_gpus = has_gpus
+        self.prof = prof
+        self.node_types = node_types
+        self.running = running
+        self.starting = starting
+        self.on_start = on_start
         self.lanes: lanes.Lanes | None = None  # (use_lanes)
         self.lane_exits: list = []  # (pid, code) the lane thread reaped
         self.lane_started: list[Run] = []  # units queued ahead it started (or could not)
@@ -90,9 +102,10 @@ class LaneFeed:
         self.given_back: dict[str, Run] = {}  # uid -> its prepared Run, until the next hold
         self.ahead_most = min(AHEAD_TOTAL, AHEAD_PER_LANE * self.slots)
 
-    def use_lanes(self, journal: int) -> bool:
+    def use_lanes(self, journal: int, quiet: bool) -> bool:
         """Start single-core units through a lane thread per core (agent/runners/lanes.py)
-        from now on, journaling what it starts into `journal`; False where it cannot be built."""
+        from now on, journaling what it starts into `journal`; False where it cannot be built.
+        `quiet`: SIGCHLD is at its default in the agent (no lane unit's exit wakes it)."""
         # a lane's own variables: its node, its ids of each type, the GPU variable and RP's
         fits = len(self.node_types) + 3 <= lanes.SLOT_ENV_MAX
         if self.lanes is None and lanes.available() and fits:
@@ -103,7 +116,7 @@ class LaneFeed:
                 journal,
                 self.slots,
                 self.streams,
-                quiet=not self.sigchld,
+                quiet=quiet,
                 cpus=cpus if len(self.spawner.allowed) > 1 else None,
             )
             if self.streams.poller is not None:
@@ -216,17 +229,17 @@ class LaneFeed:
             env["RP_GPU_ID"] = ids["gpus"]
         return tuple(entry(k, v) for k, v in env.items())
 
-    def _lane_news(self) -> None:
+    def news(self) -> None:
         exits, started = self.lanes.news(self.running, self.starting)
         self.lane_exits.extend(exits)
         self.lane_started.extend(started)
 
-    def _start_in_lane(self, unit: dict, sandbox: str, alloc, shape: tuple, slot: int) -> Run:
+    def start_in_lane(self, unit: dict, sandbox: str, alloc, shape: tuple, slot: int) -> Run:
         run = self._lane_run(unit, sandbox, shape)
         run.alloc = alloc
         key = self._shape(shape)[0]
         mask = self.spawner.mask([slot])
         self.lanes.start(slot, run, key, self._slot_entries(alloc, shape), mask)
-        self._started(run, run.handle)  # (pid: its child's)
+        self.on_start(run, run.handle)  # (pid: its child's)
         run.handle = None
         return run

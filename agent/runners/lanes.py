@@ -68,7 +68,8 @@ def available() -> bool:
 
 class Lanes:
     def __init__(self, journal: int, slots: int, streams: StreamSet, quiet: bool, cpus=None):
-        # quiet: see LocalRunner.use_lanes; cpus: each slot's real core (a thread per core)
+        # quiet: see LaneFeed.use_lanes (agent/runners/lane_feed.py); cpus: each slot's real core
+        # (a thread per core)
         self.threads = LaneThreads(journal, slots, quiet, cpus)
         self.slots = slots
         self.streams = streams

@@ -9,8 +9,8 @@ its unit ends FAILED "cannot start: ..." without an exit code, as when the start
 A unit of one rank on one core goes through a lane instead (agent/runners/lanes.py):
 a thread per core starts it, and the next unit queued ahead the moment a core frees.  The runner
 decides what waits ahead (`hold_ahead`, from the head of the agent's queue) and gives it back
-when a freed allocation may be the head's (`give_back`): agent/runners/lane_feed.py, whose
-LaneFeed methods are this runner's own.
+when a freed allocation may be the head's (`give_back`): its LaneFeed (`feed`,
+agent/runners/lane_feed.py) does both, and starts a unit in a lane.
 Exits are collected with waitpid(-1, WNOHANG) when the pidfd of a process the agent started
 becomes readable (`watch_child`; where the kernel has no pidfds, when SIGCHLD arrives: `sigchld`),
 a lane's from its thread; what is left in the pipes is copied before the unit's end is
@@ -62,8 +62,8 @@ def _pidfds_work() -> bool:
         return False
 
 
-class LocalRunner(LaneFeed, RunnerBase):
-    """Units on this node, spawned by the agent itself (the lanes' methods: LaneFeed)."""
+class LocalRunner(RunnerBase):
+    """Units on this node, spawned by the agent itself (the module's header)."""
 
     runs_functions = True  # (in its FunctionWorkers)
 
@@ -101,7 +101,17 @@ class LocalRunner(LaneFeed, RunnerBase):
         if "gpus" not in self.node_types:
             self.node_types.append("gpus")
         self.slots = 1 + max((c for n in cfg["nodes"] for c in n.get("cores") or ()), default=0)
-        self._init_lanes()  # (agent/runners/lane_feed.py)
+        self.feed = LaneFeed(  # (agent/runners/lane_feed.py)
+            self.spawner,
+            self.streams,
+            self.slots,
+            has_gpus=self.has_gpus,
+            prof=self.prof,
+            node_types=self.node_types,
+            running=self.running,
+            starting=self.starting,
+            on_start=self._started,
+        )
         # the agent thread's own children (units it spawned, function workers), until reaped:
         # pid -> its pidfd (-1: none could be opened), and pidfd -> pid
         self.children: dict[int, int] = {}
@@ -112,23 +122,33 @@ class LocalRunner(LaneFeed, RunnerBase):
         self.functions.watch_child = self.watch_child
         self.call_env: dict[str, dict] = {}  # node -> what its calls see alike (call_base_env)
         if journal >= 0 and os.environ.get("PILOT_AGENT_LANES") != "0":
-            self.use_lanes(journal)
+            self.feed.use_lanes(journal, quiet=not self.sigchld)
+
+    # -- units held ahead (UnitRunner): the lanes' queue ahead, its feed's ------------------
+    def hold_ahead(self, queue, take) -> list[tuple[dict, str]]:
+        return self.feed.hold_ahead(queue, take)
+
+    def give_back(self, freed: list | None = None) -> list[dict]:
+        return self.feed.give_back(freed)
+
+    def started(self) -> list[Run]:
+        return self.feed.started()
 
     def describe(self) -> str:
         """How units start here, for the agent's log and `pilot top`."""
-        lane = "on" if self.lanes is not None else "off"
+        lane = "on" if self.feed.lanes is not None else "off"
         return f"spawn {self.spawner.mode()}, lanes {lane}"
 
     def summary(self) -> str:
-        return self.lanes.summary() if self.lanes is not None else "no lanes"
+        return self.feed.lanes.summary() if self.feed.lanes is not None else "no lanes"
 
     def watch(self, poller) -> None:
         self.streams.poller = poller  # output pipes are registered as units start
         self.functions.poller = poller  # and function workers' sockets as they start
         for fd in self.pidfds:
             poller.register(fd, 1)  # zmq.POLLIN
-        if self.lanes is not None:
-            poller.register(self.lanes.fd, 1)
+        if self.feed.lanes is not None:
+            poller.register(self.feed.lanes.fd, 1)
 
     def watch_child(self, pid: int) -> None:
         """`pid`, a child of the agent's thread, wakes the agent's loop as it exits (its pidfd
@@ -157,8 +177,8 @@ class LocalRunner(LaneFeed, RunnerBase):
     def on_readable(self, fd) -> None:
         if fd in self.pidfds:
             return  # a child exited: reap() (the agent's loop calls it next) takes it
-        if self.lanes is not None and fd == self.lanes.fd:
-            self._lane_news()
+        if self.feed.lanes is not None and fd == self.feed.lanes.fd:
+            self.feed.news()
             return
         if not self.functions.on_readable(fd):
             self.streams.on_readable(fd)
@@ -174,8 +194,8 @@ class LocalRunner(LaneFeed, RunnerBase):
     def close(self) -> None:
         self.streams.close()
         self.functions.close()
-        if self.lanes is not None:
-            self.lanes.close()
+        if self.feed.lanes is not None:
+            self.feed.lanes.close()
 
     def spawn(self, unit: dict, sandbox: str | None, alloc) -> Run:
         """Start every rank of `unit` in its staged sandbox (a function unit: hand its call to
@@ -183,11 +203,11 @@ class LocalRunner(LaneFeed, RunnerBase):
         run = Run(unit, alloc)
         if unit.get("function"):
             return self._call(unit, run)
-        if self.lanes is not None:
+        if self.feed.lanes is not None:
             shape = lane_shape(unit)
-            slot = self.lanes.slot_for(alloc) if shape is not None else None
+            slot = self.feed.lanes.slot_for(alloc) if shape is not None else None
             if slot is not None:
-                return self._start_in_lane(unit, sandbox, alloc, shape, slot)
+                return self.feed.start_in_lane(unit, sandbox, alloc, shape, slot)
         argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
         ranks = len(alloc.ranks)
         run.streams = streams = self.streams.open(sandbox, output_names(unit))
@@ -267,10 +287,10 @@ class LocalRunner(LaneFeed, RunnerBase):
         yield from self.functions.take_done()
         if not self.running and not self.functions.workers and not self.killed:
             return
-        lane, self.lane_exits = self.lane_exits, []
+        lane, self.feed.lane_exits = self.feed.lane_exits, []
         own = ()  # (a waitpid for a thread with no child of its own raises, at a cost)
-        if self.children or self.lanes is None:  # (every child of this thread is in children)
-            own = list(exits(WNOTHREAD if self.lanes is not None else 0))
+        if self.children or self.feed.lanes is None:  # (every child of this thread is in children)
+            own = list(exits(WNOTHREAD if self.feed.lanes is not None else 0))
             for pid, _ in own:
                 self._reaped(pid)
         for pid, code in [*lane, *own]:
