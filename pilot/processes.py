@@ -72,7 +72,7 @@ def expanding(text: str) -> tuple[str, list[str]]:
 
 def names_vars(path: str | None) -> bool:
     """`path` names variables (or ~) that the shell where it is run is to expand."""
-    return bool(path) and bool(expanding(path)[1])
+    return path is not None and bool(path) and bool(expanding(path)[1])
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -230,9 +230,9 @@ class SimHost:
                     for one in live:  # would take a busy host's nodes for lost)
                         one.beat(beat)
             for r in touched:  # (ranks a sleep ended, not served above: their events now)
-                d = self.by_ranks.get(r)
-                if d is not None and d not in busy:
-                    d.ranks.flush(d.units)
+                owner = self.by_ranks.get(r)
+                if owner is not None and owner not in busy:
+                    owner.ranks.flush(owner.units)
             if now >= next_tick:
                 next_tick = now + TICK
                 if self.halting is None and os.getppid() != self.ppid:

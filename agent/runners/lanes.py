@@ -70,6 +70,8 @@ class Lanes:
     def __init__(self, journal: int, slots: int, streams: StreamSet, quiet: bool, cpus=None):
         # quiet: see LaneFeed.use_lanes (agent/runners/lane_feed.py); cpus: each slot's real core
         # (a thread per core)
+        if LaneThreads is None:  # (made only where available() says so)
+            raise RuntimeError("lanes: agent/_spawn-src/ was not built with LaneThreads")
         self.threads = LaneThreads(journal, slots, quiet, cpus)
         self.slots = slots
         self.streams = streams

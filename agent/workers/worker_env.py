@@ -24,7 +24,8 @@ import os
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.putenv.argtypes = [ctypes.c_char_p]
 _libc.unsetenv.argtypes = [ctypes.c_char_p]
-_DATA = os.environ._data  # noqa: SLF001 (os.environ's bytes -> bytes mapping: set without putenv)
+# os.environ's bytes -> bytes mapping: set without putenv (a private attribute, on purpose)
+_DATA = os.environ._data  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 class WorkerEnviron:

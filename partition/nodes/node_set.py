@@ -415,7 +415,7 @@ class NodeSet:
 
     def daemon_agent_exit(self, hint: int, body: dict) -> None:
         self.pulse.heard(hint)
-        proc = self.hosted.get(body.get("uid"))
+        proc = self.hosted.get(body.get("uid") or "")
         if proc is not None:
             proc.exited(int(body["code"]))
 

@@ -38,8 +38,10 @@ import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger("pmgr.batch.slurm")
+J = TypeVar("J", bound="SlurmJob")  # the job class follow_psij makes (PbsJob, LsfJob are ones)
 TIME_MARGIN = 120  # seconds added to the pilot's runtime for SLURM's time limit
 QUERY_TRIES = 4  # failed queries in a row (back-off between them) before the job counts as lost
 # what PSI/J's queue poll thread says when it failed the job for a query that failed
@@ -266,7 +268,7 @@ def _executor(name: str, job_class, sandbox: str, rcfg):
     return executor, poll
 
 
-def follow_psij(name: str, job_class, job_id, sandbox: str, rcfg) -> SlurmJob | None:
+def follow_psij(name: str, job_class: type[J], job_id, sandbox: str, rcfg) -> J | None:
     """A job another client submitted (an attach), followed through PSI/J by its id."""
     if job_id is None:
         return None

@@ -74,11 +74,10 @@ def own_of(description) -> list | None:
 
 def _content(description) -> tuple | None:
     """A key equal for descriptions of equal fields but their own (OWN) (None: one that has
-    no such key, as a
-    staging directive's dict in a list): the fields a description holds (its non-defaults),
-    each a hashable value; its policy's fields (captured at construction).  The key holds ids:
-    it is good while the call holds the descriptions."""
-    items = [type(description)]
+    no such key, as a staging directive's dict in a list): the fields a description holds (its
+    non-defaults), each a hashable value; its policy's fields (captured at construction).  The key
+    holds ids: it is good while the call holds the descriptions."""
+    items: list = [type(description)]
     for name, value in description.__dict__.items():
         if name == OWN:  # (each unit's own: not the blueprint's)
             continue

@@ -97,7 +97,7 @@ class Routing:
         d = unit.description
         if d.pilot is not None:
             pinned = next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
-            if pinned is NOT_ADDED:
+            if isinstance(pinned, _NotAdded):
                 return self._never_added(d.pilot)
             if pinned.final:
                 return f"pilot={d.pilot!r} is {pinned.state}"

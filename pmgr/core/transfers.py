@@ -51,7 +51,7 @@ class Transfers:
     def on_reply(self, frames: list[bytes]) -> None:
         try:
             hdr = unpack(frames[1])
-            box = self.waiting.get(hdr.get("id")) if isinstance(hdr, dict) else None
+            box = self.waiting.get(hdr.get("id") or "") if isinstance(hdr, dict) else None
         except (ProtocolError, IndexError):
             box = None
         if box is None:

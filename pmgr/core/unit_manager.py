@@ -93,7 +93,7 @@ class UnitManager:
         self.events = UnitEvents(book, self.routing, hooks)
         self._queries = UnitQueries(book, self._handle)
         self._submission = Submission(
-            book, self.routing, self._make, self.UID_PREFIX, hooks and hooks.hold
+            book, self.routing, self._make, self.UID_PREFIX, hooks.hold if hooks else None
         )
         self.callbacks: list = [] if hooks is None else [hooks.on_change]
         self.registered_cbs: list[tuple] = []  # (cb as given, as called): unregister_callback

@@ -55,6 +55,7 @@ def plot_session(store, session: str, path: str, exact_units: int = EXACT_UNITS)
     ext = output_format(path)
     total = sum(store.unit_counts(session, by=("state",)).values())
     flow = store.unit_flow(session) if total > exact_units else None
+    binned: bins.Binned | None
     if flow is not None:
         tl = timeline.load(store, session, max_units=0)
         binned = bins.from_flow(flow, tl, BINS)

@@ -25,6 +25,8 @@ def print_status(store: StateStore, session: str) -> None:
     """`pilot status`: `session`'s pilots and partitions as `store` has them, and its units
     counted per state."""
     doc = store.get("sessions", session)
+    if doc is None:  # (its store holds no record of it)
+        raise ValueError(f"session={session!r}: the store has no record of it")
     print(f"{session}  dir {doc['dir']}")
     for p in store.find("pilots", session=session):
         size = p.get("size") or {}

@@ -135,7 +135,7 @@ def _unit_events(tl: Timeline, pids: dict[str, int], us: Micros):
     unplaced = PILOTS_PID + len(pids) + 1
     lanes = Lanes()
     for u in sorted((u for u in tl.units if u.history), key=lambda u: u.history[0][1]):
-        pid = pids.get(u.partition, unplaced)
+        pid = pids.get(u.partition or "", unplaced)
         first, last = u.history[0][1], u.history[-1][1] if u.state in FINAL else tl.end
         tid, named = lanes.take(pid, _node_name(u.node), first, max(first, last))
         if named:

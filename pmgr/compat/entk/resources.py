@@ -77,7 +77,7 @@ def partitions(given) -> list[ComputePartitionDescription]:
 
 def pilot_description(rd: dict, cleanup: bool = False) -> PilotDescription:
     """The PilotDescription of a checked resource description."""
-    fields = {"exit_on_error": False, "cleanup": cleanup}  # (run() reports a pilot's end)
+    fields: dict[str, object] = {"exit_on_error": False, "cleanup": cleanup}  # (run(): its end)
     for key, value in rd.items():
         if value is None:
             continue
