@@ -170,7 +170,9 @@ def exec_env(head: dict, body: dict) -> tuple[dict, str | None]:
 # sandbox at bring-up (`install_rp_tools`): no unit's environment names a file of the installed
 # package, which a unit might write to (RP 0.90's scripts append to $RP_PROF).  Found without
 # importing the client (the agent never loads the face).
-RP_BIN = os.path.join(importlib.util.find_spec("pilot").submodule_search_locations[0], "rp_bin")
+_PILOT = importlib.util.find_spec("pilot")
+assert _PILOT is not None and _PILOT.submodule_search_locations  # (this module is in it)
+RP_BIN = os.path.join(_PILOT.submodule_search_locations[0], "rp_bin")
 RP_TOOLS = ("prof", "gtod")
 
 

@@ -98,13 +98,13 @@ def command(
 ) -> dict:
     """Send one command to the pilot of `control` (control.json plus "keys": the session's
     key directory) and return its reply, waiting at most `timeout` s (module docstring)."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
     try:
         try:
-            security.load(control["keys"]).client(sock)  # the pilot admits the session's keys
+            security.Keys(control["keys"]).client(sock)  # the pilot admits the session's keys
         except OSError as exc:
             raise UsageError(
                 f"cannot read the session's keys ({exc}): only the user who runs "

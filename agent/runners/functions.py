@@ -39,7 +39,8 @@ class Worker:
     __slots__ = ("pid", "sock", "buf", "run", "cpus", "base", "mine")
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
-        self.pid, self.sock, self.buf, self.run = pid, sock, bytearray(), None
+        self.pid, self.sock, self.buf = pid, sock, bytearray()
+        self.run: Run | None = None  # the call it runs now
         self.cpus: list | None = None  # the cores its last call was bound to (None: all)
         self.base: dict | None = None  # the environment its calls share (the object sent)
         self.mine: dict = {}  # its last call's own variables, as set

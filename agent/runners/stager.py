@@ -69,7 +69,8 @@ class _Job:
     __slots__ = ("unit", "result", "dropped")
 
     def __init__(self, unit) -> None:
-        self.unit, self.result, self.dropped = unit, None, False
+        self.unit, self.dropped = unit, False
+        self.result: str | OSError | None = None
 
 
 def _staged(unit: dict) -> bool:

@@ -61,7 +61,7 @@ class Stream:
 class Streams:
     __slots__ = ("pair", "write_ends", "made")
 
-    def __init__(self, pair: tuple, write_ends: tuple[int, int]) -> None:
+    def __init__(self, pair: tuple, write_ends: tuple[int, ...]) -> None:
         self.pair = pair
         self.write_ends = write_ends
         self.made = False

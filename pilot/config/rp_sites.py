@@ -59,6 +59,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("pilot.config")
 # the pilot description fields a site may require (`required`; RP's mandatory_args)
@@ -70,7 +71,7 @@ NODES = 100_000  # RP's configs name no node count: a pilot's own size (cores=, 
 MPI_LMS = {"MPIRUN": "mpirun", "MPIEXEC": "mpiexec", "SRUN": "srun"}
 REMOTE = "submission from another host (ssh) is not done here: run the client on the machine"
 # RP keys whose effect is this project's own here: silent with these values (any value: None)
-SAME = {
+SAME: dict[str, object] = {
     "notes": None,
     "rp_version": None,  # nothing of RP is installed on the resource: this project runs there
     "python_dist": None,  # the pilot runs on `python` (default: the client's interpreter)
@@ -198,7 +199,7 @@ def over_native(resource: str, raw: dict, c, user: dict) -> tuple[dict, list[str
 def _at(where: str, cfg: dict, key: str):
     """The value of RP key `key` (dotted: `system_architecture.smt`), None when unset;
     ValueError naming a part of it that is no mapping."""
-    value = cfg
+    value: Any = cfg
     parts = key.split(".")
     for i, part in enumerate(parts):
         if value is None:
