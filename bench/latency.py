@@ -1,8 +1,10 @@
-"""One call at a time: a round trip's latency and a large argument's cost, beside
-ProcessPoolExecutor, in one run.
+"""One call at a time: a round trip's latency and a large argument's cost; then calls in a
+batch, from a fresh executor after one warm-up call; beside ProcessPoolExecutor (and Parsl's
+own ceiling), in one run.
 
-    python bench/latency.py                     # ~1 min on 2 cores: the table below
+    python bench/latency.py                     # ~4 min on 2 cores: the two tables below
     python bench/latency.py --calls 50 --rounds 3 --sizes 1024,102400,2000000
+    python bench/latency.py --batches 5000 --unbundled 5000 --parsl ""   # no parsl-perf row
 
 Rows (each the median of --calls round trips, one after another, on a warm pilot / pool):
   - call      rp.Executor().submit(pow, 2, 10).result()          vs ProcessPoolExecutor(2)
@@ -17,6 +19,18 @@ Rows (each the median of --calls round trips, one after another, on a warm pilot
 Every round is a fresh process for each side, ours and the pool's alternating (a noisy minute
 on the shared machine hits both); the table shows the median over rounds, ms, and
 ratio = ours / pool.  Targets: call <= 1 ms, unit <= 2 ms, data 2 MB <= 2 x pool, dask <= 1 x.
+
+Second table, calls per second (ratio = ours / peer: higher is better), each a fresh process:
+  - N calls   rp.Executor() with its defaults (a local pilot of all cores), one warm-up call,
+              then N x submit(pow, 2, 10) and every result, timed from the first submit (the
+              ramp before results flow counts: small batches are what interactive, asyncio and
+              Dask users submit), against ProcessPoolExecutor() the same way (--batches)
+  - N calls, bundle=False   a unit per call (--unbundled), against the same pool
+  - parsl-perf N   Parsl's own benchmark with pilot.parsl's PilotExecutor against Parsl's
+              ceiling, its DataFlowKernel with an in-process ThreadPoolExecutor (--parsl;
+              bench/executors.py has the HighThroughputExecutor row too); when parsl is installed
+Targets (issue 58): >= 1.0 x the pool for 5,000 calls and bundle=False, >= 0.95 x Parsl's
+ceiling at 20,000 tasks.
 """
 
 from __future__ import annotations
@@ -118,14 +132,84 @@ def pool(calls: int, sizes: list[int]) -> dict:
     return out
 
 
+def batch(kind: str, n: int) -> float:
+    """(in the fresh process) Calls per second of n x submit(pow, 2, 10) after one warm-up
+    call, from the first submit to the last result."""
+    if kind == "pool":
+        import concurrent.futures as cf
+
+        ex = cf.ProcessPoolExecutor()
+    else:
+        import pilot as rp
+
+        ex = rp.Executor(bundle=kind == "ours")
+    with ex:
+        assert ex.submit(pow, 2, 10).result() == 1024
+        t0 = time.perf_counter()
+        fs = [ex.submit(pow, 2, 10) for _ in range(n)]
+        assert all(f.result() == 1024 for f in fs)
+        return n / (time.perf_counter() - t0)
+
+
+def _fresh(args: list[str]) -> str:
+    """The last line a fresh process of this script prints."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(
+            [sys.executable, __file__, *args], capture_output=True, text=True, timeout=900,
+            cwd=ROOT, env={**os.environ, "PILOT_SESSIONS_DIR": tmp},
+        )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"{args} failed:\n{done.stderr[-2000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def rates(batches: list[int], unbundled: list[int], parsl: str, rounds: int) -> list[tuple]:
+    """The second table's rows: (label, ours /s, peer /s), medians over `rounds`."""
+    runs: dict = {}
+    for _ in range(rounds):
+        for label, kind, n in [
+            *((f"{n:,} calls", "ours", n) for n in batches),
+            *((f"{n:,} calls, bundle=False", "unbundled", n) for n in unbundled),
+        ]:
+            ours = float(_fresh(["--one", "batch", "--kind", kind, "--n", str(n)]))
+            pool = float(_fresh(["--one", "batch", "--kind", "pool", "--n", str(n)]))
+            runs.setdefault(label, ([], [], "ProcessPoolExecutor()"))
+            runs[label][0].append(ours)
+            runs[label][1].append(pool)
+        if parsl:
+            import tempfile
+
+            from bench.executors import OURS_CONFIG, parsl_perf, threads_config
+
+            with tempfile.TemporaryDirectory() as tmp:
+                label = f"parsl-perf --iterate {parsl}"
+                runs.setdefault(label, ([], [], "Parsl's ceiling (DFK + threads)"))
+                runs[label][0].append(parsl_perf(OURS_CONFIG, parsl))
+                runs[label][1].append(parsl_perf(threads_config(tmp), parsl))
+    return [
+        (label, statistics.median(a), statistics.median(b), peer)
+        for label, (a, b, peer) in runs.items()
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="1024,102400,2000000", help="bytes of the data rows")
-    ap.add_argument("--one", choices=("ours", "pool"), help=argparse.SUPPRESS)
+    ap.add_argument("--batches", default="5000,50000", help="calls of the batch rows")
+    ap.add_argument("--unbundled", default="5000", help="calls of the bundle=False rows")
+    ap.add_argument("--parsl", default="20000", help='parsl-perf --iterate sizes ("": none)')
+    ap.add_argument("--one", choices=("ours", "pool", "batch"), help=argparse.SUPPRESS)
+    ap.add_argument("--kind", choices=("ours", "unbundled", "pool"), help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.one == "batch":
+        print(batch(args.kind, args.n))
+        return 0
     if args.one:
         print(json.dumps((ours if args.one == "ours" else pool)(args.calls, sizes)))
         return 0
@@ -148,6 +232,24 @@ def main() -> int:
         a = statistics.median(r[row] for r in runs["ours"])
         b = statistics.median(r[row] for r in runs["pool"])
         print(f"| {row} | {a:.2f} | {b:.2f} | {a / b:.1f} |")
+    parsl = args.parsl
+    if parsl:
+        try:
+            import parsl as _  # noqa: F401
+        except ImportError:
+            print("\n(parsl is not installed: no parsl-perf row)")
+            parsl = ""
+    table = rates(
+        [int(n) for n in args.batches.split(",") if n],
+        [int(n) for n in args.unbundled.split(",") if n],
+        parsl,
+        args.rounds,
+    )
+    print(f"\ncalls in a batch, a fresh executor each, median of {args.rounds} rounds")
+    print("\n| row | ours /s | peer | peer /s | ours / peer |")
+    print("|---|---|---|---|---|")
+    for label, a, b, peer in table:
+        print(f"| {label} | {a:,.0f} | {peer} | {b:,.0f} | {a / b:.2f} |")
     return 0
 
 
