@@ -230,6 +230,7 @@ class LaneFeed:
         return tuple(entry(k, v) for k, v in env.items())
 
     def news(self) -> None:
+        assert self.lanes is not None  # (the lanes' fd said so: they are there)
         exits, started = self.lanes.news(self.running, self.starting)
         self.lane_exits.extend(exits)
         self.lane_started.extend(started)
@@ -239,6 +240,7 @@ class LaneFeed:
         run.alloc = alloc
         key = self._shape(shape)[0]
         mask = self.spawner.mask([slot])
+        assert self.lanes is not None  # (a slot of theirs was found: they are there)
         self.lanes.start(slot, run, key, self._slot_entries(alloc, shape), mask)
         self.on_start(run, run.handle)  # (pid: its child's)
         run.handle = None

@@ -206,6 +206,7 @@ def body(check, kind: bytes, frame: bytes | None, data=()):
     pilot/wire/links.py's table names it); ProtocolError / ValueError (both validate.Invalid) for a
     body of the wrong shape.  `data`: the frames of the bytes values the body refers to
     (pilot/wire/framed.py: a `units` message's)."""
+    value: object
     if frame is None:
         value = {}
     else:

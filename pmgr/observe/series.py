@@ -18,6 +18,7 @@ state changes, never a Python object per point drawn.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pilot.pmgr.observe.extras import require
 from pilot.states import ACTIVE, UNIT_STATES
@@ -25,8 +26,8 @@ from pilot.states import ACTIVE, UNIT_STATES
 
 @dataclass
 class Step:
-    times: object  # numpy float array, seconds since the session's start
-    values: object  # numpy float array
+    times: Any  # numpy float array, seconds since the session's start (numpy: an extra)
+    values: Any  # numpy float array
 
     @property
     def peak(self) -> float:

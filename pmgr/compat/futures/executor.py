@@ -32,6 +32,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from concurrent import futures
 
 from pilot import remote_call, states as S
@@ -106,7 +107,8 @@ def _at_exit() -> None:
         ex.shutdown(wait=True)
 
 
-threading._register_atexit(_at_exit)  # noqa: SLF001 (before atexit's: as concurrent.futures does)
+# (before atexit's handlers, as concurrent.futures does: a private function of threading)
+threading._register_atexit(_at_exit)  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 def _adaptive(max_nodes, description, pilot, partition):
@@ -412,7 +414,7 @@ class Executor(futures.Executor):
         if buffersize is not None and (not isinstance(buffersize, int) or buffersize < 1):
             raise ValueError(f"buffersize={buffersize!r} must be None or an integer >= 1")
         end = None if timeout is None else time.monotonic() + timeout
-        args = zip(*iterables)
+        args: Iterator[tuple] = zip(*iterables)
         if chunksize > 1:
             fn, args = (
                 remote_call.ChunkCall(fn),
