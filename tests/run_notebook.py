@@ -7,15 +7,21 @@ order, shell escapes as written, only the import line changed (`import radical.p
 `import pilot as rp`).  Writes the text each code cell showed (streams, results, errors) to
 OUT.json, [[cell index, source, text], ...], and exits 1 when a cell raised (the rest is not
 run, as in Jupyter's "run all").  Every cell has a deadline (CELL_TIMEOUT); the kernel is shut
-down at the end, whatever happened.
+down at the end, whatever happened.  The kernel talks to this process over unix sockets in the
+working directory (transport ipc), not TCP ports: jupyter_client picks free ports and closes
+them before the kernel binds them, and a test running beside this one (on another pytest-xdist
+worker, binding ports of its own) took one in between once ("Address already in use" in
+try_bind_socket, the notebook failing before its first cell).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -41,7 +47,8 @@ def main() -> int:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.source = cell.source.replace(*IMPORT)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3")
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.abspath("kernel"))
+    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, kernel_name="python3")
     failed = 0
     try:
         client.execute()
