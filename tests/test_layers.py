@@ -195,15 +195,13 @@ def test_a_checkout_imports_the_folders_setup_cfg_maps_and_nothing_else():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _type_checking_names(path: str) -> dict[str, str]:
-    """{name: "module:attribute"} the `if TYPE_CHECKING:` block of a file imports."""
+def _stub_names(path: str) -> dict[str, str]:
+    """{name: "module:attribute"} a package's __init__.pyi imports."""
     out = {}
     for node in ast.parse(open(path).read(), path).body:
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            for imp in node.body:
-                assert isinstance(imp, ast.ImportFrom), f"{path}: only imports there"
-                for a in imp.names:
-                    out[a.asname or a.name] = f"{imp.module}:{a.name}"
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}:{a.name}"
     return out
 
 
@@ -218,21 +216,21 @@ def _declared(path: str) -> dict[str, str]:
 
 def test_the_lazy_names_are_seen_by_the_type_checker():
     """A package whose names are imported on first use (pilot/__init__.py's _WHERE, the
-    `declare()` tables of the core and the faces) imports the same names, from the same
-    modules, under `if TYPE_CHECKING:`, so that mypy and editors see what they resolve to:
-    the two may not drift apart."""
+    `declare()` tables of the core and the faces) has a stub, __init__.pyi, that imports the
+    same names from the same modules, so that mypy and editors see what they resolve to while
+    the package itself imports none of them: the two may not drift apart."""
     import pilot
 
     where = {n: f"{m}:{n}" for n, m in pilot._WHERE.items()}  # noqa: SLF001 (its table)
     where["utils"] = "pilot.rp:utils"
-    seen = _type_checking_names(os.path.join(ROOT, "pilot", "__init__.py"))
+    seen = _stub_names(os.path.join(ROOT, "pilot", "__init__.pyi"))
     assert seen == where, {n: (seen.get(n), where.get(n)) for n in set(seen) ^ set(where)}
     for package in (CORE, *FACES):
         path = os.path.join(ROOT, *package.split(".")[1:], "__init__.py")
-        seen, table = _type_checking_names(path), _declared(path)
+        seen, table = _stub_names(path + "i"), _declared(path)
         drift = {n: (seen.get(n), table.get(n)) for n in set(seen) | set(table)}
         drift = {n: v for n, v in drift.items() if v[0] != v[1]}
-        assert not drift, f"{package}: TYPE_CHECKING imports and declare() differ: {drift}"
+        assert not drift, f"{package}: __init__.pyi and declare() differ: {drift}"
 
 
 def test_imports_point_down_and_never_around():

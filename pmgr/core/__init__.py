@@ -26,22 +26,3 @@ __getattr__, __dir__, __all__ = declare(
         "pilot_directives": "pilot.pmgr.core.pilot_transfers:directives",
     },
 )
-
-TYPE_CHECKING = False  # (typing's, without importing typing: what type checkers and editors see)
-if TYPE_CHECKING:  # the names of the table above, imported as they resolve (tests/test_layers.py)
-    from pilot.pmgr.core.handles import (
-        PILOT_STATE as PILOT_STATE,
-        UNIT_STATE as UNIT_STATE,
-        Partition as Partition,
-        Unit as Unit,
-    )
-    from pilot.pmgr.core.pilot import Pilot as Pilot
-    from pilot.pmgr.core.pilot_manager import PilotManager as PilotManager
-    from pilot.pmgr.core.pilot_transfers import (  # noqa: F401 (declared by another name)
-        directives as pilot_directives,
-    )
-    from pilot.pmgr.core.session import Session as Session, sessions_dir as sessions_dir
-    from pilot.pmgr.core.unit_hooks import UnitHooks as UnitHooks
-    from pilot.pmgr.core.unit_list import UnitList as UnitList
-    from pilot.pmgr.core.unit_manager import UnitManager as UnitManager
-    from pilot.pmgr.core.unit_stream import UnitStream as UnitStream

@@ -39,17 +39,3 @@ __getattr__, __dir__, __all__ = declare(
         "EnTKValueError": "pilot.pmgr.compat.entk.errors",
     },
 )
-
-TYPE_CHECKING = False  # (typing's, without importing typing: what type checkers and editors see)
-if TYPE_CHECKING:  # the names of the table above, imported as they resolve (tests/test_layers.py)
-    from pilot.pmgr.compat.entk.appmanager import AppManager as AppManager
-    from pilot.pmgr.compat.entk.errors import (
-        EnTKError as EnTKError,
-        EnTKMissingError as EnTKMissingError,
-        EnTKTypeError as EnTKTypeError,
-        EnTKValueError as EnTKValueError,
-    )
-    from pilot.pmgr.compat.entk.pipeline import Pipeline as Pipeline
-    from pilot.pmgr.compat.entk.reqs import CpuReqs as CpuReqs, GpuReqs as GpuReqs
-    from pilot.pmgr.compat.entk.stage import Stage as Stage
-    from pilot.pmgr.compat.entk.task import Task as Task

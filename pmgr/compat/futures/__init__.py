@@ -12,11 +12,3 @@ __getattr__, __dir__, __all__ = declare(
         "call_outcome": "pilot.pmgr.compat.futures.executor",
     },
 )
-
-TYPE_CHECKING = False  # (typing's, without importing typing: what type checkers and editors see)
-if TYPE_CHECKING:  # the names of the table above, imported as they resolve (tests/test_layers.py)
-    from pilot.pmgr.compat.futures.executor import (
-        Executor as Executor,
-        ExecutorError as ExecutorError,
-        call_outcome as call_outcome,
-    )

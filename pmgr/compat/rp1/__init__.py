@@ -18,11 +18,3 @@ __getattr__, __dir__, __all__ = declare(
         "ROCm": "pilot.pmgr.compat.rp1.names",
     },
 )
-
-TYPE_CHECKING = False  # (typing's, without importing typing: what type checkers and editors see)
-if TYPE_CHECKING:  # the names of the table above, imported as they resolve (tests/test_layers.py)
-    from pilot.pmgr.compat.rp1.names import CUDA as CUDA, ROCm as ROCm
-    from pilot.pmgr.compat.rp1.pilots import PilotManager as PilotManager
-    from pilot.pmgr.compat.rp1.task import Task as Task
-    from pilot.pmgr.compat.rp1.task_description import TaskDescription as TaskDescription
-    from pilot.pmgr.compat.rp1.tasks import TaskManager as TaskManager

@@ -21,11 +21,3 @@ __getattr__, __dir__, __all__ = declare(
         "common_settings": "pilot.pmgr.compat.snakemake.settings",
     },
 )
-
-TYPE_CHECKING = False  # (typing's, without importing typing: what type checkers and editors see)
-if TYPE_CHECKING:  # the names of the table above, imported as they resolve (tests/test_layers.py)
-    from pilot.pmgr.compat.snakemake.executor import Executor as Executor
-    from pilot.pmgr.compat.snakemake.settings import (
-        ExecutorSettings as ExecutorSettings,
-        common_settings as common_settings,
-    )
