@@ -77,7 +77,6 @@ class AgentChannel:
     ) -> None:
         """boot.connect, the agents' side: the ROUTER, bound (`cfg["client"]` is where the
         client answered: the node address faces it)."""
-        self.cfg = cfg
         self.uid = uid
         self.sandbox = sandbox
         self.rcfg = rcfg

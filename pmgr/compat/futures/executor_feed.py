@@ -99,7 +99,6 @@ class Feed:
         `stopped_under(unit)`: whether a canceled unit's partition was stopped under it (its
         calls run again); `cancel_units(units, reason)`: the executor's."""
         self.umgr = umgr
-        self.fields = fields
         self.proto = ComputeUnitDescription(function="math.gcd", **fields)  # each unit's: a copy
         self.cwd = cwd
         self.reruns = reruns
@@ -250,10 +249,7 @@ class Feed:
         first = group[0][1]
         function = remote_call.packed([c for _, c in group], self.cwd)
         if first.fields is None:  # (a copy of the executor's own, only its call set)
-            proto = self.proto
-            if proto is None:
-                proto = self.proto = ComputeUnitDescription(function="math.gcd", **self.fields)
-            desc = proto.with_fields(function=function)
+            desc = self.proto.with_fields(function=function)
         else:
             desc = ComputeUnitDescription(function=function, **first.fields)
         return Sent(desc, group, len(group) > 1)
