@@ -21,7 +21,8 @@ memory cannot hold is skipped, as submit refuses it):
 Ratios in the same run: each size's CPU per unit against the smallest size's (flat is 1.0); and
 `placement`: a unit's placement (PartitionPool.allocate + release, the agent's) on one node of
 128 cores against one on 1,024 nodes of 128 cores (131,072 cores), the same units, in this
-process.
+process; and `a poll`: what a turn's poll costs an agent (one ROUTER to all its nodes, against
+a DEALER a node) and a host of simulated nodes (epoll, against zmq.Poller over every socket).
 --mixed (at 1,024 nodes, or the largest size if smaller): a workload that fills the pilot, 2 x
 (cores) units of 1, 8 and 128 cores with lognormal `sleep` durations, submitted at once: its
 makespan against the greedy list schedule on the same nodes (whenever a unit ends, every waiting
@@ -314,6 +315,64 @@ def placement(reps: int = 20_000) -> dict:
             "x": round(out[1024] / out[1], 2)}  # fmt: skip
 
 
+# -- what a turn's poll costs as nodes grow, in this process --------------------------------------
+def polls(turns: int = 2_000) -> dict:
+    """An agent's poll of its nodes' connections (DaemonRunner: one ROUTER to all of them) against
+    a DEALER a node, as it was; a host's poll of its daemons' sockets (HostPoller) against
+    zmq.Poller over all of them: us a poll with nothing to read, at 128 and 512 nodes (a 1,024-
+    and a 4,096-node pilot's partitions of an eighth) and 256 and 1,024 sockets (a host holds
+    256 daemons of 3 sockets)."""
+    import zmq
+
+    from pilot.agent.node.sim import HostPoller
+
+    def per_poll(poller) -> float:
+        t0 = time.perf_counter()
+        for _ in range(turns):
+            poller.poll(0)
+        return 1e6 * (time.perf_counter() - t0) / turns
+
+    out: dict = {}
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 4096)
+    ctx.setsockopt(zmq.LINGER, 0)
+    made: list = []
+    try:
+        for n in (128, 512):
+            servers = [ctx.socket(zmq.ROUTER) for _ in range(n)]
+            made += servers
+            ends = [f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}" for s in servers]
+            router = ctx.socket(zmq.ROUTER)
+            made.append(router)
+            for i, end in enumerate(ends):
+                router.setsockopt(zmq.CONNECT_ROUTING_ID, b"%d" % i)
+                router.connect(end)
+            dealers = [ctx.socket(zmq.DEALER) for _ in ends]
+            made += dealers
+            for d, end in zip(dealers, ends):
+                d.connect(end)
+            one, each = zmq.Poller(), zmq.Poller()
+            one.register(router, zmq.POLLIN)
+            for d in dealers:
+                each.register(d, zmq.POLLIN)
+            host, flat = HostPoller(), zmq.Poller()
+            for s in dealers + servers:  # (sockets of a host's daemons: 3 a node, here 2)
+                host.register(s, zmq.POLLIN)
+                flat.register(s, zmq.POLLIN)
+            host.poll(0)  # (registered sockets are asked once)
+            out[n] = {
+                "agent_one_router_us": round(per_poll(one), 2),
+                "agent_dealer_a_node_us": round(per_poll(each), 2),
+                "host_epoll_us": round(per_poll(host), 2),
+                "host_zmq_poll_us": round(per_poll(flat), 2),
+            }
+    finally:
+        for s in made:
+            s.close(0)
+        ctx.term()
+    return out
+
+
 # -- the mixed workload and its greedy bound ------------------------------------------------------
 def mixed_units(cores: int, seed: int = 55) -> list[tuple[int, float]]:
     """2 x `cores` units of 1, 8 and 128 cores, lognormal durations (median 1 s, sigma 0.5)."""
@@ -485,7 +544,14 @@ def main() -> int:
         print(f"memory per simulated node, its host: {per / 1024:.1f} KB")
     print(f"placement: one node {place['one_node_us']} us a unit, 1,024 nodes "
           f"{place['1024_nodes_us']} us: x {place['x']}")  # fmt: skip
-    result = {"sizes": rows, "placement": place}
+    turns = polls()
+    for n, p in turns.items():
+        print(
+            f"a poll, {n} nodes: agent {p['agent_one_router_us']} us (a DEALER a node: "
+            f"{p['agent_dealer_a_node_us']} us); a host, {2 * n} sockets: "
+            f"{p['host_epoll_us']} us (zmq.Poller over all: {p['host_zmq_poll_us']} us)"
+        )
+    result = {"sizes": rows, "placement": place, "polls": turns}
     if args.mixed and rows:
         at = min(max(r["nodes"] for r in rows), 1024)  # (the issue's size: 262,144 units)
         result["mixed"] = mixed(at, resource)

@@ -152,25 +152,22 @@ def test_a_kill_follows_the_exec_it_is_for(rig):
     assert kind == b"kill" and body["uids"] == ["u.0"] and body["sig"] == signal.SIGTERM
 
 
-def full(runner, index: int) -> None:
-    """Node `index`'s socket replaced by one whose queue is full (a daemon that takes no more:
-    its queue at the high-water mark)."""
-    runner.socks[index].close(0)
-    sock = runner.socks[index] = runner.socks[0].context.socket(zmq.DEALER)
-    sock.setsockopt(zmq.SNDHWM, 1)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect("tcp://127.0.0.1:9")  # (nobody: what is queued stays queued)
-    for _ in range(100):
+def full(runner, daemons, index: int) -> None:
+    """Node `index`'s queue full (a daemon that takes no more: its queue at the high-water
+    mark): its stand-in gone, so that nothing drains the runner's connection to it, which is
+    then filled to its high-water mark."""
+    daemons[index].close(0)
+    for _ in range(300_000):
         try:
-            sock.send(b"x", zmq.NOBLOCK)
+            runner.send(index, [b"x"])
         except zmq.Again:
             return
-    raise AssertionError("a queue of high-water mark 1 took 100 messages")
+    raise AssertionError("a queue of high-water mark 100,000 took 300,000 messages")
 
 
 def test_a_daemon_that_takes_no_more_fails_only_its_units_and_kills_their_other_ranks(rig):
     runner, pool, daemons = rig()
-    full(runner, 1)
+    full(runner, daemons, 1)
     alone = spawn(runner, pool, unit("u.0"), placement="HOST_NAME", host_name="n1")
     fine = spawn(runner, pool, unit("u.1"), placement="HOST_NAME", host_name="n0")
     wide = runner.spawn(unit("u.2", ranks=2), "/sandbox/u.2", _across(pool))

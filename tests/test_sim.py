@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections import Counter
 
 import pytest
+import zmq
 
 import pilot as rp
+from pilot.agent.node.sim import HostPoller
 from pilot.pmgr.core import reaper
 from tests.conftest import active_pilot
 
@@ -90,3 +93,51 @@ def test_a_simulated_pilot_too_large_for_this_machine_is_refused_at_submit(sessi
         rp.PilotManager(session).submit_pilots(
             rp.ComputePilotDescription(resource="local.sim", nodes=90_000, runtime=1)
         )
+
+
+def test_the_hosts_poller_names_the_sockets_with_messages_and_only_those():
+    """HostPoller (the header of agent/node/sim.py): epoll on the sockets' ZMQ_FDs, then
+    ZMQ_EVENTS; a socket left with messages after a turn is found when named again."""
+    ctx = zmq.Context()
+    poller = HostPoller()
+    pairs = []
+    try:
+        for i in range(300):
+            a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+            a.bind(f"inproc://pair{i}")
+            b.connect(f"inproc://pair{i}")
+            poller.register(b)
+            pairs.append((a, b))
+        assert poller.poll(0) == []
+        t0 = time.monotonic()
+        assert poller.poll(100) == [] and time.monotonic() - t0 >= 0.09  # (it waited)
+        some = pairs[::7]
+        for a, _ in some:
+            a.send_multipart([b"one"])
+            a.send_multipart([b"two"])
+        assert {s for s, _ in poller.poll(5000)} == {b for _, b in some}
+        for _, b in some:  # one of two taken: named again, each is found again
+            assert b.recv() == b"one"
+        poller.look_again([b for _, b in some])
+        assert {s for s, _ in poller.poll(0)} == {b for _, b in some}
+        for _, b in some:
+            assert b.recv() == b"two"
+        poller.look_again([b for _, b in pairs])
+        assert poller.poll(0) == []
+        late = pairs[5]  # a message while it waits ends the wait
+        timer = threading.Timer(0.2, lambda: late[0].send(b"late"))
+        timer.start()
+        t0 = time.monotonic()
+        assert poller.poll(5000) == [(late[1], zmq.POLLIN)] and time.monotonic() - t0 < 4
+        timer.join()
+        poller.unregister(late[1])
+        late[0].send(b"unheard")
+        poller.look_again([late[1]])
+        assert poller.poll(100) == []
+        with pytest.raises(KeyError):
+            poller.unregister(late[1])
+    finally:
+        for a, b in pairs:
+            a.close(0)
+            b.close(0)
+        ctx.term()

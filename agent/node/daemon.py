@@ -65,7 +65,8 @@ Life (the node channel):
                        when it ends (code < 0: signal)
     <- agent_kill {uid}        SIGKILL that agent
     <- halt {reason}   kill what still runs (SIGKILL), -> bye {killed: N}, exit 0
-Units (this daemon's ROUTER <-> agent DEALERs, identity = partition uid; agent/node/ranks.py):
+Units (this daemon's ROUTER <-> each agent's one ROUTER to all its nodes, identity = partition uid;
+       agent/node/ranks.py):
     <- exec    {env, node, prof, gpus,
                 ranks: [{uid, rank, ranks, argv, sandbox, files, cpus, ids, unit, env}, ...]}
                spawn each rank: own process group, stdin /dev/null, stdout/stderr through

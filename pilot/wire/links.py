@@ -50,7 +50,8 @@ LINKS = {
     "node": "bootstrap ROUTER <-> node daemon DEALER (identity = d<hint>): "
     "partition/nodes/node_set.py",
     "pulse": "bootstrap ROUTER <-> node daemon DEALER (d<hint>): liveness, pilot/wire/liveness.py",
-    "ranks": "node daemon ROUTER <-> agent DEALERs (identity = partition uid), and a parent "
+    "ranks": "node daemon ROUTER <-> agent ROUTER (one an agent, connected to each of its "
+    "nodes; identity = partition uid), and a parent "
     "daemon's table: agent/node/daemon.py",
 }
 
