@@ -75,7 +75,7 @@ class Agent:
         self.cfg = cfg
         self.uid = cfg["uid"]
         self.sched = Scheduler(cfg["nodes"], agent_node=cfg.get("agent_node", 0))
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context = zmq.Context.instance()
         slots = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
         _enough_fds(slots)
         self.journal = os.open(
@@ -109,7 +109,7 @@ class Agent:
             self.take_back,
             float(cfg.get("kill_grace", 2.0)),
         )
-        self.poller = None  # (run's)
+        self.poller: zmq.Poller | None = None  # (run's)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)

@@ -12,7 +12,9 @@ and `pilot top` shows it; the client warns once when a local pilot starts withou
 from __future__ import annotations
 
 import os
+from types import ModuleType
 
+spawn: ModuleType | None
 why_not: str | None = None
 if os.environ.get("PILOT_NATIVE") == "0":
     spawn = None

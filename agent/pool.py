@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Literal, cast
 
 SCALE = 1000
 
@@ -72,6 +73,7 @@ class NodePool:
             if t not in self.free:
                 return None
             pinned = cpu_ids if t == "cpus" else gpu_ids if t == "gpus" else None
+            got: list | None
             if pinned is None and amount >= 1 and t in self.single:
                 k = int(amount)
                 if self.whole[t] < k:
@@ -162,7 +164,7 @@ class PartitionPool:
     def allocate(self, request: dict) -> Allocation | None:
         pol = request.get("policy") or {}
         per_rank = {"cpus": request.get("cpus", 1), "gpus": request.get("gpus", 0)}
-        ranks = []
+        ranks: list[tuple[NodePool, dict]] = []
         for r in range(request.get("ranks", 1)):
             req = dict(per_rank, **(request.get("resources") or {})) if r == 0 else per_rank
             placed = self._place(req, pol)
@@ -224,7 +226,7 @@ class PartitionPool:
             self.buckets[node.free_cpus][node] = None
             self.free_cpus += node.free_cpus - before
 
-    def _pinned_node(self, pol: dict) -> NodePool | None | bool:
+    def _pinned_node(self, pol: dict) -> NodePool | None | Literal[False]:
         placement = pol.get("placement")
         if placement == "HOST_NAME":
             return self.by_name.get(pol.get("host_name"))
@@ -315,7 +317,7 @@ class PartitionPool:
                 "HOST_NAME": f"host_name={pol.get('host_name')!r}",
                 "HOST_ID": f"host_id={pol.get('host_id')!r}",
                 "LOCAL": "placement=LOCAL",
-            }[pol.get("placement")]
+            }[cast(str, pol.get("placement"))]  # (pinned None: one of these)
             return (
                 f"{what}: no such node in this partition (nodes: "
                 f"{', '.join(n.name for n in self.live_nodes())})"

@@ -111,7 +111,7 @@ class Reports:
             self.updates.add(*rec)
         return True
 
-    def sync(self, cid: str, uids: list[str]) -> None:
+    def sync(self, cid: str | None, uids: list[str]) -> None:
         """Say again everything known about these units (a new client attached); name the
         ones this agent never had."""
         unknown = [uid for uid in uids if not self.say_again(uid)]

@@ -20,8 +20,12 @@ units without priorities never pay for it.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pilot.agent.pool import PartitionPool
+
+if TYPE_CHECKING:
+    from pilot.unit_record import UnitRecord
 
 MAX_OVERTAKES = 64
 SCAN = 256
@@ -30,14 +34,14 @@ SCAN = 256
 class Scheduler:
     def __init__(self, nodes: list[dict], agent_node: int | None = 0) -> None:
         self.pool = PartitionPool(nodes, agent_node)
-        self.queue: deque[dict] = deque()
+        self.queue: deque[UnitRecord] = deque()
         self._failed_shapes: set = set()
         self.unsorted = False  # a unit of a higher priority than the tail was appended
         # the priority of the queue's tail: its last unit in order, which may be held ahead by
         # the runner's lanes now (None: nothing queued or held since the last sort)
         self.tail: int | None = None
 
-    def enqueue(self, unit: dict) -> None:
+    def enqueue(self, unit: UnitRecord) -> None:
         p = unit.get("priority", 0)
         if self.tail is not None and p > self.tail:
             self.unsorted = True  # (the tail stays: it is still the queue's lowest)

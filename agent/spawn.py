@@ -100,6 +100,7 @@ class Spawner:
         start (nothing is left running), ValueError for a NUL byte."""
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
         if self.native:
+            assert _spawn is not None  # (native: it was built)
             return _spawn.spawn(*self._native_args(path, argv, cwd, out, err, env, mask))
         return self._posix_spawn(path, argv, cwd, out, err, env, mask)
 
@@ -121,6 +122,7 @@ class Spawner:
         if not (self.native and NO_WAIT):
             return Spawned(self.spawn(argv, cwd, out, err, env, gpu_var, cpu_ids))
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
+        assert _spawn is not None  # (native)
         return _spawn.start(*self._native_args(path, argv, cwd, out, err, env, mask))
 
     def prepare(self, argv: list[str], cwd: str, env: dict, gpu_var, cpu_ids, one_pipe: bool):
@@ -130,6 +132,7 @@ class Spawner:
         child exists."""
         path, env, mask = self._prepare(argv, env, gpu_var, cpu_ids)
         err = -2 if one_pipe else -1
+        assert _spawn is not None  # (a lane's: there are lanes where it was built)
         return _spawn.prepare(*self._native_args(path, argv, cwd, -1, err, env, mask))
 
     def entries_without(self, names) -> list[bytes]:
@@ -145,6 +148,7 @@ class Spawner:
         its lane says (no mask of its own); `search` is its own PATH, if any."""
         path = argv[0] if "/" in argv[0] else self.which(argv[0], search)
         err = -2 if one_pipe else -1
+        assert _spawn is not None  # (a lane's, as `prepare`)
         return _spawn.prepare(*self._encoded(path, argv, cwd, -1, err, envp, None))
 
     def mode(self) -> str:
@@ -154,6 +158,7 @@ class Spawner:
             return f"posix_spawn ({native.why_not})"
         if not NO_WAIT:
             return "vfork"
+        assert _spawn is not None  # (NO_WAIT: it was built)
         return "clone3" if _spawn.clone3_works() else "clone"
 
     def _prepare(self, argv, env, gpu_var, cpu_ids) -> tuple:

@@ -30,6 +30,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import zmq
 
@@ -38,6 +39,9 @@ from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.agent.scheduler import Scheduler
 from pilot.states import CANCELED, FAILED
 from pilot.wire.protocol import msg
+
+if TYPE_CHECKING:
+    from pilot.unit_record import UnitRecord
 
 log = logging.getLogger("agent")
 STOP_GRACE = 10.0  # seconds a stop waits, beyond kill_grace, for its killed units' exits
@@ -123,7 +127,7 @@ class Stops:
         for r in self.runner.runs():
             self.terminate(r, reason)
 
-    def _unstage(self, u: dict) -> None:
+    def _unstage(self, u: UnitRecord) -> None:
         """`u` will not run here: what was made for its sandbox goes (one taken ahead for a
         lane is removed: its next partition makes its own at the same path)."""
         taken, u.taken_sandbox = u.taken_sandbox, None
@@ -135,6 +139,7 @@ class Stops:
         """Queued units of a stopping agent: handed back to be routed again, or CANCELED."""
         if not self.late:
             return
+        assert self.stopping is not None  # (units are late only once a stop began)
         if self.stopping["hand_back"]:
             for u in self.late:  # routed again by the client: no longer this agent's
                 self.reports.forget(u["uid"])
@@ -152,6 +157,7 @@ class Stops:
         the stop is over (True)."""
         if now < self.stop_by:
             return False
+        assert self.stopping is not None  # (asked during a stop only: agent.py)
         for r in list(self.runner.runs()):
             uid = r.unit["uid"]
             log.error("%s: %s did not report its end %g s after the stop", self.uid, uid,

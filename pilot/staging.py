@@ -178,7 +178,7 @@ def into(target: str, source: str) -> str:
     return target
 
 
-def act(d: dict, pilot_sandbox: str, unit_sandbox: str) -> str | None:
+def act(d: dict, pilot_sandbox: str, unit_sandbox: str | None) -> str | None:
     """Do one pilot-side directive (COPY, LINK, MOVE); the error text, or None.  With
     SKIP_FAILED / NON_FATAL a failure is returned prefixed "skipped: "."""
     try:

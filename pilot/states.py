@@ -20,6 +20,7 @@ Any non-final state may go straight to FAILED or CANCELED.  Final states are fin
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from transitions import Machine, MachineError
 
@@ -44,9 +45,9 @@ class IllegalTransition(MachineError):
     """A state change the object's state model does not allow."""
 
 
-def _machine(name: str, path: list[str], extra: list[tuple[str, str]] = ()) -> Machine:
+def _machine(name: str, path: list[str], extra: Sequence[tuple[str, str]] = ()) -> Machine:
     states = path + [DONE, FAILED, CANCELED]
-    transitions = []
+    transitions: list[dict[str, str | list[str]]] = []
     for src, dst in zip(path, path[1:] + [DONE]):
         transitions.append({"trigger": "to_" + dst, "source": src, "dest": dst})
     for src, dst in extra:
@@ -78,8 +79,9 @@ PARTITION_STATES = tuple(PARTITION_MACHINE.states)
 UNIT_STATES = tuple(UNIT_MACHINE.states)
 
 
-def legal_moves(machine: Machine) -> frozenset[tuple[str, str]]:
-    """Every (source, dest) pair the machine's transitions allow."""
+def legal_moves(machine: Machine) -> frozenset[tuple[str, str | None]]:
+    """Every (source, dest) pair the machine's transitions allow (dest None: an internal
+    transition, which these machines have none of)."""
     return frozenset(
         (src, t.dest)
         for event in machine.events.values()

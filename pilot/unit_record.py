@@ -156,6 +156,7 @@ class UnitRecord(dict):
             return None, uids, f"a bulk of units without a valid template: {of!r:.80}", None
         each = data.get("arguments")
         first = {**of, "uid": uids[0]}
+        why: str | None
         if each is not None:
             if type(each) is not list or len(each) != len(uids):
                 why = f"a bulk of {len(uids)} units whose arguments are not one per unit"
@@ -282,6 +283,7 @@ _PLACING: dict[tuple, dict] = {}  # a stored policy's values -> its fields the a
 def _placing(policy: dict) -> dict:
     """The fields of a stored policy that differ from the agent's defaults (most units share
     one policy: remembered by its values)."""
+    key: tuple | None  # (None: its values are not hashable)
     key = tuple(policy.values())
     try:
         placing = _PLACING.get(key)

@@ -25,21 +25,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINKED = ("agent", "partition", "pmgr", "configs")
 
 NOT_YET = """
-pilot.agent.agent pilot.agent.native pilot.agent.node.daemon pilot.agent.node.ranks
-pilot.agent.pool pilot.agent.runners.functions pilot.agent.runners.local pilot.agent.runners.stager
-pilot.agent.spawn pilot.agent.stopping pilot.config.resource_config pilot.config.rp_sites
-pilot.partition.agents.channel pilot.partition.agents.forked pilot.partition.bootstrap
-pilot.partition.client.data_port pilot.partition.growth pilot.partition.launch.base
-pilot.partition.launch.fork pilot.partition.launch.sim pilot.partition.launch.srun
-pilot.partition.manager pilot.partition.nodes.pulse pilot.pmgr.compat.entk.appmanager
-pilot.pmgr.compat.futures.executor_feed pilot.pmgr.compat.parsl.executor
-pilot.pmgr.compat.rp1.pilot_staging pilot.pmgr.compat.rp1.task_events pilot.pmgr.compat.rp1.tasks
-pilot.pmgr.core.handles pilot.pmgr.core.pilot pilot.pmgr.core.recovery pilot.pmgr.core.session
-pilot.pmgr.core.unit_events pilot.pmgr.core.unit_queries pilot.pmgr.core.unit_table
-pilot.pmgr.observe.dashboard pilot.pmgr.observe.dashboard_data pilot.pmgr.observe.timeline
-pilot.pmgr.observe.top_frame pilot.pmgr.observe.top_snapshot pilot.pmgr.store.base
-pilot.pmgr.store.mongo pilot.pmgr.store.sqlite pilot.pmgr.store.writer pilot.states
-pilot.unit_record
+pilot.config.resource_config pilot.partition.agents.forked pilot.partition.bootstrap
+pilot.partition.client.data_port pilot.partition.growth pilot.partition.launch.fork
+pilot.partition.manager pilot.pmgr.compat.futures.executor_feed pilot.pmgr.compat.parsl.executor
+pilot.pmgr.compat.rp1.tasks pilot.pmgr.core.handles pilot.pmgr.core.pilot pilot.pmgr.core.session
+pilot.pmgr.core.unit_queries pilot.pmgr.core.unit_table pilot.pmgr.observe.dashboard_data
+pilot.pmgr.observe.top_snapshot pilot.pmgr.store.base pilot.pmgr.store.mongo pilot.pmgr.store.sqlite
+pilot.pmgr.store.writer
 """
 
 

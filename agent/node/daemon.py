@@ -124,7 +124,7 @@ class Hosted:
 
     ctx: zmq.Context
     poller: zmq.Poller
-    keys: object | None
+    keys: security.Keys | None
     node: dict
     ranks: Callable
 
@@ -263,6 +263,7 @@ class NodeDaemon:
             with os.fdopen(cfg, "w") as f:
                 f.write(body.get("cfg_text") or "")
         fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        assert self.spawner is not None  # (no agent is started on a simulated node)
         try:
             pid = self.spawner.spawn(body["argv"], os.path.dirname(body["log"]), fd, fd)
         except OSError as exc:
@@ -424,6 +425,7 @@ class NodeDaemon:
         n = body.get("n")
         sent = self.hb_sent.get(n) if n is not None else None
         if sent is not None:
+            assert n is not None  # (sent: n's)
             self.lease = max(self.lease, sent)
             for k in [k for k in self.hb_sent if k < n]:
                 del self.hb_sent[k]

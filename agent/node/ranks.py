@@ -144,10 +144,10 @@ class NodeRanks(RankEvents):
             return
         for _, w in pipes:
             os.close(w)
-        r = Rank(agent, uid, rank, pid, [pipes[0][0], pipes[1][0]])
-        self.running[pid] = r
-        for fd, stream in zip(r.pipes, ("stdout", "stderr")):
-            self.pipes[fd] = (r, stream)
+        new = Rank(agent, uid, rank, pid, [pipes[0][0], pipes[1][0]])
+        self.running[pid] = new
+        for fd, stream in zip(new.pipes, ("stdout", "stderr")):
+            self.pipes[fd] = (new, stream)
             self.poller.register(fd, zmq.POLLIN)
 
     def _close_files(self, uid: str) -> None:

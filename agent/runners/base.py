@@ -23,7 +23,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pilot.unit_record import UnitRecord
 
 
 class Run:
@@ -106,6 +109,27 @@ class UnitRunner(Protocol):
 
     def close(self) -> None: ...
 
+    # the optional part: RunnerBase's, which every runner derives from (what each does: there)
+    def hold_ahead(self, queue: deque, take: Callable[[dict], str]) -> list[tuple[dict, str]]: ...
+
+    def give_back(self, freed: list | None = None) -> list[UnitRecord]: ...
+
+    def started(self) -> list[Run]: ...
+
+    def has_exited(self, run: Run) -> bool: ...
+
+    def node_lost(self, index: int, reason: str) -> None: ...
+
+    def watch(self, poller) -> None: ...
+
+    def on_readable(self, key) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def due(self) -> float | None: ...
+
+    def sweep(self, now: float) -> None: ...
+
 
 class RunnerBase:
     """The optional part of the seam: what a runner without the capability does.  Every runner
@@ -133,7 +157,7 @@ class RunnerBase:
 
     # the units held ahead and not started, in order: all of them (freed None: a cancel or a
     # stop), or those the allocations of the Runs `freed` (just ended) may be for
-    def give_back(self, freed: list | None = None) -> list[dict]:
+    def give_back(self, freed: list | None = None) -> list[UnitRecord]:
         return []
 
     # units it started on its own since (EXECUTING; Run.start_errno: it could not)

@@ -216,7 +216,7 @@ class FunctionWorkers:
                 self._broken(w, "a reply that is not for its call")
                 return
             w.run = None
-            extra = {}
+            extra: dict[str, object] = {}
             for key in ("stdout", "stderr"):  # (left out when empty)
                 if reply.get(key):
                     extra[key] = str(reply[key])

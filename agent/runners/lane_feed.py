@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pilot.agent import unit_command
 from pilot.agent.rank_env import UNIT_VARS, grant_ids, ids_var, unit_vars
@@ -40,6 +40,9 @@ from pilot.agent.runners.base import Run
 from pilot.agent.runners.streams import StreamSet
 from pilot.agent.spawn import Spawner, entry
 from pilot.sandbox import output_names
+
+if TYPE_CHECKING:
+    from pilot.unit_record import UnitRecord
 
 # units queued ahead in the lanes: per lane (enough to run on through the few
 # milliseconds the agent loses its core to units and the client: at 8 a lane ran dry for 2-4 %
@@ -153,7 +156,7 @@ class LaneFeed:
         self.given_back.clear()  # (what was not held again is prepared anew when it is)
         return failed
 
-    def give_back(self, freed: list | None = None) -> list[dict]:
+    def give_back(self, freed: list | None = None) -> list[UnitRecord]:
         """The units queued ahead that have not started, taken back (their sandboxes stay
         taken), in order.  For a cancel or a stop (`freed` None): all of them.  For the Runs
         whose allocations were just freed: the head ones when each freed allocation is a

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from pilot import processes
 from pilot.agent import unit_command
@@ -49,6 +50,9 @@ from pilot.agent.runners.stager import SandboxStager
 from pilot.agent.runners.streams import SWEEP_EVERY, StreamSet
 from pilot.agent.spawn import WNOTHREAD, Spawner, exits
 from pilot.sandbox import output_names
+
+if TYPE_CHECKING:
+    from pilot.unit_record import UnitRecord
 
 _WALL = 0x40000000  # (Linux __WALL: also children without an exit signal, before their exec)
 
@@ -128,7 +132,7 @@ class LocalRunner(RunnerBase):
     def hold_ahead(self, queue, take) -> list[tuple[dict, str]]:
         return self.feed.hold_ahead(queue, take)
 
-    def give_back(self, freed: list | None = None) -> list[dict]:
+    def give_back(self, freed: list | None = None) -> list[UnitRecord]:
         return self.feed.give_back(freed)
 
     def started(self) -> list[Run]:
@@ -203,10 +207,12 @@ class LocalRunner(RunnerBase):
         run = Run(unit, alloc)
         if unit.get("function"):
             return self._call(unit, run)
+        assert sandbox is not None  # (None for a function unit only)
         if self.feed.lanes is not None:
             shape = lane_shape(unit)
             slot = self.feed.lanes.slot_for(alloc) if shape is not None else None
             if slot is not None:
+                assert shape is not None  # (a slot is looked for only for a shape)
                 return self.feed.start_in_lane(unit, sandbox, alloc, shape, slot)
         argv = unit_command.argv(unit)  # directly, or through /bin/sh (agent/unit_command.py)
         ranks = len(alloc.ranks)
@@ -288,7 +294,8 @@ class LocalRunner(RunnerBase):
         if not self.running and not self.functions.workers and not self.killed:
             return
         lane, self.feed.lane_exits = self.feed.lane_exits, []
-        own = ()  # (a waitpid for a thread with no child of its own raises, at a cost)
+        # (a waitpid for a thread with no child of its own raises, at a cost)
+        own: Sequence[tuple[int, int]] = ()
         if self.children or self.feed.lanes is None:  # (every child of this thread is in children)
             own = list(exits(WNOTHREAD if self.feed.lanes is not None else 0))
             for pid, _ in own:

@@ -39,11 +39,15 @@ import signal
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pilot.agent.runners.spares import SparePool, remove_empty
 from pilot.agent.unit_command import stage_in
 from pilot.sandbox import sandbox_of
 from pilot.staging import StagingError
+
+if TYPE_CHECKING:
+    from pilot.unit_record import UnitRecord
 
 DEPTH = 64
 TAKE_TIMEOUT = 30.0
@@ -117,7 +121,7 @@ class SandboxStager:
             self.named.add(top)
             self.spares.forget(top)
 
-    def take(self, unit: dict) -> str:
+    def take(self, unit: UnitRecord) -> str:
         self.last_take = time.monotonic()
         taken, unit.taken_sandbox = unit.taken_sandbox, None
         if taken is not None:  # taken ahead for a lane that ran dry (runners/lanes.py)
@@ -137,6 +141,7 @@ class SandboxStager:
                 self._feed()
                 raise OSError(f"sandbox not ready after {TAKE_TIMEOUT:g} s")
             result = job.result
+        assert result is not None  # (the wait above ended on a result)
         del self.jobs[unit["uid"]]
         self.ahead -= 1
         self._feed()
@@ -276,6 +281,7 @@ class SandboxStager:
                 continue
             unit = job.unit
             sandbox = sandbox_of(self.root, unit)
+            result: str | OSError
             try:
                 os.makedirs(sandbox, exist_ok=True)  # units may share a sandbox they name
                 stage_in(self.root, sandbox, unit)  # its pilot-side input steps

@@ -157,6 +157,7 @@ class AgentChannel:
         body = json.dumps(cfg)
         log_path = os.path.join(self.sandbox, f"{uid}.agent.log")
         host = cfg.get("agent_host")
+        proc: AgentProcess
         if self.nodeset is not None and host is not None:  # on its own node, by that daemon
             argv = processes.python_m(processes.AGENT, path, python=self.rcfg.python)
             proc = self.nodeset.start_agent(host, uid, argv, log_path, (path, body))

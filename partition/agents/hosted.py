@@ -19,7 +19,7 @@ from pilot.wire.protocol import msg
 class HostedAgent:
     def __init__(self, nodes, index: int, uid: str) -> None:
         self.nodes, self.index, self.uid = nodes, index, uid  # nodes: the NodeSet
-        self.pid = None  # known to its daemon only
+        self.pid: int | None = None  # known to its daemon only
         self.ended: AgentExit | None = None
 
     def exited(self, code: int) -> None:

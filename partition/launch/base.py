@@ -17,7 +17,8 @@ import logging
 import signal
 import subprocess
 import time
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Protocol, cast
 
 from pilot import processes
 
@@ -26,8 +27,11 @@ ALL_NODES = -1  # the hint of a launch process that runs the daemons of every no
 
 
 class Launched(Protocol):  # one launch process: a subprocess.Popen, or a forked daemon
-    pid: int | None  # (None: not forked yet)
-    returncode: int | None
+    @property
+    def pid(self) -> int | None: ...  # (None: not forked yet)
+
+    @property
+    def returncode(self) -> int | None: ...
 
     def poll(self) -> int | None: ...
 
@@ -98,14 +102,15 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
     return processes.python_m(processes.NODE_DAEMON, *args, python=rcfg.python)
 
 
-def launched_pids(procs: dict[int, Launched]) -> set[int]:
+def launched_pids(procs: Mapping[int, Launched]) -> set[int]:
     """The pids of the launch processes (those started so far)."""
     return {p.pid for p in procs.values() if p.pid is not None}
 
 
-def exit_codes(procs: dict[int, Launched]) -> dict[int, int]:
+def exit_codes(procs: Mapping[int, Launched]) -> dict[int, int]:
     """hint -> exit code of the launch processes that have ended."""
-    return {h: p.returncode for h, p in procs.items() if p.poll() is not None}
+    # (poll() not None: returncode is set)
+    return {h: cast(int, p.returncode) for h, p in procs.items() if p.poll() is not None}
 
 
 def stop_processes(procs: list[subprocess.Popen], grace: float) -> None:

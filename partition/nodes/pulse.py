@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import zmq
 
@@ -103,11 +104,12 @@ class NodePulse:
             self._send(hint, msg(b"halt", {"reason": f"its node was declared lost: {why}"}))
 
     def silent(self) -> dict[int, float]:
-        return self.silence.silent()
+        # (cast: the peers of this Silence are hints; liveness.Silence keeps any Hashable)
+        return cast("dict[int, float]", self.silence.silent())
 
     def heard_through(self, hint: int) -> int | None:
         """A daemon heard steadily while `hint` was silent (liveness.Silence), or None."""
-        return self.silence.heard_through(hint)
+        return cast("int | None", self.silence.heard_through(hint))  # (a hint: see silent)
 
     def _send(self, hint: int, frames: list[bytes]) -> None:
         try:

@@ -71,7 +71,7 @@ NODES = 100_000  # RP's configs name no node count: a pilot's own size (cores=, 
 MPI_LMS = {"MPIRUN": "mpirun", "MPIEXEC": "mpiexec", "SRUN": "srun"}
 REMOTE = "submission from another host (ssh) is not done here: run the client on the machine"
 # RP keys whose effect is this project's own here: silent with these values (any value: None)
-SAME: dict[str, object] = {
+SAME: dict[str, tuple[object, ...] | None] = {
     "notes": None,
     "rp_version": None,  # nothing of RP is installed on the resource: this project runs there
     "python_dist": None,  # the pilot runs on `python` (default: the client's interpreter)

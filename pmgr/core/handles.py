@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pilot import functions, states as S
@@ -220,7 +221,7 @@ class Unit(Stateful):
         self.value: str | None = None  # a function unit's packed return value (as stored)
         self.exception: str | None = None  # a function unit's exception, "Type: message"
         self.client_in = bp.client_in
-        self.client_out = bp.client_out
+        self.client_out: Sequence[dict] = bp.client_out  # (emptied, a list, once they are done)
         self.staged_on = None  # the Pilot its client inputs were transferred to
         self.staging_out = False  # its client outputs are being transferred
         self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)

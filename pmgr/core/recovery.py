@@ -27,6 +27,7 @@ import os
 import socket
 import threading
 import time
+from typing import cast
 
 import zmq
 
@@ -140,6 +141,7 @@ class Recovery:
                 reply = self._ask_attach(pilot, False)
             owner = (reply or {}).get("owner")
         if owner is not None:  # (one owner per pilot: partition/control.py attach)
+            assert reply is not None  # (the owner is the reply's)
             pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
             raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
         pilot.released = None
@@ -156,7 +158,8 @@ class Recovery:
         ended; refused for a newer owner, it is that owner's; else this client asks again
         (`_attach_again`, every ATTACH_RETRY s) while its job lives, and meanwhile fails
         nothing on its silence (pmgr/core/pilot.py `tick`).  True when it is settled."""
-        why = reply.get("error") if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
+        # (a reply not ok says why: partition/control.py)
+        why = cast(str, reply.get("error")) if reply else f"no answer within {ATTACH_TIMEOUT:g} s"
         job = pilot.job
         with self.session.locked():
             if pilot.final or pilot.released:
@@ -199,7 +202,7 @@ class Recovery:
         """The bootstrap's answer to `attach` (None: no answer)."""
         if not pilot.control:
             return None
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context = zmq.Context.instance()
         sock = ctx.socket(zmq.REQ)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(ATTACH_TIMEOUT * 1000))

@@ -18,6 +18,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 from pilot import staging
 from pilot.wire.protocol import ProtocolError, pack, unpack
@@ -41,7 +42,7 @@ class Transfers:
         self.thread: threading.Thread | None = None
 
     # -- called by the UnitManager (lock held) ------------------------------------------------
-    def stage(self, unit, pilot, steps: list, then) -> None:
+    def stage(self, unit, pilot, steps: Sequence[dict], then) -> None:
         if self.thread is None:
             self.thread = threading.Thread(target=self._work, name="transfers", daemon=True)
             self.thread.start()

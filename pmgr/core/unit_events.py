@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 
 import pilot.states as S
 from pilot.pmgr.core.handles import DIRECT, Unit, advance_together
@@ -290,7 +291,9 @@ class UnitEvents:
         self.pending.extendleft(reversed(back))
         self.routing.route()
 
-    def on_partition_lost(self, part_uid: str, started: list, killed: list, reason: str) -> None:
+    def on_partition_lost(
+        self, part_uid: str, started: Collection[str], killed: Collection[str], reason: str
+    ) -> None:
         """The agent of `part_uid` died.  Its units that had started (its start journal) may
         have run: they end FAILED, never run twice (unless restartable: then they run again
         elsewhere); the others never ran and are routed again (to another partition; one

@@ -63,6 +63,7 @@ import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import zmq
 
@@ -242,7 +243,7 @@ def _without_now(text: str) -> str:
 
 def make_app(hub: Hub, token: str, port: int):
     """The tornado Application: the routes of the module docstring."""
-    web = require("tornado.web", "dashboard")
+    web: Any = require("tornado.web", "dashboard")  # (a module: its classes are bases below)
     iostream = require("tornado.iostream", "dashboard")
     cookie = f"pilot-dashboard-{port}"
     page = open(os.path.join(STATIC, "index.html"), encoding="utf-8").read()

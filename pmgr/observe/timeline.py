@@ -55,7 +55,7 @@ class Entity:
     """A pilot or a partition."""
 
     uid: str
-    state: str
+    state: str | None  # (None: a doc of the store without one)
     history: list[tuple[str, float]]
     reason: str | None = None
     cores: float = 0
@@ -88,7 +88,7 @@ class Entity:
 @dataclass
 class UnitRow:
     uid: str
-    state: str
+    state: str | None  # (None: a unit the store has no doc of, its history only)
     history: list[tuple[str, float]]
     pilot: str | None = None
     partition: str | None = None
@@ -181,7 +181,7 @@ def _units(store, session: str, keep: int) -> list[UnitRow]:
     """The first `keep` units of `session` to change, with their histories, by uid."""
     rows: dict[str, list] = {}
     open_ = 0  # kept units not yet in a final state
-    intern = {}
+    intern: dict[str, str] = {}
     if keep > 0:
         for _, _, uid, state, ts, _, seq in store.iter_history(session, kinds=("units",)):
             mine = rows.get(uid)

@@ -21,7 +21,7 @@ from pilot import states as S
 from pilot.pmgr.observe.top_snapshot import STYLE, Snapshot
 
 if TYPE_CHECKING:
-    from rich.console import Group
+    from rich.console import Group, RenderableType
     from rich.table import Table
     from rich.text import Text
 
@@ -44,7 +44,7 @@ def render(snap: Snapshot, now: float | None = None, height: int = 40, footer: s
     lines += (nodes.plain.count("\n") + 3) if nodes is not None else 0
     room = max(3, min(20, height - lines))
     events = _events_text(snap, room)
-    parts = [
+    parts: list[RenderableType] = [
         Panel(_header(snap, now), title="pilot", title_align="left"),
         _partition_table(snap),
         units,

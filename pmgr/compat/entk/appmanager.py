@@ -258,6 +258,7 @@ class AppManager:
             EnTKValueError: a name no live partition has, or a description not accepted.
         """
         spec = partitions.reconfig_spec("AppManager", {"stop": stop, "start": start})
+        assert spec is not None  # (None only for a value of None)
         if self._pilot is None or self._pilot.final:
             raise EnTKError("AppManager.reconfig: no pilot runs (run() makes it)")
         return partitions.Partitions(self._pilot).reconfig(
@@ -339,6 +340,7 @@ class AppManager:
 
         if self._pilot is not None and not self._pilot.final:
             return
+        assert self._resource_desc is not None  # (run() checked it)
         pd = resources.pilot_description(
             self._resource_desc, bool(self._cfg["rts_config"].get("sandbox_cleanup"))
         )

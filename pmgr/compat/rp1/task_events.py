@@ -91,7 +91,7 @@ class TaskEvents:
 
     def on_change(self, task, state: str) -> None:
         """(UnitHooks) The manager's first state callback: timeouts, orders, RP's callbacks."""
-        if state == S.EXECUTING and getattr(task.description, "timeout", 0):
+        if state == S.EXECUTING and getattr(task.description, "timeout", None):
             self._deadline(task)
         if state in S.FINAL and self.orders:
             self._ended(task)
