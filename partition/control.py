@@ -26,6 +26,14 @@
 Every field is checked before anything is done (pilot/wire/checks.py: types, sizes, uid format);
 a command that fails answers ok: false with the error naming the field; no input stops the
 bootstrap.
+
+Each op is given the bootstrap (partition/bootstrap.py), not copies of its parts: the partition
+manager and the resources are made again once the nodes are up (`make_resources`), and a copy
+kept here would be the one before.  What the ops reach of it, and nothing else: `uid`, `cfg`,
+`pm` (the partitions), `resources` (the nodes), `growth` (its batch jobs), `agents` (their
+channel: send_agent, procs, node_load), `link` (the client: last_heard, dropped, find_client,
+release_owner, point_at, hello, flush, to_client), `outbox` (kept outcomes), `emit` (a
+partition's state to the client), `end` (the pilot's end) and `internal` (our own bugs, said).
 """
 
 from __future__ import annotations

@@ -34,10 +34,10 @@ def pytest_configure(config):
     )
 
 
-# `make test` runs the suite on two workers (pytest-xdist, --dist loadgroup): most tests wait on
-# processes, timeouts and the store more than they compute.  The modules that use the one set of
-# network-namespace test hosts (tests/netns.py: one subnet) or the one local SLURM cluster
-# (tests/slurm.sh) run in one group, on one worker, one after another.
+# `make test` runs the suite on pytest-xdist workers (twice the cores, --dist loadgroup): most
+# tests wait on processes, timeouts and the store more than they compute.  The modules that
+# use the one set of network-namespace test hosts (tests/netns.py: one subnet) or the one local
+# SLURM cluster (tests/slurm.sh) run in one group, on one worker, one after another.
 HOSTS_GROUP = {
     "test_chaos.py",
     "test_cluster.py",
