@@ -167,7 +167,7 @@ class HostPoller(zmq.Poller):
         self.of_fd: dict[int, zmq.Socket] = {}
         self.again: set = set()
 
-    def register(self, socket, flags=zmq.POLLIN):  # type: ignore[override]
+    def register(self, socket, flags=zmq.POLLIN):
         fd = socket.getsockopt(zmq.FD)
         self.fds[socket], self.of_fd[fd] = fd, socket
         self.epoll.register(fd, select.EPOLLIN)
@@ -185,7 +185,7 @@ class HostPoller(zmq.Poller):
     def look_again(self, socks) -> None:
         self.again.update(socks)
 
-    def poll(self, timeout=None) -> list:  # type: ignore[override]
+    def poll(self, timeout=None) -> list:
         """[(socket, POLLIN)] of the sockets with messages; waits up to `timeout` ms for one
         (None: for ever) unless some are to be looked at again."""
         wait = -1 if timeout is None else max(0.0, timeout / 1000)

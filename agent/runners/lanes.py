@@ -50,6 +50,7 @@ from __future__ import annotations
 import itertools
 import time
 from itertools import count
+from typing import cast
 
 from pilot.agent import native
 from pilot.agent.runners.base import Run
@@ -113,6 +114,7 @@ class Lanes:
         run.started_at = time.time()  # its EXECUTING: never after the end the thread reports
         run.lane_key = key
         _, out, err = self.threads.start(slot, run.handle, key, env, cpus)  # (pid: handle's)
+        assert run.sandbox is not None and run.names is not None  # (a lane's run: prepared)
         run.streams = self.streams.adopt(run.sandbox, run.names, (out, err))
         self.run_in[slot] = run
         self.key_of[slot] = key
@@ -129,7 +131,8 @@ class Lanes:
 
     def head_keys(self, n: int) -> list[int]:
         """The shapes of the first `n` units ahead, in order."""
-        return [run.lane_key for run in itertools.islice(self.ahead.values(), n)]
+        keys = [run.lane_key for run in itertools.islice(self.ahead.values(), n)]
+        return cast("list[int]", keys)  # (a run ahead has its key: follow)
 
     def withdraw(self, most: int = -1) -> list[Run]:
         back = [self.ahead.pop(seq) for seq in self.threads.withdraw(most)]
@@ -164,11 +167,13 @@ class Lanes:
                 if prev is not None:
                     prev.handed_on = True  # its allocation is this one's now
                     nxt.alloc = prev.alloc
+                assert nxt.sandbox is not None and nxt.names is not None  # (prepared)
                 nxt.streams = self.streams.adopt(nxt.sandbox, nxt.names, (out, err))
                 nxt.pids.append(pid)
                 nxt.started_at = at
                 running[pid] = nxt
                 handle = nxt.handle
+                assert handle is not None  # (a run ahead holds its prepared handle)
                 if not handle.settled() or handle.error() is not None:
                     starting[pid] = handle
                 nxt.handle = None

@@ -319,6 +319,7 @@ class LocalRunner(RunnerBase):
                         processes.signal_group(other, signal.SIGKILL)
             if len(run.codes) == len(run.pids):
                 codes = [run.codes[p] for p in run.pids]
+                assert run.streams is not None  # (a local run's: made at its start)
                 closed = self.streams.finish(run.streams)  # its output, before its end
                 if run.unit.get("stage_out") or run.unit.get("keep_output"):
                     self.streams.make_files(run.streams)  # directives may name them
@@ -328,6 +329,7 @@ class LocalRunner(RunnerBase):
 
     def _left_empty(self, run: Run) -> bool:
         unit = run.unit
+        assert run.streams is not None  # (reap's: a local run's)
         if run.streams.made or unit.get("sandbox") or unit.get("stage_in"):
             return False
         if unit.get("stage_out") or unit.get("cleanup"):

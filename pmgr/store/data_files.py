@@ -39,7 +39,7 @@ class DataFiles:
         self.path = path
         self.made = os.path.isdir(path)
 
-    def put(self, blob: bytes) -> str:
+    def put(self, blob: bytes | bytearray | memoryview) -> str:
         """Write `blob` to a new file; its name."""
         if not self.made:
             os.makedirs(self.path, mode=0o700, exist_ok=True)

@@ -351,6 +351,7 @@ class AppManager:
             self._pmgr.register_callback(self._on_pilot)
             self._tmgr = TaskManager(self._session)
             self._tmgr.register_callback(self._on_task)
+        assert self._pmgr is not None and self._tmgr is not None  # (made with the session)
         try:
             self._pilot = self._pmgr.submit_pilots(pd)
         except EnTKError:
@@ -365,6 +366,7 @@ class AppManager:
 
     def _stage_out(self) -> None:
         if self._outputs:
+            assert self._pilot is not None  # (run: _resources submitted it)
             self._pilot.stage_out([_directive(d, "client") for d in self._outputs])
 
     def _on_task(self, task, state=None) -> None:

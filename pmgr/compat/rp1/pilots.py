@@ -168,7 +168,9 @@ class PilotManager(CorePilotManager):
         """
         single = not isinstance(descriptions, (list, tuple))
         descs = [descriptions] if single else list(descriptions)
-        envs, steps, given = [], [], []
+        envs: list[dict] = []
+        steps: list[tuple] = []
+        given: list[dict | None] = []
         for i, d in enumerate(descs):
             if isinstance(d, dict):
                 d = PilotDescription(d)

@@ -40,6 +40,7 @@ worker class of one's own).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from pilot import staging, validate
 from pilot.fields import count, field, field_error, flag, optional_count, str_list
@@ -177,7 +178,7 @@ def _staging(output: bool):
         if output:
             raise ValueError(f"{name}: {field}: {DOWNLOAD} fetches input; not for output")
         return [
-            _download(name, f"{field}[{i}]", d)
+            _download(name, f"{field}[{i}]", cast(dict, d))  # (load: it is a dict)
             if load
             else staging.normalize(name, f"{field}[{i}]", [d], output)[0]
             for i, (d, load) in enumerate(zip(items, loads))
