@@ -1,6 +1,7 @@
 """CPython's own concurrent.futures tests, run with rp.Executor as the executor type.
 
-    python -m tests.cpython_futures [DIR]     # DIR: where test_concurrent_futures lives
+    python -m tests.cpython_futures [--classes A,B] [DIR]
+                                  # DIR: where test_concurrent_futures lives; A,B: of GENERIC
 
 The tests are CPython's (Lib/test/test_concurrent_futures.py, 3.11: one module; a package
 from 3.12), not copied here: the interpreter's own `test` package when it ships them, else the
@@ -11,6 +12,9 @@ pilot of 5 logical cores here.  Left out, because they name a standard-library e
 (`from concurrent.futures import <its class name>` in a child interpreter) and so cannot test
 another executor: test_interpreter_shutdown, test_submit_after_interpreter_shutdown,
 test_hang_gh83386 (tests/test_executor.py tests the same behaviour of rp.Executor).
+--classes runs only those of the generic classes (tests/test_executor.py runs the four in two
+such processes side by side: each test makes an executor of its own, and most of the suite's
+time is its own sleeps and timeouts).
 Prints `N passed, N failed` last; exit code 0 when all ran and passed.
 """
 
@@ -44,7 +48,7 @@ def load(where: str | None = None):
         return None
 
 
-def suite(mod) -> unittest.TestSuite:
+def suite(mod, classes: tuple[str, ...] = GENERIC) -> unittest.TestSuite:
     import cloudpickle
 
     import pilot as rp
@@ -72,7 +76,7 @@ def suite(mod) -> unittest.TestSuite:
 
     out = unittest.TestSuite()
     loader = unittest.TestLoader()
-    for name in GENERIC:
+    for name in classes:
         cls = type(f"Pilot{name}", (find(name), PilotExecutorMixin, util.BaseTestCase), {})
         for test in loader.loadTestsFromTestCase(cls):
             method = test.id().rsplit(".", 1)[-1]
@@ -84,11 +88,19 @@ def suite(mod) -> unittest.TestSuite:
 
 
 def main(argv: list[str]) -> int:
+    classes = GENERIC
+    if argv[:1] == ["--classes"]:
+        classes = tuple(argv[1].split(","))
+        unknown = set(classes) - set(GENERIC)
+        if unknown:
+            print(f"not generic classes: {sorted(unknown)}")
+            return 2
+        argv = argv[2:]
     mod = load(argv[0] if argv else None)
     if mod is None:
         print("test.test_concurrent_futures is not installed (make fetches it); nothing ran")
         return 2
-    result = unittest.TextTestRunner(verbosity=2).run(suite(mod))
+    result = unittest.TextTestRunner(verbosity=2).run(suite(mod, classes))
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     skipped = len(result.skipped)
     passed = result.testsRun - failed - skipped

@@ -5,6 +5,7 @@ real pilots, and CPython's own concurrent.futures tests run against it
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -268,15 +269,31 @@ def test_cpython_concurrent_futures_suite(tmp_path):
             "no `test` package with it and make could not unpack Debian's "
             "libpython3.X-testsuite into .venv/cpython-tests"
         )
-    env = {**os.environ, "PYTHONPATH": ROOT, "PILOT_SESSIONS_DIR": str(tmp_path)}
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.cpython_futures"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=ROOT,
-    )
-    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert last.startswith("25 passed, 0 failed"), last
+    # the four classes in two processes side by side (each test makes its own executor, a
+    # pilot; most of the time is the suite's own sleeps and timeouts: ~55 s in one process)
+    shards = [("ExecutorTest", "AsCompletedTests"), ("WaitTests", "ExecutorShutdownTest")]
+    assert sorted(sum(shards, ())) == sorted(cpython_futures.GENERIC)
+    procs = []
+    try:
+        for i, classes in enumerate(shards):
+            env = {**os.environ, "PYTHONPATH": ROOT, "PILOT_SESSIONS_DIR": str(tmp_path / str(i))}
+            argv = [sys.executable, "-m", "tests.cpython_futures", "--classes", ",".join(classes)]
+            out = open(tmp_path / f"out{i}.txt", "w+")  # (files, not pipes: read at the end)
+            procs.append((subprocess.Popen(argv, stdout=out, stderr=out, env=env, cwd=ROOT), out))
+        passed = 0
+        for proc, out in procs:
+            proc.wait(timeout=600)
+            out.seek(0)
+            text = out.read()
+            assert proc.returncode == 0, text[-6000:]
+            lines = text.strip().splitlines()
+            counts = [x for x in lines if re.fullmatch(r"\d+ passed, \d+ failed, \d+ skipped", x)]
+            assert counts and " 0 failed" in counts[-1], text[-6000:]
+            passed += int(counts[-1].split()[0])
+        assert passed == 25, passed
+    finally:
+        for proc, out in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close()

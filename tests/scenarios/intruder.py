@@ -8,7 +8,8 @@ dirs, marker}
 For every endpoint it connects twice (no keys; keys of its own made against the server's public
 key) and sends what would hurt: on the control socket attach (re-pointing the pilot link here),
 cancel_pilot, reconfig, cancel_units; on the client's pilot link a forged `state` (units FAILED)
-and `bye`; on each node daemon an `exec`.  It also tries to read the session's files and list
+and `bye`; on each node daemon an `exec`; all of these at once, then 1.5 s for any answer
+(one after another they took 1.5 s each).  It also tries to read the session's files and list
 its directories.  Prints one JSON line: which ports a TCP connection reached, what got an
 answer, what could be read.  Standalone on
 purpose: the pyzmq it needs and nothing of the project.
@@ -20,6 +21,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 import zmq
 
@@ -55,8 +57,8 @@ def reaches(endpoint: str) -> bool:
         return False
 
 
-def knock(ctx, endpoint: str, frames: list[list[bytes]], server_key: str | None) -> bool:
-    """True when anything came back."""
+def knock(ctx, endpoint: str, frames: list[list[bytes]], server_key: str | None):
+    """A socket that sent `frames` (what of them it could) to the endpoint."""
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if server_key is not None:
@@ -68,9 +70,17 @@ def knock(ctx, endpoint: str, frames: list[list[bytes]], server_key: str | None)
             sock.send_multipart(f, zmq.NOBLOCK)
         except zmq.Again:
             break  # no connection completed: refused before a byte was sent
-    answered = bool(sock.poll(1500))
-    sock.close()
-    return answered
+    return sock
+
+
+def answered_within(socks: list, seconds: float) -> list[bool]:
+    """Which of the sockets got anything back within `seconds` s of the last one's knock
+    (the knocks all go out first: each is given the whole wait, at once)."""
+    deadline = time.monotonic() + seconds
+    got = [bool(s.poll(max(0, int((deadline - time.monotonic()) * 1000)))) for s in socks]
+    for s in socks:
+        s.close()
+    return got
 
 
 def main() -> int:
@@ -81,10 +91,13 @@ def main() -> int:
     targets = [("control", t["control"])] + ([("link", t["link"])] if t.get("link") else [])
     targets += [("daemon", d) for d in t["daemons"]]
     reached = [endpoint for _, endpoint in targets if reaches(endpoint)]
-    for kind, endpoint in targets:
-        for key in (None, t["server_key"]):
-            if knock(ctx, endpoint, frames_for(kind, t), key):
-                answered.append([kind, endpoint, key is not None])
+    knocks = [
+        (kind, endpoint, key) for kind, endpoint in targets for key in (None, t["server_key"])
+    ]
+    socks = [knock(ctx, endpoint, frames_for(kind, t), key) for kind, endpoint, key in knocks]
+    for (kind, endpoint, key), got in zip(knocks, answered_within(socks, 1.5)):
+        if got:
+            answered.append([kind, endpoint, key is not None])
     ctx.term()
     readable = []
     for path in t["files"]:
