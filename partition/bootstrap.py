@@ -107,8 +107,10 @@ class Bootstrap:
         if processes.names_vars(self.rcfg.python):  # the job's shell expanded them and ran
             # this interpreter (pmgr/batch/job_script.py): agents and daemons run on it too
             self.rcfg = dataclasses.replace(self.rcfg, python=sys.executable)
-        self.ctx = zmq.Context.instance()
-        self.keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/wire/security.py
+        self.ctx: zmq.Context = zmq.Context.instance()
+        keys = security.load(cfg["curve"])  # every channel is CURVE: pilot/wire/security.py
+        assert keys is not None  # (the client always gives the session's keys)
+        self.keys = keys
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
         self.link = ClientLink(cfg, self.uid, self.ctx, self.keys, self.internal)
@@ -128,8 +130,11 @@ class Bootstrap:
         )
         self.data = DataPort(self.sandbox)  # files from and to the client (on self.files)
         self.files = OffLoop()  # file-system work off the loop (partition/off_loop.py)
-        self.nodeset = (
-            NodeSet(
+        self.nodeset: NodeSet | None = None
+        if self.rcfg.node_daemons:
+            # (AgentChannel listens on the node address for node daemons' agents)
+            assert self.agents.nodes_address is not None
+            self.nodeset = NodeSet(
                 self.ctx,
                 self.rcfg,
                 cfg,
@@ -138,9 +143,6 @@ class Bootstrap:
                 self.keys,
                 self.agents.nodes_address,
             )
-            if self.rcfg.node_daemons
-            else None
-        )
         self.network: dict | None = None
         self.deadline = time.monotonic() + cfg["runtime"]
         # jobs beyond the first: the pilot grows to max_nodes (partition/growth.py)
@@ -220,6 +222,7 @@ class Bootstrap:
         """Nodes joined or were given back (partition/growth.py): network.json and
         daemons.json say so, and so does the pilot's `nodes` (hello)."""
         nodeset = self.nodeset
+        assert nodeset is not None  # (growth's: enabled only with a node set)
         self.network = nodeset.network_config()
         for index, node in self.network.items():
             if self.resources.nodes[index].released:
@@ -230,6 +233,7 @@ class Bootstrap:
         self.files.run(lambda: _write_json(self.sandbox, "daemons.json", daemons))
 
     def node_lost(self, index: int, reason: str) -> None:
+        assert self.nodeset is not None  # (_watch_nodes': with a node set only)
         self.resources.mark_down(index)
         name = self.resources.nodes[index].name
         orphans.end_orphans(  # units of a daemon that died here (fork/exec/netns)
@@ -392,6 +396,7 @@ class Bootstrap:
         """Read the node daemons, beat their pulses, end the nodes lost; a pilot that has lost
         every node ends FAILED (it has nothing left to run on), the nodes and why named."""
         nodeset = self.nodeset
+        assert nodeset is not None  # (run calls it with a node set only)
         if any(sock in events for sock in nodeset.sockets()):
             nodeset.on_readable()
         nodeset.heartbeat()
@@ -442,6 +447,7 @@ class Bootstrap:
                 self.internal.report(f"bootstrap {handler.__name__}", exc)
 
     def finish(self) -> int:
+        assert self.ending is not None  # (run's: end() or a failed bring-up set it first)
         state, reason = self.ending
         agents, link = self.agents, self.link
         log.info("down.wait: %d agent(s) left", len(agents.procs))

@@ -163,6 +163,7 @@ class Growth:
         """`parts` (partition manager Parts, waiting, in order) did not fit: one job for the
         nodes they need, each part's `awaits` set to it.  Returns {uid: why} of those that
         cannot wait (beyond max_nodes): the caller ends them FAILED."""
+        assert self.max_nodes is not None  # (asked of an enabled growth only: pm.growth)
         probe = self._probe()
         refused: dict[str, str] = {}
         wanted = 0
@@ -227,6 +228,7 @@ class Growth:
             except AllocationError:
                 return False
 
+        assert self.max_nodes is not None  # (plan's: an enabled growth)
         lo, hi = 0, max(self.rcfg.nodes, self.max_nodes)  # (beyond room: to say the need)
         if not fits(hi):
             return None
@@ -249,6 +251,7 @@ class Growth:
         reason = f"{why}: {reason}" if why else reason
         job = Job(name, nodes, reason)
         self.jobs[name] = job
+        assert self.nodeset is not None  # (plan's: an enabled growth)
         hint = self.nodeset.joins.expect(name, nodes)
         exclude = [n.name for n in self.resources.nodes if not n.released]
         log.info("grow: %s of %d node(s) asked for: %s", name, nodes, reason)
@@ -279,6 +282,7 @@ class Growth:
         if job is None or job.state not in (ASKED, QUEUED):
             return
         ns = self.nodeset
+        assert ns is not None  # (a job of its own: asked for by an enabled growth)
         indices = sorted(join.index_of.values())
         for i in indices:
             if i not in ns.down:
@@ -294,6 +298,7 @@ class Growth:
         job = self.jobs.get(body["job"])
         if job is None:
             raise validate.bad("job.job", body["job"], f"a job {self.uid} asked for")
+        assert self.nodeset is not None  # (a job of its own: asked for by an enabled growth)
         state, reason = body["state"], body.get("reason") or "no reason given"
         if state == QUEUED:
             job.batch_id = body.get("id")
@@ -366,6 +371,7 @@ class Growth:
 
     def release(self, job: Job, reason: str) -> None:
         why = f"given back with job {job.name}: {reason}"
+        assert self.nodeset is not None  # (a job of its own: asked for by an enabled growth)
         for index in self.nodeset.joins.release(job.name, why):
             self.resources.mark_down(index, released=True)
         if job.state == JOINED:

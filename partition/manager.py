@@ -48,6 +48,16 @@ from pilot.states import (
 )
 from pilot.wire.protocol import pack
 
+
+class Grows(Protocol):
+    """What the manager asks of the pilot's Growth (partition/growth.py, which imports this
+    module: named here, not imported)."""
+
+    def may_grow_for(self, desc) -> bool: ...
+
+    def plan(self, parts: list, why: str | None = None) -> dict[str, str]: ...
+
+
 log = logging.getLogger("bootstrap.partitions")
 EXIT_GRACE = 1.0  # seconds an ended agent's last messages get to arrive
 REPLIES_KEPT = 10_000  # answers to reconfig commands remembered for retries
@@ -128,7 +138,8 @@ class PartitionManager:
         # cid -> the answer given (a retried command is answered again, not applied again);
         # the newest REPLIES_KEPT only, so a stream of commands cannot grow the bootstrap
         self.replies: OrderedDict[str, dict] = OrderedDict()
-        self.growth = None  # the pilot's Growth when it may grow (partition/growth.py)
+        # the pilot's Growth when it may grow (partition/growth.py)
+        self.growth: Grows | None = None
 
     # -- queries ------------------------------------------------------------------------------
     def live(self) -> list[Part]:
@@ -206,6 +217,7 @@ class PartitionManager:
                 self.end(part, FAILED, reason)
 
     def _spawn(self, part: Part) -> None:
+        assert part.alloc is not None  # (its callers allocated it just before)
         self.move(part, STARTING)
         self.emit(part.uid, STARTING, {"resources": part.alloc.to_dict(self.resources)})
         nodes = part.alloc.to_dict(self.resources)["nodes"]
@@ -313,6 +325,7 @@ class PartitionManager:
         now = time.monotonic()
         for part in self.live():
             if part.exit_deadline and now > part.exit_deadline:
+                assert part.exit is not None  # (on_agent_exit set it with the deadline)
                 self.on_agent_exit(part.uid, part.exit, grace=0)
                 continue
             if part.stop_deadline and now > part.stop_deadline and part.proc is not None:
@@ -368,9 +381,10 @@ class PartitionManager:
             if not self.start(part, may_wait=True):
                 wait.append(part)
         if wait:  # one job for what they need, or FAILED beyond max_nodes (growth.py)
+            assert self.growth is not None  # (start lets a partition wait only with growth)
             for uid, why in self.growth.plan(wait, reason).items():
                 self.end(self.parts[uid], FAILED, why)
-        started = [{"uid": p.uid, "state": p.state, "reason": p.reason} for p in new]
+        started: list[dict] = [{"uid": p.uid, "state": p.state, "reason": p.reason} for p in new]
         for s in started:
             if s["state"] == PENDING:
                 s["awaits"] = self.parts[s["uid"]].awaits

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 Check = Callable[[str, Any], Any]
 
@@ -66,6 +66,10 @@ def number(where: str, value: Any) -> float:
     return value
 
 
+@overload
+def text(where: str, value: Any, optional: Literal[False], most: int = TEXT_MAX) -> str: ...
+@overload
+def text(where: str, value: Any, optional: bool = True, most: int = TEXT_MAX) -> str | None: ...
 def text(where: str, value: Any, optional: bool = True, most: int = TEXT_MAX) -> str | None:
     """A string of at most `most` characters without NUL (None too when `optional`)."""
     if value is None and optional:

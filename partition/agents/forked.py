@@ -45,6 +45,7 @@ class ForkedAgent:
 
     def poll(self) -> AgentExit | None:
         if self.ended is None and self.adopted:
+            assert self.pid is not None  # (adopted: one the zygote said it started)
             self.ended = _reaped(self.pid)
         return self.ended
 
@@ -79,7 +80,7 @@ class AgentForker:
     def __init__(self, sandbox: str, env: dict | None = None) -> None:
         self.env = env
         self.log_path = os.path.join(sandbox, ZYGOTE_LOG)
-        self.zygote: subprocess.Popen | None = None
+        self.zygote: subprocess.Popen  # (_start's, below)
         self.by_cfg: dict[str, ForkedAgent] = {}
         self.by_pid: dict[int, ForkedAgent] = {}
         self.adopted: dict[int, ForkedAgent] = {}  # forked by a zygote that died since
@@ -97,6 +98,7 @@ class AgentForker:
                 env=self.env,
                 close_fds=True,
             )
+        assert self.zygote.stdout is not None  # (a PIPE)
         self.fd = self.zygote.stdout.fileno()
         os.set_blocking(self.fd, False)
         self._buf = b""
@@ -109,6 +111,7 @@ class AgentForker:
         except subprocess.TimeoutExpired:  # (closed its stdout yet lives on: not ours)
             self.zygote.kill()
             code = self.zygote.wait()
+        assert self.zygote.stdout is not None  # (a PIPE)
         self.zygote.stdout.close()
         self.fd = None
         why = f"could not be forked: the agent zygote {AgentExit.of_code(code).why}"
@@ -121,6 +124,7 @@ class AgentForker:
         self.by_cfg.clear()
         for proc in self.by_pid.values():
             proc.adopted = True
+            assert proc.pid is not None  # (by_pid: started ones)
             self.adopted[proc.pid] = proc
         self.by_pid.clear()
 
@@ -143,6 +147,7 @@ class AgentForker:
         proc = ForkedAgent(self, cfg_path)
         self.by_cfg[cfg_path] = proc
         line = json.dumps({"cfg": cfg_path, "log": log_path, "body": body}) + "\n"
+        assert self.zygote.stdin is not None  # (a PIPE)
         try:
             self.zygote.stdin.write(line.encode())
             self.zygote.stdin.flush()
@@ -188,6 +193,7 @@ class AgentForker:
 
     def close(self) -> None:
         if self.zygote.poll() is None:
+            assert self.zygote.stdin is not None  # (a PIPE)
             self.zygote.stdin.close()
             try:
                 self.zygote.wait(timeout=2)

@@ -45,6 +45,7 @@ class ForkedDaemon:
 
     def poll(self) -> int | None:
         if self.returncode is None and self.adopted:
+            assert self.pid is not None  # (adopted: one the zygote said it started)
             try:
                 got, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:  # reaped by someone else (not ours after all)
@@ -101,6 +102,7 @@ class ForkLaunch:
                 close_fds=True,
             )
         log.info("boot.nodes.launch: node zygote started, pid %d", self.zygote.pid)
+        assert self.zygote.stdout is not None and self.zygote.stdin is not None  # (PIPEs)
         self.fd = self.zygote.stdout.fileno()
         os.set_blocking(self.fd, False)
         to = self.zygote.stdin.fileno()
@@ -150,6 +152,7 @@ class ForkLaunch:
                 self._on_line(json.loads(line))
 
     def _on_line(self, msg: dict) -> None:
+        proc: ForkedDaemon | None
         if "started" in msg:
             proc = self.procs[int(msg["started"])]
             proc.pid = int(msg["pid"])
@@ -165,6 +168,8 @@ class ForkLaunch:
 
     def _gone(self) -> None:
         """The zygote closed its end: it died (or was closed).  Its daemons are ours now."""
+        # (read's, with an fd: the zygote's stdout, a PIPE)
+        assert self.zygote is not None and self.zygote.stdout is not None
         try:
             code = self.zygote.wait(timeout=2.0)
         except subprocess.TimeoutExpired:  # (closed its stdout yet lives on)
@@ -214,14 +219,17 @@ class ForkLaunch:
         SIGKILL (5 s); then the zygote's stdin closes and it exits."""
         live = self._wait(grace)
         for p in live:
+            assert p.pid is not None  # (_live: started ones)
             processes.signal_process(p.pid, signal.SIGTERM)
         live = self._wait(grace)
         for p in live:
             log.error("down.nodes: daemon pid %d ignored SIGTERM; killed", p.pid)
+            assert p.pid is not None  # (_live: started ones)
             processes.signal_process(p.pid, signal.SIGKILL)
         for p in self._wait(5.0):
             log.error("down.nodes: pid %d did not die within 5 s of SIGKILL", p.pid)
         if self.zygote is not None and self.zygote.poll() is None:
+            assert self.zygote.stdin is not None  # (a PIPE)
             self.zygote.stdin.close()
             try:
                 self.zygote.wait(timeout=2.0)
@@ -229,5 +237,7 @@ class ForkLaunch:
                 self.zygote.kill()
                 self.zygote.wait(timeout=5.0)
         if self.fd is not None:
+            # (fd: the zygote's stdout, a PIPE)
+            assert self.zygote is not None and self.zygote.stdout is not None
             self.zygote.stdout.close()
             self.fd = None

@@ -18,6 +18,7 @@ import os
 from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pilot.config.resource_keys import BY_BATCH, KEYS, AgentOverhead, ResourceConfig
 from pilot.validate import BadValue
@@ -42,7 +43,8 @@ def parse(name: str, raw: dict, notes: tuple[str, ...] = ()) -> ResourceConfig:
     unknown = set(raw) - set(KEYS)
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; accepted: {sorted(KEYS)}")
-    values = {"name": name, "notes": tuple(notes)}
+    # (each field's value as its check gives it: ResourceConfig's types, one a key)
+    values: dict[str, Any] = {"name": name, "notes": tuple(notes)}
     for f in fields(ResourceConfig):
         check = f.metadata.get("check")
         value = raw.get(f.name, f.default)

@@ -16,7 +16,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pilot import functions, states as S
 from pilot.pmgr.core.blueprint import Blueprint, own_of
@@ -24,6 +24,9 @@ from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
 from pilot.unit_record import UnitRecord
+
+if TYPE_CHECKING:
+    from transitions import Machine
 
 UNIT_STATE, PILOT_STATE = "UNIT_STATE", "PILOT_STATE"  # callback metrics (RP's names)
 
@@ -42,7 +45,7 @@ def callback(where: str, cb, metric: str, cb_data=None, accepted: tuple = ()):
 
 class Stateful:
     KIND = ""
-    MACHINE = None
+    MACHINE: Machine | None = None  # (each kind's own: Pilot's, Partition's, Unit's)
 
     def __init__(self, session, uid: str, created: float | None = None) -> None:
         self.session = session
@@ -115,6 +118,7 @@ class Stateful:
         IllegalTransition (nothing changed) for a move the state machine does not allow."""
         if state == self.state:
             return False
+        assert self.MACHINE is not None  # (every kind that advances names its machine)
         steps = S.legal_path(self.MACHINE, self.state, state)
         if steps is None:  # raises, naming the first illegal step; nothing changed
             src = self.state
@@ -294,6 +298,8 @@ class Unit(Stateful):
         if self.pilot is None:
             return None
         if self.description.function is not None:  # its partition's workers' directory
+            if self.part is None:  # (routed again, its pilot kept: no partition's yet)
+                return None
             return functions_dir(self.pilot.sandbox, self.part)
         return sandbox_of(
             self.pilot.sandbox, {"uid": self.uid, "sandbox": self.description.sandbox}

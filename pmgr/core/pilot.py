@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pilot import ids, states as S
 from pilot.config import network
@@ -88,7 +88,8 @@ class Pilot(Stateful):
         self.job_id = None  # the job's pid or batch id, kept in the store
         self.extra_jobs = PilotJobs(self)  # the jobs it grew by (pmgr/core/pilot_jobs.py)
         self.adapt = (  # grows and shrinks on its own (pmgr/core/adapt.py)
-            AdaptPolicy(self, description.adapt, most_nodes(description))
+            # (cast: an adapt policy has max_nodes, on the pilot or in it: plan.py checked)
+            AdaptPolicy(self, description.adapt, cast(int, most_nodes(description)))
             if description.adapt is not None
             else None
         )
@@ -414,8 +415,9 @@ class Pilot(Stateful):
             self.umgr.events.on_synced(body["part"], body["unknown"])
 
     def on_reply(self, body: dict) -> None:
-        new = self._new_by_cmd.pop(body.get("cid"), [])
-        sync = self._syncs.pop(body.get("cid"), None)
+        cid = cast(str, body.get("cid"))  # (None: no command of this client's, popped as such)
+        new = self._new_by_cmd.pop(cid, [])
+        sync = self._syncs.pop(cid, None)
         if body.get("ok"):
             return
         if sync is not None and not self.ending and not self.released:
@@ -481,7 +483,8 @@ class Pilot(Stateful):
         """Another client took the pilot over: this one stops acting on it (sends nothing
         more, routes no units there, and fails nothing on its silence: its units' states stay
         as the store has them, the new owner carries on), and says `released`."""
-        self.release_to(body.get("by") if isinstance(body.get("by"), dict) else {})
+        by = body.get("by")
+        self.release_to(by if isinstance(by, dict) else {})
         self.session.channel.send(self.uid, msg(b"released"))
 
     def taken_over_unheard(self) -> bool:
@@ -526,6 +529,7 @@ class Pilot(Stateful):
             if self._cancel_requested and self.state != S.ACTIVE:
                 self.end(S.CANCELED, self._cancel_requested)
             else:
+                assert self.job is not None  # (code: its poll's)
                 self.lost(
                     f"pilot job exited with code {code} without saying bye: {self.job.describe()}",
                 )
@@ -536,6 +540,7 @@ class Pilot(Stateful):
                 if self.taken_over_unheard():  # (silent to this client: another owns it)
                     return
                 if self._job_lives(now):
+                    assert self.job is not None  # (_job_lives: False without a job)
                     if not self._silence_said:
                         self._silence_said = True
                         log.warning(

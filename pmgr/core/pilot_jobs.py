@@ -78,7 +78,7 @@ class PilotJobs:
         self.reported.add(name)
         self._end(name)
 
-    def on_hello(self, jobs: list) -> None:
+    def on_hello(self, jobs: list | None) -> None:
         """The bootstrap's word on its jobs (hello: an attach learns them here)."""
         for job in jobs or []:
             if isinstance(job, dict) and isinstance(job.get("job"), str):

@@ -1,8 +1,11 @@
 """Unit routing (client side): which partition each waiting unit goes to, and its sending there.
 
-`Routing` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the manager's shared
-state (`UnitBook`, pmgr/core/unit_book.py) in its constructor; its methods run with the session
-lock held.  The manager's other parts call `route`, `bind`, `never_fits` and `find_partition`.
+`Routing` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the session, the
+manager's unit table and its name in its constructor; it owns what routing is about: the pilots
+units go to (`pilots`), the units waiting at the client (`pending`) and the pilots units are
+pinned to that are not added yet (`waiting_for`).  Its methods run with the session lock held.
+The manager's other parts call `route`, `bind`, `never_fits` and `find_partition`, and queue
+units in `pending` (Submission; UnitEvents, for units handed back).
 
 Where a unit goes: a unit with `partition=` goes to that partition once it is ACTIVE; one with
 `tag=` to the partition the tagged unit went to; any other unit goes to the ACTIVE partition of
@@ -38,10 +41,10 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from pilot import states as S
 from pilot.pmgr.core.handles import Unit
-from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_table import UnitTable
 from pilot.rp.names import SCHEDULER_ROUND_ROBIN
 from pilot.wire import framed
@@ -63,22 +66,25 @@ NOT_ADDED = _NotAdded()
 
 
 class Routing:
-    """A UnitManager's routing (this module's header): the units waiting in `book.pending` go
-    to the partitions of `book.pilots`; its methods run with the session lock held.
+    """A UnitManager's routing (this module's header): the units waiting in `pending` go to
+    the partitions of `pilots`; its methods run with the session lock held.
 
     Args:
-        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        session (Session): the session the units belong to (pmgr/core/session.py).
+        units (UnitTable): the manager's units (pmgr/core/unit_table.py).
+        name (callable): the manager's uid, as it is now (a face names its manager again:
+            RP 1.x's tmgr.NNNN), for what is said about its units.
         rule (str): how units spread over the pilots (RP's `UnitManager(scheduler=)`):
             SCHEDULER_ROUND_ROBIN or SCHEDULER_BACKFILLING (pilot/rp/names.py).
     """
 
-    def __init__(self, book: UnitBook, rule: str) -> None:
-        self.book = book
-        self.session = book.session
-        self.units: UnitTable = book.units
-        self.pilots: list = book.pilots
-        self.pending: deque[Unit] = book.pending
-        self.waiting_for: set[str] = book.waiting_for
+    def __init__(self, session, units: UnitTable, name: Callable[[], str], rule: str) -> None:
+        self.session = session
+        self.units = units
+        self.name = name
+        self.pilots: list = []  # the Pilots units are routed to, in the order they were added
+        self.pending: deque[Unit] = deque()  # units waiting at the client, oldest first
+        self.waiting_for: set[str] = set()  # pilots units are pinned to, not added (yet)
         self.rule = rule
         self.turn = 0  # round robin: the pilot the next unit is bound to
         self.pinned = 0  # units submitted with pilot= (counted by the Submission)
@@ -136,9 +142,9 @@ class Routing:
         if pilot is None:
             return None
         if pilot.final:
-            return f"pilot={uid!r} is {pilot.state} and was not added to {self.book.uid}"
+            return f"pilot={uid!r} is {pilot.state} and was not added to {self.name()}"
         if pilot.umgr is not None and pilot not in self.pilots:  # (another manager's)
-            return f"pilot={uid!r} is used by {pilot.umgr.uid}, so {self.book.uid} cannot add it"
+            return f"pilot={uid!r} is used by {pilot.umgr.uid}, so {self.name()} cannot add it"
         return None
 
     def bind(self, unit: Unit):
@@ -178,9 +184,9 @@ class Routing:
                 why = "no live pilot is left to run it"
                 if pinned and self.bind(unit) is NOT_ADDED:
                     why = self._never_added(pinned) or (
-                        f"pilot={pinned!r} was never added to {self.book.uid}"
+                        f"pilot={pinned!r} was never added to {self.name()}"
                         if pinned not in self.session.pilots
-                        else f"pilot={pinned!r} is not one of {self.book.uid}'s pilots (removed, "
+                        else f"pilot={pinned!r} is not one of {self.name()}'s pilots (removed, "
                         "or never added) and none of them is left"
                     )
                 unit.advance(S.FAILED, now, why)

@@ -31,6 +31,7 @@ import os
 import socket
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from pilot.config import network
 from pilot.errors import PilotOwned
@@ -43,9 +44,14 @@ from pilot.pmgr.core.session_teardown import Teardown
 from pilot.pmgr.core.state_changes import StateChanges
 from pilot.pmgr.core.transfers import Transfers
 from pilot.pmgr.store import open_store
+from pilot.pmgr.store.base import StateStore
 from pilot.pmgr.store.data_files import DataFiles
 from pilot.pmgr.store.writer import BatchWriter
 from pilot.wire import security
+
+if TYPE_CHECKING:
+    from pilot.pmgr.core.handles import Stateful
+    from pilot.pmgr.core.pilot import Pilot
 
 __all__ = ["Session", "sessions_dir", "private_dir", "FROM_STORE", "ID_BLOCK", "STORE_WAIT"]
 log = logging.getLogger("pmgr.session")
@@ -161,10 +167,10 @@ class Session:
         self.writer = BatchWriter(self.store)
         self.writer.on_deposed = self._deposed
         self.writer.on_renewed = self._store_renewed
-        self.pilots: dict[str, object] = {}  # uid -> Pilot
+        self.pilots: dict[str, Pilot] = {}  # uid -> Pilot
         self.pmgrs: list = []
         self.umgrs: list = []
-        self.reader = None  # read_store() after close
+        self.reader: StateStore | None = None  # read_store() after close
         self.url = url
         self.closed = False
         self.created = doc["created"] if doc else time.time()
@@ -220,7 +226,7 @@ class Session:
             "sessions", {"uid": self.uid, "created": self.created, "dir": self.dir, "url": self.url}
         )
         with self.locked():
-            objs = [*self.pilots.values()]
+            objs: list[Stateful] = [*self.pilots.values()]
             objs += [part for p in self.pilots.values() for part in p.parts.values()]
             released = []
             for umgr in self.umgrs:

@@ -1,10 +1,11 @@
 """What a pilot says about units: state updates, units handed back, partitions lost or ended.
 
-`UnitEvents` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the manager's
-shared state (`UnitBook`, pmgr/core/unit_book.py) and its `Routing` (pmgr/core/routing.py) in its
-constructor.  A Pilot (pmgr/core/pilot.py) calls it directly, as `pilot.umgr.events`, on the
-channel thread, with the session lock held, inside `session.locked()` (on_output without it),
-passing on the news its bootstrap sent (pilot/wire/protocol.py):
+`UnitEvents` is a part the UnitManager holds (pmgr/core/unit_manager.py), given the session,
+the manager's unit table and its `Routing` (pmgr/core/routing.py: units handed back wait in its
+queue again) in its constructor.  A Pilot (pmgr/core/pilot.py) calls it directly, as
+`pilot.umgr.events`, on the channel thread, with the session lock held, inside
+`session.locked()` (on_output without it), passing on the news its bootstrap sent
+(pilot/wire/protocol.py):
     ustates a batch of unit moves (pilot/wire/updates.py) -> on_unit_moves, then the
             Routing's route() once
     output  unit output forwarded by node daemons -> on_output
@@ -40,8 +41,8 @@ from collections.abc import Collection
 import pilot.states as S
 from pilot.pmgr.core.handles import DIRECT, Unit, advance_together
 from pilot.pmgr.core.routing import Routing
-from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_hooks import UnitHooks
+from pilot.pmgr.core.unit_table import UnitTable
 from pilot.unit_record import uids_of
 
 log = logging.getLogger("pmgr.units")
@@ -62,16 +63,19 @@ class UnitEvents:
     """A UnitManager's handling of its pilots' news.
 
     Args:
-        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        session (Session): the session the units belong to (pmgr/core/session.py).
+        units (UnitTable): the manager's units (pmgr/core/unit_table.py).
         routing (Routing): the manager's routing (pmgr/core/routing.py).
         hooks (UnitHooks | None): what a face does on its units (pmgr/core/unit_hooks.py):
             told when one of the manager's pilots ended.
     """
 
-    def __init__(self, book: UnitBook, routing: Routing, hooks: UnitHooks | None = None) -> None:
-        self.session = book.session
-        self.units = book.units
-        self.pending = book.pending
+    def __init__(
+        self, session, units: UnitTable, routing: Routing, hooks: UnitHooks | None = None
+    ) -> None:
+        self.session = session
+        self.units = units
+        self.pending = routing.pending
         self.routing = routing
         self.hooks = hooks
         self.said_again = 0  # updates refused because the unit had passed them (sync replays)

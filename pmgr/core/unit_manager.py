@@ -1,12 +1,13 @@
 """UnitManager: submits units, routes them to partitions, follows them to a final state.
 
 The user's side is here: submit_units, cancel_units, wait_units, callbacks, the pilots to route
-to.  The manager is made of parts it holds, each given the state they share (`UnitBook`,
-pmgr/core/unit_book.py: session, uid, pilots, unit table, the units waiting) in its constructor,
-and its public methods delegate to them:
+to.  The manager is made of parts it holds, each given in its constructor what it uses (the
+session, the unit table, the routing whose queue it fills, the manager's name as a callable: a
+face names its manager again), and its public methods delegate to them:
     _submission  Submission (pmgr/core/unit_submit.py): descriptions checked, units made (its
                  `UNIT`) and queued, in chunks
-    routing      Routing (pmgr/core/routing.py): where waiting units go, and their sending
+    routing      Routing (pmgr/core/routing.py): where waiting units go, and their sending;
+                 it owns the pilots they go to and the units waiting at the client
     events       UnitEvents (pmgr/core/unit_events.py): what the pilots say about units (state
                  updates, units handed back, partitions lost), with the guarantee that every
                  unit ends in exactly one final state
@@ -28,7 +29,6 @@ from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.core.handles import UNIT_STATE, Unit, callback
 from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.stream_marks import StreamMarks
-from pilot.pmgr.core.unit_book import UnitBook
 from pilot.pmgr.core.unit_events import UnitEvents
 from pilot.pmgr.core.unit_hooks import UnitHooks
 from pilot.pmgr.core.unit_list import UnitList
@@ -83,17 +83,25 @@ class UnitManager:
         self.scheduler = scheduler
         self.session = session
         self.hooks = hooks
-        book = self._book = UnitBook(session, session.ids.next_uid("umgr"), UnitTable(self))
-        self.units = book.units  # live units as objects, released ones as a byte each
-        self.pilots = book.pilots
-        self.pending = book.pending
-        self.waiting_for = book.waiting_for  # pilots units are pinned to, not added (yet)
+        self._uid = session.ids.next_uid("umgr")
+        self._feeding = 0  # lazy streams still pulling (pmgr/core/unit_stream.py)
+        self.units = UnitTable(self)  # live units as objects, released ones as a byte each
+        name = self._name
         # the parts its pilots talk to (Pilot.umgr): routing, and their news about units
-        self.routing = Routing(book, scheduler)
-        self.events = UnitEvents(book, self.routing, hooks)
-        self._queries = UnitQueries(book, self._handle)
+        self.routing = Routing(session, self.units, name, scheduler)
+        self.pilots = self.routing.pilots
+        self.pending = self.routing.pending
+        self.waiting_for = self.routing.waiting_for  # pilots units are pinned to, not added yet
+        self.events = UnitEvents(session, self.units, self.routing, hooks)
+        self._queries = UnitQueries(session, self.units, self._handle, name, lambda: self._feeding)
         self._submission = Submission(
-            book, self.routing, self._make, self.UID_PREFIX, hooks.hold if hooks else None
+            session,
+            self.units,
+            self.routing,
+            self._make,
+            self.UID_PREFIX,
+            hooks.hold if hooks else None,
+            name,
         )
         self.callbacks: list = [] if hooks is None else [hooks.on_change]
         self.registered_cbs: list[tuple] = []  # (cb as given, as called): unregister_callback
@@ -104,20 +112,23 @@ class UnitManager:
     @property
     def uid(self) -> str:
         """This manager's uid (umgr.NNNN; a face may set its own)."""
-        return self._book.uid
+        return self._uid
 
     @uid.setter
     def uid(self, uid: str) -> None:
-        self._book.uid = uid
+        self._uid = uid
+
+    def _name(self) -> str:  # (what the parts say the manager is called, now)
+        return self._uid
 
     @property
     def feeding(self) -> int:
         """How many lazy streams of this manager are still pulling (pmgr/core/unit_stream.py)."""
-        return self._book.feeding
+        return self._feeding
 
     @feeding.setter
     def feeding(self, n: int) -> None:
-        self._book.feeding = n
+        self._feeding = n
 
     @property
     def said_again(self) -> int:
@@ -375,7 +386,7 @@ class UnitManager:
 
     def waiting(self) -> int:
         """How many units wait at the client for room in a partition."""
-        return len(self._book.pending)
+        return len(self.routing.pending)
 
     def cancel_units(self, uids=None, reason: str = "canceled by the user") -> None:
         """Cancel units (all of this manager's when uids is None); running ones are killed.

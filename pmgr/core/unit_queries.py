@@ -1,8 +1,9 @@
 """What a user asks a UnitManager about its units: wait_units, get_units, list_units.
 
 `UnitQueries` is a part the UnitManager holds (pmgr/core/unit_manager.py; its public methods of
-the same names delegate here), given the manager's shared state (`UnitBook`,
-pmgr/core/unit_book.py) in its constructor.  Its units are in a UnitTable
+the same names delegate here), given the session, the manager's unit table, how to make a
+released unit's handle again, the manager's name and how many of its streams still pull, in its
+constructor.  Its units are in a UnitTable
 (pmgr/core/unit_table.py): live ones as objects, released ones (final, stored, callbacks run)
 as one byte each.  So:
   - wait_units() (all) waits for a count (no unit in flight, no stream pulling): each wake-up
@@ -18,24 +19,36 @@ from collections.abc import Callable
 
 import pilot.states as S
 from pilot.pmgr.core.handles import Unit
-from pilot.pmgr.core.unit_book import UnitBook
+from pilot.pmgr.core.unit_table import UnitTable
 
 
 class UnitQueries:
     """A UnitManager's answers (their docs: the UnitManager's methods of the same names).
 
     Args:
-        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        session (Session): the session the units belong to (pmgr/core/session.py).
+        units (UnitTable): the manager's units (pmgr/core/unit_table.py).
         handle (callable): `handle(uid, stored description, created)`: a released unit's
             handle made again (its manager's UNIT, from its DESCRIPTION), the rest filled in
             here.
+        name (callable): the manager's uid, as it is now (a face may name it again).
+        feeding (callable): how many of the manager's lazy streams still pull
+            (pmgr/core/unit_stream.py): a wait for all its units waits for them too.
     """
 
-    def __init__(self, book: UnitBook, handle: Callable[[str, dict, float | None], Unit]) -> None:
-        self.book = book
-        self.session = book.session
-        self.units = book.units
+    def __init__(
+        self,
+        session,
+        units: UnitTable,
+        handle: Callable[[str, dict, float | None], Unit],
+        name: Callable[[], str],
+        feeding: Callable[[], int],
+    ) -> None:
+        self.session = session
+        self.units = units
         self.handle = handle
+        self.name = name
+        self.feeding = feeding
 
     def wait_units(
         self, uids=None, state=None, timeout: float | None = None, progress: bool | None = None
@@ -50,9 +63,9 @@ class UnitQueries:
         )
         session, table = self.session, self.units
         if uids is None and wanted == S.FINAL:
-            with unit_progress(table_counter(self.book), progress):
+            with unit_progress(table_counter(self), progress):
                 session.wait_for(
-                    lambda: table.open == 0 and not self.book.feeding,
+                    lambda: table.open == 0 and not self.feeding(),
                     timeout,
                     lambda: (
                         f"{table.open} of {len(table)} units not there yet, e.g. "
@@ -62,10 +75,12 @@ class UnitQueries:
             return self.states()
         with session.locked():
             uids = list(table) if uids is None else _uids(uids)
-            items = [table.live.get(uid) or table.state_of(uid) for uid in uids]
+            # (each a live Unit, a released unit's state, or None: unknown; type() tells them
+            # apart below, which the checker does not follow)
+            items: list = [table.live.get(uid) or table.state_of(uid) for uid in uids]
         unknown = [uid for uid, item in zip(uids, items) if item is None]
         if unknown:
-            raise ValueError(f"unit uid={unknown[0]!r} is unknown to {self.book.uid}")
+            raise ValueError(f"unit uid={unknown[0]!r} is unknown to {self.name()}")
         live = [u for u in items if type(u) is not str]
         settle = not session.changes.in_callback()  # a callback cannot wait for callbacks
 
@@ -117,7 +132,7 @@ class UnitQueries:
             uid = uid.uid
         unit = self.units.get(uid)
         if unit is None:
-            raise ValueError(f"unit uid={uid!r} is unknown to {self.book.uid}")
+            raise ValueError(f"unit uid={uid!r} is unknown to {self.name()}")
         return unit
 
     def unit_from_doc(self, doc: dict) -> Unit:

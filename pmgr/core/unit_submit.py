@@ -1,9 +1,9 @@
 """Submission: a UnitManager's descriptions checked, its units made, and queued to be routed.
 
 `Submission` is a part the UnitManager holds (pmgr/core/unit_manager.py: submit_units,
-make_units, and a stream's chunks come here), given the manager's shared state (`UnitBook`,
-pmgr/core/unit_book.py), its Routing (pmgr/core/routing.py), how to make a unit handle (the
-manager's `UNIT`) and its hooks' `hold` (pmgr/core/unit_hooks.py) in its constructor.
+make_units, and a stream's chunks come here), given the session, the manager's unit table, its
+Routing (pmgr/core/routing.py: made units wait in its queue), how to make a unit handle (the
+manager's `UNIT`), its hooks' `hold` (pmgr/core/unit_hooks.py) and its name in its constructor.
 
     submit_list(descs)   all checked before any unit is made (an error names the index); then
                          in chunks that double from SUBMIT_CHUNK_MIN to SUBMIT_CHUNK_MAX, each
@@ -23,7 +23,7 @@ from pilot.descriptions import ComputeUnitDescription
 from pilot.pmgr.core.blueprint import Blueprints
 from pilot.pmgr.core.handles import Unit, advance_together
 from pilot.pmgr.core.routing import Routing
-from pilot.pmgr.core.unit_book import UnitBook
+from pilot.pmgr.core.unit_table import UnitTable
 
 log = logging.getLogger("pmgr.units")
 
@@ -42,29 +42,33 @@ class Submission:
     """A UnitManager's submission of units.
 
     Args:
-        book (UnitBook): the manager's shared state (pmgr/core/unit_book.py).
+        session (Session): the session the units belong to (pmgr/core/session.py).
+        units (UnitTable): the manager's units (pmgr/core/unit_table.py).
         routing (Routing): the manager's routing (pmgr/core/routing.py).
         make (callable): `make(session, uid, description, created, blueprint, number)`: a
             new unit's handle (the manager's UNIT, with the manager as its `umgr`).
         prefix (str): generated uids' prefix (the manager's UID_PREFIX: unit, task).
         hold (callable | None): the hooks' `hold(unit)` (pmgr/core/unit_hooks.py): True if
             the face holds the unit instead of its waiting in the queue; None: none does.
+        name (callable): the manager's uid, as it is now (a face may name it again).
     """
 
     def __init__(
         self,
-        book: UnitBook,
+        session,
+        units: UnitTable,
         routing: Routing,
         make: Callable[..., Unit],
         prefix: str,
         hold: Callable[[Unit], bool] | None,
+        name: Callable[[], str],
     ) -> None:
-        self.session = book.session
-        self.units = book.units
-        self.pilots = book.pilots
-        self.pending = book.pending
-        self.waiting_for = book.waiting_for
-        self.book = book
+        self.session = session
+        self.units = units
+        self.pilots = routing.pilots
+        self.pending = routing.pending
+        self.waiting_for = routing.waiting_for
+        self.name = name
         self.routing = routing
         self.make = make
         self.prefix = prefix
@@ -132,7 +136,7 @@ class Submission:
             self.waiting_for.add(pilot)
             log.warning(
                 "%s: units pinned to pilot %r, which is not added (yet): they wait for it",
-                self.book.uid,
+                self.name(),
                 pilot,
             )
 

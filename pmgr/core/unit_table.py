@@ -30,9 +30,13 @@ import itertools
 import re
 import weakref
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from pilot import states as S
 from pilot.seen import PREFIXES, uid_number as _number
+
+if TYPE_CHECKING:
+    from pilot.pmgr.core.handles import Unit
 
 FINAL_CODES = (S.DONE, S.FAILED, S.CANCELED)
 _CODE = {state: i + 1 for i, state in enumerate(FINAL_CODES)}
@@ -126,7 +130,8 @@ class UnitTable:
     def __init__(self, umgr) -> None:
         self.umgr = umgr
         self.live: dict = {}  # uid -> Unit: not final, or final and not released yet
-        self.held = weakref.WeakValueDictionary()  # released units someone still holds
+        # released units someone still holds
+        self.held: weakref.WeakValueDictionary[str, Unit] = weakref.WeakValueDictionary()
         self.ledger = Ledger()
         self.open = 0  # live units not final
         self.released = 0
@@ -236,7 +241,8 @@ class UnitTable:
             or any(u.number[0] not in prefixes[:1] for u in live.values())
             or any(codes.find(UNKNOWN) >= 0 for codes in ledger.codes.values())
         ):
-            return [self.state_of(uid) for uid in self]
+            # (cast: every uid of the table has a state)
+            return cast("list[str]", [self.state_of(uid) for uid in self])
         if not prefixes:
             return [u.state for u in live.values()]
         codes = bytearray(ledger.codes[prefixes[0]])
@@ -246,7 +252,8 @@ class UnitTable:
         for n, _ in mine:
             codes[n] = _LIVE
         more = iter([state for _, state in mine]).__next__
-        return [_STATE[c] if c != _LIVE else more() for c in codes if c]
+        # (cast: a nonzero code is a final state's or _LIVE)
+        return cast("list[str]", [_STATE[c] if c != _LIVE else more() for c in codes if c])
 
     def state_of(self, uid: str) -> str | None:
         unit = self.live.get(uid)
@@ -260,12 +267,12 @@ class UnitTable:
             return unit.state if unit is not None else None
         return FINAL_CODES[code - 1]
 
-    def settled(self, unit) -> None:
+    def settled(self, unit: Unit) -> None:
         """(lock held) A live unit is final and its final-state callbacks have run."""
         if self.live.get(unit.uid) is unit:
             self.open -= 1
 
-    def release(self, unit) -> None:
+    def release(self, unit: Unit) -> None:
         """(lock held) A final unit the store has and whose callbacks ran: its byte only."""
         if self.live.get(unit.uid) is not unit or not unit.final or not unit.settled:
             return

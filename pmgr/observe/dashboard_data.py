@@ -155,6 +155,7 @@ class FlowSeries:
     def _fold(self, means: dict, after: dict, rate, keep: int) -> None:
         """Settle the first `keep` seconds: into the open point, closing it (and merging pairs
         of points past MAX_POINTS) as it fills."""
+        assert self.g0 is not None  # (update restarted the series first)
         i = 0
         while i < keep:
             k = min(self.w - self.partial_n, keep - i)
@@ -178,6 +179,7 @@ class FlowSeries:
 
     def _coarsen(self) -> None:
         """Pairs of points merge: the width doubles; an odd last point opens the next one."""
+        assert self.g0 is not None  # (update restarted the series first)
         odd = len(self.t) % 2
         for name, col in self.cols.items():
             if odd:
@@ -189,6 +191,7 @@ class FlowSeries:
 
     def _tails(self, means: dict, rate, keep: int) -> None:
         """The points of the seconds not settled, and the open point (sent again each poll)."""
+        assert self.g0 is not None  # (update restarted the series first)
         n = len(rate)
         t: list[float] = []
         cols: dict[str, list[float]] = {name: [] for name in self.cols}
@@ -279,13 +282,17 @@ class Watch:
 
     def series(self) -> dict:
         """The whole series, for a client that just came."""
-        return self.flow.full() if self.flow is not None else self.sampled.full()
+        if self.flow is not None:
+            return self.flow.full()
+        assert self.sampled is not None  # (no flow: sampled, __init__)
+        return self.sampled.full()
 
     def poll(self) -> Look:
         now = time.time()
         session = self.session
         self.controls = {c["pilot"]: c for _, c in live_controls(glob.escape(session), "*")}
         pilots = sorted(self.reader.pilots(session), key=lambda p: p["uid"])
+        totals: dict[str, int]
         shown, totals, changed, events = [], {}, False, self.reader.events(session)
         described = []
         for doc in pilots:
@@ -384,6 +391,7 @@ class Watch:
         (then a cell per core and GPU: `_nodes`)."""
         if listing is None or (listing.get("size") or {}).get("nodes", 1) <= NODES_SHOWN:
             return None
+        assert control is not None  # (listing: its answer)
         try:
             reply = command(control, "nodes", {}, "dashboard.nodes", CONTROL_TIMEOUT)
         except (UsageError, zmq.ZMQError):
@@ -401,6 +409,7 @@ class Watch:
     def _nodes(self, pilot: str, parts: dict, stored: dict) -> dict:
         """Which partition holds each core and GPU of each node, and which unit uses it now."""
         layout: dict[str, dict] = {}
+        cell: dict | None  # (a node's: None below for a node not in the layout)
         for puid in sorted(parts, key=_natural):
             p = parts[puid]
             if p.get("state") in S.FINAL:
@@ -417,7 +426,7 @@ class Watch:
         for u in units:
             nodes, ranks = u.get("node"), u.get("slots")
             ranks = ranks if isinstance(ranks, list) else [ranks]
-            names = nodes if isinstance(nodes, list) else [nodes] * len(ranks)
+            names: list = nodes if isinstance(nodes, list) else [nodes] * len(ranks)
             for name, rank in zip(names, ranks):
                 cell = layout.get(str(name))
                 if cell is None or not isinstance(rank, dict):
@@ -479,6 +488,7 @@ class Watch:
                     values[f"cores:{row['uid']}"] = row["busy"][0]
                     values[f"gpus:{row['uid']}"] = row["busy"][1]
             values["rate"] = rate
+            assert self.sampled is not None  # (no flow: sampled, __init__)
             return self.sampled.add(now, values, self.interval)
         created, lo, hi = self.reader.span(self.session)
         starts = [t for t in (created, lo) if t is not None]

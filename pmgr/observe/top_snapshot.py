@@ -104,11 +104,15 @@ class Source:
 
     def ask(self, op: str = "partitions") -> tuple[dict | None, str]:
         """The bootstrap's answer to `op` (partitions, nodes), or None and why not."""
-        if self.gone is None and read_control(self.target.control["path"]) is None:
-            self.gone = time.monotonic()
+        if self.gone is None:
+            assert self.target.control is not None  # (__init__: gone None only with a control)
+            if read_control(self.target.control["path"]) is None:
+                self.gone = time.monotonic()
         if self.gone is not None:
             return None, "its bootstrap is gone"
-        sock = zmq.Context.instance().socket(zmq.REQ)
+        # (not gone: the target has a control, whose keys __init__ loaded)
+        assert self.keys is not None and self.target.control is not None
+        sock: zmq.Socket = zmq.Context.instance().socket(zmq.REQ)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, int(CONTROL_TIMEOUT * 1000))
         try:
@@ -147,7 +151,7 @@ class Source:
         stored = {p["uid"]: p for p in self.reader.partitions(t.pilot)}
         parts = merged_partitions(listing, stored)
         counts = self.reader.unit_counts(t.session, t.pilot)
-        nodes = []
+        nodes: list = []
         if listing and (listing.get("size") or {}).get("nodes", 1) > 1:
             got, _ = self.ask("nodes")
             nodes = (got or {}).get("nodes") or []

@@ -61,8 +61,12 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 from pilot.wire import framed
+
+if TYPE_CHECKING:
+    from pilot.pmgr.store.data_files import DataFiles
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -184,7 +188,8 @@ class UnitDoc(tuple):
 def text_key(text: str | bytes) -> int:
     """A description text's lookup key: its length and CRC-32 (texts that share one are told
     apart by their text; a store finds a template by an index on it, not a scan)."""
-    data = text if type(text) is bytes else text.encode()
+    # (cast: the checker does not narrow the else branch of a `type(...) is` test)
+    data = text if type(text) is bytes else cast(str, text).encode()
     return (len(data) << 32) | zlib.crc32(data)
 
 
@@ -199,9 +204,9 @@ class TextIds:
     __slots__ = ("ids",)
 
     def __init__(self) -> None:
-        self.ids: dict[str, object] = {}
+        self.ids: dict[str | bytes, object] = {}
 
-    def get(self, text: str):
+    def get(self, text: str | bytes):
         return self.ids.get(text)
 
     def update(self, made: dict) -> None:
@@ -231,6 +236,7 @@ class Template:
 
     def __init__(self, value: dict) -> None:
         self.value = value
+        self.text: str | None
         try:
             self.text = _dumps(value)
         except TypeError:
@@ -270,15 +276,17 @@ class UnitMoves:
     state: str
     uids: list
     ts: list
-    seqs: object
-    reasons: object = None
-    prev: object = None
+    seqs: list | int
+    reasons: list | str | None = None
+    prev: list | str | None = None
     held: list | None = None
     key: str | None = None
 
     def rows(self) -> Iterator[tuple]:
         """Its rows in HISTORY order."""
-        seqs, reasons = self.seqs, self.reasons
+        # (Any: each a list or one value for all, told apart once here, not at every row)
+        seqs: Any = self.seqs
+        reasons: Any = self.reasons
         one_seq = not isinstance(seqs, list)
         one_reason = not isinstance(reasons, list)
         session, state = self.session, self.state
@@ -397,7 +405,8 @@ class StateStore(ABC):
     picks one by URL.  The contract tests (tests/test_store_contract.py) hold for each."""
 
     url: str
-    data = None  # pmgr/store/data_files.py's DataFiles: where large bytes go (None: in the doc)
+    # pmgr/store/data_files.py's DataFiles: where large bytes go (None: in the doc)
+    data: DataFiles | None = None
     reads_back = True  # a unit written is read back (False: the null store; nothing is let go)
     # records the store writer puts in one write_batch, and once it is behind (pmgr/store/
     # writer.py); a store whose commit has a fixed cost (sqlite's fsyncs) takes more

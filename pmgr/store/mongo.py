@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from typing import Any, cast
 
 import pymongo
 from bson.errors import InvalidDocument
@@ -75,7 +76,8 @@ from pilot.pmgr.store.base import (
 CONNECT_TIMEOUT = 3.0
 JOURNALED = WriteConcern(w=1, j=True)  # every write: one the server acknowledged survives it
 _FINAL = list(FINAL)
-_OTHER_FINAL = {f: [o for o in FINAL if o != f] for f in FINAL}  # a final state's others
+# a final state's others (looked up with a doc's state: None when it has none)
+_OTHER_FINAL: dict[str | None, list[str]] = {f: [o for o in FINAL if o != f] for f in FINAL}
 _STATED = ("pilots", "partitions", "units")  # the kinds whose final state is kept
 FAILED_BY_UID = 5_000  # last_events: FAILED units up to this many are read by uid
 DEFAULT_DB = "pilot"
@@ -96,7 +98,7 @@ class MongoStore(StateStore):
     def __init__(self, url: str) -> None:
         self.url = url
         ms = int(CONNECT_TIMEOUT * 1000)
-        self.client = pymongo.MongoClient(
+        self.client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
             url, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=4 * ms
         )
         try:
@@ -123,7 +125,9 @@ class MongoStore(StateStore):
             text = data_files.encode(d, self.data)
         tid = self.templates.get(text)
         if tid is None:
-            tid = hashlib.sha1(text if type(text) is bytes else text.encode()).hexdigest()
+            # (cast: the checker does not narrow the else branch of a `type(...) is` test)
+            data = text if type(text) is bytes else cast(str, text).encode()
+            tid = hashlib.sha1(data).hexdigest()
             made[text] = tid
         return tid
 
@@ -184,6 +188,7 @@ class MongoStore(StateStore):
 
     def _check_fence(self) -> None:
         """Fenced when a newer owner epoch than this client's is installed."""
+        assert self.fence is not None  # (its callers: only with a fence)
         session, mine = self.fence
         doc = self.db.owners.find_one({"_id": session})
         if doc is not None and doc["epoch"] > mine:
@@ -253,6 +258,7 @@ class MongoStore(StateStore):
                 missing.append(UpdateOne({"_id": uid}, {"$set": fields}, upsert=True))
             elif epoch is not None and (doc.get("epoch") or 0) > epoch:
                 self._check_fence()  # (says who: the owners doc)
+                assert self.fence is not None  # (epoch: the fence's)
                 raise Fenced(self.fence[0], epoch, doc["epoch"], None)
             elif doc.get("state") in FINAL and doc.get("state") != fields.get("state"):
                 refused.append(
@@ -295,7 +301,9 @@ class MongoStore(StateStore):
         return [self._doc(kind, raw) for raw in self.db[kind].find(query).sort("_id", 1)]
 
     def history(self, uid: str | None = None, session: str | None = None) -> list[dict]:
-        query = {k: v for k, v in (("uid", uid), ("session", session)) if v is not None}
+        query: dict[str, Any] = {
+            k: v for k, v in (("uid", uid), ("session", session)) if v is not None
+        }
         if uid is not None:  # (its moves too: documents that list it)
             query = {k: v for k, v in query.items() if k != "uid"}
             query["$or"] = [{"uid": uid}, {"uids": uid}]
@@ -388,6 +396,7 @@ class MongoStore(StateStore):
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
+        assert doc is not None  # (upserted, and AFTER: the doc as it is now)
         return doc["next"] - n
 
     def put_mark(self, name: str, value: str) -> None:

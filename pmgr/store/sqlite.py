@@ -32,6 +32,8 @@ import os
 import sqlite3
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any, cast
 
 from pilot.pmgr.store import data_files, sqlite_schema as sql
 from pilot.pmgr.store.base import (
@@ -65,7 +67,8 @@ UID_CHUNK = 500  # uids bound in one `WHERE uid IN (...)`
 # ~15,000 instructions a unit, a fifth of the store writer's, for the NULL fields of its rows).
 # An adapter registered for the type is found first: C callables that give the value back
 # as it is (a dict's get of a key it has not gives None; bytes(b) is b).
-sqlite3.register_adapter(type(None), {}.get)
+# (cast: dict.get's overloads, which the checker does not match against one argument)
+sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 sqlite3.register_adapter(bytes, bytes)
 _LITTLE = sys.byteorder == "little"
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -85,7 +88,7 @@ _TEXT_JSON: dict[str, str] = {}  # a structured field that is a string (a node's
 _TEXT_JSON_MAX = 4096
 
 
-def _row(kind: str, doc: dict) -> list:
+def _row(kind: str, doc: dict | UnitDoc) -> list:
     """The doc's column values, structured fields as JSON text (a unit's row is written about
     four times: this is on the store writer's hot path)."""
     if type(doc) is UnitDoc:  # (the client's: its fields in order)
@@ -225,6 +228,7 @@ def expand_row(row: tuple) -> list[tuple]:
     unit rows."""
     if row[2] is not None or row[7] is None:
         return [row[:7]]
+    reasons: Any  # (a list, or one value for all: told apart once below, not at every row)
     session, _, _, state, _, _, _, uids, tss, seqs, reasons = row
     ts = array.array("d")
     ts.frombytes(tss)
@@ -326,6 +330,8 @@ class SqliteStore(StateStore):
             # deferred transaction that must then take the write lock from another client's
             # would fail at once (BUSY); holding it from the start, what they read stays so
             self.db.execute("BEGIN IMMEDIATE")
+            placed: dict | None
+            moved: dict
             placed, moved = None, {}
             made: dict[str, int] = {}  # templates made in this transaction (kept once it commits)
             try:
@@ -375,6 +381,7 @@ class SqliteStore(StateStore):
     def _check_fence(self) -> None:
         """(in the batch's transaction) Fenced when a newer owner epoch than this store's
         client's is installed for its session."""
+        assert self.fence is not None  # (write_batch calls it only with a fence)
         session, mine = self.fence
         row = self.db.execute(sql.OWNER_EPOCH, (session,)).fetchone()
         if row is not None and row[0] > mine:
@@ -481,7 +488,8 @@ class SqliteStore(StateStore):
         text = d.text if type(d) is Template else d
         if text is None:  # (a Template holding bytes: its own row, the bytes in files)
             text = data_files.encode(d.value, self.data)
-            return self.db.execute(sql.TEMPLATE_ADD, (text_key(text), text)).lastrowid
+            # (cast: lastrowid is None only before a row was inserted)
+            return cast(int, self.db.execute(sql.TEMPLATE_ADD, (text_key(text), text)).lastrowid)
         tid = self.templates.get(text) or made.get(text)
         if tid is None:
             key = text_key(text)
@@ -489,7 +497,7 @@ class SqliteStore(StateStore):
             tid = (
                 found[0]
                 if found is not None
-                else self.db.execute(sql.TEMPLATE_ADD, (key, text)).lastrowid
+                else cast(int, self.db.execute(sql.TEMPLATE_ADD, (key, text)).lastrowid)
             )
             made[text] = tid
         return tid
@@ -596,7 +604,8 @@ class SqliteStore(StateStore):
             }
         return out
 
-    def tally(self, docs: dict[str, dict], together: list) -> tuple[dict, dict]:
+    # (docs: Batch.docs' units, dicts and UnitDocs, to which UnitsPlaced' keys are added below)
+    def tally(self, docs: dict[str, Any], together: list) -> tuple[dict, dict]:
         """unit_tally's changes for these unit docs and UnitsPlaced, written in the open
         transaction; what `placed` becomes once it commits (None: final, no longer
         remembered), and {uid: (key before, key after)} of the units it moved (what a refused

@@ -63,6 +63,7 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import pilot.wire.checks as checks
 from pilot.pmgr.store.base import (
@@ -148,8 +149,10 @@ class BatchWriter:
         self.refusals = checks.BadMessages(log)  # one line per 10 s, however many
         self.refused: list = []  # the store's Refusals (final once), the last REFUSED_KEPT
         self.deposed: Fenced | None = None  # a newer owner holds the session (module header)
-        self.on_deposed = None  # called once with it (the session lets its pilots go)
-        self.on_renewed = None  # called when the store's file was lost and made anew
+        # called once with it (the session lets its pilots go)
+        self.on_deposed: Callable[[Fenced], None] | None = None
+        # called when the store's file was lost and made anew
+        self.on_renewed: Callable[[StoreRenewed], None] | None = None
         self.lag = 0.0
         self.max_lag = 0.0
         self._enqueued = 0
@@ -201,6 +204,8 @@ class BatchWriter:
         stop = False
         backoff = RETRY_MIN
         deferred = False  # (pending holds what an urgent send went ahead of, not a retry)
+        items: list | None  # (None: let go before the next wait, below)
+        sends: list | None
         while not stop or self.pending:
             try:
                 if self.pending:
@@ -428,8 +433,8 @@ class BatchWriter:
                 for g in run:
                     self._group(g.state, g.units, g.ts, g.seqs, g.prevs, g.reasons, moved, objs)
                 continue
-            for state, same in itertools.groupby(run, _STATE):
-                same = list(same)
+            for state, group in itertools.groupby(run, _STATE):
+                same = list(group)
                 self._group(
                     state,
                     [m[0] for m in same],
@@ -469,7 +474,7 @@ class BatchWriter:
                 at += k
             return
         key = (units[0].session.uid, seqs[0], state)
-        cols = moved.get(key)
+        cols: tuple[list, ...] | None = moved.get(key)
         if cols is None:
             cols = moved[key] = ([], [], [], [], [], [])
         cols[0].extend([u.uid for u in units])

@@ -34,7 +34,6 @@ import time
 import weakref
 from collections.abc import Iterator
 from concurrent import futures
-from typing import TYPE_CHECKING, cast
 
 from pilot import remote_call, states as S
 from pilot.adapt_policy import Adapt
@@ -45,9 +44,6 @@ from pilot.descriptions import (
 )
 from pilot.pmgr.compat.futures.executor_feed import ExecutorError, Feed
 from pilot.pmgr.core import PilotManager, Session, UnitManager
-
-if TYPE_CHECKING:
-    from pilot.pmgr.core.pilot import Pilot
 
 MAP_WINDOW = 20_000  # calls (or chunks) of a map submitted ahead of what it has yielded
 RERUNS = 3  # times a call runs again when its partition is stopped under it
@@ -269,7 +265,7 @@ class Executor(futures.Executor):
             return pilot
         if isinstance(partition, str) and description is None:
             for p in self._session.pilots.values():
-                if partition in cast("Pilot", p).parts:
+                if partition in p.parts:
                     return p
             raise ValueError(
                 f"Executor: partition={partition!r} is not a partition of the session's "

@@ -48,6 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 from pilot import remote_call, states as S
 from pilot.descriptions import ComputeUnitDescription
@@ -186,9 +187,9 @@ class Feed:
     def _submit_batch(self, batch: list) -> None:
         calls = [(f, c) for f, c in batch if not f.dropped and type(c) is remote_call.Call]
         own = [(f, d) for f, d in batch if not f.dropped and type(d) is not remote_call.Call]
-        sent = [self._unit_for(group) for group in self._groups(calls)]
-        sent += [Sent(d, [(f, None)], False) for f, d in own]
-        sent = [s for s in sent if s is not None]
+        made = [self._unit_for(group) for group in self._groups(calls)]
+        made += [Sent(d, [(f, None)], False) for f, d in own]
+        sent = [s for s in made if s is not None]
         if not sent:
             return
         for s in sent:
@@ -219,7 +220,8 @@ class Feed:
         if not self.bundling or len(calls) <= spread:
             return [[c] for c in calls]
         most = min(BUNDLE_MAX, len(calls) // spread)
-        out, bundle, bundle_s = [], [], 0.0
+        bundle: list[tuple] = []
+        out, bundle_s = [], 0.0
         for item in calls:
             fut, call = item
             took = self.took.get(call.fn_text)
@@ -341,7 +343,8 @@ class Feed:
         each = seconds / len(calls)
         took = self.took
         for c in calls:
-            old = took.get(c.fn_text, _FIRST)
+            # (Any: a float, None or _FIRST, told apart by identity, which the checker does not)
+            old: Any = took.get(c.fn_text, _FIRST)
             if old is _FIRST:
                 took[c.fn_text] = None
             else:

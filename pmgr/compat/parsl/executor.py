@@ -321,6 +321,7 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
     def _node_cores(self) -> int:
         """The cores of the largest node the app may run on (the executor's partition's, or
         any partition's of the pilot), as its agent reported them."""
+        assert self.executor is not None  # (submit's: it raised before start())
         part = self.executor.partition
         parts = [part] if part is not None else self.executor.pilot.partitions
         sizes = [len(n.get("cores") or ()) for p in parts for n in _nodes(p)]
@@ -331,6 +332,7 @@ class PilotExecutor(ParslExecutor, RepresentationMixin):
 
     def _submit_bash(self, app, args: tuple, kwargs: dict, fields: dict, runtime) -> Future:
         """A bash app as an executable unit (see the module's header)."""
+        assert self.executor is not None  # (submit's: it raised before start())
         name = getattr(app, "__name__", "bash_app")
         command = _command(app, name, args, kwargs)
         out = _open_stream("stdout", kwargs.get("stdout"), None)

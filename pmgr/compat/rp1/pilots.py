@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import os
 from collections import deque
+from typing import Protocol
 
 from pilot import staging, states as S
 from pilot.config import resource_config
@@ -27,10 +28,20 @@ from pilot.pmgr.compat.rp1.task_events import bulk_from_env
 from pilot.pmgr.core import PILOT_STATE, Pilot, PilotManager as CorePilotManager, pilot_directives
 
 
+class _Tasks(Protocol):
+    """What a pilot asks of the TaskManager it was added to (pmgr/compat/rp1/tasks.py, which
+    imports this module: named here, not imported)."""
+
+    def submit_tasks(self, descriptions): ...
+
+    def submit_raptors(self, descriptions, pilot: str): ...
+
+
 class RPPilot(Pilot):
     """A Pilot with RADICAL-Pilot 1.x's methods (made by this module's PilotManager)."""
 
-    tmgr = None  # the TaskManager it was added to (RP's attach_tmgr; set by add_pilots)
+    # the TaskManager it was added to (RP's attach_tmgr; set by add_pilots)
+    tmgr: _Tasks | None = None
     rp_description: dict | None = None  # the PilotDescription it was submitted with (as_dict)
 
     def __init__(self, *args, **kw) -> None:

@@ -23,6 +23,7 @@ differs from a UnitManager (RP 1.x's semantics):
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, cast
 
 from pilot.pmgr.compat.rp1 import raptor
 from pilot.pmgr.compat.rp1.names import RAPTOR_MASTER, RAPTOR_WORKER
@@ -32,6 +33,9 @@ from pilot.pmgr.compat.rp1.task_description import RawTaskDescription, TaskDescr
 from pilot.pmgr.compat.rp1.task_events import TaskEvents
 from pilot.pmgr.compat.rp1.task_form import unit_form
 from pilot.pmgr.core import UnitHooks, UnitList, UnitManager
+
+if TYPE_CHECKING:
+    from pilot.pmgr.core import Unit
 
 __all__ = ["Task", "TaskManager"]
 
@@ -80,7 +84,10 @@ class TaskManager(UnitManager):
             session.ids.seen_uid(self.UID_PREFIX, uid)
 
     # -- callbacks (pmgr/compat/rp1/task_events.py) -------------------------------------------
-    def register_callback(self, cb, cb_data=None, metric=None, uid: str | None = None) -> None:
+    # (RP 1.x's argument order, not UnitManager's: the override is incompatible on purpose)
+    def register_callback(  # type: ignore[override]
+        self, cb, cb_data=None, metric=None, uid: str | None = None
+    ) -> None:
         """RP 1.x's order: cb, cb_data, metric (TASK_STATE, WAIT_QUEUE_SIZE or a list), uid; a
         metric's name as the second argument is the metric (RP 0.90's order).
 
@@ -189,7 +196,7 @@ class TaskManager(UnitManager):
         except ValueError:
             self._task_events.orders = known  # (none of them was made)
             raise
-        tasks = [None] * len(units)
+        tasks: list[Unit | None] = [None] * len(units)
         for i, unit in zip(order, units):
             tasks[i] = unit
         return tasks
@@ -286,7 +293,8 @@ class TaskManager(UnitManager):
         Raises:
             ValueError: a uid this manager does not know.
         """
-        tasks = [t for t in self.get_units(uids) if not t.final]
+        # (cast: this manager's units are its UNIT, Task)
+        tasks = [t for t in cast("list[Task]", self.get_units(uids)) if not t.final]
         super().cancel_units([t.uid for t in tasks if not t.virtual], reason)
         for t in tasks:
             if t.virtual:
@@ -413,7 +421,9 @@ class _Call:
                 "pilot.prepare_env(name, spec) first ('rp' is the pilot's own Python)"
             )
         pin = None if len(have) == len(self.tmgr.pilots) else have[0].uid
-        return have[0].env_lines(name), pin
+        lines = have[0].env_lines(name)
+        assert lines is not None  # (have: the pilots with lines for it)
+        return lines, pin
 
     def raptor_partition(self, raptor_id: str) -> str:
         master = self.tmgr.raptors.get(raptor_id)
