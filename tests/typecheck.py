@@ -6,9 +6,9 @@ The folders are one import name, `pilot` (setup.cfg's package_dir: `agent/` is `
 which mypy cannot map from a checkout; so the check runs on a tree of links in a temporary
 directory (`pilot/` with `agent`, `partition`, `pmgr`, `configs` linked in, as installed) and
 its report names the checkout's files again.  mypy's settings are setup.cfg's [mypy] section:
-every function's body is checked, annotated or not (check_untyped_defs), with strict_equality
-and warn_unused_ignores; every module is held to them (the list of modules once let off, when
-the check came in, is empty and gone).
+every function's body is checked, annotated or not (check_untyped_defs), with strict_equality,
+warn_unused_ignores, extra_checks and disallow_untyped_decorators; every module is held to them
+(the list of modules once let off, when the check came in, is empty and gone).
 """
 
 from __future__ import annotations
