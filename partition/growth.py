@@ -50,7 +50,7 @@ from pilot.partition.resources import AllocationError, PilotResources
 from pilot.wire.protocol import msg
 
 if TYPE_CHECKING:
-    from pilot.config.resource_config import ResourceConfig
+    from pilot.config.resource_keys import ResourceConfig
     from pilot.partition.manager import PartitionManager
     from pilot.partition.nodes.node_set import NodeSet
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from pilot.config import network as net, resource_config
-from pilot.config.resource_config import ResourceConfig
+from pilot.config.resource_keys import ResourceConfig
 from pilot.descriptions import FILL, ComputePartitionDescription, ComputePilotDescription
 from pilot.partition.sizing import pilot_size
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pilot.config.resource_config import AgentOverhead, ResourceConfig
+from pilot.config.resource_keys import AgentOverhead, ResourceConfig
 from pilot.descriptions import ALL, FILL
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 
-from pilot.config.resource_config import ResourceConfig
+from pilot.config.resource_keys import ResourceConfig
 from pilot.partition.resources import AllocationError, PilotResources
 
 log = logging.getLogger("partition.sizing")

@@ -7,7 +7,8 @@ which mypy cannot map from a checkout; so the check runs on a tree of links in a
 directory (`pilot/` with `agent`, `partition`, `pmgr`, `configs` linked in, as installed) and
 its report names the checkout's files again.  mypy's settings are setup.cfg's [mypy] section:
 every function's body is checked, annotated or not (check_untyped_defs), with strict_equality,
-warn_unused_ignores, extra_checks and disallow_untyped_decorators; every module is held to them
+warn_unused_ignores, extra_checks, disallow_untyped_decorators and no_implicit_reexport (a
+name re-exported is said so: `import X as X`); every module is held to them
 (the list of modules once let off, when the check came in, is empty and gone).
 """
 

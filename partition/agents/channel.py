@@ -48,7 +48,7 @@ from pilot.wire import checks, links, updates
 from pilot.wire.protocol import ProtocolError, journal_path, msg
 
 if TYPE_CHECKING:
-    from pilot.config.resource_config import ResourceConfig
+    from pilot.config.resource_keys import ResourceConfig
     from pilot.partition.agents.forked import AgentForker
     from pilot.partition.client.outbox import Outbox
     from pilot.partition.manager import PartitionManager

@@ -51,16 +51,16 @@ SCHEDULER_DEFAULT = SCHEDULER_ROUND_ROBIN
 SCHEDULERS = (SCHEDULER_ROUND_ROBIN, SCHEDULER_BACKFILLING)
 
 # data staging (pilot/staging.py)
-from pilot.staging import (  # noqa: E402, F401  (RP's names, re-exported)
-    COPY,
-    CREATE_PARENTS,
-    LINK,
-    MOVE,
-    NON_FATAL,
-    RECURSIVE,
-    SKIP_FAILED,
-    TARBALL,
-    TRANSFER,
+from pilot.staging import (  # noqa: E402  (RP's names, re-exported: `as` says so)
+    COPY as COPY,
+    CREATE_PARENTS as CREATE_PARENTS,
+    LINK as LINK,
+    MOVE as MOVE,
+    NON_FATAL as NON_FATAL,
+    RECURSIVE as RECURSIVE,
+    SKIP_FAILED as SKIP_FAILED,
+    TARBALL as TARBALL,
+    TRANSFER as TRANSFER,
 )
 
 # unit description constants

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 
 from pilot import ids, states as S
 from pilot.config import network
-from pilot.config.resource_config import ResourceConfig
+from pilot.config.resource_keys import ResourceConfig
 from pilot.descriptions import ComputePartitionDescription, ComputePilotDescription
 from pilot.errors import PilotOwned
 from pilot.partition.plan import check_partition, most_nodes

@@ -29,8 +29,8 @@ from collections import deque
 
 from pilot import states as S
 from pilot.pmgr.core import sessions_dir
-from pilot.pmgr.store.sqlite import EXECUTING_NOW, expand_row
-from pilot.pmgr.store.sqlite_schema import DESCRIPTION, ROW
+from pilot.pmgr.store.sqlite import expand_row
+from pilot.pmgr.store.sqlite_schema import DESCRIPTION, EXECUTING_NOW, ROW
 from pilot.wire import framed
 
 EVENTS_KEPT = 200

@@ -42,7 +42,10 @@ from pilot.descriptions import (
     ComputePilotDescription,
     ComputeUnitDescription,
 )
-from pilot.pmgr.compat.futures.executor_feed import ExecutorError, Feed
+from pilot.pmgr.compat.futures.executor_feed import (  # (ExecutorError: a face's name too)
+    ExecutorError as ExecutorError,
+    Feed,
+)
 from pilot.pmgr.core import PilotManager, Session, UnitManager
 
 MAP_WINDOW = 20_000  # calls (or chunks) of a map submitted ahead of what it has yielded
