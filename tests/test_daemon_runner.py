@@ -69,6 +69,7 @@ def rig(tmp_path):
 
     yield make
     for ctx, keys, runner, daemons in made:
+        runner.sock.setsockopt(zmq.LINGER, 0)  # (what full() queued goes nowhere)
         runner.close()
         for sock in daemons:
             sock.close(0)

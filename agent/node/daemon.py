@@ -258,12 +258,12 @@ class NodeDaemon:
     # -- agents and units ---------------------------------------------------------------------
     def start_agent(self, body: dict) -> None:
         uid = body["uid"]
+        assert self.spawner is not None  # (no agent is started on a simulated node)
         if body.get("cfg") is not None:
             cfg = os.open(body["cfg"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             with os.fdopen(cfg, "w") as f:
                 f.write(body.get("cfg_text") or "")
         fd = os.open(body["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        assert self.spawner is not None  # (no agent is started on a simulated node)
         try:
             pid = self.spawner.spawn(body["argv"], os.path.dirname(body["log"]), fd, fd)
         except OSError as exc:

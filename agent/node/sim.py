@@ -168,6 +168,8 @@ class HostPoller(zmq.Poller):
         self.again: set = set()
 
     def register(self, socket, flags=zmq.POLLIN):
+        if socket in self.fds:  # (again: as zmq.Poller's, nothing more to do for POLLIN)
+            return
         fd = socket.getsockopt(zmq.FD)
         self.fds[socket], self.of_fd[fd] = fd, socket
         self.epoll.register(fd, select.EPOLLIN)
@@ -188,7 +190,7 @@ class HostPoller(zmq.Poller):
     def poll(self, timeout=None) -> list:
         """[(socket, POLLIN)] of the sockets with messages; waits up to `timeout` ms for one
         (None: for ever) unless some are to be looked at again."""
-        wait = -1 if timeout is None else max(0.0, timeout / 1000)
+        wait = -1 if timeout is None or timeout < 0 else timeout / 1000  # (< 0: for ever)
         fired = self.epoll.poll(0 if self.again else wait)
         look, self.again = self.again, set()
         look.update(self.of_fd[fd] for fd, _ in fired if fd in self.of_fd)

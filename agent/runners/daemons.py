@@ -100,6 +100,7 @@ class DaemonRunner(RunnerBase):
         if keys is not None:
             keys.client(sock)
         self.rids: dict[int, bytes] = {}  # node index -> its connection's routing id
+        self.drain_most = 200 * max(1, len(cfg["nodes"]))  # messages read a turn, at most
         for node in cfg["nodes"]:
             rid = self.rids[node["index"]] = b"%d" % node["index"]
             sock.setsockopt(zmq.CONNECT_ROUTING_ID, rid)
@@ -123,7 +124,8 @@ class DaemonRunner(RunnerBase):
 
     def send(self, index: int, frames: list[bytes]) -> None:
         """`frames` to node `index`'s daemon, without waiting: zmq.Again when its queue is
-        full (or, never expected, its connection is not there: EHOSTUNREACH, said as Again)."""
+        full, or when its connection ended for good (a handshake or protocol error: libzmq
+        drops the routing id; EHOSTUNREACH, said as Again, as the DEALER's full queue was)."""
         try:
             self.sock.send_multipart([self.rids[index], *frames], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
@@ -251,7 +253,8 @@ class DaemonRunner(RunnerBase):
         run.extra = extra
 
     def on_readable(self, sock: zmq.Socket) -> None:
-        for frames in drain(sock, 1000):  # [the node's routing id, kind, body] (all nodes')
+        # [the node's routing id, kind, body]; as many a turn as a DEALER a node allowed
+        for frames in drain(sock, self.drain_most):
             if len(frames) < 2:
                 raise ProtocolError(f"a message of {len(frames)} frame(s) from a node daemon")
             handler, _ = FROM_DAEMONS.route(frames[1])  # (pilot/wire/links.py: the ranks channel)
