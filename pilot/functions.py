@@ -242,11 +242,38 @@ def resolve(name: str):
     return obj
 
 
+class Timed:
+    """A call's value with the seconds the call itself took in its worker (pilot/remote_call.py
+    `call`, when its front door asks: the value of a function's first calls, which tell the
+    front door how long its calls take).  `unpack_value` gives the value alone."""
+
+    __slots__ = ("value", "seconds")
+
+    def __init__(self, value: Any, seconds: float) -> None:
+        self.value, self.seconds = value, seconds
+
+    def __reduce__(self):
+        return Timed, (self.value, self.seconds)
+
+
 def unpack_value(value: str | bytes | None) -> Any:
-    """A return value as the worker packed it (`wrap`: base64 text or bytes; None stays None)."""
+    """A return value as the worker packed it (`wrap`: base64 text or bytes; None stays None;
+    a Timed value is its value)."""
     if value is None:
         return None
-    return pickle.loads(unwrap(value))
+    obj = pickle.loads(unwrap(value))
+    return obj.value if type(obj) is Timed else obj
+
+
+def value_seconds(value: str | bytes | None) -> float | None:
+    """The seconds a Timed value's call took in its worker; None for any other value."""
+    if value is None:
+        return None
+    try:
+        obj = pickle.loads(unwrap(value))
+    except Exception:  # (a value this process cannot load: unpack_value says why)
+        return None
+    return float(obj.seconds) if type(obj) is Timed else None
 
 
 def pythontask(f):

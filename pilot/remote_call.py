@@ -10,7 +10,7 @@ as one unit (a bundle, pmgr/compat/futures/executor.py says when), whose functio
 `call_many`:
 
     one     {"name": "mod.user_function", "pickle": base64(cloudpickle(call)),
-             "args": wrap(pickle(((fn_text, args_blob, cwd), {})))}
+             "args": wrap(pickle(((fn_text, args_blob, cwd[, True]), {})))}
     bundle  {"name": "mod.user_function+", "pickle": base64(cloudpickle(call_many)),
              "args": wrap(pickle((([(fn_text, args_blob), ...], cwd), {})))}
 
@@ -25,7 +25,8 @@ object when it pickles both ways, its traceback text always; the traceback also 
 unit's stderr), so the client gets the original type back, as ProcessPoolExecutor and Parsl's
 executors give it.  Such a unit ends DONE: the call ran to its end and its outcome is the
 exception.  A bundle's value is the list of its calls' values (or Raised) and the seconds they
-took, in order.
+took, in order; a timed call's (the 4th argument True) is a functions.Timed: its value and the
+seconds the call itself took, which the client's unit handle reads as the value alone.
 
 Function workers import this module: it imports only the standard library and pilot/functions.py
 (cloudpickle when a function arrives the first time).
@@ -50,11 +51,24 @@ _fns: dict[str, Any] = {}
 
 
 # -- the worker's side ---------------------------------------------------------------------------
-def call(fn_text: str, blob: bytes, cwd: str | None = None) -> Any:
-    """fn(*args, **kwargs), in `cwd` if given; an exception comes back as a Raised."""
+def call(fn_text: str, blob: bytes, cwd: str | None = None, timed: bool = False) -> Any:
+    """fn(*args, **kwargs), in `cwd` if given; an exception comes back as a Raised.  `timed`:
+    the value is a functions.Timed, with the seconds fn(*args, **kwargs) itself took (not the
+    worker's start, not the function's unpickling)."""
     back = _enter(cwd)
     try:
-        return _run(fn_text, blob)
+        if not timed:
+            return _run(fn_text, blob)
+        try:
+            fn, args, kwargs = _load(fn_text, blob)
+        except BaseException as exc:  # (not loaded: no time to tell)
+            return raised(exc)
+        t0 = time.perf_counter()
+        try:
+            value = fn(*args, **kwargs)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt of a call are its outcome
+            value = raised(exc)
+        return functions.Timed(value, time.perf_counter() - t0)
     finally:
         if back is not None:
             os.chdir(back)
@@ -82,18 +96,24 @@ def _enter(cwd: str | None) -> str | None:
 
 def _run(fn_text: str, blob: bytes) -> Any:
     try:
-        fn = _fns.get(fn_text)
-        if fn is None:
-            import cloudpickle
-
-            fn = cloudpickle.loads(base64.b64decode(fn_text))
-            if len(_fns) >= FNS_KEPT:
-                _fns.pop(next(iter(_fns)))  # the oldest
-            _fns[fn_text] = fn
-        args, kwargs = pickle.loads(blob)
+        fn, args, kwargs = _load(fn_text, blob)
         return fn(*args, **kwargs)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt of a call are its outcome
         return raised(exc)
+
+
+def _load(fn_text: str, blob: bytes) -> tuple:
+    """The function (unpickled once per worker) and the call's args and kwargs."""
+    fn = _fns.get(fn_text)
+    if fn is None:
+        import cloudpickle
+
+        fn = cloudpickle.loads(base64.b64decode(fn_text))
+        if len(_fns) >= FNS_KEPT:
+            _fns.pop(next(iter(_fns)))  # the oldest
+        _fns[fn_text] = fn
+    args, kwargs = pickle.loads(blob)
+    return fn, args, kwargs
 
 
 def run_chunk(fn: Any, chunk: list) -> list:
@@ -176,13 +196,14 @@ def prepare(fn, args: tuple, kwargs: dict) -> Call:
     return Call(functions.name_of(fn), fn_text, blob)
 
 
-def packed(calls: list[Call], cwd: str | None = None) -> dict:
-    """A unit's packed function for one call (`call`) or a bundle (`call_many`), run in
-    `cwd` (the calls' own when None)."""
+def packed(calls: list[Call], cwd: str | None = None, timed: bool = False) -> dict:
+    """A unit's packed function for one call (`call`; `timed`: its value comes back as a
+    functions.Timed) or a bundle (`call_many`), run in `cwd` (the calls' own when None)."""
     cwd = cwd if cwd is not None else calls[0].cwd
     if len(calls) == 1:
         one = calls[0]
-        return _packed(call, one.name, (one.fn_text, one.blob, cwd))
+        args = (one.fn_text, one.blob, cwd, True) if timed else (one.fn_text, one.blob, cwd)
+        return _packed(call, one.name, args)
     pairs = [(c.fn_text, c.blob) for c in calls]
     return _packed(call_many, calls[0].name + "+", (pairs, cwd))
 

@@ -16,7 +16,7 @@ from concurrent import futures
 import pytest
 
 import pilot as rp
-from pilot import remote_call
+from pilot import functions as rp_functions, remote_call
 from pilot.pmgr.core import reaper
 from tests.conftest import ROOT, local_pilot
 
@@ -108,6 +108,68 @@ def test_short_calls_share_units(ex):
         assert len({f.unit.uid for f in fs}) == len(fs)  # a unit per call
 
 
+def negate(i):
+    return -i
+
+
+def large(i):
+    return bytes(70_000) + bytes([i % 256])
+
+
+def slow_first(flag: str, i: int) -> int:
+    """Slow the first time in any worker (an import the function makes on its first call)."""
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        time.sleep(0.2)
+    return i
+
+
+def test_one_warm_up_call_measures_a_function(ex, tmp_path):
+    """A call's worker says how long the call itself took (not the worker's start, which the
+    first call of an executor pays): after one call, the next batch goes in bundles from its
+    first units on; a single call's unit still gives its plain value."""
+    fut = ex.submit(negate, 1)
+    assert fut.result(60) == -1 and fut.unit.return_value == -1  # (the value, not its time)
+    fs = [ex.submit(negate, i) for i in range(2000)]
+    assert [f.result(60) for f in fs] == [-i for i in range(2000)]
+    units = [f.unit.uid for f in fs]
+    assert len(set(units)) < 2000 // 4, len(set(units))
+    # a value that is LARGE never goes in a bundle (a bundle's values must fit together)
+    assert ex.submit(large, 1).result(60)[-1] == 1
+    fs = [ex.submit(large, i) for i in range(60)]
+    assert all(f.result(60)[-1] == i % 256 for i, f in enumerate(fs))
+    assert len({f.unit.uid for f in fs}) == 60
+    # nor do LARGE arguments (a bundle's must fit PACKED_MAX together)
+    assert ex.submit(len, bytes(70_000)).result(60) == 70_000
+    fs = [ex.submit(len, bytes(70_000 + i)) for i in range(300)]
+    assert [f.result(60) for f in fs] == [70_000 + i for i in range(300)]
+    assert len({f.unit.uid for f in fs}) == 300
+    # a slow first call is replaced by the second measurement, not averaged with it
+    flag = str(tmp_path / "imported")
+    for _ in range(2):
+        assert ex.submit(slow_first, flag, 0).result(60) == 0
+    fs = [ex.submit(slow_first, flag, i) for i in range(1000)]
+    assert [f.result(60) for f in fs] == list(range(1000))
+    assert len({f.unit.uid for f in fs}) < 1000 // 4
+
+
+def test_what_a_call_took_is_its_own_time():
+    """remote_call's timed call: the seconds of fn(*args) itself, outside the unpickling; an
+    exception is timed too; one whose function does not load is not."""
+    call = remote_call.prepare(time.sleep, (0.05,), {})
+    timed = remote_call.call(call.fn_text, call.blob, None, True)
+    assert type(timed) is rp_functions.Timed and timed.value is None
+    assert 0.05 <= timed.seconds < 1
+    packed = rp_functions.wrap(rp_functions.dumps(timed))
+    assert rp_functions.unpack_value(packed) is None
+    assert rp_functions.value_seconds(packed) == timed.seconds
+    assert rp_functions.value_seconds(rp_functions.wrap(rp_functions.dumps(3))) is None
+    bad = remote_call.prepare(divmod, (1, 0), {})
+    timed = remote_call.call(bad.fn_text, bad.blob, None, True)
+    assert type(timed.value) is remote_call.Raised and timed.seconds >= 0
+    assert type(remote_call.call("bm90IGEgcGlja2xl", bad.blob, None, True)) is remote_call.Raised
+
+
 def test_unpicklable_call_fails_at_submit(ex):
     import threading
 
@@ -157,15 +219,14 @@ def test_shutdown_semantics(tmp_path):
 
 def test_shutdown_sees_the_calls_being_submitted(monkeypatch):
     """cancel_futures and wait cover the calls the feeder has taken and is still packing."""
-    from pilot import remote_call
     from pilot.pmgr.compat.futures import executor_feed
 
     packing, slow = executor_feed.remote_call.packed, threading.Event()
 
-    def packed(calls, cwd):
+    def packed(calls, cwd, timed=False):
         slow.set()
         time.sleep(0.5)  # shutdown() runs meanwhile
-        return packing(calls, cwd)
+        return packing(calls, cwd, timed)
 
     with rp.Executor(max_workers=1) as ex:
         assert ex.submit(pow, 2, 3).result(timeout=60) == 8

@@ -7,12 +7,21 @@ The feeder thread takes everything queued at once (pairs of a future and a `remo
 or of a future and a ComputeUnitDescription of the caller's own) and submits it with one
 UnitManager.submit_units.  A call goes as a unit of its own, or, when it is short, with other
 short calls as one unit, a bundle (remote_call.call_many):
-    short       its function's calls took at most BUNDLE_CALL_S each, as measured here
-                (EXECUTING -> DONE of its units; a bundle reports what its calls took), an
-                exponential average per function; a function never measured is not short
+    short       its function's calls took at most BUNDLE_CALL_S each, as their workers
+                measured them (a single call's value comes back with the seconds the call
+                itself took, functions.Timed: not a worker's start, not the hops; a bundle
+                reports what its calls took together), an exponential average per function
+                whose first measurement is replaced by the second (a function's first call
+                may import what it needs); a function never measured, or whose value was
+                LARGE (a bundle's values must fit VALUE_MAX together), is not short.  So a
+                function is short after one call: after one warm-up call, the next thousands
+                go in bundles as soon as a batch holds enough (ProcessPoolExecutor's calls
+                all flow at once too)
     when        the batch holds more calls than 2 per core of the executor's partition (or
                 pilot) can take at once; then at most BUNDLE_S of calls go in a bundle, and no
-                more than the batch over 2 x cores (every core still gets units)
+                more than the batch over 2 x cores (every core still gets units); a call
+                whose arguments pickle to LARGE bytes goes alone (a bundle's must fit
+                PACKED_MAX)
     semantics   a bundled call is running once its bundle is submitted (Future.cancel() fails
                 from then on: as ProcessPoolExecutor's calls in its call queue); it shares its
                 unit (fut.unit), that unit's stdout and stderr, and its fate when the unit fails
@@ -43,14 +52,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
 
-from pilot import remote_call, states as S
+from pilot import functions, remote_call, states as S
 from pilot.descriptions import ComputeUnitDescription
 
 BATCH_FULL = 64
@@ -59,7 +68,6 @@ BUNDLE_CALL_S = 0.002  # calls taking longer are never bundled
 BUNDLE_S = 0.005  # the calls of a bundle take about this long, together
 BUNDLE_MAX = 64
 AVERAGE = 0.3  # weight of the newest measurement in a function's running average
-_FIRST = object()
 
 
 class ExecutorError(RuntimeError):
@@ -75,7 +83,7 @@ class Sent:
     __slots__ = ("desc", "items", "bundle")
 
     def __init__(self, desc, items: list, bundle: bool) -> None:
-        self.desc, self.items, self.bundle = desc, items, bundle
+        self.desc, self.items, self.bundle = desc, items, bundle  # (a call alone: timed)
 
 
 class Feed:
@@ -112,7 +120,8 @@ class Feed:
         self.transit: list = []  # what the feeder took from the queue and is submitting now
         self.lock = threading.Lock()  # the queue against transit, and put against close
         self.sent: dict[int, Sent] = {}  # id(description) -> what was submitted, not final yet
-        self.took: dict[str, float | None] = {}  # a function's pickle -> s a call takes
+        self.took: dict[str, float] = {}  # a function's pickle -> s a call takes (inf: never short)
+        self.once: set[str] = set()  # functions measured once: the next measurement replaces it
         self.wake = threading.Event()  # the feeder has work
         self.go = threading.Event()  # the feeder's linger ends
         self.closed = False  # no more calls (the executor's shutdown)
@@ -187,7 +196,14 @@ class Feed:
     def _submit_batch(self, batch: list) -> None:
         calls = [(f, c) for f, c in batch if not f.dropped and type(c) is remote_call.Call]
         own = [(f, d) for f, d in batch if not f.dropped and type(d) is not remote_call.Call]
-        made = [self._unit_for(group) for group in self._groups(calls)]
+        made = []
+        for group in self._groups(calls):
+            try:
+                made.append(self._unit_for(group))
+            except Exception as exc:  # (calls that cannot be packed together: their outcome)
+                for f, _ in group:
+                    if not f.done():
+                        f.set_exception(exc)
         made += [Sent(d, [(f, None)], False) for f, d in own]
         sent = [s for s in made if s is not None]
         if not sent:
@@ -225,8 +241,13 @@ class Feed:
         for item in calls:
             fut, call = item
             took = self.took.get(call.fn_text)
-            if took is None or took > BUNDLE_CALL_S or fut.runtime is not None:
-                out.append([item])  # (a runtime limit is a unit's)
+            if (
+                took is None
+                or took > BUNDLE_CALL_S
+                or fut.runtime is not None  # (a runtime limit is a unit's)
+                or len(call.blob) >= functions.LARGE  # (a bundle's must fit PACKED_MAX)
+            ):
+                out.append([item])
                 continue
             if bundle and (
                 len(bundle) >= most
@@ -249,7 +270,7 @@ class Feed:
             if not group:
                 return None
         first = group[0][1]
-        function = remote_call.packed([c for _, c in group], self.cwd)
+        function = remote_call.packed([c for _, c in group], self.cwd, timed=len(group) == 1)
         if first.fields is None:  # (a copy of the executor's own, only its call set)
             desc = self.proto.with_fields(function=function)
         else:
@@ -290,7 +311,7 @@ class Feed:
                     fut.set_exception(futures.CancelledError(f"{unit.uid} CANCELED: {unit.reason}"))
             return
         if state == S.DONE and item is not None:
-            self._measured([item], _executing_s(unit))
+            self._measured([item], _seconds(unit.value))
         try:
             value = fut.outcome(fut, unit)
         except BaseException as exc:
@@ -305,6 +326,9 @@ class Feed:
             except Exception as exc:  # (a value this process cannot load)
                 why = f"{unit.uid}: its return values cannot be loaded: {exc}"
                 values, took = [remote_call.Raised(None, "", why)] * len(sent.items), None
+            n = len(sent.items)
+            if unit.value is not None and len(unit.value) >= functions.LARGE * n:
+                took = math.inf  # (values this large do not go in bundles)
             if took is not None:
                 self._measured([c for _, c in sent.items], took)
             for (fut, _), value in zip(sent.items, values):
@@ -337,18 +361,25 @@ class Feed:
 
     def _measured(self, calls: list, seconds: float | None) -> None:
         """Calls that took `seconds` together: their functions' running averages (a function's
-        first call is not counted: it may have started a worker, imported its modules)."""
+        first measurement is replaced by its second: the first call may have imported what
+        the function needs; inf: the function is never short)."""
         if seconds is None:
             return
         each = seconds / len(calls)
-        took = self.took
+        took, once = self.took, self.once
         for c in calls:
-            # (Any: a float, None or _FIRST, told apart by identity, which the checker does not)
-            old: Any = took.get(c.fn_text, _FIRST)
-            if old is _FIRST:
-                took[c.fn_text] = None
+            key = c.fn_text
+            old = took.get(key)
+            if old == math.inf:  # (a function whose value was LARGE stays so)
+                continue
+            if old is None or key in once or each == math.inf:
+                took[key] = each
+                if old is None:
+                    once.add(key)
+                else:
+                    once.discard(key)
             else:
-                took[c.fn_text] = each if old is None else old + AVERAGE * (each - old)
+                took[key] = old + AVERAGE * (each - old)
 
     def _started(self, fut) -> None:
         if not self._mark_running(fut):
@@ -374,15 +405,12 @@ class Feed:
         return list(dict.fromkeys(sent + later))
 
 
-def _executing_s(unit) -> float | None:
-    """Seconds from EXECUTING to DONE, as the agent stamped them."""
-    start = None
-    for state, ts in unit.history:
-        if state == S.EXECUTING:
-            start = ts
-        elif state == S.DONE and start is not None:
-            return ts - start
-    return None
+def _seconds(value: str | bytes | None) -> float | None:
+    """What a call alone took in its worker (its value a functions.Timed); inf when its value
+    is LARGE (such calls are not bundled, and the value is not loaded twice for its time)."""
+    if value is not None and len(value) >= functions.LARGE:
+        return math.inf
+    return functions.value_seconds(value)
 
 
 class Deadlines:
