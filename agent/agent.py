@@ -421,7 +421,14 @@ class Agent:
         """Say `ready`; the poller of the loop: the bootstrap's socket, the wake-up socket and
         what the runner must hear."""
         self.sock.send_multipart(
-            msg(b"ready", {"pid": os.getpid(), "runner": self.runner.describe()})
+            msg(
+                b"ready",
+                {
+                    "pid": os.getpid(),
+                    "runner": self.runner.describe(),
+                    "data": self.runner.shares_data,
+                },
+            )
         )
         self.poller = poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)

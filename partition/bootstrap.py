@@ -180,6 +180,7 @@ class Bootstrap:
             "mpi_command": self.rcfg.mpi_command,
             "unit_launch": self.rcfg.unit_launch,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
+            "data": self.cfg.get("data"),  # the client's data directory (pilot/functions.py)
         }
         self.pm = PartitionManager(
             self.resources,

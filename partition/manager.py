@@ -234,14 +234,15 @@ class PartitionManager:
         except OSError as exc:
             self.end(part, FAILED, f"cannot start its agent: {exc}")
 
-    def on_ready(self, uid: str, runner: str | None = None) -> None:
+    def on_ready(self, uid: str, runner: str | None = None, data: bool = False) -> None:
+        """Its agent is up (`data`: its function workers see the client's data directory)."""
         part = self.parts.get(uid)
         if part is None or part.state != STARTING:
             log.warning("ready from %s in state %s: ignored", uid, part and part.state)
             return
         part.runner = runner
         self.move(part, ACTIVE)
-        self.emit(uid, ACTIVE, {})
+        self.emit(uid, ACTIVE, {"data": True} if data else {})
         for batch in part.buffered:
             self.send_agent(uid, [b"units", *batch])
         part.buffered.clear()

@@ -33,6 +33,16 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\
 PACKED_MAX = 64 << 20  # bytes of a packed call (arguments included)
 VALUE_MAX = 16 << 20  # bytes of a packed return value
 LARGE = 65536  # a pickle of this many bytes or more travels as bytes, not base64
+# Large pickles by reference: where a partition's function workers see the client's data
+# directory (the session's `data`, pmgr/store/data_files.py: the same host, or a shared file
+# system), a call's arguments and its return value from LARGE bytes on do not cross the pilot's
+# hops at all; only a file's name does:
+#     {FILE_REF: NAME}     a packed call's `args` (the file the client's store wrote them to)
+#     VALUE_REF + NAME     a return value (the file its worker wrote, whole, then renamed)
+FILE_REF = "\x00file"
+VALUE_REF = "\x00file:"
+DATA_VAR = "PILOT_DATA_DIR"  # a function worker's data directory (its runner sets it)
+DATA_TOKEN = ".reach"  # the client's token file there: an agent that reads it sees the directory
 
 
 def client_path() -> list[str]:
@@ -179,9 +189,10 @@ def _pickled_bytes(f: Any, what: str, obj: Any) -> bytes:
 FN_KEPT = 128  # functions a worker keeps unpickled (by their pickle)
 
 
-def unpack_call(packed: dict, kept: dict | None = None) -> tuple:
+def unpack_call(packed: dict, kept: dict | None = None, data: str | None = None) -> tuple:
     """(f, args, kwargs) of a packed call (either stored form); `kept`: functions unpickled
-    before, by their pickle (a worker's: the same function's calls unpickle it once)."""
+    before, by their pickle (a worker's: the same function's calls unpickle it once); `data`:
+    the data directory its arguments may be a file of ({FILE_REF: NAME})."""
     import cloudpickle
 
     text = packed["pickle"]
@@ -197,26 +208,63 @@ def unpack_call(packed: dict, kept: dict | None = None) -> tuple:
             if len(kept) >= FN_KEPT:
                 kept.pop(next(iter(kept)))
             kept[text] = f
-    args, kwargs = cloudpickle.loads(unwrap(packed["args"]))
+    args = packed["args"]
+    if type(args) is dict:  # (a reference: the bytes are a file of the data directory)
+        if data is None:
+            raise ValueError("the call's arguments are a file of a data directory it lacks")
+        with open(data_file(data, args[FILE_REF]), "rb") as fh:
+            args = fh.read()
+    args, kwargs = cloudpickle.loads(unwrap(args))
     return f, args, kwargs
+
+
+def data_file(data: str, name: str) -> str:
+    """The path of file `name` of data directory `data` (ValueError: not a name the store
+    makes, a path)."""
+    if type(name) is not str or not name.isalnum() or not name.isascii():
+        raise ValueError(f"data file {name!r}: not a name the store makes")
+    return os.path.join(data, name)
+
+
+def put_data(data: str, blob: bytes) -> str:
+    """Write `blob` as a new file of data directory `data` (whole under a temporary name, then
+    renamed: a reader never sees half of one); its name."""
+    import uuid
+
+    name = uuid.uuid4().hex
+    tmp = os.path.join(data, f".{name}")
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
+    os.rename(tmp, os.path.join(data, name))
+    return name
+
+
+def is_value_ref(value: Any) -> bool:
+    """A return value that is a file of the data directory (VALUE_REF + NAME)."""
+    return type(value) is str and value.startswith(VALUE_REF)
 
 
 _PACKED_KEYS = (frozenset(("name", "pickle")), frozenset(("name", "pickle", "args")))
 
 
 def is_packed(value: Any) -> bool:
-    return (
+    if not (
         isinstance(value, dict)
         and value.keys() in _PACKED_KEYS
         and type(value["name"]) is str
         and type(value["pickle"]) is str
-        and type(value.get("args", "")) in (str, bytes)
-    )
+    ):
+        return False
+    args = value.get("args", "")
+    if type(args) is dict:  # a reference: {FILE_REF: NAME}
+        return args.keys() == {FILE_REF} and type(args[FILE_REF]) is str and len(args) == 1
+    return type(args) in (str, bytes)
 
 
 def packed_size(value: dict) -> int:
-    """Bytes of a packed call's pickles."""
-    return _size(value["pickle"]) + _size(value.get("args", ""))
+    """Bytes of a packed call's pickles (a reference's: its name's)."""
+    args = value.get("args", "")
+    return _size(value["pickle"]) + (len(args[FILE_REF]) if type(args) is dict else _size(args))
 
 
 def resolve(name: str):

@@ -154,20 +154,34 @@ def digest_and_back(blob, n):
     return hashlib.sha256(blob).hexdigest(), blob[:n]
 
 
-def test_large_arguments_and_values_cross_as_bytes_and_are_kept_as_files(session):
-    """From functions.LARGE bytes on, a call's arguments and its value are bytes on every hop
-    (frames of their own) and files beside the store: read back from the store, the unit's
-    description and value are whole."""
+@pytest.mark.parametrize("sees", [True, False], ids=["by-reference", "as-bytes"])
+def test_large_arguments_and_values_are_kept_as_files(session, monkeypatch, sees):
+    """From functions.LARGE bytes on, a call's arguments and its value are files beside the
+    store.  A partition whose workers see the session's data directory gets the arguments'
+    file name and sends back its value's (only names cross the pilot); one that does not (a
+    pilot on another host: its agent finds no token there) gets and sends the bytes, as
+    frames of their own.  Read back from the store, description and value are whole."""
     import gc
     import hashlib
 
     from pilot import functions
+    from pilot.pmgr.core import pilot_manager, routing
     from pilot.pmgr.store import open_store
 
+    if not sees:  # (the directory of another host: not there where the agent looks)
+        monkeypatch.setattr(
+            pilot_manager, "_data_dir", lambda s: {"dir": "/nonexistent/data", "token": "0" * 32}
+        )
+    sent: list = []
+    wire_list = routing.wire_list
+    monkeypatch.setattr(routing, "wire_list", lambda u, r=False: sent.append(r) or wire_list(u, r))
     pilot, umgr = active_pilot(session, parts=((1,),))
+    assert pilot.partitions[0].data_shared is sees
     blob = os.urandom(3 << 20)
     unit = umgr.submit_units(CUD(function=digest_and_back, args=(blob, 2 << 20)))
     assert umgr.wait_units(unit.uid, timeout=60) == [rp.DONE]
+    assert sent == [sees]
+    assert functions.is_value_ref(unit.value) is sees  # (a file's name, or the bytes)
     assert unit.return_value == (hashlib.sha256(blob).hexdigest(), blob[: 2 << 20])
     uid = unit.uid
     session.writer.flush(timeout=30)
@@ -182,7 +196,8 @@ def test_large_arguments_and_values_cross_as_bytes_and_are_kept_as_files(session
         assert args[0] == blob
         if session.url.startswith("sqlite:///"):  # the store file holds references only
             assert os.path.getsize(session.url[10:]) < len(blob)
-            assert len(os.listdir(os.path.join(session.dir, "data"))) == 2
+            names = os.listdir(os.path.join(session.dir, "data"))
+            assert len([n for n in names if not n.startswith(".")]) == 2, names
     finally:
         store.close()
     del unit
@@ -312,3 +327,24 @@ def test_a_kept_pickle_follows_rebound_globals_and_bound_methods():
     assert call(functions.pack(box.plus, (1,), {})) == 2
     box.base = 100
     assert call(functions.pack(box.plus, (1,), {})) == 101  # a method: pickled each time
+
+
+def test_a_reference_names_a_file_of_the_data_directory_and_nothing_else(tmp_path):
+    """What crosses for a large pickle is a file's name: a path, or a reference of another
+    shape, is refused (a record that is not a packed call; a name that is not the store's)."""
+    from pilot import functions
+
+    name = functions.put_data(str(tmp_path), functions.dumps(((1, 2), {})))
+    call = {"name": "m.f", "pickle": functions.pack(max, (), {})["pickle"]}
+    ok = {**call, "args": {functions.FILE_REF: name}}
+    assert functions.is_packed(ok) and functions.packed_size(ok) < 200
+    assert functions.unpack_call(ok, None, str(tmp_path))[1:] == ((1, 2), {})
+    with pytest.raises(ValueError, match="lacks"):
+        functions.unpack_call(ok, None, None)
+    for bad in ("../" + name, "/etc/passwd", "a.b", "", "\u0661\u0662"):
+        with pytest.raises(ValueError, match="not a name the store makes"):
+            functions.unpack_call({**call, "args": {functions.FILE_REF: bad}}, None, str(tmp_path))
+    for shape in ({functions.FILE_REF: 3}, {functions.FILE_REF: name, "x": 1}, {"x": name}, []):
+        assert not functions.is_packed({**call, "args": shape})
+    assert functions.is_value_ref(functions.VALUE_REF + name)
+    assert not functions.is_value_ref(b"\x00file:" + name.encode())

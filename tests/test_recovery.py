@@ -334,3 +334,54 @@ def test_units_sent_before_their_first_rows_were_written_keep_one_history(make_s
     check_exactly_once(session, units, log)
     for u in units:
         assert [s for s, _ in u.history] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]
+
+
+LARGE_CLIENT = r"""
+import json, os, sys
+import pilot as rp
+
+def digest_times(blob, n):
+    import hashlib, time
+    time.sleep(1.0)  # (the client dies meanwhile)
+    return hashlib.sha256(blob).digest() * n
+
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=2)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+assert pilot.partitions[0].data_shared  # (a local pilot sees the session's data directory)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+units = umgr.submit_units([
+    rp.ComputeUnitDescription(function=digest_times, args=(bytes([i]) * 100_000, 4096))
+    for i in range(4)])
+for u in units:
+    u.wait(rp.EXECUTING, timeout=30)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "units": [u.uid for u in units]}), flush=True)
+os._exit(0)  # the client dies while the calls run: their values are files no one asked for yet
+"""
+
+
+def test_large_values_by_reference_outlive_the_client(make_session, tmp_path):
+    """A call's large arguments and value cross by reference (the data directory's file
+    names), and its outcome still waits for a client: the client dies while its calls run,
+    the workers write their values and the bootstrap keeps the outcomes (with the names); a
+    new client attaches and gets every value, whole, each unit DONE once."""
+    import hashlib
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-c", LARGE_CLIENT], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout.strip().splitlines()[-1])
+    session = make_session(uid=first["session"], database_url=url)
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    assert umgr.wait_units(first["units"], timeout=60) == [rp.DONE] * 4
+    for i, unit in enumerate(umgr.get_units(first["units"])):
+        assert unit.return_value == hashlib.sha256(bytes([i]) * 100_000).digest() * 4096
+        assert [s for s, _ in unit.history].count(rp.DONE) == 1, unit.history

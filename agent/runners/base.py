@@ -89,6 +89,7 @@ class UnitRunner(Protocol):
     running: dict  # rank -> its unit's Run, while it runs
     sigchld: bool  # whether the agent must hear SIGCHLD (else it leaves it at its default)
     runs_functions: bool  # whether it runs function units (single-node partitions)
+    shares_data: bool  # its function workers see the client's data directory (by reference)
 
     def describe(self) -> str: ...  # how units start (the agent's log, `pilot top`)
 
@@ -147,6 +148,7 @@ class RunnerBase:
     running: dict
     sigchld = False
     runs_functions = False
+    shares_data = False
 
     # Units held ahead: the runner may take units from the head of the agent's queue, in order,
     # to start them itself the moment a slot that fits frees (the local runner's lanes); it

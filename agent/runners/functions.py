@@ -27,7 +27,7 @@ import time
 from pilot import processes
 from pilot.agent.runners.base import Run
 from pilot.agent.workers.function_worker import OUTPUT_MAX, PATH_VAR
-from pilot.functions import VALUE_MAX
+from pilot.functions import DATA_TOKEN, DATA_VAR, VALUE_MAX
 from pilot.sandbox import functions_dir
 
 _HEAD = struct.Struct(">I")
@@ -46,12 +46,32 @@ class Worker:
         self.mine: dict = {}  # its last call's own variables, as set
 
 
+def seen_data_dir(data: dict | None) -> str | None:
+    """The client's data directory when this agent sees it: its token file there holds the
+    token the client gave ({dir, token}, the pilot's config); else None (large pickles then
+    cross the pilot's hops as bytes)."""
+    if not isinstance(data, dict):
+        return None
+    path, token = data.get("dir"), data.get("token")
+    if type(path) is not str or type(token) is not str or not os.path.isabs(path):
+        return None
+    try:
+        with open(os.path.join(path, DATA_TOKEN)) as f:
+            return path if f.read().strip() == token and os.access(path, os.W_OK) else None
+    except OSError:  # (another host's directory, not shared here)
+        return None
+
+
 class FunctionWorkers:
-    def __init__(self, spawner, root: str, partition: str, most: int, path=()) -> None:
+    def __init__(
+        self, spawner, root: str, partition: str, most: int, path=(), data: str | None = None
+    ) -> None:
         self.spawner = spawner
         self.env = dict(spawner.base_env)  # theirs: the client's own module directories too
         if path:
             self.env[PATH_VAR] = os.pathsep.join(path)
+        if data:  # large arguments and values by reference (pilot/functions.py)
+            self.env[DATA_VAR] = data
         self.workdir = functions_dir(root, partition)
         self.log_path = self.workdir + ".log"
         self.most = max(1, most)

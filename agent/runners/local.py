@@ -44,7 +44,7 @@ from pilot.agent.rank_env import (
     with_nodes,
 )
 from pilot.agent.runners.base import Run, RunnerBase
-from pilot.agent.runners.functions import FunctionWorkers
+from pilot.agent.runners.functions import FunctionWorkers, seen_data_dir
 from pilot.agent.runners.lane_feed import LaneFeed, lane_shape
 from pilot.agent.runners.stager import SandboxStager
 from pilot.agent.runners.streams import SWEEP_EVERY, StreamSet
@@ -95,8 +95,15 @@ class LocalRunner(RunnerBase):
         self.streams = StreamSet()
         self.next_sweep = 0.0  # (monotonic) when the quiet pipes are read next
         cores = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
+        data = seen_data_dir(cfg.get("data"))
+        self.shares_data = data is not None  # (the `ready` it sends says so)
         self.functions = FunctionWorkers(
-            self.spawner, cfg["pilot_sandbox"], cfg["uid"], cores, cfg.get("python_path") or ()
+            self.spawner,
+            cfg["pilot_sandbox"],
+            cfg["uid"],
+            cores,
+            cfg.get("python_path") or (),
+            data=data,
         )
         self.node_name = cfg["nodes"][0]["name"] if cfg["nodes"] else "localhost"
         self.node_types = ["cpus"]  # (as agent/pool.py's NodePool has them)

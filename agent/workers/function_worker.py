@@ -7,12 +7,16 @@ only its agent holds: no address exists that anyone else could reach, so there i
 authenticate, and both ends are ours: messages are pickles, ~5x cheaper than JSON here).
 Every message is a 4-byte big-endian length and that many bytes of a pickled dict.
     agent -> worker  {uid, call: the packed call (pilot/functions.py: the function or its dotted
-                      name, and args, kwargs),
+                      name, and args, kwargs; large args may be the name of a file of the
+                      client's data directory),
                       env: {name: value} that changed since its last call, unset: [names to
                       take out first], own: [the unit's own names in env],
                       cpus: [core ids] | None}
     worker -> agent  {uid, ok: True,  value: cloudpickle of the return value (pilot/functions.py
-                      `wrap`: base64, or bytes from LARGE on), stdout, stderr}
+                      `wrap`: base64, or bytes from LARGE on; from LARGE on, when its agent
+                      saw the client's data directory (PILOT_DATA_DIR), the name of the file
+                      it wrote there, VALUE_REF + NAME: the bytes never cross the pilot),
+                      stdout, stderr}
                      {uid, ok: False, exception: "Type: message", stderr: ... + traceback,
                       stdout}
 (stdout, stderr: left out when empty.)  A worker keeps the environment of its last call: the
@@ -80,7 +84,16 @@ class _Capture(io.TextIOBase):
 
 
 def run_call(msg: dict, state: dict) -> dict:
-    from pilot.functions import VALUE_MAX, dumps, resolve, unpack_call, wrap
+    from pilot.functions import (
+        LARGE,
+        VALUE_MAX,
+        VALUE_REF,
+        dumps,
+        put_data,
+        resolve,
+        unpack_call,
+        wrap,
+    )
 
     uid = msg.get("uid")
     env = msg.get("env") or {}
@@ -97,7 +110,8 @@ def run_call(msg: dict, state: dict) -> dict:
     out, err = _Capture(), _Capture()
     sys.stdout, sys.stderr = out, err
     try:
-        f, args, kwargs = unpack_call(msg["call"], state["fns"])
+        data = state.get("data")
+        f, args, kwargs = unpack_call(msg["call"], state["fns"], data)
         if isinstance(f, str):
             f = resolve(f)
         value = f(*args, **kwargs)
@@ -110,7 +124,13 @@ def run_call(msg: dict, state: dict) -> dict:
                 f"the return value pickles to {len(blob)} bytes, more than {VALUE_MAX} "
                 "(write it to a file and return its path)"
             )
-        reply = {"uid": uid, "ok": True, "value": wrap(blob)}
+        sent: str | bytes | None = None
+        if data is not None and len(blob) >= LARGE:  # by reference: only its name goes back
+            try:
+                sent = VALUE_REF + put_data(data, blob)
+            except OSError:  # (the directory took no file: the bytes go back instead)
+                sent = None
+        reply = {"uid": uid, "ok": True, "value": sent if sent is not None else wrap(blob)}
     except BaseException as exc:  # SystemExit and KeyboardInterrupt in user code end the unit
         err.write(traceback.format_exc())
         reply = {"uid": uid, "ok": False, "exception": f"{type(exc).__name__}: {exc}"[:4096]}
@@ -147,6 +167,9 @@ def main(argv: list[str]) -> int:
     # module there is found as in the client; the calls do not see the variable
     own = os.environ.pop(PATH_VAR, "")
     sys.path[1:1] = [p for p in own.split(os.pathsep) if p and p not in sys.path]
+    from pilot.functions import DATA_VAR
+
+    data_dir = os.environ.pop(DATA_VAR, None)  # (large pickles by reference: pilot/functions.py)
     fd = fcntl.fcntl(inherited, fcntl.F_DUPFD_CLOEXEC, 64)  # out of the way of user code
     os.close(inherited)
     rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
@@ -159,6 +182,7 @@ def main(argv: list[str]) -> int:
         "mask": allowed,
         "pid": os.getpid(),
         "fns": {},  # a function's pickle -> the function (pilot/functions.py unpack_call)
+        "data": data_dir or None,  # the client's data directory, when its agent saw it
     }
     while True:
         head = _read_exact(rfile, 4)

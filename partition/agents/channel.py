@@ -188,7 +188,7 @@ class AgentChannel:
         self.to_client(frames)
 
     def agent_ready(self, uid: str, frames: list[bytes], body: dict) -> None:
-        self.pm.on_ready(uid, body.get("runner"))
+        self.pm.on_ready(uid, body.get("runner"), body.get("data") is True)
 
     def agent_back(self, uid: str, frames: list[bytes], body: dict) -> None:
         self.flush()

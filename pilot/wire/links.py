@@ -113,7 +113,8 @@ TABLE: tuple[Message, ...] = (
        "HEADER CHUNK"),
     _m("pilot", "get", C, B, "HEADER", None, "ask for a part of a pilot-side file", "HEADER"),
     # -- the agent link: agent -> bootstrap
-    _m("agent", "ready", A, B, "{pid, runner}", m.READY, "the agent is up: partition ACTIVE"),
+    _m("agent", "ready", A, B, "{pid, runner, data}", m.READY,
+       "the agent is up: partition ACTIVE (data: its workers see the client's data files)"),
     _m("agent", "ustates", A, B, "columns (pilot/wire/updates.py)", None,
        "unit moves: forwarded raw to the client; final ones kept (partition/client/outbox.py)",
        "HEAD TIMES DATA..."),

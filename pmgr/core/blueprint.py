@@ -6,6 +6,10 @@ one to_stored() and one JSON text per distinct description object, not one per u
                 text made once; the store keeps each distinct text once)
     wire        what the agent gets, without the uid (pilot/unit_record.py): units routed
                 together that share it go as one bulk {"of": wire, "uids": [...]}
+    by_reference()   the same for a partition whose function workers see the session's data
+                directory: a call's large arguments as the name of the file the store wrote
+                them to ({FILE_REF: NAME}, pilot/functions.py), not the bytes (the wire form
+                when the store wrote no file)
     asked       (cores, GPUs) over all its ranks (the store's unit_flow)
     client_in / client_out   its staging steps done at the client (pmgr/core/transfers.py)
     shape       (pilot, partition, cores per rank, GPUs per rank, ranks): what routing and the
@@ -23,7 +27,7 @@ between two submit calls gets a new blueprint the second time).
 
 from __future__ import annotations
 
-from pilot import staging
+from pilot import functions, staging
 from pilot.pmgr.store.base import Template
 from pilot.unit_record import UnitRecord
 
@@ -31,7 +35,7 @@ OWN = "arguments"  # the field each unit carries itself (the header)
 
 
 class Blueprint:
-    __slots__ = ("stored", "wire", "asked", "client_in", "client_out", "shape")
+    __slots__ = ("stored", "wire", "asked", "client_in", "client_out", "shape", "refs")
 
     def __init__(self, description) -> None:
         stored = description.to_stored()  # captured at submit; later edits change nothing
@@ -43,6 +47,18 @@ class Blueprint:
         self.client_in = tuple(s for s in d.peek("input_staging") if staging.at_client(s))
         self.client_out = tuple(s for s in d.peek("output_staging") if staging.at_client(s))
         self.shape = (d.pilot, d.partition, d.rank_cores, d.rank_gpus, d.ranks)
+        self.refs: dict | None = None  # by_reference()'s, made once
+
+    def by_reference(self) -> dict:
+        """The wire form with each bytes value the store wrote to a file as its name (read
+        once the unit is persisted: the store names the files as it writes them)."""
+        if self.refs is not None:
+            return self.refs
+        files = self.stored.files
+        if not files:
+            return self.wire
+        self.refs = _named(self.wire, files)
+        return self.refs
 
 
 class Blueprints(dict):
@@ -64,6 +80,17 @@ class Blueprints(dict):
                     self.alike[key] = bp
             self[id(description)] = bp
         return bp
+
+
+def _named(value, files: dict):
+    """`value` with each bytes object `files` names (by id) as {FILE_REF: name}."""
+    if isinstance(value, dict):  # (the wire form itself is a UnitRecord: a plain dict here)
+        return {k: _named(v, files) for k, v in value.items()}
+    if type(value) is list:
+        return [_named(v, files) for v in value]
+    if type(value) is bytes and id(value) in files:
+        return {functions.FILE_REF: files[id(value)]}
+    return value
 
 
 def own_of(description) -> list | None:

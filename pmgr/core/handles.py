@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pilot import functions, states as S
 from pilot.pmgr.core.blueprint import Blueprint, own_of
+from pilot.pmgr.store import data_files
 from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
@@ -249,7 +250,13 @@ class Unit(Stateful):
     @property
     def return_value(self):
         """What a function unit's call returned (None until it is DONE, or for others)."""
-        return functions.unpack_value(self.value)
+        value = self.value
+        if functions.is_value_ref(value):  # (its worker wrote it to the session's data files)
+            data = self.session.store.data
+            if data is None:
+                raise LookupError(f"{self.uid}: its value is a data file, and this store has none")
+            value = data_files.value(value, data)
+        return functions.unpack_value(value)
 
     def manager_callbacks(self) -> list:
         return self.umgr.callbacks
@@ -446,6 +453,9 @@ class Partition(Stateful):
         self.outstanding = 0  # units sent here and not final
         self.accepting = True  # False once a stop was asked for or it handed units back
         self.reserved = False  # True: only units that name it go there (see could_hold)
+        # its function workers read and write large pickles in the session's data directory
+        # (its agent found the directory's token there: pilot/functions.py, by reference)
+        self.data_shared = False
         self.ended = 0  # units that ended here (counted by the UnitManager)
         self._rate = 0.0  # units ended per second, recently
         self._mark = (time.monotonic(), 0)

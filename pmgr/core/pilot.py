@@ -447,6 +447,8 @@ class Pilot(Stateful):
             return
         if "resources" in info:
             part.resources = info["resources"]
+        if state == S.ACTIVE and info.get("data") is True:
+            part.data_shared = True
         for key in ("started_by", "stopped_by"):  # (reconfig command ids: checked, as all)
             if isinstance(info.get(key), str) and len(info[key]) <= 200:
                 setattr(part, key, info[key])

@@ -218,6 +218,9 @@ class PilotManager:
             "max_nodes": most_nodes(pd),
             "idle_after": 0.0,
             "python_path": functions.client_path(),  # where function workers find modules
+            # the session's data directory and its token: agents that read the token there
+            # have their function workers pass large pickles by reference (pilot/functions.py)
+            "data": _data_dir(session),
             "partitions": [
                 {"uid": p.uid, "description": p.description.to_stored()}
                 for p in pilot.parts.values()
@@ -228,6 +231,16 @@ class PilotManager:
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
         return cfg_path
+
+
+def _data_dir(session) -> dict | None:
+    data = session.store.data
+    if data is None:
+        return None
+    try:
+        return {"dir": data.path, "token": data.reach()}
+    except OSError:  # (a directory it cannot write: the bytes go through the pilot)
+        return None
 
 
 _warned: list = []

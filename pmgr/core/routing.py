@@ -324,8 +324,9 @@ class Routing:
                 kept = [u for u in units if u.uid not in refused]
                 self._not_persisted(part, [u.uid for u in units if u.uid in refused])
                 units = kept
+            refs = part.data_shared  # (its workers read large arguments where the store is)
             for i in range(0, len(units), SEND_CHUNK):
-                wire = wire_list(units[i : i + SEND_CHUNK])
+                wire = wire_list(units[i : i + SEND_CHUNK], refs)
                 try:
                     frames = [b"units", part.uid.encode(), pack(wire)]
                 except TypeError:  # bytes in it (a call's large arguments): frames of their own
@@ -377,13 +378,15 @@ class Routing:
         self.session.transfers.stage(unit, target.pilot, unit.client_in, then)
 
 
-def wire_list(units: list[Unit]) -> list[dict]:
+def wire_list(units: list[Unit], refs: bool = False) -> list[dict]:
     """A `units` message's body (pilot/unit_record.py): units in a row that share their
     blueprint's wire form go as one bulk {"of": it, "uids": [...]}, with "arguments": [each
-    unit's, or None] when any has its own; a unit alone as its record."""
+    unit's, or None] when any has its own; a unit alone as its record.  `refs`: a call's large
+    arguments go as the name of their file in the session's data directory (the partition's
+    workers read them there: pmgr/core/blueprint.py `by_reference`)."""
     runs: list[tuple] = []
     for u in units:
-        w = u.blueprint.wire
+        w = u.blueprint.by_reference() if refs else u.blueprint.wire
         if runs and runs[-1][0] is w:
             runs[-1][1].append(u.uid)
             runs[-1][2].append(u.own)

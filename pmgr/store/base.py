@@ -232,11 +232,12 @@ class Template:
     None when it holds bytes (a call's large arguments: the store writes those as files,
     pmgr/store/data_files.py, and gives the template a row of its own)."""
 
-    __slots__ = ("value", "text")
+    __slots__ = ("value", "text", "files")
 
     def __init__(self, value: dict) -> None:
         self.value = value
         self.text: str | None
+        self.files: dict[int, str] = {}  # id(bytes) -> the file the store wrote them to
         try:
             self.text = _dumps(value)
         except TypeError:

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
+import secrets
 
+from pilot import functions
 from pilot.wire import framed
 
-REF = "\x00file"
-VALUE_REF = "\x00file:"
+REF = functions.FILE_REF
+VALUE_REF = functions.VALUE_REF
+REACH = functions.DATA_TOKEN  # a token only the session's client writes: who reads it sees this
 _REF_TEXT = '"\\u0000file"'  # (how json writes REF: a text without it needs no file)
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -41,18 +43,36 @@ class DataFiles:
 
     def put(self, blob: bytes | bytearray | memoryview) -> str:
         """Write `blob` to a new file; its name."""
+        self._make()
+        return functions.put_data(self.path, bytes(blob) if type(blob) is not bytes else blob)
+
+    def _make(self) -> None:
         if not self.made:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
             self.made = True
-        name = uuid.uuid4().hex
-        tmp = os.path.join(self.path, f".{name}")
-        with open(tmp, "wb") as f:
-            f.write(blob)
-        os.rename(tmp, os.path.join(self.path, name))
-        return name
+
+    def reach(self) -> str:
+        """The directory's token (made once, kept in REACH): a pilot's agent that reads the
+        same token there sees this directory, and its function workers then read and write
+        large pickles here by reference (pilot/functions.py)."""
+        self._make()
+        path = os.path.join(self.path, REACH)
+        try:
+            with open(path) as f:
+                token = f.read().strip()
+            if len(token) == 32 and token.isalnum():
+                return token
+        except FileNotFoundError:
+            pass
+        token = secrets.token_hex(16)
+        tmp = f"{path}.{os.getpid()}"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(token)
+        os.rename(tmp, path)
+        return token
 
     def get(self, name: str) -> bytes:
-        if not name.isalnum():  # (a name from the store: never a path)
+        if not name.isalnum() or not name.isascii():  # (a name from the store: never a path)
             raise LookupError(f"data file {name!r}: not a name this store makes")
         try:
             with open(os.path.join(self.path, name), "rb") as f:
@@ -64,9 +84,11 @@ class DataFiles:
             ) from None
 
 
-def encode(value, data: DataFiles | None) -> str | bytes:
+def encode(value, data: DataFiles | None, files: dict | None = None) -> str | bytes:
     """A structured field as stored: JSON text; its bytes values as files of `data` (no
-    `data`: one BLOB of JSON and its frames, pilot/wire/framed.py)."""
+    `data`: one BLOB of JSON and its frames, pilot/wire/framed.py); `files`, if given, gets
+    id(bytes) -> the file's name for each (pmgr/core/blueprint.py: what goes to a pilot that
+    reads them there)."""
     try:
         return _dumps(value)
     except TypeError:
@@ -75,7 +97,10 @@ def encode(value, data: DataFiles | None) -> str | bytes:
 
     def ref(o):
         if type(o) is bytes or type(o) is bytearray or type(o) is memoryview:
-            return {REF: data.put(o)}
+            name = data.put(o)
+            if files is not None:
+                files[id(o)] = name
+            return {REF: name}
         raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
     return json.JSONEncoder(separators=(",", ":"), default=ref).encode(value)

@@ -120,7 +120,7 @@ class MongoStore(StateStore):
     def _template(self, d, made: dict) -> str:
         """The id of the templates doc of a unit's description (made in this batch if new)."""
         if type(d) is Template:
-            text = d.text if d.text is not None else data_files.encode(d.value, self.data)
+            text = d.text if d.text is not None else data_files.encode(d.value, self.data, d.files)
         else:
             text = data_files.encode(d, self.data)
         tid = self.templates.get(text)

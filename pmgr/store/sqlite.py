@@ -487,7 +487,7 @@ class SqliteStore(StateStore):
         known, found (another process made it) or made now (in `made` until it commits)."""
         text = d.text if type(d) is Template else d
         if text is None:  # (a Template holding bytes: its own row, the bytes in files)
-            text = data_files.encode(d.value, self.data)
+            text = data_files.encode(d.value, self.data, d.files)
             # (cast: lastrowid is None only before a row was inserted)
             return cast(int, self.db.execute(sql.TEMPLATE_ADD, (text_key(text), text)).lastrowid)
         tid = self.templates.get(text) or made.get(text)

@@ -327,7 +327,9 @@ class Feed:
                 why = f"{unit.uid}: its return values cannot be loaded: {exc}"
                 values, took = [remote_call.Raised(None, "", why)] * len(sent.items), None
             n = len(sent.items)
-            if unit.value is not None and len(unit.value) >= functions.LARGE * n:
+            if unit.value is not None and (
+                len(unit.value) >= functions.LARGE * n or functions.is_value_ref(unit.value)
+            ):
                 took = math.inf  # (values this large do not go in bundles)
             if took is not None:
                 self._measured([c for _, c in sent.items], took)
@@ -408,7 +410,7 @@ class Feed:
 def _seconds(value: str | bytes | None) -> float | None:
     """What a call alone took in its worker (its value a functions.Timed); inf when its value
     is LARGE (such calls are not bundled, and the value is not loaded twice for its time)."""
-    if value is not None and len(value) >= functions.LARGE:
+    if value is not None and (len(value) >= functions.LARGE or functions.is_value_ref(value)):
         return math.inf
     return functions.value_seconds(value)
 
