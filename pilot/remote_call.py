@@ -9,15 +9,18 @@ otherwise).  A front door submits a call as a function unit of its own, or sever
 as one unit (a bundle, pmgr/compat/futures/executor.py says when), whose function is `call` or
 `call_many`:
 
-    one     {"name": "mod.user_function", "pickle": base64(cloudpickle(call)),
-             "args": wrap(pickle(((fn_text, args_blob, cwd[, True]), {})))}
+    one     {"name": "mod.user_function",
+             "pickle": base64(pickle(partial(call_with, fn_text, cwd, timed))),
+             "args": wrap(args_blob)}       (the call's own pickle: never pickled again)
     bundle  {"name": "mod.user_function+", "pickle": base64(cloudpickle(call_many)),
              "args": wrap(pickle((([(fn_text, args_blob), ...], cwd), {})))}
 
 (pilot/functions.py's `wrap`: base64 text, or the bytes themselves from functions.LARGE on,
 which then cross every hop as a frame of their own.)
 
-(`call` and `call_many` travel by reference: this module.)  In the worker, a user's function
+(`call_with` and `call_many` travel by reference: this module; a call alone's bound runner is
+made once per function, directory and `timed`, and its worker unpickles it once: the unit's
+"pickle" text is the same for every call of a function.)  In the worker, a user's function
 is unpickled once per worker (kept by its pickle text: one sent again costs a dictionary
 look-up) and called in `cwd` when one is given (and the worker goes back).  An exception is not
 let out of the worker as text: it comes back as the call's value, a `Raised` (the exception
@@ -25,8 +28,8 @@ object when it pickles both ways, its traceback text always; the traceback also 
 unit's stderr), so the client gets the original type back, as ProcessPoolExecutor and Parsl's
 executors give it.  Such a unit ends DONE: the call ran to its end and its outcome is the
 exception.  A bundle's value is the list of its calls' values (or Raised) and the seconds they
-took, in order; a timed call's (the 4th argument True) is a functions.Timed: its value and the
-seconds the call itself took, which the client's unit handle reads as the value alone.
+took, in order; a timed call's is a functions.Timed: its value and the seconds the call itself
+took, which the client's unit handle reads as the value alone.
 
 Function workers import this module: it imports only the standard library and pilot/functions.py
 (cloudpickle when a function arrives the first time).
@@ -35,6 +38,7 @@ Function workers import this module: it imports only the standard library and pi
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import os
 import pickle
@@ -51,16 +55,15 @@ _fns: dict[str, Any] = {}
 
 
 # -- the worker's side ---------------------------------------------------------------------------
-def call(fn_text: str, blob: bytes, cwd: str | None = None, timed: bool = False) -> Any:
-    """fn(*args, **kwargs), in `cwd` if given; an exception comes back as a Raised.  `timed`:
-    the value is a functions.Timed, with the seconds fn(*args, **kwargs) itself took (not the
+def call_with(fn_text: str, cwd: str | None, timed: bool, /, *args, **kwargs) -> Any:
+    """A call alone: fn(*args, **kwargs) (the arguments unpickled by its worker, as any
+    function unit's), in `cwd` if given; an exception comes back as a Raised; `timed`: the
+    value is a functions.Timed, with the seconds fn(*args, **kwargs) itself took (not the
     worker's start, not the function's unpickling)."""
     back = _enter(cwd)
     try:
-        if not timed:
-            return _run(fn_text, blob)
         try:
-            fn, args, kwargs = _load(fn_text, blob)
+            fn = _function(fn_text)
         except BaseException as exc:  # (not loaded: no time to tell)
             return raised(exc)
         t0 = time.perf_counter()
@@ -68,7 +71,19 @@ def call(fn_text: str, blob: bytes, cwd: str | None = None, timed: bool = False)
             value = fn(*args, **kwargs)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt of a call are its outcome
             value = raised(exc)
-        return functions.Timed(value, time.perf_counter() - t0)
+        return functions.Timed(value, time.perf_counter() - t0) if timed else value
+    finally:
+        if back is not None:
+            os.chdir(back)
+
+
+def call(fn_text: str, blob: bytes, cwd: str | None = None) -> Any:
+    """fn(*args, **kwargs) of a call packed whole in its unit's arguments (the form before
+    `call_with`: a description stored by an earlier version runs the same), in `cwd` if given;
+    an exception comes back as a Raised."""
+    back = _enter(cwd)
+    try:
+        return _run(fn_text, blob)
     finally:
         if back is not None:
             os.chdir(back)
@@ -104,6 +119,11 @@ def _run(fn_text: str, blob: bytes) -> Any:
 
 def _load(fn_text: str, blob: bytes) -> tuple:
     """The function (unpickled once per worker) and the call's args and kwargs."""
+    args, kwargs = pickle.loads(blob)
+    return _function(fn_text), args, kwargs
+
+
+def _function(fn_text: str) -> Any:
     fn = _fns.get(fn_text)
     if fn is None:
         import cloudpickle
@@ -112,8 +132,7 @@ def _load(fn_text: str, blob: bytes) -> tuple:
         if len(_fns) >= FNS_KEPT:
             _fns.pop(next(iter(_fns)))  # the oldest
         _fns[fn_text] = fn
-    args, kwargs = pickle.loads(blob)
-    return fn, args, kwargs
+    return fn
 
 
 def run_chunk(fn: Any, chunk: list) -> list:
@@ -165,6 +184,8 @@ def raised(exc: BaseException) -> Raised:
 
 # -- the client's side ---------------------------------------------------------------------------
 _TEXT: dict = {}  # call / call_many -> their pickle, made once
+_RUNNERS: dict = {}  # (fn_text, cwd, timed) -> the pickle of call_with bound to them
+RUNNERS_KEPT = 256
 _BUILTIN_TEXT: dict = {}  # builtin functions of modules -> their pickle (by reference)
 
 
@@ -197,13 +218,22 @@ def prepare(fn, args: tuple, kwargs: dict) -> Call:
 
 
 def packed(calls: list[Call], cwd: str | None = None, timed: bool = False) -> dict:
-    """A unit's packed function for one call (`call`; `timed`: its value comes back as a
-    functions.Timed) or a bundle (`call_many`), run in `cwd` (the calls' own when None)."""
+    """A unit's packed function for one call (`call_with`; `timed`: its value comes back as
+    a functions.Timed) or a bundle (`call_many`), run in `cwd` (the calls' own when None)."""
     cwd = cwd if cwd is not None else calls[0].cwd
     if len(calls) == 1:
         one = calls[0]
-        args = (one.fn_text, one.blob, cwd, True) if timed else (one.fn_text, one.blob, cwd)
-        return _packed(call, one.name, args)
+        key = (one.fn_text, cwd, timed)
+        text = _RUNNERS.get(key)
+        if text is None:
+            runner = functools.partial(call_with, one.fn_text, cwd, timed)
+            text = base64.b64encode(pickle.dumps(runner, 5)).decode()
+            if len(one.fn_text) <= functions.FN_CACHE_BYTES:
+                if len(_RUNNERS) >= RUNNERS_KEPT:
+                    _RUNNERS.pop(next(iter(_RUNNERS)))  # the oldest
+                _RUNNERS[key] = text
+        # (the arguments' pickle is the unit's own: not pickled again, not copied)
+        return {"name": one.name, "pickle": text, "args": functions.wrap(one.blob)}
     pairs = [(c.fn_text, c.blob) for c in calls]
     return _packed(call_many, calls[0].name + "+", (pairs, cwd))
 

@@ -157,7 +157,7 @@ def test_what_a_call_took_is_its_own_time():
     """remote_call's timed call: the seconds of fn(*args) itself, outside the unpickling; an
     exception is timed too; one whose function does not load is not."""
     call = remote_call.prepare(time.sleep, (0.05,), {})
-    timed = remote_call.call(call.fn_text, call.blob, None, True)
+    timed = remote_call.call_with(call.fn_text, None, True, 0.05)
     assert type(timed) is rp_functions.Timed and timed.value is None
     assert 0.05 <= timed.seconds < 1
     packed = rp_functions.wrap(rp_functions.dumps(timed))
@@ -165,9 +165,19 @@ def test_what_a_call_took_is_its_own_time():
     assert rp_functions.value_seconds(packed) == timed.seconds
     assert rp_functions.value_seconds(rp_functions.wrap(rp_functions.dumps(3))) is None
     bad = remote_call.prepare(divmod, (1, 0), {})
-    timed = remote_call.call(bad.fn_text, bad.blob, None, True)
+    timed = remote_call.call_with(bad.fn_text, None, True, 1, 0)
     assert type(timed.value) is remote_call.Raised and timed.seconds >= 0
-    assert type(remote_call.call("bm90IGEgcGlja2xl", bad.blob, None, True)) is remote_call.Raised
+    assert type(remote_call.call_with("bm90IGEgcGlja2xl", None, True)) is remote_call.Raised
+    # the unit's function is call_with bound to the call; its arguments, the call's own pickle
+    unit = remote_call.packed([call], None, True)
+    f, args, kwargs = rp_functions.unpack_call(unit)
+    assert args == (0.05,) and type(f(*args, **kwargs)) is rp_functions.Timed
+    assert unit["args"] == rp_functions.wrap(call.blob)
+    assert remote_call.packed([call], None, True)["pickle"] == unit["pickle"]  # (made once)
+    # a user's keyword named as call_with's own parameters is the user's
+    kw = remote_call.prepare(dict, (), {"cwd": 1, "timed": 2, "fn_text": 3})
+    f, args, kwargs = rp_functions.unpack_call(remote_call.packed([kw], None, False))
+    assert f(*args, **kwargs) == {"cwd": 1, "timed": 2, "fn_text": 3}
 
 
 def test_unpicklable_call_fails_at_submit(ex):

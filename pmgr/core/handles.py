@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from pilot import functions, states as S
 from pilot.pmgr.core.blueprint import Blueprint, own_of
-from pilot.pmgr.store import data_files
 from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
@@ -251,11 +250,13 @@ class Unit(Stateful):
     def return_value(self):
         """What a function unit's call returned (None until it is DONE, or for others)."""
         value = self.value
-        if functions.is_value_ref(value):  # (its worker wrote it to the session's data files)
+        if type(value) is str and value.startswith(functions.VALUE_REF):  # (its worker wrote
+            # it to the session's data files: read from there)
             data = self.session.store.data
             if data is None:
                 raise LookupError(f"{self.uid}: its value is a data file, and this store has none")
-            value = data_files.value(value, data)
+            obj = data.load(value[len(functions.VALUE_REF) :])
+            return obj.value if type(obj) is functions.Timed else obj
         return functions.unpack_value(value)
 
     def manager_callbacks(self) -> list:

@@ -72,16 +72,37 @@ class DataFiles:
         return token
 
     def get(self, name: str) -> bytes:
-        if not name.isalnum() or not name.isascii():  # (a name from the store: never a path)
-            raise LookupError(f"data file {name!r}: not a name this store makes")
         try:
-            with open(os.path.join(self.path, name), "rb") as f:
+            with open(self._file(name), "rb") as f:
                 return f.read()
         except FileNotFoundError:
-            raise LookupError(
-                f"data file {name} is not in {self.path} (the session's directory of another "
-                "host, or removed)"
-            ) from None
+            raise self._missing(name) from None
+
+    def load(self, name: str):
+        """The object a file holds as a pickle (read through a mapping of the file: one copy
+        of its bytes, not two)."""
+        import mmap
+        import pickle
+
+        try:
+            with open(self._file(name), "rb") as f:
+                if os.fstat(f.fileno()).st_size == 0:
+                    return pickle.loads(b"")  # (an empty file: pickle's own error)
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    return pickle.loads(m)
+        except FileNotFoundError:
+            raise self._missing(name) from None
+
+    def _file(self, name: str) -> str:
+        if not name.isalnum() or not name.isascii():  # (a name from the store: never a path)
+            raise LookupError(f"data file {name!r}: not a name this store makes")
+        return os.path.join(self.path, name)
+
+    def _missing(self, name: str) -> LookupError:
+        return LookupError(
+            f"data file {name} is not in {self.path} (the session's directory of another "
+            "host, or removed)"
+        )
 
 
 def encode(value, data: DataFiles | None, files: dict | None = None) -> str | bytes:
