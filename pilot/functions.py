@@ -194,20 +194,61 @@ def dumps(obj: Any) -> bytes:
     import cloudpickle
 
     if not cloudpickle.list_registry_pickle_by_value():
-        buf = io.BytesIO()
-        try:
-            _Plain(buf, 5).dump(obj)
-            return buf.getvalue()
-        except _Many:
+        if _holds_large(obj):  # (the pickler looks, instead of a search of megabytes)
+            buf = io.BytesIO()
             try:
-                blob = pickle.dumps(obj, 5)
-            except Exception:  # (what only cloudpickle can say: a lambda, a local class)
-                blob = None
-            if blob is not None and b"__main__" not in blob:
-                return blob
-        except Exception:  # (what only cloudpickle can say: a lambda, a local class, __main__'s)
-            pass
+                _Plain(buf, 5).dump(obj)
+                return buf.getvalue()
+            except _Many:
+                pass
+            except Exception:  # (what only cloudpickle can say: a lambda, __main__'s)
+                return cloudpickle.dumps(obj)
+        try:
+            blob = pickle.dumps(obj, 5)
+        except Exception:  # (what only cloudpickle can say: a lambda, a local class)
+            blob = None
+        if blob is not None and b"__main__" not in blob:
+            return blob
     return cloudpickle.dumps(obj)
+
+
+_SCALARS = frozenset((int, float, bool, type(None), complex))
+_BUFFERS = frozenset((bytes, str, bytearray))
+
+
+def _holds_large(obj: Any) -> bool:
+    """Whether `obj` (a call's (args, kwargs), or a value) is, or holds among its arguments
+    or items, a buffer of LARGE bytes or more (bytes, str, an array; one level further into
+    a tuple, list or dict).  Either way of `dumps` is right; this says which is cheaper: a
+    small pickle is searched in less time than the checking pickler costs to make, and the
+    common call, a few numbers, costs a look at each."""
+    if type(obj) is tuple and len(obj) == 2 and type(obj[1]) is dict:  # ((args), {kwargs})
+        args, kwargs = obj
+        if type(args) is tuple:
+            for a in args:
+                if type(a) not in _SCALARS and _large(a, 1):
+                    return True
+            for a in kwargs.values():
+                if type(a) not in _SCALARS and _large(a, 1):
+                    return True
+            return False
+    return _large(obj, 2)
+
+
+def _large(obj: Any, depth: int) -> bool:
+    t = type(obj)
+    if t in _BUFFERS:
+        return len(obj) >= LARGE
+    if t is tuple or t is list or t is dict:
+        if depth:
+            for o in obj.values() if t is dict else obj if len(obj) <= 64 else obj[:64]:
+                if type(o) not in _SCALARS and _large(o, depth - 1):
+                    return True
+        return False
+    if t in _SCALARS:
+        return False
+    n = getattr(obj, "nbytes", None)  # (memoryview, array.array, numpy arrays)
+    return type(n) is int and n >= LARGE
 
 
 def _pickled_bytes(f: Any, what: str, obj: Any) -> bytes:

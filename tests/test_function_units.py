@@ -348,3 +348,39 @@ def test_a_reference_names_a_file_of_the_data_directory_and_nothing_else(tmp_pat
         assert not functions.is_packed({**call, "args": shape})
     assert functions.is_value_ref(functions.VALUE_REF + name)
     assert not functions.is_value_ref(b"\x00file:" + name.encode())
+
+
+def test_large_arguments_with_a_class_of_main_go_by_value(monkeypatch):
+    """functions.dumps: with megabytes in a call, a class or function of __main__ among them is
+    still sent by value (the pickler looks at each class and function as it meets them, past
+    LOOKS_MAX objects it searches the pickle): a fresh interpreter, whose __main__ has
+    neither, loads each."""
+    import subprocess
+    import sys
+
+    from pilot import functions
+
+    script = {"__name__": "__main__"}
+    exec("class Point:\n    def __init__(self, x): self.x = x\ndef twice(v): return 2 * v", script)
+    point, twice = script["Point"], script["twice"]
+    main = sys.modules["__main__"]  # (as a script's own: pickle would name them there)
+    monkeypatch.setattr(main, "Point", point, raising=False)
+    monkeypatch.setattr(main, "twice", twice, raising=False)
+    big = bytes(range(256)) * 400  # (LARGE and more)
+    for obj in [
+        ((big, point(3)), {}),
+        ((big,), {"f": twice}),
+        ((big, [point(i) for i in range(functions.LOOKS_MAX + 10)]), {}),
+        ((big, 7), {}),  # (nothing of __main__: the C pickler's own pickle)
+    ]:
+        blob = functions.dumps(obj)
+        check = (
+            "import pickle, sys\n"
+            "(a, k) = pickle.loads(sys.stdin.buffer.read())\n"
+            "print(len(a[0]), type(a[1]).__name__ if a[1:] else k['f'](21))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", check], input=blob, capture_output=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr.decode()
+        assert out.stdout.decode().split()[0] == str(len(big))
