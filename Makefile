@@ -89,9 +89,10 @@ docs: $(DOCS_STAMP)       ## the manual into build/site (mkdocs build --strict)
 	$(PY) -c "import sys; sys.path.insert(0, 'docs'); import hooks; hooks.source_tree()"
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-bench: $(STAMP) bytecode           ## zero-launch, latency, throughput, workloads, reconfig, scheduler, store, bring-up, executors, grow (~18 min)
+bench: $(STAMP) bytecode           ## zero-launch, latency, a call's cost, throughput, workloads, reconfig, scheduler, store, bring-up, executors, grow (~19 min)
 	$(PY) bench/zero.py
 	$(PY) bench/latency.py
+	$(PY) bench/call_cost.py
 	$(PY) bench/throughput.py
 	$(PY) bench/workloads.py
 	$(PY) bench/reconfig.py
