@@ -414,6 +414,11 @@ class Agent:
                 self.reports.update(u["uid"], FAILED, {"reason": f"{reason}; now {why}"})
         self.start_ready()
 
+    def on_data(self, body: dict) -> None:
+        """The owning client's data directory changed (a new client attached): the runner's
+        function workers write large values there if this agent sees it, else send bytes."""
+        self.runner.set_data(body.get("data"))
+
     def on_stop(self, body: dict) -> None:
         self.stops.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
 
@@ -534,6 +539,7 @@ FROM_BOOTSTRAP = links.Dispatch(
         b"sync": Agent.on_sync,
         b"node_lost": Agent.on_node_lost,
         b"stop": Agent.on_stop,
+        b"data": Agent.on_data,
     },
 )
 

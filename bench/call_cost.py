@@ -70,7 +70,7 @@ def one(kind: str, calls: int, size: int) -> dict:
     from pilot.pmgr.core import pilot_manager, reaper
 
     if kind == "bytes":  # (no directory to share: as a pilot on another host)
-        pilot_manager._data_dir = lambda session: None  # noqa: SLF001 (the bench's switch)
+        pilot_manager.data_files.for_pilot = lambda data, local: None
     data = b"x" * size
     fn, args = (pow, (2, 10)) if kind == "call" else (identity, (data,))
     names = {t.native_id: t.name for t in threading.enumerate()}

@@ -18,9 +18,11 @@
                                                     cores, gpus, busy cores, busy gpus,
                                                     ranks, partition], ...]}
     attach         {client: endpoint, owner,       {pilot, partitions}: a new client process
-                    epoch, take_over}               takes over the pilot link; hello and every
+                    epoch, take_over, data}         takes over the pilot link; hello and every
                                                     partition's state are sent to it again; an
-                                                    epoch older than the owner's is refused
+                                                    epoch older than the owner's is refused;
+                                                    `data`, its data directory, goes to the
+                                                    agents when it is not the pilot's (`data`)
     sync           {units: {part: [uids]}}         {asked: [parts]}: their agents say again
                                                     what they know, then `synced` per partition
 Every field is checked before anything is done (pilot/wire/checks.py: types, sizes, uid format);
@@ -174,6 +176,7 @@ def attach(boot, cid, args: dict) -> dict:
         old,
         boot.link.dropped,
     )
+    _new_data_dir(boot, args.get("data"))
     boot.link.hello(attach=True)
     for part in boot.pm.parts.values():
         info = {"resources": part.alloc.to_dict(boot.resources)} if part.alloc else {}
@@ -183,6 +186,30 @@ def attach(boot, cid, args: dict) -> dict:
         boot.emit(part.uid, part.state, info)
     boot.link.flush()
     return {"pilot": boot.uid, "partitions": len(boot.pm.parts)}
+
+
+def _new_data_dir(boot, data) -> None:
+    """The attaching client's data directory ({dir, token, sync}, or None: pilot/functions.py):
+    when it is not the one the pilot was told of, its agents are (they write large values
+    where this client reads them, if they see its directory; else they send the bytes), and
+    partitions started from now on get it."""
+    if not (
+        isinstance(data, dict)
+        and type(data.get("dir")) is str
+        and len(data["dir"]) <= 4096
+        and type(data.get("token")) is str
+        and len(data["token"]) <= 64
+        and type(data.get("sync")) is bool
+    ):
+        data = None
+    if data == boot.cfg.get("data"):
+        return
+    log.info("attach: the client's data directory is %s", data and data["dir"])
+    boot.cfg["data"] = data
+    boot.pm.agent_cfg["data"] = data
+    for part in boot.pm.parts.values():
+        if part.state not in FINAL:
+            boot.agents.send_agent(part.uid, msg(b"data", {"data": data}))
 
 
 OWNER_SILENCE = 3 * HEARTBEAT  # an owner heard from more recently is alive

@@ -42,7 +42,6 @@ LARGE = 65536  # a pickle of this many bytes or more travels as bytes, not base6
 #     VALUE_REF + NAME     a return value (the file its worker wrote, whole, then renamed)
 FILE_REF = "\x00file"
 VALUE_REF = "\x00file:"
-DATA_VAR = "PILOT_DATA_DIR"  # a function worker's data directory (its runner sets it)
 DATA_TOKEN = ".reach"  # the client's token file there: an agent that reads it sees the directory
 
 
@@ -237,6 +236,8 @@ def _holds_large(obj: Any) -> bool:
 
 def _large(obj: Any, depth: int) -> bool:
     t = type(obj)
+    if t is Timed:  # (a call's value, with its time)
+        return _large(obj.value, depth)
     if t in _BUFFERS:
         return len(obj) >= LARGE
     if t is tuple or t is list or t is dict:
@@ -301,21 +302,33 @@ def unpack_call(packed: dict, kept: dict | None = None, data: str | None = None)
 def data_file(data: str, name: str) -> str:
     """The path of file `name` of data directory `data` (ValueError: not a name the store
     makes, a path)."""
-    if type(name) is not str or not name.isalnum() or not name.isascii():
+    if type(name) is not str or not name.isalnum() or not name.isascii() or len(name) > 64:
         raise ValueError(f"data file {name!r}: not a name the store makes")
     return os.path.join(data, name)
 
 
-def put_data(data: str, blob: bytes) -> str:
+def put_data(data: str, blob: bytes, sync: bool = False) -> str:
     """Write `blob` as a new file of data directory `data` (whole under a temporary name, then
-    renamed: a reader never sees half of one); its name."""
+    renamed: a reader never sees half of one; `sync`: on the disk before it is named, for a
+    writer on another host than the directory's reader); its name.  A write that fails leaves
+    no file."""
     import uuid
 
     name = uuid.uuid4().hex
     tmp = os.path.join(data, f".{name}")
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-    os.rename(tmp, os.path.join(data, name))
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(blob)
+            if sync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.rename(tmp, os.path.join(data, name))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return name
 
 
@@ -393,15 +406,13 @@ def unpack_value(value: str | bytes | None) -> Any:
     return obj.value if type(obj) is Timed else obj
 
 
-def value_seconds(value: str | bytes | None) -> float | None:
-    """The seconds a Timed value's call took in its worker; None for any other value."""
+def unpack_timed(value: str | bytes | None) -> tuple[Any, float | None]:
+    """A return value as the worker packed it, and the seconds its call took when it is a
+    Timed one (else None): one unpickling for both."""
     if value is None:
-        return None
-    try:
-        obj = pickle.loads(unwrap(value))
-    except Exception:  # (a value this process cannot load: unpack_value says why)
-        return None
-    return float(obj.seconds) if type(obj) is Timed else None
+        return None, None
+    obj = pickle.loads(unwrap(value))
+    return (obj.value, float(obj.seconds)) if type(obj) is Timed else (obj, None)
 
 
 def pythontask(f):

@@ -162,8 +162,8 @@ def test_what_a_call_took_is_its_own_time():
     assert 0.05 <= timed.seconds < 1
     packed = rp_functions.wrap(rp_functions.dumps(timed))
     assert rp_functions.unpack_value(packed) is None
-    assert rp_functions.value_seconds(packed) == timed.seconds
-    assert rp_functions.value_seconds(rp_functions.wrap(rp_functions.dumps(3))) is None
+    assert rp_functions.unpack_timed(packed) == (None, timed.seconds)
+    assert rp_functions.unpack_timed(rp_functions.wrap(rp_functions.dumps(3))) == (3, None)
     bad = remote_call.prepare(divmod, (1, 0), {})
     timed = remote_call.call_with(bad.fn_text, None, True, 1, 0)
     assert type(timed.value) is remote_call.Raised and timed.seconds >= 0

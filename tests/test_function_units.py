@@ -169,9 +169,8 @@ def test_large_arguments_and_values_are_kept_as_files(session, monkeypatch, sees
     from pilot.pmgr.store import open_store
 
     if not sees:  # (the directory of another host: not there where the agent looks)
-        monkeypatch.setattr(
-            pilot_manager, "_data_dir", lambda s: {"dir": "/nonexistent/data", "token": "0" * 32}
-        )
+        elsewhere = {"dir": "/nonexistent/data", "token": "0" * 32, "sync": True}
+        monkeypatch.setattr(pilot_manager.data_files, "for_pilot", lambda d, local: elsewhere)
     sent: list = []
     wire_list = routing.wire_list
     monkeypatch.setattr(routing, "wire_list", lambda u, r=False: sent.append(r) or wire_list(u, r))

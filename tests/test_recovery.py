@@ -385,3 +385,49 @@ def test_large_values_by_reference_outlive_the_client(make_session, tmp_path):
     for i, unit in enumerate(umgr.get_units(first["units"])):
         assert unit.return_value == hashlib.sha256(bytes([i]) * 100_000).digest() * 4096
         assert [s for s, _ in unit.history].count(rp.DONE) == 1, unit.history
+
+
+OWNER_CLIENT = r"""
+import json, os
+import pilot as rp
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=1, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+assert pilot.partitions[0].data_shared
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid}), flush=True)
+os._exit(0)
+"""
+
+
+def big_value(n):
+    return bytes([7]) * n
+
+
+def test_a_client_with_another_data_directory_gets_large_values_as_bytes(
+    make_session, tmp_path, monkeypatch
+):
+    """A client that attaches with a data directory the pilot's agents do not see (another
+    host's) is told of in the attach: the agents' workers send it large values as bytes from
+    then on, not names of files where it cannot read them."""
+    from pilot.pmgr.core import recovery
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    out = subprocess.run(
+        [sys.executable, "-c", OWNER_CLIENT], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout.strip().splitlines()[-1])
+    elsewhere = {"dir": str(tmp_path / "elsewhere"), "token": "1" * 32, "sync": True}
+    monkeypatch.setattr(recovery.data_files, "for_pilot", lambda data, local: elsewhere)
+    session = make_session(uid=first["session"], database_url=url)
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    umgr.add_pilots(pilot)
+    unit = umgr.submit_units(rp.ComputeUnitDescription(function=big_value, args=(100_000,)))
+    assert umgr.wait_units(unit.uid, timeout=60) == [rp.DONE], unit.reason
+    assert type(unit.value) is bytes  # (not a name of a file in the first client's directory)
+    assert unit.return_value == bytes([7]) * 100_000

@@ -95,6 +95,9 @@ class UnitRunner(Protocol):
 
     def summary(self) -> str: ...  # what it did, for the agent's last log lines
 
+    # the owning client's data directory ({dir, token, sync} | None: pilot/functions.py)
+    def set_data(self, data: dict | None) -> None: ...
+
     # `sandbox`: the stager's, None for a function unit (its worker's directory is the runner's);
     # OSError: nothing left running
     def spawn(self, unit: dict, sandbox: str | None, alloc) -> Run: ...
@@ -149,6 +152,9 @@ class RunnerBase:
     sigchld = False
     runs_functions = False
     shares_data = False
+
+    def set_data(self, data: dict | None) -> None:
+        """(Function workers that see the client's data directory: the local runner's.)"""
 
     # Units held ahead: the runner may take units from the head of the agent's queue, in order,
     # to start them itself the moment a slot that fits frees (the local runner's lanes); it

@@ -26,18 +26,17 @@ import time
 
 from pilot import processes
 from pilot.agent.runners.base import Run
-from pilot.agent.workers.function_worker import OUTPUT_MAX, PATH_VAR
-from pilot.functions import DATA_TOKEN, DATA_VAR, VALUE_MAX
+from pilot.agent.workers.function_worker import MALLOC_TUNABLES, OUTPUT_MAX, PATH_VAR
+from pilot.functions import DATA_TOKEN, VALUE_MAX
 from pilot.sandbox import functions_dir
 
 _HEAD = struct.Struct(">I")
-MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=16777216"
 # the longest reply: a value (base64), its output (up to 4 bytes a character) and the rest
 FRAME_MAX = 4 * VALUE_MAX // 3 + 4 * 2 * OUTPUT_MAX + 65536
 
 
 class Worker:
-    __slots__ = ("pid", "sock", "buf", "run", "cpus", "base", "mine")
+    __slots__ = ("pid", "sock", "buf", "run", "cpus", "base", "mine", "told")
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock, self.buf = pid, sock, bytearray()
@@ -45,9 +44,13 @@ class Worker:
         self.cpus: list | None = None  # the cores its last call was bound to (None: all)
         self.base: dict | None = None  # the environment its calls share (the object sent)
         self.mine: dict = {}  # its last call's own variables, as set
+        self.told: object = _UNTOLD  # the data directory it was told of (FunctionWorkers.data)
 
 
-def seen_data_dir(data: dict | None) -> str | None:
+_UNTOLD = object()
+
+
+def seen_data_dir(data: dict | None) -> tuple[str, bool] | None:
     """The client's data directory when this agent sees it: its token file there holds the
     token the client gave ({dir, token}, the pilot's config); else None (large pickles then
     cross the pilot's hops as bytes)."""
@@ -58,21 +61,30 @@ def seen_data_dir(data: dict | None) -> str | None:
         return None
     try:
         with open(os.path.join(path, DATA_TOKEN)) as f:
-            return path if f.read().strip() == token and os.access(path, os.W_OK) else None
+            seen = f.read().strip() == token and os.access(path, os.W_OK)
     except OSError:  # (another host's directory, not shared here)
         return None
+    return (path, data.get("sync") is not False) if seen else None
 
 
 class FunctionWorkers:
     def __init__(
-        self, spawner, root: str, partition: str, most: int, path=(), data: str | None = None
+        self,
+        spawner,
+        root: str,
+        partition: str,
+        most: int,
+        path=(),
+        data: tuple[str, bool] | None = None,
     ) -> None:
         self.spawner = spawner
         self.env = dict(spawner.base_env)  # theirs: the client's own module directories too
         if path:
             self.env[PATH_VAR] = os.pathsep.join(path)
-        if data:  # large arguments and values by reference (pilot/functions.py)
-            self.env[DATA_VAR] = data
+        # large arguments and values by reference (pilot/functions.py): the client's data
+        # directory and whether a value file must be on the disk before its name goes (None:
+        # the bytes); told to each worker with its first call and when it changes (`set_data`)
+        self.data = data
         # glibc gives back to the system, and maps anew, every chunk over its (moving)
         # thresholds: a call of megabytes paid a page fault a page for each copy (measured:
         # 2 MB unpickled and pickled again 3.6 -> 1.4 ms).  A worker keeps up to 16 MiB of
@@ -162,6 +174,9 @@ class FunctionWorkers:
             msg["own"] = own
         if cpus:
             msg["cpus"] = cpus
+        if w.told != self.data:
+            msg["data"] = list(self.data) if self.data else None
+            w.told = self.data
         w.mine = {k: v for k, v in mine.items() if k not in own} if own else mine
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
         head = _HEAD.pack(len(data))

@@ -145,6 +145,12 @@ class LocalRunner(RunnerBase):
     def started(self) -> list[Run]:
         return self.feed.started()
 
+    def set_data(self, data: dict | None) -> None:
+        """A new owning client's data directory: its workers write large values there when
+        this agent sees it (its token is there), else they send the bytes."""
+        self.functions.data = seen_data_dir(data)
+        self.shares_data = self.functions.data is not None
+
     def describe(self) -> str:
         """How units start here, for the agent's log and `pilot top`."""
         lane = "on" if self.feed.lanes is not None else "off"

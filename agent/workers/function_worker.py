@@ -11,12 +11,14 @@ Every message is a 4-byte big-endian length and that many bytes of a pickled dic
                       client's data directory),
                       env: {name: value} that changed since its last call, unset: [names to
                       take out first], own: [the unit's own names in env],
-                      cpus: [core ids] | None}
+                      cpus: [core ids] | None,
+                      data: [directory, sync] | None: the client's data directory, with the
+                      first call and when it changes (large pickles by reference, below)}
     worker -> agent  {uid, ok: True,  value: cloudpickle of the return value (pilot/functions.py
                       `wrap`: base64, or bytes from LARGE on; from LARGE on, when its agent
-                      saw the client's data directory (PILOT_DATA_DIR), the name of the file
-                      it wrote there, VALUE_REF + NAME: the bytes never cross the pilot),
-                      stdout, stderr}
+                      sees the client's data directory (`data`), the name of the file
+                      it wrote there, VALUE_REF + NAME: the bytes never cross the pilot; on
+                      the disk first when `sync`), stdout, stderr}
                      {uid, ok: False, exception: "Type: message", stderr: ... + traceback,
                       stdout}
 (stdout, stderr: left out when empty.)  A worker keeps the environment of its last call: the
@@ -51,6 +53,8 @@ import traceback
 OUTPUT_MAX = 65536
 _HEAD = struct.Struct(">I")
 PATH_VAR = "PILOT_FUNCTION_PATH"  # (pilot/functions.py's client_path, set by its runner)
+# glibc's malloc for a worker (its runner sets it: agent/runners/functions.py says why)
+MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=16777216"
 
 
 def _read_exact(f, n: int) -> bytes | None:
@@ -109,6 +113,10 @@ def run_call(msg: dict, state: dict) -> dict:
         state["mask"] = mask
     out, err = _Capture(), _Capture()
     sys.stdout, sys.stderr = out, err
+    if "data" in msg:  # (its agent's word on the client's data directory, when it changes)
+        told = msg["data"]
+        ok = isinstance(told, list) and len(told) == 2 and isinstance(told[0], str)
+        state["data"], state["sync"] = (told[0], bool(told[1])) if ok else (None, False)
     try:
         data = state.get("data")
         f, args, kwargs = unpack_call(msg["call"], state["fns"], data)
@@ -127,7 +135,7 @@ def run_call(msg: dict, state: dict) -> dict:
         sent: str | bytes | None = None
         if data is not None and len(blob) >= LARGE:  # by reference: only its name goes back
             try:
-                sent = VALUE_REF + put_data(data, blob)
+                sent = VALUE_REF + put_data(data, blob, state.get("sync", False))
             except OSError:  # (the directory took no file: the bytes go back instead)
                 sent = None
         reply = {"uid": uid, "ok": True, "value": sent if sent is not None else wrap(blob)}
@@ -167,9 +175,8 @@ def main(argv: list[str]) -> int:
     # module there is found as in the client; the calls do not see the variable
     own = os.environ.pop(PATH_VAR, "")
     sys.path[1:1] = [p for p in own.split(os.pathsep) if p and p not in sys.path]
-    from pilot.functions import DATA_VAR
-
-    data_dir = os.environ.pop(DATA_VAR, None)  # (large pickles by reference: pilot/functions.py)
+    if os.environ.get("GLIBC_TUNABLES") == MALLOC_TUNABLES:  # (its runner's, for this
+        del os.environ["GLIBC_TUNABLES"]  # process: not the calls' nor what they start)
     fd = fcntl.fcntl(inherited, fcntl.F_DUPFD_CLOEXEC, 64)  # out of the way of user code
     os.close(inherited)
     rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)
@@ -182,7 +189,8 @@ def main(argv: list[str]) -> int:
         "mask": allowed,
         "pid": os.getpid(),
         "fns": {},  # a function's pickle -> the function (pilot/functions.py unpack_call)
-        "data": data_dir or None,  # the client's data directory, when its agent saw it
+        "data": None,  # the client's data directory, when its agent sees it (a call says)
+        "sync": False,  # a value file on the disk before its name goes
     }
     while True:
         head = _read_exact(rfile, 4)

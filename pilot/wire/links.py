@@ -136,6 +136,8 @@ TABLE: tuple[Message, ...] = (
     _m("agent", "sync", B, A, "{cid, uids}", m.SYNC, "say again all updates of these units"),
     _m("agent", "node_lost", B, A, "{index, name, reason}", m.NODE_LOST,
        "units running on that node end FAILED"),
+    _m("agent", "data", B, A, "{data: {dir, token, sync} | None}", m.DATA,
+       "an attaching client's data directory: large values by reference there, or bytes"),
     _m("agent", "stop", B, A, "{reason, units: CANCELED | back}", m.STOP,
        "end: cancel running units, cancel or hand back queued ones, then bye and exit"),
     # -- the node channel: node daemon -> bootstrap

@@ -162,6 +162,7 @@ CANCEL = fields(uids=_uids, reason=_text)
 SYNC = fields(cid=_text, uids=_uids)
 NODE_LOST = fields(index=_number, reason=_text)
 STOP = fields(reason=_text)
+DATA = fields(data=_opt_dict)
 
 _EXEC_UNIT = optional(
     fields(name=_text, environment=_opt_dict, prof=_text, policy=_opt_dict, nodes=_text)

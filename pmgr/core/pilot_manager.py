@@ -23,6 +23,7 @@ from pilot.partition.plan import most_nodes, plan_pilot
 from pilot.pmgr.batch import job_script, submitter
 from pilot.pmgr.core.handles import PILOT_STATE, callback
 from pilot.pmgr.core.pilot import Pilot
+from pilot.pmgr.store import data_files
 
 log = logging.getLogger("pmgr.pilots")
 
@@ -220,7 +221,9 @@ class PilotManager:
             "python_path": functions.client_path(),  # where function workers find modules
             # the session's data directory and its token: agents that read the token there
             # have their function workers pass large pickles by reference (pilot/functions.py)
-            "data": _data_dir(session),
+            "data": data_files.for_pilot(
+                session.store.data, pilot.resource.batch_system == "local"
+            ),
             "partitions": [
                 {"uid": p.uid, "description": p.description.to_stored()}
                 for p in pilot.parts.values()
@@ -231,16 +234,6 @@ class PilotManager:
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
         return cfg_path
-
-
-def _data_dir(session) -> dict | None:
-    data = session.store.data
-    if data is None:
-        return None
-    try:
-        return {"dir": data.path, "token": data.reach()}
-    except OSError:  # (a directory it cannot write: the bytes go through the pilot)
-        return None
 
 
 _warned: list = []

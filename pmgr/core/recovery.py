@@ -41,6 +41,7 @@ from pilot.errors import PilotOwned
 from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.handles import Partition
+from pilot.pmgr.store import data_files
 from pilot.wire.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")
@@ -214,6 +215,11 @@ class Recovery:
                 "owner": self.session.owner,
                 "epoch": self.session.epoch,
                 "take_over": take_over,
+                # (this client's data directory: the pilot's workers write large values
+                # where it reads them, or send the bytes: pilot/functions.py)
+                "data": data_files.for_pilot(
+                    self.session.store.data, pilot.resource.batch_system == "local"
+                ),
             }
             sock.send(pack({"cid": f"attach.{os.getpid()}", "op": "attach", "args": args}))
             return unpack(sock.recv())

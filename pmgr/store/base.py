@@ -5,7 +5,8 @@ Data model (one table / collection per kind; field names are the ones a person r
     pilots      uid, session, state, reason, sandbox, job, description*, size*
     partitions  uid, session, pilot, state, reason, description*, resources*
     units       uid, session, pilot, partition, state, reason, exit_code, node, slots*,
-                description*, return_value (a function unit's, base64 of its pickle),
+                description*, return_value (a function unit's: base64 of its pickle; from
+                LARGE bytes on a file of the session's data directory, "\x00file:NAME"),
                 exception (a function unit's, "Type: message"), kept* (the stdout / stderr
                 that travelled with its final state: a function's, a `cleanup` unit's),
                 times* (its history [[state, ts], ...], once it is final: a unit read back

@@ -79,22 +79,14 @@ class DataFiles:
             raise self._missing(name) from None
 
     def load(self, name: str):
-        """The object a file holds as a pickle (read through a mapping of the file: one copy
-        of its bytes, not two)."""
-        import mmap
+        """The object a file holds as a pickle (read whole first: a file mapped into the
+        client would turn an I/O error, or a truncation under it, into SIGBUS)."""
         import pickle
 
-        try:
-            with open(self._file(name), "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
-                    return pickle.loads(b"")  # (an empty file: pickle's own error)
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                    return pickle.loads(m)
-        except FileNotFoundError:
-            raise self._missing(name) from None
+        return pickle.loads(self.get(name))
 
     def _file(self, name: str) -> str:
-        if not name.isalnum() or not name.isascii():  # (a name from the store: never a path)
+        if not name.isalnum() or not name.isascii() or len(name) > 64:  # (never a path)
             raise LookupError(f"data file {name!r}: not a name this store makes")
         return os.path.join(self.path, name)
 
@@ -103,6 +95,20 @@ class DataFiles:
             f"data file {name} is not in {self.path} (the session's directory of another "
             "host, or removed)"
         )
+
+
+def for_pilot(data: DataFiles | None, local: bool) -> dict | None:
+    """What a pilot's function workers are told of the session's data directory (the pilot's
+    config, and a client's attach): its path, its token, and whether a value file must be on
+    the disk before its name is sent (a pilot on other hosts: a node that fails after its
+    worker answered must not take the value with it; a local pilot shares the client's host
+    and its fate).  None: no directory (the bytes go through the pilot)."""
+    if data is None:
+        return None
+    try:
+        return {"dir": data.path, "token": data.reach(), "sync": not local}
+    except OSError:  # (a directory it cannot write: the bytes go through the pilot)
+        return None
 
 
 def encode(value, data: DataFiles | None, files: dict | None = None) -> str | bytes:
@@ -137,7 +143,10 @@ def decode(value: str | bytes, data: DataFiles | None):
 
     def hook(d: dict):
         if len(d) == 1 and REF in d and type(d[REF]) is str:
-            return data.get(d[REF])
+            try:
+                return data.get(d[REF])
+            except LookupError:  # (one missing file fails its own call, not a whole read)
+                return d
         return d
 
     return json.loads(value, object_hook=hook)
@@ -152,7 +161,12 @@ def store_value(value, data: DataFiles | None):
 
 
 def value(stored, data: DataFiles | None):
-    """`store_value`'s form back: the bytes of a file it names, else the value."""
+    """`store_value`'s form back: the bytes of a file it names, else the value (a file that
+    is not there stays its reference: the unit's return_value says so, and a read of many
+    units is not failed for one)."""
     if type(stored) is str and stored.startswith(VALUE_REF) and data is not None:
-        return data.get(stored[len(VALUE_REF) :])
+        try:
+            return data.get(stored[len(VALUE_REF) :])
+        except LookupError:
+            return stored
     return stored

@@ -54,14 +54,21 @@ LOCAL_RUNTIME = 7 * 24 * 60  # minutes: a local pilot of an executor lasts until
 END_TIMEOUT = 60.0  # seconds for an owned partition or pilot to end at shutdown
 
 
+NOT_LOADED = object()
+
+
 def call_outcome(fut: Future, unit):
     """A call's result (DONE), or raises: its own exception, ExecutorError (FAILED),
     TimeoutError (canceled at its runtime limit)."""
     if unit.state == S.DONE:
-        try:
-            value = unit.return_value
-        except Exception as exc:  # (a value this process cannot load: a module it lacks)
-            raise ExecutorError(f"{unit.uid}: its return value cannot be loaded: {exc}") from None
+        value = fut.loaded  # (the feeder loaded it once already, for its time)
+        if value is NOT_LOADED:
+            try:
+                value = unit.return_value
+            except BaseException as exc:  # (a value this process cannot load: a module it
+                # lacks, a file of the data directory that is gone, an unpickling that exits)
+                why = f"{unit.uid}: its return value cannot be loaded: {exc!r}"
+                raise ExecutorError(why) from None
         if type(value) is remote_call.Raised:
             raise value.rebuild(ExecutorError)
         return value
@@ -82,6 +89,7 @@ class Future(futures.Future):
         self.timed_out = False
         self.started = False  # marked running (its unit was EXECUTING)
         self.dropped = False  # canceled (read without the future's lock)
+        self.loaded: object = NOT_LOADED  # its value, when the feeder loaded it already
         self._executor = executor
 
     def cancel(self) -> bool:

@@ -202,8 +202,7 @@ class Feed:
                 made.append(self._unit_for(group))
             except Exception as exc:  # (calls that cannot be packed together: their outcome)
                 for f, _ in group:
-                    if not f.done():
-                        f.set_exception(exc)
+                    _fail(f, exc)
         made += [Sent(d, [(f, None)], False) for f, d in own]
         sent = [s for s in made if s is not None]
         if not sent:
@@ -218,8 +217,7 @@ class Feed:
             for s in sent:
                 if self.sent.pop(id(s.desc), None) is not None:
                     for f, _ in s.items:
-                        if not f.done():
-                            f.set_exception(exc)
+                        _fail(f, exc)
             return
         canceled = []
         for s, unit in zip(sent, units):
@@ -311,13 +309,30 @@ class Feed:
                     fut.set_exception(futures.CancelledError(f"{unit.uid} CANCELED: {unit.reason}"))
             return
         if state == S.DONE and item is not None:
-            self._measured([item], _seconds(unit.value))
+            self._load(fut, item, unit)
         try:
             value = fut.outcome(fut, unit)
         except BaseException as exc:
             fut.set_exception(exc)
         else:
             fut.set_result(value)
+
+    def _load(self, fut, item, unit) -> None:
+        """A call alone ended DONE: its value loaded once, for its future (fut.loaded) and for
+        the measurement of its function (its worker's Timed); a LARGE value or a file of the
+        data directory is left to the future's outcome (and its function is never bundled)."""
+        stored = unit.value
+        if stored is not None and (
+            len(stored) >= functions.LARGE or functions.is_value_ref(stored)
+        ):
+            self._measured([item], math.inf)
+            return
+        try:
+            value, seconds = functions.unpack_timed(stored)
+        except BaseException:  # (one this process cannot load: the outcome says why)
+            return
+        fut.loaded = value
+        self._measured([item], seconds)
 
     def _bundle_ended(self, sent: Sent, unit, state: str) -> None:
         if state == S.DONE:
@@ -407,12 +422,13 @@ class Feed:
         return list(dict.fromkeys(sent + later))
 
 
-def _seconds(value: str | bytes | None) -> float | None:
-    """What a call alone took in its worker (its value a functions.Timed); inf when its value
-    is LARGE (such calls are not bundled, and the value is not loaded twice for its time)."""
-    if value is not None and (len(value) >= functions.LARGE or functions.is_value_ref(value)):
-        return math.inf
-    return functions.value_seconds(value)
+def _fail(fut, exc: BaseException) -> None:
+    """fut ends with `exc`, unless it ended meanwhile (a cancel() racing this thread)."""
+    try:
+        if not fut.done():
+            fut.set_exception(exc)
+    except futures.InvalidStateError:
+        pass
 
 
 class Deadlines:
