@@ -383,3 +383,32 @@ def test_large_arguments_with_a_class_of_main_go_by_value(monkeypatch):
         )
         assert out.returncode == 0, out.stderr.decode()
         assert out.stdout.decode().split()[0] == str(len(big))
+
+
+def test_a_value_file_that_is_gone_fails_its_own_value_only(session):
+    """A value by reference whose file is gone (removed, another host's directory): its
+    unit's return_value says so (LookupError naming the file); a read of many units from the
+    store still gives the others."""
+    from pilot import functions
+    from pilot.pmgr.store import open_store
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    assert pilot.partitions[0].data_shared
+    units = umgr.submit_units(
+        [CUD(function=digest_and_back, args=(bytes([i]) * 70_000, 70_000)) for i in range(2)]
+    )
+    assert umgr.wait_units([u.uid for u in units], timeout=60) == [rp.DONE] * 2
+    gone, kept = units
+    assert functions.is_value_ref(gone.value) and functions.is_value_ref(kept.value)
+    os.unlink(os.path.join(session.dir, "data", gone.value[len(functions.VALUE_REF) :]))
+    with pytest.raises(LookupError, match="is not in"):
+        _ = gone.return_value
+    assert kept.return_value[1] == bytes([1]) * 70_000
+    session.writer.flush(timeout=30)
+    store = open_store(session.url)
+    try:
+        docs = store.get_many("units", [gone.uid, kept.uid])
+        assert functions.is_value_ref(docs[gone.uid]["return_value"])  # (its reference)
+        assert functions.unpack_value(docs[kept.uid]["return_value"])[1][:3] == bytes([1]) * 3
+    finally:
+        store.close()
