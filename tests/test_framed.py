@@ -44,4 +44,11 @@ def test_large_bytes_go_to_files_and_come_back(tmp_path):
         data.get("../state.db")
     os.unlink(tmp_path / "data" / name)
     with pytest.raises(LookupError, match="is not in"):
-        data_files.decode(stored, data)
+        data.get(name)
+    # a read keeps the reference of a file that is gone: its own unit fails on it, not the
+    # read of all (a call's arguments, a value)
+    assert data_files.decode(stored, data) == {
+        "function": {"args": {data_files.REF: name}},
+        "cpus": 1,
+    }
+    assert data_files.value(data_files.VALUE_REF + name, data) == data_files.VALUE_REF + name
