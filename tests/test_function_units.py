@@ -412,3 +412,31 @@ def test_a_value_file_that_is_gone_fails_its_own_value_only(session):
         assert functions.unpack_value(docs[kept.uid]["return_value"])[1][:3] == bytes([1]) * 3
     finally:
         store.close()
+
+
+def test_a_partition_of_several_nodes_runs_a_call_as_a_process_of_its_own(session):
+    """On a partition of node daemons a function unit is a process of its own on its node
+    (agent/workers/function_once.py): its value, its exception, its large arguments and value
+    (as bytes: no function workers there see the data directory), its ids."""
+    from pilot import functions
+
+    pilot, umgr = active_pilot(
+        session, resource="local.nodes4", parts=[rp.ComputePartitionDescription(nodes=2)]
+    )
+    assert not pilot.partitions[0].data_shared
+    blob = os.urandom(100_000)
+    units = umgr.submit_units(
+        [
+            CUD(function=digest_and_back, args=(blob, 70_000)),
+            CUD(function=where_am_i),
+            CUD(function="math.gcd", args=(12, 18)),
+            CUD(function=dies),
+        ]
+    )
+    states = umgr.wait_units([u.uid for u in units], timeout=60)
+    assert states[:3] == [rp.DONE] * 3, [(u.uid, u.state, u.reason) for u in units]
+    assert type(units[0].value) is bytes and not functions.is_value_ref(units[0].value)
+    assert units[0].return_value[1] == blob[:70_000]
+    assert units[1].return_value["uid"] == units[1].uid
+    assert units[2].return_value == 6
+    assert states[3] == rp.FAILED
