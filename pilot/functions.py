@@ -307,7 +307,7 @@ def data_file(data: str, name: str) -> str:
     return os.path.join(data, name)
 
 
-def put_data(data: str, blob: bytes, sync: bool = False) -> str:
+def put_data(data: str, blob: bytes | bytearray | memoryview, sync: bool = False) -> str:
     """Write `blob` as a new file of data directory `data` (whole under a temporary name, then
     renamed: a reader never sees half of one; `sync`: on the disk before it is named, for a
     writer on another host than the directory's reader); its name.  A write that fails leaves
@@ -385,8 +385,8 @@ def resolve(name: str):
 
 class Timed:
     """A call's value with the seconds the call itself took in its worker (pilot/remote_call.py
-    `call`, when its front door asks: the value of a function's first calls, which tell the
-    front door how long its calls take).  `unpack_value` gives the value alone."""
+    `call_with`: every call alone of a front door, which learns from it how long its
+    function's calls take).  `unpack_value` gives the value alone."""
 
     __slots__ = ("value", "seconds")
 

@@ -40,13 +40,15 @@ NODES = "dict(resource='local.nodes4', parts=[rp.ComputePartitionDescription(nod
 
 
 def first_client(database_url: str, pilot: str = LOCAL, ranks: int = 1) -> dict:
+    return run_client(FIRST_CLIENT, database_url, pilot, str(ranks))
+
+
+def run_client(script: str, database_url: str, *args: str) -> dict:
+    """Run a client `script` (python -c) on the store at `database_url`: the JSON it printed
+    last (its session, ...), once it has exited (or died, as it means to)."""
     env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=database_url)
     out = subprocess.run(
-        [sys.executable, "-c", FIRST_CLIENT, pilot, str(ranks)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120, env=env
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -136,15 +138,7 @@ def test_outcomes_outlive_their_partition_and_the_clients_absence(make_session, 
 
     url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
     env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
-    out = subprocess.run(
-        [sys.executable, "-c", TRUTH_CLIENT, log],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr
-    first = json.loads(out.stdout.strip().splitlines()[-1])
+    first = run_client(TRUTH_CLIENT, url, log)
     deadline = time.monotonic() + 60
     while sum(read_truth(log)[1].values()) < 8 and time.monotonic() < deadline:
         time.sleep(0.1)  # (all 8 ended while no client listened)
@@ -372,12 +366,7 @@ def test_large_values_by_reference_outlive_the_client(make_session, tmp_path):
     import hashlib
 
     url = f"sqlite:///{tmp_path / 'state.db'}"
-    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
-    out = subprocess.run(
-        [sys.executable, "-c", LARGE_CLIENT], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert out.returncode == 0, out.stderr
-    first = json.loads(out.stdout.strip().splitlines()[-1])
+    first = run_client(LARGE_CLIENT, url)
     session = make_session(uid=first["session"], database_url=url)
     rp.PilotManager(session).get_pilots()
     umgr = rp.UnitManager(session)
@@ -415,12 +404,7 @@ def test_a_client_with_another_data_directory_gets_large_values_as_bytes(
     from pilot.pmgr.core import recovery
 
     url = f"sqlite:///{tmp_path / 'state.db'}"
-    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
-    out = subprocess.run(
-        [sys.executable, "-c", OWNER_CLIENT], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert out.returncode == 0, out.stderr
-    first = json.loads(out.stdout.strip().splitlines()[-1])
+    first = run_client(OWNER_CLIENT, url)
     elsewhere = {"dir": str(tmp_path / "elsewhere"), "token": "1" * 32, "sync": True}
     monkeypatch.setattr(recovery.data_files, "for_pilot", lambda data, local: elsewhere)
     session = make_session(uid=first["session"], database_url=url)

@@ -255,8 +255,7 @@ class Unit(Stateful):
             data = self.session.store.data
             if data is None:
                 raise LookupError(f"{self.uid}: its value is a data file, and this store has none")
-            obj = data.load(value[len(functions.VALUE_REF) :])
-            return obj.value if type(obj) is functions.Timed else obj
+            value = data.get(value[len(functions.VALUE_REF) :])
         return functions.unpack_value(value)
 
     def manager_callbacks(self) -> list:

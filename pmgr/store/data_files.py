@@ -44,7 +44,7 @@ class DataFiles:
     def put(self, blob: bytes | bytearray | memoryview) -> str:
         """Write `blob` to a new file; its name."""
         self._make()
-        return functions.put_data(self.path, bytes(blob) if type(blob) is not bytes else blob)
+        return functions.put_data(self.path, blob)
 
     def _make(self) -> None:
         if not self.made:
@@ -78,17 +78,11 @@ class DataFiles:
         except FileNotFoundError:
             raise self._missing(name) from None
 
-    def load(self, name: str):
-        """The object a file holds as a pickle (read whole first: a file mapped into the
-        client would turn an I/O error, or a truncation under it, into SIGBUS)."""
-        import pickle
-
-        return pickle.loads(self.get(name))
-
     def _file(self, name: str) -> str:
-        if not name.isalnum() or not name.isascii() or len(name) > 64:  # (never a path)
-            raise LookupError(f"data file {name!r}: not a name this store makes")
-        return os.path.join(self.path, name)
+        try:
+            return functions.data_file(self.path, name)  # (a name from the store: never a path)
+        except ValueError as exc:
+            raise LookupError(str(exc)) from None
 
     def _missing(self, name: str) -> LookupError:
         return LookupError(
