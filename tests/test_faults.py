@@ -205,6 +205,37 @@ def test_database_killed_and_restarted_mid_run(make_session, tmp_path, mongo_ser
         server.stop()
 
 
+def test_writes_that_land_without_their_answer_are_stored_once(make_session, tmp_path, mongo_url):
+    """A MongoDB write can land and its answer be lost (the connection drops after the server
+    applied it): the writer tries the same batch again, and every unit's history is stored once
+    (every third batch here lands, then fails as a dropped connection does)."""
+    from pymongo.errors import AutoReconnect
+
+    log = str(tmp_path / "truth.log")
+    session = make_session(database_url=mongo_url)
+    store = session.writer.store
+    write = store.write_batch
+    landed = []
+
+    def lands_then_fails(batch):
+        refused = write(batch)
+        landed.append(len(batch))
+        if len(landed) % 3 == 0:
+            raise AutoReconnect("connection closed (after the server applied the write)")
+        return refused
+
+    store.write_batch = lands_then_fails
+    try:
+        pilot, umgr = active_pilot(session, parts=((1,), (1,)))
+        units = umgr.submit_units([truth_unit(log, sleep=0.01) for _ in range(120)])
+        umgr.wait_units(timeout=120)
+        states = check_exactly_once(session, units, log)
+        assert states == {rp.DONE: 120}, states
+        assert len(landed) >= 6, landed  # (the failure was met, more than once)
+    finally:
+        del store.write_batch
+
+
 def test_restartable_units_run_again_when_their_agent_dies(session, tmp_path):
     """Units marked restartable may run again elsewhere when their agent dies after starting
     them: they all end DONE, and the history of each one that ran twice shows the restart."""

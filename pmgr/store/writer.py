@@ -49,9 +49,13 @@ batch again after the usual backoff.
 
 When the database fails (lost, restarting), nothing upstream notices: the writer keeps the
 records it could not write and tries again, with a backoff of RETRY_MIN..RETRY_MAX seconds,
-merging what arrived meanwhile into the same batch; when the database is back it catches up in
-one write.  It holds at most `max_buffer` records: past that the oldest are dropped and their
-uids kept in `unpersisted` (exactly what was not persisted), and `dropped` counts them.
+merging what arrived meanwhile into its next batch; when the database is back it catches up in
+two writes.  The failed batch is tried again as it was built (`retry`), not made anew with what
+came since: a MongoDB write can land without its answer reaching us, and its records of moves
+are found again by their keys only if the same records carry the same keys (made anew, a
+unit's row would be stored twice).  It holds at most `max_buffer` records: past that the
+oldest are dropped and their uids kept in `unpersisted` (exactly what was not persisted), and
+`dropped` counts them.
 """
 
 from __future__ import annotations
@@ -137,6 +141,9 @@ class BatchWriter:
         self.behind_batch = max(self.max_batch, behind if behind_batch is None else behind_batch)
         self.max_buffer = max_buffer
         self.pending: list = []  # records a failed write left behind, oldest first
+        # (n, the batch built of pending's first n records): a failed write, tried again as
+        # it was built (the header, "retry")
+        self.retry: tuple[int, tuple] | None = None
         self.dropped = 0
         self.retrying = False
         self.q: queue.SimpleQueue = queue.SimpleQueue()
@@ -248,7 +255,7 @@ class BatchWriter:
                     except queue.Empty:
                         break
             sends = self._with_sends([])
-            if urgent and sends and items:
+            if urgent and sends and items and self.retry is None:
                 # (its docs alone: the fewest statements before the send; what was gathered
                 # goes next, its units' earlier moves among it)
                 if self._write(sends):  # (the rest after a linger: the interpreter is the
@@ -257,6 +264,16 @@ class BatchWriter:
                     continue
                 items, sends = sends + items, []  # (the store failed: kept, the send's first)
             items = items + sends
+            if self.retry is not None:  # (a failed batch first, as it was built)
+                n, built = self.retry
+                if not self._write(items[:n], built):
+                    self._keep(items)
+                    backoff = min(backoff * 2, RETRY_MAX)
+                    if stop:
+                        return
+                    items = item = sends = None
+                    continue
+                items = items[n:]
             if items and not self._write(items):
                 self._keep(items)
                 backoff = min(backoff * 2, RETRY_MAX)
@@ -279,6 +296,9 @@ class BatchWriter:
     def _keep(self, items: list) -> None:
         excess = len(items) - self.max_buffer
         if excess > 0:
+            if self.retry is not None:  # (the failed batch goes whole, or is made anew)
+                excess = max(excess, self.retry[0])
+                self.retry = None
             lost, items = items[:excess], items[excess:]
             kept = [i for i in lost if isinstance(i[1], _Then)]  # callbacks are never dropped
             lost = [i for i in lost if not isinstance(i[1], _Then)]
@@ -290,10 +310,14 @@ class BatchWriter:
                 self._cv.notify_all()
         self.pending = items
 
-    def _write(self, items: list) -> bool:
-        """Write one batch and run its callbacks; False when the database failed for now (the
-        caller keeps `items` to retry), True when written or refused for good."""
-        batch, objs, thens, unbuilt = self._batch(items)
+    def _write(self, items: list, built: tuple | None = None) -> bool:
+        """Write one batch (`built`: the one `items` made before, its keys and all) and run its
+        callbacks; False when the database failed for now (the caller keeps `items` to retry,
+        and `retry` holds the batch), True when written or refused for good."""
+        self.retry = None
+        if built is None:
+            built = self._batch(items)
+        batch, objs, thens, unbuilt = built
         refused = None
         try:
             if len(batch):  # (callbacks alone need no write)
@@ -310,7 +334,10 @@ class BatchWriter:
             self.retrying = True  # (the batch again, soon: "store is back" once it is in)
             return False
         except Exception as exc:  # a database error must not stop the client: retry later
-            return self._not_written(items, exc)
+            if self._not_written(items, exc):
+                return True
+            self.retry = (len(items), built)  # (the same batch again: the header, "retry")
+            return False
         if refused:
             self._refused(refused)
         if self.retrying:
@@ -507,6 +534,7 @@ class BatchWriter:
             log.error("store refused a batch (%s); writing its records one by one", exc)
             for item in items:
                 self._write([item])
+            self.retry = None
             return True
         if not self.store.transient(exc):
             self.unpersisted.update(_uids(items[0][1]))
