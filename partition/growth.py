@@ -260,7 +260,8 @@ class Growth:
         self.to_client(
             msg(b"grow", {"job": name, "nodes": nodes, "hint": hint, "exclude": exclude,
                           "positions": job.positions, "endpoint": ns.endpoint,
-                          "pulse": ns.pulse.endpoint, "reason": reason,
+                          "pulse": ns.pulse.endpoint, "pulse_s": ns.pulse.period,
+                          "reason": reason,
                           "runtime": max(60.0, self.deadline - time.monotonic())})
         )  # fmt: skip
         return job

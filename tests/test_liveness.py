@@ -85,13 +85,61 @@ def test_a_pulse_connection_is_closed_after_half_the_node_timeout_within_bounds(
     assert got == [1500, 1500, 2000, 3000, 5000, 5000]
 
 
+def test_the_pulse_slows_down_as_a_pilot_grows_so_the_bootstrap_hears_a_bounded_rate():
+    """Up to 1,024 nodes every 0.5 s; beyond, at most `pulse_rate` heartbeats a second reach
+    the bootstrap; never longer than node_timeout / 4 or 5 s; REJOIN and ZeroMQ's ping follow
+    the period (two periods' difference, a third of the dead time at most)."""
+    from pilot.wire import liveness
+
+    assert [liveness.period(n, 60) for n in (1, 4, 1024, 2048, 4096, 9408, 100_000)] == [
+        0.5, 0.5, 0.5, 1.0, 2.0, 9408 / 2048, 5.0,
+    ]  # fmt: skip
+    assert liveness.period(4096, 10) == 2.0 and liveness.period(10_000, 10) == 2.5
+    assert liveness.period(4096, 1) == 0.5  # (a short node_timeout: never below 0.5 s)
+    assert liveness.period(64, 60, rate=16) == 4.0
+    assert liveness.rejoin(0.5) == 3.0 and liveness.rejoin(2.0) == 6.0
+    assert liveness.tolerance(10, 2.0) == 16.0 and liveness.tolerance(10) == 13.0
+    assert liveness.ping_ms(10) == 500 and liveness.ping_ms(10, 2.0) == 1666
+    assert liveness.ping_ms(60, 2.0) == 1666 and liveness.ping_ms(3, 2.0) == 500
+
+
+def test_the_bootstraps_pulse_socket_keeps_no_timer_per_connection():
+    """libzmq cancels a timer by walking every timer of its I/O thread: a ZeroMQ heartbeat on
+    the bootstrap's ROUTER (or a TTL the daemons ask it to keep) is a timer per connection,
+    made and cancelled with every message, O(nodes) a message.  The ROUTER sets none (TCP
+    keepalive instead); the daemon's DEALER pings, closes a dead link, and asks for no TTL."""
+    import zmq
+
+    from pilot.wire import liveness
+
+    ctx = zmq.Context()
+    try:
+        router = liveness.pulse_socket(ctx, zmq.ROUTER, 10, 2.0)
+        dealer = liveness.pulse_socket(ctx, zmq.DEALER, 10, 2.0)
+        assert router.getsockopt(zmq.HEARTBEAT_IVL) == 0
+        assert router.getsockopt(zmq.HEARTBEAT_TIMEOUT) in (-1, 0)
+        assert router.getsockopt(zmq.TCP_KEEPALIVE) == 1
+        assert dealer.getsockopt(zmq.HEARTBEAT_IVL) == 1666
+        assert dealer.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 5000
+        assert dealer.getsockopt(zmq.HEARTBEAT_TTL) == 0
+        router.close()
+        dealer.close()
+    finally:
+        ctx.term()
+
+
 @needs_netns
-@pytest.mark.parametrize("seconds", ["4.2", "5.6"])
-def test_an_outage_shorter_than_node_timeout_ends_no_node(hosts, tmp_path, seconds):
+@pytest.mark.parametrize(
+    "seconds,pulse_rate", [("4.2", None), ("5.6", None), ("4.2", 1)], ids=["4.2", "5.6", "4.2-slow"]
+)
+def test_an_outage_shorter_than_node_timeout_ends_no_node(hosts, tmp_path, seconds, pulse_rate):
     """4.2 s (and 5.6 s) of silent drops on node 2's link, node_timeout 6 s: on a plain TCP
     connection the silence after 4.2 s is ~7 s (retransmission back-off), yet the node stays
-    and every unit ends DONE exactly once, those on that node included."""
-    res = resource(tmp_path, hosts, node_timeout=6)
+    and every unit ends DONE exactly once, those on that node included.  So with a pulse of
+    1.5 s (pulse_rate 1: the longest node_timeout 6 s allows)."""
+    res = resource(
+        tmp_path, hosts, node_timeout=6, **({"pulse_rate": pulse_rate} if pulse_rate else {})
+    )
     victim = hosts.hosts[1]
     r = scenario(hosts, "outage", res, hosts.ctl, "2", victim, seconds)
     assert r["silent_s"] >= float(seconds)
@@ -104,21 +152,30 @@ def test_an_outage_shorter_than_node_timeout_ends_no_node(hosts, tmp_path, secon
 
 
 @needs_netns
-def test_silent_nodes_are_lost_while_another_is_heard(hosts, tmp_path):
+@pytest.mark.parametrize("node_timeout,pulse_rate", [(3, None), (8, 1)], ids=["0.5s", "2s"])
+def test_silent_nodes_are_lost_while_another_is_heard(hosts, tmp_path, node_timeout, pulse_rate):
     """The links of nodes 2 and 3 drop everything while node 1's carries on: those two are
     lost after node_timeout + REJOIN (the bootstrap hears node 1 meanwhile: they are gone,
     not it), their units end FAILED with the reason naming them; the partition goes on with
-    node 1, whose units run on; every unit ends once."""
-    res = resource(tmp_path, hosts, node_timeout=3)
+    node 1, whose units run on; every unit ends once.  So with a pulse every 2 s (pulse_rate
+    1, node_timeout 8 s), the REJOIN that comes with it (6 s) named in the reason."""
+    from pilot.wire import liveness
+
+    more = {"pulse_rate": pulse_rate} if pulse_rate else {}
+    res = resource(tmp_path, hosts, node_timeout=node_timeout, **more)
+    period = liveness.period(hosts.k, node_timeout, pulse_rate or liveness.PULSE_RATE)
     r = scenario(hosts, "silent", res, hosts.ctl, f"2:{hosts.hosts[1]}", f"3:{hosts.hosts[2]}")
     assert r["lost"], r
     for state, reason in r["lost"]:
         assert state == "FAILED" and "lost" in reason, r["lost"]
-        assert "no word from its daemon for 3 s (node_timeout)" in reason, reason
+        assert f"no word from its daemon for {node_timeout} s (node_timeout)" in reason, reason
+        assert f"nor in the {liveness.rejoin(period):g} s more" in reason, reason
         assert f"while node {hosts.hosts[0]} was heard" in reason, reason
     assert r["part"] == ["ACTIVE", None], r["part"]
     assert r["elsewhere"] in (["EXECUTING"], []), r["elsewhere"]
-    assert r["ended_s"] < 3 + 3 + 15, r["ended_s"]  # tolerance, then a bounded teardown
+    tolerance = liveness.tolerance(node_timeout, period)
+    assert r["ended_s"] < tolerance + 15, r["ended_s"]  # tolerance, then a bounded teardown
+    assert r["ended_s"] > tolerance - period - 0.5, r["ended_s"]  # (not lost before it)
     assert set(r["states"]) <= {"FAILED", "CANCELED"} and sum(r["states"].values()) == 12
     assert r["final"][0] == "CANCELED", r["final"]  # (canceled by the scenario, at its end)
 

@@ -3,7 +3,7 @@
     python -m pilot.agent.node.daemon --bootstrap tcp://HOST:PORT --pulse tcp://HOST:PORT
                                 --pilot UID --session SID
                                 [--hint I] [--hint-base B] [--name NAME] [--timeout S]
-                                [--table-timeout S]
+                                [--table-timeout S] [--pulse-s S]
                                 [--watch-parent | --watch-pid PID]
                                 [--curve KEYS_DIR]   (channels beyond loopback:
                                 pilot/wire/security.py)
@@ -35,7 +35,8 @@ Bring-up (bootstrap ROUTER "nodes" <-> this daemon's DEALER, identity = "d<hint>
     silent node must not take the healthy ones down with it): the daemon logs it and exits 3.
 Liveness (the pulse: this daemon's DEALER, identity "d<hint>", to the bootstrap's pulse
 ROUTER --pulse; the protocol and the ZeroMQ options are in pilot/wire/liveness.py):
-    -> hb {n} and <- hb {n, d} every PULSE s (n: this daemon's heartbeats, numbered; the
+    -> hb {n} and <- hb {n, d} every --pulse-s s (liveness.period, the bootstrap's choice: 0.5 s,
+       longer for a pilot of more than 1,024 nodes; n: this daemon's heartbeats, numbered; the
        bootstrap's says the last one it heard, and d how many `drop`s it sent on the node
        channel).  Silence is not death: the bootstrap may be stalled
        (stopped, swapped out, its loop behind a slow file system) or its link down, and the
@@ -89,6 +90,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -172,7 +174,8 @@ class NodeDaemon:
         if self.keys is not None:
             self.keys.client(self.up)
         self.up.connect(args.bootstrap)
-        self.pulse = liveness.pulse_socket(self.ctx, zmq.DEALER, args.timeout)
+        self.period = args.pulse_s  # seconds between heartbeats (the bootstrap's choice)
+        self.pulse = liveness.pulse_socket(self.ctx, zmq.DEALER, args.timeout, self.period)
         self.pulse.setsockopt(zmq.IDENTITY, f"d{self.hint}".encode())
         if self.keys is not None:
             self.keys.client(self.pulse)
@@ -189,7 +192,9 @@ class NodeDaemon:
         self.index: int | None = None
         self.table: dict | None = None
         self.agents: dict[int, str] = {}  # pid -> partition uid of agents hosted here
-        self.silence = liveness.Silence(liveness.tolerance(args.timeout))  # of the bootstrap
+        self.silence = liveness.Silence(  # of the bootstrap
+            liveness.tolerance(args.timeout, self.period), liveness.rejoin(self.period)
+        )
         self.silent_since: float | None = None  # (node.silent said; node.heard when it ends)
         self.ppid = os.getppid()
         self.watched = processes.Watched(args.watch_pid) if args.watch_pid else None
@@ -353,7 +358,7 @@ class NodeDaemon:
     def tick(self, now: float) -> int | None:
         """Its clocks: the table awaited, a halt, its heartbeat; the exit code once it is done
         (None: it goes on).  (A host calls it for each daemon a few times a second: the
-        heartbeat is every PULSE s, the table's wait and silence are seconds long.)"""
+        heartbeat is every period, the table's wait and silence are seconds long.)"""
         table_wait = self.args.table_timeout or self.args.timeout
         if self.index is None and now - self.started > table_wait:
             log.error("%s: no channel table within %g s; exiting", self.name, table_wait)
@@ -370,9 +375,9 @@ class NodeDaemon:
         return None
 
     def beat(self, now: float) -> None:
-        """Its heartbeat to the bootstrap, when due (every PULSE s)."""
+        """Its heartbeat to the bootstrap, when due (every period)."""
         if now >= self.next_hb:
-            self.next_hb = now + liveness.PULSE
+            self.next_hb = now + self.period
             try:
                 self.pulse.send_multipart(msg(b"hb", {"n": self.hb_n + 1}), zmq.NOBLOCK)
                 self.hb_n += 1
@@ -513,7 +518,7 @@ class NodeDaemon:
                 self.name,
                 silent[BOOTSTRAP],
                 self.args.timeout,
-                liveness.REJOIN,
+                liveness.rejoin(self.period),
                 len(self.ranks.running),
             )
         if self.args.watch_parent and os.getppid() != self.ppid:
@@ -557,6 +562,26 @@ class NodeDaemon:
         self.ctx.term()
 
 
+def add_pulse_s(p: argparse.ArgumentParser) -> None:
+    """--pulse-s: seconds between heartbeats, as the bootstrap chose them (liveness.period)."""
+
+    def period(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not liveness.PULSE <= value <= liveness.PULSE_MAX:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number of seconds within {liveness.PULSE:g} and "
+                f"{liveness.PULSE_MAX:g}"
+            )
+        return value
+
+    p.add_argument(
+        "--pulse-s", type=period, default=liveness.PULSE, help="seconds between heartbeats"
+    )
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m pilot.agent.node.daemon")
     p.add_argument("--bootstrap", required=True)
@@ -568,6 +593,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--name", default=None)
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--table-timeout", type=float, default=None)
+    add_pulse_s(p)
     p.add_argument("--watch-parent", action="store_true")
     p.add_argument("--watch-pid", type=int, default=None, help="halt when this process ends")
     p.add_argument("--curve", default=None, help="the session's key directory (CURVE)")

@@ -50,7 +50,7 @@ import time
 
 import zmq
 
-from pilot.agent.node.daemon import Hosted, NodeDaemon
+from pilot.agent.node.daemon import Hosted, NodeDaemon, add_pulse_s
 from pilot.agent.node.ranks import RankEvents
 from pilot.config import network
 from pilot.wire import security
@@ -323,6 +323,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--session", required=True)
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--table-timeout", type=float, default=None)
+    add_pulse_s(p)
     p.add_argument("--curve", default=None, help="the session's key directory (CURVE)")
     p.add_argument("--cores", type=int, default=128, help="cores a simulated node says it has")
     p.add_argument("--gpus", type=int, default=8, help="GPUs a simulated node says it has")

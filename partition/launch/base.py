@@ -95,6 +95,8 @@ def daemon_argv(rcfg, endpoint: str, cfg: dict) -> list[str]:
     ]
     if cfg.get("pulse"):  # the bootstrap's pulse channel (pilot/wire/liveness.py)
         args += ["--pulse", cfg["pulse"]]
+    if cfg.get("pulse_s"):  # its period (liveness.period), unless the daemons' default
+        args += ["--pulse-s", repr(float(cfg["pulse_s"]))]
     if cfg.get("curve"):
         args += ["--curve", cfg["curve"]]
     if cfg.get("hint_base"):  # the daemons of a job growing the pilot: partition/nodes/join_job.py

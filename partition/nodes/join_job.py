@@ -43,6 +43,7 @@ def run(cfg: dict) -> int:
         "pilot": cfg["pilot"],
         "session": cfg["session"],
         "pulse": cfg["pulse"],
+        "pulse_s": cfg.get("pulse_s"),
         "curve": cfg.get("curve"),
         "hint_base": cfg["hint_base"],
         "positions": cfg.get("positions") or [],

@@ -32,11 +32,12 @@ Growth: the nodes of a later batch job of the pilot join it while it runs (`join
 partition/nodes/joins.py).
 Life: `drop` {part} when a partition ends (its daemons kill what of it still runs).
 Liveness is a channel of its own beside this one, a pulse per daemon (partition/nodes/pulse.py,
-the protocol in pilot/wire/liveness.py): `hb` both ways every PULSE s on a connection that ZeroMQ
-ends and makes anew when it stalls, so TCP's back-off after an outage delays no heartbeat.  A
-node is lost when it is gone, not when the bootstrap was slow: its daemon process ended
-(fork / exec / netns launches), the batch system ended it (the srun step ended), or its daemon
-was silent (on both channels) for node_timeout + REJOIN seconds while the bootstrap heard
+the protocol in pilot/wire/liveness.py): `hb` both ways every period (0.5 s; longer for a pilot
+of more than 1,024 nodes, liveness.period) on a connection that ZeroMQ ends and makes anew
+when it stalls, so TCP's back-off after an outage delays no heartbeat.  A node is lost when it
+is gone, not when the bootstrap was slow: its daemon process ended (fork / exec / netns
+launches), the batch system ended it (the srun step ended), or its daemon was silent (on both
+channels) for node_timeout + REJOIN seconds (liveness.tolerance) while the bootstrap heard
 another node steadily from the start of that silence on (liveness.Silence.heard_through: a
 node heard again only after a common outage is no witness).  Silence of every node at once
 says nothing of the nodes (the bootstrap's own link is down, or it did not run:
@@ -69,7 +70,7 @@ from pilot.wire.protocol import ProtocolError, drain, msg, pack, wait_ms
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
 RESEND = 2.0  # s without a `ready` while some are missing: the table to those straight
-DIRECT_BYTES = 16 * 2**20  # the table's copies the bootstrap sends itself, at most (fanout unset)
+DIRECT_BYTES = 256 * 2**20  # the table's copies the bootstrap sends itself, at most (fanout unset)
 TREE_WIDTH = 8  # the broadcast tree's width beyond that
 BYE_WAIT = 1.0  # s a daemon that exited 0 is given for its `bye` to be read (check)
 # s between two looks at every node's clocks and exit (check): each is a walk over all of them,
@@ -113,12 +114,13 @@ class NodeSet:
         keys.serve(self.sock)  # CURVE (pilot/wire/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{address}")
         self.endpoint = f"tcp://{address}:{port}"  # the daemons' way up
-        self.pulse = NodePulse(ctx, keys, address, rcfg.node_timeout, backlog(n))
+        period = liveness.period(n, rcfg.node_timeout, rcfg.pulse_rate)
+        self.pulse = NodePulse(ctx, keys, address, rcfg.node_timeout, backlog(n), period)
         self.launch = launch.for_resource(
             rcfg,
             n,
             self.endpoint,
-            dict(cfg, pulse=self.pulse.endpoint),
+            dict(cfg, pulse=self.pulse.endpoint, pulse_s=period),
             os.path.join(sandbox, "nodes"),
         )
         self.by_hint: dict[int, dict] = {}  # hint -> the daemon's `up` body
@@ -213,7 +215,8 @@ class NodeSet:
         roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
         index_to_hint = {i: h for h, i in self.index_of.items()}
         for i in roots:
-            self._send(index_to_hint[i], [b"table", pack({"index": i, "width": width}), blob])
+            head = pack({"index": i, "width": width})
+            self._send(index_to_hint[i], [b"table", head, blob], copy=False)
         return blob, roots
 
     def _resend_table(self, hints: list[int]) -> None:
@@ -357,9 +360,11 @@ class NodeSet:
         """To the daemon of `hint`, never blocking (False: not connected, or its queue full)."""
         return self._send(hint, frames)
 
-    def _send(self, hint: int, frames: list[bytes]) -> bool:
+    def _send(self, hint: int, frames: list[bytes], copy: bool = True) -> bool:
+        """`frames` to the daemon of `hint` (copy=False: every send refers to the same bytes,
+        as the table's copies do); False when it is not connected or its queue is full."""
         try:
-            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
+            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK, copy=copy)
             return True
         except zmq.ZMQError:
             return False
@@ -493,7 +498,8 @@ class NodeSet:
                         index,
                         f"node {name} lost: no word from its daemon for "
                         f"{self.rcfg.node_timeout:g} s (node_timeout), nor in the "
-                        f"{liveness.REJOIN:g} s more a link that came back needs "
+                        f"{liveness.rejoin(self.pulse.period):g} s more a link that came back "
+                        "needs "
                         f"({silent[h]:.1f} s in all), while node {heard} was heard",
                     )
                 )

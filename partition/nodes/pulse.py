@@ -1,13 +1,14 @@
 """The bootstrap's end of the node daemons' pulse channels (the protocol: pilot/wire/liveness.py).
 
     NodePulse.endpoint  the ROUTER the daemons' pulse DEALERs connect to (`--pulse`)
-    beat(hints)         `hb` {n, d} to each of them, every PULSE s (a daemon not connected:
+    beat(hints)         `hb` {n, d} to each of them, every `period` s (liveness.period: the
+                        same for every daemon of the pilot; a daemon not connected:
                         dropped): n the last `hb` heard from it (its number), d how many
                         `drop`s the node channel took for it (`dropped`): what a daemon needs
                         before it starts a rank (its lease: agent/node/daemon.py)
     read()              what came: `hb` {n} from a daemon is word from it (`heard`); from a
                         daemon of a node already lost, `halt` {reason} is the answer, once
-                        per PULSE s, until it is gone
+                        per period, until it is gone
     silent()            {hint: seconds} of the daemons silent for longer than the tolerance
 Word on the node channel (partition/nodes/node_set.py: `up`, `agent_exit`, `bye`) counts too: the
 NodeSet calls `heard` for it.
@@ -26,19 +27,28 @@ from pilot.wire import links, liveness
 from pilot.wire.protocol import ProtocolError, drain, msg
 
 log = logging.getLogger("bootstrap.nodes")
-QUIET = 4 * liveness.PULSE  # a daemon heard again after this long is logged (node.pulse)
+QUIET = 4  # periods: a daemon heard again after this long is logged (node.pulse)
 
 
 class NodePulse:
     def __init__(
-        self, ctx: zmq.Context, keys, address: str, node_timeout: float, backlog: int = 100
+        self,
+        ctx: zmq.Context,
+        keys,
+        address: str,
+        node_timeout: float,
+        backlog: int = 100,
+        period: float = liveness.PULSE,
     ) -> None:
-        self.sock = liveness.pulse_socket(ctx, zmq.ROUTER, node_timeout)
+        self.period = period  # seconds between heartbeats, both ways (liveness.period)
+        self.sock = liveness.pulse_socket(ctx, zmq.ROUTER, node_timeout, period)
         self.sock.setsockopt(zmq.BACKLOG, backlog)  # (every daemon connects at once)
         keys.serve(self.sock)  # CURVE (pilot/wire/security.py)
         port = self.sock.bind_to_random_port(f"tcp://{address}")
         self.endpoint = f"tcp://{address}:{port}"
-        self.silence = liveness.Silence(liveness.tolerance(node_timeout))
+        self.silence = liveness.Silence(
+            liveness.tolerance(node_timeout, period), liveness.rejoin(period)
+        )
         self.gone: dict[int, str] = {}  # hint -> why its node was lost (it is told to halt)
         self.next_beat = 0.0
         self.told: dict[int, float] = {}  # hint -> when it was last told to halt
@@ -63,7 +73,7 @@ class NodePulse:
         now = time.monotonic()
         if now < self.next_beat:
             return
-        self.next_beat = now + liveness.PULSE
+        self.next_beat = now + self.period
         drops, echo = self.drops, self.echo
         for h in hints:
             self._send(h, [b"hb", liveness.hb_text(drops.get(h, 0), echo.get(h))])
@@ -88,17 +98,17 @@ class NodePulse:
 
     def daemon_hb(self, hint: int, body: dict | None = None) -> None:
         """The daemon of `hint` lives: heard (its `hb`'s number goes back to it with the next
-        beat); or, its node lost, told to halt (once a PULSE)."""
+        beat); or, its node lost, told to halt (once a period)."""
         why = self.gone.get(hint)
         if why is None:
             n = (body or {}).get("n")
             if n is not None:
                 self.echo[hint] = int(n)
             quiet = time.monotonic() - self.silence.last.get(hint, time.monotonic())
-            if quiet > QUIET:
+            if quiet > QUIET * self.period:
                 log.info("node.pulse: daemon hint %d heard again after %.1f s", hint, quiet)
             self.silence.heard(hint)
-        elif time.monotonic() - self.told.get(hint, 0.0) > liveness.PULSE:
+        elif time.monotonic() - self.told.get(hint, 0.0) > self.period:
             self.told[hint] = time.monotonic()
             log.warning("node.rejoin: daemon hint %d of a node lost speaks: told to halt", hint)
             self._send(hint, msg(b"halt", {"reason": f"its node was declared lost: {why}"}))

@@ -252,6 +252,14 @@ class ResourceConfig:
         "bootstrap's silence (pilot/wire/liveness.py); see [Liveness timeouts](#liveness-timeouts)",
         shown="`60` (`slurm.localhost` 60; `local.nodes4` 10)",
     )
+    pulse_rate: int = opt(
+        2048,
+        _count(minimum=1),
+        "node heartbeats a second the bootstrap takes, at most: every daemon and the bootstrap "
+        "beat every 0.5 s up to half as many nodes, less often beyond (at most every "
+        "node_timeout / 4 or 5 s), and a silent node is lost 2 s later for each second the "
+        "period grew (pilot/wire/liveness.py); see [Liveness timeouts](#liveness-timeouts)",
+    )
     node_failure: str = opt(
         "continue",
         _choice(NODE_FAILURE),

@@ -85,9 +85,9 @@ TABLE: tuple[Message, ...] = (
     _m("pilot", "bye", B, C, "{state, reason}", m.PILOT_BYE,
        "the pilot's final state; the bootstrap exits"),
     _m("pilot", "grow", B, C,
-       "{job, nodes, hint, exclude, positions, endpoint, pulse, runtime, reason}", m.GROW,
-       "submit a job of `nodes` nodes for the pilot, its daemons from hint `hint` on "
-       "(partition/growth.py)"),
+       "{job, nodes, hint, exclude, positions, endpoint, pulse, pulse_s, runtime, reason}",
+       m.GROW, "submit a job of `nodes` nodes for the pilot, its daemons from hint `hint` on, "
+       "their heartbeats every pulse_s s (partition/growth.py)"),
     _m("pilot", "release", B, C, "{job, reason}", m.RELEASE,
        "the pilot gave that job's nodes back: end the job"),
     _m("pilot", "jobs", B, C, "{jobs: [{job, nodes, state, id, names, ...}], nodes}", m.JOBS,
@@ -158,9 +158,9 @@ TABLE: tuple[Message, ...] = (
     _m("node", "halt", B, D, "{reason}", m.HALT, "kill what runs, say bye, exit"),
     _m("node", "hb", B, D, "{}", m.EMPTY, "accepted and ignored (the pulse carries liveness)"),
     # -- the pulse
-    _m("pulse", "hb", D, B, "{n}", m.PULSE_HB, "the daemon lives, every liveness.PULSE s; n: "
-       "its number"),
-    _m("pulse", "hb", B, D, "{n, d}", m.PULSE_HB, "the bootstrap lives, every liveness.PULSE s; "
+    _m("pulse", "hb", D, B, "{n}", m.PULSE_HB, "the daemon lives, every period "
+       "(liveness.period); n: its number"),
+    _m("pulse", "hb", B, D, "{n, d}", m.PULSE_HB, "the bootstrap lives, every period; "
        "n: the daemon's last hb heard, d: drops sent to it (its lease to start ranks)"),
     _m("pulse", "halt", B, D, "{reason}", m.HALT, "this node was declared lost: halt"),
     # -- the ranks channel: agent (or parent daemon) -> node daemon, and back

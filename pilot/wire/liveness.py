@@ -19,13 +19,20 @@ Pulse channel, one per node daemon, beside the node channel that carries the wor
                         2,048 a second at the bootstrap of 1,024 nodes); any other goes the
                         checked way
     <-  halt {reason}   to a daemon of a node declared lost that speaks again: it halts
-    ZeroMQ's own heartbeats (ZMTP PING every 0.5 s; `dead_ms(node_timeout)` without
-    traffic, half the node_timeout within 1.5 to 5 s, closes the connection,
-    ZMQ_HEARTBEAT_IVL/TIMEOUT/TTL) end a connection stuck behind TCP's retransmissions, and
-    the daemon connects anew every ~0.6-0.7 s (each attempt is given ZMQ_CONNECT_TIMEOUT 0.5 s,
-    then ZMQ_RECONNECT_IVL 0.1 s plus ZeroMQ's jitter) instead of waiting out the back-off;
+    ZeroMQ's own heartbeats, the daemon's (ZMTP PING every 0.5 s, `ping_ms`; no answer
+    within `dead_ms(node_timeout)`, half the node_timeout within 1.5 to 5 s, closes the
+    connection: ZMQ_HEARTBEAT_IVL/TIMEOUT) end a connection stuck behind TCP's
+    retransmissions, and the daemon connects anew every ~0.6-0.7 s (each attempt is given
+    ZMQ_CONNECT_TIMEOUT 0.5 s, then ZMQ_RECONNECT_IVL 0.1 s plus ZeroMQ's jitter) instead of
+    waiting out the back-off;
     the bootstrap's ROUTER hands the identity over to the new connection
-    (ZMQ_ROUTER_HANDOVER).  So after an outage of d s longer than that the first heartbeat
+    (ZMQ_ROUTER_HANDOVER, which closes the old one).  The bootstrap's ROUTER sets no ZeroMQ
+    heartbeat, and the daemon no TTL for it: libzmq cancels a timer by a walk over every timer
+    of its I/O thread, and those two put a timer on each of the bootstrap's connections, made
+    and cancelled with every message, so each message cost O(nodes) there (22 % of the
+    bootstrap's I/O thread at 4,096 nodes, in std::_Rb_tree_increment).  It answers the
+    daemons' pings all the same, and TCP keepalive closes a connection whose daemon vanished
+    without a word (its host gone).  So after an outage of d s longer than that the first heartbeat
     comes within d + ~1.7 s: the last one before it (PULSE), a reconnect, the next one
     (PULSE); after a shorter one, at TCP's next retransmission (within ~2d + 0.2 s), which is
     less than node_timeout + REJOIN either way.  Why not 1.5 s always: with 15 processes on 2
@@ -36,14 +43,24 @@ Pulse channel, one per node daemon, beside the node channel that carries the wor
     Nothing but heartbeats travels here, so a connection dropped loses nothing: the node
     channel keeps its own connection, and TCP delivers what waited there late but whole.
     The daemon sends only on a completed connection (ZMQ_IMMEDIATE): nothing stale queues.
-Tolerance: a peer silent for node_timeout + REJOIN s is silent.  REJOIN (3 s) covers the
-1.7 s above plus two loop turns and a loaded machine, so an outage (or a freeze of either
-process) shorter than node_timeout is nobody's silence.  What silence means differs by end.
-The bootstrap loses a silent node only while it hears another node steadily (heard with no
-gap longer than REJOIN from the moment the silent one went quiet: `heard_through`); every
-node silent at once is its own link's fault, and ends none.  A daemon never halts for the
-bootstrap's silence: it logs it and runs its units on, for as long as its pilot lives (its
-batch job; without a batch system, the bootstrap process: agent/node/daemon.py).
+The period grows with the pilot (`period`): PULSE up to PULSE_RATE / 2 nodes (1,024: 2,048
+`hb` a second in at the bootstrap and as many out, each a CURVE message on its one I/O thread),
+longer beyond, so that the bootstrap takes at most `pulse_rate` heartbeats a second (a resource
+key, PULSE_RATE unless set), within node_timeout / 4 and PULSE_MAX.  Measured (bench/nodes.py,
+2 cores, node_timeout 10 s): at 0.5 s, 4,096 simulated nodes never came up (a quarter not up
+within 60 s: the pulses of the nodes up took the cores their peers' handshakes needed); at
+2 s they came up in 30 s.  The bootstrap picks the period once, from the nodes it starts with,
+and gives it to every daemon (`--pulse-s`, a job growing the pilot too); ZeroMQ's ping follows
+it (`ping_ms`), and so does REJOIN (`rejoin`: two periods and a reconnect).
+Tolerance: a peer silent for node_timeout + REJOIN s is silent (`tolerance`).  REJOIN (3 s at
+PULSE) covers the 1.7 s above plus two loop turns and a loaded machine, so an outage (or a
+freeze of either process) shorter than node_timeout is nobody's silence.  What silence means
+differs by end.  The bootstrap loses a silent node only while it hears another node steadily
+(heard with no gap longer than REJOIN from the moment the silent one went quiet:
+`heard_through`); every node silent at once is its own link's fault, and ends none.  A daemon
+never halts for the bootstrap's silence: it logs it and runs its units on, for as long as its
+pilot lives (its batch job; without a batch system, the bootstrap process:
+agent/node/daemon.py).
 A process that did not run (SIGSTOP, swapped out, a loop turn that took long) does not count
 the time it was away as its peers' silence: between two looks at its clocks more than STALL s
 apart, `Silence` counts only STALL s (a bootstrap frozen for 20 s gives its nodes a fresh
@@ -52,13 +69,16 @@ start when it runs again; one whose every turn is slow still counts STALL s a tu
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Hashable
 
 import zmq
 
-PULSE = 0.5  # seconds between heartbeats on a pulse channel, both ways
+PULSE = 0.5  # seconds between heartbeats on a pulse channel, both ways (the shortest period)
+PULSE_RATE = 2048  # heartbeats a second the bootstrap takes, at most (resource key pulse_rate)
+PULSE_MAX = 5.0  # the longest period, whatever the nodes
 REJOIN = 3.0  # seconds a link that came back needs to carry a heartbeat again (see above)
 STALL = 1.0  # a gap this long between two looks at the clocks: this process did not run
 ZMQ_PING_MS = 500  # ZeroMQ's heartbeat on the pulse connection
@@ -67,9 +87,22 @@ CONNECT_MS = 500  # one connect attempt (a SYN lost is retried by a new attempt,
 RECONNECT_MS = 100  # pause between attempts (ZeroMQ adds up to as much again)
 
 
-def tolerance(node_timeout: float) -> float:
+def period(nodes: int, node_timeout: float, rate: float = PULSE_RATE) -> float:
+    """Seconds between heartbeats for a pilot of `nodes`: PULSE, or longer where that would
+    make more than `rate` a second at the bootstrap; at most node_timeout / 4 and PULSE_MAX
+    (never below PULSE)."""
+    return max(PULSE, min(nodes / rate, PULSE_MAX, node_timeout / 4))
+
+
+def rejoin(pulse: float = PULSE) -> float:
+    """REJOIN for heartbeats every `pulse` s: a longer period adds two periods' difference
+    (the last heartbeat before an outage, and the first after the reconnect)."""
+    return REJOIN + 2 * (pulse - PULSE)
+
+
+def tolerance(node_timeout: float, pulse: float = PULSE) -> float:
     """Seconds of silence after which a node (or, for a daemon, the bootstrap) is lost."""
-    return node_timeout + REJOIN
+    return node_timeout + rejoin(pulse)
 
 
 def dead_ms(node_timeout: float) -> int:
@@ -79,19 +112,31 @@ def dead_ms(node_timeout: float) -> int:
     return int(min(high, max(low, 500 * node_timeout)))
 
 
-def pulse_socket(ctx: zmq.Context, kind: int, node_timeout: float) -> zmq.Socket:
+def ping_ms(node_timeout: float, pulse: float = PULSE) -> int:
+    """ZeroMQ's ping interval: ZMQ_PING_MS, longer with a longer period, but at most a third
+    of `dead_ms` (a ping or two late is not a dead connection)."""
+    return max(ZMQ_PING_MS, min(int(1000 * pulse), dead_ms(node_timeout) // 3))
+
+
+def pulse_socket(
+    ctx: zmq.Context, kind: int, node_timeout: float, pulse: float = PULSE
+) -> zmq.Socket:
     """A pulse channel's socket: ROUTER (the bootstrap's, bound) or DEALER (a daemon's,
-    connecting); CURVE is set by the caller (pilot/wire/security.py)."""
+    connecting), for heartbeats every `pulse` s; CURVE is set by the caller
+    (pilot/wire/security.py)."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 16)
-    sock.setsockopt(zmq.HEARTBEAT_IVL, ZMQ_PING_MS)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, dead_ms(node_timeout))
-    sock.setsockopt(zmq.HEARTBEAT_TTL, dead_ms(node_timeout))
-    if kind == zmq.ROUTER:
+    if kind == zmq.ROUTER:  # (no ZeroMQ heartbeat here: the module's header)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a peer not connected: EHOSTUNREACH, dropped
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(1, math.ceil(node_timeout)))
+        sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, max(1, math.ceil(node_timeout / 4)))
+        sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, 4)
     else:
+        sock.setsockopt(zmq.HEARTBEAT_IVL, ping_ms(node_timeout, pulse))
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, dead_ms(node_timeout))
         sock.setsockopt(zmq.IMMEDIATE, 1)
         sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_MS)
         sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
@@ -100,10 +145,11 @@ def pulse_socket(ctx: zmq.Context, kind: int, node_timeout: float) -> zmq.Socket
 
 class Silence:
     """When each peer was last heard, on a clock that stops while this process is away, and
-    since when it has been heard steadily (no gap longer than REJOIN s)."""
+    since when it has been heard steadily (no gap longer than `rejoin` s)."""
 
-    def __init__(self, limit: float) -> None:
+    def __init__(self, limit: float, rejoin: float = REJOIN) -> None:
         self.limit = limit  # seconds of silence after which a peer is lost
+        self.rejoin = rejoin  # (REJOIN for the period: `rejoin()`)
         self.last: dict[Hashable, float] = {}
         self.since: dict[Hashable, float] = {}  # start of each peer's steady talk
         self.looked = time.monotonic()
@@ -111,7 +157,7 @@ class Silence:
     def heard(self, peer: Hashable) -> None:
         now = time.monotonic()
         t = self.last.get(peer)
-        if t is None or now - t > REJOIN:
+        if t is None or now - t > self.rejoin:
             self.since[peer] = now
         self.last[peer] = now
 
@@ -121,14 +167,15 @@ class Silence:
 
     def heard_through(self, peer: Hashable) -> Hashable | None:
         """A peer heard steadily since `peer` went quiet (so that the silence is `peer`'s own,
-        not this process's link's), or None.  (A peer silent longer than REJOIN is not steady:
-        `peer` itself is never the answer.)"""
+        not this process's link's), or None.  (A peer silent longer than `rejoin` is not
+        steady: `peer` itself is never the answer.)"""
         quiet = self.last.get(peer)
         if quiet is None:
             return None
         now = time.monotonic()
+        rejoin = self.rejoin
         for other, t in self.last.items():
-            if now - t <= REJOIN and self.since[other] <= quiet + REJOIN and other != peer:
+            if now - t <= rejoin and self.since[other] <= quiet + rejoin and other != peer:
                 return other
         return None
 

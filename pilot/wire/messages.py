@@ -148,7 +148,7 @@ EMPTY = _any  # hb, released: nothing in the body is used
 TAKEN_OVER = fields(by=_opt_dict)
 GROW = fields(job=_job, nodes=count(1, 100_000), hint=count(0), exclude=_texts,
               positions=_positions, endpoint=checks.endpoint, pulse=checks.endpoint,
-              runtime=_opt_number, reason=_text)  # fmt: skip
+              pulse_s=_opt_number, runtime=_opt_number, reason=_text)  # fmt: skip
 RELEASE = fields(job=_job, reason=_text)
 JOBS = fields(jobs=_jobs, nodes=_node_map)
 JOB = fields(job=_job, state=one_of(("queued", "failed", "ended")), id=_text, reason=_text)

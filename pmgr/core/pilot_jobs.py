@@ -137,6 +137,7 @@ class PilotJobs:
             left = float(body.get("runtime") or pilot.runtime_left())  # (the bootstrap's clock)
             cfg = dict(pilot.join_config(), job=name, nodes=body["nodes"], hint_base=body["hint"],
                        endpoint=body["endpoint"], pulse=body["pulse"], dir=where,
+                       pulse_s=body.get("pulse_s"),
                        positions=body.get("positions") or [], runtime=left)  # fmt: skip
             path = os.path.join(where, "join.json")
             with open(path, "w") as f:
