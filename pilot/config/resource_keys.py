@@ -238,7 +238,7 @@ class ResourceConfig:
         None,
         validate.optional(_count(minimum=2)),
         "width of the channel-table broadcast tree (at least 2); unset: the bootstrap sends the "
-        "table to every node itself while that is at most 16 MiB in all (no connection between "
+        "table to every node itself while that is at most 256 MiB in all (no connection between "
         "nodes), else a tree of width 8",
     )
     bringup_timeout: float = opt(
