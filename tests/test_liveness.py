@@ -88,7 +88,7 @@ def test_a_pulse_connection_is_closed_after_half_the_node_timeout_within_bounds(
 def test_the_pulse_slows_down_as_a_pilot_grows_so_the_bootstrap_hears_a_bounded_rate():
     """Up to 1,024 nodes every 0.5 s; beyond, at most `pulse_rate` heartbeats a second reach
     the bootstrap; never longer than node_timeout / 4 or 5 s; REJOIN and ZeroMQ's ping follow
-    the period (two periods' difference, a third of the dead time at most)."""
+    the period (three times its growth; a third of the dead time at most)."""
     from pilot.wire import liveness
 
     assert [liveness.period(n, 60) for n in (1, 4, 1024, 2048, 4096, 9408, 100_000)] == [
@@ -97,8 +97,8 @@ def test_the_pulse_slows_down_as_a_pilot_grows_so_the_bootstrap_hears_a_bounded_
     assert liveness.period(4096, 10) == 2.0 and liveness.period(10_000, 10) == 2.5
     assert liveness.period(4096, 1) == 0.5  # (a short node_timeout: never below 0.5 s)
     assert liveness.period(64, 60, rate=16) == 4.0
-    assert liveness.rejoin(0.5) == 3.0 and liveness.rejoin(2.0) == 6.0
-    assert liveness.tolerance(10, 2.0) == 16.0 and liveness.tolerance(10) == 13.0
+    assert liveness.rejoin(0.5) == 3.0 and liveness.rejoin(2.0) == 7.5
+    assert liveness.tolerance(10, 2.0) == 17.5 and liveness.tolerance(10) == 13.0
     assert liveness.ping_ms(10) == 500 and liveness.ping_ms(10, 2.0) == 1666
     assert liveness.ping_ms(60, 2.0) == 1666 and liveness.ping_ms(3, 2.0) == 500
 
@@ -107,7 +107,8 @@ def test_the_bootstraps_pulse_socket_keeps_no_timer_per_connection():
     """libzmq cancels a timer by walking every timer of its I/O thread: a ZeroMQ heartbeat on
     the bootstrap's ROUTER (or a TTL the daemons ask it to keep) is a timer per connection,
     made and cancelled with every message, O(nodes) a message.  The ROUTER sets none (TCP
-    keepalive instead); the daemon's DEALER pings, closes a dead link, and asks for no TTL."""
+    keepalive and TCP_MAXRT instead); the daemon's DEALER pings, closes a dead link, and asks
+    for no TTL."""
     import zmq
 
     from pilot.wire import liveness
@@ -119,6 +120,7 @@ def test_the_bootstraps_pulse_socket_keeps_no_timer_per_connection():
         assert router.getsockopt(zmq.HEARTBEAT_IVL) == 0
         assert router.getsockopt(zmq.HEARTBEAT_TIMEOUT) in (-1, 0)
         assert router.getsockopt(zmq.TCP_KEEPALIVE) == 1
+        assert router.getsockopt(zmq.TCP_MAXRT) == 35_000  # (twice the tolerance, 17.5 s)
         assert dealer.getsockopt(zmq.HEARTBEAT_IVL) == 1666
         assert dealer.getsockopt(zmq.HEARTBEAT_TIMEOUT) == 5000
         assert dealer.getsockopt(zmq.HEARTBEAT_TTL) == 0
@@ -158,7 +160,7 @@ def test_silent_nodes_are_lost_while_another_is_heard(hosts, tmp_path, node_time
     lost after node_timeout + REJOIN (the bootstrap hears node 1 meanwhile: they are gone,
     not it), their units end FAILED with the reason naming them; the partition goes on with
     node 1, whose units run on; every unit ends once.  So with a pulse every 2 s (pulse_rate
-    1, node_timeout 8 s), the REJOIN that comes with it (6 s) named in the reason."""
+    1, node_timeout 8 s), the REJOIN that comes with it (7.5 s) named in the reason."""
     from pilot.wire import liveness
 
     more = {"pulse_rate": pulse_rate} if pulse_rate else {}

@@ -111,3 +111,55 @@ def test_a_flush_does_not_wait_for_the_linger():
         assert "u1" in store.docs and store.rows == 1
     finally:
         w.close(timeout=5.0)
+
+
+def test_an_outage_holds_every_record_waiting_and_loses_none_written_one_by_one():
+    """While the store fails, `held` names every record waiting for it, not only the batch
+    tried first; and a batch the store refuses for good is written one record at a time, where
+    a transient failure midway keeps what is left (before: dropped, never counted as done)."""
+
+    class Picky(SlowStore):
+        """Refuses for good a batch of more than one doc; fails once, for now, on `down`."""
+
+        down = True
+
+        def write_batch(self, batch) -> None:
+            if len(batch.docs["units"]) > 1:
+                raise ValueError("a batch it refuses for good")
+            if self.down and "b" in batch.docs["units"]:
+                self.down = False
+                raise ConnectionError("down, for now")
+            super().write_batch(batch)
+
+        def transient(self, exc) -> bool:
+            return isinstance(exc, ConnectionError)
+
+    store = Picky()
+    w = BatchWriter(store, linger=0.2)
+    try:
+        for uid in ("a", "b", "c", "d"):
+            w.changed(Obj(uid))
+        assert w.flush(timeout=10), "a record was never written nor counted"
+        assert store.docs == {"a", "b", "c", "d"} and not w.unpersisted
+    finally:
+        w.close(timeout=5)
+
+    class Down(SlowStore):
+        def write_batch(self, batch) -> None:
+            raise ConnectionError("down")
+
+        def transient(self, exc) -> bool:
+            return True
+
+    w = BatchWriter(Down())
+    try:
+        w.changed(Obj("first"))
+        time.sleep(0.3)  # (its batch failed: the writer holds it to try again)
+        for uid in ("second", "third"):
+            w.changed(Obj(uid))
+        deadline = time.monotonic() + 10
+        while w.held != {"first", "second", "third"} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert w.held == {"first", "second", "third"}
+    finally:
+        w.close(timeout=2)

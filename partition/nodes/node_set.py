@@ -214,9 +214,10 @@ class NodeSet:
         width = self.table_width = self._width(blob)
         roots = sorted(self.table)[:width]  # positions 0..width-1 of the up nodes
         index_to_hint = {i: h for h, i in self.index_of.items()}
+        frame = zmq.Frame(blob)  # (sent as it is to each: libzmq shares its bytes, no copy)
         for i in roots:
             head = pack({"index": i, "width": width})
-            self._send(index_to_hint[i], [b"table", head, blob], copy=False)
+            self._send(index_to_hint[i], [b"table", head, frame], copy=False)
         return blob, roots
 
     def _resend_table(self, hints: list[int]) -> None:
@@ -360,9 +361,10 @@ class NodeSet:
         """To the daemon of `hint`, never blocking (False: not connected, or its queue full)."""
         return self._send(hint, frames)
 
-    def _send(self, hint: int, frames: list[bytes], copy: bool = True) -> bool:
-        """`frames` to the daemon of `hint` (copy=False: every send refers to the same bytes,
-        as the table's copies do); False when it is not connected or its queue is full."""
+    def _send(self, hint: int, frames: list, copy: bool = True) -> bool:
+        """`frames` to the daemon of `hint` (copy=False with a zmq.Frame among them: every send
+        refers to its bytes, as the table's copies do); False when it is not connected or its
+        queue is full."""
         try:
             self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK, copy=copy)
             return True
@@ -457,7 +459,7 @@ class NodeSet:
         return proc
 
     def heartbeat(self) -> None:
-        """Called every loop turn: `hb` on the pulse of every live daemon, every PULSE s."""
+        """Called every loop turn: `hb` on the pulse of every live daemon, every period."""
         if time.monotonic() >= self.pulse.next_beat:  # (the walk over the nodes: when due)
             self.pulse.beat(self.live_hints())
 

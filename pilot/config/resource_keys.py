@@ -257,8 +257,9 @@ class ResourceConfig:
         _count(minimum=1),
         "node heartbeats a second the bootstrap takes, at most: every daemon and the bootstrap "
         "beat every 0.5 s up to half as many nodes, less often beyond (at most every "
-        "node_timeout / 4 or 5 s), and a silent node is lost 2 s later for each second the "
-        "period grew (pilot/wire/liveness.py); see [Liveness timeouts](#liveness-timeouts)",
+        "node_timeout / 4 or 5 s; chosen from the nodes the pilot starts with), and a silent node "
+        "is lost 3 s later for each second the period grew (pilot/wire/liveness.py); see "
+        "[Liveness timeouts](#liveness-timeouts)",
     )
     node_failure: str = opt(
         "continue",

@@ -12,46 +12,49 @@ Pulse channel, one per node daemon, beside the node channel that carries the wor
 (partition/nodes/node_set.py, agent/node/daemon.py):
     the bootstrap's ROUTER (bound beside its node channel, CURVE) <-> the daemon's DEALER,
     identity d<hint>
-    <-> hb {}           every PULSE s, both ways (the daemon's {"n": its number}, the
-                        bootstrap's {"d": drops, "n": the last number heard}); an `hb` in
-                        exactly that form is made and read without the JSON codec and the
-                        table's check (`hb_text`, `usual_daemon_hb`, `usual_bootstrap_hb`:
-                        2,048 a second at the bootstrap of 1,024 nodes); any other goes the
-                        checked way
+    <-> hb {}           every period P (PULSE, 0.5 s, unless the pilot is large: below),
+                        both ways (the daemon's {"n": its number}, the bootstrap's {"d":
+                        drops, "n": the last number heard}); an `hb` in exactly that form is
+                        made and read without the JSON codec and the table's check (`hb_text`,
+                        `usual_daemon_hb`, `usual_bootstrap_hb`: 2,048 a second at the
+                        bootstrap of 1,024 nodes); any other goes the checked way
     <-  halt {reason}   to a daemon of a node declared lost that speaks again: it halts
-    ZeroMQ's own heartbeats, the daemon's (ZMTP PING every 0.5 s, `ping_ms`; no answer
-    within `dead_ms(node_timeout)`, half the node_timeout within 1.5 to 5 s, closes the
-    connection: ZMQ_HEARTBEAT_IVL/TIMEOUT) end a connection stuck behind TCP's
+    ZeroMQ's own heartbeats, the daemon's (ZMTP PING every `ping_ms`, 0.5 s at P = 0.5; no
+    traffic within `dead_ms(node_timeout)`, half the node_timeout within 1.5 to 5 s, closes
+    the connection: ZMQ_HEARTBEAT_IVL/TIMEOUT) end a connection stuck behind TCP's
     retransmissions, and the daemon connects anew every ~0.6-0.7 s (each attempt is given
     ZMQ_CONNECT_TIMEOUT 0.5 s, then ZMQ_RECONNECT_IVL 0.1 s plus ZeroMQ's jitter) instead of
-    waiting out the back-off;
-    the bootstrap's ROUTER hands the identity over to the new connection
-    (ZMQ_ROUTER_HANDOVER, which closes the old one).  The bootstrap's ROUTER sets no ZeroMQ
-    heartbeat, and the daemon no TTL for it: libzmq cancels a timer by a walk over every timer
-    of its I/O thread, and those two put a timer on each of the bootstrap's connections, made
-    and cancelled with every message, so each message cost O(nodes) there (22 % of the
-    bootstrap's I/O thread at 4,096 nodes, in std::_Rb_tree_increment).  It answers the
-    daemons' pings all the same, and TCP keepalive closes a connection whose daemon vanished
-    without a word (its host gone).  So after an outage of d s longer than that the first heartbeat
-    comes within d + ~1.7 s: the last one before it (PULSE), a reconnect, the next one
-    (PULSE); after a shorter one, at TCP's next retransmission (within ~2d + 0.2 s), which is
-    less than node_timeout + REJOIN either way.  Why not 1.5 s always: with 15 processes on 2
-    cores and 200,000 units in flight (bench/nodes.py, 1,024 simulated nodes, node_timeout
-    10 s) pings ran late past 1.5 s, connections were closed and made anew by the hundred,
-    and 38 / 50 live nodes were lost in two runs; with 5 s none, and the flood ran 26 s
-    instead of 33-41 s (the reconnects' CURVE handshakes cost CPU too).
+    waiting out the back-off; the bootstrap's ROUTER gives the identity to the new connection
+    (ZMQ_ROUTER_HANDOVER: the old one's pipe ends; the connection itself when the daemon's
+    host closes it, or TCP gives it up: ZMQ_TCP_MAXRT, and keepalive when idle).  So after an
+    outage of d s longer than that the first heartbeat comes within d + 2P + ~0.7 s: the last
+    one before it, a reconnect, the next one; after a shorter one, at TCP's next
+    retransmission (within ~2d + 0.2 s), which is less than node_timeout + REJOIN either way.
+    Why not 1.5 s always: with 15 processes on 2 cores and 200,000 units in flight
+    (bench/nodes.py, 1,024 simulated nodes, node_timeout 10 s) pings ran late past 1.5 s,
+    connections were closed and made anew by the hundred, and 38 / 50 live nodes were lost
+    in two runs; with 5 s none, and the flood ran 26 s instead of 33-41 s (the reconnects'
+    CURVE handshakes cost CPU too).
+    The bootstrap's ROUTER sets no ZeroMQ heartbeat, and the daemon asks it for no TTL:
+    libzmq cancels a timer by a walk over every timer of its I/O thread, and those two put a
+    timer on each of the bootstrap's connections, made and cancelled with every message, so
+    each message cost O(nodes) there (22 % of the bootstrap's I/O thread at 4,096 nodes, in
+    std::_Rb_tree_increment).  It answers the daemons' pings all the same.
     Nothing but heartbeats travels here, so a connection dropped loses nothing: the node
     channel keeps its own connection, and TCP delivers what waited there late but whole.
     The daemon sends only on a completed connection (ZMQ_IMMEDIATE): nothing stale queues.
 The period grows with the pilot (`period`): PULSE up to PULSE_RATE / 2 nodes (1,024: 2,048
 `hb` a second in at the bootstrap and as many out, each a CURVE message on its one I/O thread),
 longer beyond, so that the bootstrap takes at most `pulse_rate` heartbeats a second (a resource
-key, PULSE_RATE unless set), within node_timeout / 4 and PULSE_MAX.  Measured (bench/nodes.py,
-2 cores, node_timeout 10 s): at 0.5 s, 4,096 simulated nodes never came up (a quarter not up
-within 60 s: the pulses of the nodes up took the cores their peers' handshakes needed); at
-2 s they came up in 30 s.  The bootstrap picks the period once, from the nodes it starts with,
-and gives it to every daemon (`--pulse-s`, a job growing the pilot too); ZeroMQ's ping follows
-it (`ping_ms`), and so does REJOIN (`rejoin`: two periods and a reconnect).
+key, PULSE_RATE unless set), within node_timeout / 4 and PULSE_MAX; ZeroMQ's pings follow it,
+but come at least every third of `dead_ms` (so at 4,096 nodes and node_timeout 10 s, P = 2 s
+and a ping every 1.67 s: ~2,450 a second, each answered, in libzmq alone).  Measured
+(bench/nodes.py, 2 cores, node_timeout 10 s): at 0.5 s, 4,096 simulated nodes never came up (a
+quarter not up within 60 s: the pulses of the nodes up took the cores their peers' handshakes
+needed); now they come up in 14-17 s.  The bootstrap picks P once, from the nodes it starts
+with, and gives it to every daemon (`--pulse-s`, a job growing the pilot too: a pilot that
+grows far beyond its first nodes keeps its first P).  REJOIN grows with P (`rejoin`: three
+times P's growth, for the last heartbeat before an outage, the first after it and a ping).
 Tolerance: a peer silent for node_timeout + REJOIN s is silent (`tolerance`).  REJOIN (3 s at
 PULSE) covers the 1.7 s above plus two loop turns and a loaded machine, so an outage (or a
 freeze of either process) shorter than node_timeout is nobody's silence.  What silence means
@@ -95,9 +98,9 @@ def period(nodes: int, node_timeout: float, rate: float = PULSE_RATE) -> float:
 
 
 def rejoin(pulse: float = PULSE) -> float:
-    """REJOIN for heartbeats every `pulse` s: a longer period adds two periods' difference
-    (the last heartbeat before an outage, and the first after the reconnect)."""
-    return REJOIN + 2 * (pulse - PULSE)
+    """REJOIN for heartbeats every `pulse` s: a longer period adds three times its growth (the
+    last heartbeat before an outage, the first after it, and ZeroMQ's ping, which follows)."""
+    return REJOIN + 3 * (pulse - PULSE)
 
 
 def tolerance(node_timeout: float, pulse: float = PULSE) -> float:
@@ -130,6 +133,10 @@ def pulse_socket(
     if kind == zmq.ROUTER:  # (no ZeroMQ heartbeat here: the module's header)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a peer not connected: EHOSTUNREACH, dropped
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # a connection left behind (its daemon connected anew, or its host is gone) ends when
+        # TCP gives it up: unacknowledged for twice the tolerance (TCP_USER_TIMEOUT), or idle
+        # and unanswered (keepalive); no ZeroMQ timer
+        sock.setsockopt(zmq.TCP_MAXRT, int(2000 * tolerance(node_timeout, pulse)))
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
         sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(1, math.ceil(node_timeout)))
         sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, max(1, math.ceil(node_timeout / 4)))

@@ -266,8 +266,9 @@ class BatchWriter:
             items = items + sends
             if self.retry is not None:  # (a failed batch first, as it was built)
                 n, built = self.retry
-                if not self._write(items[:n], built):
-                    self._keep(items)
+                head = items[:n]
+                if not self._write(head, built):
+                    self._keep(head + items[n:])  # (head: what is left of it)
                     backoff = min(backoff * 2, RETRY_MAX)
                     if stop:
                         return
@@ -294,6 +295,7 @@ class BatchWriter:
             items.append((ts, _Then(callback, True)))
 
     def _keep(self, items: list) -> None:
+        """Keep `items` (all that waits for the store), the oldest dropped past max_buffer."""
         excess = len(items) - self.max_buffer
         if excess > 0:
             if self.retry is not None:  # (the failed batch goes whole, or is made anew)
@@ -309,6 +311,7 @@ class BatchWriter:
                 self._done += _weight(lost)
                 self._cv.notify_all()
         self.pending = items
+        self.held = {u for _, rec in items if not isinstance(rec, _Then) for u in _uids(rec)}
 
     def _write(self, items: list, built: tuple | None = None) -> bool:
         """Write one batch (`built`: the one `items` made before, its keys and all) and run its
@@ -334,10 +337,7 @@ class BatchWriter:
             self.retrying = True  # (the batch again, soon: "store is back" once it is in)
             return False
         except Exception as exc:  # a database error must not stop the client: retry later
-            if self._not_written(items, exc):
-                return True
-            self.retry = (len(items), built)  # (the same batch again: the header, "retry")
-            return False
+            return self._not_written(items, exc, built)
         if refused:
             self._refused(refused)
         if self.retrying:
@@ -524,17 +524,20 @@ class BatchWriter:
         self.keys += 1
         return f"{self.token}.{self.keys}"
 
-    def _not_written(self, items: list, exc: Exception) -> bool:
-        """(_write) The store refused `items`: a transient failure keeps them to retry (False);
-        a batch it refuses for good is written one record at a time, and a single record it
-        refuses for good is dropped, its uid in `unpersisted` (True)."""
+    def _not_written(self, items: list, exc: Exception, built: tuple) -> bool:
+        """(_write) The store refused `items` (their batch `built`): a transient failure keeps
+        them to retry, the same batch (`retry`: False); a batch it refuses for good is written
+        one record at a time, and a single record it refuses for good is dropped, its uid in
+        `unpersisted` (True).  If the store fails for now during the one at a time, `items`
+        becomes what is left of them, `retry` the one that failed (False)."""
         if not self.store.transient(exc) and len(items) > 1:
             # something in the batch itself is wrong: write one record at a time, so
             # only the bad ones are lost (and named), not the batch they came with
             log.error("store refused a batch (%s); writing its records one by one", exc)
-            for item in items:
-                self._write([item])
-            self.retry = None
+            for i, item in enumerate(items):
+                if not self._write([item]):  # (down for now: `retry` holds it, built)
+                    items[:] = items[i:]
+                    return False
             return True
         if not self.store.transient(exc):
             self.unpersisted.update(_uids(items[0][1]))
@@ -544,7 +547,7 @@ class BatchWriter:
                 self._cv.notify_all()
             return True
         self.failed += 1
-        self.held = {u for _, rec in items if not isinstance(rec, _Then) for u in _uids(rec)}
+        self.retry = (len(items), built)  # (the same batch again: the header, "retry")
         if not self.retrying:
             log.error(
                 "store write of %d records failed, keeping them to retry: %s", len(items), exc
