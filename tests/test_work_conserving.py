@@ -156,8 +156,13 @@ def test_a_higher_priority_starts_before_the_lower_ones_queued_at_the_agent(sess
     order = sorted(started, key=started.get)
     after_blockers = [uid for uid in order if uid not in {u.uid for u in blockers}]
     # the cores freed by the blockers go to the high units first (lanes held low ones ahead:
-    # taken back), also when the high ones reach the agent in two batches (tests/test_pool.py)
-    assert set(after_blockers[:3]) == {u.uid for u in high}, after_blockers
+    # taken back), also when the high ones reach the agent in two batches (tests/test_pool.py);
+    # and no low one starts a unit (50 ms) before a high one (when the first two high ones end
+    # at once, the third and a low one start in the same moment, in either order)
+    assert set(after_blockers[:2]) <= {u.uid for u in high}, after_blockers
+    for h in high:
+        for lo in low:
+            assert started[lo.uid] >= started[h.uid] - 0.04, (h.uid, lo.uid, after_blockers)
     # equal priorities in their order of arrival: two cores may start two of them at the same
     # moment (two lanes), in either order, never a later one a unit (50 ms) before an earlier one
     for a, b in zip(low, low[1:]):
