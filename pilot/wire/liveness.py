@@ -51,7 +51,7 @@ but come at least every third of `dead_ms` (so at 4,096 nodes and node_timeout 1
 and a ping every 1.67 s: ~2,450 a second, each answered, in libzmq alone).  Measured
 (bench/nodes.py, 2 cores, node_timeout 10 s): at 0.5 s, 4,096 simulated nodes never came up (a
 quarter not up within 60 s: the pulses of the nodes up took the cores their peers' handshakes
-needed); now they come up in 14-17 s.  The bootstrap picks P once, from the nodes it starts
+needed); now they come up in 13-17 s.  The bootstrap picks P once, from the nodes it starts
 with, and gives it to every daemon (`--pulse-s`, a job growing the pilot too: a pilot that
 grows far beyond its first nodes keeps its first P).  REJOIN grows with P (`rejoin`: three
 times P's growth, for the last heartbeat before an outage, the first after it and a ping).
