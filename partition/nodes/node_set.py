@@ -217,7 +217,7 @@ class NodeSet:
         frame = zmq.Frame(blob)  # (sent as it is to each: libzmq shares its bytes, no copy)
         for i in roots:
             head = pack({"index": i, "width": width})
-            self._send(index_to_hint[i], [b"table", head, frame], copy=False)
+            self._send(index_to_hint[i], [b"table", head, frame])
         return blob, roots
 
     def _resend_table(self, hints: list[int]) -> None:
@@ -361,12 +361,12 @@ class NodeSet:
         """To the daemon of `hint`, never blocking (False: not connected, or its queue full)."""
         return self._send(hint, frames)
 
-    def _send(self, hint: int, frames: list, copy: bool = True) -> bool:
-        """`frames` to the daemon of `hint` (copy=False with a zmq.Frame among them: every send
-        refers to its bytes, as the table's copies do); False when it is not connected or its
-        queue is full."""
+    def _send(self, hint: int, frames: list) -> bool:
+        """`frames` to the daemon of `hint` (a zmq.Frame among them is sent as it is: every
+        send refers to its bytes, as the table's copies do); False when it is not connected or
+        its queue is full."""
         try:
-            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK, copy=copy)
+            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
             return True
         except zmq.ZMQError:
             return False
