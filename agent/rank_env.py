@@ -59,11 +59,11 @@ def ids_var(t: str) -> str:
 
 
 def _ids(grant_part) -> str:
-    seen = []
-    for i, _ in grant_part:
-        if i not in seen:
-            seen.append(i)
-    return ",".join(map(str, seen))
+    """The ids of a grant's [(id, amount)], each once, in order (O(ids): a 128-core rank's
+    list is read once, not once an id)."""
+    if len(grant_part) == 1:
+        return str(grant_part[0][0])
+    return ",".join(map(str, dict.fromkeys([i for i, _ in grant_part])))
 
 
 _PLACEHOLDER = re.compile(r"%\((\w+_ids)\)s")

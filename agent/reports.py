@@ -46,7 +46,7 @@ from pilot.agent.runners.base import Run, Stager, UnitRunner
 from pilot.sandbox import output_names, sandbox_of
 from pilot.seen import SeenUnits
 from pilot.states import CANCELED, DONE, FAILED, FINAL, SCHEDULING, UNIT_MACHINE, check_move
-from pilot.wire.protocol import msg, pack
+from pilot.wire.protocol import msg, pack, send_frames
 from pilot.wire.updates import Moves
 
 # state updates wait at most this long to go in one message: each message costs the agent, the
@@ -127,7 +127,7 @@ class Reports:
     def flush(self, force: bool = False) -> None:
         output = self.runner.output
         if output:  # ahead of the state updates, so a unit's output precedes its end
-            self.sock.send_multipart([b"output", pack(output)])
+            send_frames(self.sock, [b"output", pack(output)])
             self.runner.output = []
         if self.updates.n and (
             force
@@ -137,7 +137,7 @@ class Reports:
             # (with data frames: sent without a copy); each group names this partition: the
             # client drops what it says of a unit that has left it (routed again since)
             frames = self.updates.frames(part=self.uid)
-            self.sock.send_multipart(frames, copy=len(frames) <= 3)
+            send_frames(self.sock, frames, copy=len(frames) <= 3)
             self.updates = Moves()
 
     # -- a unit's end -----------------------------------------------------------------------

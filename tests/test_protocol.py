@@ -45,6 +45,38 @@ def test_a_loop_waiting_for_a_sub_millisecond_deadline_sleeps_instead_of_spinnin
         ctx.term()
 
 
+def test_send_frames_sends_what_send_multipart_sends_and_never_half_a_message():
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.bind("inproc://send-frames")
+        dealer.setsockopt(zmq.IDENTITY, b"d1")
+        dealer.connect("inproc://send-frames")
+        dealer.send(b"hello")
+        assert router.recv_multipart() == [b"d1", b"hello"]
+        shared = zmq.Frame(b"shared")
+        protocol.send_frames(router, [b"d1", b"exec", shared, bytearray(b"ba")], zmq.NOBLOCK)
+        protocol.send_frames(router, [b"d1", memoryview(b"mv")], copy=False)
+        assert dealer.recv_multipart() == [b"exec", b"shared", b"ba"]
+        assert dealer.recv_multipart() == [b"mv"]
+        # a frame that is not bytes is refused before anything is sent: no partial message
+        # is left on the socket to be glued to the next one
+        with pytest.raises(TypeError, match="frames must be bytes"):
+            protocol.send_frames(router, [b"d1", b"exec", "text"])
+        # an unknown peer (ROUTER_MANDATORY): refused at the first frame, nothing queued
+        with pytest.raises(zmq.ZMQError) as err:
+            protocol.send_frames(router, [b"nobody", b"exec", b"x"], zmq.NOBLOCK)
+        assert err.value.errno == zmq.EHOSTUNREACH
+        protocol.send_frames(router, [b"d1", b"after"])
+        assert dealer.recv_multipart() == [b"after"]
+        assert dealer.poll(50) == 0
+    finally:
+        router.close(0)
+        dealer.close(0)
+        ctx.term()
+
+
 # -- the protocol table (pilot/wire/links.py) and the dispatchers built from it
 # -------------------------
 DISPATCHING = (  # every module that builds a dispatch from the table

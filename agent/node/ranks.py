@@ -32,7 +32,7 @@ import zmq
 from pilot import processes
 from pilot.agent.rank_env import exec_env
 from pilot.agent.spawn import Spawner
-from pilot.wire.protocol import pack
+from pilot.wire.protocol import pack, send_frames
 
 FORWARD_MAX = 64 * 1024
 _OUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
@@ -82,7 +82,7 @@ class RankEvents:
             return
         for agent, ev in self.events.items():
             try:
-                sock.send_multipart([agent, b"events", pack(ev)])
+                send_frames(sock, [agent, b"events", pack(ev)])
             except zmq.ZMQError as exc:  # the agent is gone
                 log.warning("events for %s dropped: %s", agent.decode(), exc)
         self.events.clear()

@@ -45,7 +45,7 @@ from pilot.config import network
 from pilot.partition import orphans
 from pilot.partition.manager import AgentProcess
 from pilot.wire import checks, links, updates
-from pilot.wire.protocol import ProtocolError, journal_path, msg
+from pilot.wire.protocol import ProtocolError, journal_path, msg, send_frames
 
 if TYPE_CHECKING:
     from pilot.config.resource_keys import ResourceConfig
@@ -140,7 +140,7 @@ class AgentChannel:
     def send_agent(self, uid: str, frames: list[bytes]) -> None:
         try:
             # (a message with data frames, a call's large arguments: sent without a copy)
-            self.sock.send_multipart([uid.encode()] + frames, copy=len(frames) <= 3)
+            send_frames(self.sock, [uid.encode(), *frames], copy=len(frames) <= 3)
         except zmq.ZMQError as exc:  # EHOSTUNREACH: the agent is gone
             log.error("%s: cannot reach agent: %s", uid, exc)
 

@@ -52,7 +52,7 @@ from pilot import validate
 from pilot.config import network
 from pilot.partition.client.probe import first_answering
 from pilot.wire import checks, framed, links
-from pilot.wire.protocol import ProtocolError, drain, msg, pack, unpack
+from pilot.wire.protocol import ProtocolError, drain, msg, pack, send_frames, unpack
 
 if TYPE_CHECKING:
     from pilot.partition.client.data_port import DataPort
@@ -157,7 +157,7 @@ class ClientLink:
         an attaching client reconciles through `sync`, so nothing is decided on them."""
         try:
             # (a message with data frames, a function's large value: sent without a copy)
-            self.client.send_multipart(frames, zmq.NOBLOCK, copy=len(frames) <= 3)
+            send_frames(self.client, frames, zmq.NOBLOCK, copy=len(frames) <= 3)
         except zmq.Again:
             self.dropped += 1
 

@@ -65,7 +65,7 @@ from pilot.partition.launch.base import ALL_NODES
 from pilot.partition.nodes.joins import Joins
 from pilot.partition.nodes.pulse import NodePulse
 from pilot.wire import links, liveness
-from pilot.wire.protocol import ProtocolError, drain, msg, pack, wait_ms
+from pilot.wire.protocol import ProtocolError, drain, msg, pack, send_frames, wait_ms
 
 log = logging.getLogger("bootstrap.nodes")
 HALT_GRACE = 5.0
@@ -366,7 +366,7 @@ class NodeSet:
         send refers to its bytes, as the table's copies do); False when it is not connected or
         its queue is full."""
         try:
-            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
+            send_frames(self.sock, [f"d{hint}".encode(), *frames], zmq.NOBLOCK)
             return True
         except zmq.ZMQError:
             return False

@@ -24,7 +24,7 @@ import zmq
 
 from pilot import validate
 from pilot.wire import links, liveness
-from pilot.wire.protocol import ProtocolError, drain, msg
+from pilot.wire.protocol import ProtocolError, drain, msg, send_frames
 
 log = logging.getLogger("bootstrap.nodes")
 QUIET = 4  # periods: a daemon heard again after this long is logged (node.pulse)
@@ -123,7 +123,7 @@ class NodePulse:
 
     def _send(self, hint: int, frames: list[bytes]) -> None:
         try:
-            self.sock.send_multipart([f"d{hint}".encode(), *frames], zmq.NOBLOCK)
+            send_frames(self.sock, [f"d{hint}".encode(), *frames], zmq.NOBLOCK)
         except zmq.ZMQError:  # not connected now (EHOSTUNREACH) or its queue full: dropped
             pass
 

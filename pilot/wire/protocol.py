@@ -59,6 +59,27 @@ def unpack(data: bytes):
         raise ProtocolError("message body nested too deep") from None
 
 
+_MORE = int(zmq.SNDMORE)
+_send = zmq.backend.Socket.send  # (what zmq.Socket.send calls after its own checks)
+_FRAME_TYPES = frozenset((bytes, bytearray, memoryview, zmq.Frame))
+
+
+def send_frames(sock: zmq.Socket, frames, flags: int = 0, copy: bool = True) -> None:
+    """`sock.send_multipart(frames, flags, copy=copy)` at a third of its cost (~1 us against
+    ~3.5 us for three frames, most of it pyzmq's making an enum.Flag of every frame's flags):
+    the same libzmq sends, frame by frame, SNDMORE on all but the last.  A message is atomic as
+    ever: libzmq takes all of its frames once it took the first, or none (zmq.Again, or
+    EHOSTUNREACH from a ROUTER_MANDATORY ROUTER, on the first).  Frames are bytes, bytearray,
+    memoryview or zmq.Frame, checked before the first is sent (TypeError: nothing sent)."""
+    if not _FRAME_TYPES.issuperset(map(type, frames)):
+        raise TypeError(f"frames must be bytes or zmq.Frame: {[type(f) for f in frames]}")
+    flags = int(flags)
+    more = flags | _MORE
+    for frame in frames[:-1]:
+        _send(sock, frame, more, copy)
+    _send(sock, frames[-1], flags, copy)
+
+
 def msg(kind: bytes, body=None) -> list[bytes]:
     return [kind, pack({} if body is None else body)]
 

@@ -23,7 +23,7 @@ import zmq
 
 from pilot.config import network
 from pilot.wire import checks
-from pilot.wire.protocol import drain
+from pilot.wire.protocol import drain, send_frames
 
 log = logging.getLogger("pmgr.channel")
 TICK = 0.25
@@ -137,7 +137,7 @@ class Channel:
                 continue
             try:
                 # (with data frames, a call's large arguments: sent without a copy)
-                self.sock.send_multipart([ident] + frames, copy=len(frames) <= 3)
+                send_frames(self.sock, [ident, *frames], copy=len(frames) <= 3)
             except zmq.ZMQError as exc:  # EHOSTUNREACH: that pilot is not connected (yet)
                 # (the session says so, or not: an ack to a pilot that is ending is moot)
                 self.on_message(ident.decode(), [b"unsent", str(exc).encode()] + frames)
