@@ -257,6 +257,33 @@ def test_max_workers_is_checked():
         rp.Executor(max_workers="2")
 
 
+def test_a_dask_graph_runs_on_it_with_many_calls_in_flight(ex, monkeypatch):
+    # Dask's local scheduler keeps at most `_max_workers` calls of an Executor submitted: a
+    # process pool's count of processes would leave the cores waiting out each call's hops
+    dask = pytest.importorskip("dask")
+    da = pytest.importorskip("dask.array")
+    from dask import local
+
+    assert ex._max_workers == 64 * 2  # noqa: SLF001 (what Dask reads: IN_FLIGHT x 2 cores)
+    most, submitted = [0], []
+    get_async = local.get_async
+
+    def counted(submit, num_workers, *args, **kwargs):
+        def submit_counted(fn, *a, **k):
+            fut = submit(fn, *a, **k)
+            submitted.append(fut)
+            most[0] = max(most[0], sum(not f.done() for f in submitted))
+            return fut
+
+        return get_async(submit_counted, num_workers, *args, **kwargs)
+
+    monkeypatch.setattr(local, "get_async", counted)
+    x = da.ones((400, 400), chunks=(50, 50))
+    total = (x + x.T).sum(axis=0).mean()
+    assert dask.compute(total, scheduler=ex)[0] == 800.0
+    assert most[0] > 8, f"at most {most[0]} calls of the graph were in flight"
+
+
 def test_two_executors_share_a_pilot_in_partitions_of_their_own(session):
     pilot = local_pilot(session, parts=((1,),), runtime=5, cores=2)
     first = rp.Executor(session=session, pilot=pilot, partition=pilot.partitions[0].uid)
