@@ -30,6 +30,8 @@ import threading
 import types
 from typing import Any
 
+from pilot import malloc
+
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?$")
 PACKED_MAX = 64 << 20  # bytes of a packed call (arguments included)
 VALUE_MAX = 16 << 20  # bytes of a packed return value
@@ -147,7 +149,10 @@ def wrap(blob: bytes) -> str | bytes:
 
 
 def unwrap(value: str | bytes) -> bytes:
-    return value if type(value) is bytes else base64.b64decode(value)
+    if type(value) is bytes:  # (LARGE: megabytes are copied from here on, pilot/malloc.py)
+        malloc.keep_freed()
+        return value
+    return base64.b64decode(value)
 
 
 def _size(value: str | bytes) -> int:
@@ -194,6 +199,7 @@ def dumps(obj: Any) -> bytes:
 
     if not cloudpickle.list_registry_pickle_by_value():
         if _holds_large(obj):  # (the pickler looks, instead of a search of megabytes)
+            malloc.keep_freed()  # (copies of megabytes without a page fault a page)
             buf = io.BytesIO()
             try:
                 _Plain(buf, 5).dump(obj)
