@@ -12,6 +12,16 @@ Each row is a fresh process (the executor's own local pilot).  Columns: the clie
 (main: the caller; feeder: rp.Executor's; channel: the pilot link's; writer: the store's;
 zmq: libzmq's I/O thread, where CURVE encrypts), the bootstrap, the agent and the function
 worker (each process's threads together), us per call.
+
+A second table splits the round trip by the call's unit's state times (one clock: every
+process is on this host), median over the row's calls, ms:
+    submit -> NEW            the caller packs the call, the feeder makes its unit
+    NEW -> QUEUED            the store writes the unit, the channel sends it, the bootstrap
+                             forwards it, the agent takes it in (QUEUED: the agent's time)
+    QUEUED -> EXECUTING      placed, handed to a function worker
+    EXECUTING -> DONE        the call in the worker, its reply read by the agent
+    DONE -> result           the agent's report, the bootstrap, the client's channel, the
+                             future set and the caller woken
 """
 
 from __future__ import annotations
@@ -81,13 +91,17 @@ def one(kind: str, calls: int, size: int) -> dict:
         pids = [me, *reaper.session_processes(ex.session.uid)]
         roles = {p: _role(p, me) for p in pids}
         before = {p: _threads(p) for p in pids}
+        marks = []  # (submitted, unit, result) of each call, time.time()
         t0 = time.perf_counter()
         for _ in range(calls):
-            ex.submit(fn, *args).result()
+            sent = time.time()
+            fut = ex.submit(fn, *args)
+            fut.result()
+            marks.append((sent, fut.unit, time.time()))
         wall = (time.perf_counter() - t0) / calls
         after = {p: _threads(p) for p in pids}
         names.update({t.native_id: t.name for t in threading.enumerate()})
-    row: dict = {"round trip ms": wall * 1e3}
+    row: dict = {"round trip ms": wall * 1e3, "legs": _legs(marks)}
     for p in pids:
         role = roles[p]
         for key, cpu in after[p].items():
@@ -105,6 +119,30 @@ def one(kind: str, calls: int, size: int) -> dict:
                 col = role
             row[col] = row.get(col, 0.0) + spent
     return row
+
+
+LEGS = [
+    ("submit -> NEW", None, "NEW"), ("NEW -> QUEUED", "NEW", "QUEUED"),
+    ("QUEUED -> EXECUTING", "QUEUED", "EXECUTING"), ("EXECUTING -> DONE", "EXECUTING", "DONE"),
+    ("DONE -> result", "DONE", None),
+]  # fmt: skip
+
+
+def _legs(marks: list) -> dict:
+    """The median ms of each leg (LEGS) over the calls' (submitted, unit, result)."""
+    import statistics
+
+    out = {}
+    for label, start, end in LEGS:
+        spans = []
+        for sent, unit, got in marks:
+            at = dict(unit.history)
+            t_start = sent if start is None else at.get(start)
+            t_end = got if end is None else at.get(end)
+            if t_start is not None and t_end is not None:
+                spans.append((t_end - t_start) * 1e3)
+        out[label] = statistics.median(spans) if spans else float("nan")
+    return out
 
 
 COLUMNS = [
@@ -143,6 +181,12 @@ def main() -> int:
     for label, row in rows:
         cells = [f"{row.get(c, 0.0):,.0f}" for c in COLUMNS]
         print(f"| {label} | {row['round trip ms']:.2f} | " + " | ".join(cells) + " |")
+    print("\nWhere the round trip goes, ms (median of each leg over the row's calls)\n")
+    print("| row | " + " | ".join(label for label, _, _ in LEGS) + " |")
+    print("|---" * (len(LEGS) + 1) + "|")
+    for label, row in rows:
+        cells = [f"{row['legs'][leg]:.2f}" for leg, _, _ in LEGS]
+        print(f"| {label} | " + " | ".join(cells) + " |")
     by_ref, as_bytes = rows[1][1]["round trip ms"], rows[2][1]["round trip ms"]
     print(f"\nby reference / as bytes: {by_ref / as_bytes:.2f} (round trip, same run)")
     return 0
