@@ -13,9 +13,27 @@ import pytest
 
 from tests.conftest import ROOT
 
+
+def _glibc_with_mallinfo2() -> bool:
+    """glibc 2.33 or later (mallinfo2, which the probe reads), its own malloc (no other
+    allocator preloaded)."""
+    if not sys.platform.startswith("linux") or os.environ.get("LD_PRELOAD"):
+        return False
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION") or ""
+        if os.path.exists("/etc/ld.so.preload"):
+            with open("/etc/ld.so.preload") as f:
+                if f.read().strip():
+                    return False
+    except (ValueError, OSError):
+        return False
+    import ctypes
+
+    return version.startswith("glibc") and hasattr(ctypes.CDLL(None), "mallinfo2")
+
+
 pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
-    reason="glibc's malloc only",
+    not _glibc_with_mallinfo2(), reason="glibc's own malloc, 2.33 or later, only"
 )
 
 # how many chunks glibc serves with mappings of their own (mallinfo2's hblks) grows by one for
@@ -23,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 # largest chunk freed), and by none under 16 MiB once they are fixed there
 PROBE = textwrap.dedent(
     """
-    import ctypes, ctypes.util, json, sys
+    import ctypes, json, pickle, sys
     sys.path.insert(0, {root!r})
     from pilot import functions, malloc
 
@@ -32,7 +50,7 @@ PROBE = textwrap.dedent(
             "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
             "uordblks", "fordblks", "keepcost")]
 
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = Info
 
     def mapped(mib):
@@ -72,14 +90,25 @@ def test_a_large_argument_fixes_the_thresholds_once():
 
 
 def test_a_large_value_loaded_fixes_them_too():
-    got = _probe('functions.unpack_value(functions.wrap(functions.dumps(b"v" * 100_000)))')
+    # (the value pickled here without functions.dumps, which would fix them first)
+    got = _probe(
+        'value = functions.wrap(pickle.dumps(b"v" * 100_000, 5)); '
+        "assert malloc._done == [], malloc._done; "
+        "functions.unpack_value(value)"
+    )
     assert got["done"] == [True] and got["after"] == 0
+
+
+def test_a_worker_started_with_them_is_not_set_again():
+    got = _probe('malloc.set_by_environment(); functions.dumps(((b"x" * 2_000_000,), {}))')
+    assert got["done"] == [True] and got["after"] == 1  # (the probe's process has glibc's own)
 
 
 @pytest.mark.parametrize(
     "env",
     [
         {"PILOT_MALLOC": "0"},
+        {"PILOT_MALLOC": "off"},
         {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"},
         {"MALLOC_TRIM_THRESHOLD_": "131072"},
     ],

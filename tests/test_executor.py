@@ -264,7 +264,9 @@ def test_a_dask_graph_runs_on_it_with_many_calls_in_flight(ex, monkeypatch):
     da = pytest.importorskip("dask.array")
     from dask import local
 
-    assert ex._max_workers == 64 * 2  # noqa: SLF001 (what Dask reads: IN_FLIGHT x 2 cores)
+    from pilot.pmgr.compat.futures.executor import IN_FLIGHT
+
+    assert ex._max_workers == 2 + IN_FLIGHT  # noqa: SLF001 (what Dask reads: 2 cores' + more)
     most, submitted = [0], []
     get_async = local.get_async
 
@@ -282,6 +284,17 @@ def test_a_dask_graph_runs_on_it_with_many_calls_in_flight(ex, monkeypatch):
     total = (x + x.T).sum(axis=0).mean()
     assert dask.compute(total, scheduler=ex)[0] == 800.0
     assert most[0] > 8, f"at most {most[0]} calls of the graph were in flight"
+    # set lower (less of a wide graph held at once), Dask keeps to it
+    ex._max_workers = 3  # noqa: SLF001
+    most[0] = 0
+    submitted.clear()
+    try:
+        assert dask.compute(total, scheduler=ex)[0] == 800.0
+    finally:
+        ex._max_workers = 2 + IN_FLIGHT  # noqa: SLF001 (the module's executor, shared)
+    assert 1 <= most[0] <= 3, most[0]
+    with pytest.raises(ValueError, match="_max_workers=0 must be an int above 0"):
+        ex._max_workers = 0  # noqa: SLF001
 
 
 def test_two_executors_share_a_pilot_in_partitions_of_their_own(session):

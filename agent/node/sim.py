@@ -47,8 +47,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
-from typing import cast
 
 import zmq
 
@@ -155,9 +153,6 @@ class SimRanks(RankEvents):
 
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # (as ints: the enums' `&` costs ~1 us)
-# (libzmq's getsockopt without pyzmq's wrapper, which makes an enum of the option: 1.4 us
-# against 6 us a socket looked at, once a third of a host's CPU)
-_get = cast("Callable[[zmq.Socket, int], int]", zmq.backend.Socket.get)
 
 
 class HostPoller(zmq.Poller):
@@ -200,7 +195,7 @@ class HostPoller(zmq.Poller):
         look, self.again = self.again, set()
         look.update(self.of_fd[fd] for fd, _ in fired if fd in self.of_fd)
         fds = self.fds
-        return [(s, zmq.POLLIN) for s in look if s in fds and _get(s, _EVENTS) & _POLLIN]
+        return [(s, zmq.POLLIN) for s in look if s in fds and s.get(_EVENTS) & _POLLIN]
 
 
 class SimHost:

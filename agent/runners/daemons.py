@@ -86,11 +86,12 @@ class DaemonRunner(RunnerBase):
         self.functions = functions_dir(cfg["pilot_sandbox"], cfg["uid"])
         self.function_path = os.pathsep.join(cfg.get("python_path") or ())
         self.names = {node["index"]: node["name"] for node in cfg["nodes"]}
-        # what every `exec` carries once (agent/node/ranks.py `exec_env`), encoded once: the
-        # JSON object's opening members, to which `flush` adds the node and its ranks (encoding
-        # the environment again for every message was ~13 % of an agent at 1,024 nodes)
-        self.head = {"env": self.base_env, "prof": self.prof, "gpus": self.has_gpus}
-        self.head_json = pack(self.head)[:-1] + b',"node":'
+        # what every `exec` carries once (agent/node/ranks.py `exec_env`), encoded once, here:
+        # the JSON object's opening members, to which `flush` adds the node and its ranks
+        # (encoding the environment again for every message was ~13 % of an agent at 1,024
+        # nodes); what is changed of base_env, prof or has_gpus later reaches no `exec`
+        head = {"env": self.base_env, "prof": self.prof, "gpus": self.has_gpus}
+        self.head_json = pack(head)[:-1] + b',"node":'
         # one ROUTER connected to every daemon, each connection named by its node's index
         # (ZMQ_CONNECT_ROUTING_ID): a poll costs the same at 8 nodes as at 512 (a DEALER a
         # node cost a poll ~0.45 us a node: a fifth of an agent's CPU at 128 nodes)
@@ -193,9 +194,9 @@ class DaemonRunner(RunnerBase):
         for index, waiting in pending.items():
             if index in self.lost:
                 continue  # (node_lost ended their units)
+            node = pack(self.names[index])
             for i in range(0, len(waiting), EXEC_BATCH):
                 ranks = pack([body for body, _ in waiting[i : i + EXEC_BATCH]])
-                node = pack(self.names[index])
                 message = b"".join((self.head_json, node, b',"ranks":', ranks, b"}"))
                 try:
                     self.send(index, [b"exec", message])

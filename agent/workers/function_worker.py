@@ -177,6 +177,9 @@ def main(argv: list[str]) -> int:
     sys.path[1:1] = [p for p in own.split(os.pathsep) if p and p not in sys.path]
     if os.environ.get("GLIBC_TUNABLES") == MALLOC_TUNABLES:  # (its runner's, for this
         del os.environ["GLIBC_TUNABLES"]  # process: not the calls' nor what they start)
+        from pilot import malloc
+
+        malloc.set_by_environment()  # (set at its start: no mallopt again, pilot/malloc.py)
     fd = fcntl.fcntl(inherited, fcntl.F_DUPFD_CLOEXEC, 64)  # out of the way of user code
     os.close(inherited)
     rfile = os.fdopen(fd, "rb", buffering=1 << 16, closefd=False)

@@ -67,10 +67,13 @@ _FRAME_TYPES = frozenset((bytes, bytearray, memoryview, zmq.Frame))
 def send_frames(sock: zmq.Socket, frames, flags: int = 0, copy: bool = True) -> None:
     """`sock.send_multipart(frames, flags, copy=copy)` at a third of its cost (~1 us against
     ~3.5 us for three frames, most of it pyzmq's making an enum.Flag of every frame's flags):
-    the same libzmq sends, frame by frame, SNDMORE on all but the last.  A message is atomic as
-    ever: libzmq takes all of its frames once it took the first, or none (zmq.Again, or
-    EHOSTUNREACH from a ROUTER_MANDATORY ROUTER, on the first).  Frames are bytes, bytearray,
-    memoryview or zmq.Frame, checked before the first is sent (TypeError: nothing sent)."""
+    the same libzmq sends, frame by frame, SNDMORE on all but the last, so errors are the
+    same: zmq.Again or EHOSTUNREACH (a ROUTER_MANDATORY ROUTER) on the first frame, nothing
+    queued; a frame refused after the first (its peer's pipe ended under it) is libzmq's to
+    drop with the rest of the message, as it does for send_multipart.  Frames are exactly
+    bytes, bytearray, memoryview or zmq.Frame (send_multipart takes any buffer: an array
+    or a bytes subclass is refused here), checked before the first is sent (TypeError:
+    nothing sent)."""
     if not _FRAME_TYPES.issuperset(map(type, frames)):
         raise TypeError(f"frames must be bytes or zmq.Frame: {[type(f) for f in frames]}")
     flags = int(flags)

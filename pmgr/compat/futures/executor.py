@@ -52,11 +52,12 @@ MAP_WINDOW = 20_000  # calls (or chunks) of a map submitted ahead of what it has
 RERUNS = 3  # times a call runs again when its partition is stopped under it
 LOCAL_RUNTIME = 7 * 24 * 60  # minutes: a local pilot of an executor lasts until shutdown
 END_TIMEOUT = 60.0  # seconds for an owned partition or pilot to end at shutdown
-# calls worth keeping submitted for each call that runs at once (`_max_workers`): a call spends
+# calls worth keeping submitted beyond those that run at once (`_max_workers`): a call spends
 # ~2 ms in the pilot's hops, and calls submitted together share the client's and the pilot's
 # turns (and short ones their units); a Dask graph of 454 tasks on 2 cores, measured with 2,
 # 8, 16, 32, 64, 128 and 512 in flight: 0.69-0.87, 0.42-0.58, 0.31-0.48, 0.32-0.36, 0.25-0.36,
-# 0.29-0.34, 0.26-0.30 s (Dask's processes scheduler: 0.51-0.57 s)
+# 0.29-0.34, 0.26-0.30 s (Dask's processes scheduler: 0.51-0.57 s).  Headroom, not a multiple:
+# Dask keeps fewer tasks submitted to stay depth-first and hold less memory
 IN_FLIGHT = 64
 
 
@@ -237,6 +238,7 @@ class Executor(futures.Executor):
                     f"Executor: max_workers={max_workers}: max_workers must be greater than 0"
                 )
         self._owned: list = []  # what shutdown ends, last first: session, pilot, partition
+        self._in_flight: int | None = None  # `_max_workers` when set
         self._session = session or Session()
         if session is None:
             self._owned.append(self._session)
@@ -509,10 +511,30 @@ class Executor(futures.Executor):
     def _max_workers(self) -> int:
         """How many calls a caller that keeps a bounded number submitted should keep: what
         Dask's local scheduler reads of an Executor (`dask.compute(..., scheduler=ex)`) as its
-        number of workers, and submits at most.  Not the calls that run at once (a process
-        pool's `_max_workers`): IN_FLIGHT times those, as a call spends ~2 ms in the pilot's
-        hops, and with only as many in flight as run, the cores would wait between calls."""
-        return IN_FLIGHT * max(1, self._cores() // self._fields.get("cores", 1))
+        number of workers, and submits at most.  Not only the calls that run at once (a
+        process pool's `_max_workers`): IN_FLIGHT more, as a call spends ~2 ms in the pilot's
+        hops, and with only as many in flight as run, the cores would wait between calls.
+        Settable (`ex._max_workers = 8`): fewer keeps less of a wide graph in memory at once."""
+        if self._in_flight is not None:
+            return self._in_flight
+        return self._at_once() + IN_FLIGHT
+
+    @_max_workers.setter
+    def _max_workers(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"Executor: _max_workers={n!r} must be an int above 0")
+        self._in_flight = n
+
+    def _at_once(self) -> int:
+        """How many of its calls can run at once: its cores' worth, and its GPUs' when each
+        call holds some (the partition's, or the pilot's until it knows)."""
+        cores, gpus = self._fields.get("cores", 1), self._fields.get("gpus", 0)
+        part = self._partition
+        have_gpus = part.gpus if part is not None and part.resources else self._pilot.size["gpus"]
+        n = self._cores() // max(1, cores)
+        if gpus:
+            n = min(n, int(have_gpus // gpus))
+        return max(1, n)
 
     def _cores(self) -> int:
         part = self._partition
