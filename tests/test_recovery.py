@@ -330,6 +330,66 @@ def test_units_sent_before_their_first_rows_were_written_keep_one_history(make_s
         assert [s for s, _ in u.history] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]
 
 
+FINAL_DOCS_CLIENT = r"""
+import json, os, sys, time
+from pymongo.collection import Collection
+import pilot as rp
+from tests.faults import truth_unit
+s = rp.Session()
+pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
+                                parts=[rp.ComputePartitionDescription(cores=1)])
+pilot = rp.PilotManager(s).submit_pilots(pd)
+pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
+umgr = rp.UnitManager(s)
+umgr.add_pilots(pilot)
+bulk_write, final = Collection.bulk_write, []
+def dies_between(self, requests, *args, **kwargs):
+    if self.name == "units" and any(
+        getattr(r, "_doc", {}).get("$set", {}).get("state") in rp.FINAL for r in requests
+    ):
+        final.append(True)  # (a batch with a unit's final doc: it goes in, its rows never)
+    elif self.name == "history" and final:
+        print(json.dumps({"session": s.uid}), flush=True)
+        os._exit(0)  # the client dies between the batch's docs and its history rows
+    return bulk_write(self, requests, *args, **kwargs)
+Collection.bulk_write = dies_between
+umgr.submit_units([truth_unit(sys.argv[1], sleep=0.3) for _ in range(3)])
+time.sleep(60)
+"""
+
+
+def test_final_docs_written_without_their_rows_get_them_at_the_next_attach(
+    make_session, tmp_path, mongo_url
+):
+    """MongoDB writes a batch's docs, then its history rows; the client dies between them
+    with a unit's final doc in: the unit is final in the store, so the next client adopts it
+    as final and asks no agent of it.  Its doc was marked until its rows were in: the next
+    client writes the rows the doc's own history has (the chaos campaign's seed 21 found a
+    DONE doc whose history stopped at EXECUTING), and the store's history and the units'
+    agree row for row."""
+    from tests.faults import check_exactly_once
+
+    log = str(tmp_path / "truth.log")
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=mongo_url)
+    out = subprocess.run(
+        [sys.executable, "-c", FINAL_DOCS_CLIENT, log],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    uid = json.loads(out.stdout.strip().splitlines()[-1])["session"]
+    session = make_session(uid=uid, database_url=mongo_url)
+    behind = session.store.rows_pending(uid)
+    assert behind, "the dying client's final doc is not marked"
+    for doc in behind:  # (the state its doc says, no history row of it)
+        rows = [h["state"] for h in session.store.history(uid=doc["uid"])]
+        assert doc["state"] in rp.FINAL and doc["state"] not in rows, (doc["state"], rows)
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 3
+    check_exactly_once(session, umgr.get_units(), log)
+    assert session.store.rows_pending(uid) == []
+
+
 LARGE_CLIENT = r"""
 import json, os, sys
 import pilot as rp

@@ -257,6 +257,7 @@ class Recovery:
             session.ids.seen_uid(umgr.UID_PREFIX, uid)
             if state in S.FINAL:
                 umgr.units.know_final(uid, state)
+        self._rows_behind_final_docs()
         docs = session.store.open_units(session.uid)
         rows = session.store.histories([d["uid"] for d in docs], session.uid)
         ask: dict = {}
@@ -281,6 +282,28 @@ class Recovery:
             n,
             sum(len(u) for p in ask.values() for u in p.values()),
         )
+
+    def _rows_behind_final_docs(self) -> None:
+        """Units whose final doc a client before this one wrote without living to write its
+        history rows (MongoDB writes a batch's docs, then its rows: the store marks such docs,
+        pmgr/store/mongo.py): the rows their docs' own histories (`times`) have and the store
+        lacks are written now (a row stored already is not stored again), then the marks go.
+        Their outcome is the doc's: nothing is asked of an agent."""
+        session = self.session
+        docs = session.store.rows_pending(session.uid)
+        if not docs:
+            return
+        for doc in docs:
+            uid = doc["uid"]
+            have = {h["seq"] for h in session.store.history(uid=uid)}
+            for seq, (state, ts) in enumerate(doc.get("times") or ()):
+                if seq not in have:
+                    reason = doc.get("reason") if state in S.FINAL else None
+                    session.writer.hist((session.uid, "units", uid, state, ts, reason, seq))
+        uids = [d["uid"] for d in docs]
+        session.writer.then(lambda: session.store.clear_rows_pending(uids), urgent=False)
+        log.info("%s: history rows of %d final units written after their docs", session.uid,
+                 len(uids))  # fmt: skip
 
     def _adopt(self, umgr, doc: dict, ask: dict, rows: list[dict]) -> None:
         """(lock held) A unit not final in the store, made again: routed again if it never

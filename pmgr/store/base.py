@@ -447,6 +447,15 @@ class StateStore(ABC):
         """The docs of the session's units that are not in a final state."""
         return [d for d in self.find("units", session=session) if d["state"] not in FINAL]
 
+    def rows_pending(self, session: str) -> list[dict]:
+        """The docs of the session's units written final in a batch whose history rows may
+        not have followed (the writer died between them): a store whose batch is one
+        transaction has none (sqlite); MongoDB's (pmgr/store/mongo.py) are marked until then."""
+        return []
+
+    def clear_rows_pending(self, uids: list[str]) -> None:  # noqa: B027 (none to clear)
+        """Their rows are written now: `rows_pending` no longer names these units."""
+
     def iter_history(self, session: str, kinds: Iterable[str] | None = None) -> Iterator[tuple]:
         """`session`'s history rows (tuples in HISTORY order), of `kinds` only if given, oldest
         first (sqlite: in the order written; MongoDB: by ts, rows of one ts in no set order),

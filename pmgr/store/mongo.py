@@ -30,6 +30,11 @@ handed back), missing is written as a new doc (a first write over a refused doc 
 duplicate key, looked up the same way).  What per-document conditions leave open: a deposed
 owner's history row whose doc was not in its batch (written ahead with its send) can land if
 the take-over comes between the second read and the row's insert; its doc never does.
+A batch's docs go before its rows: a writer that dies between them leaves a unit's final doc
+without its history rows.  So a unit doc written final carries `rows_pending: true` until its
+batch's rows are in (unset then, not journaled: a mark left over costs a look at the next
+attach, nothing more); a client that attaches writes the rows such docs' own histories
+(`times`) have and the store lacks (`rows_pending`, pmgr/core/recovery.py), and unsets them.
 
 Opening checks that the server answers (`ping`) within CONNECT_TIMEOUT seconds, so a wrong or
 unreachable URL fails the session's start at once with the reason, instead of hanging later.
@@ -114,6 +119,8 @@ class MongoStore(StateStore):
         for coll, indexes in _INDEXES.items():
             for keys in indexes:
                 db[coll].create_index(keys)
+        db.units.create_index([("rows_pending", ASCENDING)], sparse=True)  # (a batch's few)
+        self.marked: list[str] = []  # units this batch wrote final: `rows_pending` until its rows
         self.templates = TextIds()  # a description's text -> its id, stored (some)
         self.texts: dict[str, dict] = {}  # a template's id -> its description, read
 
@@ -139,6 +146,7 @@ class MongoStore(StateStore):
             self._check_fence()
         made: dict[str, str] = {}
         refused: list[Refusal] = []
+        self.marked = []
         for kind in KINDS:
             docs = batch.unit_docs() if kind == "units" else batch.docs[kind]
             if docs:
@@ -159,6 +167,7 @@ class MongoStore(StateStore):
                 [{"ts": now, "session": sessions.get((r.kind, r.uid)), **vars(r)} for r in refused]
             )
         if not (batch.moves or batch.history):
+            self._unmark()
             return refused
         if self.fence is not None:  # (a take-over since the docs: their rows stay out)
             self._check_fence()
@@ -184,7 +193,25 @@ class MongoStore(StateStore):
                 ],
                 ordered=False,
             )
+        self._unmark()
         return refused
+
+    def _unmark(self) -> None:
+        """(write_batch, its rows written) The marks of its final docs go: acknowledged
+        (else a later batch's mark of one could be applied before it and be lost) but not
+        journaled, as one left over is only looked at again (the module's header)."""
+        if self.marked:
+            units = self.db.units.with_options(write_concern=WriteConcern(w=1))
+            units.update_many({"_id": {"$in": self.marked}}, {"$unset": {"rows_pending": ""}})
+            self.marked = []
+
+    def rows_pending(self, session: str) -> list[dict]:
+        query = {"session": session, "rows_pending": True}
+        return [self._doc("units", raw) for raw in self.db.units.find(query)]
+
+    def clear_rows_pending(self, uids: list[str]) -> None:
+        if uids:
+            self.db.units.update_many({"_id": {"$in": uids}}, {"$unset": {"rows_pending": ""}})
 
     def _check_fence(self) -> None:
         """Fenced when a newer owner epoch than this client's is installed."""
@@ -214,6 +241,9 @@ class MongoStore(StateStore):
             cond: dict = {"_id": uid}
             if kind in _STATED:  # (stored: not final, or this final state; one term: an
                 state = fields.get("state")  # $or costs SecantusDB a scan per doc)
+                if kind == "units" and state in FINAL:  # (until its rows are in: the header)
+                    fields["rows_pending"] = True
+                    self.marked.append(uid)
                 cond["state"] = {"$nin": _OTHER_FINAL.get(state, _FINAL)}
                 if epoch is not None:  # (a doc with no epoch: written before owners were)
                     cond["epoch"] = {"$not": {"$gt": epoch}}
