@@ -363,7 +363,7 @@ def test_final_docs_written_without_their_rows_get_them_at_the_next_attach(
 ):
     """MongoDB writes a batch's docs, then its history rows; the client dies between them
     with a unit's final doc in: the unit is final in the store, so the next client adopts it
-    as final and asks no agent of it.  Its doc was marked until its rows were in: the next
+    as final and asks no agent of it.  The unit was recorded until its rows were in: the next
     client writes the rows the doc's own history has (the chaos campaign's seed 21 found a
     DONE doc whose history stopped at EXECUTING), and the store's history and the units'
     agree row for row."""
@@ -379,7 +379,7 @@ def test_final_docs_written_without_their_rows_get_them_at_the_next_attach(
     uid = json.loads(out.stdout.strip().splitlines()[-1])["session"]
     session = make_session(uid=uid, database_url=mongo_url)
     behind = session.store.rows_pending(uid)
-    assert behind, "the dying client's final doc is not marked"
+    assert behind, "the dying client's final doc is not recorded as pending"
     for doc in behind:  # (the state its doc says, no history row of it)
         rows = [h["state"] for h in session.store.history(uid=doc["uid"])]
         assert doc["state"] in rp.FINAL and doc["state"] not in rows, (doc["state"], rows)

@@ -285,9 +285,9 @@ class Recovery:
 
     def _rows_behind_final_docs(self) -> None:
         """Units whose final doc a client before this one wrote without living to write its
-        history rows (MongoDB writes a batch's docs, then its rows: the store marks such docs,
+        history rows (MongoDB writes a batch's docs, then its rows: the store records such units,
         pmgr/store/mongo.py): the rows their docs' own histories (`times`) have and the store
-        lacks are written now (a row stored already is not stored again), then the marks go.
+        lacks are written now (a row stored already is not stored again), then the records go.
         Their outcome is the doc's: nothing is asked of an agent."""
         session = self.session
         docs = session.store.rows_pending(session.uid)
@@ -300,10 +300,9 @@ class Recovery:
                 if seq not in have:
                     reason = doc.get("reason") if state in S.FINAL else None
                     session.writer.hist((session.uid, "units", uid, state, ts, reason, seq))
-        uids = [d["uid"] for d in docs]
-        session.writer.then(lambda: session.store.clear_rows_pending(uids), urgent=False)
+        session.writer.then(lambda: session.store.clear_rows_pending(session.uid), urgent=False)
         log.info("%s: history rows of %d final units written after their docs", session.uid,
-                 len(uids))  # fmt: skip
+                 len(docs))  # fmt: skip
 
     def _adopt(self, umgr, doc: dict, ask: dict, rows: list[dict]) -> None:
         """(lock held) A unit not final in the store, made again: routed again if it never

@@ -448,13 +448,13 @@ class StateStore(ABC):
         return [d for d in self.find("units", session=session) if d["state"] not in FINAL]
 
     def rows_pending(self, session: str) -> list[dict]:
-        """The docs of the session's units written final in a batch whose history rows may
-        not have followed (the writer died between them): a store whose batch is one
-        transaction has none (sqlite); MongoDB's (pmgr/store/mongo.py) are marked until then."""
+        """The final docs of the session's units whose batch may have been written without its
+        history rows (the writer died between them): a store whose batch is one transaction
+        has none (sqlite); MongoDB's (pmgr/store/mongo.py) records them until the rows are in."""
         return []
 
-    def clear_rows_pending(self, uids: list[str]) -> None:  # noqa: B027 (none to clear)
-        """Their rows are written now: `rows_pending` no longer names these units."""
+    def clear_rows_pending(self, session: str) -> None:  # noqa: B027 (none to clear)
+        """The rows of what `rows_pending` gave are written now: its records go."""
 
     def iter_history(self, session: str, kinds: Iterable[str] | None = None) -> Iterator[tuple]:
         """`session`'s history rows (tuples in HISTORY order), of `kinds` only if given, oldest
