@@ -158,8 +158,8 @@ class Reports:
             self.stager.recycle(r.sandbox or sandbox_of(self.root, r.unit))
         if r.fail_reason is not None:
             info = {"reason": r.fail_reason, **kept}
-            if not r.not_started:  # (a unit that never ran has no exit code)
-                info["exit_code"] = code
+            if not (r.not_started or r.node_lost):  # (a unit that never ran, or whose node
+                info["exit_code"] = code  # was lost under it, has no exit code it could say)
             if r.node_lost:
                 info["lost"] = True  # a restartable unit may run again elsewhere
             self.update(uid, FAILED, info, at)

@@ -293,12 +293,14 @@ class DaemonRunner(RunnerBase):
             self.done.append((run, code))
 
     def node_lost(self, index: int, reason: str) -> None:
-        """Ranks on node `index` ended without an exit code: their units FAILED with reason."""
+        """Ranks on node `index` ended without an exit code: their units FAILED with reason,
+        their outcome unknown (a rank may have run to its end just before its daemon died,
+        with nobody left to say so: docs/guarantees.md)."""
         self.lost[index] = reason
         for (uid, rank), run in list(self.running.items()):
             if any(k == (index, rank) for k in run.pids):
                 if run.fail_reason is None:
-                    run.fail_reason = reason
+                    run.fail_reason = f"{reason}; its outcome is unknown"
                     run.node_lost = True
                     self.kill(run, signal.SIGKILL)
                 self._ended(run, uid, rank, None)
