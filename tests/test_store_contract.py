@@ -117,6 +117,27 @@ def test_a_big_batch(store):
     assert len(store.history(session="s1")) == 2000
 
 
+def test_a_final_doc_is_pending_until_its_final_row_is_in(store):
+    """A unit's final doc may be written a batch before its final row (its doc is made as
+    the unit is when the batch is built): MongoDB, which writes a batch's docs and its rows
+    apart, names it in rows_pending until the row is in (an attach then writes what the doc
+    has and the rows lack, pmgr/core/recovery.py); sqlite writes a batch whole, none."""
+    mongo = store.url.startswith("mongodb")
+    b = Batch()
+    b.docs["units"]["u1"] = unit_doc("u1", "DONE")
+    b.docs["units"]["u2"] = unit_doc("u2", "EXECUTING")
+    store.write_batch(b)
+    assert [d["uid"] for d in store.rows_pending("s1")] == (["u1"] if mongo else [])
+    b = Batch()
+    b.history.append(("s1", "units", "u1", "EXECUTING", time.time(), None, 3))
+    store.write_batch(b)  # (not its final row yet)
+    assert [d["uid"] for d in store.rows_pending("s1")] == (["u1"] if mongo else [])
+    b = Batch()
+    b.history.append(("s1", "units", "u1", "DONE", time.time(), None, 4))
+    store.write_batch(b)
+    assert store.rows_pending("s1") == []
+
+
 def test_unreachable_database_fails_fast_with_the_reason():
     from tests.mongo_server import free_port
 

@@ -291,7 +291,8 @@ class Recovery:
         Their outcome is the doc's: nothing is asked of an agent."""
         session = self.session
         docs = session.store.rows_pending(session.uid)
-        if not docs:
+        if not docs:  # (records of units whose docs are not final, if any: gone too)
+            session.store.clear_rows_pending(session.uid)
             return
         for doc in docs:
             uid = doc["uid"]

@@ -33,11 +33,13 @@ the take-over comes between the second read and the row's insert; its doc never 
 A batch's docs go before its rows: a writer that dies between them leaves a unit's final doc
 without its history rows.  So a batch that writes units' docs final first records them in
 `pending` (one document a session and batch: {session, ts, uids}, journaled), and takes that
-record away once its rows are in (not journaled: a record left over costs a look at the next
-attach, nothing more); a client that attaches writes the rows the recorded units' final docs'
-own histories (`times`) have and the store lacks (`rows_pending`, pmgr/core/recovery.py), then
-takes the records away.  Two small writes a batch with final docs, none a unit (a mark on
-each doc, taken off each, cost SecantusDB ~1 ms a unit).
+record away once every unit of it has its final row in (this batch's, or a later one's: a doc
+is made from its unit as it is when the batch is built, and may say a state whose row comes
+in the next batch; not journaled: a record left over costs a look at the next attach).  A
+client that attaches writes the rows the recorded units' final docs' own histories (`times`)
+have and the store lacks (`rows_pending`, pmgr/core/recovery.py), then takes the records
+away.  Two small writes a batch with final docs, none a unit (a mark on each doc, taken off
+each, cost SecantusDB ~1 ms a unit).
 
 Opening checks that the server answers (`ping`) within CONNECT_TIMEOUT seconds, so a wrong or
 unreachable URL fails the session's start at once with the reason, instead of hanging later.
@@ -46,6 +48,7 @@ unreachable URL fails the session's start at once with the reason, instead of ha
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import time
 import uuid
@@ -127,6 +130,8 @@ class MongoStore(StateStore):
         self.token = uuid.uuid4().hex[:12]  # (names this store's `pending` records)
         self.batches = 0
         self.pending_read: dict[str, list[str]] = {}  # session -> the records rows_pending read
+        self.awaiting: dict[str, str] = {}  # a unit written final -> its record, till its row
+        self.left: dict[str, int] = {}  # a record -> its units still awaiting their rows
         self.templates = TextIds()  # a description's text -> its id, stored (some)
         self.texts: dict[str, dict] = {}  # a template's id -> its description, read
 
@@ -152,7 +157,7 @@ class MongoStore(StateStore):
             self._check_fence()
         made: dict[str, str] = {}
         refused: list[Refusal] = []
-        pending = self._pend(batch)  # (before the docs: the header)
+        self._pend(batch)  # (before the docs: the header)
         for kind in KINDS:
             docs = batch.unit_docs() if kind == "units" else batch.docs[kind]
             if docs:
@@ -173,7 +178,7 @@ class MongoStore(StateStore):
                 [{"ts": now, "session": sessions.get((r.kind, r.uid)), **vars(r)} for r in refused]
             )
         if not (batch.moves or batch.history):
-            self._unpend(pending)
+            self._unpend(batch, refused)
             return refused
         if self.fence is not None:  # (a take-over since the docs: their rows stay out)
             self._check_fence()
@@ -199,18 +204,18 @@ class MongoStore(StateStore):
                 ],
                 ordered=False,
             )
-        self._unpend(pending)
+        self._unpend(batch, refused)
         return refused
 
-    def _pend(self, batch: Batch) -> list[str]:
+    def _pend(self, batch: Batch) -> None:
         """(write_batch, before its docs) Record the units it writes final, a record per
-        session (the header); their ids."""
+        session (the header), each awaiting its final row."""
         finals: dict[str, list[str]] = {}
         for uid, d in batch.unit_docs().items():
-            if d.get("state") in FINAL:
+            if d.get("state") in FINAL and uid not in self.awaiting:
                 finals.setdefault(d.get("session") or "", []).append(uid)
         if not finals:
-            return []
+            return
         self.batches += 1
         now = time.time()
         records: list[dict[str, Any]] = [
@@ -218,13 +223,29 @@ class MongoStore(StateStore):
             for i, (session, uids) in enumerate(finals.items())
         ]
         self.db.pending.insert_many(records)
-        return [cast(str, r["_id"]) for r in records]
+        for r in records:
+            self.left[r["_id"]] = len(r["uids"])
+            self.awaiting.update(dict.fromkeys(r["uids"], r["_id"]))
 
-    def _unpend(self, ids: list[str]) -> None:
-        """(write_batch, its rows written) Its records go: acknowledged, not journaled."""
-        if ids:
+    def _unpend(self, batch: Batch, refused: list[Refusal]) -> None:
+        """(write_batch, its rows written) The records whose every unit's final row is in
+        now (this batch's, or a later one's: a doc may say a state its row follows in the
+        next batch), or whose final doc was refused (its rows dropped), go: acknowledged,
+        not journaled."""
+        if not self.awaiting:
+            return
+        done = []
+        gone = [r.uid for r in refused if r.kind == "units"]
+        for uid in itertools.chain(_final_rows(batch), gone):
+            rid = self.awaiting.pop(uid, None)
+            if rid is not None:
+                self.left[rid] -= 1
+                if self.left[rid] == 0:
+                    del self.left[rid]
+                    done.append(rid)
+        if done:
             pending = self.db.pending.with_options(write_concern=WriteConcern(w=1))
-            pending.delete_many({"_id": {"$in": ids}})
+            pending.delete_many({"_id": {"$in": done}})
 
     def rows_pending(self, session: str) -> list[dict]:
         records = list(self.db.pending.find({"session": session}))
@@ -531,3 +552,13 @@ def _expand(doc: dict) -> list[tuple]:
         return [tuple(doc.get(k) for k in HISTORY)]
     m = UnitMoves(doc["session"], doc["state"], uids, doc["tss"], doc["seqs"], doc["reasons"])
     return list(m.rows())
+
+
+def _final_rows(batch: Batch):
+    """The units a batch writes a final history row of (its moves and its plain rows)."""
+    for m in batch.moves:
+        if m.state in FINAL:
+            yield from m.uids
+    for row in batch.history:
+        if row[1] == "units" and row[3] in FINAL:
+            yield row[2]
