@@ -108,8 +108,10 @@ def test_attaching_to_an_unknown_session_says_so(tmp_path):
         rp.Session(uid="session.nope")
 
 
-TRUTH_CLIENT = r"""
-import json, os, sys
+# the start of the client scripts below: a local pilot of 2 cores, one partition of 1 core,
+# and its UnitManager (`truth_unit`s write tests/faults.py's truth log)
+LOCAL_CLIENT = r"""
+import json, os, sys, time
 import pilot as rp
 from tests.faults import truth_unit
 s = rp.Session()
@@ -119,12 +121,19 @@ pilot = rp.PilotManager(s).submit_pilots(pd)
 pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
 umgr = rp.UnitManager(s)
 umgr.add_pilots(pilot)
+"""
+
+
+TRUTH_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
 units = umgr.submit_units([truth_unit(sys.argv[1], sleep=0.2) for _ in range(8)])
 units[0].wait(rp.EXECUTING, timeout=30)
 s.writer.flush(timeout=30)
 print(json.dumps({"session": s.uid, "pilot": pilot.uid}), flush=True)
 os._exit(0)  # the client dies: no close, no goodbye; the pilot goes on
 """
+)
 
 
 def test_outcomes_outlive_their_partition_and_the_clients_absence(make_session, tmp_path):
@@ -276,17 +285,9 @@ def test_an_owner_stopped_through_a_take_over_fails_nothing_when_it_comes_back(
             first.wait()
 
 
-ROWS_BEHIND_CLIENT = r"""
-import json, os, sys, time
-import pilot as rp
-from tests.faults import truth_unit
-s = rp.Session()
-pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
-                                parts=[rp.ComputePartitionDescription(cores=1)])
-pilot = rp.PilotManager(s).submit_pilots(pd)
-pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
-umgr = rp.UnitManager(s)
-umgr.add_pilots(pilot)
+ROWS_BEHIND_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
 send = s.channel.send
 def sent_then_die(pilot_uid, frames):
     send(pilot_uid, frames)
@@ -298,6 +299,7 @@ s.channel.send = sent_then_die
 umgr.submit_units([truth_unit(sys.argv[1], sleep=0.2) for _ in range(4)])
 time.sleep(60)
 """
+)
 
 
 def test_units_sent_before_their_first_rows_were_written_keep_one_history(make_session, tmp_path):
@@ -330,18 +332,10 @@ def test_units_sent_before_their_first_rows_were_written_keep_one_history(make_s
         assert [s for s, _ in u.history] == ["NEW", "SCHEDULING", "QUEUED", "EXECUTING", "DONE"]
 
 
-FINAL_DOCS_CLIENT = r"""
-import json, os, sys, time
+FINAL_DOCS_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
 from pymongo.collection import Collection
-import pilot as rp
-from tests.faults import truth_unit
-s = rp.Session()
-pd = rp.ComputePilotDescription(resource="local.localhost", cores=2, runtime=5,
-                                parts=[rp.ComputePartitionDescription(cores=1)])
-pilot = rp.PilotManager(s).submit_pilots(pd)
-pilot.partitions[0].wait(rp.ACTIVE, timeout=30)
-umgr = rp.UnitManager(s)
-umgr.add_pilots(pilot)
 bulk_write, final = Collection.bulk_write, []
 def dies_between(self, requests, *args, **kwargs):
     if self.name == "units" and any(
@@ -356,6 +350,7 @@ Collection.bulk_write = dies_between
 umgr.submit_units([truth_unit(sys.argv[1], sleep=0.3) for _ in range(3)])
 time.sleep(60)
 """
+)
 
 
 def test_final_docs_written_without_their_rows_get_them_at_the_next_attach(

@@ -157,9 +157,10 @@ class MongoStore(StateStore):
             self._check_fence()
         made: dict[str, str] = {}
         refused: list[Refusal] = []
-        self._pend(batch)  # (before the docs: the header)
+        units = batch.unit_docs()  # (a copy when the batch has UnitsPlaced: made once)
+        self._pend(units)  # (before the docs: the header)
         for kind in KINDS:
-            docs = batch.unit_docs() if kind == "units" else batch.docs[kind]
+            docs = units if kind == "units" else batch.docs[kind]
             if docs:
                 refused += self._write_docs(kind, docs, made)
         self.templates.update(made)
@@ -207,11 +208,11 @@ class MongoStore(StateStore):
         self._unpend(batch, refused)
         return refused
 
-    def _pend(self, batch: Batch) -> None:
-        """(write_batch, before its docs) Record the units it writes final, a record per
-        session (the header), each awaiting its final row."""
+    def _pend(self, units: dict) -> None:
+        """(write_batch, before its docs) Record the units it writes final (`units`: its
+        unit docs), a record per session (the header), each awaiting its final row."""
         finals: dict[str, list[str]] = {}
-        for uid, d in batch.unit_docs().items():
+        for uid, d in units.items():
             if d.get("state") in FINAL and uid not in self.awaiting:
                 finals.setdefault(d.get("session") or "", []).append(uid)
         if not finals:
