@@ -82,7 +82,7 @@ def one(kind: str, calls: int, size: int) -> dict:
     if kind == "bytes":  # (no directory to share: as a pilot on another host)
         pilot_manager.data_files.for_pilot = lambda data, local: None
     data = b"x" * size
-    fn, args = (pow, (2, 10)) if kind == "call" else (identity, (data,))
+    fn, args = (pow, (2, 2)) if kind == "call" else (identity, (data,))
     names = {t.native_id: t.name for t in threading.enumerate()}
     with rp.Executor(max_workers=2) as ex:
         for _ in range(20):
@@ -93,9 +93,9 @@ def one(kind: str, calls: int, size: int) -> dict:
         before = {p: _threads(p) for p in pids}
         marks = []  # (submitted, unit, result) of each call, time.time()
         t0 = time.perf_counter()
-        for _ in range(calls):
+        for i in range(calls):
             sent = time.time()
-            fut = ex.submit(fn, *args)
+            fut = ex.submit(fn, i, 2) if kind == "call" else ex.submit(fn, *args)  # (its own)
             fut.result()
             marks.append((sent, fut.unit, time.time()))
         wall = (time.perf_counter() - t0) / calls

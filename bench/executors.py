@@ -10,7 +10,7 @@
    block) and against Parsl's own ceiling, its DataFlowKernel with an in-process
    ThreadPoolExecutor(<cores>) (no process boundary at all), the same explicit iteration sizes
    for all; the rate of the last iteration counts.
-2. `--calls` x submit(pow, 2, 10) through rp.Executor() (a local pilot of all cores; bundled
+2. `--calls` x submit(pow, i, 2) through rp.Executor() (a local pilot of all cores; bundled
    calls, and bundle=False: a unit a call) against concurrent.futures.ProcessPoolExecutor(
    max_workers=<cores>): submit all, then every result; one warm-up round of 200 first (the
    pilot and the pool are up), startup not counted.
@@ -84,7 +84,7 @@ def parsl_perf(config: str, sizes: str) -> float:
 
 
 def calls(kind: str, n: int) -> float:
-    """Calls per second of n x submit(pow, 2, 10), in a fresh process."""
+    """Calls per second of n x submit(pow, i, 2), in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [sys.executable, __file__, "--one", kind, "--calls", str(n)],
@@ -111,10 +111,10 @@ def one(kind: str, n: int) -> None:
 
         ex = ProcessPoolExecutor(max_workers=cores)
     with ex:
-        [f.result() for f in [ex.submit(pow, 2, 10) for _ in range(200)]]
+        [f.result() for f in [ex.submit(pow, i, 2) for i in range(200)]]
         t0 = time.perf_counter()
-        fs = [ex.submit(pow, 2, 10) for _ in range(n)]
-        assert all(f.result() == 1024 for f in fs)
+        fs = [ex.submit(pow, i, 2) for i in range(n)]  # (each call's arguments its own)
+        assert all(f.result() == i * i for i, f in enumerate(fs))
         rate = n / (time.perf_counter() - t0)
     print(json.dumps({"rate": rate}))
 
@@ -187,12 +187,12 @@ def main() -> int:
         f"{med['pp'] / med['threads']:.2f} |"
     )
     print(
-        f"| {args.calls} x submit(pow, 2, 10): rp.Executor() vs "
+        f"| {args.calls} x submit(pow, i, 2): rp.Executor() vs "
         f"ProcessPoolExecutor({cores}) | {med['ours']:.0f} | {med['pool']:.0f} | "
         f"{med['ours'] / med['pool']:.2f} |"
     )
     print(
-        f"| {args.calls} x submit(pow, 2, 10): rp.Executor(bundle=False), a unit a call, vs "
+        f"| {args.calls} x submit(pow, i, 2): rp.Executor(bundle=False), a unit a call, vs "
         f"ProcessPoolExecutor({cores}) | {med['unbundled']:.0f} | {med['pool']:.0f} | "
         f"{med['unbundled'] / med['pool']:.2f} |"
     )

@@ -7,7 +7,8 @@ own ceiling), in one run.
     python bench/latency.py --batches 5000 --unbundled 5000 --parsl ""   # no parsl-perf row
 
 Rows (each the median of --calls round trips, one after another, on a warm pilot / pool):
-  - call      rp.Executor().submit(pow, 2, 10).result()          vs ProcessPoolExecutor(2)
+  - call      rp.Executor().submit(pow, i, 2).result(), i = 0, 1, 2 ... (every call's
+              arguments its own, as a program's are)   vs ProcessPoolExecutor(2)
   - unit      one /bin/true unit, submit_units -> wait_units DONE (no peer: the pool row is
               pool.submit(os.system, "/bin/true"), a process started by a worker)
   - data N    rp.Executor().submit(identity, b"x" * N).result(): N bytes there and back,
@@ -22,9 +23,10 @@ ratio = ours / pool.  Targets: call <= 1 ms, unit <= 2 ms, data 2 MB <= 2 x pool
 
 Second table, calls per second (ratio = ours / peer: higher is better), each a fresh process:
   - N calls   rp.Executor() with its defaults (a local pilot of all cores), one warm-up call,
-              then N x submit(pow, 2, 10) and every result, timed from the first submit (the
-              ramp before results flow counts: small batches are what interactive, asyncio and
-              Dask users submit), against ProcessPoolExecutor() the same way (--batches)
+              then submit(pow, i, 2) for i in range(N) and every result, timed from the first
+              submit (the ramp before results flow counts: small batches are what interactive,
+              asyncio and Dask users submit), against ProcessPoolExecutor() the same way
+              (--batches)
   - N calls, bundle=False   a unit per call (--unbundled), against the same pool
   - parsl-perf N   Parsl's own benchmark with pilot.parsl's PilotExecutor against Parsl's
               ceiling, its DataFlowKernel with an in-process ThreadPoolExecutor (--parsl;
@@ -36,6 +38,7 @@ ceiling at 20,000 tasks.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -101,9 +104,10 @@ def ours(calls: int, sizes: list[int]) -> dict:
             unit()
         out["unit"] = _median_ms(unit, calls)
         with rp.Executor(session=session, pilot=pilot) as ex:
-            for _ in range(20):
-                ex.submit(pow, 2, 10).result()
-            out["call"] = _median_ms(lambda: ex.submit(pow, 2, 10).result(), calls)
+            for i in range(20):
+                ex.submit(pow, i, 2).result()
+            i = itertools.count()
+            out["call"] = _median_ms(lambda: ex.submit(pow, next(i), 2).result(), calls)
             for n in sizes:
                 x = b"x" * n
                 ex.submit(identity, x).result()
@@ -119,10 +123,11 @@ def pool(calls: int, sizes: list[int]) -> dict:
 
     out = {}
     with cf.ProcessPoolExecutor(2) as pp:
-        for _ in range(20):
-            pp.submit(pow, 2, 10).result()
+        for i in range(20):
+            pp.submit(pow, i, 2).result()
         out["unit"] = _median_ms(lambda: pp.submit(os.system, "/bin/true").result(), calls)
-        out["call"] = _median_ms(lambda: pp.submit(pow, 2, 10).result(), calls)
+        i = itertools.count()
+        out["call"] = _median_ms(lambda: pp.submit(pow, next(i), 2).result(), calls)
         for n in sizes:
             x = b"x" * n
             pp.submit(identity, x).result()
@@ -133,8 +138,8 @@ def pool(calls: int, sizes: list[int]) -> dict:
 
 
 def batch(kind: str, n: int) -> float:
-    """(in the fresh process) Calls per second of n x submit(pow, 2, 10) after one warm-up
-    call, from the first submit to the last result."""
+    """(in the fresh process) Calls per second of submit(pow, i, 2) for i in range(n) after
+    one warm-up call, from the first submit to the last result."""
     if kind == "pool":
         import concurrent.futures as cf
 
@@ -146,8 +151,8 @@ def batch(kind: str, n: int) -> float:
     with ex:
         assert ex.submit(pow, 2, 10).result() == 1024
         t0 = time.perf_counter()
-        fs = [ex.submit(pow, 2, 10) for _ in range(n)]
-        assert all(f.result() == 1024 for f in fs)
+        fs = [ex.submit(pow, i, 2) for i in range(n)]
+        assert all(f.result() == i * i for i, f in enumerate(fs))
         return n / (time.perf_counter() - t0)
 
 

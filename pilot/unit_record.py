@@ -11,7 +11,9 @@ bulk shares, "uids": [uid, ...]} and, when any unit of it has arguments of its o
 "arguments": [each unit's list, or null], aligned with "uids" (the client sends units made from
 one description, or from descriptions that differ in their arguments only, and routed together
 that way: the shared fields are checked once a bulk, each unit's arguments on their own:
-`arrived_bulk`, `copy_for`).
+`arrived_bulk`, `copy_for`).  A call that is its unit's own (pmgr/core/blueprint.py
+`own_function`) comes in the unit's record, or in the bulk's template when the same call comes
+again in a row.
 
 FIELDS (wire key: what it is; default when absent)
     uid          the unit's id                                                  (required)
@@ -86,7 +88,8 @@ class UnitRecord(dict):
         pol = d.policy
         rec = cls()
         if d.function is not None:  # a call for a Python worker (pilot/functions.py)
-            rec["function"] = stored["function"]
+            if "function" in stored:  # (popped by the caller when each unit has its own)
+                rec["function"] = stored["function"]
         else:
             rec["executable"] = d.executable
             rec["environment"] = d.peek("environment")

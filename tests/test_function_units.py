@@ -440,3 +440,34 @@ def test_a_partition_of_several_nodes_runs_a_call_as_a_process_of_its_own(sessio
     assert units[1].return_value["uid"] == units[1].uid
     assert units[2].return_value == 6
     assert states[3] == rp.FAILED
+
+
+def _templates(store) -> int:
+    """How many description templates the store holds."""
+    if store.url.startswith("sqlite"):
+        return store.db.execute("SELECT COUNT(*) FROM templates").fetchone()[0]
+    return store.db.templates.count_documents({})
+
+
+def test_calls_share_one_template_and_each_keeps_its_own_call(make_session, database_url):
+    """A call's packed function with its arguments as text is its unit's own
+    (pmgr/core/blueprint.py): 40 calls of distinct arguments make one template, not 40, and
+    each unit's description read back from the store, on either store, is its own call."""
+    session = make_session(database_url=database_url)
+    with rp.Executor(session=session, bundle=False) as ex:
+        futs = [ex.submit(square, i, plus=1) for i in range(40)]
+        assert [f.result(timeout=60) for f in futs] == [i * i + 1 for i in range(40)]
+        units = [f.unit for f in futs]
+        assert len({id(u.blueprint) for u in units}) == 1
+        session.writer.flush(timeout=30)
+        store = session.store
+        assert _templates(store) <= 2  # (the warm-up's, if any, and the calls')
+        calls = set()
+        for u in units:
+            doc = store.get("units", u.uid)
+            assert doc["state"] == rp.DONE
+            call = doc["description"]["function"]
+            assert call == u.description.function
+            assert u.as_dict()["description"]["function"] == call
+            calls.add(call["args"])
+        assert len(calls) == 40

@@ -229,3 +229,30 @@ def test_rows_out_of_order_count_each_exit_once(tmp_path):
                 assert np.allclose(kept.busy[part][i].values, exact, atol=1e-6), part
     finally:
         store.close()
+
+
+def test_a_unit_doc_with_fields_of_its_own_counts_what_it_asks(tmp_path):
+    """A unit's first doc whose description has fields of its own (Own: a sweep's arguments,
+    a call's function) is read through for what it asks, as a plain one is: the batch is
+    written at once (it raised AttributeError, and the writer wrote the batch again one
+    record at a time), and the unit's cores count in the flow."""
+    from pilot.pmgr.store.base import Own, Template
+
+    store = open_store(f"sqlite:///{tmp_path / 'own.db'}")
+    try:
+        b = _head()
+        desc = Own(Template({"cores_per_rank": 3, "ranks": 1}), {"function": {"name": "f"}})
+        b.docs["units"]["unit.000000"] = {
+            "uid": "unit.000000", "session": SESSION, "pilot": PILOT, "partition": PARTS[0],
+            "state": "EXECUTING", "slots": {"cpus": [0, 1, 2]}, "description": desc,
+        }  # fmt: skip
+        for seq, state in enumerate(["NEW", "SCHEDULING", "QUEUED", "EXECUTING"]):
+            b.history.append((SESSION, "units", "unit.000000", state, T0 + 2 + seq, None, seq))
+        assert store.write_batch(b) == []
+        assert store.get("units", "unit.000000")["description"] == {
+            "cores_per_rank": 3, "ranks": 1, "function": {"name": "f"},
+        }  # fmt: skip
+        flow = store.unit_flow(SESSION)
+        assert any(series.startswith("cores") and v > 0 for series, _, v, _ in flow), flow
+    finally:
+        store.close()

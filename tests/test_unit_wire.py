@@ -87,3 +87,46 @@ def test_descriptions_that_differ_in_their_arguments_share_one_blueprint():
     assert len({id(u.blueprint) for u in made[:4]}) == 1
     assert made[4].blueprint is not made[0].blueprint
     assert "arguments" not in made[0].blueprint.stored.value
+
+
+def test_calls_share_one_blueprint_and_each_goes_with_its_own_call():
+    """A packed call with its arguments as text is its unit's own (pmgr/core/blueprint.py
+    `own_function`): calls of distinct arguments share one blueprint, and each goes to the
+    agent as its record with its call; a call of LARGE arguments keeps a blueprint of its own."""
+    from pilot import functions, remote_call
+
+    calls = [remote_call.pack_call(pow, (i, 2), {}) for i in range(3)]
+    big = remote_call.pack_call(len, (b"x" * functions.LARGE,), {})
+    descs = [rp_d.ComputeUnitDescription(function=c) for c in calls]
+    descs += [
+        rp_d.ComputeUnitDescription(executable="/bin/echo", arguments=["a"]),
+        rp_d.ComputeUnitDescription(function=big),
+    ]
+    made = _units(descs)
+    assert made[0].blueprint is made[1].blueprint is made[2].blueprint
+    assert "function" not in made[0].blueprint.stored.value
+    assert made[4].own is None and made[4].blueprint.stored.value["function"] is big
+    body = wire_list(made[:4])  # (LARGE bytes travel in frames of their own, not in JSON)
+    assert len(body) == 4 and not any("uids" in b for b in body)
+    got = _arrived(body)
+    for i, c in enumerate(calls):
+        rec, why = got[f"unit.{i:06d}"]
+        assert why is None and rec["function"] == c
+    assert got["unit.000003"][0]["arguments"] == ["a"]
+
+
+def test_the_same_call_again_in_a_row_goes_as_one_bulk():
+    """Calls of their own that repeat (a map over equal arguments) go to the agent as one bulk
+    whose template holds the call, not as a record each; a different call ends the bulk."""
+    from pilot import remote_call
+
+    same = [remote_call.pack_call(pow, (2, 10), {}) for _ in range(50)]
+    other = remote_call.pack_call(pow, (3, 10), {})
+    made = _units([rp_d.ComputeUnitDescription(function=c) for c in [*same, other]])
+    body = wire_list(made)
+    assert len(body) == 2 and len(body[0]["uids"]) == 50 and body[0]["of"]["function"] == same[0]
+    assert body[1]["function"] == other
+    got = _arrived(body)
+    assert all(got[f"unit.{i:06d}"][0]["function"] == same[0] for i in range(50))
+    assert got["unit.000050"][0]["function"] == other
+    assert all(why is None for _, why in got.values())

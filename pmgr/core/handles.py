@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pilot import functions, states as S
-from pilot.pmgr.core.blueprint import Blueprint, own_of
+from pilot.pmgr.core.blueprint import FUNCTION, OWN, Blueprint, own_of
 from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
@@ -220,8 +220,9 @@ class Unit(Stateful):
         self.description = description
         # what the units of its description share, captured at submit (pmgr/core/blueprint.py)
         self.blueprint = bp = blueprint or Blueprint(description)
-        # its own arguments (a copy made now), not its blueprint's (pmgr/core/blueprint.py)
-        self.own = own_of(description) if description.function is None else None
+        # its own arguments (a list), or its call (a dict), copied now: not its blueprint's
+        # (pmgr/core/blueprint.py)
+        self.own = own_of(description)
         self.value: str | None = None  # a function unit's packed return value (as stored)
         self.exception: str | None = None  # a function unit's exception, "Type: message"
         self.client_in = bp.client_in
@@ -289,13 +290,17 @@ class Unit(Stateful):
         """What the agent gets: the unit as placed and run there."""
         rec = UnitRecord(self.blueprint.wire)
         rec["uid"] = self.uid
-        if self.own is not None:
-            rec["arguments"] = self.own
+        own = self.own
+        if own is not None:
+            rec[FUNCTION if type(own) is dict else OWN] = own
         return rec
 
     def own_fields(self) -> dict | None:
         """Its fields that are not its blueprint's, as its doc carries them (None: none)."""
-        return None if self.own is None else {"arguments": self.own}
+        own = self.own
+        if own is None:
+            return None
+        return {FUNCTION: own} if type(own) is dict else {OWN: own}
 
     @property
     def sandbox(self) -> str | None:

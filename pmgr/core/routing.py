@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable
 
 from pilot import states as S
+from pilot.pmgr.core.blueprint import FUNCTION, OWN
 from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_table import UnitTable
 from pilot.rp.names import SCHEDULER_ROUND_ROBIN
@@ -381,26 +382,40 @@ class Routing:
 def wire_list(units: list[Unit], refs: bool = False) -> list[dict]:
     """A `units` message's body (pilot/unit_record.py): units in a row that share their
     blueprint's wire form go as one bulk {"of": it, "uids": [...]}, with "arguments": [each
-    unit's, or None] when any has its own; a unit alone as its record.  `refs`: a call's large
+    unit's, or None] when any has its own; a unit alone as its record.  A call of its own
+    (pmgr/core/blueprint.py `own_function`) goes in its record, or, with the same call again
+    in a row, as a bulk whose template holds it.  `refs`: a call's large
     arguments go as the name of their file in the session's data directory (the partition's
     workers read them there: pmgr/core/blueprint.py `by_reference`)."""
     runs: list[tuple] = []
     for u in units:
         w = u.blueprint.by_reference() if refs else u.blueprint.wire
+        own = u.own
         if runs and runs[-1][0] is w:
-            runs[-1][1].append(u.uid)
-            runs[-1][2].append(u.own)
-        else:
-            runs.append((w, [u.uid], [u.own]))
+            last = runs[-1][2][-1]
+            if type(own) is not dict and type(last) is not dict:
+                runs[-1][1].append(u.uid)
+                runs[-1][2].append(own)
+                continue
+            if type(own) is dict and own == last:  # (the same call again: one bulk)
+                runs[-1][1].append(u.uid)
+                continue
+        runs.append((w, [u.uid], [own]))
     out = []
     for w, uids, own in runs:
-        if len(uids) > 1:
+        first = own[0]
+        if type(first) is dict:  # a call of its own: in its record, or its bulk's template
+            if len(uids) > 1:
+                out.append({"of": {**w, FUNCTION: first}, "uids": uids})
+            else:
+                out.append({**w, "uid": uids[0], FUNCTION: first})
+        elif len(uids) > 1:
             bulk = {"of": w, "uids": uids}
             if any(own):
-                bulk["arguments"] = own
+                bulk[OWN] = own
             out.append(bulk)
-        elif own[0] is not None:
-            out.append({**w, "uid": uids[0], "arguments": own[0]})
-        else:
+        elif first is None:
             out.append({**w, "uid": uids[0]})
+        else:
+            out.append({**w, "uid": uids[0], OWN: first})
     return out
