@@ -56,7 +56,7 @@ from pilot.agent.reports import FLUSH_EVERY, Reports
 from pilot.agent.scheduler import Scheduler
 from pilot.agent.stopping import Stops
 from pilot.states import CANCELED, EXECUTING, FAILED, QUEUED
-from pilot.unit_record import UnitRecord
+from pilot.unit_record import Calls, UnitRecord
 from pilot.wire import checks, links, security
 from pilot.wire.protocol import ProtocolError, drain, journal_path, msg, wait_ms
 
@@ -139,7 +139,7 @@ class Agent:
         n = 0
         for data in validate.items("units", units):
             bulk = isinstance(data, dict) and "uids" in data
-            each = None  # (a bulk's units' own arguments, aligned with its uids)
+            each = None  # (a bulk's units' own arguments or calls, aligned with its uids)
             if bulk:
                 first, uids, malformed, each = UnitRecord.arrived_bulk(data)
             else:
@@ -165,7 +165,10 @@ class Agent:
                 if i == 0 and each is None:
                     self._arrived(first, reason)
                     continue
-                rec, bad = first.copy_for(uid, False if each is None else each[i])
+                if type(each) is Calls:  # (each unit's own call)
+                    rec, bad = first.with_call(uid, each[i])
+                else:
+                    rec, bad = first.copy_for(uid, False if each is None else each[i])
                 self._arrived(rec, reason or (bad and f"malformed unit: {bad}"))
         if self.sched.unsorted:  # a higher priority came: what lanes hold ahead goes back first
             self.take_back()

@@ -11,9 +11,11 @@ bulk shares, "uids": [uid, ...]} and, when any unit of it has arguments of its o
 "arguments": [each unit's list, or null], aligned with "uids" (the client sends units made from
 one description, or from descriptions that differ in their arguments only, and routed together
 that way: the shared fields are checked once a bulk, each unit's arguments on their own:
-`arrived_bulk`, `copy_for`).  A call that is its unit's own (pmgr/core/blueprint.py
-`own_function`) comes in the unit's record, or in the bulk's template when the same call comes
-again in a row.
+`arrived_bulk`, `copy_for`).  Calls that are their units' own (pmgr/core/blueprint.py
+`own_function`) come the same way: a bulk whose template is a function unit's but for its call,
+and "functions": [each unit's packed call], aligned with "uids" (the template is checked once,
+each call on its own: `with_call`); one call alone in its unit's record, and the same call
+again in a row in the bulk's template.
 
 FIELDS (wire key: what it is; default when absent)
     uid          the unit's id                                                  (required)
@@ -160,6 +162,17 @@ class UnitRecord(dict):
         each = data.get("arguments")
         first = {**of, "uid": uids[0]}
         why: str | None
+        calls = data.get("functions")
+        if calls is not None:  # (each unit's own call: `with_call`)
+            if each is not None or type(calls) is not list or len(calls) != len(uids):
+                why = f"a bulk of {len(uids)} units whose calls are not one per unit"
+                return None, uids, f"{why}: {calls!r:.80}", None
+            # (the template judged as a call's, with one of them: with_call checks each)
+            first["function"] = next((c for c in calls if type(c) is dict and c), None)
+            if first["function"] is None:
+                return None, uids, f"a bulk of calls none of which is one: {calls!r:.80}", None
+            rec, why = cls.arrived(first, call_apart=True)
+            return rec, uids, why, Calls(calls)
         if each is not None:
             if type(each) is not list or len(each) != len(uids):
                 why = f"a bulk of {len(uids)} units whose arguments are not one per unit"
@@ -187,22 +200,38 @@ class UnitRecord(dict):
             return rec, str(exc)
         return rec, None
 
+    def with_call(self, uid: str, call) -> tuple[UnitRecord, str | None]:
+        """This (checked) record of a bulk of calls for another of its units, with the call of
+        its own (a bulk's "functions" item): (the record, what is wrong with that call, or
+        None)."""
+        rec = UnitRecord(self)
+        rec["uid"] = uid
+        rec.taken_sandbox, rec.not_found, rec.overtaken = None, self.not_found, 0
+        rec["function"] = call
+        try:
+            _check_call(call)
+        except ValueError as exc:
+            return rec, str(exc)
+        return rec, None
+
     @classmethod
-    def arrived(cls, data) -> tuple[UnitRecord | None, str | None]:
+    def arrived(cls, data, call_apart: bool = False) -> tuple[UnitRecord | None, str | None]:
         """(the record, None) for a unit that arrived well-formed, else (None or the record,
-        the reason): None when not even its uid can be read."""
+        the reason): None when not even its uid can be read.  `call_apart`: its call is
+        checked apart (a bulk's template: `with_call`), the rest of it as a call's."""
         uid = data.get("uid") if isinstance(data, dict) else None
         if not isinstance(uid, str) or not checks.UID.match(uid):
             return None, f"a unit without a valid uid: {data!r:.80}"
         rec = cls(data)
         rec.taken_sandbox, rec.not_found, rec.overtaken = None, False, 0
-        return rec, rec.error()
+        return rec, rec.error(call_apart)
 
-    def error(self) -> str | None:
-        """What is wrong with the fields the agent uses, naming the field; None if nothing."""
+    def error(self, call_apart: bool = False) -> str | None:
+        """What is wrong with the fields the agent uses, naming the field; None if nothing
+        (`call_apart`: all but the call's own value)."""
         try:
             long = validate.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
-            self._check_call_or_program(long)
+            self._check_call_or_program(long, call_apart)
             _check_arguments(self.get("arguments") or [])
             env = validate.mapping("environment", self.get("environment") or {})
             for k, v in env.items():
@@ -223,13 +252,12 @@ class UnitRecord(dict):
             return str(exc)
         return None
 
-    def _check_call_or_program(self, long: int) -> None:
+    def _check_call_or_program(self, long: int, call_apart: bool = False) -> None:
         if "function" not in self:
             validate.text("executable", self.get("executable"), optional=False, most=long)
             return
-        f = self["function"]
-        if not functions.is_packed(f) or functions.packed_size(f) > functions.PACKED_MAX + 8:
-            raise validate.bad("function", f, "a call as pilot/functions.py packs it")
+        if not call_apart:
+            _check_call(self["function"])
         for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
             if self.get(key):
                 raise ValueError(f"{key} does not apply to a function unit")
@@ -278,6 +306,16 @@ class UnitRecord(dict):
         """The PATH it sets in its environment (its program is looked up there), or None."""
         env = self.get("environment")
         return env.get("PATH") if env else None
+
+
+class Calls(list):
+    """A bulk's "functions": each unit's call (`arrived_bulk`; the agent gives each unit its own
+    with `with_call`, where a list of arguments goes through `copy_for`)."""
+
+
+def _check_call(f) -> None:
+    if not functions.is_packed(f) or functions.packed_size(f) > functions.PACKED_MAX + 8:
+        raise validate.bad("function", f, "a call as pilot/functions.py packs it")
 
 
 _PLACING: dict[tuple, dict] = {}  # a stored policy's values -> its fields the agent needs

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from pilot import descriptions as rp_d
 from pilot.pmgr.core.blueprint import Blueprints
 from pilot.pmgr.core.routing import wire_list
-from pilot.unit_record import UnitRecord
+from pilot.unit_record import Calls, UnitRecord
 
 
 def _units(descs: list) -> list:
@@ -35,7 +35,10 @@ def _arrived(body: list) -> dict:
                 if i == 0 and each is None:
                     out[uid] = (first, why)
                     continue
-                rec, bad = first.copy_for(uid, False if each is None else each[i])
+                if type(each) is Calls:
+                    rec, bad = first.with_call(uid, each[i])
+                else:
+                    rec, bad = first.copy_for(uid, False if each is None else each[i])
                 out[uid] = (rec, why or bad)
         else:
             out[data["uid"]] = UnitRecord.arrived(data)
@@ -89,10 +92,11 @@ def test_descriptions_that_differ_in_their_arguments_share_one_blueprint():
     assert "arguments" not in made[0].blueprint.stored.value
 
 
-def test_calls_share_one_blueprint_and_each_goes_with_its_own_call():
+def test_calls_share_one_blueprint_and_go_as_one_bulk_each_with_its_own_call():
     """A packed call with its arguments as text is its unit's own (pmgr/core/blueprint.py
-    `own_function`): calls of distinct arguments share one blueprint, and each goes to the
-    agent as its record with its call; a call of LARGE arguments keeps a blueprint of its own."""
+    `own_function`): calls of distinct arguments share one blueprint and go to the agent as
+    one bulk with "functions", each unit its own call; a call of LARGE arguments keeps a
+    blueprint of its own."""
     from pilot import functions, remote_call
 
     calls = [remote_call.pack_call(pow, (i, 2), {}) for i in range(3)]
@@ -107,26 +111,54 @@ def test_calls_share_one_blueprint_and_each_goes_with_its_own_call():
     assert "function" not in made[0].blueprint.stored.value
     assert made[4].own is None and made[4].blueprint.stored.value["function"] is big
     body = wire_list(made[:4])  # (LARGE bytes travel in frames of their own, not in JSON)
-    assert len(body) == 4 and not any("uids" in b for b in body)
+    assert len(body) == 2 and body[0]["uids"] == [f"unit.{i:06d}" for i in range(3)]
+    assert "function" not in body[0]["of"] and body[0]["functions"] == calls
     got = _arrived(body)
     for i, c in enumerate(calls):
         rec, why = got[f"unit.{i:06d}"]
         assert why is None and rec["function"] == c
     assert got["unit.000003"][0]["arguments"] == ["a"]
+    assert all(why is None for _, why in got.values())
 
 
-def test_the_same_call_again_in_a_row_goes_as_one_bulk():
-    """Calls of their own that repeat (a map over equal arguments) go to the agent as one bulk
-    whose template holds the call, not as a record each; a different call ends the bulk."""
+def test_a_malformed_call_in_a_bulk_fails_alone():
+    """Each call of a bulk is checked on its own: one that is not a packed call fails its
+    unit, naming the field, and the others run; a bulk whose calls are not one per unit, or
+    that has arguments too, fails every unit."""
+    from pilot import remote_call
+
+    calls = [remote_call.pack_call(pow, (i, 2), {}) for i in range(3)]
+    body = wire_list(_units([rp_d.ComputeUnitDescription(function=c) for c in calls]))
+    for bad in (None, ["x"], {"name": "f"}, "text"):
+        body[0]["functions"][1] = bad
+        got = _arrived(body)
+        assert got["unit.000000"][1] is None and got["unit.000002"][1] is None
+        assert "function" in got["unit.000001"][1]
+    body[0]["functions"] = calls[:2]
+    assert "not one per unit" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
+    body[0]["functions"], body[0]["arguments"] = calls, [["a"]] * 3
+    assert "not one per unit" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
+    body[0].pop("arguments")
+    body[0]["functions"] = [None, 1, "x"]
+    assert "none of which" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
+
+
+def test_the_same_call_again_goes_once_in_the_bulks_template():
+    """Calls of their own that are all the same (a map over equal arguments) go as one bulk
+    whose template holds the call, not the call once per unit; with another call among them,
+    as a bulk with each unit's call."""
     from pilot import remote_call
 
     same = [remote_call.pack_call(pow, (2, 10), {}) for _ in range(50)]
     other = remote_call.pack_call(pow, (3, 10), {})
-    made = _units([rp_d.ComputeUnitDescription(function=c) for c in [*same, other]])
-    body = wire_list(made)
-    assert len(body) == 2 and len(body[0]["uids"]) == 50 and body[0]["of"]["function"] == same[0]
-    assert body[1]["function"] == other
+    body = wire_list(_units([rp_d.ComputeUnitDescription(function=c) for c in same]))
+    assert len(body) == 1 and len(body[0]["uids"]) == 50 and body[0]["of"]["function"] == same[0]
+    assert "functions" not in body[0]
     got = _arrived(body)
-    assert all(got[f"unit.{i:06d}"][0]["function"] == same[0] for i in range(50))
-    assert got["unit.000050"][0]["function"] == other
-    assert all(why is None for _, why in got.values())
+    assert all(rec["function"] == same[0] and why is None for rec, why in got.values())
+    body = wire_list(_units([rp_d.ComputeUnitDescription(function=c) for c in [*same, other]]))
+    assert len(body) == 1 and len(body[0]["functions"]) == 51
+    got = _arrived(body)
+    assert (
+        got["unit.000050"][0]["function"] == other and got["unit.000049"][0]["function"] == same[0]
+    )

@@ -382,33 +382,30 @@ class Routing:
 def wire_list(units: list[Unit], refs: bool = False) -> list[dict]:
     """A `units` message's body (pilot/unit_record.py): units in a row that share their
     blueprint's wire form go as one bulk {"of": it, "uids": [...]}, with "arguments": [each
-    unit's, or None] when any has its own; a unit alone as its record.  A call of its own
-    (pmgr/core/blueprint.py `own_function`) goes in its record, or, with the same call again
-    in a row, as a bulk whose template holds it.  `refs`: a call's large
+    unit's, or None] when any has its own; a unit alone as its record.  Calls of their own
+    (pmgr/core/blueprint.py `own_function`) go the same way, with "functions": [each unit's]
+    (or in the bulk's template when all are the same call).  `refs`: a call's large
     arguments go as the name of their file in the session's data directory (the partition's
     workers read them there: pmgr/core/blueprint.py `by_reference`)."""
     runs: list[tuple] = []
     for u in units:
         w = u.blueprint.by_reference() if refs else u.blueprint.wire
         own = u.own
-        if runs and runs[-1][0] is w:
-            last = runs[-1][2][-1]
-            if type(own) is not dict and type(last) is not dict:
-                runs[-1][1].append(u.uid)
-                runs[-1][2].append(own)
-                continue
-            if type(own) is dict and own == last:  # (the same call again: one bulk)
-                runs[-1][1].append(u.uid)
-                continue
-        runs.append((w, [u.uid], [own]))
+        if runs and runs[-1][0] is w and (type(own) is dict) is (type(runs[-1][2][0]) is dict):
+            runs[-1][1].append(u.uid)
+            runs[-1][2].append(own)
+        else:
+            runs.append((w, [u.uid], [own]))
     out = []
     for w, uids, own in runs:
         first = own[0]
-        if type(first) is dict:  # a call of its own: in its record, or its bulk's template
-            if len(uids) > 1:
+        if type(first) is dict:  # calls of their own: in a record, or a bulk's
+            if len(uids) == 1:
+                out.append({**w, "uid": uids[0], FUNCTION: first})
+            elif all(c == first for c in own):  # (the same call again: the template's)
                 out.append({"of": {**w, FUNCTION: first}, "uids": uids})
             else:
-                out.append({**w, "uid": uids[0], FUNCTION: first})
+                out.append({"of": w, "uids": uids, "functions": own})
         elif len(uids) > 1:
             bulk = {"of": w, "uids": uids}
             if any(own):
