@@ -33,6 +33,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from pilot import young_gc
 from pilot.config import network
 from pilot.errors import PilotOwned
 from pilot.pmgr.core import ownership
@@ -193,6 +194,7 @@ class Session:
         self.transfers = Transfers(self)  # data staging over the pilot links
         self.recovery = Recovery(self) if attach else None
         atexit.register(self.close)
+        young_gc.hold()  # (given back at close: pilot/young_gc.py)
         log.info("%s: dir %s, store %s, link %s", self.uid, self.dir, url, self.channel.endpoint)
 
     @property

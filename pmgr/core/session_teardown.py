@@ -21,7 +21,7 @@ import atexit
 import logging
 import time
 
-from pilot import processes
+from pilot import processes, young_gc
 from pilot.pmgr.core import pilot_files, reaper
 
 log = logging.getLogger("pmgr.session")
@@ -40,6 +40,7 @@ class Teardown:
             return
         session.closed = True
         atexit.unregister(session.close)
+        young_gc.release()
         if not terminate:
             if cleanup or download:
                 log.warning(
