@@ -80,11 +80,12 @@ class Blueprints(dict):
     def __init__(self) -> None:
         super().__init__()
         self.alike: dict = {}  # content key -> Blueprint
+        self.policies: dict = {}  # id(policy), its values -> its part of the key (_content)
 
     def of(self, description) -> Blueprint:
         bp = self.get(id(description))
         if bp is None:
-            key = _content(description)
+            key = _content(description, self.policies)
             bp = self.alike.get(key) if key is not None else None
             if bp is None:
                 bp = Blueprint(description)
@@ -134,11 +135,13 @@ def _own_call(f) -> bool:
     )
 
 
-def _content(description) -> tuple | None:
+def _content(description, policies: dict) -> tuple | None:
     """A key equal for descriptions of equal fields but their own (OWN) (None: one that has
     no such key, as a staging directive's dict in a list): the fields a description holds (its
     non-defaults), each a hashable value; its policy's fields (captured at construction).  The key
-    holds ids: it is good while the call holds the descriptions."""
+    holds ids: it is good while the call holds the descriptions, and a policy's part is made
+    once a call (`policies`: descriptions copied from one, as rp.Executor's, share theirs).
+    `policies` holds ints (ids) and tuples (values) as keys: never equal to each other."""
     items: list = [type(description)]
     for name, value in description.__dict__.items():
         if name == OWN:  # (each unit's own: not the blueprint's)
@@ -155,7 +158,13 @@ def _content(description) -> tuple | None:
             value = tuple(value.items())
         elif name == "policy":  # (by identity: its values are mostly the global policy's
             # own, copied at construction, and enum members, whose hash is Python code)
-            value = tuple([tuple(v) if type(v) is list else id(v) for v in value.__dict__.values()])
+            made = policies.get(id(value))
+            if made is None:  # (a number for its values, alike for policies alike: hashed
+                values = tuple(  # once, not with every key)
+                    [tuple(v) if type(v) is list else id(v) for v in value.__dict__.values()]
+                )
+                made = policies[id(value)] = policies.setdefault(values, len(policies))
+            value = made
         items.append((name, t, value))
     key = tuple(items)
     try:
