@@ -11,11 +11,12 @@ bulk shares, "uids": [uid, ...]} and, when any unit of it has arguments of its o
 "arguments": [each unit's list, or null], aligned with "uids" (the client sends units made from
 one description, or from descriptions that differ in their arguments only, and routed together
 that way: the shared fields are checked once a bulk, each unit's arguments on their own:
-`arrived_bulk`, `copy_for`).  Calls that are their units' own (pmgr/core/blueprint.py
-`own_function`) come the same way: a bulk whose template is a function unit's but for its call,
-and "functions": [each unit's packed call], aligned with "uids" (the template is checked once,
-each call on its own: `with_call`); one call alone in its unit's record, and the same call
-again in a row in the bulk's template.
+`arrived_bulk`, `copy_for`).  Calls whose arguments are their units' own
+(pmgr/core/blueprint.py `own_function`) come the same way: a bulk whose template is a function
+unit's, its call without arguments (checked once), and "functions": [each unit's call's
+arguments], aligned with "uids" (each call, with its arguments, checked on its own:
+`with_call`); a call alone whole in its unit's record, and the same call again in a row whole
+in the bulk's template.
 
 FIELDS (wire key: what it is; default when absent)
     uid          the unit's id                                                  (required)
@@ -163,15 +164,11 @@ class UnitRecord(dict):
         first = {**of, "uid": uids[0]}
         why: str | None
         calls = data.get("functions")
-        if calls is not None:  # (each unit's own call: `with_call`)
+        if calls is not None:  # (each unit's call's own arguments: `with_call`)
             if each is not None or type(calls) is not list or len(calls) != len(uids):
                 why = f"a bulk of {len(uids)} units whose calls are not one per unit"
                 return None, uids, f"{why}: {calls!r:.80}", None
-            # (the template judged as a call's, with one of them: with_call checks each)
-            first["function"] = next((c for c in calls if type(c) is dict and c), None)
-            if first["function"] is None:
-                return None, uids, f"a bulk of calls none of which is one: {calls!r:.80}", None
-            rec, why = cls.arrived(first, call_apart=True)
+            rec, why = cls.arrived(first)  # (its call, without arguments, checked once)
             return rec, uids, why, Calls(calls)
         if each is not None:
             if type(each) is not list or len(each) != len(uids):
@@ -200,38 +197,41 @@ class UnitRecord(dict):
             return rec, str(exc)
         return rec, None
 
-    def with_call(self, uid: str, call) -> tuple[UnitRecord, str | None]:
-        """This (checked) record of a bulk of calls for another of its units, with the call of
-        its own (a bulk's "functions" item): (the record, what is wrong with that call, or
-        None)."""
+    def with_call(self, uid: str, args) -> tuple[UnitRecord, str | None]:
+        """This (checked) record of a bulk of calls for another of its units, its call with
+        the arguments of its own (a bulk's "functions" item): (the record, what is wrong with
+        those arguments, or None)."""
         rec = UnitRecord(self)
         rec["uid"] = uid
         rec.taken_sandbox, rec.not_found, rec.overtaken = None, self.not_found, 0
-        rec["function"] = call
+        call = rec.get("function")
+        if type(call) is not dict:  # (a bulk of calls whose template is a program's)
+            return rec, "a bulk's arguments of calls for a unit that is not a call"
+        rec["function"] = call = {**call, "args": args}
         try:
+            if type(args) is not str:
+                raise validate.bad("function.args", args, "a call's arguments as text")
             _check_call(call)
         except ValueError as exc:
             return rec, str(exc)
         return rec, None
 
     @classmethod
-    def arrived(cls, data, call_apart: bool = False) -> tuple[UnitRecord | None, str | None]:
+    def arrived(cls, data) -> tuple[UnitRecord | None, str | None]:
         """(the record, None) for a unit that arrived well-formed, else (None or the record,
-        the reason): None when not even its uid can be read.  `call_apart`: its call is
-        checked apart (a bulk's template: `with_call`), the rest of it as a call's."""
+        the reason): None when not even its uid can be read."""
         uid = data.get("uid") if isinstance(data, dict) else None
         if not isinstance(uid, str) or not checks.UID.match(uid):
             return None, f"a unit without a valid uid: {data!r:.80}"
         rec = cls(data)
         rec.taken_sandbox, rec.not_found, rec.overtaken = None, False, 0
-        return rec, rec.error(call_apart)
+        return rec, rec.error()
 
-    def error(self, call_apart: bool = False) -> str | None:
-        """What is wrong with the fields the agent uses, naming the field; None if nothing
-        (`call_apart`: all but the call's own value)."""
+    def error(self) -> str | None:
+        """What is wrong with the fields the agent uses, naming the field; None if nothing."""
         try:
             long = validate.LINE_MAX  # HPC environments (PATH, LD_LIBRARY_PATH) run long
-            self._check_call_or_program(long, call_apart)
+            self._check_call_or_program(long)
             _check_arguments(self.get("arguments") or [])
             env = validate.mapping("environment", self.get("environment") or {})
             for k, v in env.items():
@@ -252,12 +252,11 @@ class UnitRecord(dict):
             return str(exc)
         return None
 
-    def _check_call_or_program(self, long: int, call_apart: bool = False) -> None:
+    def _check_call_or_program(self, long: int) -> None:
         if "function" not in self:
             validate.text("executable", self.get("executable"), optional=False, most=long)
             return
-        if not call_apart:
-            _check_call(self["function"])
+        _check_call(self["function"])
         for key in ("executable", "arguments", "pre_exec", "post_exec", "stage_in", "mpi"):
             if self.get(key):
                 raise ValueError(f"{key} does not apply to a function unit")
@@ -309,8 +308,9 @@ class UnitRecord(dict):
 
 
 class Calls(list):
-    """A bulk's "functions": each unit's call (`arrived_bulk`; the agent gives each unit its own
-    with `with_call`, where a list of arguments goes through `copy_for`)."""
+    """A bulk's "functions": each unit's call's arguments (`arrived_bulk`; the agent gives each
+    unit its call with `with_call`, where a list of a program's arguments goes through
+    `copy_for`)."""
 
 
 def _check_call(f) -> None:

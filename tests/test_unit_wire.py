@@ -93,10 +93,10 @@ def test_descriptions_that_differ_in_their_arguments_share_one_blueprint():
 
 
 def test_calls_share_one_blueprint_and_go_as_one_bulk_each_with_its_own_call():
-    """A packed call with its arguments as text is its unit's own (pmgr/core/blueprint.py
-    `own_function`): calls of distinct arguments share one blueprint and go to the agent as
-    one bulk with "functions", each unit its own call; a call of LARGE arguments keeps a
-    blueprint of its own."""
+    """A packed call's arguments as text are its unit's own (pmgr/core/blueprint.py
+    `own_function`): calls of distinct arguments share one blueprint (the call without its
+    arguments) and go to the agent as one bulk with "functions", each unit its call's
+    arguments; a call of LARGE arguments keeps a blueprint of its own."""
     from pilot import functions, remote_call
 
     calls = [remote_call.pack_call(pow, (i, 2), {}) for i in range(3)]
@@ -108,11 +108,14 @@ def test_calls_share_one_blueprint_and_go_as_one_bulk_each_with_its_own_call():
     ]
     made = _units(descs)
     assert made[0].blueprint is made[1].blueprint is made[2].blueprint
-    assert "function" not in made[0].blueprint.stored.value
+    assert made[0].blueprint.stored.value["function"] == {
+        k: v for k, v in calls[0].items() if k != "args"
+    }
     assert made[4].own is None and made[4].blueprint.stored.value["function"] is big
     body = wire_list(made[:4])  # (LARGE bytes travel in frames of their own, not in JSON)
     assert len(body) == 2 and body[0]["uids"] == [f"unit.{i:06d}" for i in range(3)]
-    assert "function" not in body[0]["of"] and body[0]["functions"] == calls
+    assert "args" not in body[0]["of"]["function"]
+    assert body[0]["functions"] == [c["args"] for c in calls]
     got = _arrived(body)
     for i, c in enumerate(calls):
         rec, why = got[f"unit.{i:06d}"]
@@ -122,25 +125,26 @@ def test_calls_share_one_blueprint_and_go_as_one_bulk_each_with_its_own_call():
 
 
 def test_a_malformed_call_in_a_bulk_fails_alone():
-    """Each call of a bulk is checked on its own: one that is not a packed call fails its
-    unit, naming the field, and the others run; a bulk whose calls are not one per unit, or
-    that has arguments too, fails every unit."""
+    """Each call of a bulk is checked with its own arguments: arguments that are not a call's
+    fail their unit, naming the field, and the others run; a bulk whose calls are not one per
+    unit, or that has a program's arguments too, or no call in its template, fails every
+    unit."""
     from pilot import remote_call
 
     calls = [remote_call.pack_call(pow, (i, 2), {}) for i in range(3)]
     body = wire_list(_units([rp_d.ComputeUnitDescription(function=c) for c in calls]))
-    for bad in (None, ["x"], {"name": "f"}, "text"):
+    for bad in (None, ["x"], {"name": "f"}, 5):
         body[0]["functions"][1] = bad
         got = _arrived(body)
         assert got["unit.000000"][1] is None and got["unit.000002"][1] is None
-        assert "function" in got["unit.000001"][1]
+        assert "function.args" in got["unit.000001"][1]
     body[0]["functions"] = calls[:2]
     assert "not one per unit" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
     body[0]["functions"], body[0]["arguments"] = calls, [["a"]] * 3
     assert "not one per unit" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
     body[0].pop("arguments")
-    body[0]["functions"] = [None, 1, "x"]
-    assert "none of which" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
+    body[0]["of"].pop("function")
+    assert "executable" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
 
 
 def test_the_same_call_again_goes_once_in_the_bulks_template():

@@ -18,15 +18,16 @@ one to_stored() and one JSON text per distinct description object, not one per u
 A unit's `arguments` are its own, not its blueprint's (`OWN`): the units of a sweep, one
 description object each with arguments of its own (`arguments=[str(i)]`), share one blueprint,
 and each carries only its arguments (Unit.own): to the store (pmgr/store/base.py, Own) and to
-its agent (a bulk's "arguments": pilot/unit_record.py).  So is a call's packed `function` when
-its arguments travel as text (`own_function`: what rp.Executor and pilot.parsl make, one a
-call): the calls of one executor share one blueprint, one template in the store and
-one wire form, and each unit carries its call (its record's "function", its doc's own fields),
-instead of a blueprint, a templates row and a description's JSON a call (the same call again in
-a row goes to the agent as one bulk: pmgr/core/routing.py `wire_list`).  A call whose arguments
-are LARGE (bytes, written to the session's data files) or whose pickle and arguments pass
-OWN_CALL_MAX keeps its own blueprint, as does a description whose `function` is a callable
-(packed by to_stored, once per description).
+its agent (a bulk's "arguments": pilot/unit_record.py).  So are the arguments of a packed call
+(`function`) when they travel as text (`own_function`: what rp.Executor and pilot.parsl make,
+one a call): the calls of one function share one blueprint, one template in the store (the call
+without its arguments: the function's pickle, ~1 KB for a function of a script, once) and one
+wire form, and each unit carries its call's arguments alone (its doc's own fields {"function":
+{"args": ...}}, which a read lays over the template's; its record's call whole, or a bulk's
+"functions": pmgr/core/routing.py `wire_list`), instead of a blueprint, a templates row and the
+whole description's JSON a call.  A call whose arguments are LARGE (bytes, written to the
+session's data files) keeps its own blueprint, as does a description whose `function` is a
+callable (packed by to_stored, once per description).
 
 A description changed after its units were made changes none of them: the blueprint holds the
 stored form captured at submit, the unit a copy of its arguments (a description object changed
@@ -40,8 +41,8 @@ from pilot.pmgr.store.base import Template
 from pilot.unit_record import UnitRecord
 
 OWN = "arguments"  # the field each unit carries itself (the header)
-FUNCTION = "function"  # ... and a call's, when `own_function` says so
-OWN_CALL_MAX = 65_536  # characters of a call's pickle and arguments that may be its own
+FUNCTION, ARGS = "function", "args"  # ... and a call's arguments, when `own_function` says so
+OWN_CALL_MAX = 1 << 17  # characters of a call's arguments that may be its own (base64)
 
 
 class Blueprint:
@@ -50,8 +51,8 @@ class Blueprint:
     def __init__(self, description) -> None:
         stored = description.to_stored()  # captured at submit; later edits change nothing
         stored.pop(OWN, None)  # (each unit's own)
-        if _own_call(description.peek(FUNCTION)):
-            stored.pop(FUNCTION)  # (each unit's own too)
+        if _own_call(description.peek(FUNCTION)):  # (its arguments each unit's own too)
+            stored[FUNCTION] = {k: v for k, v in stored[FUNCTION].items() if k != ARGS}
         self.stored = Template(stored)
         self.wire = UnitRecord.template_of(description, stored)
         d = description
@@ -106,33 +107,30 @@ def _named(value, files: dict):
     return value
 
 
-def own_of(description) -> list | dict | None:
-    """A unit's own field, copied at submit: its arguments (a list), or its packed call (a
-    dict: `own_function`); None: it has none."""
+def own_of(description) -> list | str | None:
+    """A unit's own field, copied at submit: its arguments (a list), or its call's (a str:
+    `own_function`); None: it has none."""
     if description.function is not None:
         return own_function(description)
     own = description.peek(OWN)
     return list(own) if own else None
 
 
-def own_function(description) -> dict | None:
-    """The description's packed call when it is the unit's own (the header); else None."""
+def own_function(description) -> str | None:
+    """The arguments of the description's packed call when they are the unit's own (the
+    header); else None."""
     f = description.peek(FUNCTION)
-    return dict(f) if _own_call(f) else None  # (a copy: the description may change after)
+    return f[ARGS] if _own_call(f) else None
 
 
 def _own_call(f) -> bool:
-    """A call that is its unit's own: packed already (a dict, not a callable that to_stored
-    would pack), its arguments text, and the two at most OWN_CALL_MAX characters (the store
-    binds a batch's own fields as one value: a larger call keeps a template of its own)."""
+    """A call whose arguments are its unit's own: packed already (a dict, not a callable that
+    to_stored would pack), its arguments text of at most OWN_CALL_MAX characters (the store
+    binds a batch's own fields as one value)."""
     if type(f) is not dict:
         return False
-    args = f.get("args")
-    return (
-        type(args) is str
-        and functions.is_packed(f)
-        and len(args) + len(f["pickle"]) <= OWN_CALL_MAX
-    )
+    args = f.get(ARGS)
+    return type(args) is str and len(args) <= OWN_CALL_MAX and functions.is_packed(f)
 
 
 def _content(description, policies: dict) -> tuple | None:
@@ -147,8 +145,8 @@ def _content(description, policies: dict) -> tuple | None:
         if name == OWN:  # (each unit's own: not the blueprint's)
             continue
         t = type(value)
-        if name == FUNCTION and _own_call(value):  # (each unit's own: not the key's)
-            items.append((name, FUNCTION))
+        if name == FUNCTION and _own_call(value):  # (its arguments each unit's own: not the
+            items.append((name, FUNCTION, value["name"], value["pickle"]))  # key's)
             continue
         if t is list:
             value = tuple(value)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pilot import functions, states as S
-from pilot.pmgr.core.blueprint import FUNCTION, OWN, Blueprint, own_of
+from pilot.pmgr.core.blueprint import ARGS, FUNCTION, OWN, Blueprint, own_of
 from pilot.pmgr.store.base import FIELDS, Own, UnitDoc, laid_over
 from pilot.sandbox import functions_dir, output_names, sandbox_of
 from pilot.seen import uid_number
@@ -220,7 +220,7 @@ class Unit(Stateful):
         self.description = description
         # what the units of its description share, captured at submit (pmgr/core/blueprint.py)
         self.blueprint = bp = blueprint or Blueprint(description)
-        # its own arguments (a list), or its call (a dict), copied now: not its blueprint's
+        # its own arguments (a list), or its call's (a str), copied now: not its blueprint's
         # (pmgr/core/blueprint.py)
         self.own = own_of(description)
         self.value: str | None = None  # a function unit's packed return value (as stored)
@@ -291,8 +291,10 @@ class Unit(Stateful):
         rec = UnitRecord(self.blueprint.wire)
         rec["uid"] = self.uid
         own = self.own
-        if own is not None:
-            rec[FUNCTION if type(own) is dict else OWN] = own
+        if type(own) is str:  # (its call's arguments: the call whole)
+            rec[FUNCTION] = {**rec[FUNCTION], ARGS: own}
+        elif own is not None:
+            rec[OWN] = own
         return rec
 
     def own_fields(self) -> dict | None:
@@ -300,7 +302,7 @@ class Unit(Stateful):
         own = self.own
         if own is None:
             return None
-        return {FUNCTION: own} if type(own) is dict else {OWN: own}
+        return {FUNCTION: {ARGS: own}} if type(own) is str else {OWN: own}
 
     @property
     def sandbox(self) -> str | None:

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 
 from pilot import states as S
-from pilot.pmgr.core.blueprint import FUNCTION, OWN
+from pilot.pmgr.core.blueprint import ARGS, FUNCTION, OWN
 from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_table import UnitTable
 from pilot.rp.names import SCHEDULER_ROUND_ROBIN
@@ -382,16 +382,17 @@ class Routing:
 def wire_list(units: list[Unit], refs: bool = False) -> list[dict]:
     """A `units` message's body (pilot/unit_record.py): units in a row that share their
     blueprint's wire form go as one bulk {"of": it, "uids": [...]}, with "arguments": [each
-    unit's, or None] when any has its own; a unit alone as its record.  Calls of their own
-    (pmgr/core/blueprint.py `own_function`) go the same way, with "functions": [each unit's]
-    (or in the bulk's template when all are the same call).  `refs`: a call's large
+    unit's, or None] when any has its own; a unit alone as its record.  Calls whose arguments
+    are their own (pmgr/core/blueprint.py `own_function`) go the same way, the template's call
+    without arguments and "functions": [each unit's call's arguments] (or the template's call
+    whole when all are the same); a call alone whole in its record.  `refs`: a call's large
     arguments go as the name of their file in the session's data directory (the partition's
     workers read them there: pmgr/core/blueprint.py `by_reference`)."""
     runs: list[tuple] = []
     for u in units:
         w = u.blueprint.by_reference() if refs else u.blueprint.wire
         own = u.own
-        if runs and runs[-1][0] is w and (type(own) is dict) is (type(runs[-1][2][0]) is dict):
+        if runs and runs[-1][0] is w and (type(own) is str) is (type(runs[-1][2][0]) is str):
             runs[-1][1].append(u.uid)
             runs[-1][2].append(own)
         else:
@@ -399,11 +400,11 @@ def wire_list(units: list[Unit], refs: bool = False) -> list[dict]:
     out = []
     for w, uids, own in runs:
         first = own[0]
-        if type(first) is dict:  # calls of their own: in a record, or a bulk's
+        if type(first) is str:  # calls' own arguments: in a record's call, or a bulk's
             if len(uids) == 1:
-                out.append({**w, "uid": uids[0], FUNCTION: first})
-            elif all(c == first for c in own):  # (the same call again: the template's)
-                out.append({"of": {**w, FUNCTION: first}, "uids": uids})
+                out.append({**w, "uid": uids[0], FUNCTION: {**w[FUNCTION], ARGS: first}})
+            elif all(a == first for a in own):  # (the same call again: the template's)
+                out.append({"of": {**w, FUNCTION: {**w[FUNCTION], ARGS: first}}, "uids": uids})
             else:
                 out.append({"of": w, "uids": uids, "functions": own})
         elif len(uids) > 1:

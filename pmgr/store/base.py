@@ -258,10 +258,19 @@ class Own:
 
 
 def laid_over(template: dict | None, own: dict | None) -> dict | None:
-    """A description read back: a unit's own fields over its template's."""
+    """A description read back: a unit's own fields over its template's, a field that is a
+    mapping on both sides merged (a call's arguments over its function's pickle: as sqlite's
+    json_patch lays them)."""
     if own is None:
         return template
-    return {**(template or {}), **own}
+    if not template:
+        return dict(own)
+    out = {**template, **own}
+    for k, v in own.items():
+        t = template.get(k)
+        if type(v) is dict and type(t) is dict:
+            out[k] = {**t, **v}
+    return out
 
 
 @dataclass
