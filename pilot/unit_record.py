@@ -49,6 +49,8 @@ Agent's own (attributes):
 
 from __future__ import annotations
 
+import reprlib
+
 from pilot import functions, staging, validate
 from pilot.policy import AGENT_DEFAULTS
 from pilot.wire import checks
@@ -91,8 +93,8 @@ class UnitRecord(dict):
         pol = d.policy
         rec = cls()
         if d.function is not None:  # a call for a Python worker (pilot/functions.py)
-            if "function" in stored:  # (popped by the caller when each unit has its own)
-                rec["function"] = stored["function"]
+            rec["function"] = stored["function"]  # (without its arguments when they are
+            # each unit's own: pmgr/core/blueprint.py)
         else:
             rec["executable"] = d.executable
             rec["environment"] = d.peek("environment")
@@ -167,13 +169,13 @@ class UnitRecord(dict):
         if calls is not None:  # (each unit's call's own arguments: `with_call`)
             if each is not None or type(calls) is not list or len(calls) != len(uids):
                 why = f"a bulk of {len(uids)} units whose calls are not one per unit"
-                return None, uids, f"{why}: {calls!r:.80}", None
+                return None, uids, f"{why}: {reprlib.repr(calls)}", None
             rec, why = cls.arrived(first)  # (its call, without arguments, checked once)
             return rec, uids, why, Calls(calls)
         if each is not None:
             if type(each) is not list or len(each) != len(uids):
                 why = f"a bulk of {len(uids)} units whose arguments are not one per unit"
-                return None, uids, f"{why}: {each!r:.80}", None
+                return None, uids, f"{why}: {reprlib.repr(each)}", None
             first.pop("arguments", None)  # (each unit's own: `copy_for`)
         rec, why = cls.arrived(first)
         return rec, uids, why, each

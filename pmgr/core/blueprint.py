@@ -161,7 +161,10 @@ def _content(description, policies: dict) -> tuple | None:
                 values = tuple(  # once, not with every key)
                     [tuple(v) if type(v) is list else id(v) for v in value.__dict__.values()]
                 )
-                made = policies[id(value)] = policies.setdefault(values, len(policies))
+                try:
+                    made = policies[id(value)] = policies.setdefault(values, len(policies))
+                except TypeError:  # (a value that cannot be hashed: no key)
+                    return None
             value = made
         items.append((name, t, value))
     key = tuple(items)

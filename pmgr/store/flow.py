@@ -32,7 +32,7 @@ it is not final.  Memory: units in flight only.
 
 from __future__ import annotations
 
-from pilot.pmgr.store.base import Own, Template, laid_over
+from pilot.pmgr.store.base import Own, Template
 from pilot.pmgr.store.held import held_of, requested
 from pilot.states import EXECUTING, FINAL
 
@@ -64,8 +64,8 @@ class FlowKeeper:
         for uid, d in docs.items():
             if uid not in asked:
                 desc = d.get("description")
-                if isinstance(desc, Own):  # (its own fields over its template's)
-                    desc = laid_over(desc.template.value, desc.fields)
+                if isinstance(desc, Own):  # (its own fields, arguments, ask for nothing)
+                    desc = desc.template
                 desc = desc.value if isinstance(desc, Template) else desc
                 if desc:
                     asked[uid] = requested(desc)
