@@ -5,6 +5,7 @@ own ceiling), in one run.
     python bench/latency.py                     # ~4 min on 2 cores: the two tables below
     python bench/latency.py --calls 50 --rounds 3 --sizes 1024,102400,2000000
     python bench/latency.py --batches 5000 --unbundled 5000 --parsl ""   # no parsl-perf row
+    python bench/latency.py --one batch --kind unbundled --n 20000 [--fn script]   # one side
 
 Rows (each the median of --calls round trips, one after another, on a warm pilot / pool):
   - call      rp.Executor().submit(pow, i, 2).result(), i = 0, 1, 2 ... (every call's
@@ -52,6 +53,14 @@ sys.path.insert(0, ROOT)
 
 def identity(x):
     return x
+
+
+def square(x, y):
+    """A function of the script, as a user's are: pickled by value (~1 KB), not by name."""
+    total = 0
+    for _ in range(y):
+        total += x * x
+    return total // y
 
 
 def _graph():
@@ -137,8 +146,8 @@ def pool(calls: int, sizes: list[int]) -> dict:
     return out
 
 
-def batch(kind: str, n: int) -> float:
-    """(in the fresh process) Calls per second of submit(pow, i, 2) for i in range(n) after
+def batch(kind: str, n: int, fn=pow) -> float:
+    """(in the fresh process) Calls per second of submit(fn, i, 2) for i in range(n) after
     one warm-up call, from the first submit to the last result."""
     if kind == "pool":
         import concurrent.futures as cf
@@ -151,7 +160,7 @@ def batch(kind: str, n: int) -> float:
     with ex:
         assert ex.submit(pow, 2, 10).result() == 1024
         t0 = time.perf_counter()
-        fs = [ex.submit(pow, i, 2) for i in range(n)]
+        fs = [ex.submit(fn, i, 2) for i in range(n)]
         assert all(f.result() == i * i for i, f in enumerate(fs))
         return n / (time.perf_counter() - t0)
 
@@ -210,10 +219,14 @@ def main() -> int:
     ap.add_argument("--one", choices=("ours", "pool", "batch"), help=argparse.SUPPRESS)
     ap.add_argument("--kind", choices=("ours", "unbundled", "pool"), help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--fn", choices=("pow", "script"), default="pow",
+        help="with --one batch: pow, or a function of this script (pickled by value)",
+    )  # fmt: skip
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.one == "batch":
-        print(batch(args.kind, args.n))
+        print(batch(args.kind, args.n, square if args.fn == "script" else pow))
         return 0
     if args.one:
         print(json.dumps((ours if args.one == "ours" else pool)(args.calls, sizes)))
