@@ -167,8 +167,10 @@ class UnitRecord(dict):
         why: str | None
         calls = data.get("functions")
         if calls is not None:  # (each unit's call's own arguments: `with_call`)
-            if each is not None or type(calls) is not list or len(calls) != len(uids):
-                why = f"a bulk of {len(uids)} units whose calls are not one per unit"
+            if each is not None:
+                return None, uids, "a bulk of units with both arguments and functions", None
+            if type(calls) is not list or len(calls) != len(uids):
+                why = f"a bulk of {len(uids)} units whose functions are not one per unit"
                 return None, uids, f"{why}: {reprlib.repr(calls)}", None
             rec, why = cls.arrived(first)  # (its call, without arguments, checked once)
             return rec, uids, why, Calls(calls)
@@ -203,9 +205,7 @@ class UnitRecord(dict):
         """This (checked) record of a bulk of calls for another of its units, its call with
         the arguments of its own (a bulk's "functions" item): (the record, what is wrong with
         those arguments, or None)."""
-        rec = UnitRecord(self)
-        rec["uid"] = uid
-        rec.taken_sandbox, rec.not_found, rec.overtaken = None, self.not_found, 0
+        rec, _ = self.copy_for(uid)
         call = rec.get("function")
         if type(call) is not dict:  # (a bulk of calls whose template is a program's)
             return rec, "a bulk's arguments of calls for a unit that is not a call"

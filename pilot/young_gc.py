@@ -8,9 +8,9 @@ five bound methods: ~19 tracked objects a call that stay) paid for collections t
 nothing to free.  Measured on 2 cores with gc.callbacks, 20,000 `rp.Executor(bundle=False)`
 calls of distinct arguments: the collector took 30-35 us of the client's CPU a call at 700
 (~1,130 young collections, ~100 middle, 6 full) against 14-16 us at 10,000 (65, 6, none), in
-three alternating pairs.  At YOUNG (10,000) a young collection runs
-every ~500 calls instead of every ~18, and the full ones as rarely as the middle ones allow;
-garbage in cycles waits for up to YOUNG more objects before it is freed (a few MB at most).
+three alternating pairs.  At YOUNG (10,000) a young collection runs every ~500 calls instead of
+every ~18, and the full ones as rarely as the middle ones allow; garbage in cycles waits for up
+to YOUNG more objects before it is freed (a few MB at most).
 
 `hold()` raises the threshold for an open Session and `release()` gives Python's back when the
 last one closes; the user's own setting stands: nothing changes when the thresholds are not
@@ -28,14 +28,11 @@ import threading
 
 YOUNG = 10_000  # objects between two collections of the youngest generation
 _DEFAULT = (700, 10, 10)  # CPython's own (3.8 - 3.12)
+_OURS = (YOUNG, *_DEFAULT[1:])
 _OFF = ("0", "false", "no", "off")
 _lock = threading.Lock()
 _open = 0  # sessions holding it
 _found: tuple[int, int, int] | None = None  # the thresholds found before, when ours were set
-
-
-def _ours() -> tuple[int, int, int]:
-    return (YOUNG, *_DEFAULT[1:])
 
 
 def _wanted(environ) -> bool:
@@ -49,7 +46,7 @@ def hold(environ=os.environ) -> None:
         _open += 1
         if _open == 1 and _wanted(environ) and gc.get_threshold() == _DEFAULT:
             _found = _DEFAULT
-            gc.set_threshold(*_ours())
+            gc.set_threshold(*_OURS)
 
 
 def release() -> None:
@@ -60,6 +57,6 @@ def release() -> None:
             return
         _open -= 1
         if _open == 0 and _found is not None:
-            if gc.get_threshold() == _ours():
+            if gc.get_threshold() == _OURS:
                 gc.set_threshold(*_found)
             _found = None

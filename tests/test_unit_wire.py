@@ -140,8 +140,8 @@ def test_a_malformed_call_in_a_bulk_fails_alone():
         assert "function.args" in got["unit.000001"][1]
     body[0]["functions"] = calls[:2]
     assert "not one per unit" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
-    body[0]["functions"], body[0]["arguments"] = calls, [["a"]] * 3
-    assert "not one per unit" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
+    body[0]["functions"], body[0]["arguments"] = [c["args"] for c in calls], [["a"]] * 3
+    assert "both" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
     body[0].pop("arguments")
     body[0]["of"].pop("function")
     assert "executable" in UnitRecord.arrived_bulk(json.loads(json.dumps(body[0])))[2]
