@@ -75,3 +75,36 @@ def test_a_session_raises_it_and_close_gives_it_back(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     ).stdout.split("\n")[-2]
     assert out == f"{DEFAULT} {OURS} {DEFAULT}"
+
+
+def test_two_threads_closing_one_session_run_its_close_once():
+    """(pmgr/core/session_teardown.py claim) Both threads read `closed` before either sets it,
+    as they can when they close a session at once: only one may go on (and give back its hold
+    on the collector, and end its pilots)."""
+    import threading
+    import time
+
+    from pilot.pmgr.core.session_teardown import Teardown
+
+    class Slow:
+        def __init__(self) -> None:
+            self._closed = False
+
+        @property
+        def closed(self) -> bool:
+            seen = self._closed
+            time.sleep(0.05)  # (the other thread reads it meanwhile)
+            return seen
+
+        @closed.setter
+        def closed(self, value: bool) -> None:
+            self._closed = value
+
+    teardown = Teardown(Slow())
+    got: list[bool] = []
+    threads = [threading.Thread(target=lambda: got.append(teardown.claim())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(got) == [False, True]

@@ -12,13 +12,14 @@ Its steps, in order, named as in the logs:
     then the store is closed and pilot_files runs: the pilots' logs copied into the session
     directory (download), their sandboxes removed (cleanup, or a description's cleanup).
 close(terminate=False) only closes the links and the store: the pilots run on, for another
-client process to attach to.  A second close does nothing.
+client process to attach to.  A second close does nothing, from any thread (`claim`).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import threading
 import time
 
 from pilot import processes, young_gc
@@ -32,13 +33,22 @@ class Teardown:
 
     def __init__(self, session) -> None:
         self.session = session
+        self._once = threading.Lock()
+
+    def claim(self) -> bool:
+        """True for the one close() that runs: two threads may close a session at once (each
+        would give back its hold on the collector, young_gc, and end its pilots)."""
+        with self._once:
+            if self.session.closed:
+                return False
+            self.session.closed = True
+            return True
 
     def close(self, timeout: float, terminate: bool, cleanup: bool, download: bool) -> None:
         """Session.close (its docstring says what the arguments do)."""
         session = self.session
-        if session.closed:
+        if not self.claim():
             return
-        session.closed = True
         atexit.unregister(session.close)
         young_gc.release()
         if not terminate:
