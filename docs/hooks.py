@@ -57,7 +57,16 @@ PAGES = {
             ),
             ("Placement policy", ["Policy"]),
             ("concurrent.futures", ["Executor", "ExecutorError"]),
-            ("Errors", ["PilotError", "PilotOwned", "StoreUnavailable", "IllegalTransition"]),
+            (
+                "Errors",
+                [
+                    "PilotError",
+                    "PilotOwned",
+                    "PilotIncompatible",
+                    "StoreUnavailable",
+                    "IllegalTransition",
+                ],
+            ),
             (
                 "RADICAL-Pilot 1.x",
                 ["PilotDescription", "TaskDescription", "TaskManager", "Task", "pythontask"],

@@ -46,7 +46,7 @@ import time
 from pilot import validate
 from pilot.ids import ALL
 from pilot.states import CANCELED, FINAL
-from pilot.wire import checks, updates
+from pilot.wire import checks, peer_version, updates
 from pilot.wire.protocol import HEARTBEAT, msg, pack
 
 log = logging.getLogger("bootstrap")
@@ -134,7 +134,11 @@ def attach(boot, cid, args: dict) -> dict:
     when its address refuses): a request still queued here from a client killed since (a
     take-over cut short) would otherwise take the pilot from the owner that came after it, and
     so would one whose address the live owner bound again (the probe reaches the owner itself:
-    refused)."""
+    refused).  A client of another protocol is refused first (pilot/wire/peer_version.py)."""
+    why = peer_version.differs({k: args.get(k) for k in ("protocol", "version", "python")},
+                               "the client")  # fmt: skip
+    if why is not None:
+        raise Incompatible(f"args.protocol: {why}")
     owner = _owner(args.get("owner"))
     given = args.get("client")
     if isinstance(given, list) and given and len(given) <= 64:
@@ -215,6 +219,10 @@ def _new_data_dir(boot, data) -> None:
 OWNER_SILENCE = 3 * HEARTBEAT  # an owner heard from more recently is alive
 RELEASE_WAIT = 2.0  # seconds a take-over waits for the old owner's `released`
 ATTACH_PROBE = 3.0  # seconds the attaching client has to answer a handshake (it is waiting)
+
+
+class Incompatible(ValueError):
+    """An attach refused: the client speaks another protocol (its reply says the pilot's)."""
 
 
 class Owned(ValueError):
@@ -306,6 +314,8 @@ def run(boot, body: dict) -> dict:
         reply: dict = {"cid": cid if isinstance(cid, str) else None, "ok": False, "error": str(exc)}
         if isinstance(exc, Owned):
             reply["owner"] = exc.owner
+        if isinstance(exc, Incompatible):
+            reply.update(peer_version.mine())
         return reply
     except Exception as exc:  # our own bug: said as such
         boot.internal.report(f"command {body.get('op')!r:.40}", exc)

@@ -63,6 +63,7 @@ _WHERE = {
     "GLOBAL_POLICY": "pilot.policy",
     "PilotError": "pilot.errors",
     "PilotOwned": "pilot.errors",
+    "PilotIncompatible": "pilot.errors",
     "StoreUnavailable": "pilot.errors",
     "Policy": "pilot.policy",
     "Partition": "pilot.pmgr.core",
@@ -121,7 +122,9 @@ _WHERE["FINAL"] = (
 )
 _WHERE.update({"UNIT_STATE": "pilot.pmgr.core", "PILOT_STATE": "pilot.pmgr.core"})
 
-__version__ = version = "0.1.0"  # rp.version, as RADICAL-Pilot scripts print it
+from pilot.release import RELEASE as __version__  # noqa: E402  (pilot/release.py)
+
+version = __version__  # rp.version, as RADICAL-Pilot scripts print it
 
 
 def __getattr__(name: str):
@@ -166,6 +169,7 @@ __all__ = [
     "GLOBAL_POLICY",
     "PilotError",
     "PilotOwned",
+    "PilotIncompatible",
     "StoreUnavailable",
     "UnitGroup",
     "UnitTemplate",

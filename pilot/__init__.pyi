@@ -6,6 +6,7 @@ from pilot.adapt_policy import Adapt as Adapt
 from pilot.descriptions import ALL as ALL
 from pilot.errors import (
     PilotError as PilotError,
+    PilotIncompatible as PilotIncompatible,
     PilotOwned as PilotOwned,
     StoreUnavailable as StoreUnavailable,
 )

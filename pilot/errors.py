@@ -3,6 +3,8 @@
 PilotError    the base of them all
 PilotOwned    a client attached to a pilot that another live client owns, without asking
               to take it over (Session(uid=..., take_over=True)); names the owner
+PilotIncompatible  a client attached to a pilot that speaks another protocol (another
+              version of the package): says both
 StoreUnavailable  the state store cannot hand out ids now (a full disk, a database down):
               nothing of the call that asked was made
 """
@@ -36,6 +38,20 @@ class PilotOwned(PilotError):
         super().__init__(f"{pilot}: {message}")
         self.pilot = pilot
         self.owner = owner or {}
+
+
+class PilotIncompatible(PilotError):
+    """The pilot speaks another protocol than this client (another version of the package:
+    pilot/wire/peer_version.py); raised when a client attaches to it (Session(uid=...)).  The
+    message says what each side runs; the pilot is left as it was, its owner unchanged.
+
+    Attributes:
+        pilot (str): the pilot's uid.
+    """
+
+    def __init__(self, pilot: str, message: str) -> None:
+        super().__init__(f"{pilot}: {message}")
+        self.pilot = pilot
 
 
 class StoreUnavailable(PilotError):

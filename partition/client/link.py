@@ -51,7 +51,7 @@ import zmq
 from pilot import validate
 from pilot.config import network
 from pilot.partition.client.probe import first_answering
-from pilot.wire import checks, framed, links
+from pilot.wire import checks, framed, links, peer_version
 from pilot.wire.protocol import ProtocolError, drain, msg, pack, send_frames, unpack
 
 if TYPE_CHECKING:
@@ -275,6 +275,7 @@ class ClientLink:
                     "attach": attach,
                     "nodes": self.nodes_up(),
                     "jobs": self.growth.describe(),  # beyond the first (partition/growth.py)
+                    **peer_version.mine(),  # what it speaks (pilot/wire/peer_version.py)
                 },
             )
         )

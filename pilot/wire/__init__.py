@@ -8,4 +8,5 @@ updates.py   unit state updates in columns (agent -> bootstrap -> client)
 framed.py    JSON with its bytes beside it (a large argument crosses each hop once)
 security.py  CURVE keys: who may talk to a pilot
 liveness.py  heartbeats and silence clocks over links that fail
+peer_version.py  what form of the messages a peer speaks: a client and its pilots speak one
 """

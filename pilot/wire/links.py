@@ -67,7 +67,9 @@ def _m(link, kind, sender, receiver, body, check, meaning, frames=_BODY) -> Mess
 TABLE: tuple[Message, ...] = (
     # -- the pilot link: bootstrap -> client
     _m("pilot", "hello", B, C, "{pilot, pid, control, size, attach, nodes: {index: {name, "
-       "state}}}", m.HELLO, "the bootstrap is up (pilot ACTIVE), or a new client attached"),
+       "state}}, protocol, version, python}", m.HELLO,
+       "the bootstrap is up (pilot ACTIVE), or a new client attached; what it speaks "
+       "(pilot/wire/peer_version.py)"),
     _m("pilot", "state", B, C, "[[kind, uid, state, ts, info], ...]", m.STATE,
        "batched partition state updates (kind: part)"),
     _m("pilot", "ustates", B, C, "columns (pilot/wire/updates.py)", None,

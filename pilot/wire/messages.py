@@ -136,7 +136,8 @@ def _node_map(w, v):  # {index: {name, state}}: a pilot's nodes (hello, jobs)
 # The body checks, one per message body; pilot/wire/links.py's table names which message each
 # checks.
 HELLO = fields(pilot=_uid, control=_text, nodes=_node_map, size=_opt_dict,
-               jobs=optional(_jobs))  # fmt: skip
+               jobs=optional(_jobs), protocol=optional(count(0, 1 << 31)), version=_text,
+               python=_text)  # fmt: skip
 PILOT_BYE = fields(state=lambda w, v: text(w, v, optional=False), reason=_text)
 REPLY = fields(cid=_text)
 STATE = _state_batch

@@ -35,6 +35,7 @@ from pilot.pmgr.core.adapt import AdaptPolicy
 from pilot.pmgr.core.handles import Partition, Stateful
 from pilot.pmgr.core.pilot_jobs import PilotJobs
 from pilot.rp.utils import pilot_endpoints
+from pilot.wire import peer_version
 from pilot.wire.protocol import HEARTBEAT, msg, pack
 
 if TYPE_CHECKING:
@@ -322,6 +323,10 @@ class Pilot(Stateful):
 
     # -- messages from the bootstrap (session_dispatch.HANDLERS; channel thread, lock held) ---
     def on_hello(self, body: dict) -> None:
+        why = peer_version.differs(body, "the pilot")
+        if why is not None:
+            self._incompatible(why, bool(body.get("attach")))
+            return
         self.control = body.get("control")
         self._nodes = {int(i): n for i, n in (body.get("nodes") or {}).items()}
         self.linked = True
@@ -334,6 +339,20 @@ class Pilot(Stateful):
             self.command(
                 {"cid": None, "op": "cancel_pilot", "args": {"reason": self._cancel_requested}}
             )
+
+    def _incompatible(self, why: str, attached: bool) -> None:
+        """(its hello) The pilot speaks another protocol (pilot/wire/peer_version.py): it is
+        used for nothing.  One this client launched is canceled and ends FAILED saying why (its
+        units go elsewhere or fail, as for any pilot that fails); one it attached to (a pilot
+        of a version before that said nothing at the attach) is not its to act on."""
+        log.error("%s: %s", self.uid, why)
+        if attached:
+            self.released = f"not attached: {why}"
+            return
+        cmd = {"cid": None, "op": "cancel_pilot", "args": {"reason": why}}
+        self.session.channel.send(self.uid, [b"cmd", pack(cmd)])  # (a form every version reads)
+        self._cancel_requested = why
+        self.end(S.FAILED, why)
 
     def on_bye(self, body: dict) -> None:
         self.end(body.get("state", S.DONE), body.get("reason"))

@@ -37,11 +37,12 @@ from pilot.descriptions import (
     ComputePartitionDescription,
     ComputePilotDescription,
 )
-from pilot.errors import PilotOwned
+from pilot.errors import PilotIncompatible, PilotOwned
 from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.handles import Partition
 from pilot.pmgr.store import data_files
+from pilot.wire import peer_version
 from pilot.wire.protocol import pack, unpack
 
 log = logging.getLogger("pmgr.recovery")
@@ -145,6 +146,10 @@ class Recovery:
             assert reply is not None  # (the owner is the reply's)
             pilot.released = f"not attached: {reply['error']}"  # (this client never acts on it)
             raise PilotOwned(pilot.uid, f"{reply['error']} (rp.Session(uid=..., take_over=True))")
+        if _incompatible(reply):  # (refused before it changed owner: pilot/wire/peer_version.py)
+            assert reply is not None  # (the refusal is the reply's)
+            pilot.released = f"not attached: {reply['error']}"
+            raise PilotIncompatible(pilot.uid, reply["error"])
         pilot.released = None
         if reply and reply.get("ok"):
             with self.session.locked():
@@ -164,6 +169,10 @@ class Recovery:
         job = pilot.job
         with self.session.locked():
             if pilot.final or pilot.released:
+                return True
+            if _incompatible(reply):  # (it will not take this client, ever)
+                pilot.released = f"not attached: {why}"
+                log.error("%s: %s", pilot.uid, pilot.released)
                 return True
             if job is not None and job.poll() is not None:
                 pilot.lost(f"lost: its job ended ({job.describe()}) before it took this client")
@@ -215,6 +224,7 @@ class Recovery:
                 "owner": self.session.owner,
                 "epoch": self.session.epoch,
                 "take_over": take_over,
+                **peer_version.mine(),  # (refused if the pilot speaks another)
                 # (this client's data directory: the pilot's workers write large values
                 # where it reads them, or send the bytes: pilot/functions.py)
                 "data": data_files.for_pilot(
@@ -330,3 +340,8 @@ class Recovery:
             if part is not None:
                 part.outstanding += 1
             ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)
+
+
+def _incompatible(reply: dict | None) -> bool:
+    """An attach refused because the pilot speaks another protocol (its reply says which)."""
+    return reply is not None and not reply.get("ok") and "protocol" in reply
