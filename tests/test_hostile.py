@@ -9,6 +9,7 @@ import time
 import zmq
 
 import pilot as rp
+from pilot.wire import peer_version
 from pilot.wire.protocol import pack
 from tests.conftest import active_pilot
 
@@ -21,7 +22,14 @@ COMMANDS = [
     ({"cid": "h3", "op": "reconfig", "args": {"uids": [1], "start": [{"cores": 1}]}}, "uids[0]=1"),
     ({"cid": "h4", "op": "cancel_units", "args": {"units": [[1, 2]]}}, "units[0][0]=1"),
     ({"cid": "h5", "op": "sync", "args": {"units": [1]}}, "args.units=[1] must be a mapping"),
-    ({"cid": "h6", "op": "attach", "args": {"client": "x"}}, "args.client='x' must be a ZeroMQ"),
+    (
+        {"cid": "h6", "op": "attach", "args": {"client": "x", **peer_version.mine()}},
+        "args.client='x' must be a ZeroMQ",
+    ),
+    (
+        {"cid": "h6b", "op": "attach", "args": {"client": "x", "protocol": [1] * 10_000}},
+        "args.protocol: the client speaks protocol ?",
+    ),
     ({"cid": "h7", "op": "stop_parts", "args": {"uids": ["../../../x"]}}, "must be a uid"),
     ({"cid": "h8", "op": "reconfig", "args": {"start": [{"cores": 1}], "uids": ["../x"]}}, "uid"),
     ({"cid": "h9", "op": "nope"}, "op='nope' must be one of"),

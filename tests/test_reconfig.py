@@ -111,6 +111,32 @@ def test_queued_units_move_to_a_partition_started_in_the_same_command(session, f
             assert u.reason == "stopped by reconfig" and u.part == old.uid
 
 
+def test_a_cancel_right_after_a_reconfig_is_not_lost_with_the_stopped_partition(
+    session, four_cores
+):
+    """The cancel goes to the partition each unit was sent to; the one the reconfig stops hands
+    its queued units back before the cancel reaches it: they end CANCELED, with the cancel's
+    reason, and none runs elsewhere (before: routed again, and run to DONE)."""
+    pilot, umgr = active_pilot(session, parts=((1,), (1,)), resource=four_cores, cores=4)
+    old = pilot.partitions[0]
+    units = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["0.3"]) for _ in range(16)])
+    units[-1].wait(rp.QUEUED, timeout=30)
+    queued_on_old = [  # (sent there, not started: what the stop hands back)
+        u.uid for u in units if u.part == old.uid and u.state in (rp.SCHEDULING, rp.QUEUED)
+    ]
+    pilot.reconfig(stop=old.uid, start=[CPD(cores=2)])
+    umgr.cancel_units([u.uid for u in units], reason="not wanted any more")
+    assert umgr.wait_units(timeout=60)
+    assert queued_on_old
+    for u in units:
+        assert u.state in (rp.CANCELED, rp.DONE), (u.uid, u.state, u.reason)
+        if u.uid in queued_on_old:
+            assert u.state == rp.CANCELED, (u.uid, u.state, u.part, u.history)
+            assert u.reason in ("not wanted any more", "stopped by reconfig"), u.reason
+    again = [u.uid for u in units if [s for s, _ in u.history].count(rp.SCHEDULING) > 1]
+    assert again == [], again  # (none routed again after the cancel)
+
+
 def test_rfc_cray_case_62_then_63_nodes(session):
     pd = rp.ComputePilotDescription(
         resource="cray.fake", parts=[CPD(nodes=30), CPD(nodes=30)], runtime=5

@@ -237,6 +237,9 @@ class Unit(Stateful):
         self.written: tuple | None = None
         self.writing: tuple | None = None
         self.bound = None  # round robin: the Pilot it waits for (pmgr/core/routing.py)
+        # the reason of a cancel asked of its partition: should the unit come back unrun (its
+        # partition stopped or lost first), it ends CANCELED, not routed again (unit_events)
+        self.cancel_asked: str | None = None
         self.after: Unit | None = None  # `tag`: the earlier unit it runs beside
         self.part: str | None = None
         # the Pilot handle it was sent to (Any: pmgr/core/pilot.py imports this module)

@@ -240,9 +240,20 @@ class UnitEvents:
         if part is not None:
             part.outstanding -= 1
             part.accepting = False  # it lost a node: it ends FAILED next
+        if self._canceled(unit, ts):
+            return
         unit.advance(S.SCHEDULING, ts, None)  # its node was lost: it runs again
         unit.part = None
         self.pending.appendleft(unit)
+
+    def _canceled(self, unit: Unit, ts: float) -> bool:
+        """A unit about to be routed again whose cancel was asked of the partition it left
+        (the partition handed it back, or was lost, before the cancel reached its agent): it
+        ends CANCELED with the cancel's reason instead; True then."""
+        if unit.cancel_asked is None:
+            return False
+        unit.advance(S.CANCELED, ts, unit.cancel_asked)
+        return True
 
     # -- data staging (pmgr/core/transfers.py) ----------------------------------------------------
     def _stage_out(self, unit: Unit, info: dict) -> None:
@@ -285,6 +296,8 @@ class UnitEvents:
             part = unit.pilot.parts.get(part_uid)
             if part is not None:
                 part.outstanding -= 1
+            if self._canceled(unit, now):
+                continue
             if unit.description.partition == part_uid:  # pinned there: nowhere else to go
                 unit.advance(S.FAILED, now, f"its partition {part_uid} was stopped before it ran")
                 continue
@@ -325,6 +338,8 @@ class UnitEvents:
             if why is not None and not self._may_restart(unit, why):
                 unit.advance(S.FAILED, now, why)
                 continue
+            if self._canceled(unit, now):
+                continue
             if unit.state != S.SCHEDULING:
                 unit.advance(S.SCHEDULING, now, None)
             unit.part = None
@@ -363,9 +378,13 @@ class UnitEvents:
         """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
         never reached it and is routed again; any other is FAILED with `why`."""
         if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
+            if self._canceled(unit, now):
+                return
             unit.part = None
             (self.pending.appendleft if front else self.pending.append)(unit)
         elif self._may_restart(unit, why):
+            if self._canceled(unit, now):
+                return
             unit.advance(S.SCHEDULING, now, None)
             unit.part = None
             (self.pending.appendleft if front else self.pending.append)(unit)

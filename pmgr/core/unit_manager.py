@@ -414,7 +414,8 @@ class UnitManager:
                 if u.part is None:
                     self._unqueue(u)
                     u.advance(S.CANCELED, now, reason)
-                else:
+                else:  # (asked of its partition; should it come back unrun: CANCELED)
+                    u.cancel_asked = reason
                     by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
             for pilot, pairs in by_pilot.items():
                 pilot.command(
