@@ -189,7 +189,7 @@ def test_unpicklable_call_fails_at_submit(ex):
         ex.submit(42)
 
 
-def test_cancel_only_before_it_starts(ex):
+def test_cancel_only_before_it_starts(ex, caplog):
     running = ex.submit(nap, 1.5, "slept")
     blocker = ex.submit(nap, 1.5)  # both cores busy now
     deadline = time.monotonic() + 30
@@ -197,6 +197,9 @@ def test_cancel_only_before_it_starts(ex):
         time.sleep(0.01)
     waiting = ex.submit(nap, 0, "never")
     assert waiting.cancel() and waiting.cancelled()
+    with caplog.at_level("DEBUG", logger="concurrent.futures"):
+        assert waiting.cancel()  # again: True, and nothing more (as the standard library's)
+    assert not [r for r in caplog.records if r.name == "concurrent.futures"], caplog.text
     assert not running.cancel()  # it runs: as the standard library documents
     done, _ = futures.wait([waiting, running], timeout=60)
     assert waiting in done and running.result() == "slept"
@@ -327,6 +330,29 @@ def test_reconfig_under_a_running_executor_loses_nothing(session):
         assert new.uid in parts and old.state == rp.CANCELED
         reran = [f for f in fs if f.runs > 1]  # running when it stopped: ran again
         assert all(f.unit.part == new.uid for f in reran)
+
+
+def test_a_reconfig_that_stops_the_executors_own_partition_fails_its_calls_saying_so(session):
+    """An executor on a partition of its own has nowhere else to run its calls: when a reconfig
+    stops that partition, each call not done raises ExecutorError naming the stop (the running
+    ones raised CancelledError before, on futures that were not cancelled()); none is lost."""
+    pilot = local_pilot(session, parts=((1,),), runtime=5, cores=4)
+    with rp.Executor(session=session, pilot=pilot, partition=CPD(cores=2), bundle=False) as ex:
+        fs = [ex.submit(nap, 0.3, i) for i in range(12)]
+        fs[0].result(timeout=60)
+        pilot.reconfig(stop=ex.partition.uid, start=[CPD(cores=1)])
+        outcomes = []
+        for i, f in enumerate(fs):
+            try:
+                assert f.result(timeout=60) == i
+                outcomes.append("ok")
+            except rp.ExecutorError as exc:
+                outcomes.append("stopped")
+                assert "stopped" in str(exc) and not f.cancelled(), str(exc)
+            except futures.CancelledError:
+                assert f.cancelled()  # (only a future that says so)
+                outcomes.append("cancelled")
+        assert outcomes.count("ok") >= 1 and "stopped" in outcomes, outcomes
 
 
 def test_runtime_limit_and_a_dead_worker(ex):

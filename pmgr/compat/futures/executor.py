@@ -100,6 +100,8 @@ class Future(futures.Future):
         self._executor = executor
 
     def cancel(self) -> bool:
+        if self.dropped:  # (canceled already: as the standard library's, True and nothing
+            return True  # more; notified again, it logged a CRITICAL 'unexpected state')
         if not super().cancel():
             return False
         self.dropped = True

@@ -45,7 +45,10 @@ States arrive on the session's delivery thread (UnitManager.register_callback): 
 a single call's future running and starts its runtime limit, if it has one; a final state
 resolves the future(s): a call's value (or its own exception); FAILED -> ExecutorError; a unit
 canceled because its partition was stopped (a reconfig) runs again elsewhere, at most `reruns`
-times.  Futures are found by their unit's description (its id; the table keeps it alive).
+times; one canceled otherwise (from elsewhere, or the executor's own partition stopped: it has
+nowhere else to run) cancels a future not yet running, and fails one running with
+ExecutorError (CancelledError only for a future that is cancelled()).  Futures are found by
+their unit's description (its id; the table keeps it alive).
 """
 
 from __future__ import annotations
@@ -304,9 +307,10 @@ class Feed:
         if fut.dropped:
             return
         if state == S.CANCELED and not fut.timed_out:
-            if not self._again(sent, unit):
-                if not fut.cancel():  # (it ran: a cancel from elsewhere ended it)
-                    fut.set_exception(futures.CancelledError(f"{unit.uid} CANCELED: {unit.reason}"))
+            if not self._again(sent, unit) and not fut.cancel():  # (it ran: a cancel from
+                # elsewhere ended it, or the stop of the executor's own partition; not the
+                # future's: CancelledError is for a future that is cancelled())
+                fut.set_exception(ExecutorError(f"{unit.uid} CANCELED while it ran: {unit.reason}"))
             return
         if state == S.DONE and item is not None:
             self._load(fut, item, unit)
@@ -362,8 +366,11 @@ class Feed:
                 fut.set_exception(
                     ExecutorError(f"{unit.uid} (a bundle of {n} calls) FAILED: {unit.reason}")
                 )
-            else:
-                fut.set_exception(futures.CancelledError(f"{unit.uid} CANCELED: {unit.reason}"))
+            else:  # (running since the bundle was submitted: not cancelled(), so no
+                # CancelledError)
+                fut.set_exception(
+                    ExecutorError(f"{unit.uid} (a bundle of {n} calls) CANCELED: {unit.reason}")
+                )
 
     def _again(self, sent: Sent, unit) -> bool:
         """A unit canceled because its partition was stopped under it: its calls are queued
