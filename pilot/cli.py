@@ -142,7 +142,7 @@ def _print_partitions(result: dict) -> None:
 
 
 def open_session_store(session: str, url: str | None):
-    from pilot.pmgr.store import open_store
+    from pilot.pmgr.store import open_existing
 
     url = url or os.environ.get("PILOT_DATABASE_URL")
     if url is None:
@@ -152,8 +152,13 @@ def open_session_store(session: str, url: str | None):
                 f"no session {session!r}: no {path} (give --database-url for a MongoDB store)"
             )
         url = f"sqlite:///{path}"
-    store = open_store(url)
-    if store.get("sessions", session) is None:
+    store = open_existing(url)  # (UsageError's ValueError: a store that is not there)
+    try:
+        found = store.get("sessions", session)
+    except Exception as exc:  # (a file that opened but is no store of ours)
+        store.close()
+        raise UsageError(f"--database-url {url}: {type(exc).__name__}: {exc}") from None
+    if found is None:
         store.close()
         raise UsageError(f"no session {session!r} in {url}")
     return store

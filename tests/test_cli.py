@@ -143,3 +143,23 @@ def test_status_and_export_read_the_store(make_session):
     assert [r["state"] for r in rows if r["uid"] == units[3].uid][-1] == "FAILED"
     missing = cli("status", "session.nope")
     assert missing.returncode == 2 and "no session 'session.nope'" in missing.stderr
+
+
+def test_a_bad_database_url_is_said_and_makes_no_file(tmp_path):
+    """A command that reads a store makes none where the URL names no file, and says why a
+    URL cannot be read, in one line (it raised sqlite3's traceback, and made typo.db)."""
+    where = tmp_path / "stores"
+    where.mkdir()
+    typo = where / "typo.db"
+    for cmd in ("status", "export", "plot"):
+        out = cli(cmd, "session.x", "--database-url", f"sqlite:///{typo}")
+        assert out.returncode == 2 and f"there is no file {typo}" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+    assert not list(where.iterdir())
+    nested = cli("status", "session.x", "--database-url", f"sqlite:///{tmp_path}/no/dir/x.db")
+    assert nested.returncode == 2 and "there is no file" in nested.stderr, nested.stderr
+    other = tmp_path / "notes.txt"
+    other.write_text("not a database, " * 100)
+    out = cli("export", "session.x", "--database-url", f"sqlite:///{other}")
+    assert out.returncode == 2 and "file is not a database" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
