@@ -355,6 +355,13 @@ def test_a_reconfig_that_stops_the_executors_own_partition_fails_its_calls_sayin
         assert outcomes.count("ok") >= 1 and "stopped" in outcomes, outcomes
 
 
+def test_an_executor_on_a_partition_that_does_not_fit_says_what_was_missing(session):
+    pilot = local_pilot(session, parts=((1,),), runtime=5, cores=2)
+    with rp.Executor(session=session, pilot=pilot, partition=CPD(cores=99)) as ex:
+        with pytest.raises(rp.ExecutorError, match="FAILED .*needs 99 cores"):
+            ex.submit(pow, 2, 5).result(timeout=60)
+
+
 def test_runtime_limit_and_a_dead_worker(ex):
     desc = rp.ComputeUnitDescription(
         function=remote_call.pack_call(nap, (30,), {}), **ex.call_fields()

@@ -111,7 +111,7 @@ class Routing:
         if d.partition is not None:
             part = self.find_partition(d.partition)
             if part.final:
-                return f"partition={d.partition!r} is {part.state}"
+                return f"partition={d.partition!r} is {_said(part)}"
             return None  # its agent knows the partition's pool and says so at arrival
         if not self.pilots:
             return None
@@ -245,7 +245,7 @@ class Routing:
                 if part in room:
                     target = part
                 elif part.final:
-                    why = f"partition={part.uid!r} is {part.state}"
+                    why = f"partition={part.uid!r} is {_said(part)}"
                     unit.advance(S.FAILED, time.time(), why)
                     continue
             elif unit.after is not None:  # `tag`: where that unit went
@@ -417,3 +417,9 @@ def wire_list(units: list[Unit], refs: bool = False) -> list[dict]:
         else:
             out.append({**w, "uid": uids[0], OWN: first})
     return out
+
+
+def _said(part) -> str:
+    """A final partition's state, with its reason when it has one (what was missing, for one
+    that did not fit): what a unit pinned to it says, failing."""
+    return f"{part.state} ({part.reason})" if part.reason else part.state
