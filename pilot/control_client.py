@@ -62,6 +62,11 @@ def _size_fields(text: str, field: str) -> dict:
     for item in t.split(","):
         key, eq, value = item.partition("=")
         key = key.strip()
+        if not eq and (key.endswith("%") or key.lower() == "fill"):
+            raise ValueError(
+                f"{field} {text!r}: {key!r} is a size of its own: give a share or fill alone, "
+                "or cores=N, gpus=N|all, nodes=N, config=NAME"
+            )
         if not eq or key not in SIZE_KEYS:
             raise ValueError(
                 f"{field} {text!r}: {item!r} must be cores=N, gpus=N|all, nodes=N "
@@ -77,7 +82,8 @@ def _size_fields(text: str, field: str) -> dict:
         elif value.isdigit():
             kwargs[key] = int(value)
         else:
-            raise ValueError(f"{field} {text!r}: {key}={value!r} must be a whole number")
+            more = " or all" if key == "gpus" else ""
+            raise ValueError(f"{field} {text!r}: {key}={value!r} must be a whole number >= 0{more}")
     return kwargs
 
 

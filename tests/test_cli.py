@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -163,3 +164,20 @@ def test_a_bad_database_url_is_said_and_makes_no_file(tmp_path):
     out = cli("export", "session.x", "--database-url", f"sqlite:///{other}")
     assert out.returncode == 2 and "file is not a database" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "size, says",
+    [
+        ("cores=-1", "cores='-1' must be a whole number >= 0"),
+        ("gpus=half", "gpus='half' must be a whole number >= 0 or all"),
+        ("50%,cores=2", "'50%' is a size of its own: give a share or fill alone"),
+        ("fill,gpus=1", "'fill' is a size of its own"),
+        ("cores=2,bogus=1", "'bogus=1' must be cores=N, gpus=N|all, nodes=N or config=NAME"),
+    ],
+)
+def test_a_bad_start_size_says_what_is_accepted(size, says):
+    from pilot.control_client import parse_size
+
+    with pytest.raises(ValueError, match=re.escape(f"--start {size!r}: {says}")):
+        parse_size(size)

@@ -197,3 +197,13 @@ def test_soak_reconfig_cycles_while_units_run(session, four_cores):
 
 def _debug_failed(units):
     return Counter(u.reason for u in units if u.state == rp.FAILED)
+
+
+def test_stop_takes_all_in_any_case_and_a_bad_name_says_so():
+    from pilot.ids import resolve_partitions
+
+    live = {"pilot.0000.part.0000": True, "pilot.0000.part.0001": False}
+    for name in (rp.ALL, "all", "All"):
+        assert resolve_partitions(name, "pilot.0000", live) == ["pilot.0000.part.0000"]
+    with pytest.raises(ValueError, match=r"stop='part.0009': .*, or ALL for every one"):
+        resolve_partitions("part.0009", "pilot.0000", live)
