@@ -137,6 +137,20 @@ def test_a_cancel_right_after_a_reconfig_is_not_lost_with_the_stopped_partition(
     assert again == [], again  # (none routed again after the cancel)
 
 
+def test_units_handed_back_wait_for_a_partition_started_in_the_same_command(session, four_cores):
+    """Stop one of two partitions and start one in its place: the units the stopped one hands
+    back are not all queued on the partition that stays while the new one comes up (the
+    routing window is a small one while a partition is starting): both run them."""
+    pilot, umgr = active_pilot(session, parts=((2,), (2,)), resource=four_cores, cores=4)
+    old, stays = pilot.partitions
+    units = umgr.submit_units([CUD(executable="/bin/sleep", arguments=["0.2"]) for _ in range(40)])
+    units[-1].wait(rp.QUEUED, timeout=30)
+    new = pilot.reconfig(stop=old.uid, start=[CPD(cores=2)])[0]
+    assert umgr.wait_units(timeout=120)
+    ran = Counter(u.part for u in units if u.state == rp.DONE)
+    assert ran[new.uid] >= 5 and ran[stays.uid] >= 5, ran
+
+
 def test_rfc_cray_case_62_then_63_nodes(session):
     pd = rp.ComputePilotDescription(
         resource="cray.fake", parts=[CPD(nodes=30), CPD(nodes=30)], runtime=5

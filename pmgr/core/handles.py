@@ -481,12 +481,20 @@ class Partition(Stateful):
 
     @property
     def window(self) -> int:
+        """`window_for(coming=False)`."""
+        return self.window_for(False)
+
+    def window_for(self, coming: bool) -> int:
         """How many units not yet final the client lets this partition hold: short units
         end faster than a round trip of reports and new units, and the client's threads, which
         share the interpreter lock and, on a local pilot, the cores with the units, stall for
         100-300 ms at a time (measured: at 4,000 function units/s a window of 264 left the
         agent's queue empty on 24 of 40 arrivals; 5,000 null units on 2 cores ran 6 % faster,
-        7 alternating runs, with 768 + 0.5 s of work than with 256 + 0.25 s)."""
+        7 alternating runs, with 768 + 0.5 s of work than with 256 + 0.25 s).  While another
+        partition is `coming` up (a reconfig started it), 2 x cores and what it ends in
+        WINDOW_AHEAD s: the units beyond wait at the client, where the new partition takes
+        its share once it is ACTIVE (units sent here would wait behind this one's, the new
+        one idle)."""
         now = time.monotonic()
         since, ended = self._mark
         if now - since >= 0.1:  # the rate over the last tenth of a second or more, smoothed
@@ -494,8 +502,9 @@ class Partition(Stateful):
             self._rate = rate if rate > self._rate else (self._rate + rate) / 2
             self._mark = (now, self.ended)
         ahead = int(self._rate * self.WINDOW_AHEAD)
-        if getattr(self.pilot, "adapt", None) is not None:  # an adaptive pilot: units wait at
-            # the client, where a partition it grows for them can take them (pmgr/core/adapt.py)
+        if coming or getattr(self.pilot, "adapt", None) is not None:  # an adaptive pilot too:
+            # units wait at the client, where a partition it grows for them can take them
+            # (pmgr/core/adapt.py)
             return min(2 * self.cores + ahead, self.WINDOW_MAX)
         return min(4 * self.cores + self.WINDOW_BASE + ahead, self.WINDOW_MAX)
 

@@ -15,7 +15,11 @@ was bound to the next pilot in turn at submit).  A partition holds at most its w
 not yet final (Partition.window: 4 x cores + 768, plus what it ends in WINDOW_AHEAD seconds at
 its recent rate): enough to keep its agent busy while its reports and the next units are on
 their way, few enough that a partition started later gets work and a stopped one has little to
-hand back.  Units wait at the client (state SCHEDULING) otherwise; each routing round
+hand back.  While a partition of a running pilot is coming up (NEW, PENDING, STARTING: a
+reconfig started it, or the pilot's own partitions come up one after another) the window is
+2 x cores plus that rate's share, so that units handed back by a stopped partition, or
+submitted meanwhile, wait here for the new one instead of queueing behind another's.  Units
+wait at the client (state SCHEDULING) otherwise; each routing round
 (`route`) sends one batch per partition.
 
 A unit that can no longer go anywhere ends FAILED with the reason: larger than any node of
@@ -52,6 +56,7 @@ from pilot.wire import framed
 from pilot.wire.protocol import pack
 
 SEND_CHUNK = 2000
+_COMING = (S.NEW, S.PENDING, S.STARTING)  # a partition's states before it is ACTIVE
 log = logging.getLogger("pmgr.units")
 
 
@@ -195,8 +200,14 @@ class Routing:
             return None
         if self.pinned and (self.waiting_for or any(p.final for p in self.pilots)):
             self._fail_pinned_to_ended()  # (pinned to a pilot that ended, or to another's)
+        coming = any(  # (a partition of a running pilot coming up, a reconfig's: the others
+            part.state in _COMING  # hold a small window meanwhile; not a pilot still queued)
+            for p in self.pilots
+            if p.state == S.ACTIVE
+            for part in p.parts.values()
+        )
         windows = {
-            part: part.window  # (read once: it follows the partition's rate)
+            part: part.window_for(coming)  # (read once: it follows the partition's rate)
             for p in self.pilots
             if p.state == S.ACTIVE and p.linked  # (an attached pilot: once its hello came)
             for part in p.parts.values()
