@@ -35,7 +35,7 @@ CALLED = {
     ],
     _CORE + "handles.Stateful": ["final", "register_callback", "wait"],
     _CORE + "handles.Partition": [
-        *("cancel", "cores", "could_hold", "gpus", "largest_node", "window"),
+        *("cancel", "cores", "could_hold", "gpus", "largest_node", "window", "window_for"),
     ],
     _CORE + "handles.Unit": [
         *("as_dict", "cancel", "client_sandbox", "metadata", "name", "output"),
