@@ -78,6 +78,8 @@ def _url(where: str, value, default_scheme: str, client_dir: str) -> str:
         path += slash
     elif scheme == "file" and not path.startswith("/"):
         raise ValueError(f"{where}={value!r}: a file:// path must be absolute")
+    elif _climbs(scheme, path):
+        raise ValueError(f"{where}={value!r}: {_CLIMBS}")
     return f"{scheme}://{path}"
 
 
@@ -153,9 +155,21 @@ def at_client(d: dict) -> bool:
     return "client" in (split(d["source"])[0], split(d["target"])[0])
 
 
+_SANDBOXED = ("pilot", "unit", "resource")  # schemes whose paths stay inside their directory
+_CLIMBS = "a pilot://, unit:// or resource:// path stays inside its directory: no '..' in it"
+
+
+def _climbs(scheme: str, path: str) -> bool:
+    """A path of a sandboxed scheme that would leave its directory (a '..' in it: a unit's
+    `unit://../../state.db` replaced the session's store)."""
+    return scheme in _SANDBOXED and ".." in path.split("/")
+
+
 def resolve(url: str, pilot_sandbox: str, unit_sandbox: str | None) -> str:
-    """The path of a pilot-side URL."""
+    """The path of a pilot-side URL (StagingError for one that leaves its sandbox)."""
     scheme, path = split(url)
+    if _climbs(scheme, path):
+        raise StagingError(f"{url}: {_CLIMBS}")
     inside = path.lstrip("/")  # pilot:///x and pilot://x are both x in the pilot sandbox
     if scheme == "pilot":
         return os.path.join(pilot_sandbox, inside)
@@ -215,6 +229,8 @@ def check_wire(where: str, value) -> list:
             or not all(isinstance(d.get(k), str) and "\0" not in d[k] for k in ("source", "target"))
             or split(d["source"])[0] not in PILOT_SIDE
             or split(d["target"])[0] not in PILOT_SIDE
+            or _climbs(*split(d["source"]))
+            or _climbs(*split(d["target"]))
             or not isinstance(d.get("flags"), list)
         ):
             raise ValueError(f"{where}[{i}]={d!r:.120} is not a pilot-side directive")

@@ -43,11 +43,26 @@ def digest(path: str) -> str:
         ("ftp://host/a", r"scheme must be one of"),
         ({"source": "a", "flags": ["Fast"]}, r"flags=\['Fast'\] must be a list of"),
         ({"source": "file://rel", "target": "x"}, r"a file:// path must be absolute"),
+        # (a unit's `unit://../../state.db` replaced the session's store)
+        ({"source": "a", "target": "unit://../../state.db"}, r"target=.*: .* no '\.\.' in it"),
+        ({"source": "pilot://x/../../y", "target": "b"}, r"source=.*stays inside its directory"),
+        ({"source": "a", "target": "resource://.."}, r"stays inside its directory"),
     ],
 )
 def test_bad_directives_are_refused_naming_the_field(directive, match):
     with pytest.raises(ValueError, match=match):
         CUD(executable="/bin/true", input_staging=[directive])
+
+
+def test_a_sandboxed_path_that_climbs_out_is_refused_where_it_is_acted_on_too(tmp_path):
+    """(the agent's and the data port's own check: a directive that came some other way)"""
+    from pilot import staging
+
+    with pytest.raises(staging.StagingError, match="stays inside its directory"):
+        staging.resolve("unit://../../state.db", str(tmp_path), str(tmp_path / "u"))
+    bad = {"source": "unit://a", "target": "pilot://../x", "action": rp.COPY, "flags": []}
+    with pytest.raises(ValueError, match="is not a pilot-side directive"):
+        staging.check_wire("input_staging", [bad])
 
 
 def test_directives_take_rps_forms(tmp_path, monkeypatch):
