@@ -46,7 +46,7 @@ OWN_CALL_MAX = 1 << 17  # characters of a call's arguments that may be its own (
 
 
 class Blueprint:
-    __slots__ = ("stored", "wire", "asked", "client_in", "client_out", "shape", "refs")
+    __slots__ = ("stored", "wire", "asked", "client_in", "client_out", "shape", "needs", "refs")
 
     def __init__(self, description) -> None:
         stored = description.to_stored()  # captured at submit; later edits change nothing
@@ -60,6 +60,7 @@ class Blueprint:
         self.client_in = tuple(s for s in d.peek("input_staging") if staging.at_client(s))
         self.client_out = tuple(s for s in d.peek("output_staging") if staging.at_client(s))
         self.shape = (d.pilot, d.partition, d.rank_cores, d.rank_gpus, d.ranks)
+        self.needs = needs_of(stored)  # what routing looks at beyond the shape
         self.refs: dict | None = None  # by_reference()'s, made once
 
     def by_reference(self) -> dict:
@@ -72,6 +73,22 @@ class Blueprint:
             return self.wire
         self.refs = _named(self.wire, files)
         return self.refs
+
+
+def needs_of(stored: dict) -> tuple | None:
+    """What a partition must have, beyond cores and GPUs, for a unit of this stored form to
+    go there (routing: Partition.could_hold): (its node pin, (HOST_NAME, name) or (HOST_ID,
+    id), or None; its other resource types, ((type, amount), ...)); None when it needs
+    neither."""
+    pol = stored.get("policy") or {}
+    placement = pol.get("placement")
+    pin = None
+    if placement == "HOST_NAME":
+        pin = ("HOST_NAME", pol.get("host_name"))
+    elif placement == "HOST_ID":
+        pin = ("HOST_ID", pol.get("host_id"))
+    extra = tuple(sorted((stored.get("resources") or {}).items()))
+    return (pin, extra) if pin is not None or extra else None
 
 
 class Blueprints(dict):

@@ -513,14 +513,25 @@ class Partition(Stateful):
         """Its GPUs, as its agent reported them (0 until it is ACTIVE)."""
         return self.resources["gpus"] if self.resources else 0
 
-    def could_hold(self, cores: int, gpus, ranks: int) -> bool:
+    def could_hold(self, cores: int, gpus, ranks: int, needs: tuple | None = None) -> bool:
         """Whether an empty partition of this shape could hold such a unit (routing only;
-        the agent decides with the full pool).  A `reserved` partition (a Raptor's,
-        pmgr/compat/rp1/raptor.py) holds only units that name it (partition=)."""
+        the agent decides with the full pool), with `needs` (pmgr/core/blueprint.py
+        `needs_of`): its node pin (a node of that name or host id among the partition's) and
+        its other resource types (as many slots of each on a node its first rank fits).  A
+        `reserved` partition (a Raptor's, pmgr/compat/rp1/raptor.py) holds only units that
+        name it (partition=)."""
         if not self.resources or self.reserved:
             return False
         nodes = self.resources["nodes"]
+        if needs is not None and needs[0] is not None:
+            kind, value = needs[0]
+            key = "name" if kind == "HOST_NAME" else "host_id"
+            nodes = [n for n in nodes if n.get(key) == value]
         fits = [n for n in nodes if len(n["cores"]) >= cores and len(n["gpus"]) >= math.ceil(gpus)]
+        if needs is not None and needs[1]:
+            first = [n for n in fits if all(_slots(n, t) >= a for t, a in needs[1])]
+            if not first:
+                return False
         if not fits:
             return False
         return ranks == 1 or sum(len(n["cores"]) // cores for n in fits) >= ranks
@@ -562,3 +573,13 @@ class Partition(Stateful):
             "started_by": self.started_by,
             "stopped_by": self.stopped_by,
         }
+
+
+def _slots(node: dict, kind: str) -> float:
+    """(could_hold) The slots of a resource type on a node as its partition reported it; -1
+    when the node has no such type."""
+    try:
+        instances = (node.get("pool") or {}).get(kind)
+        return -1 if instances is None else sum(i.get("slots", 1) for i in instances)
+    except (AttributeError, TypeError):  # (a report of another form: let the agent decide)
+        return math.inf

@@ -217,7 +217,7 @@ class Routing:
         if not room:
             return None
         short = any(part.outstanding < windows[part] // 2 for part in room)  # running short
-        batches, sent = self._place(room)
+        batches, sent = self._place(room, list(windows), coming)
         if not batches:
             return None
         return self._send_when_persisted(batches, sent, short)
@@ -239,9 +239,14 @@ class Routing:
             self.pending.remove(unit)
             unit.advance(S.FAILED, now, why)
 
-    def _place(self, room: dict) -> tuple[dict, list[Unit]]:
+    def _place(self, room: dict, active: list, coming: bool) -> tuple[dict, list[Unit]]:
         """(route) Pending units, oldest first, to partitions with `room` (used up as they go):
-        the batches and the units in them; input files here are staged first; no room: waits."""
+        the batches and the units in them; input files here are staged first; no room: waits.
+        A unit goes only where it could run: its shape, and what it needs beyond (a node pin,
+        other resource types: `Partition.could_hold`); when none of the `active` partitions
+        has what it needs and none is `coming` up, where its node and types are (too few of
+        them), else where its shape fits: its agent fails it, saying why (too few, an unknown
+        node or type), as it fails a unit pinned there."""
         batches: dict = {}
         sent: list[Unit] = []
         skipped: list[Unit] = []
@@ -277,14 +282,18 @@ class Routing:
                 if pilot is not None and pilot.final:  # pinned to a pilot that ended
                     unit.advance(S.FAILED, time.time(), f"pilot={pilot.uid!r} is {pilot.state}")
                     continue
-                key = (d.rank_cores, d.rank_gpus, d.ranks, pilot)
+                needs = unit.blueprint.needs  # (a node pin, other resource types: or None)
+                key = (d.rank_cores, d.rank_gpus, d.ranks, needs, pilot)
                 cands = fits_cache.get(key)
                 if cands is None:
-                    cands = fits_cache[key] = [
-                        p
-                        for p in room
-                        if (pilot is None or p.pilot is pilot) and p.could_hold(*key[:3])
-                    ]
+                    mine = [p for p in active if pilot is None or p.pilot is pilot]
+                    cands = [p for p in mine if p.could_hold(*key[:4])]
+                    if not cands and needs is not None and not coming:  # (nowhere has it:
+                        # where its node and types are, too few of them; else its shape fits)
+                        some = (needs[0], tuple((t, 0) for t, _ in needs[1]))
+                        cands = [p for p in mine if p.could_hold(*key[:3], some)]
+                        cands = cands or [p for p in mine if p.could_hold(*key[:3])]
+                    fits_cache[key] = cands
                 cands = [p for p in cands if p in room]
                 if cands:
                     target = min(cands, key=lambda p: p.outstanding / max(p.cores, 1))
