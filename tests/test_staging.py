@@ -224,6 +224,36 @@ def test_a_tarball_to_a_task_file_leaves_the_file(session, tmp_path, monkeypatch
     assert (tmp_path / "out" / "back.dat").read_text() == "0123456789\n"
 
 
+def test_a_directory_transfers_both_ways(session, tmp_path, monkeypatch):
+    """TRANSFER of a directory (with RECURSIVE or without) leaves what COPY leaves, in and out:
+    it crosses as a tar (it failed: 'Is a directory')."""
+    monkeypatch.chdir(tmp_path)
+    _tree(tmp_path / "tree", "dir")
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    u = umgr.submit_units(
+        CUD(
+            executable="/bin/sh",
+            arguments=["-c", "cat tree/sub/b.txt; mkdir -p made/deep && echo r > made/deep/r"],
+            input_staging=[
+                {"source": "client:///tree", "target": "unit:///tree", "action": rp.TRANSFER},
+                {
+                    "source": "client:///tree",
+                    "target": "unit:///again/",
+                    "action": rp.TRANSFER,
+                    "flags": [rp.RECURSIVE, rp.CREATE_PARENTS],
+                },
+            ],
+            output_staging=[
+                {"source": "unit:///made", "target": "client:///back", "action": rp.TRANSFER}
+            ],
+        )
+    )
+    assert u.wait(timeout=60) == rp.DONE, (u.reason, u.stderr)
+    assert u.stdout.split() == ["b"]
+    assert os.path.isfile(os.path.join(u.sandbox, "again", "tree", "sub", "b.txt"))
+    assert (tmp_path / "back" / "deep" / "r").read_text() == "r\n"
+
+
 def test_a_pilots_staging_lands_where_a_units_copy_would(session, tmp_path, monkeypatch):
     """PilotDescription input_staging (pmgr/compat/rp1/pilot_staging.py) places as COPY does: a
     target ending in / is a directory the source goes in under its own name."""

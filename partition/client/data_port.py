@@ -9,8 +9,10 @@ answered, so a 1 GB file never sits in memory or in a socket queue, on either si
             source leaves it (pilot/staging.py untar_as_copy) and removed
     <- put_ack {id, offset, error}
     -> get  {id, source, unit, sandbox, offset, tar}
-            at offset 0 of a tar: the source (file or directory) is packed first
-    <- got  {id, offset, last, error}  + the chunk read at `offset` (CHUNK bytes at most)
+            at offset 0 of a tar: the source (file or directory) is packed first; a directory
+            asked for without `tar` (a TRANSFER) is packed all the same, and its first reply
+            says `tar`: the client unpacks it (pilot/staging.py untar_as_copy)
+    <- got  {id, offset, last, error, tar}  + the chunk read at `offset` (CHUNK bytes at most)
 `target` / `source` are pilot-side URLs (pilot/staging.py); `unit` and `sandbox` name the
 unit whose sandbox unit:// means.  Errors (a missing source, a full disk) come back as text;
 the client fails the unit with the directive.  Only the client holds the session's keys, so
@@ -85,6 +87,9 @@ class DataPort:
             if offset == 0:
                 self._close(tid)
                 path = self._path(hdr, "source")
+                if not hdr.get("tar") and os.path.isdir(path):  # (a directory to TRANSFER:
+                    hdr = dict(hdr, tar=True)  # packed, and the reply says so)
+                    reply["tar"] = True
                 if hdr.get("tar"):
                     packed = os.path.join(self.root, f".{tid}.tar")
                     with tarfile.open(packed, "w") as tf:

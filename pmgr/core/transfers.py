@@ -90,7 +90,10 @@ class Transfers:
 
     def _one(self, uid: str, sandbox, pilot, d: dict) -> None:
         to_pilot = staging.split(d["source"])[0] == "client"
-        tar = d["action"] == staging.TARBALL
+        # a TARBALL, or a directory to TRANSFER: a tar crosses (unpacked as COPY leaves it)
+        tar = d["action"] == staging.TARBALL or (
+            to_pilot and os.path.isdir(staging.split(d["source"])[1])
+        )
         with self.lock:
             self.count += 1
             tid = f"{uid}.{self.count}"
@@ -151,6 +154,7 @@ class Transfers:
     def _get(self, pilot, box, hdr: dict, source: str, path: str, tar: bool, d: dict) -> None:
         if staging.CREATE_PARENTS in d["flags"]:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        target = path  # (a tar is unpacked as COPY leaves its target: untar_as_copy)
         if not tar:
             path = staging.into(path, staging.split(source)[1])
         # into a file of its own beside the target, which takes its place once whole (and only
@@ -163,6 +167,8 @@ class Transfers:
                 while True:
                     head = dict(hdr, source=source, offset=offset)
                     reply, chunk = self._ask(pilot, box, [b"get", pack(head)])
+                    if offset == 0 and reply.get("tar") and not tar:  # (a directory: the
+                        tar = True  # pilot packed it)
                     f.write(chunk)
                     offset += len(chunk)
                     if reply.get("last"):
@@ -170,7 +176,7 @@ class Transfers:
             if pilot.released:
                 raise TransferError(f"{pilot.uid}: {pilot.released}")
             if tar:
-                staging.untar_as_copy(into, path)  # the target as COPY leaves it
+                staging.untar_as_copy(into, target)  # the target as COPY leaves it
             else:
                 os.replace(into, path)
         finally:
