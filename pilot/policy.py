@@ -89,6 +89,27 @@ class Policy:
     wait_mode: Policy.WaitMode | None = None
     refcounted: bool | None = None
 
+    def __init__(  # (dataclass keeps a class's own: an unknown keyword is a ValueError here)
+        self,
+        placement=None,
+        host_name=None,
+        host_id=None,
+        distribution=None,
+        cpu_affinity=None,
+        gpu_affinity=None,
+        gpu_env_str=None,
+        wait_mode=None,
+        refcounted=None,
+        **unknown,
+    ) -> None:
+        if unknown:
+            raise ValueError(
+                f"Policy: unknown key(s) {sorted(unknown)}; accepted: {sorted(_FIELD_NAMES)}"
+            )
+        given = locals()
+        for name in _ORDER:
+            setattr(self, name, given[name])
+
     def __setattr__(self, name: str, value) -> None:
         if name not in _FIELD_NAMES:
             raise ValueError(f"Policy: unknown key {name!r}; accepted: {sorted(_FIELD_NAMES)}")
@@ -236,3 +257,21 @@ def capture(explicit: Policy | None, context: Policy | None = None) -> Policy:
                 out.__dict__[name] = list(fields_now[name])
         return out
     return merge(explicit, merge(ctx, GLOBAL_POLICY))
+
+
+def pin_error(p: Policy) -> str | None:
+    """What is wrong with a unit's complete policy's node pin, or None: HOST_NAME without a
+    host_name (or HOST_ID without a host_id) names no node; a host_name (host_id) with another
+    placement would be ignored, silently.  (A unit's, not a group's: a group's template may
+    give the rest.)"""
+    placement = p.placement.name if p.placement is not None else None
+    for wanted, field in (("HOST_NAME", "host_name"), ("HOST_ID", "host_id")):
+        value = getattr(p, field)
+        if placement == wanted and value is None:
+            return f"policy.placement={wanted} needs policy.{field}"
+        if value is not None and placement != wanted:
+            return (
+                f"policy.{field}={value!r} pins a unit only with placement={wanted} (it is "
+                f"{placement}): give placement={wanted!r}, or no {field}"
+            )
+    return None

@@ -101,11 +101,30 @@ def test_group_and_template_merge():
         ({"gpu_affinity": "0,1"}, r"gpu_affinity='0,1' must be a list of ids"),
         ({"host_id": "7"}, r"host_id='7' must be an integer"),
         ({"refcounted": "yes"}, r"refcounted='yes' must be True or False"),
+        ({"hostname": "n1"}, r"Policy: unknown key\(s\) \['hostname'\]; accepted: \["),
     ],
 )
 def test_policy_errors_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         P(**kwargs)
+
+
+def test_a_node_pin_needs_its_placement_and_its_node():
+    """A host_name (host_id) with another placement was ignored, silently; HOST_NAME without a
+    host_name failed only at the agent ("host_name=None: no such node")."""
+    with pytest.raises(ValueError, match=r"policy.host_name='n1' pins a unit only with placement="):
+        CUD(executable="x", policy=P(host_name="n1"))
+    with pytest.raises(ValueError, match=r"policy.placement=HOST_NAME needs policy.host_name"):
+        CUD(executable="x", policy=P(placement="HOST_NAME"))
+    with pytest.raises(ValueError, match=r"policy.placement=HOST_ID needs policy.host_id"):
+        CUD(executable="x", policy=P(placement="HOST_ID"))
+    with P(placement="HOST_NAME"):  # (the context's placement, the unit's node)
+        assert CUD(executable="x", policy=P(host_name="n1")).policy.host_name == "n1"
+    group = rp.UnitGroup(policy=P(placement="HOST_ID"))  # (a group's template gives the rest)
+    one = group.add(1, rp.UnitTemplate(executable="x", policy=P(host_id=2)))[0]
+    assert one.policy.host_id == 2
+    with pytest.raises(ValueError, match=r"UnitGroup.add: policy.placement=HOST_ID needs"):
+        group.add(1, rp.UnitTemplate(executable="x"))
 
 
 def test_affinity_and_counts_must_agree():
