@@ -155,6 +155,19 @@ def test_resubmitted_and_fatal_failures(tmp_path, sessions_dir):
     assert beside["state"] == "CANCELED" and res["sid_after"] is None  # run() terminated
 
 
+def test_a_post_exec_that_raises_leaves_nothing_running_or_unfinished(tmp_path, sessions_dir):
+    out, _ = script("post_exec_raises", tmp_path, sessions_dir)
+    res = result(out)
+    assert res["error"].startswith("EnTKError: post_exec of stage"), res["error"]
+    assert "boom in post_exec" in res["error"]
+    raising, beside = res["pipelines"]["raising"], res["pipelines"]["beside"]
+    assert raising["state"] == "CANCELED", raising
+    assert beside["state"] == "CANCELED", beside
+    long = beside["stages"][0]
+    assert long["state"] == "CANCELED" and long["tasks"]["t"]["state"] == "CANCELED", long
+    assert raising["stages"][1]["state"] == "DESCRIBED"  # never started
+
+
 def test_partitions_per_stage_example(tmp_path, sessions_dir):
     example = os.path.join(ROOT, "examples", "entk_partitions.py")
     work = tmp_path / "work"

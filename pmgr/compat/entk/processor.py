@@ -20,7 +20,9 @@ exception: the pilot task's reason, exception_detail: its traceback or the end o
 reported) or CANCELED; with resubmit_failed a FAILED task runs again (up to `reattempts` runs), with
 error_is_fatal its stage and pipeline end FAILED and run() raises. When every task of a stage ended
 (CANCELED ones too: EnTK would wait for them forever), the stage is DONE, its post_exec runs (here:
-an exception in it ends run() with EnTKError), and the pipeline moves on, unless it is SUSPENDED:
+an exception in it ends run() with EnTKError, and so does the pilot's end: what runs is canceled
+then, and every task, stage and pipeline not final ends CANCELED, as for terminate()), and the
+pipeline moves on, unless it is SUSPENDED:
 then it moves on once resumed.  A pilot that ends before the workflow does ends run() with EnTKError
 naming its state and reason.
 """
@@ -76,6 +78,8 @@ class Processor:
             p.watch(self.wake)
         try:
             while True:
+                if self.pilot.final:  # (nothing more starts on a pilot that ended)
+                    self.handle("pilot", self.pilot)
                 self.schedule()
                 failed = [p for p in self.pipelines if p.state == states.FAILED]
                 if failed:  # (EnTK's words first; then which task, and the rest canceled)
@@ -89,6 +93,10 @@ class Processor:
                 except queue.Empty:
                     kind, obj = ("pilot", self.pilot) if self.pilot.final else ("wake", None)
                 self.handle(kind, obj)
+        except BaseException as exc:  # (a post_exec raised, the pilot ended, ...: what runs is
+            if self.stopped is None:  # canceled, every task, stage and pipeline ends final)
+                self.cancel(str(exc) or type(exc).__name__)
+            raise
         finally:
             for p in self.pipelines:
                 p.unwatch(self.wake)
@@ -125,7 +133,7 @@ class Processor:
         and stages and the other pipelines end CANCELED."""
         self.stopped = why
         running, self.running = self.running, {}
-        if running:
+        if running and not self.pilot.final:  # (a pilot that ended ended them)
             self.tmgr.cancel_tasks(list(running))
         for task, stage, _ in running.values():
             self.move(task, states.CANCELED)
