@@ -422,6 +422,9 @@ class Agent:
         function workers write large values there if this agent sees it, else send bytes."""
         self.runner.set_data(body.get("data"))
 
+    def on_give_back(self, body: dict) -> None:
+        self.stops.give_back(body["uids"])
+
     def on_stop(self, body: dict) -> None:
         self.stops.stop(body.get("reason") or "partition stopped", body.get("units") == "back")
 
@@ -542,6 +545,7 @@ FROM_BOOTSTRAP = links.Dispatch(
         b"sync": Agent.on_sync,
         b"node_lost": Agent.on_node_lost,
         b"stop": Agent.on_stop,
+        b"give_back": Agent.on_give_back,
         b"data": Agent.on_data,
     },
 )

@@ -13,7 +13,11 @@ Messages (pilot/wire/protocol.py, agent link):
                                the runner reports that it started it
     <- stop {reason, units}    as a cancel of everything; queued units, and any that arrive
                                later (`late`), are handed back (units: "back") or CANCELED
-    -> back {part, units}      the units handed back, after the state updates before them
+    <- give_back {uids}        those of them still queued (not started: those the runner
+                               holds ahead go back to the queue first) handed back; the
+                               agent goes on
+    -> back {part, units, stays}   the units handed back, after the state updates before them
+                               (stays: given back, not stopping)
     -> bye  {reason, hand_back}   once nothing runs (`finish`): the last updates, then this;
                                both bounded (500 ms), as the bootstrap may be gone
 A stop waits for its running units' ends at most kill_grace + STOP_GRACE s after it began
@@ -111,6 +115,28 @@ class Stops:
             _, _, r = heapq.heappop(self.timers)
             if len(r.codes) < len(r.pids):
                 self.runner.kill(r, signal.SIGKILL)
+
+    def give_back(self, uids: Iterable[str]) -> None:
+        """Those of `uids` still queued, not started, handed back to be routed again (another
+        partition has free cores: the client asked); the partition goes on.  Said even when
+        none is (an empty `back`: the client asks again later)."""
+        if self.stopping:
+            return  # (its stop hands back what is queued)
+        wanted = set(uids)
+        self.take_back()  # (units held ahead by the runner count as queued)
+        q = self.sched.queue
+        back = [u for u in q if u["uid"] in wanted]
+        if back:
+            keep = [u for u in q if u["uid"] not in wanted]
+            q.clear()
+            q.extend(keep)
+        for u in back:
+            if not u.get("function"):
+                self._unstage(u)
+            self.reports.forget(u["uid"])  # routed again by the client: no longer this agent's
+        self.reports.flush(force=True)  # (their QUEUED before `back`)
+        units = [{"uid": u["uid"]} for u in back]
+        self.sock.send_multipart(msg(b"back", {"part": self.uid, "units": units, "stays": True}))
 
     def stop(self, reason: str, hand_back: bool) -> None:
         if self.stopping:

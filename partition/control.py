@@ -9,6 +9,9 @@
                                                     reason}]}; a repeated cid answers again
                                                     and does nothing (partition/manager.py)
     cancel_units   {units: [[uid, part]], reason}  {}: each partition's agent cancels its units
+    give_back      {part, uids}                    {asked}: the partition's agent hands back
+                                                    those still queued, not started (`back`,
+                                                    stays); the client routes them again
     stop_parts     {uids, reason}                  {}: queued units handed back, running ones
                                                     CANCELED
     cancel_pilot   {reason}                        {}: the pilot tears down, CANCELED
@@ -83,6 +86,16 @@ def cancel_units(boot, cid, args: dict) -> dict:
         if part in boot.pm.parts:
             boot.agents.send_agent(part, [b"cancel", pack({"uids": uids, "reason": reason})])
     return {}
+
+
+def give_back(boot, cid, args: dict) -> dict:
+    part = checks.uid("args.part", args.get("part"))
+    uids = checks.uids("args.uids", args.get("uids"))
+    p = boot.pm.parts.get(part)
+    if p is None or p.state in FINAL or part not in boot.agents.procs:
+        return {"asked": False}  # (gone, or going: its stop hands back what is queued)
+    boot.agents.send_agent(part, [b"give_back", pack({"uids": uids})])
+    return {"asked": True}
 
 
 def stop_parts(boot, cid, args: dict) -> dict:
@@ -289,6 +302,7 @@ def sync(boot, cid, args: dict) -> dict:
 OPS = {
     "reconfig": reconfig,
     "cancel_units": cancel_units,
+    "give_back": give_back,
     "stop_parts": stop_parts,
     "cancel_pilot": cancel_pilot,
     "partitions": partitions,

@@ -56,6 +56,25 @@ def test_a_short_unit_never_waits_behind_a_long_one_while_a_core_idles(session):
     assert max(ends) - submitted < 1.75 + 2 * TOLERANCE, max(ends) - submitted
 
 
+def test_units_queued_behind_long_ones_move_to_a_partition_with_free_cores(session, tmp_path):
+    """Across partitions: units sent to one whose cores long units hold are asked back when
+    another has free cores and the client nothing to send it (pmgr/core/routing.py
+    rebalance), and run there.  Before, 6 short units waited 8 s behind the long ones while
+    the other partition idled."""
+    cfg = tmp_path / "four.yaml"
+    cfg.write_text("batch_system: local\ncores_per_node: 4\n")
+    pilot, umgr = active_pilot(session, parts=((2,), (2,)), resource=str(cfg), cores=4)
+    longs = umgr.submit_units([sleep(6) for _ in range(3)])
+    shorts = umgr.submit_units([sleep(0.2) for _ in range(12)])
+    assert umgr.wait_units(timeout=60) == [rp.DONE] * 15
+    started = min(dict(u.history)[rp.EXECUTING] for u in longs)
+    late = [u.uid for u in shorts if dict(u.history)[rp.EXECUTING] - started > 4.0]
+    assert late == [], [(u.uid, u.part, [s for s, _ in u.history]) for u in shorts]
+    moved = [u for u in shorts if [s for s, _ in u.history].count(rp.QUEUED) == 2]
+    assert moved, "no unit was moved"
+    assert {u.part for u in moved} <= {p.uid for p in pilot.partitions}
+
+
 def test_canceled_units_free_their_cores_at_once(session):
     """RADICAL-Pilot's task_cancelation pattern, shrunk: 16 units of 0.8 s on 4 cores; after
     the first four end, six waiting ones are canceled: the six left run in two rounds."""

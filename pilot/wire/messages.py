@@ -163,6 +163,7 @@ CANCEL = fields(uids=_uids, reason=_text)
 SYNC = fields(cid=_text, uids=_uids)
 NODE_LOST = fields(index=_number, reason=_text)
 STOP = fields(reason=_text)
+GIVE_BACK = fields(uids=_uids)
 DATA = fields(data=_opt_dict)
 
 _EXEC_UNIT = optional(

@@ -463,6 +463,9 @@ class Partition(Stateful):
         self.outstanding = 0  # units sent here and not final
         self.accepting = True  # False once a stop was asked for or it handed units back
         self.reserved = False  # True: only units that name it go there (see could_hold)
+        # (monotonic) when units queued here were asked back for a partition with free cores
+        # (pmgr/core/routing.py rebalance); 0.0: none asked, or the answer came
+        self.giving_back = 0.0
         # its function workers read and write large pickles in the session's data directory
         # (its agent found the directory's token there: pilot/functions.py, by reference)
         self.data_shared = False

@@ -417,9 +417,10 @@ class Pilot(Stateful):
             self.umgr.events.on_output(chunks)
 
     def on_back(self, body: dict) -> None:
-        """Units a partition handed back (stopped before they ran): routed again."""
+        """Units a partition handed back (stopped before they ran, or given back when asked:
+        `stays`): routed again."""
         if self.umgr is not None:
-            self.umgr.events.on_units_back(body["part"], body["units"])
+            self.umgr.events.on_units_back(body["part"], body["units"], body.get("stays") is True)
 
     def on_lost(self, body: dict) -> None:
         """A partition's agent died: which of its units had started (see UnitManager)."""

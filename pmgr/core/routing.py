@@ -57,6 +57,8 @@ from pilot.wire.protocol import pack
 
 SEND_CHUNK = 2000
 _COMING = (S.NEW, S.PENDING, S.STARTING)  # a partition's states before it is ACTIVE
+REBALANCE_EVERY = 0.2  # s between two looks for units to move to a partition with free cores
+REBALANCE_WAIT = 5.0  # s an ask waits for its answer before the partition is asked again
 log = logging.getLogger("pmgr.units")
 
 
@@ -94,6 +96,7 @@ class Routing:
         self.rule = rule
         self.turn = 0  # round robin: the pilot the next unit is bound to
         self.pinned = 0  # units submitted with pilot= (counted by the Submission)
+        self.rebalanced = 0.0  # (monotonic) the last time queued units were asked back
 
     def find_partition(self, uid: str):
         """The partition `uid` of this manager's pilots, or None."""
@@ -182,6 +185,7 @@ class Routing:
         """Send pending units, oldest first, to partitions with room in their window; an
         Event set once they are sent when a partition was short of units, else None."""
         if not self.pending:
+            self.rebalance()
             return None
         if self.pilots and all(p.final for p in self.pilots):
             now = time.time()
@@ -221,6 +225,64 @@ class Routing:
         if not batches:
             return None
         return self._send_when_persisted(batches, sent, short)
+
+    def rebalance(self) -> None:
+        """(route, nothing waiting here) A partition with free cores gets units queued at
+        another: those asked back (`give_back`: the youngest QUEUED units that could run there,
+        as many as it has free cores) come back unstarted and are routed again, to it.  Units
+        once sent wait at their partition's agent; without this one with long units queued
+        short ones behind them while another partition idled.  At most every REBALANCE_EVERY
+        s, one ask to a partition at a time (REBALANCE_WAIT s, or until its answer)."""
+        now = time.monotonic()
+        if now < self.rebalanced + REBALANCE_EVERY:
+            return
+        parts = [
+            part
+            for p in self.pilots
+            if p.state == S.ACTIVE and p.linked and not p.released
+            for part in p.parts.values()
+            if part.state == S.ACTIVE and part.accepting and not part.reserved
+        ]
+        free = {q: q.cores - q.outstanding for q in parts if q.outstanding < q.cores}
+        busy = {
+            q.uid: q
+            for q in parts
+            if q.outstanding > q.cores and now - q.giving_back > REBALANCE_WAIT
+        }
+        if not free or not busy:
+            return
+        self.rebalanced = now
+        asks: dict = {}
+        for unit in reversed(self.units.active()):  # (the youngest first)
+            src = busy.get(unit.part) if unit.state == S.QUEUED else None
+            d = unit.description
+            if src is None or d.partition is not None or unit.after is not None:
+                continue
+            if (
+                unit.cancel_asked is not None
+                or len(asks.get(src, ())) >= src.outstanding - src.cores
+            ):
+                continue
+            shape = (d.rank_cores, d.rank_gpus, d.ranks, unit.blueprint.needs)
+            to = next(
+                (
+                    q
+                    for q, n in free.items()
+                    if n > 0 and q.pilot is src.pilot and q.could_hold(*shape)
+                ),
+                None,
+            )
+            if to is None:
+                continue
+            free[to] -= max(1, d.ranks * d.rank_cores)
+            asks.setdefault(src, []).append(unit.uid)
+            if all(n <= 0 for n in free.values()):
+                break
+        for src, uids in asks.items():
+            src.giving_back = now
+            src.pilot.command(
+                {"cid": None, "op": "give_back", "args": {"part": src.uid, "uids": uids}}
+            )
 
     def _fail_pinned_to_ended(self) -> None:
         """(route) Pending units pinned (`pilot=`) to a pilot that ended: FAILED."""

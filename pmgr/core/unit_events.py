@@ -282,13 +282,16 @@ class UnitEvents:
 
         self.session.transfers.stage(unit, unit.pilot, unit.client_out, then)
 
-    def on_units_back(self, part_uid: str, units: list) -> None:
-        """Units a partition could not or did not run: route them again."""
+    def on_units_back(self, part_uid: str, units: list, stays: bool = False) -> None:
+        """Units a partition could not or did not run: route them again.  `stays`: given
+        back when asked (Routing.rebalance), its partition goes on; else it is stopping."""
         now = time.time()
         back = []
-        stopping = self.routing.find_partition(part_uid)
-        if stopping is not None:
-            stopping.accepting = False  # it is going away: send it nothing more
+        partition = self.routing.find_partition(part_uid)
+        if partition is not None and not stays:
+            partition.accepting = False  # it is going away: send it nothing more
+        if partition is not None and stays:
+            partition.giving_back = 0.0  # (asked once at a time: Routing.rebalance)
         for uid in uids_of(units):
             unit = self.units.live.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
