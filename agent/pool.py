@@ -338,16 +338,24 @@ class PartitionPool:
         rank0 = any(c >= 1 for c in empty)
         others = sum(_capacity_ranks(n, per_rank, pol) for n in candidates)
         if not rank0 or others < request.get("ranks", 1):
+            if pinned is not False:  # (its pin is why: the partition may hold it elsewhere)
+                where = f"the node it is pinned to, {pinned.name} ({_pin(pol)})"
+                return (
+                    f"{_describe(per_rank, extra, request.get('ranks', 1))} can never fit on "
+                    f"{where}: it holds {self._describe_nodes([pinned])}"
+                )
             return (
                 f"{_describe(per_rank, extra, request.get('ranks', 1))} can never fit: "
                 f"the partition's nodes hold {self._describe_nodes()}"
             )
         return None
 
-    def _describe_nodes(self) -> str:
-        live = self.live_nodes()
+    def _describe_nodes(self, among: list | None = None) -> str:
+        live = self.live_nodes() if among is None else among
         n = max(live, key=lambda n: len(n.cap["cpus"]))
         parts = [f"{len(n.cap[t])} {t} ({sum(n.cap[t].values()) // SCALE} slots)" for t in n.cap]
+        if among is not None:
+            return ", ".join(parts)
         lost = len(self.nodes) - len(live)
         why = "; ".join(self.lost_why[:2]) + ("; ..." if len(self.lost_why) > 2 else "")
         return f"at most {', '.join(parts)} per node, {len(live)} node(s)" + (
@@ -377,6 +385,15 @@ def _capacity_ranks(node: NodePool, req: dict, pol: dict) -> int:
             k = sum(c // SCALE for c in cap.values()) // int(amount)
         best = k if best is None else min(best, k)
     return 1 if best is None else best
+
+
+def _pin(pol: dict) -> str:
+    placement = pol.get("placement")
+    if placement == "HOST_NAME":
+        return f"policy.host_name={pol.get('host_name')!r}"
+    if placement == "HOST_ID":
+        return f"policy.host_id={pol.get('host_id')!r}"
+    return "placement=LOCAL: the agent's node"
 
 
 def _describe(per_rank: dict, extra: dict, ranks: int) -> str:

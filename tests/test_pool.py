@@ -51,6 +51,12 @@ def test_pins_local_host_name_host_id_and_unknown_hosts():
     assert "LOCAL: the agent's node holds no unit slots" in dedicated.never_fits(
         req(placement="LOCAL")
     )
+    # (too many ranks for the node it is pinned to, not for the partition: the pin is named)
+    why = pool.never_fits(req(ranks=5, placement="HOST_NAME", host_name="n1"))
+    assert why == (
+        "cores=1, gpus=0 x 5 ranks can never fit on the node it is pinned to, n1 "
+        "(policy.host_name='n1'): it holds 4 cpus (4 slots), 2 gpus (2 slots)"
+    ), why
 
 
 def test_capacity_is_respected_wait_versus_reject():
