@@ -40,6 +40,7 @@ and is sent once they are there, or routed again if the partition went away mean
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import threading
@@ -59,6 +60,7 @@ SEND_CHUNK = 2000
 _COMING = (S.NEW, S.PENDING, S.STARTING)  # a partition's states before it is ACTIVE
 REBALANCE_EVERY = 0.2  # s between two looks for units to move to a partition with free cores
 REBALANCE_WAIT = 5.0  # s an ask waits for its answer before the partition is asked again
+REBALANCE_SCAN = 4096  # the youngest units in flight looked at for one (~1 ms)
 log = logging.getLogger("pmgr.units")
 
 
@@ -253,7 +255,8 @@ class Routing:
             return
         self.rebalanced = now
         asks: dict = {}
-        for unit in reversed(self.units.active()):  # (the youngest first)
+        youngest = itertools.islice(reversed(self.units.live.values()), REBALANCE_SCAN)
+        for unit in youngest:  # (the youngest first, a bounded look: a flood holds 10^5)
             src = busy.get(unit.part) if unit.state == S.QUEUED else None
             d = unit.description
             if src is None or d.partition is not None or unit.after is not None:
