@@ -399,13 +399,17 @@ class Agent:
         """A node of this partition is lost: its units end FAILED with the reason, nothing
         more is placed there, and the partition goes on with the rest of its nodes (the
         bootstrap stops it instead when it was the agent's node or the last one); a queued
-        unit that no longer fits any node left ends FAILED, naming what is left."""
+        unit that no longer fits any node left ends FAILED, naming what is left.  With no
+        node left, queued units wait for the stop that follows: it hands them back, to go to
+        other partitions (they failed here: "every node of this partition is lost")."""
         index = int(body["index"])
         reason = body.get("reason") or "node lost"
         self.nodes_lost.add(index)
         self.sched.pool.remove_node(index, reason)
         self.runner.node_lost(index, reason)
         self.on_exits()
+        if not self.sched.pool.live_nodes():  # (the bootstrap stops it now, handing back)
+            return
         q = self.sched.queue
         misfits = [(u, why) for u in q if (why := self.sched.check(u)) is not None]
         if misfits:

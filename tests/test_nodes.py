@@ -150,6 +150,39 @@ def test_killed_daemon_fails_its_units_and_its_partition_goes_on_without_it(sess
     assert second.state == rp.ACTIVE
 
 
+def test_a_partition_that_lost_its_only_node_hands_its_queued_units_to_another(session):
+    """kill -9 of the daemon of a one-node partition: its running units end FAILED naming the
+    node, the partition FAILED, and its queued units go to the other partition and run there
+    (they ended FAILED, "every node of this partition is lost", before its stop could hand
+    them back)."""
+    pilot, umgr = nodes4(
+        session,
+        parts=[rp.ComputePartitionDescription(nodes=1), rp.ComputePartitionDescription(nodes=3)],
+    )
+    lone, other = pilot.partitions
+    units = umgr.submit_units(
+        [rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["2"]) for _ in range(16)]
+    )
+    deadline = time.monotonic() + 20
+    while not any(u.part == lone.uid and u.state == rp.QUEUED for u in units):
+        assert time.monotonic() < deadline, [(u.part, u.state) for u in units]
+        time.sleep(0.02)
+    (node,) = {n["name"] for n in lone.resources["nodes"]}
+    victim = next(d for d in sandbox_json(pilot, "daemons.json").values() if d["name"] == node)
+    os.kill(victim["pid"], signal.SIGKILL)
+    queued = [u for u in units if u.part == lone.uid and u.state == rp.QUEUED]
+    assert umgr.wait_units(timeout=60)
+    assert lone.wait(timeout=20) == rp.FAILED
+    for u in units:
+        if u.state == rp.FAILED:
+            assert f"node {node} lost" in u.reason and u.node == node, (u.uid, u.reason)
+    moved = [u for u in queued if u.state == rp.DONE]
+    assert moved and all(u.part == other.uid for u in moved), [
+        (u.uid, u.state, u.reason) for u in queued
+    ]
+    assert other.state == rp.ACTIVE and pilot.state == rp.ACTIVE
+
+
 def test_node_failure_fail_ends_the_pilot_with_the_node_named(session, tmp_path):
     pilot, umgr = nodes4(session, resource=nodes4_variant(tmp_path, node_failure="fail"))
     u = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"]))
