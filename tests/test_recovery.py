@@ -182,13 +182,24 @@ umgr = rp.UnitManager(s)
 umgr.add_pilots(pilot)
 units = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/true") for _ in range(4)])
 umgr.wait_units(timeout=30)
+sleeper = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"]))
+sleeper.wait(rp.EXECUTING, timeout=30)
 s.writer.flush(timeout=30)
 print(json.dumps({"session": s.uid, "pilot": pilot.uid, "units": [u.uid for u in units]}),
       flush=True)
 sys.stdin.readline()  # taken over meanwhile
 time.sleep(5)  # beyond the resource's client_timeout: a client that was not told fails it
+late = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+try:  # (the sleeper ends in the new owner's client, not here: it waited for ever)
+    umgr.wait_units(timeout=20)
+    waited = "returned"
+except rp.PilotOwned as exc:
+    waited = f"PilotOwned: {exc}"
+except TimeoutError:
+    waited = "timeout"
 print(json.dumps({"released": pilot.released, "pilot": pilot.state,
-                  "states": [u.state for u in units]}), flush=True)
+                  "states": [u.state for u in units], "late": [late.state, late.reason],
+                  "waited": waited}), flush=True)
 s.close(terminate=False)
 """
 
@@ -227,6 +238,9 @@ def test_one_owner_per_pilot_and_a_take_over(make_session, tmp_path):
         late = json.loads(first.stdout.readline())
         assert late["released"] and f"pid {os.getpid()}" in late["released"], late
         assert late["pilot"] == rp.ACTIVE and rp.FAILED not in late["states"], late
+        # (what it asks of a pilot it no longer has: said at once, never waited for)
+        assert late["late"][0] == rp.FAILED and "taken over" in late["late"][1], late
+        assert late["waited"].startswith("PilotOwned: pilot.") and "taken over" in late["waited"]
         assert first.wait(timeout=30) == 0
     finally:
         if first.poll() is None:

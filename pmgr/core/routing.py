@@ -189,11 +189,14 @@ class Routing:
         if not self.pending:
             self.rebalance()
             return None
-        if self.pilots and all(p.final for p in self.pilots):
+        if self.pilots and all(p.final or p.released for p in self.pilots):
             now = time.time()
+            taken = [p for p in self.pilots if p.released and not p.final]
             for unit in self.pending:
                 pinned = unit.description.pilot
                 why = "no live pilot is left to run it"
+                if taken:  # (another client took them over: this one acts on them no more)
+                    why = f"no pilot is left to this client: {taken[0].uid} {taken[0].released}"
                 if pinned and self.bind(unit) is NOT_ADDED:
                     why = self._never_added(pinned) or (
                         f"pilot={pinned!r} was never added to {self.name()}"

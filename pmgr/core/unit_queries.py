@@ -11,6 +11,8 @@ as one byte each.  So:
   - wait_units(uids) walks the uids once to find the live ones, then only those that have not
     arrived (a released unit is final: there already)
   - get_units() makes the released units again from the store, as they are asked for
+  - a wait for units a pilot holds that another client took over raises PilotOwned: they end
+    there, and this client hears of them no more (it waited for ever)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pilot.states as S
+from pilot.errors import PilotOwned
 from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_table import UnitTable
 
@@ -65,13 +68,14 @@ class UnitQueries:
         if uids is None and wanted == S.FINAL:
             with unit_progress(table_counter(self), progress):
                 session.wait_for(
-                    lambda: table.open == 0 and not self.feeding(),
+                    lambda: (table.open == 0 and not self.feeding()) or self._taken(None),
                     timeout,
                     lambda: (
                         f"{table.open} of {len(table)} units not there yet, e.g. "
                         f"{[u for u in table.active() if not u.final][:3]}"
                     ),
                 )
+            self._raise_taken(None)
             return self.states()
         with session.locked():
             uids = list(table) if uids is None else _uids(uids)
@@ -102,11 +106,31 @@ class UnitQueries:
 
         with unit_progress(list_counter(live, wanted, len(items) - len(live)), progress):
             session.wait_for(
-                arrived,
+                lambda: arrived() or self._taken(left) is not None,
                 timeout,
                 lambda: f"{len(left)} of {len(items)} units not there yet, e.g. {left[:3]}",
             )
+        self._raise_taken(left)
         return [u if type(u) is str else u.state for u in items]
+
+    def _taken(self, units: list | None):
+        """(lock held) A pilot that another client took over, holding some of `units` (None:
+        any of this manager's not final): they end there, not here; else None."""
+        taken = [p for p in self.session.pilots.values() if p.released and not p.final]
+        if not taken:
+            return None
+        ours = self.units.active() if units is None else units
+        return next((p for p in taken for u in ours if not u.final and u.pilot is p), None)
+
+    def _raise_taken(self, units: list | None) -> None:
+        """PilotOwned when a wait ended because units it waited for are another client's
+        now (their pilot was taken over): they end there, this client waits for them no more."""
+        with self.session.locked():
+            pilot = self._taken(units)
+        if pilot is not None:
+            raise PilotOwned(
+                pilot.uid, f"{pilot.released}: its units end there, not in this client"
+            )
 
     def states(self) -> list[str]:
         """(UnitManager.states) Every unit's state, in the order they were made."""
