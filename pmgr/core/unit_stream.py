@@ -7,9 +7,10 @@
     stream.failed() (its FAILED units), stream.cancel()
 
 Protocol: a feeder (a thread of its own for a lazy stream, the caller's thread otherwise) pulls
-up to CHUNK descriptions at a time and submits them through the manager's list path (checked,
-made, routed: the same rules as a list), but only while the manager holds fewer than `window`
-units as objects (in flight, or ended and not let go of yet: `UnitTable.live`); else it
+up to CHUNK descriptions at a time, no more than the window has room for, and submits them
+through the manager's list path (checked, made, routed: the same rules as a list), but only
+while the manager holds fewer than `window` units as objects (in flight, or ended and not let
+go of yet: `UnitTable.live`); else it
 waits on the session's condition, which every settled unit notifies.  So a generator of 10^7
 descriptions is never in memory at once, and nor are its units: a stream remembers the uids it
 made as ranges of consecutive numbers.  A description the list path refuses (ValueError) or an
@@ -108,8 +109,9 @@ class UnitStream:
                 if self.stopped:
                     return
             chunk: list = []
-            try:
-                chunk.extend(itertools.islice(self.source, CHUNK))
+            try:  # (at most the room the window leaves: a window below CHUNK bounds it)
+                room = self.window - len(self.umgr.units.live) if waits else CHUNK
+                chunk.extend(itertools.islice(self.source, max(1, min(CHUNK, room))))
             except Exception as exc:  # the user's iterable raised: what it gave still goes
                 self.error = exc
                 log.error(
