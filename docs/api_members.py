@@ -99,7 +99,7 @@ INTERNAL = {
         *("said_again", "unit_from_doc", "waiting"),
     ],
     _CORE + "handles.Stateful": ["advance", "manager_callbacks"],
-    _CORE + "handles.Partition": ["as_doc"],
+    _CORE + "handles.Partition": ["as_doc", "rate"],
     _CORE + "handles.Unit": ["add_output", "as_doc", "manager_callbacks", "own_fields", "wire"],
     _CORE + "pilot.Pilot": [
         *("as_doc", "client_endpoint", "command", "end", "ending", "hand_orphans"),
@@ -108,6 +108,7 @@ INTERNAL = {
         *("on_states", "on_synced", "on_taken_over", "on_unit_moves", "request_cancel"),
         *("stop_partitions", "taken_over_unheard", "tick", "unreachable"),
         *("join_config", "on_grow", "on_jobs", "on_release", "runtime_left", "release_to"),
+        "lost_to_us",
     ],
     _RP1 + "pilots.PilotManager": ["before_job"],
     _RP1 + "tasks.TaskManager": ["make_tasks", "note_change"],

@@ -43,7 +43,9 @@ class PilotOwned(PilotError):
 class PilotIncompatible(PilotError):
     """The pilot speaks another protocol than this client (another version of the package:
     pilot/wire/peer_version.py); raised when a client attaches to it (Session(uid=...)).  The
-    message says what each side runs; the pilot is left as it was, its owner unchanged.
+    message says what each side runs; the pilot is left as it was, its owner unchanged (a
+    pilot of a version from before this check takes the attach: its hello shows what it
+    speaks, and the client lets it go).
 
     Attributes:
         pilot (str): the pilot's uid.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pilot.descriptions import ComputeUnitDescription
-from pilot.policy import Policy, capture, context_policy, merge, pin_error
+from pilot.policy import Policy, capture, context_policy, merge
 
 
 class UnitTemplate:
@@ -80,9 +80,6 @@ class UnitGroup:
         if not isinstance(template, UnitTemplate):
             raise ValueError(f"UnitGroup.add: template={template!r} must be a UnitTemplate")
         member = merge(template.policy, self.policy)
-        wrong = pin_error(member)
-        if wrong is not None:
-            raise ValueError(f"UnitGroup.add: {wrong} (the template's policy over the group's)")
         added = []
         for _ in range(nunits):
             ud = ComputeUnitDescription(**template.kwargs)

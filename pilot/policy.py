@@ -261,17 +261,11 @@ def capture(explicit: Policy | None, context: Policy | None = None) -> Policy:
 
 def pin_error(p: Policy) -> str | None:
     """What is wrong with a unit's complete policy's node pin, or None: HOST_NAME without a
-    host_name (or HOST_ID without a host_id) names no node; a host_name (host_id) with another
-    placement would be ignored, silently.  (A unit's, not a group's: a group's template may
-    give the rest.)"""
+    host_name (or HOST_ID without a host_id) names no node (a unit's FAILED at submit with
+    it: pmgr/core/routing.py never_fits; not refused when built, so that a stored unit of
+    an earlier session still loads)."""
     placement = p.placement.name if p.placement is not None else None
     for wanted, field in (("HOST_NAME", "host_name"), ("HOST_ID", "host_id")):
-        value = getattr(p, field)
-        if placement == wanted and value is None:
+        if placement == wanted and getattr(p, field) is None:
             return f"policy.placement={wanted} needs policy.{field}"
-        if value is not None and placement != wanted:
-            return (
-                f"policy.{field}={value!r} pins a unit only with placement={wanted} (it is "
-                f"{placement}): give placement={wanted!r}, or no {field}"
-            )
     return None

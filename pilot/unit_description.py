@@ -27,7 +27,7 @@ from pilot.fields import (
     str_list,
     text,
 )
-from pilot.policy import Policy, capture, pin_error
+from pilot.policy import Policy, capture
 from pilot.rp.names import MPI, POSIX, OpenMP  # RP's process and thread types
 
 
@@ -37,11 +37,7 @@ def policy_field(owner, field, value):
             value = Policy.from_dict(value)
         else:
             raise field_error(owner, field, value, "a Policy")
-    captured = capture(value)  # merged now: later edits or contexts change nothing
-    wrong = pin_error(captured)
-    if wrong is not None:  # (the merged policy's: named by its fields)
-        raise ValueError(f"{type(owner).__name__}: {wrong}")
-    return captured
+    return capture(value)  # merged now: later edits or contexts change nothing
 
 
 def _json_value(owner, field, value):

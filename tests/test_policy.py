@@ -109,22 +109,34 @@ def test_policy_errors_name_the_field(kwargs, match):
         P(**kwargs)
 
 
-def test_a_node_pin_needs_its_placement_and_its_node():
-    """A host_name (host_id) with another placement was ignored, silently; HOST_NAME without a
-    host_name failed only at the agent ("host_name=None: no such node")."""
-    with pytest.raises(ValueError, match=r"policy.host_name='n1' pins a unit only with placement="):
-        CUD(executable="x", policy=P(host_name="n1"))
-    with pytest.raises(ValueError, match=r"policy.placement=HOST_NAME needs policy.host_name"):
-        CUD(executable="x", policy=P(placement="HOST_NAME"))
-    with pytest.raises(ValueError, match=r"policy.placement=HOST_ID needs policy.host_id"):
-        CUD(executable="x", policy=P(placement="HOST_ID"))
-    with P(placement="HOST_NAME"):  # (the context's placement, the unit's node)
-        assert CUD(executable="x", policy=P(host_name="n1")).policy.host_name == "n1"
-    group = rp.UnitGroup(policy=P(placement="HOST_ID"))  # (a group's template gives the rest)
-    one = group.add(1, rp.UnitTemplate(executable="x", policy=P(host_id=2)))[0]
-    assert one.policy.host_id == 2
-    with pytest.raises(ValueError, match=r"UnitGroup.add: policy.placement=HOST_ID needs"):
-        group.add(1, rp.UnitTemplate(executable="x"))
+def test_a_node_pin_needs_its_node_and_a_pin_can_be_overridden():
+    """HOST_NAME without a host_name (HOST_ID without a host_id) names no node: said (a unit
+    fails at submit with it, pmgr/core/routing.py never_fits; it failed only at the agent,
+    "host_name=None: no such node").  A context's pin is overridden by a unit's own placement."""
+    from pilot.policy import pin_error
+
+    assert pin_error(CUD(executable="x", policy=P(placement="HOST_NAME")).policy) == (
+        "policy.placement=HOST_NAME needs policy.host_name"
+    )
+    assert "needs policy.host_id" in pin_error(
+        CUD(executable="x", policy=P(placement="HOST_ID")).policy
+    )
+    assert (
+        pin_error(CUD(executable="x", policy=P(placement="HOST_NAME", host_name="n1")).policy)
+        is None
+    )
+    with P(placement="HOST_NAME", host_name="n1"):
+        free = CUD(executable="x", policy=P(placement="ANYWHERE"))
+    assert free.policy.placement == P.Placement.ANYWHERE and pin_error(free.policy) is None
+
+
+def test_a_unit_pinned_to_no_node_fails_at_submit_saying_so(session):
+    from tests.conftest import active_pilot
+
+    pilot, umgr = active_pilot(session, parts=((1,),))
+    (u,) = umgr.submit_units([CUD(executable="/bin/true", policy=P(placement="HOST_NAME"))])
+    assert u.wait(timeout=30) == rp.FAILED
+    assert u.reason == "policy.placement=HOST_NAME needs policy.host_name", u.reason
 
 
 def test_affinity_and_counts_must_agree():

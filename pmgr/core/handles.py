@@ -482,6 +482,17 @@ class Partition(Stateful):
     WINDOW_AHEAD = 0.5  # seconds of work at the recent rate, beyond that
     WINDOW_MAX = 20_000
 
+    def rate(self) -> float:
+        """Units ended here a second, recently (over the last tenth of a second or more,
+        smoothed: a rise counts at once, a fall by halves)."""
+        now = time.monotonic()
+        since, ended = self._mark
+        if now - since >= 0.1:
+            rate = (self.ended - ended) / (now - since)
+            self._rate = rate if rate > self._rate else (self._rate + rate) / 2
+            self._mark = (now, self.ended)
+        return self._rate
+
     @property
     def window(self) -> int:
         """`window_for(coming=False)`."""
@@ -498,13 +509,7 @@ class Partition(Stateful):
         WINDOW_AHEAD s: the units beyond wait at the client, where the new partition takes
         its share once it is ACTIVE (units sent here would wait behind this one's, the new
         one idle)."""
-        now = time.monotonic()
-        since, ended = self._mark
-        if now - since >= 0.1:  # the rate over the last tenth of a second or more, smoothed
-            rate = (self.ended - ended) / (now - since)
-            self._rate = rate if rate > self._rate else (self._rate + rate) / 2
-            self._mark = (now, self.ended)
-        ahead = int(self._rate * self.WINDOW_AHEAD)
+        ahead = int(self.rate() * self.WINDOW_AHEAD)
         if coming or getattr(self.pilot, "adapt", None) is not None:  # an adaptive pilot too:
             # units wait at the client, where a partition it grows for them can take them
             # (pmgr/core/adapt.py)

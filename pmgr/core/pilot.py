@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pilot.pmgr.batch import BatchJob
     from pilot.pmgr.core.unit_manager import UnitManager
 
+ATTACHING = "being attached"  # `released` while a client attaches (pmgr/core/recovery.py)
 log = logging.getLogger("pmgr.pilots")
 ORPHANS_KEPT = 100_000  # unit updates kept for the UnitManager that has not come yet
 
@@ -348,6 +349,8 @@ class Pilot(Stateful):
         log.error("%s: %s", self.uid, why)
         if attached:
             self.released = f"not attached: {why}"
+            if self.umgr is not None:  # (units waiting here for it: none may wait for ever)
+                self.umgr.routing.route()
             return
         cmd = {"cid": None, "op": "cancel_pilot", "args": {"reason": why}}
         self.session.channel.send(self.uid, [b"cmd", pack(cmd)])  # (a form every version reads)
@@ -531,6 +534,12 @@ class Pilot(Stateful):
             self._owner_asked = now
             self.taken_over_unheard()
 
+    @property
+    def lost_to_us(self) -> bool:
+        """Another client acts on it now (or it will not take this one): not while it is
+        being attached."""
+        return self.released is not None and self.released != ATTACHING
+
     def release_to(self, by: dict, how: str = "") -> None:
         """(lock held) Another client (`by`: {host, pid, ...}) owns the pilot now: this one
         no longer acts on it (sends nothing, routes no units there, fails nothing on its
@@ -538,6 +547,8 @@ class Pilot(Stateful):
         self.released = f"taken over by the client on {by.get('host')}, pid {by.get('pid')}"
         self.linked = False
         log.warning("%s: %s%s; this client no longer acts on it", self.uid, self.released, how)
+        if self.umgr is not None:  # (units waiting here for it: none may wait for ever)
+            self.umgr.routing.route()
 
     def tick(self) -> None:
         if self.final or self.released:

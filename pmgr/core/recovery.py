@@ -41,6 +41,7 @@ from pilot.errors import PilotIncompatible, PilotOwned
 from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
 from pilot.pmgr.core.handles import Partition
+from pilot.pmgr.core.pilot import ATTACHING
 from pilot.pmgr.store import data_files
 from pilot.wire import peer_version
 from pilot.wire.protocol import pack, unpack
@@ -132,7 +133,7 @@ class Recovery:
             return None
 
     def _attach(self, pilot) -> None:
-        pilot.released = "being attached"  # (not acted on, nor failed on silence, until then)
+        pilot.released = ATTACHING  # (not acted on, nor failed on silence, until then)
         reply = self._ask_attach(pilot, self.session.take_over)
         owner = (reply or {}).get("owner")
         if owner is not None and not self.session.take_over:
@@ -150,7 +151,8 @@ class Recovery:
             assert reply is not None  # (the refusal is the reply's)
             pilot.released = f"not attached: {reply['error']}"
             raise PilotIncompatible(pilot.uid, reply["error"])
-        pilot.released = None
+        if pilot.released == ATTACHING:  # (its hello may have come first: one of another
+            pilot.released = None  # protocol let go of it then: pmgr/core/pilot.py)
         if reply and reply.get("ok"):
             with self.session.locked():
                 pilot.last_heard = time.monotonic()

@@ -52,6 +52,7 @@ from pilot import states as S
 from pilot.pmgr.core.blueprint import ARGS, FUNCTION, OWN
 from pilot.pmgr.core.handles import Unit
 from pilot.pmgr.core.unit_table import UnitTable
+from pilot.policy import pin_error
 from pilot.rp.names import SCHEDULER_ROUND_ROBIN
 from pilot.wire import framed
 from pilot.wire.protocol import pack
@@ -61,6 +62,8 @@ _COMING = (S.NEW, S.PENDING, S.STARTING)  # a partition's states before it is AC
 REBALANCE_EVERY = 0.2  # s between two looks for units to move to a partition with free cores
 REBALANCE_WAIT = 5.0  # s an ask waits for its answer before the partition is asked again
 REBALANCE_SCAN = 4096  # the youngest units in flight looked at for one (~1 ms)
+REBALANCE_AFTER = 1.0  # s a queue must hold at its partition's rate for its units to move
+REBALANCE_LIVE_MAX = 100_000  # units in flight beyond which it does not look (a flood's)
 log = logging.getLogger("pmgr.units")
 
 
@@ -112,6 +115,8 @@ class Routing:
         """Why `unit` can never run on this manager's pilots (its reason when FAILED at
         submit), or None."""
         d = unit.description
+        if d.policy is not None and (wrong := pin_error(d.policy)) is not None:
+            return wrong
         if d.pilot is not None:
             pinned = next((p for p in self.pilots if p.uid == d.pilot), NOT_ADDED)
             if isinstance(pinned, _NotAdded):
@@ -189,9 +194,9 @@ class Routing:
         if not self.pending:
             self.rebalance()
             return None
-        if self.pilots and all(p.final or p.released for p in self.pilots):
+        if self.pilots and all(p.final or p.lost_to_us for p in self.pilots):
             now = time.time()
-            taken = [p for p in self.pilots if p.released and not p.final]
+            taken = [p for p in self.pilots if p.lost_to_us and not p.final]
             for unit in self.pending:
                 pinned = unit.description.pilot
                 why = "no live pilot is left to run it"
@@ -232,12 +237,16 @@ class Routing:
         return self._send_when_persisted(batches, sent, short)
 
     def rebalance(self) -> None:
-        """(route, nothing waiting here) A partition with free cores gets units queued at
-        another: those asked back (`give_back`: the youngest QUEUED units that could run there,
-        as many as it has free cores) come back unstarted and are routed again, to it.  Units
-        once sent wait at their partition's agent; without this one with long units queued
-        short ones behind them while another partition idled.  At most every REBALANCE_EVERY
-        s, one ask to a partition at a time (REBALANCE_WAIT s, or until its answer)."""
+        """(route, nothing waiting here) A partition with nothing to do gets units queued at
+        another whose queue would hold them REBALANCE_AFTER s or more at its recent rate (long
+        units ahead of them): those asked back (`give_back`: the youngest QUEUED ones that
+        could run there, as many as its cores) come back unstarted and are routed again, to
+        it.  Units once sent wait at their partition's agent; without this, short ones waited
+        behind long ones while another partition idled.  Not moved: a unit pinned (partition,
+        tag) or tagged by another, a call (function units run on single-node partitions), one
+        with core or GPU ids (a partition's own) or with input files staged for it.  At most
+        every REBALANCE_EVERY s, one ask to a partition at a time (REBALANCE_WAIT s, or until
+        its answer); the REBALANCE_SCAN youngest units looked at."""
         now = time.monotonic()
         if now < self.rebalanced + REBALANCE_EVERY:
             return
@@ -248,39 +257,57 @@ class Routing:
             for part in p.parts.values()
             if part.state == S.ACTIVE and part.accepting and not part.reserved
         ]
-        free = {q: q.cores - q.outstanding for q in parts if q.outstanding < q.cores}
         busy = {
             q.uid: q
             for q in parts
-            if q.outstanding > q.cores and now - q.giving_back > REBALANCE_WAIT
+            if q.outstanding > q.cores
+            and now - q.giving_back > REBALANCE_WAIT
+            and q.outstanding - q.cores > q.rate() * REBALANCE_AFTER
         }
-        if not free or not busy:
+        live = self.units.live
+        if not busy or len(live) > REBALANCE_LIVE_MAX:
             return
         self.rebalanced = now
+        # the cores its running units hold, and whether any waits there, of each partition
+        used: dict = {}
+        waiting: set = set()
+        for unit in live.values():
+            if unit.part is None or unit.final:
+                continue
+            if unit.state == S.EXECUTING:
+                d = unit.description
+                used[unit.part] = used.get(unit.part, 0) + d.ranks * d.rank_cores
+            else:
+                waiting.add(unit.part)
+        free = {
+            q: q.cores - used.get(q.uid, 0)
+            for q in parts
+            if q.uid not in waiting and used.get(q.uid, 0) < q.cores
+        }
+        if not free:
+            return
+        youngest = list(itertools.islice(reversed(live.values()), REBALANCE_SCAN))
+        anchors = {id(u.after) for u in youngest if u.after is not None}
         asks: dict = {}
-        youngest = itertools.islice(reversed(self.units.live.values()), REBALANCE_SCAN)
         for unit in youngest:  # (the youngest first, a bounded look: a flood holds 10^5)
             src = busy.get(unit.part) if unit.state == S.QUEUED else None
+            if src is None or not _movable(unit) or id(unit) in anchors:
+                continue
+            if len(asks.get(src, ())) >= src.outstanding - src.cores:
+                continue
             d = unit.description
-            if src is None or d.partition is not None or unit.after is not None:
-                continue
-            if (
-                unit.cancel_asked is not None
-                or len(asks.get(src, ())) >= src.outstanding - src.cores
-            ):
-                continue
             shape = (d.rank_cores, d.rank_gpus, d.ranks, unit.blueprint.needs)
             to = next(
                 (
                     q
                     for q, n in free.items()
-                    if n > 0 and q.pilot is src.pilot and q.could_hold(*shape)
+                    if n >= d.ranks * d.rank_cores and q.pilot is src.pilot and q.could_hold(*shape)
                 ),
                 None,
             )
             if to is None:
                 continue
-            free[to] -= max(1, d.ranks * d.rank_cores)
+            free[to] -= d.ranks * d.rank_cores
             asks.setdefault(src, []).append(unit.uid)
             if all(n <= 0 for n in free.values()):
                 break
@@ -456,8 +483,11 @@ class Routing:
                 elif target.final or not target.accepting:
                     target.outstanding -= 1
                     unit.staged_on = target.pilot
-                    unit.part = None
-                    self.pending.appendleft(unit)  # routed again (its files are on that pilot)
+                    if unit.cancel_asked is not None:  # (asked of that partition meanwhile)
+                        unit.advance(S.CANCELED, time.time(), unit.cancel_asked)
+                    else:
+                        unit.part = None
+                        self.pending.appendleft(unit)  # routed again (its files are there)
                 else:
                     unit.staged_on = target.pilot
                     batch = {target: [unit]}
@@ -511,3 +541,16 @@ def _said(part) -> str:
     """A final partition's state, with its reason when it has one (what was missing, for one
     that did not fit): what a unit pinned to it says, failing."""
     return f"{part.state} ({part.reason})" if part.reason else part.state
+
+
+def _movable(unit: Unit) -> bool:
+    """(rebalance) A unit that may run in another partition than the one it was sent to: not
+    pinned (partition, tag), not a call, no core or GPU ids, no input files (a MOVE done for
+    it could not be done again)."""
+    d = unit.description
+    if d.partition is not None or unit.after is not None or d.function is not None:
+        return False
+    pol = d.policy
+    if pol is not None and (pol.cpu_affinity or pol.gpu_affinity):
+        return False
+    return not d.peek("input_staging")

@@ -116,7 +116,7 @@ class UnitQueries:
     def _taken(self, units: list | None):
         """(lock held) A pilot that another client took over, holding some of `units` (None:
         any of this manager's not final): they end there, not here; else None."""
-        taken = [p for p in self.session.pilots.values() if p.released and not p.final]
+        taken = [p for p in self.session.pilots.values() if p.lost_to_us and not p.final]
         if not taken:
             return None
         ours = self.units.active() if units is None else units
