@@ -254,3 +254,16 @@ def active_pilot(session, **kw):
     umgr = rp.UnitManager(session)
     umgr.add_pilots(pilot)
     return pilot, umgr
+
+
+def unmoved(states: list[str]) -> list[str]:
+    """A unit's states as if it had not moved between partitions: each QUEUED -> SCHEDULING
+    (given back unstarted, or handed back by a stopped partition, and routed again: a move the
+    client's rebalance may make, pmgr/core/routing.py) taken out."""
+    out: list[str] = []
+    for s in states:
+        if s == "SCHEDULING" and out and out[-1] == "QUEUED":
+            out.pop()
+            continue
+        out.append(s)
+    return out
