@@ -246,7 +246,8 @@ class Routing:
         tag) or tagged by another, a call (function units run on single-node partitions), one
         with core or GPU ids (a partition's own) or with input files staged for it.  At most
         every REBALANCE_EVERY s, one ask to a partition at a time (REBALANCE_WAIT s, or until
-        its answer); the REBALANCE_SCAN youngest units looked at."""
+        its answer); the REBALANCE_SCAN youngest units looked at.  It runs when a routing round
+        finds nothing waiting here (a unit's end starts one): nothing runs it on a timer."""
         now = time.monotonic()
         if now < self.rebalanced + REBALANCE_EVERY:
             return
@@ -267,7 +268,6 @@ class Routing:
         live = self.units.live
         if not busy or len(live) > REBALANCE_LIVE_MAX:
             return
-        self.rebalanced = now
         # the cores its running units hold, and whether any waits there, of each partition
         used: dict = {}
         waiting: set = set()
@@ -311,6 +311,8 @@ class Routing:
             asks.setdefault(src, []).append(unit.uid)
             if all(n <= 0 for n in free.values()):
                 break
+        if asks:  # (the next look waits only after an ask: the round that finds a partition
+            self.rebalanced = now  # free may be the last for a while, long units running)
         for src, uids in asks.items():
             src.giving_back = now
             src.pilot.command(
