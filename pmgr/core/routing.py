@@ -247,7 +247,8 @@ class Routing:
         with core or GPU ids (a partition's own) or with input files staged for it.  At most
         every REBALANCE_EVERY s, one ask to a partition at a time (REBALANCE_WAIT s, or until
         its answer); the REBALANCE_SCAN youngest units looked at.  It runs when a routing round
-        finds nothing waiting here (a unit's end starts one): nothing runs it on a timer."""
+        finds nothing waiting here (a unit's end starts one), and on the session's tick (every
+        channel.TICK s: a partition that came free in a round the look was held off in)."""
         now = time.monotonic()
         if now < self.rebalanced + REBALANCE_EVERY:
             return
@@ -268,6 +269,7 @@ class Routing:
         live = self.units.live
         if not busy or len(live) > REBALANCE_LIVE_MAX:
             return
+        self.rebalanced = now  # (a look costs O(units in flight): one each REBALANCE_EVERY s)
         # the cores its running units hold, and whether any waits there, of each partition
         used: dict = {}
         waiting: set = set()
@@ -311,8 +313,6 @@ class Routing:
             asks.setdefault(src, []).append(unit.uid)
             if all(n <= 0 for n in free.values()):
                 break
-        if asks:  # (the next look waits only after an ask: the round that finds a partition
-            self.rebalanced = now  # free may be the last for a while, long units running)
         for src, uids in asks.items():
             src.giving_back = now
             src.pilot.command(

@@ -132,3 +132,6 @@ class SessionDispatch:
         with self.session.locked():
             for pilot in list(self.session.pilots.values()):
                 pilot.tick()
+            for umgr in self.session.umgrs:  # (units queued behind long ones: Routing.rebalance)
+                if not umgr.routing.pending:
+                    umgr.routing.rebalance()
