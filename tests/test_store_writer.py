@@ -163,3 +163,35 @@ def test_an_outage_holds_every_record_waiting_and_loses_none_written_one_by_one(
         assert w.held == {"first", "second", "third"}
     finally:
         w.close(timeout=2)
+
+
+def test_sends_one_after_another_do_not_put_off_the_states_gathered_meanwhile():
+    """Calls one at a time (rp.Executor's round trips): a send every few ms, and between
+    them the states of the call before.  Each urgent send's docs go first, alone; what was
+    gathered must still be written within about a linger, not put off by every next send until
+    max_batch records (the final states of hundreds of calls, their units held in memory)."""
+    store = SlowStore()
+    w = BatchWriter(store)
+    try:
+        sent = threading.Event()
+        t_end = time.monotonic() + 1.0
+        i = 0
+        lag = []
+        while time.monotonic() < t_end:
+            o = Obj(f"u{i}")
+            sent.clear()
+            w.send_after([o], sent.set)
+            assert sent.wait(5)
+            w.hist(("s", "units", o.uid, "DONE", 0.0, None, 0), o)
+            stamped = time.monotonic()
+            time.sleep(0.003)
+            i += 1
+            lag.append((stamped, store.rows, i))
+        # every state recorded more than 0.2 s before the sends stopped is written by then
+        # (LINGER is 0.02 s; before, none was until max_batch records had gathered)
+        behind = [n - rows for (t, rows, n) in lag if t_end - t < 0.05]
+        early = sum(1 for (t, _, _) in lag if t < t_end - 0.25)
+        assert i > 100 and early > 0
+        assert min(rows for (_, rows, _) in lag[-5:]) >= early, (early, behind, i)
+    finally:
+        w.close(timeout=5)

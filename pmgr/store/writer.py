@@ -23,7 +23,9 @@ and DONE then often share one batch, and its record is written once instead of t
 two upserts fewer per unit, measured 14 us each); a batch ends at an urgent callback (`then`:
 units to send to a partition that is running short of them), which is written at once, and so
 is a batch with a flush waiting.  An urgent send's docs go in a transaction of their own,
-ahead of what was gathered (a call's round trip waits for that commit: its fewest statements).
+ahead of what was gathered (a call's round trip waits for that commit: its fewest statements),
+unless what was gathered has waited LINGER already: then both go in one (calls one at a time
+send every few ms, and each send would put the rest off again).
 
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
 been written (or refused for good: see `unpersisted`).  `send_after(objs, callback)` runs it
@@ -255,9 +257,18 @@ class BatchWriter:
                     except queue.Empty:
                         break
             sends = self._with_sends([])
-            if urgent and sends and items and self.retry is None:
+            if (
+                urgent
+                and sends
+                and items
+                and self.retry is None
+                and time.monotonic() - items[0][0] < self.linger
+            ):
                 # (its docs alone: the fewest statements before the send; what was gathered
-                # goes next, its units' earlier moves among it)
+                # goes next, its units' earlier moves among it.  Not once what was gathered
+                # has waited a linger: one call at a time sends every few ms, and each send
+                # put the rest off again, until max_batch records (the final states of
+                # hundreds of calls, their units held in memory until written) had waited)
                 if self._write(sends):  # (the rest after a linger: the interpreter is the
                     self.pending, deferred = items, True  # channel thread's, to send them)
                     items = item = sends = None
