@@ -153,6 +153,29 @@ def test_one_warm_up_call_measures_a_function(ex, tmp_path):
     assert len({f.unit.uid for f in fs}) < 1000 // 4
 
 
+def echo(x):
+    return x
+
+
+def test_large_calls_one_at_a_time_leave_no_files_and_are_stored_as_they_go(ex):
+    """A call's LARGE arguments and value are files of the session's data directory (only
+    their names cross the pilot): the executor removes them once the future has the outcome
+    (kept, a session of many such calls filled the disk, each file's new pages a writeback for
+    the kernel).  And calls one at a time are stored as they go: the final states of the
+    first calls are in the store while later ones still run (each call's send put them off
+    before, until 2,000 records had gathered: the units and their megabytes held in memory)."""
+    data = os.path.join(ex.session.dir, "data")
+    blob = bytes(200_000)
+    fs = []
+    for _ in range(40):
+        fs.append(ex.submit(echo, blob))
+        assert fs[-1].result(60) == blob
+    first = [f.unit.uid for f in fs[:20]]
+    docs = ex.session.read_store().get_many("units", first)
+    assert [docs[uid]["state"] for uid in first] == [rp.DONE] * 20
+    assert [n for n in os.listdir(data) if not n.startswith(".")] == []
+
+
 def test_what_a_call_took_is_its_own_time():
     """remote_call's timed call: the seconds of fn(*args) itself, outside the unpickling; an
     exception is timed too; one whose function does not load is not."""

@@ -12,7 +12,11 @@ never sees half of one) before the doc that names it is written, and the doc hol
 
 which a read turns back into the bytes (`decode`, `value`).  Neither form can be a user's:
 JSON escapes the NUL, and a packed value is base64 text or bytes, never a string with a NUL.
-The files live as long as the session's directory; a kill -9 of the client loses none written
+The files live as long as the session's directory, except those of an rp.Executor call, which
+its executor removes once the call's future has its outcome (`drop`: nothing reads them again;
+kept, each call's megabytes are new pages of the page cache that the kernel must write back to
+the disk, ~5 ms for 2 MB on this host against 0.4 ms for pages freed before that, and a
+session of many large calls fills the disk); a kill -9 of the client loses none written
 (the doc is written after its file), a power loss may (they are not synced, as the store's own
 writes are not: docs/guarantees.md).  Files of one host: a client that attaches to a MongoDB
 session from another host reads a large value as missing (LookupError naming the file).
@@ -77,6 +81,19 @@ class DataFiles:
                 return f.read()
         except FileNotFoundError:
             raise self._missing(name) from None
+
+    def drop(self, names: list[str]) -> int:
+        """Remove these files (a name that is not one the store makes, or a file already
+        gone, is passed over); how many were removed.  Their references stay in the docs that
+        hold them, and read as missing (`decode`, `value`)."""
+        dropped = 0
+        for name in names:
+            try:
+                os.unlink(self._file(name))
+                dropped += 1
+            except (LookupError, OSError):
+                pass
+        return dropped
 
     def _file(self, name: str) -> str:
         try:

@@ -47,7 +47,9 @@ resolves the future(s): a call's value (or its own exception); FAILED -> Executo
 canceled because its partition was stopped (a reconfig) runs again elsewhere, at most `reruns`
 times; one canceled otherwise (from elsewhere, or the executor's own partition stopped: it has
 nowhere else to run) cancels a future not yet running, and fails one running with
-ExecutorError (CancelledError only for a future that is cancelled()).  Futures are found by
+ExecutorError (CancelledError only for a future that is cancelled()).  Then the unit's data
+files (a LARGE call's arguments, its value's file) are removed: the future holds the outcome
+(pmgr/store/data_files.py says why they must not stay).  Futures are found by
 their unit's description (its id; the table keeps it alive).
 """
 
@@ -300,6 +302,15 @@ class Feed:
             return
         if len(self.sent) < self.busy:
             self.go.set()
+        try:
+            self._ended(sent, unit, state)
+        finally:
+            if sent.items[0][1] is not None:  # (a call's unit: not a description of the
+                _drop_files(unit)  # caller's own, whose unit the caller may read later)
+
+    def _ended(self, sent: Sent, unit, state: str) -> None:
+        """A unit of this executor's is final: its future(s) resolved, or its calls queued
+        again."""
         if sent.bundle:
             self._bundle_ended(sent, unit, state)
             return
@@ -427,6 +438,22 @@ class Feed:
             sent = [f for s in list(self.sent.values()) for f, _ in s.items]
             later = [f for f, _ in self.transit] + [f for f, _ in self.queue]
         return list(dict.fromkeys(sent + later))
+
+
+def _drop_files(unit) -> None:
+    """A final unit's data files (pmgr/store/data_files.py): its call's LARGE arguments, which
+    the store wrote for it alone (a call's description is its own: its blueprint and the
+    files it names are its unit's), and its value's file; its future has its outcome (or its
+    calls went again as new units, with files of their own), so nothing reads them again."""
+    data = unit.session.store.data
+    if data is None:
+        return
+    names = list(unit.blueprint.stored.files.values())
+    value = unit.value
+    if type(value) is str and value.startswith(functions.VALUE_REF):
+        names.append(value[len(functions.VALUE_REF) :])
+    if names:
+        data.drop(names)
 
 
 def _fail(fut, exc: BaseException) -> None:
