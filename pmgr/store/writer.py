@@ -23,9 +23,9 @@ and DONE then often share one batch, and its record is written once instead of t
 two upserts fewer per unit, measured 14 us each); a batch ends at an urgent callback (`then`:
 units to send to a partition that is running short of them), which is written at once, and so
 is a batch with a flush waiting.  An urgent send's docs go in a transaction of their own,
-ahead of what was gathered (a call's round trip waits for that commit: its fewest statements),
-unless what was gathered has waited LINGER already: then both go in one (calls one at a time
-send every few ms, and each send would put the rest off again).
+ahead of what was gathered (a call's round trip waits for that commit: its fewest statements);
+what was gathered goes after a linger, or at once when it has waited LINGER already (calls one
+at a time send every few ms, and each send would put the rest off again).
 
 `then(callback)` runs `callback()` on the writer thread once everything queued before it has
 been written (or refused for good: see `unpersisted`).  `send_after(objs, callback)` runs it
@@ -257,23 +257,20 @@ class BatchWriter:
                     except queue.Empty:
                         break
             sends = self._with_sends([])
-            if (
-                urgent
-                and sends
-                and items
-                and self.retry is None
-                and time.monotonic() - items[0][0] < self.linger
-            ):
+            if urgent and sends and items and self.retry is None:
                 # (its docs alone: the fewest statements before the send; what was gathered
-                # goes next, its units' earlier moves among it.  Not once what was gathered
-                # has waited a linger: one call at a time sends every few ms, and each send
-                # put the rest off again, until max_batch records (the final states of
-                # hundreds of calls, their units held in memory until written) had waited)
+                # goes next, its units' earlier moves among it: after a linger, or now when it
+                # has waited one already (one call at a time sends every few ms: each send
+                # would put the rest off again, until max_batch records, the final states of
+                # hundreds of calls with their units held in memory, had waited))
                 if self._write(sends):  # (the rest after a linger: the interpreter is the
-                    self.pending, deferred = items, True  # channel thread's, to send them)
-                    items = item = sends = None
-                    continue
-                items, sends = sends + items, []  # (the store failed: kept, the send's first)
+                    sends = []  # channel thread's, to send them)
+                    if time.monotonic() - items[0][0] < self.linger:
+                        self.pending, deferred = items, True
+                        items = item = sends = None
+                        continue
+                else:
+                    items, sends = sends + items, []  # (the store failed: kept, the send's first)
             items = items + sends
             if self.retry is not None:  # (a failed batch first, as it was built)
                 n, built = self.retry
