@@ -313,15 +313,26 @@ def data_file(data: str, name: str) -> str:
     return os.path.join(data, name)
 
 
-def put_data(data: str, blob: bytes | bytearray | memoryview, sync: bool = False) -> str:
+def value_name(uid: str) -> str:
+    """The name of the data file the store writes unit `uid`'s bytes value to
+    (pmgr/store/data_files.py `store_value`)."""
+    import hashlib
+
+    return "v" + hashlib.sha1(uid.encode(), usedforsecurity=False).hexdigest()
+
+
+def put_data(
+    data: str, blob: bytes | bytearray | memoryview, sync: bool = False, name: str | None = None
+) -> str:
     """Write `blob` as a new file of data directory `data` (whole under a temporary name, then
     renamed: a reader never sees half of one; `sync`: on the disk before it is named, for a
-    writer on another host than the directory's reader); its name.  A write that fails leaves
-    no file."""
+    writer on another host than the directory's reader); its name (`name`, or a random one).
+    A write that fails leaves no file."""
     import uuid
 
-    name = uuid.uuid4().hex
-    tmp = os.path.join(data, f".{name}")
+    if name is None:
+        name = uuid.uuid4().hex
+    tmp = os.path.join(data, f".{name}.{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "wb") as fh:
             fh.write(blob)

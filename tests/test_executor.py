@@ -157,23 +157,38 @@ def echo(x):
     return x
 
 
-def test_large_calls_one_at_a_time_leave_no_files_and_are_stored_as_they_go(ex):
-    """A call's LARGE arguments and value are files of the session's data directory (only
-    their names cross the pilot): the executor removes them once the future has the outcome
-    (kept, a session of many such calls filled the disk, each file's new pages a writeback for
-    the kernel).  And calls one at a time are stored as they go: the final states of the
+@pytest.mark.parametrize("sees", [True, False], ids=["by-reference", "as-bytes"])
+def test_large_calls_one_at_a_time_leave_no_files_and_are_stored_as_they_go(
+    sees, monkeypatch, tmp_path
+):
+    """A call's LARGE arguments and value are files of the session's data directory: the
+    executor removes them once the store has the call's final state (its future has the
+    outcome; kept, a session of many such calls filled the disk, each file's new pages a
+    writeback for the kernel), whether the pilot sees the directory (only file names cross
+    it; the worker writes the value's file) or not (the bytes cross it; the store writes the
+    value's file).  And calls one at a time are stored as they go: the final states of the
     first calls are in the store while later ones still run (each call's send put them off
     before, until 2,000 records had gathered: the units and their megabytes held in memory)."""
-    data = os.path.join(ex.session.dir, "data")
-    blob = bytes(200_000)
-    fs = []
-    for _ in range(40):
-        fs.append(ex.submit(echo, blob))
-        assert fs[-1].result(60) == blob
-    first = [f.unit.uid for f in fs[:20]]
-    docs = ex.session.read_store().get_many("units", first)
-    assert [docs[uid]["state"] for uid in first] == [rp.DONE] * 20
-    assert [n for n in os.listdir(data) if not n.startswith(".")] == []
+    from pilot import functions
+    from pilot.pmgr.core import pilot_manager
+
+    if not sees:  # (the directory of another host: not there where the agent looks)
+        elsewhere = {"dir": "/nonexistent/data", "token": "0" * 32, "sync": True}
+        monkeypatch.setattr(pilot_manager.data_files, "for_pilot", lambda d, local: elsewhere)
+    monkeypatch.setenv("PILOT_SESSIONS_DIR", str(tmp_path))
+    with rp.Executor(max_workers=1) as ex:
+        data = os.path.join(ex.session.dir, "data")
+        blob = bytes(200_000)
+        fs = []
+        for _ in range(40):
+            fs.append(ex.submit(echo, blob))
+            assert fs[-1].result(60) == blob
+        assert functions.is_value_ref(fs[0].unit.value) is sees
+        first = [f.unit.uid for f in fs[:20]]
+        docs = ex.session.read_store().get_many("units", first)
+        assert [docs[uid]["state"] for uid in first] == [rp.DONE] * 20
+        ex.session.writer.flush(timeout=30)
+        assert [n for n in os.listdir(data) if not n.startswith(".")] == []
 
 
 def test_what_a_call_took_is_its_own_time():

@@ -36,9 +36,10 @@ def test_large_bytes_go_to_files_and_come_back(tmp_path):
     (name,) = os.listdir(tmp_path / "data")
     assert os.path.getsize(tmp_path / "data" / name) == len(blob)
     assert data_files.decode(stored, data) == {"function": {"args": blob}, "cpus": 1}
-    ref = data_files.store_value(blob, data)
+    ref = data_files.store_value(blob, data, "unit.000001")
     assert ref.startswith(data_files.VALUE_REF) and data_files.value(ref, data) == blob
-    assert data_files.store_value("c21hbGw=", data) == "c21hbGw="  # (small: base64 text)
+    small = data_files.store_value("c21hbGw=", data, "unit.000002")
+    assert small == "c21hbGw="  # (small: base64 text)
     assert data_files.value("c21hbGw=", data) == "c21hbGw="
     with pytest.raises(LookupError, match="not a name"):
         data.get("../state.db")

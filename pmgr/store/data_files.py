@@ -13,10 +13,13 @@ never sees half of one) before the doc that names it is written, and the doc hol
 which a read turns back into the bytes (`decode`, `value`).  Neither form can be a user's:
 JSON escapes the NUL, and a packed value is base64 text or bytes, never a string with a NUL.
 The files live as long as the session's directory, except those of an rp.Executor call, which
-its executor removes once the call's future has its outcome (`drop`: nothing reads them again;
-kept, each call's megabytes are new pages of the page cache that the kernel must write back to
-the disk, ~5 ms for 2 MB on this host against 0.4 ms for pages freed before that, and a
-session of many large calls fills the disk); a kill -9 of the client loses none written
+its executor removes once the call's future has its outcome and the store its final state
+(`drop`: nothing reads them again; kept, each call's megabytes are new pages of the page cache
+that the kernel must write back to the disk, ~5 ms for 2 MB on this host against 0.4 ms for
+pages freed before that, and a session of many large calls fills the disk).  A unit's value
+file written here is named after the unit (functions.value_name), an argument's once per
+Template (its `files`): written again (a retry, a renewed store), each replaces or reuses its
+file instead of leaving another.  A kill -9 of the client loses none written
 (the doc is written after its file), a power loss may (they are not synced, as the store's own
 writes are not: docs/guarantees.md).  Files of one host: a client that attaches to a MongoDB
 session from another host reads a large value as missing (LookupError naming the file).
@@ -45,10 +48,17 @@ class DataFiles:
         self.path = path
         self.made = os.path.isdir(path)
 
-    def put(self, blob: bytes | bytearray | memoryview) -> str:
-        """Write `blob` to a new file; its name."""
+    def put(self, blob: bytes | bytearray | memoryview, name: str | None = None) -> str:
+        """Write `blob` to a new file (named `name`, else at random: replaced whole if it
+        exists); its name."""
         self._make()
-        return functions.put_data(self.path, blob)
+        return functions.put_data(self.path, blob, name=name)
+
+    def has(self, name: str) -> bool:
+        try:
+            return os.path.exists(self._file(name))
+        except LookupError:
+            return False
 
     def _make(self) -> None:
         if not self.made:
@@ -135,9 +145,11 @@ def encode(value, data: DataFiles | None, files: dict | None = None) -> str | by
 
     def ref(o):
         if type(o) is bytes or type(o) is bytearray or type(o) is memoryview:
-            name = data.put(o)
-            if files is not None:
-                files[id(o)] = name
+            name = files.get(id(o)) if files is not None else None
+            if name is None or not data.has(name):  # (written again: a retry, a renewed
+                name = data.put(o)  # store; the file made before serves, one file a value)
+                if files is not None:
+                    files[id(o)] = name
             return {REF: name}
         raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
@@ -163,11 +175,13 @@ def decode(value: str | bytes, data: DataFiles | None):
     return json.loads(value, object_hook=hook)
 
 
-def store_value(value, data: DataFiles | None):
-    """A unit's return value as its column holds it: base64 text as it is, bytes as a file's
-    reference (no `data`: the bytes themselves)."""
+def store_value(value, data: DataFiles | None, uid: str):
+    """Unit `uid`'s return value as its column holds it: base64 text as it is, bytes as a
+    file's reference (no `data`: the bytes themselves); the file is named after the unit
+    (functions.value_name: written again, it is replaced; its owner can find it to remove
+    it)."""
     if type(value) is bytes and data is not None:
-        return VALUE_REF + data.put(value)
+        return VALUE_REF + data.put(value, functions.value_name(uid))
     return value
 
 

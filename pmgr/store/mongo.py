@@ -279,7 +279,9 @@ class MongoStore(StateStore):
         for uid, d in docs.items():
             fields = {k: v for k, v in d.items() if k != "uid" and not (k in KEPT and v is None)}
             if kind == "units" and type(fields.get("return_value")) is bytes:
-                fields["return_value"] = data_files.store_value(fields["return_value"], self.data)
+                fields["return_value"] = data_files.store_value(
+                    fields["return_value"], self.data, uid
+                )
             first = fields.get("description") is not None
             if kind == "units" and first:
                 d = fields.pop("description")

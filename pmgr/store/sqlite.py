@@ -424,7 +424,7 @@ class SqliteStore(StateStore):
             mine = type(d) is UnitDoc
             if type(d.get("return_value")) is bytes:  # a large value: a file, named here
                 d = docs[uid] = _with_value(d, data_files.store_value(d.get("return_value"),
-                                                                     self.data))  # fmt: skip
+                                                                     self.data, uid))  # fmt: skip
             if d.get("description") is None:
                 row = _ended_row(d) if mine else None
                 if row is not None:

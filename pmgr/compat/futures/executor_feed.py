@@ -441,19 +441,29 @@ class Feed:
 
 
 def _drop_files(unit) -> None:
-    """A final unit's data files (pmgr/store/data_files.py): its call's LARGE arguments, which
-    the store wrote for it alone (a call's description is its own: its blueprint and the
-    files it names are its unit's), and its value's file; its future has its outcome (or its
-    calls went again as new units, with files of their own), so nothing reads them again."""
-    data = unit.session.store.data
+    """A final unit's data files (pmgr/store/data_files.py), removed once the store has its
+    final state (on the writer's thread, after what is queued now: its first doc too, which
+    writes its arguments' file when the unit ended before that write): its call's LARGE
+    arguments, which the store wrote for it alone (a call's description is its own: its
+    blueprint and the files it names are its unit's), and its value's file (its worker's, or
+    the store's, named after the unit).  Its future has its outcome (or its calls went again
+    as new units, with files of their own), so nothing reads them again."""
+    session = unit.session
+    data = session.store.data
     if data is None:
         return
-    names = list(unit.blueprint.stored.files.values())
-    value = unit.value
-    if type(value) is str and value.startswith(functions.VALUE_REF):
-        names.append(value[len(functions.VALUE_REF) :])
-    if names:
-        data.drop(names)
+
+    def drop() -> None:
+        names = list(unit.blueprint.stored.files.values())
+        value = unit.value
+        if type(value) is str and value.startswith(functions.VALUE_REF):
+            names.append(value[len(functions.VALUE_REF) :])
+        elif type(value) is bytes:
+            names.append(functions.value_name(unit.uid))
+        if names:
+            data.drop(names)
+
+    session.writer.then(drop, urgent=False)
 
 
 def _fail(fut, exc: BaseException) -> None:
