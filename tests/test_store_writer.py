@@ -195,3 +195,36 @@ def test_sends_one_after_another_do_not_put_off_the_states_gathered_meanwhile():
         assert min(rows for (_, rows, _) in lag[-5:]) >= early, (early, behind, i)
     finally:
         w.close(timeout=5)
+
+
+def test_a_unit_a_submit_does_not_leave_the_writer_behind():
+    """A script that submits a unit a call (submit_units(desc) in a loop) puts a send between
+    every few state records.  Each send goes first, in a transaction of its own, and the
+    records queued meanwhile come along in the next one: a batch that ended at every send
+    wrote them a few at a time (two transactions a unit), and the writer fell ever further
+    behind (seconds within seconds; every unit held until the store had it)."""
+
+    class TxStore(SlowStore):
+        batches = 0
+
+        def write_batch(self, batch) -> None:
+            self.batches += 1
+            time.sleep(0.0002)  # (a transaction's own cost: BEGIN and COMMIT, ~60-200 us)
+            super().write_batch(batch)
+
+    store = TxStore()
+    w = BatchWriter(store)
+    try:
+        n = 4000
+        for i in range(n):
+            o = Obj(f"u{i}")
+            w.send_after([o], lambda: None)
+            for state in ("QUEUED", "EXECUTING", "DONE"):
+                w.hist(("s", "units", o.uid, state, 0.0, None, 0), o)
+            if i % 100 == 0:
+                time.sleep(0.001)  # (the submitting thread lets the writer in, as the GIL does)
+        assert w.flush(timeout=60)
+        assert store.rows == 3 * n and len(store.docs) == n
+        assert store.batches < n // 2, store.batches  # (before: ~2 a unit)
+    finally:
+        w.close(timeout=5)

@@ -232,9 +232,10 @@ class BatchWriter:
             while item is not None:
                 if item is _STOP:
                     stop = True
-                elif item is _WAKE:
-                    urgent = True  # a send waits: it goes first, alone, then this batch
-                    break
+                elif item is _WAKE:  # a send waits: it goes first, alone, then this batch,
+                    urgent = True  # with what is queued already (no wait for more: a script
+                    # that submits a unit a call puts a send between every few records, and
+                    # a batch that ended at each wrote them a few at a time, falling behind)
                 elif item is not _SOON:
                     items.append(item)
                     if type(item[1]) is _Then and item[1].urgent:
@@ -250,7 +251,7 @@ class BatchWriter:
                     item = self.q.get_nowait()
                 except queue.Empty:
                     left = linger_until - time.monotonic()
-                    if stop or left <= 0 or self.flushing:
+                    if stop or left <= 0 or self.flushing or urgent:
                         break
                     try:  # state changes only: more of the same objects' may come
                         item = self.q.get(timeout=left)
