@@ -9,8 +9,9 @@ Messages (pilot/wire/protocol.py, agent link):
                                goes); running ones get SIGTERM, and SIGKILL after kill_grace
                                seconds (`timers`, `kill_late`) unless they ended first (then
                                they end as their exit code says); a uid not here yet is
-                               remembered (`canceled_early`) and CANCELED as it arrives, or as
-                               the runner reports that it started it
+                               remembered (`canceled_early`, at most EARLY_MAX, the oldest
+                               forgotten first) and CANCELED as it arrives, or as the runner
+                               reports that it started it; one that ended here already is not
     <- stop {reason, units}    as a cancel of everything; queued units, and any that arrive
                                later (`late`), are handed back (units: "back") or CANCELED
     <- give_back {uids}        those of them still queued (not started: those the runner
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agent")
 STOP_GRACE = 10.0  # seconds a stop waits, beyond kill_grace, for its killed units' exits
+EARLY_MAX = 100_000  # canceled uids remembered before their units arrive
 
 
 class Stops:
@@ -86,8 +88,13 @@ class Stops:
         self.take_back()  # units held ahead, not started yet, go back to the queue first
         known = {u["uid"] for u in self.sched.queue}
         known.update(r.unit["uid"] for r in self.runner.runs())
+        ended = self.reports.ended
+        early = self.canceled_early
         for uid in uids - known:  # (or started by the runner just now: runner_started)
-            self.canceled_early[uid] = reason
+            if uid not in ended:  # (one that ended before the cancel came: nothing to do)
+                early[uid] = reason
+        while len(early) > EARLY_MAX:  # (the oldest: a uid that never came, an other's)
+            del early[next(iter(early))]
         keep = []
         for u in self.sched.queue:
             if u["uid"] in uids:
