@@ -13,7 +13,7 @@ import pytest
 
 from pilot.pmgr.observe import bins, plot, timeline
 from pilot.pmgr.store import open_store
-from pilot.pmgr.store.base import Batch
+from pilot.pmgr.store.base import Batch, TextIds
 
 SESSION = "session.flow"
 PILOT = "pilot.0000"
@@ -256,3 +256,20 @@ def test_a_unit_doc_with_fields_of_its_own_counts_what_it_asks(tmp_path):
         assert any(series.startswith("cores") and v > 0 for series, _, v, _ in flow), flow
     finally:
         store.close()
+
+
+def test_the_template_ids_kept_are_bounded_by_their_characters_too():
+    """The store's cache of templates it wrote (text -> id) keeps at most MOST texts and
+    CHARS_MOST characters: units of a 12 KB environment each held ~50 MB there at MOST texts."""
+    ids = TextIds()
+    text = "x" * 12_000
+    for i in range(TextIds.MOST):
+        ids.update({f"{i:06d}{text}": i})
+    assert ids.chars <= TextIds.CHARS_MOST
+    assert len(ids.ids) == TextIds.CHARS_MOST // (12_006)
+    assert ids.get(f"{TextIds.MOST - 1:06d}{text}") == TextIds.MOST - 1  # (the newest kept)
+    assert ids.get(f"{0:06d}{text}") is None  # (the oldest gone)
+    small = TextIds()
+    for i in range(TextIds.MOST + 10):
+        small.update({str(i): i})
+    assert len(small.ids) == TextIds.MOST and small.chars == sum(len(t) for t in small.ids)

@@ -196,16 +196,20 @@ def text_key(text: str | bytes) -> int:
 
 class TextIds:
     """The templates a store wrote, by text -> id: what the next unit of a description finds
-    without a read.  Bounded (a sweep makes a description a unit): the oldest go first, and a
-    text over TEXT_MAX characters (a call's large arguments) is not kept at all."""
+    without a read.  Bounded (a sweep makes a description a unit): at most MOST texts of
+    CHARS_MOST characters together, the oldest go first, and a text over TEXT_MAX characters
+    (a call's large arguments) is not kept at all (at MOST texts alone, units of 12 KB
+    environments each held ~50 MB here)."""
 
     MOST = 4096
+    CHARS_MOST = 4 << 20
     TEXT_MAX = 16_384
 
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "chars")
 
     def __init__(self) -> None:
         self.ids: dict[str | bytes, object] = {}
+        self.chars = 0
 
     def get(self, text: str | bytes):
         return self.ids.get(text)
@@ -213,10 +217,12 @@ class TextIds:
     def update(self, made: dict) -> None:
         ids = self.ids
         for text, tid in made.items():
-            if len(text) <= self.TEXT_MAX:
-                if len(ids) >= self.MOST:
+            if len(text) <= self.TEXT_MAX and text not in ids:
+                while ids and (len(ids) >= self.MOST or self.chars + len(text) > self.CHARS_MOST):
+                    self.chars -= len(next(iter(ids)))
                     del ids[next(iter(ids))]
                 ids[text] = tid
+                self.chars += len(text)
 
 
 def encode(value) -> str | bytes:
