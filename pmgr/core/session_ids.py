@@ -146,6 +146,8 @@ class SessionIds:
         StoreUnavailable."""
         if prefix not in FROM_STORE:
             return
+        if self._left(prefix) >= n:  # (reserved already: no take of the session's lock, whose
+            return  # release runs its pending work; a script's submit a unit paid it each time)
 
         def reserve() -> None:
             with self.locked():  # (released between tries: the writer's batches go on)
