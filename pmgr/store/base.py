@@ -219,8 +219,9 @@ class TextIds:
         for text, tid in made.items():
             if len(text) <= self.TEXT_MAX and text not in ids:
                 while ids and (len(ids) >= self.MOST or self.chars + len(text) > self.CHARS_MOST):
-                    self.chars -= len(next(iter(ids)))
-                    del ids[next(iter(ids))]
+                    oldest = next(iter(ids))
+                    self.chars -= len(oldest)
+                    del ids[oldest]
                 ids[text] = tid
                 self.chars += len(text)
 

@@ -92,18 +92,15 @@ class DataFiles:
         except FileNotFoundError:
             raise self._missing(name) from None
 
-    def drop(self, names: list[str]) -> int:
+    def drop(self, names: list[str]) -> None:
         """Remove these files (a name that is not one the store makes, or a file already
-        gone, is passed over); how many were removed.  Their references stay in the docs that
-        hold them, and read as missing (`decode`, `value`)."""
-        dropped = 0
+        gone, is passed over).  Their references stay in the docs that hold them, and read as
+        missing (`decode`, `value`)."""
         for name in names:
             try:
                 os.unlink(self._file(name))
-                dropped += 1
             except (LookupError, OSError):
                 pass
-        return dropped
 
     def _file(self, name: str) -> str:
         try:

@@ -48,8 +48,8 @@ canceled because its partition was stopped (a reconfig) runs again elsewhere, at
 times; one canceled otherwise (from elsewhere, or the executor's own partition stopped: it has
 nowhere else to run) cancels a future not yet running, and fails one running with
 ExecutorError (CancelledError only for a future that is cancelled()).  Then the unit's data
-files (a LARGE call's arguments, its value's file) are removed: the future holds the outcome
-(pmgr/store/data_files.py says why they must not stay).  Futures are found by
+files (a LARGE call's arguments, its value's file) are removed once the store has its final
+state (`_drop_files`; pmgr/store/data_files.py says why they must not stay).  Futures are found by
 their unit's description (its id; the table keeps it alive).
 """
 
