@@ -236,6 +236,7 @@ class Bootstrap:
     def node_lost(self, index: int, reason: str) -> None:
         assert self.nodeset is not None  # (_watch_nodes': with a node set only)
         self.resources.mark_down(index)
+        self.agents.node_load.pop(index, None)  # (nothing is busy there any more)
         name = self.resources.nodes[index].name
         orphans.end_orphans(  # units of a daemon that died here (fork/exec/netns)
             {"PILOT_PILOT_ID": self.uid, "PILOT_NODE_NAME": name}, self.agents.own_children()

@@ -17,7 +17,8 @@ DEALER has its partition's uid for identity.
                           the final moves of `ustates` are kept until the client has them
         output            to the client unchanged
         load              kept: how busy each of its nodes is (`node_load`, by node index;
-                          the `nodes` command answers with it: partition/control.py)
+                          the `nodes` command answers with it: partition/control.py); each
+                          names all its live nodes: one it no longer names (lost) is dropped
         bye               to the partition manager (the partition ends in the state it names)
     bootstrap -> agent    units, cancel, sync, node_lost, stop: `send_agent`; an agent that is
                           gone (EHOSTUNREACH) is logged, never waited for
@@ -209,8 +210,11 @@ class AgentChannel:
         self.pm.on_bye(uid, body)
 
     def agent_load(self, uid: str, frames: list[bytes], body: dict) -> None:
+        # (its nodes' rows, all of them: a node it no longer lists (lost) is no longer busy)
+        load = {i: v for i, v in self.node_load.items() if v[3] != uid}
         for index, cores, gpus, ranks in body["nodes"]:
-            self.node_load[index] = (cores, gpus, ranks, uid)
+            load[index] = (cores, gpus, ranks, uid)
+        self.node_load = load
 
     def check_agents(self) -> None:
         for uid, proc in list(self.procs.items()):
