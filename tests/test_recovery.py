@@ -484,3 +484,42 @@ def test_a_client_with_another_data_directory_gets_large_values_as_bytes(
     assert umgr.wait_units(unit.uid, timeout=60) == [rp.DONE], unit.reason
     assert type(unit.value) is bytes  # (not a name of a file in the first client's directory)
     assert unit.return_value == bytes([7]) * 100_000
+
+
+CANCELING_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+sleepers = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/sleep",
+                                                        arguments=["30"]) for _ in range(3)])
+sleepers[0].wait(rp.EXECUTING, timeout=30)
+sent = [u.uid for u in sleepers if u.part is not None]
+send = pilot.command  # the client dies after cancel_units returned, before its cancel left:
+pilot.command = lambda cmd: None if cmd["op"] == "cancel_units" else send(cmd)
+umgr.cancel_units(reason="not wanted any more")
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "pilot": pilot.uid, "sent": sent}), flush=True)
+os._exit(0)  # no close, no goodbye; the pilot goes on
+"""
+)
+
+
+def test_a_cancel_outlives_the_client_that_asked_it(make_session, database_url):
+    """A client asks its units' cancel and dies before the cancel reaches the pilot: a client
+    that attaches asks it again (the reason is kept with each unit's doc), so the units end
+    CANCELED with that reason instead of running on (`sleep 30`), and the store agrees."""
+    import time
+
+    first = run_client(CANCELING_CLIENT, database_url)
+    assert first["sent"], first  # (one at least is at the partition, running)
+    session = make_session(uid=first["session"], database_url=database_url)
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    t0 = time.monotonic()
+    states = umgr.wait_units(timeout=20)
+    units = umgr.get_units()
+    assert states == [rp.CANCELED] * 3, [(u.uid, u.state, u.reason) for u in units]
+    assert {u.reason for u in units} == {"not wanted any more"}
+    assert time.monotonic() - t0 < 10  # (not after the sleeps' 30 s)
+    session.writer.flush(timeout=30)
+    rows = session.store.find("units", session=session.uid)
+    assert Counter(r["state"] for r in rows) == {"CANCELED": 3}

@@ -229,7 +229,9 @@ class Unit(Stateful):
         self.client_out: Sequence[dict] = bp.client_out  # (emptied, a list, once they are done)
         self.staged_on = None  # the Pilot its client inputs were transferred to
         self.staging_out = False  # its client outputs are being transferred
-        self.kept: dict = {}  # stdout / stderr of a `cleanup` unit (its files are gone)
+        # stdout / stderr of a `cleanup` unit (its files are gone); the reason of a cancel
+        # asked of its partition (CANCEL_KEY: kept in the store with its doc, for an attach)
+        self.kept: dict = {}
         self.umgr = umgr
         self.asked = bp.asked  # (cores, GPUs) it asks for over all its ranks (unit_flow)
         self.held: tuple | None = None  # (partition, cores, GPUs) it holds, once EXECUTING
@@ -430,6 +432,9 @@ class Unit(Stateful):
         fields beside it when it has any (pmgr/store/base.py, Own)."""
         own = self.own_fields()
         return self.blueprint.stored if own is None else Own(self.blueprint.stored, own)
+
+
+CANCEL_KEY = "cancel_asked"  # (Unit.kept: see cancel_asked)
 
 
 class Partition(Stateful):

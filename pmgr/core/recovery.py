@@ -17,7 +17,12 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
             partition: the partition's agent is asked (`sync`) and says again what it knows
             (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
             no agent knows is routed again if it was only sent, else FAILED as lost.
-Units still at the client (SCHEDULING, no partition) are simply routed again.
+    cancel  for each such unit whose cancel the client before asked (UnitManager.cancel_units
+            keeps its reason with the unit's doc, `kept`): asked again, after the sync (that
+            client may have died before its cancel left); should it come back unrun, it ends
+            CANCELED, as it would have for that client.
+Units still at the client (SCHEDULING, no partition) are simply routed again (CANCELED if their
+cancel was asked).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from pilot.descriptions import (
 from pilot.errors import PilotIncompatible, PilotOwned
 from pilot.pmgr import batch
 from pilot.pmgr.core import ownership
-from pilot.pmgr.core.handles import Partition
+from pilot.pmgr.core.handles import CANCEL_KEY, Partition
 from pilot.pmgr.core.pilot import ATTACHING
 from pilot.pmgr.store import data_files
 from pilot.wire import peer_version
@@ -273,13 +278,14 @@ class Recovery:
         docs = session.store.open_units(session.uid)
         rows = session.store.histories([d["uid"] for d in docs], session.uid)
         ask: dict = {}
+        cancels: dict = {}
         with session.locked():
             for p in self.pilots.values():
                 if p.umgr is None:
                     p.umgr = umgr
                     umgr.pilots.append(p)
             for doc in docs:
-                self._adopt(umgr, doc, ask, rows[doc["uid"]])
+                self._adopt(umgr, doc, ask, cancels, rows[doc["uid"]])
             for p in self.pilots.values():
                 if p.umgr is umgr:
                     p.hand_orphans()
@@ -287,6 +293,12 @@ class Recovery:
                 pilot.command(
                     {"cid": session.ids.next_cid(pilot.uid), "op": "sync", "args": {"units": units}}
                 )
+            for pilot, by_reason in cancels.items():  # (after the sync: asked again, as the
+                for reason, pairs in by_reason.items():  # client that died may not have)
+                    pilot.command(
+                        {"cid": None, "op": "cancel_units",
+                         "args": {"units": pairs, "reason": reason}}
+                    )  # fmt: skip
             umgr.routing.route()
         log.info(
             "%s: %d units recovered, %d being reconciled with their agents",
@@ -317,9 +329,11 @@ class Recovery:
         log.info("%s: history rows of %d final units written after their docs", session.uid,
                  len(docs))  # fmt: skip
 
-    def _adopt(self, umgr, doc: dict, ask: dict, rows: list[dict]) -> None:
+    def _adopt(self, umgr, doc: dict, ask: dict, cancels: dict, rows: list[dict]) -> None:
         """(lock held) A unit not final in the store, made again: routed again if it never
-        reached a partition, FAILED if its pilot ended, else asked for (`ask`)."""
+        reached a partition, FAILED if its pilot ended, else asked for (`ask`); one whose
+        cancel its client asked (kept with its doc) is CANCELED if it is nowhere else, else
+        its cancel is asked again (`cancels`: {pilot: {reason: [[uid, partition], ...]}})."""
         session = self.session
         desc = umgr.DESCRIPTION.from_stored(doc["description"])
         unit = umgr.UNIT(session, doc["uid"], desc, umgr)
@@ -328,10 +342,17 @@ class Recovery:
         unit.value = doc.get("return_value")
         unit.node, unit.slots = doc.get("node"), doc.get("slots")
         unit.pilot = self.pilots.get(doc.get("pilot"))
+        kept = doc.get("kept")
+        if isinstance(kept, dict):
+            unit.kept = dict(kept)
+            reason = kept.get(CANCEL_KEY)
+            unit.cancel_asked = reason if isinstance(reason, str) else None
         umgr.units[unit.uid] = unit
         if unit.final:
             return
-        if unit.part is None or unit.pilot is None:
+        if unit.cancel_asked is not None and (unit.part is None or unit.pilot is None):
+            unit.advance(S.CANCELED, time.time(), unit.cancel_asked)  # (nowhere to ask it)
+        elif unit.part is None or unit.pilot is None:
             unit.part = None
             umgr.pending.append(unit)
         elif unit.pilot.final:
@@ -342,6 +363,10 @@ class Recovery:
             if part is not None:
                 part.outstanding += 1
             ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)
+            if unit.cancel_asked is not None:
+                cancels.setdefault(unit.pilot, {}).setdefault(unit.cancel_asked, []).append(
+                    [unit.uid, unit.part]
+                )
 
 
 def _incompatible(reply: dict | None) -> bool:

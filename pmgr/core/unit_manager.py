@@ -26,7 +26,7 @@ import time
 
 import pilot.states as S
 from pilot.descriptions import ComputeUnitDescription
-from pilot.pmgr.core.handles import UNIT_STATE, Unit, callback
+from pilot.pmgr.core.handles import CANCEL_KEY, UNIT_STATE, Unit, callback
 from pilot.pmgr.core.routing import Routing
 from pilot.pmgr.core.stream_marks import StreamMarks
 from pilot.pmgr.core.unit_events import UnitEvents
@@ -415,7 +415,8 @@ class UnitManager:
                     self._unqueue(u)
                     u.advance(S.CANCELED, now, reason)
                 else:  # (asked of its partition; should it come back unrun: CANCELED)
-                    u.cancel_asked = reason
+                    u.cancel_asked = u.kept[CANCEL_KEY] = reason  # (kept with its doc: a
+                    self.session.writer.changed(u)  # client that attaches asks it again)
                     by_pilot.setdefault(u.pilot, []).append([u.uid, u.part])
             for pilot, pairs in by_pilot.items():
                 pilot.command(
