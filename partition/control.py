@@ -28,6 +28,8 @@
                                                     agents when it is not the pilot's (`data`)
     sync           {units: {part: [uids]}}         {asked: [parts]}: their agents say again
                                                     what they know, then `synced` per partition
+                                                    (ahead of it, `back` for units that
+                                                    partition handed back: outbox.py)
 Every field is checked before anything is done (pilot/wire/checks.py: types, sizes, uid format);
 a command that fails answers ok: false with the error naming the field; no input stops the
 bootstrap.
@@ -50,7 +52,7 @@ from pilot import validate
 from pilot.ids import ALL
 from pilot.states import CANCELED, FINAL
 from pilot.wire import checks, peer_version, updates
-from pilot.wire.protocol import HEARTBEAT, msg, pack
+from pilot.wire.protocol import HEARTBEAT, journal_path, msg, pack
 
 log = logging.getLogger("bootstrap")
 
@@ -295,8 +297,35 @@ def sync(boot, cid, args: dict) -> dict:
             boot.agents.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
             waiting.append(part_uid)
         else:
+            back, uids = _handed_back(boot, part_uid, uids)
+            if back:  # (it never ran them: routed again, outbox.py)
+                said = [{"uid": u} for u in back]
+                boot.link.to_client(msg(b"back", {"part": part_uid, "units": said}))
             boot.link.to_client(msg(b"synced", {"cid": cid, "part": part_uid, "unknown": uids}))
     return {"asked": waiting}
+
+
+def _handed_back(boot, part_uid: str, uids: list[str]) -> tuple[list[str], list[str]]:
+    """(those of `uids` partition `part_uid`, whose agent is gone, handed back and did not
+    start since (its start journal: sent there again and started, a unit is not back), the
+    others)."""
+    back, rest = boot.outbox.back_of(part_uid, uids)
+    if not back:
+        return back, rest
+    asked = set(back)
+    try:
+        with open(journal_path(boot.sandbox, part_uid)) as f:
+            started = {u for u in (line.strip() for line in f) if u in asked}
+    except FileNotFoundError:
+        started = set()
+    except OSError as exc:  # (unreadable: nothing is taken for back)
+        log.warning("%s: cannot read its start journal: %s", part_uid, exc)
+        return [], uids
+    if started:
+        back = [u for u in back if u not in started]
+        gone = set(back)
+        rest = [u for u in uids if u not in gone]
+    return back, rest
 
 
 OPS = {

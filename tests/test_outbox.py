@@ -71,3 +71,50 @@ def test_a_sync_is_answered_with_the_kept_outcomes_as_they_came():
         ("DONE", ["unit.000001"], {"exit_code": 0}),
         ("FAILED", ["u.2"], {}),
     ]
+
+
+def test_handed_back_units_are_remembered_by_partition_until_they_end_elsewhere(
+    tmp_path, monkeypatch
+):
+    """A hand-back is remembered (by uid, with the partition that handed it back), bounded,
+    and forgotten once the unit's outcome comes; a sync of a partition whose agent is gone is
+    answered `back` for those the partition handed back, except those its start journal shows
+    it started since (sent there again)."""
+    from types import SimpleNamespace
+
+    from pilot.partition import control
+    from pilot.partition.client import outbox
+    from pilot.wire.protocol import journal_path, unpack
+
+    box = Outbox()
+    box.handed_back("p.0", [{"uid": "unit.000001"}, {"uid": "unit.000002"}, {"uid": "u.x"}])
+    box.handed_back("p.0", ["junk", {"uid": 7}, {"no": "uid"}])  # (hostile: passed over)
+    box.handed_back("p.1", [{"uid": "unit.000003"}])
+    assert box.back_of("p.0", ["unit.000003", "unit.000001", "u.x", "unit.000009"]) == (
+        ["unit.000001", "u.x"],
+        ["unit.000003", "unit.000009"],
+    )
+    box.add(_moves(_final("unit.000001")))  # it ran elsewhere and ended: not back any more
+    assert box.back_of("p.0", ["unit.000001", "unit.000002"]) == (["unit.000002"], ["unit.000001"])
+    box.handed_back("p.1", [{"uid": "unit.000002"}])  # handed back again, by another partition
+    assert box.back_of("p.0", ["unit.000002"]) == ([], ["unit.000002"])
+
+    sent = []
+    boot = SimpleNamespace(outbox=box, sandbox=str(tmp_path), link=SimpleNamespace(
+        to_client=sent.append, flush=lambda: None), pm=SimpleNamespace(parts={}),
+        agents=SimpleNamespace(procs={}))  # fmt: skip
+    box.handed_back("p.2", [{"uid": f"unit.00001{i}"} for i in range(4)])
+    with open(journal_path(str(tmp_path), "p.2"), "w") as f:
+        f.write("unit.000011\nunit.000099\n")  # 000011 was sent to p.2 again and started
+    uids = [f"unit.00001{i}" for i in range(5)]
+    assert control.sync(boot, "c.1", {"units": {"p.2": uids}}) == {"asked": []}
+    back, synced = (unpack(m[1]) for m in sent)
+    assert [m[0] for m in sent] == [b"back", b"synced"]
+    assert back == {"part": "p.2", "units": [{"uid": u} for u in ("unit.000010", "unit.000012",
+                                                                  "unit.000013")]}  # fmt: skip
+    assert synced["unknown"] == ["unit.000011", "unit.000014"]
+
+    monkeypatch.setattr(outbox, "BACK_KEPT", 3)
+    small = Outbox()
+    small.handed_back("p", [{"uid": f"unit.{k:06d}"} for k in range(5)])
+    assert list(small.back) == ["unit.000002", "unit.000003", "unit.000004"]  # (the newest)

@@ -523,3 +523,80 @@ def test_a_cancel_outlives_the_client_that_asked_it(make_session, database_url):
     session.writer.flush(timeout=30)
     rows = session.store.find("units", session=session.uid)
     assert Counter(r["state"] for r in rows) == {"CANCELED": 3}
+
+
+HANDED_BACK_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+units = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["30"])]
+                          + [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(3)])
+units[0].wait(rp.EXECUTING, timeout=30)
+umgr.events.on_units_back = lambda *a, **k: None  # the client dies before the `back` is read:
+part = pilot.partitions[0]  # it never routes them again, and its store has them sent to `part`
+pilot.reconfig(stop=part.uid, start=[rp.ComputePartitionDescription(cores=1)])
+part.wait(timeout=30)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "stopped": part.uid, "sent": [u.uid for u in units
+                  if u.part == part.uid and u.state == rp.QUEUED]}), flush=True)
+os._exit(0)  # no close, no goodbye; the pilot goes on
+"""
+)
+
+
+def test_units_handed_back_while_no_client_listened_run_after_an_attach(make_session, tmp_path):
+    """A partition is stopped and hands its queued units back, and the client dies before it
+    reads the `back`: its store has them QUEUED there.  The client that attaches asks that
+    partition (gone) with `sync`; the bootstrap kept the hand-back and says `back` again, so
+    they are routed again and run (before: FAILED, "lost with" the partition, never having
+    run); the unit that ran there ends as its stop ended it."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    first = run_client(HANDED_BACK_CLIENT, url)
+    assert first["sent"], first  # (queued at the stopped partition when it stopped)
+    session = make_session(uid=first["session"], database_url=url)
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    umgr.wait_units(timeout=30)
+    units = {u.uid: u for u in umgr.get_units()}
+    assert [units[uid].state for uid in first["sent"]] == [rp.DONE] * len(first["sent"]), [
+        (u.uid, u.state, u.reason) for u in units.values()
+    ]
+    assert all(units[uid].part != first["stopped"] for uid in first["sent"])
+    assert units["unit.000000"].state == rp.CANCELED  # (it ran there: stopped with it)
+
+
+GIVEN_BACK_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+units = umgr.submit_units([rp.ComputeUnitDescription(executable="/bin/sleep", arguments=["2"])]
+                          + [rp.ComputeUnitDescription(executable="/bin/true") for _ in range(3)])
+units[0].wait(rp.EXECUTING, timeout=30)
+part = pilot.partitions[0]
+queued = [u.uid for u in units if u.part == part.uid and u.state == rp.QUEUED]
+read = []  # the client dies before it acts on the `back`: its store has them QUEUED at `part`
+umgr.events.on_units_back = lambda *a, **k: read.append(a)
+pilot.command({"cid": None, "op": "give_back", "args": {"part": part.uid, "uids": queued}})
+deadline = time.monotonic() + 30
+while not read and time.monotonic() < deadline:
+    time.sleep(0.05)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "sent": queued, "read": len(read)}), flush=True)
+os._exit(0)
+"""
+)
+
+
+def test_units_a_live_partition_gave_back_while_no_client_listened_run_after_an_attach(
+    make_session, tmp_path
+):
+    """As above, with the partition alive: it gave its queued units back when asked
+    (`give_back`), and forgot them; its agent answers the next client's `sync` that it does
+    not know them, and the bootstrap, which kept the hand-back, says `back`: they run."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    first = run_client(GIVEN_BACK_CLIENT, url)
+    assert first["sent"] and first["read"] == 1, first
+    session = make_session(uid=first["session"], database_url=url)
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    assert umgr.wait_units(timeout=30) == [rp.DONE] * 4, [
+        (u.uid, u.state, u.reason) for u in umgr.get_units()
+    ]

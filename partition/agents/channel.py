@@ -192,15 +192,21 @@ class AgentChannel:
         self.pm.on_ready(uid, body.get("runner"), body.get("data") is True)
 
     def agent_back(self, uid: str, frames: list[bytes], body: dict) -> None:
+        self.outbox.handed_back(uid, body["units"])  # (for a sync)
         self.flush()
         self.to_client([b"back", frames[1]])
 
     def agent_synced(self, uid: str, frames: list[bytes], body: dict) -> None:
-        """The units it does not know may have ended: the outbox keeps those."""
+        """The units it does not know may have ended (the outbox keeps those), or have been
+        handed back by it (the outbox remembers those: `back` again, to be routed again)."""
         found, rest = self.outbox.answer(body["unknown"])
+        back, rest = self.outbox.back_of(uid, rest)
         self.flush()
         if found:
             self.to_client(updates.of_records(found).frames())
+        if back:
+            units = [{"uid": u} for u in back]
+            self.to_client(msg(b"back", {"part": uid, "units": units, "stays": True}))
         self.to_client(msg(b"synced", {**body, "unknown": rest}))
 
     def agent_output(self, uid: str, frames: list[bytes], body: list) -> None:

@@ -183,6 +183,7 @@ class ClientLink:
         if not self.pm.take_buffered_or_bounce(uid, frames[2:]):
             self.flush()
             back = validate.items("units", unpack(frames[2]))
+            self.outbox.handed_back(uid, back)  # (for a sync)
             self.to_client(msg(b"back", {"part": uid, "units": back}))
 
     def client_put(self, frames: list[bytes], body: None) -> None:

@@ -16,6 +16,15 @@ named, which is only cautious): when an agent dies, its start journal holds ever
 started (10^7 lines after 10^7 units), and `not_acknowledged` streams it down to the units
 whose outcome the client may not have (in flight, or ended and not acknowledged), the only ones
 the `lost` message needs to name.
+
+Units handed back (a partition stopped, or asked to give back, before they ran: `back`, on its
+way to the client) are kept too, by uid with the partition that handed them back (`back`, the
+last BACK_KEPT; a unit's entry goes when its outcome comes): a client that died before the
+`back` reached it left them in its store as sent there, and the next client's `sync` of that
+partition is answered `back` for them (partition/control.py, agents/channel.py), so they are
+routed again, not failed as lost. An entry says "never ran there" only while that partition's
+agent does not know the unit again: a live agent that does answers for it, and for a partition
+whose agent is gone, a unit in its start journal (sent there again and started) is not `back`.
 """
 
 from __future__ import annotations
@@ -23,20 +32,49 @@ from __future__ import annotations
 from pilot.seen import SeenUnits, uid_number
 from pilot.states import FINAL
 
+BACK_KEPT = 100_000  # handed-back units remembered, at most (the oldest go first)
+
 
 class Outbox:
     def __init__(self) -> None:
         self.kept: dict[str, tuple] = {}  # uid -> (its Group of final moves, its place there)
         self.acked = 0
         self.acknowledged = SeenUnits()  # a bit per unit whose outcome the client's store has
+        self.back: dict[str, str] = {}  # uid -> the partition that handed it back (header)
 
     def add(self, groups: list) -> None:
         """Keep the final moves of an agent's `ustates` batch (its Groups, checked)."""
-        kept = self.kept
+        kept, back = self.kept, self.back
         for g in groups:
             if g.state in FINAL:
                 for i, uid in enumerate(g.uids):
                     kept[uid] = (g, i)
+                    if back:  # (it ran, or was canceled, somewhere: not back)
+                        back.pop(uid, None)
+
+    def handed_back(self, part: str, units: list) -> None:
+        """These units (a `back` message's: {uid, ...} each, anything else passed over) were
+        handed back by partition `part`, not run there."""
+        back = self.back
+        for u in units:
+            uid = u.get("uid") if type(u) is dict else None
+            if type(uid) is not str:
+                continue
+            back.pop(uid, None)  # (its latest hand-back, newest in the order)
+            back[uid] = part
+        while len(back) > BACK_KEPT:
+            del back[next(iter(back))]
+
+    def back_of(self, part: str, uids: list[str]) -> tuple[list[str], list[str]]:
+        """(those of `uids` that partition `part` handed back, the others)."""
+        if not self.back:
+            return [], uids
+        back = self.back
+        given = [u for u in uids if back.get(u) == part]
+        if not given:
+            return [], uids
+        mine = set(given)
+        return given, [u for u in uids if u not in mine]
 
     def ack(self, uids: list[str]) -> None:
         """The client's store has these: they are let go of."""
