@@ -29,7 +29,9 @@
     sync           {units: {part: [uids]}}         {asked: [parts]}: their agents say again
                                                     what they know, then `synced` per partition
                                                     (ahead of it, `back` for units that
-                                                    partition handed back: outbox.py)
+                                                    partition handed back: outbox.py); a
+                                                    partition without an agent names the
+                                                    units its start journal has (`started`)
 Every field is checked before anything is done (pilot/wire/checks.py: types, sizes, uid format);
 a command that fails answers ok: false with the error naming the field; no input stops the
 bootstrap.
@@ -297,21 +299,36 @@ def sync(boot, cid, args: dict) -> dict:
             boot.agents.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
             waiting.append(part_uid)
         else:
-            back, uids = _handed_back(boot, part_uid, uids)
+            back, started, uids = _agent_gone(boot, part_uid, uids)
             if back:  # (it never ran them: routed again, outbox.py)
                 said = [{"uid": u} for u in back]
                 boot.link.to_client(msg(b"back", {"part": part_uid, "units": said}))
-            boot.link.to_client(msg(b"synced", {"cid": cid, "part": part_uid, "unknown": uids}))
+            body = {"cid": cid, "part": part_uid, "unknown": uids}
+            if started:
+                body["started"] = started
+            boot.link.to_client(msg(b"synced", body))
     return {"asked": waiting}
 
 
-def _handed_back(boot, part_uid: str, uids: list[str]) -> tuple[list[str], list[str]]:
-    """(those of `uids` partition `part_uid`, whose agent is gone, handed back and did not
-    start since (its start journal: sent there again and started, a unit is not back), the
-    others)."""
-    back, rest = boot.outbox.back_of(part_uid, uids)
-    if not back:
-        return back, rest
+def _agent_gone(boot, part_uid: str, uids: list[str]) -> tuple[list, list, list]:
+    """What a partition whose agent is gone (or that never had one) says of `uids`, from its
+    start journal and the outbox (outbox.py): (those it handed back and did not start since:
+    routed again; those it started: their outcome is unknown, and they never run again; the
+    others, which never reached it).  A journal that cannot be read: any may have started."""
+    if not uids:
+        return [], [], uids
+    asked = set(uids)
+    try:
+        with open(journal_path(boot.sandbox, part_uid)) as f:
+            started = {u for u in (line.strip() for line in f) if u in asked}
+    except FileNotFoundError:  # (no unit ever started there)
+        started = set()
+    except OSError as exc:
+        log.warning("%s: cannot read its start journal (%s): its units may have run", part_uid,
+                    exc)  # fmt: skip
+        return [], list(uids), []
+    back, rest = boot.outbox.back_of(part_uid, [u for u in uids if u not in started])
+    return back, [u for u in uids if u in started], rest
     asked = set(back)
     try:
         with open(journal_path(boot.sandbox, part_uid)) as f:

@@ -600,3 +600,57 @@ def test_units_a_live_partition_gave_back_while_no_client_listened_run_after_an_
     assert umgr.wait_units(timeout=30) == [rp.DONE] * 4, [
         (u.uid, u.state, u.reason) for u in umgr.get_units()
     ]
+
+
+UNHEARD_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+from tests.faults import read_truth
+umgr.events.on_unit_moves = lambda groups: []  # it dies before any move of theirs is stored:
+units = umgr.submit_units([truth_unit(sys.argv[1], sleep=4) for _ in range(2)])
+deadline = time.monotonic() + 30  # its store has them sent to the partition (SCHEDULING)
+while (any(u.part is None for u in units) or not read_truth(sys.argv[1])[0]) \
+        and time.monotonic() < deadline:
+    time.sleep(0.05)  # (until the first has started there)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "sandbox": pilot.sandbox, "part": pilot.partitions[0].uid,
+                  "units": [u.uid for u in units]}), flush=True)
+os._exit(0)
+"""
+)
+
+
+def test_a_unit_started_by_an_agent_that_died_while_no_client_listened_never_runs_again(
+    make_session, tmp_path
+):
+    """The client dies right after its units were sent (its store has them SCHEDULING at the
+    partition); the first starts; the partition's agent is killed (-9) while no client
+    listens; a client attaches.  The partition's start journal has the first: it ends FAILED
+    (killed with its agent, or its outcome unknown), and never runs again (before: routed
+    again as never sent, it ran twice, and its history hid it); the second never started and
+    runs once elsewhere."""
+    import re
+    import signal
+    import time
+
+    from tests.faults import check_exactly_once, read_truth
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    first = run_client(UNHEARD_CLIENT, url, log)
+    with open(os.path.join(first["sandbox"], f"{first['part']}.agent.log")) as f:
+        pid = int(re.search(r": up, pid (\d+)", f.read())[1])
+    assert read_truth(log)[0] == {first["units"][0]: 1}
+    os.kill(pid, signal.SIGKILL)
+    session = make_session(uid=first["session"], database_url=url)
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    deadline = time.monotonic() + 30
+    while not pilot.partitions[0].final and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])  # (for the second)
+    states = umgr.wait_units(timeout=60)
+    units = umgr.get_units()
+    assert states == [rp.FAILED, rp.DONE], [(u.uid, u.state, u.reason) for u in units]
+    assert "its agent exited with code -9" in units[0].reason, units[0].reason
+    check_exactly_once(session, units, log)
+    assert read_truth(log)[0] == {u: 1 for u in first["units"]}

@@ -80,8 +80,9 @@ TABLE: tuple[Message, ...] = (
        "the partition's agent died: `started` may have run, the others never did"),
     _m("pilot", "output", B, C, "[[uid, node, rank, stream, text], ...]", m.OUTPUT,
        "unit output forwarded by node daemons"),
-    _m("pilot", "synced", B, C, "{cid, part, unknown: [uids]}", m.SYNCED,
-       "after a sync: the uids nothing of the pilot knows"),
+    _m("pilot", "synced", B, C, "{cid, part, unknown: [uids], started?: [uids]}", m.SYNCED,
+       "after a sync: the uids nothing of the pilot knows (`started`: a gone agent's start "
+       "journal has them: they may have run)"),
     _m("pilot", "reply", B, C, "{cid, ok, result | error}", m.REPLY, "the answer to a cmd"),
     _m("pilot", "hb", B, C, "{}", m.EMPTY, "liveness, every HEARTBEAT s"),
     _m("pilot", "bye", B, C, "{state, reason}", m.PILOT_BYE,

@@ -40,6 +40,7 @@ _uids = checks.uids
 _text = text
 _list = items
 _opt_dict = optional(mapping)
+_opt_uids = optional(checks.uids)
 _opt_list = optional(items)
 _opt_number = optional(number)
 
@@ -143,7 +144,7 @@ REPLY = fields(cid=_text)
 STATE = _state_batch
 BACK = fields(part=_uid, units=_list)
 LOST = fields(part=_uid, started=_uids, killed=_list, reason=_text)
-SYNCED = fields(cid=_text, part=_uid, unknown=_uids)
+SYNCED = fields(cid=_text, part=_uid, unknown=_uids, started=_opt_uids)
 OUTPUT = _output
 EMPTY = _any  # hb, released: nothing in the body is used
 TAKEN_OVER = fields(by=_opt_dict)

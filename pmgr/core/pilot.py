@@ -435,7 +435,7 @@ class Pilot(Stateful):
     def on_synced(self, body: dict) -> None:
         """After a sync: the units the partition's agent never had."""
         if self.umgr is not None:
-            self.umgr.events.on_synced(body["part"], body["unknown"])
+            self.umgr.events.on_synced(body["part"], body["unknown"], body.get("started") or ())
 
     def on_reply(self, body: dict) -> None:
         cid = cast(str, body.get("cid"))  # (None: no command of this client's, popped as such)

@@ -424,11 +424,14 @@ class UnitEvents:
         if self.hooks is not None:
             self.hooks.on_pilot_changed(pilot)
 
-    def on_synced(self, part_uid: str, unknown: list) -> None:
+    def on_synced(self, part_uid: str, unknown: list, started: Collection[str] = ()) -> None:
         """After an attach, the agent of `part_uid` does not know these units: one that was
-        only sent (SCHEDULING) never reached it and is routed again; any other is lost."""
+        only sent (SCHEDULING) never reached it and is routed again; any other is lost.
+        `started`: units the start journal of that partition's gone agent has: they may have
+        run, whatever the store says of them, and are lost (run again only if restartable)."""
         now = time.time()
-        for uid in unknown:
+        started = set(started)
+        for uid in (*unknown, *started):
             unit = self.units.live.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
                 continue
@@ -437,10 +440,31 @@ class UnitEvents:
                 part.outstanding = max(0, part.outstanding - 1)
             if part is not None and part.final:
                 why = _lost_with(part)
+            elif uid in started:
+                why = (
+                    f"lost: it started in partition {part_uid}, whose agent is gone; "
+                    "its outcome is unknown"
+                )
             else:
                 why = f"lost: partition {part_uid} does not know it (found when a client attached)"
-            self._never_reached(unit, why, now, front=part is not None and part.final)
+            if uid in started:  # (started there: never routed again as if it had not)
+                self._started_there(unit, why, now)
+            else:
+                self._never_reached(unit, why, now, front=part is not None and part.final)
         self.routing.route()
+
+    def _started_there(self, unit: Unit, why: str, now: float) -> None:
+        """A unit its partition's start journal has, its outcome unknown: FAILED with `why`,
+        or, restartable, routed again (CANCELED if its cancel was asked)."""
+        if self._may_restart(unit, why):
+            if self._canceled(unit, now):
+                return
+            if unit.state != S.SCHEDULING:
+                unit.advance(S.SCHEDULING, now, None)
+            unit.part = None
+            self.pending.appendleft(unit)
+        else:
+            unit.advance(S.FAILED, now, why)
 
 
 def _lost_with(part) -> str:
