@@ -378,7 +378,7 @@ class TaskManager(UnitManager):
 
 class _Call:
     """The TaskContext (pmgr/compat/rp1/task_form.py) of one submit_tasks call: the manager's, plus
-    the call's own colocation keys and uids until the call is through."""
+    the call's own colocation keys and uids (named and generated) until the call is through."""
 
     def __init__(self, tmgr: TaskManager) -> None:
         self.tmgr = tmgr
@@ -386,14 +386,19 @@ class _Call:
         self.uids: set[str] = set()
 
     def uid_for(self, d: TaskDescription) -> str:
+        """Its task's uid: the one it names (refused if taken), else the next generated one
+        that no task has (a user may have named one `task.000007` before it came up)."""
         tmgr = self.tmgr
         uid = d.uid
         if uid is None:
-            return tmgr.session.ids.next_uid(tmgr.UID_PREFIX, 6)
+            while True:
+                uid = tmgr.session.ids.next_uid(tmgr.UID_PREFIX, 6)
+                if uid not in self.uids and uid not in tmgr.units:
+                    self.uids.add(uid)  # (a later one of this call may not name it)
+                    return uid
         if uid in tmgr.units or uid in self.uids:
             raise ValueError(f"uid={uid!r} is taken: a task's uid is unique in its session")
         self.uids.add(uid)
-        tmgr.session.ids.seen_uid(tmgr.UID_PREFIX, uid)  # (task.000007: generated ones go after)
         return uid
 
     def colocated(self, key: str, uid: str) -> str | None:
