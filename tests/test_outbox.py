@@ -88,7 +88,9 @@ def test_handed_back_units_are_remembered_by_partition_until_they_end_elsewhere(
 
     box = Outbox()
     box.handed_back("p.0", [{"uid": "unit.000001"}, {"uid": "unit.000002"}, {"uid": "u.x"}])
-    box.handed_back("p.0", ["junk", {"uid": 7}, {"no": "uid"}])  # (hostile: passed over)
+    box.handed_back("p.0", ["junk", {"uid": 7}, {"no": "uid"}, {"uid": "../x"},
+                            {"uid": "u" * 100_000}])  # (hostile: passed over)  # fmt: skip
+    assert len(box.back) == 3
     box.handed_back("p.1", [{"uid": "unit.000003"}])
     assert box.back_of("p.0", ["unit.000003", "unit.000001", "u.x", "unit.000009"]) == (
         ["unit.000001", "u.x"],

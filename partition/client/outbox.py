@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from pilot.seen import SeenUnits, uid_number
 from pilot.states import FINAL
+from pilot.wire.checks import UID
 
 BACK_KEPT = 100_000  # handed-back units remembered, at most (the oldest go first)
 
@@ -53,12 +54,12 @@ class Outbox:
                         back.pop(uid, None)
 
     def handed_back(self, part: str, units: list) -> None:
-        """These units (a `back` message's: {uid, ...} each, anything else passed over) were
-        handed back by partition `part`, not run there."""
+        """These units (a `back` message's: {uid, ...} each; anything else, or a uid no unit
+        can have, is passed over) were handed back by partition `part`, not run there."""
         back = self.back
         for u in units:
             uid = u.get("uid") if type(u) is dict else None
-            if type(uid) is not str:
+            if type(uid) is not str or not UID.match(uid):  # (no unit has such a uid)
                 continue
             back.pop(uid, None)  # (its latest hand-back, newest in the order)
             back[uid] = part
