@@ -654,3 +654,40 @@ def test_a_unit_started_by_an_agent_that_died_while_no_client_listened_never_run
     assert "its agent exited with code -9" in units[0].reason, units[0].reason
     check_exactly_once(session, units, log)
     assert read_truth(log)[0] == {u: 1 for u in first["units"]}
+
+
+def test_units_whose_pilot_died_unheard_are_not_run_again_elsewhere(make_session, tmp_path):
+    """The client dies right after its units were sent (its store has them SCHEDULING at
+    the partition); the first starts; the pilot's bootstrap is stopped; a client attaches
+    and adds a second pilot; the bootstrap is killed.  Nothing that outlived the first pilot
+    knows whether its units reached it (the attach went unanswered): they end FAILED (their
+    outcome unknown) and do not run again on the second pilot (before: routed again as only
+    sent, each ran twice); only a restartable one would."""
+    import signal
+
+    from pilot.pmgr.core import reaper
+    from tests.faults import read_truth
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    first = run_client(UNHEARD_CLIENT, url, log)
+    assert read_truth(log)[0] == {first["units"][0]: 1}
+    (boot,) = [p for p in reaper.session_processes(first["session"])
+               if "pilot.partition.bootstrap" in open(f"/proc/{p}/cmdline").read()]  # fmt: skip
+    os.kill(boot, signal.SIGSTOP)  # (it does not answer the attach: its units are adopted)
+    session = make_session(uid=first["session"], database_url=url)
+    pmgr = rp.PilotManager(session)
+    (gone,) = pmgr.get_pilots()
+    umgr = rp.UnitManager(session)
+    assert not gone.final
+    os.kill(boot, signal.SIGKILL)
+    other = pmgr.submit_pilots(
+        rp.ComputePilotDescription(resource="local.localhost", cores=1, runtime=5)
+    )
+    umgr.add_pilots(other)
+    states = umgr.wait_units(timeout=60)
+    units = umgr.get_units()
+    assert gone.state == rp.FAILED
+    starts = read_truth(log)[0]  # (the second may have started on the first pilot meanwhile)
+    assert starts[first["units"][0]] == 1 and set(starts.values()) == {1}, starts
+    assert states == [rp.FAILED] * 2, [(u.uid, u.state, u.reason) for u in units]
+    assert all(u.pilot is gone and "lost with partition" in u.reason for u in units)

@@ -16,7 +16,10 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
             (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
-            no agent knows is routed again if it was only sent, else FAILED as lost.
+            no agent knows is routed again if it was only sent, else FAILED as lost; one the
+            start journal of its partition's gone agent has (`started`) is FAILED, and so is
+            one whose pilot ends before it answered for it (UnitEvents.unsure: the store says
+            only that it was sent, and it may have started).
     cancel  for each such unit whose cancel the client before asked (UnitManager.cancel_units
             keeps its reason with the unit's doc, `kept`): asked again, after the sync (that
             client may have died before its cancel left); should it come back unrun, it ends
@@ -363,6 +366,8 @@ class Recovery:
             if part is not None:
                 part.outstanding += 1
             ask.setdefault(unit.pilot, {}).setdefault(unit.part, []).append(unit.uid)
+            if unit.state == S.SCHEDULING:  # (sent: it may have reached its partition)
+                umgr.events.unsure.add(unit.uid)
             if unit.cancel_asked is not None:
                 cancels.setdefault(unit.pilot, {}).setdefault(unit.cancel_asked, []).append(
                     [unit.uid, unit.part]

@@ -79,6 +79,9 @@ class UnitEvents:
         self.routing = routing
         self.hooks = hooks
         self.said_again = 0  # updates refused because the unit had passed them (sync replays)
+        # units an attach adopted as sent to a partition (SCHEDULING there in the store) whose
+        # pilot has not answered for them yet: they may have reached it, and started
+        self.unsure: set[str] = set()
         self.output_callbacks: list = []  # register_output_callback's
 
     def on_output(self, chunks: list) -> None:
@@ -106,6 +109,9 @@ class UnitEvents:
         unit machine with no more than an exit code, a node and slots, and a reason takes
         the short way (`_moves`); any other is `on_unit_state`'s."""
         ended: list[str] = []
+        if self.unsure:  # (after an attach: what its pilot says of a unit answers for it)
+            for g in groups:
+                self.unsure.difference_update(g.uids)
         for g in groups:
             if _RARE.isdisjoint(g.cols) and _RARE.isdisjoint(g.same):
                 self._moves(g, ended)
@@ -293,6 +299,7 @@ class UnitEvents:
         if partition is not None and stays:
             partition.giving_back = 0.0  # (asked once at a time: Routing.rebalance)
         for uid in uids_of(units):
+            self.unsure.discard(uid)  # (its pilot answered for it: it never ran there)
             unit = self.units.live.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
                 continue
@@ -379,8 +386,12 @@ class UnitEvents:
 
     def _never_reached(self, unit: Unit, why: str, now: float, front: bool = False) -> None:
         """A unit its partition no longer has: one only sent (SCHEDULING, not pinned there)
-        never reached it and is routed again; any other is FAILED with `why`."""
-        if unit.state == S.SCHEDULING and unit.description.partition != unit.part:
+        never reached it and is routed again; any other is FAILED with `why` (and so is one
+        an attach adopted as sent whose pilot never answered for it: it may have run)."""
+        unsure = bool(self.unsure) and unit.uid in self.unsure
+        if unsure:
+            self.unsure.discard(unit.uid)
+        if unit.state == S.SCHEDULING and unit.description.partition != unit.part and not unsure:
             if self._canceled(unit, now):
                 return
             unit.part = None
@@ -432,6 +443,7 @@ class UnitEvents:
         now = time.time()
         started = set(started)
         for uid in (*unknown, *started):
+            self.unsure.discard(uid)  # (its pilot answered for it)
             unit = self.units.live.get(uid)
             if unit is None or unit.final or unit.part != part_uid:
                 continue
