@@ -31,7 +31,9 @@
                                                     (ahead of it, `back` for units that
                                                     partition handed back: outbox.py); a
                                                     partition without an agent names the
-                                                    units its start journal has (`started`)
+                                                    units its start journal has (`started`),
+                                                    and says `back` for the others, but for
+                                                    those it holds until its agent is up
 Every field is checked before anything is done (pilot/wire/checks.py: types, sizes, uid format);
 a command that fails answers ok: false with the error naming the field; no input stops the
 bootstrap.
@@ -54,7 +56,7 @@ from pilot import validate
 from pilot.ids import ALL
 from pilot.states import CANCELED, FINAL
 from pilot.wire import checks, peer_version, updates
-from pilot.wire.protocol import HEARTBEAT, journal_path, msg, pack
+from pilot.wire.protocol import HEARTBEAT, ProtocolError, journal_path, msg, pack, unpack
 
 log = logging.getLogger("bootstrap")
 
@@ -299,6 +301,9 @@ def sync(boot, cid, args: dict) -> dict:
             boot.agents.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
             waiting.append(part_uid)
         else:
+            if part is not None and part.state not in FINAL and part.buffered:
+                held = _buffered(part)  # (to its agent once it is up: it answers for them)
+                uids = [u for u in uids if u not in held]
             back, started, uids = _agent_gone(boot, part_uid, uids)
             if back:  # (it never ran them: routed again, outbox.py)
                 said = [{"uid": u} for u in back]
@@ -310,11 +315,26 @@ def sync(boot, cid, args: dict) -> dict:
     return {"asked": waiting}
 
 
+def _buffered(part) -> set[str]:
+    """The uids of the units a partition not ACTIVE yet holds for its agent."""
+    held = set()
+    for batch in part.buffered:
+        try:
+            units = unpack(batch[0])
+        except ProtocolError:  # (its agent will refuse it: nothing of it is held)
+            continue
+        for u in units if type(units) is list else ():
+            if type(u) is dict and type(u.get("uid")) is str:
+                held.add(u["uid"])
+    return held
+
+
 def _agent_gone(boot, part_uid: str, uids: list[str]) -> tuple[list, list, list]:
     """What a partition whose agent is gone (or that never had one) says of `uids`, from its
-    start journal and the outbox (outbox.py): (those it handed back and did not start since:
-    routed again; those it started: their outcome is unknown, and they never run again; the
-    others, which never reached it).  A journal that cannot be read: any may have started."""
+    start journal (a line a unit, written before the unit starts): (those it never started:
+    `back`, routed again, whether it handed them back, queued them, or never had them; those
+    it started: their outcome is unknown, and they never run again; []).  A journal that
+    cannot be read: any may have started."""
     if not uids:
         return [], [], uids
     asked = set(uids)
@@ -327,22 +347,7 @@ def _agent_gone(boot, part_uid: str, uids: list[str]) -> tuple[list, list, list]
         log.warning("%s: cannot read its start journal (%s): its units may have run", part_uid,
                     exc)  # fmt: skip
         return [], list(uids), []
-    back, rest = boot.outbox.back_of(part_uid, [u for u in uids if u not in started])
-    return back, [u for u in uids if u in started], rest
-    asked = set(back)
-    try:
-        with open(journal_path(boot.sandbox, part_uid)) as f:
-            started = {u for u in (line.strip() for line in f) if u in asked}
-    except FileNotFoundError:
-        started = set()
-    except OSError as exc:  # (unreadable: nothing is taken for back)
-        log.warning("%s: cannot read its start journal: %s", part_uid, exc)
-        return [], uids
-    if started:
-        back = [u for u in back if u not in started]
-        gone = set(back)
-        rest = [u for u in uids if u not in gone]
-    return back, rest
+    return [u for u in uids if u not in started], [u for u in uids if u in started], []
 
 
 OPS = {

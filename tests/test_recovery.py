@@ -691,3 +691,164 @@ def test_units_whose_pilot_died_unheard_are_not_run_again_elsewhere(make_session
     assert starts[first["units"][0]] == 1 and set(starts.values()) == {1}, starts
     assert states == [rp.FAILED] * 2, [(u.uid, u.state, u.reason) for u in units]
     assert all(u.pilot is gone and "lost with partition" in u.reason for u in units)
+
+
+QUEUED_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+units = umgr.submit_units([truth_unit(sys.argv[1], sleep=30)]
+                          + [truth_unit(sys.argv[1], sleep=0.1) for _ in range(3)])
+deadline = time.monotonic() + 30
+while [u.state for u in units] != ["EXECUTING"] + ["QUEUED"] * 3 \
+        and time.monotonic() < deadline:
+    time.sleep(0.05)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid, "sandbox": pilot.sandbox, "part": pilot.partitions[0].uid,
+                  "states": [u.state for u in units]}), flush=True)
+os._exit(0)
+"""
+)
+
+
+def test_units_queued_at_an_agent_that_died_while_no_client_listened_run_elsewhere(
+    make_session, tmp_path
+):
+    """One unit runs and three wait QUEUED at a partition of one core; the client dies; the
+    partition's agent is killed (-9) while no client listens; a client attaches.  The start
+    journal shows the three never started: they run once elsewhere (before: FAILED "lost",
+    never having run); the one that ran ends FAILED, killed with its agent."""
+    import re
+    import signal
+    import time
+
+    from tests.faults import check_exactly_once, read_truth
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    first = run_client(QUEUED_CLIENT, url, log)
+    assert first["states"] == ["EXECUTING"] + ["QUEUED"] * 3, first
+    with open(os.path.join(first["sandbox"], f"{first['part']}.agent.log")) as f:
+        os.kill(int(re.search(r": up, pid (\d+)", f.read())[1]), signal.SIGKILL)
+    session = make_session(uid=first["session"], database_url=url)
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    deadline = time.monotonic() + 30
+    while not pilot.partitions[0].final and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])
+    states = umgr.wait_units(timeout=60)
+    units = umgr.get_units()
+    assert states == [rp.FAILED] + [rp.DONE] * 3, [(u.uid, u.state, u.reason) for u in units]
+    assert all(u.part == pilot.partitions[1].uid for u in units[1:])
+    check_exactly_once(session, units, log)
+    assert set(read_truth(log)[0].values()) == {1}
+
+
+PINNED_UNSENT_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+send = s.channel.send  # its units are stored as sent, and never leave (it dies first)
+s.channel.send = lambda pilot_uid, frames: None if frames[0] == b"units" else send(pilot_uid,
+                                                                                   frames)
+pinned = umgr.submit_units([truth_unit(sys.argv[1], sleep=0.1,
+                                       partition=pilot.partitions[0].uid) for _ in range(2)])
+deadline = time.monotonic() + 30
+while any(u.part is None for u in pinned) and time.monotonic() < deadline:
+    time.sleep(0.05)
+s.writer.flush(timeout=30)
+print(json.dumps({"session": s.uid}), flush=True)
+os._exit(0)
+"""
+)
+
+
+def test_units_pinned_to_a_live_partition_that_never_got_them_go_there_after_an_attach(
+    make_session, tmp_path
+):
+    """Units pinned to a partition are stored as sent there and never leave the client,
+    which dies; the partition's live agent tells the next client it never had them: they
+    are sent there again and run once (before: FAILED "lost", as if the partition were
+    gone)."""
+    from tests.faults import check_exactly_once
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    first = run_client(PINNED_UNSENT_CLIENT, url, log)
+    session = make_session(uid=first["session"], database_url=url)
+    rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    states = umgr.wait_units(timeout=60)
+    units = umgr.get_units()
+    assert states == [rp.DONE] * 2, [(u.uid, u.state, u.reason) for u in units]
+    check_exactly_once(session, units, log)
+
+
+DEPOSED_CLIENT = (
+    LOCAL_CLIENT
+    + r"""
+units = umgr.submit_units([truth_unit(sys.argv[1], sleep=30)]
+                          + [truth_unit(sys.argv[1], sleep=0.1) for _ in range(3)])
+deadline = time.monotonic() + 30
+while [u.state for u in units] != ["EXECUTING"] + ["QUEUED"] * 3 \
+        and time.monotonic() < deadline:
+    time.sleep(0.05)
+held = []  # the `back` of a stop is read only once another client took the pilot over
+read_back = umgr.events.on_units_back
+umgr.events.on_units_back = lambda *a, **k: held.append((a, k))
+print(json.dumps({"session": s.uid, "pilot": pilot.uid}), flush=True)
+sys.stdin.readline()  # taken over meanwhile
+with s.locked():
+    for a, k in held:
+        read_back(*a, **k)
+print(json.dumps({"held": len(held), "released": pilot.released,
+                  "states": [[u.state, u.reason] for u in units]}), flush=True)
+s.close(terminate=False)
+"""
+)
+
+
+def test_a_client_taken_over_leaves_the_units_it_had_sent_to_their_new_owner(
+    make_session, tmp_path
+):
+    """A shell stops the owner's partition (`pilot reconfig --stop all --start fill`): its
+    queued units are handed back; another client takes the pilot over before the owner
+    reads the `back`.  The new owner runs them (they are in the store, sent there); the old
+    one leaves them unfinished (a wait for them raises PilotOwned) instead of failing them
+    ("no pilot is left to this client"), which gave them two final states."""
+    import time
+
+    from tests.faults import read_truth
+
+    url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
+    env = dict(os.environ, PYTHONPATH=ROOT, PILOT_DATABASE_URL=url)
+    first = subprocess.Popen(
+        [sys.executable, "-c", DEPOSED_CLIENT, log],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        said = json.loads(first.stdout.readline())
+        out = subprocess.run(
+            [sys.executable, "-m", "pilot", "reconfig", f"{said['session']}/{said['pilot']}"]
+            + ["--stop", "all", "--start", "fill"],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr + out.stdout
+        time.sleep(1.0)  # (the `back` reaches the owner, which holds it)
+        session = make_session(uid=said["session"], database_url=url, take_over=True)
+        rp.PilotManager(session).get_pilots()
+        umgr = rp.UnitManager(session)
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        late = json.loads(first.stdout.readline())
+        assert late["held"] and late["released"], late
+        assert [s for s, _ in late["states"][1:]] == [rp.SCHEDULING] * 3, late
+        states = umgr.wait_units(timeout=60)
+        units = umgr.get_units()
+        assert states == [rp.CANCELED] + [rp.DONE] * 3, [(u.uid, u.state, u.reason) for u in units]
+        assert set(read_truth(log)[0].values()) == {1}
+        assert first.wait(timeout=30) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()

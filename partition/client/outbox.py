@@ -23,8 +23,8 @@ last BACK_KEPT; a unit's entry goes when its outcome comes): a client that died 
 `back` reached it left them in its store as sent there, and the next client's `sync` of that
 partition is answered `back` for them (partition/control.py, agents/channel.py), so they are
 routed again, not failed as lost. An entry says "never ran there" only while that partition's
-agent does not know the unit again: a live agent that does answers for it, and for a partition
-whose agent is gone, a unit in its start journal (sent there again and started) is not `back`.
+agent does not know the unit again: a live agent that does answers for it. (A partition whose
+agent is gone answers from its start journal alone: partition/control.py `sync`.)
 """
 
 from __future__ import annotations

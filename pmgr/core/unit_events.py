@@ -391,7 +391,7 @@ class UnitEvents:
         unsure = bool(self.unsure) and unit.uid in self.unsure
         if unsure:
             self.unsure.discard(unit.uid)
-        if unit.state == S.SCHEDULING and unit.description.partition != unit.part and not unsure:
+        if unit.state == S.SCHEDULING and not unsure and self._may_go_again(unit):
             if self._canceled(unit, now):
                 return
             unit.part = None
@@ -404,6 +404,14 @@ class UnitEvents:
             (self.pending.appendleft if front else self.pending.append)(unit)
         else:
             unit.advance(S.FAILED, now, why)
+
+    def _may_go_again(self, unit: Unit) -> bool:
+        """Whether a unit that never reached its partition has somewhere to go: anywhere, or,
+        pinned to that partition, there again while it lives."""
+        if unit.description.partition != unit.part:
+            return True
+        part = unit.pilot.parts.get(unit.part) if unit.pilot is not None else None
+        return part is not None and not part.final and not unit.pilot.final
 
     def _may_restart(self, unit: Unit, why: str) -> bool:
         """A restartable unit (not pinned to the partition it lost) runs again elsewhere."""
