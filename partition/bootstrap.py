@@ -265,6 +265,8 @@ class Bootstrap:
         load = self.agents.node_load
         if state in FINAL and load:  # (its nodes' load, as its agent said it, goes)
             self.agents.node_load = {i: v for i, v in load.items() if v[3] != uid}
+        if state in FINAL:
+            self.agents.load_of.pop(uid, None)
         if state in FINAL and self.nodeset is not None:
             part = self.pm.parts.get(uid)
             if part is not None and part.alloc is not None:  # its agent may have died first

@@ -300,6 +300,9 @@ def sync(boot, cid, args: dict) -> dict:
         if part is not None and part.state not in FINAL and part.uid in boot.agents.procs:
             boot.agents.send_agent(part_uid, [b"sync", pack({"cid": cid, "uids": uids})])
             waiting.append(part_uid)
+        elif part is not None and part.state not in FINAL and part.exit is not None:
+            continue  # (its agent exited; its last words may be on their way: nothing is
+            # said now, and the client asks again once the partition ended)
         else:
             if part is not None and part.state not in FINAL and part.buffered:
                 held = _buffered(part)  # (to its agent once it is up: it answers for them)

@@ -507,19 +507,16 @@ def test_a_cancel_outlives_the_client_that_asked_it(make_session, database_url):
     """A client asks its units' cancel and dies before the cancel reaches the pilot: a client
     that attaches asks it again (the reason is kept with each unit's doc), so the units end
     CANCELED with that reason instead of running on (`sleep 30`), and the store agrees."""
-    import time
 
     first = run_client(CANCELING_CLIENT, database_url)
     assert first["sent"], first  # (one at least is at the partition, running)
     session = make_session(uid=first["session"], database_url=database_url)
     rp.PilotManager(session).get_pilots()
     umgr = rp.UnitManager(session)
-    t0 = time.monotonic()
-    states = umgr.wait_units(timeout=20)
+    states = umgr.wait_units(timeout=20)  # (not after the sleeps' 30 s)
     units = umgr.get_units()
     assert states == [rp.CANCELED] * 3, [(u.uid, u.state, u.reason) for u in units]
     assert {u.reason for u in units} == {"not wanted any more"}
-    assert time.monotonic() - t0 < 10  # (not after the sleeps' 30 s)
     session.writer.flush(timeout=30)
     rows = session.store.find("units", session=session.uid)
     assert Counter(r["state"] for r in rows) == {"CANCELED": 3}
@@ -607,7 +604,7 @@ UNHEARD_CLIENT = (
     + r"""
 from tests.faults import read_truth
 umgr.events.on_unit_moves = lambda groups: []  # it dies before any move of theirs is stored:
-units = umgr.submit_units([truth_unit(sys.argv[1], sleep=4) for _ in range(2)])
+units = umgr.submit_units([truth_unit(sys.argv[1], sleep=60), truth_unit(sys.argv[1], sleep=0.1)])
 deadline = time.monotonic() + 30  # its store has them sent to the partition (SCHEDULING)
 while (any(u.part is None for u in units) or not read_truth(sys.argv[1])[0]) \
         and time.monotonic() < deadline:
@@ -651,7 +648,7 @@ def test_a_unit_started_by_an_agent_that_died_while_no_client_listened_never_run
     states = umgr.wait_units(timeout=60)
     units = umgr.get_units()
     assert states == [rp.FAILED, rp.DONE], [(u.uid, u.state, u.reason) for u in units]
-    assert "its agent exited with code -9" in units[0].reason, units[0].reason
+    assert any(w in units[0].reason for w in ("its agent exited with code -9", "agent is gone"))
     check_exactly_once(session, units, log)
     assert read_truth(log)[0] == {u: 1 for u in first["units"]}
 
@@ -794,6 +791,11 @@ held = []  # the `back` of a stop is read only once another client took the pilo
 read_back = umgr.events.on_units_back
 umgr.events.on_units_back = lambda *a, **k: held.append((a, k))
 print(json.dumps({"session": s.uid, "pilot": pilot.uid}), flush=True)
+sys.stdin.readline()  # (a shell stopped the partition)
+deadline = time.monotonic() + 30
+while not held and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps({"held": len(held)}), flush=True)
 sys.stdin.readline()  # taken over meanwhile
 with s.locked():
     for a, k in held:
@@ -813,8 +815,6 @@ def test_a_client_taken_over_leaves_the_units_it_had_sent_to_their_new_owner(
     reads the `back`.  The new owner runs them (they are in the store, sent there); the old
     one leaves them unfinished (a wait for them raises PilotOwned) instead of failing them
     ("no pilot is left to this client"), which gave them two final states."""
-    import time
-
     from tests.faults import read_truth
 
     url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
@@ -834,7 +834,9 @@ def test_a_client_taken_over_leaves_the_units_it_had_sent_to_their_new_owner(
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr + out.stdout
-        time.sleep(1.0)  # (the `back` reaches the owner, which holds it)
+        first.stdin.write("stopped\n")
+        first.stdin.flush()
+        assert json.loads(first.stdout.readline())["held"]  # (the owner holds the `back`)
         session = make_session(uid=said["session"], database_url=url, take_over=True)
         rp.PilotManager(session).get_pilots()
         umgr = rp.UnitManager(session)
@@ -847,6 +849,9 @@ def test_a_client_taken_over_leaves_the_units_it_had_sent_to_their_new_owner(
         units = umgr.get_units()
         assert states == [rp.CANCELED] + [rp.DONE] * 3, [(u.uid, u.state, u.reason) for u in units]
         assert set(read_truth(log)[0].values()) == {1}
+        session.writer.flush(timeout=30)
+        rows = session.store.find("units", session=session.uid)
+        assert Counter(r["state"] for r in rows) == {"CANCELED": 1, "DONE": 3}
         assert first.wait(timeout=30) == 0
     finally:
         if first.poll() is None:

@@ -87,6 +87,7 @@ class AgentChannel:
         self.flush = flush  # partition updates first, then what follows them
         self.procs: dict[str, AgentProcess] = {}  # partition uid -> its agent process
         self.node_load: dict[int, tuple] = {}  # node index -> (busy cores, GPUs, ranks, part)
+        self.load_of: dict[str, set[int]] = {}  # partition -> the nodes its last `load` named
         self.nodeset: NodeSet | None = None
         self.pm: PartitionManager
         self.sock = ctx.socket(zmq.ROUTER)
@@ -216,11 +217,15 @@ class AgentChannel:
         self.pm.on_bye(uid, body)
 
     def agent_load(self, uid: str, frames: list[bytes], body: dict) -> None:
-        # (its nodes' rows, all of them: a node it no longer lists (lost) is no longer busy)
-        load = {i: v for i, v in self.node_load.items() if v[3] != uid}
+        load = self.node_load
+        named = set()
         for index, cores, gpus, ranks in body["nodes"]:
             load[index] = (cores, gpus, ranks, uid)
-        self.node_load = load
+            named.add(index)
+        for index in self.load_of.get(uid, set()) - named:  # (no longer its: lost)
+            if load.get(index, (0, 0, 0, None))[3] == uid:
+                del load[index]
+        self.load_of[uid] = named
 
     def check_agents(self) -> None:
         for uid, proc in list(self.procs.items()):

@@ -19,12 +19,14 @@ the `lost` message needs to name.
 
 Units handed back (a partition stopped, or asked to give back, before they ran: `back`, on its
 way to the client) are kept too, by uid with the partition that handed them back (`back`, the
-last BACK_KEPT; a unit's entry goes when its outcome comes): a client that died before the
-`back` reached it left them in its store as sent there, and the next client's `sync` of that
-partition is answered `back` for them (partition/control.py, agents/channel.py), so they are
-routed again, not failed as lost. An entry says "never ran there" only while that partition's
-agent does not know the unit again: a live agent that does answers for it. (A partition whose
-agent is gone answers from its start journal alone: partition/control.py `sync`.)
+last BACK_KEPT; a unit's entry goes when its outcome comes here, or, when it ends elsewhere
+(another pilot, canceled at the client), with the oldest once BACK_KEPT are kept): a client
+that died before the `back` reached it left them in its store as sent there, and the next
+client's `sync` of that partition is answered `back` for them (partition/control.py,
+agents/channel.py), so they are routed again, not failed as lost. An entry says "never ran
+there" only while that partition's agent does not know the unit again: a live agent that does
+answers for it. (A partition whose agent is gone answers from its start journal alone:
+partition/control.py `sync`.)
 """
 
 from __future__ import annotations

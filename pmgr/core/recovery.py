@@ -16,10 +16,11 @@ PilotManager of the attached session takes the pilots back, the first UnitManage
     sync    for each unit whose last persisted state was not final and that was sent to a
             partition: the partition's agent is asked (`sync`) and says again what it knows
             (state updates) and which uids it never had (`on_synced`).  Nothing is guessed: a unit
-            no agent knows is routed again if it was only sent, else FAILED as lost; one the
-            start journal of its partition's gone agent has (`started`) is FAILED, and so is
-            one whose pilot ends before it answered for it (UnitEvents.unsure: the store says
-            only that it was sent, and it may have started).
+            no agent knows is routed again if it was only sent or handed back (`back`), else
+            FAILED as lost.  A partition whose agent is gone answers from its start journal:
+            a unit there (`started`) is FAILED, any other is `back` (it never started, QUEUED
+            or not).  A unit whose pilot ends before it answered for it is FAILED
+            (UnitEvents.unsure: the store says only that it was sent; it may have started).
     cancel  for each such unit whose cancel the client before asked (UnitManager.cancel_units
             keeps its reason with the unit's doc, `kept`): asked again, after the sync (that
             client may have died before its cancel left); should it come back unrun, it ends

@@ -198,9 +198,9 @@ class Routing:
             now = time.time()
             taken = [p for p in self.pilots if p.lost_to_us and not p.final]
             for unit in self.pending:
-                if unit.pilot is not None and unit.pilot in taken:
-                    continue  # (sent to it once, handed back: the store has it, and so its new
-                    # owner, where it ends; a wait for it raises PilotOwned: unit_queries.py)
+                if taken and (unit.stored or unit.pilot in taken):
+                    continue  # (in the store (sent to it once, or waiting): its new owner has
+                    # it, where it ends; a wait for it raises PilotOwned: unit_queries.py)
                 pinned = unit.description.pilot
                 why = "no live pilot is left to run it"
                 if taken:  # (another client took them over: this one acts on them no more)

@@ -334,6 +334,7 @@ class UnitEvents:
         for unit in self.units.active():
             if unit.part != part_uid or unit.final:
                 continue
+            self.unsure.discard(unit.uid)  # (its pilot answered for it: the journal)
             part = unit.pilot.parts.get(part_uid)
             if part is not None:
                 part.outstanding -= 1

@@ -120,7 +120,18 @@ class UnitQueries:
         if not taken:
             return None
         ours = self.units.active() if units is None else units
-        return next((p for p in taken for u in ours if not u.final and u.pilot is p), None)
+        # (one in the store that no pilot had yet is the new owner's too once no pilot is
+        # left to this client: pmgr/core/routing.py leaves it to them)
+        none_left = all(p.final or p.lost_to_us for p in self.session.pilots.values())
+        return next(
+            (
+                p
+                for p in taken
+                for u in ours
+                if not u.final and (u.pilot is p or (none_left and u.pilot is None and u.stored))
+            ),
+            None,
+        )
 
     def _raise_taken(self, units: list | None) -> None:
         """PilotOwned when a wait ended because units it waited for are another client's
