@@ -307,11 +307,11 @@ def sync(boot, cid, args: dict) -> dict:
             if part is not None and part.state not in FINAL and part.buffered:
                 held = _buffered(part)  # (to its agent once it is up: it answers for them)
                 uids = [u for u in uids if u not in held]
-            back, started, uids = _agent_gone(boot, part_uid, uids)
+            back, started = _agent_gone(boot, part_uid, uids)
             if back:  # (it never ran them: routed again, outbox.py)
                 said = [{"uid": u} for u in back]
                 boot.link.to_client(msg(b"back", {"part": part_uid, "units": said}))
-            body = {"cid": cid, "part": part_uid, "unknown": uids}
+            body = {"cid": cid, "part": part_uid, "unknown": []}
             if started:
                 body["started"] = started
             boot.link.to_client(msg(b"synced", body))
@@ -332,14 +332,14 @@ def _buffered(part) -> set[str]:
     return held
 
 
-def _agent_gone(boot, part_uid: str, uids: list[str]) -> tuple[list, list, list]:
+def _agent_gone(boot, part_uid: str, uids: list[str]) -> tuple[list, list]:
     """What a partition whose agent is gone (or that never had one) says of `uids`, from its
     start journal (a line a unit, written before the unit starts): (those it never started:
     `back`, routed again, whether it handed them back, queued them, or never had them; those
-    it started: their outcome is unknown, and they never run again; []).  A journal that
-    cannot be read: any may have started."""
+    it started: their outcome is unknown, and they never run again).  A journal that cannot
+    be read: any may have started."""
     if not uids:
-        return [], [], uids
+        return [], []
     asked = set(uids)
     try:
         with open(journal_path(boot.sandbox, part_uid)) as f:
@@ -349,8 +349,8 @@ def _agent_gone(boot, part_uid: str, uids: list[str]) -> tuple[list, list, list]
     except OSError as exc:
         log.warning("%s: cannot read its start journal (%s): its units may have run", part_uid,
                     exc)  # fmt: skip
-        return [], list(uids), []
-    return [u for u in uids if u not in started], [u for u in uids if u in started], []
+        return [], list(uids)
+    return [u for u in uids if u not in started], [u for u in uids if u in started]
 
 
 OPS = {

@@ -617,6 +617,26 @@ os._exit(0)
 )
 
 
+def attach_after_agent_killed(make_session, first: dict, url: str) -> tuple:
+    """The agent of `first`'s partition killed (-9) while no client listens, then a client
+    attached, and, once that partition ended, a new one of a core started for what is routed
+    again: (the session, the pilot, its UnitManager)."""
+    import re
+    import signal
+    import time
+
+    with open(os.path.join(first["sandbox"], f"{first['part']}.agent.log")) as f:
+        os.kill(int(re.search(r": up, pid (\d+)", f.read())[1]), signal.SIGKILL)
+    session = make_session(uid=first["session"], database_url=url)
+    (pilot,) = rp.PilotManager(session).get_pilots()
+    umgr = rp.UnitManager(session)
+    deadline = time.monotonic() + 30
+    while not pilot.partitions[0].final and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])
+    return session, pilot, umgr
+
+
 def test_a_unit_started_by_an_agent_that_died_while_no_client_listened_never_runs_again(
     make_session, tmp_path
 ):
@@ -626,25 +646,12 @@ def test_a_unit_started_by_an_agent_that_died_while_no_client_listened_never_run
     (killed with its agent, or its outcome unknown), and never runs again (before: routed
     again as never sent, it ran twice, and its history hid it); the second never started and
     runs once elsewhere."""
-    import re
-    import signal
-    import time
-
     from tests.faults import check_exactly_once, read_truth
 
     url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
     first = run_client(UNHEARD_CLIENT, url, log)
-    with open(os.path.join(first["sandbox"], f"{first['part']}.agent.log")) as f:
-        pid = int(re.search(r": up, pid (\d+)", f.read())[1])
     assert read_truth(log)[0] == {first["units"][0]: 1}
-    os.kill(pid, signal.SIGKILL)
-    session = make_session(uid=first["session"], database_url=url)
-    (pilot,) = rp.PilotManager(session).get_pilots()
-    umgr = rp.UnitManager(session)
-    deadline = time.monotonic() + 30
-    while not pilot.partitions[0].final and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])  # (for the second)
+    session, pilot, umgr = attach_after_agent_killed(make_session, first, url)
     states = umgr.wait_units(timeout=60)
     units = umgr.get_units()
     assert states == [rp.FAILED, rp.DONE], [(u.uid, u.state, u.reason) for u in units]
@@ -714,24 +721,12 @@ def test_units_queued_at_an_agent_that_died_while_no_client_listened_run_elsewhe
     partition's agent is killed (-9) while no client listens; a client attaches.  The start
     journal shows the three never started: they run once elsewhere (before: FAILED "lost",
     never having run); the one that ran ends FAILED, killed with its agent."""
-    import re
-    import signal
-    import time
-
     from tests.faults import check_exactly_once, read_truth
 
     url, log = f"sqlite:///{tmp_path / 'state.db'}", str(tmp_path / "truth.log")
     first = run_client(QUEUED_CLIENT, url, log)
     assert first["states"] == ["EXECUTING"] + ["QUEUED"] * 3, first
-    with open(os.path.join(first["sandbox"], f"{first['part']}.agent.log")) as f:
-        os.kill(int(re.search(r": up, pid (\d+)", f.read())[1]), signal.SIGKILL)
-    session = make_session(uid=first["session"], database_url=url)
-    (pilot,) = rp.PilotManager(session).get_pilots()
-    umgr = rp.UnitManager(session)
-    deadline = time.monotonic() + 30
-    while not pilot.partitions[0].final and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pilot.reconfig(start=[rp.ComputePartitionDescription(cores=1)])
+    session, pilot, umgr = attach_after_agent_killed(make_session, first, url)
     states = umgr.wait_units(timeout=60)
     units = umgr.get_units()
     assert states == [rp.FAILED] + [rp.DONE] * 3, [(u.uid, u.state, u.reason) for u in units]

@@ -392,19 +392,21 @@ class UnitEvents:
         unsure = bool(self.unsure) and unit.uid in self.unsure
         if unsure:
             self.unsure.discard(unit.uid)
-        if unit.state == S.SCHEDULING and not unsure and self._may_go_again(unit):
-            if self._canceled(unit, now):
-                return
-            unit.part = None
-            (self.pending.appendleft if front else self.pending.append)(unit)
-        elif self._may_restart(unit, why):
-            if self._canceled(unit, now):
-                return
-            unit.advance(S.SCHEDULING, now, None)
-            unit.part = None
-            (self.pending.appendleft if front else self.pending.append)(unit)
+        if (
+            unit.state == S.SCHEDULING and not unsure and self._may_go_again(unit)
+        ) or self._may_restart(unit, why):
+            self._route_again(unit, now, front)
         else:
             unit.advance(S.FAILED, now, why)
+
+    def _route_again(self, unit: Unit, now: float, front: bool) -> None:
+        """`unit` waits here to be routed again (SCHEDULING), or ends CANCELED if its cancel
+        was asked."""
+        if self._canceled(unit, now):
+            return
+        unit.advance(S.SCHEDULING, now, None)  # (nothing, when it is SCHEDULING still)
+        unit.part = None
+        (self.pending.appendleft if front else self.pending.append)(unit)
 
     def _may_go_again(self, unit: Unit) -> bool:
         """Whether a unit that never reached its partition has somewhere to go: anywhere, or,
@@ -468,24 +470,13 @@ class UnitEvents:
                 )
             else:
                 why = f"lost: partition {part_uid} does not know it (found when a client attached)"
-            if uid in started:  # (started there: never routed again as if it had not)
-                self._started_there(unit, why, now)
-            else:
+            if uid not in started:
                 self._never_reached(unit, why, now, front=part is not None and part.final)
+            elif self._may_restart(unit, why):  # (started there: run again only if it may)
+                self._route_again(unit, now, front=True)
+            else:
+                unit.advance(S.FAILED, now, why)
         self.routing.route()
-
-    def _started_there(self, unit: Unit, why: str, now: float) -> None:
-        """A unit its partition's start journal has, its outcome unknown: FAILED with `why`,
-        or, restartable, routed again (CANCELED if its cancel was asked)."""
-        if self._may_restart(unit, why):
-            if self._canceled(unit, now):
-                return
-            if unit.state != S.SCHEDULING:
-                unit.advance(S.SCHEDULING, now, None)
-            unit.part = None
-            self.pending.appendleft(unit)
-        else:
-            unit.advance(S.FAILED, now, why)
 
 
 def _lost_with(part) -> str:
