@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+import tracemalloc
+
 import pytest
 
-from pilot.agent.pool import PartitionPool
+from pilot.agent.pool import SCALE, NodePool, PartitionPool, need_of
 from pilot.agent.scheduler import MAX_OVERTAKES, Scheduler
 from pilot.unit_record import UnitRecord
 
@@ -135,6 +138,80 @@ def test_a_unit_that_can_never_fit_once_a_node_is_lost_is_told_why_it_was_lost()
     why = pool.never_fits(req(ranks=3))
     assert "can never fit" in why and "1 node(s) (1 lost: node n1 lost: its daemon exited" in why
     assert not pool.remove_node(1, "again")  # (gone already: said once)
+
+
+def test_a_node_pool_matches_a_plain_model_under_random_takes_and_gives():
+    """The node pool's compact state (bit masks, partly held instances, shared layouts) against
+    a plain dict of free thousandths an instance, over random whole, fractional, pinned and
+    multi-slot requests taken and given back: the same grants fit, the same capacity is left,
+    and every instance is exactly free again at the end."""
+    rng = random.Random(5)
+    extra = {"fpgas": [{"id": "a", "slots": 1}, {"id": "b", "slots": 3}]}
+    n = NodePool(node(0, cores=8, gpus=3, pool=extra))
+    model = {t: dict(c) for t, c in n.cap.items()}
+    held = []
+    for _ in range(3000):
+        if held and rng.random() < 0.45:
+            grant = held.pop(rng.randrange(len(held)))
+            n.give(grant)
+            for t, got in grant.items():
+                for i, a in got:
+                    model[t][i] += a
+        else:
+            r = {
+                "cpus": rng.choice([0, 1, 1, 2, 3, 0.5, 0.25]),
+                "gpus": rng.choice([0, 0, 1, 2, 0.5, 1 / 3]),
+                "fpgas": rng.choice([0, 0, 0, 1, 2, 0.5]),
+            }
+            pin = rng.sample(range(8), rng.choice([1, 2])) if rng.random() < 0.1 else None
+            if pin is not None:
+                r["cpus"] = len(pin)
+            grant = n.take(r, cpu_ids=pin)
+            if grant is not None:
+                held.append(grant)
+                for t, got in grant.items():
+                    assert sum(a for _, a in got) >= need_of(r[t]) - (r[t] >= 1) * SCALE
+                    for i, a in got:
+                        assert model[t][i] >= a, (t, i, a, model[t])
+                        model[t][i] -= a
+            else:  # (nothing changed, and the plain model agrees it does not fit whole)
+                k = int(r["cpus"]) if r["cpus"] >= 1 and pin is None else 0
+                assert n.free == model and (not k or n.whole["cpus"] < k or r["gpus"] or r["fpgas"])
+        assert n.free == model
+        assert n.whole == {t: sum(f // SCALE for f in model[t].values()) for t in model}
+    for grant in held:
+        n.give(grant)
+    assert n.free == n.cap
+
+
+def test_an_idle_node_of_128_cores_holds_about_a_kilobyte():
+    """Issue 55's memory: nodes of one shape share their layout, and a node holds only what is
+    in use (its mask ints and the instances partly held), not a dict entry an instance; it is
+    as small again once a full load has come and gone."""
+    nodes = [node(i, cores=128, gpus=8) for i in range(256)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        pool = PartitionPool(nodes)
+        made = tracemalloc.get_traced_memory()[0] - before
+        held = []
+        while (a := pool.allocate(req(gpus=rng_gpus(len(held))))) is not None:
+            held.append(a)
+        for a in held:
+            pool.release(a.aid)
+        held.clear()
+        cycled = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(pool.nodes) == 256 and pool.free_cpus == 256 * 128
+    assert made / 256 < 2048, f"{made / 256:.0f} bytes a node idle"
+    # (after a full load: the node's few dicts, plus what the pool keeps by allocation, the
+    # table of the 32,768 it held at once, ~1.1 KB a node of 128 cores; before: ~34 KB)
+    assert cycled / 256 < 4096, f"{cycled / 256:.0f} bytes a node after a full load"
+
+
+def rng_gpus(k: int):
+    return (0, 0, 0, 0.5, 1)[k % 5]  # (mostly cores, some whole and half GPUs)
 
 
 def test_large_units_are_not_starved_by_small_ones():
