@@ -20,8 +20,9 @@ back whenever an allocation is freed that it will not use, or on a cancel or a s
 Every unit state this agent reports is a move the unit state machine allows (pilot/states.py
 UNIT_MACHINE; units arrive SCHEDULING): an illegal one raises.
 Start journal: before a unit is started, its uid is appended to PILOT_SANDBOX/<partition>.started
-(one write per unit, not buffered).  If this agent dies, the bootstrap reads it: a unit in the
-journal may have run and is never started again; one not in it never ran and goes elsewhere.
+(one write for a few units, not buffered; synced first on a shared file system:
+pilot/wire/journal.py).  If this agent dies, the bootstrap reads it: a unit in the journal may
+have run and is never started again; one not in it never ran and goes elsewhere.
 Function units (a `function` instead of an executable) are placed the same way and called by
 the runner's persistent workers (agent/runners/functions.py); their final state carries the
 return value.
@@ -58,7 +59,8 @@ from pilot.agent.stopping import Stops
 from pilot.states import CANCELED, EXECUTING, FAILED, QUEUED
 from pilot.unit_record import Calls, UnitRecord
 from pilot.wire import checks, links, security
-from pilot.wire.protocol import ProtocolError, drain, journal_path, msg, wait_ms
+from pilot.wire.journal import StartJournal
+from pilot.wire.protocol import ProtocolError, drain, msg, wait_ms
 
 SERVE_EVERY = 8  # units of an arriving batch between looks at the running ones
 # units placed, journaled in one write, then started: a write a unit cost the agent a quarter
@@ -78,12 +80,13 @@ class Agent:
         self.ctx: zmq.Context = zmq.Context.instance()
         slots = sum(len(n.get("cores") or ()) for n in cfg["nodes"])
         _enough_fds(slots)
-        self.journal = os.open(
-            journal_path(cfg["pilot_sandbox"], self.uid),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-            0o600,
+        self.journal = StartJournal(
+            cfg["pilot_sandbox"], self.uid, cfg.get("journal_sync") or "auto"
         )
-        self.runner, self.stager = runners.for_partition(cfg, self.ctx, self.journal)
+        # (a journal that must be synced is written by this loop alone: no lanes, which
+        # write it on their own, unsynced)
+        lanes_journal = -1 if self.journal.sync else self.journal.fd
+        self.runner, self.stager = runners.for_partition(cfg, self.ctx, lanes_journal)
         self.bad_messages = checks.BadMessages(log)
         self.internal = checks.InternalErrors(log)
         self.boot_seen = 0.0  # when the bootstrap was last seen alive (start_ready)
@@ -265,7 +268,7 @@ class Agent:
             try:
                 # journaled before they can start (a failure after this only errs on the
                 # safe side: a unit in the journal is never started again)
-                os.write(self.journal, "".join([f"{u['uid']}\n" for u, _ in batch]).encode())
+                self.journal.append([u["uid"] for u, _ in batch])
                 journaled = None
             except OSError as exc:
                 journaled = exc
@@ -574,11 +577,12 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     agent = Agent(cfg)
     log.info(
-        "%s: up, pid %d, %d node(s), %s",
+        "%s: up, pid %d, %d node(s), %s; %s",
         agent.uid,
         os.getpid(),
         len(cfg["nodes"]),
         agent.runner.describe(),
+        agent.journal.describe(),
     )
     try:
         return agent.run()

@@ -179,6 +179,7 @@ class Bootstrap:
             "curve": self.cfg.get("curve"),
             "mpi_command": self.rcfg.mpi_command,
             "unit_launch": self.rcfg.unit_launch,
+            "journal_sync": self.rcfg.journal_sync,
             "python_path": self.cfg.get("python_path") or [],  # (function workers')
             "data": self.cfg.get("data"),  # the client's data directory (pilot/functions.py)
         }

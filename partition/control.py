@@ -56,7 +56,8 @@ from pilot import validate
 from pilot.ids import ALL
 from pilot.states import CANCELED, FINAL
 from pilot.wire import checks, peer_version, updates
-from pilot.wire.protocol import HEARTBEAT, ProtocolError, journal_path, msg, pack, unpack
+from pilot.wire.journal import journal_path
+from pilot.wire.protocol import HEARTBEAT, ProtocolError, msg, pack, unpack
 
 log = logging.getLogger("bootstrap")
 

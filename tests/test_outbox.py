@@ -85,7 +85,8 @@ def test_handed_back_units_are_remembered_by_partition_until_they_end_elsewhere(
 
     from pilot.partition import control
     from pilot.partition.client import outbox
-    from pilot.wire.protocol import journal_path, unpack
+    from pilot.wire.journal import journal_path
+    from pilot.wire.protocol import unpack
 
     box = Outbox()
     box.handed_back("p.0", [{"uid": "unit.000001"}, {"uid": "unit.000002"}, {"uid": "u.x"}])

@@ -46,7 +46,8 @@ from pilot.config import network
 from pilot.partition import orphans
 from pilot.partition.manager import AgentProcess
 from pilot.wire import checks, links, updates
-from pilot.wire.protocol import ProtocolError, journal_path, msg, send_frames
+from pilot.wire.journal import journal_path
+from pilot.wire.protocol import ProtocolError, msg, send_frames
 
 if TYPE_CHECKING:
     from pilot.config.resource_keys import ResourceConfig

@@ -16,6 +16,7 @@ from pilot import validate
 from pilot.config import plugins
 from pilot.config.rp_sites import REQUIRED
 from pilot.validate import bad
+from pilot.wire.journal import SYNC_CHOICES
 
 NODE_FAILURE = ("continue", "fail")
 UNIT_LAUNCH = ("spawn", "zero")
@@ -282,6 +283,14 @@ class ResourceConfig:
         "`spawn`: units are processes; `zero`: no process is ever started, each unit ends "
         "`DONE` (exit 0, no output) as soon as its agent has placed it: a benchmark of the "
         "stack alone (`local.zero`, `bench/zero.py`, agent/runners/zero.py)",
+    )
+    journal_sync: str = opt(
+        "auto",
+        _choice(SYNC_CHOICES),
+        "whether an agent syncs its start journal (the units it started, which the bootstrap "
+        "reads if the agent dies) before it starts them: `auto` where the pilot sandbox is on "
+        "a shared file system (NFS, Lustre, GPFS, ...: a crashed node's unsynced lines would be "
+        "lost, and its units run again), `always`, or `never` (pilot/wire/journal.py)",
     )
     sandbox: str | None = opt(
         None,

@@ -15,7 +15,8 @@ pilot/wire/security.py, node liveness (the pulse) in pilot/wire/liveness.py.
 
 Start journal (agent -> bootstrap, through the pilot sandbox): before an agent starts a unit,
 it appends the unit's uid and a newline to PILOT_SANDBOX/<partition uid>.started.  When the
-agent dies, the bootstrap reads it (`lost` to the client): a unit in it may have run.
+agent dies, the bootstrap reads it (`lost` to the client): a unit in it may have run
+(pilot/wire/journal.py: how it is written, and synced on a shared file system).
 
 Timeouts: the client declares a pilot lost when it has heard nothing for client_timeout seconds
 after it was ACTIVE; a bootstrap tears down when it has not heard from its client for
@@ -104,8 +105,3 @@ def wait_ms(seconds: float) -> int:
     last millisecond instead of sleeping (the agent spun ~2.5 turns a unit that way, before
     every batch of state updates)."""
     return max(0, math.ceil(seconds * 1000))
-
-
-def journal_path(pilot_sandbox: str, part_uid: str) -> str:
-    """Where the agent of `part_uid` records the units it starts (one uid a line)."""
-    return f"{pilot_sandbox}/{part_uid}.started"
