@@ -118,17 +118,18 @@ class NodePool:
     @property
     def free(self) -> dict:
         """{type: {id: free thousandths}}: every instance, now (a copy)."""
-        return {t: self._free(t) for t in self.cap}
-
-    def _free(self, t: str) -> dict:
-        multi = self.multi.get(t)
-        if multi is not None:
-            return multi
-        mask, part = self.mask[t], self.part[t]
-        return {
-            i: SCALE if mask & b else SCALE - part.get(i, SCALE)
-            for i, b in self.layout.bit[t].items()
-        }
+        out = {}
+        for t in self.cap:
+            multi = self.multi.get(t)
+            if multi is not None:
+                out[t] = dict(multi)
+                continue
+            mask, part = self.mask[t], self.part[t]
+            out[t] = {
+                i: SCALE if mask & b else SCALE - part.get(i, SCALE)
+                for i, b in self.layout.bit[t].items()
+            }
+        return out
 
     def take(self, req: dict, cpu_ids=None, gpu_ids=None) -> dict | None:
         """Best-fit grant {type: [(id, amount)]} for one rank, or None (nothing changed)."""
@@ -141,19 +142,43 @@ class NodePool:
                 return None
             pinned = cpu_ids if t == "cpus" else gpu_ids if t == "gpus" else None
             got: list | None
-            if pinned is None and amount >= 1 and t in single:
+            if pinned is not None and len(set(pinned)) != len(pinned):
+                return None  # (an id named twice: never granted twice; never_fits says so)
+            if t not in single:
+                got = _pick(self.multi[t], need_of(amount), amount, pinned)
+            elif pinned is not None:  # affinity: exactly these instances, a whole slot each
+                bits, mask = self.layout.bit[t], self.mask[t]
+                if not all(mask & bits.get(i, 0) for i in pinned):
+                    return None
+                got = [(i, SCALE) for i in pinned]
+            elif amount >= 1:
                 k = int(amount)
                 if self.whole[t] < k:
                     return None
                 got = _lowest(self.mask[t], k, self.layout.ids[t])
             else:
-                got = _pick(self._free(t), need_of(amount), amount, pinned)
-                if got is None:
-                    return None
+                got = self._fraction(t, need_of(amount))
+            if got is None:
+                return None
             grant[t] = got
         for t, got in grant.items():
             self._change(t, got, -1)
         return grant
+
+    def _fraction(self, t: str, need: int) -> list | None:
+        """Best fit for a fraction of one slot of a single-slot type: the fullest instance
+        partly held that holds it, else the first wholly free one; O(instances partly held)."""
+        best, most = None, SCALE  # (a partly held instance has less than a slot free)
+        for i, held in self.part[t].items():
+            f = SCALE - held
+            if need <= f < most:
+                best, most = i, f
+        if best is None:
+            mask = self.mask[t]
+            if not mask:
+                return None
+            best = self.layout.ids[t][(mask & -mask).bit_length() - 1]
+        return [(best, need)]
 
     def give(self, grant: dict) -> None:
         for t, got in grant.items():
@@ -276,6 +301,8 @@ class PartitionPool:
         alloc = self.active.pop(aid, None)
         if alloc is None:
             raise ValueError(f"release of allocation {aid}: not held (released twice?)")
+        if not self.active:  # (an emptied dict keeps the table of the most it ever held)
+            self.active = {}
         for node, grant in alloc.ranks:
             self._give(node, grant)
 
@@ -429,6 +456,8 @@ class PartitionPool:
             return "every node of this partition is lost"
         for key, t in (("cpu_affinity", "cpus"), ("gpu_affinity", "gpus")):
             ids = pol.get(key)
+            if ids is not None and len(set(ids)) != len(ids):
+                return f"policy.{key}={ids}: names an id more than once"
             if ids is not None and not any(all(i in n.cap[t] for i in ids) for n in candidates):
                 return (
                     f"policy.{key}={ids}: not all in this partition's {t} on "

@@ -10,7 +10,7 @@ import pytest
 
 import pilot as rp
 from pilot.wire import journal
-from pilot.wire.journal import SHARED_FS, StartJournal, fs_type
+from pilot.wire.journal import LOCAL_FS, StartJournal, fs_type
 from tests.conftest import active_pilot
 from tests.faults import agent_pid, check_exactly_once, kill, truth_unit
 
@@ -33,19 +33,35 @@ def test_the_file_system_of_a_path_is_its_longest_mount_and_the_last_one_mounted
     assert fs_type("/mnt/my disk/sandbox/j", MOUNTINFO) == "gpfs"  # (\040: a space)
     assert fs_type("/scratch/j", MOUNTINFO) == "xfs"  # (mounted over the lustre one)
     assert fs_type("/x", "garbage\n1 2 3\n") is None
-    assert {"nfs4", "lustre", "gpfs"} <= SHARED_FS and "ext4" not in SHARED_FS
+    assert not {"nfs4", "lustre", "gpfs", "dvs", "fuse.ceph-fuse"} & LOCAL_FS
+
+
+def test_what_is_mounted_over_a_deeper_mount_is_told_by_its_device():
+    """/a/b was NFS; then /a was mounted over it (tmpfs): the journal's directory is on the
+    tmpfs now, as the nearest existing directory's device says, whatever the mount points."""
+    info = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:50 / /a/b rw - nfs4 f:/b rw\n"
+    info += "3 1 0:51 / /a rw - tmpfs tmpfs rw\n"
+    assert fs_type("/a/b/x", info) == "nfs4"  # (the mount points alone)
+    assert fs_type("/a/b/x", info, device="0:51") == "tmpfs"
+    assert fs_type("/a/b/x", info, device="0:50") == "nfs4"
+    assert fs_type("/elsewhere", info, device="0:51") == "ext4"  # (a device not mounted there)
+    here = fs_type(__file__)  # (this host's own: found, by its device or its mount point)
+    assert here is not None
 
 
 def test_a_journal_is_synced_only_where_another_host_reads_it(tmp_path, monkeypatch):
     synced: list[int] = []
     monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(fd))
+    monkeypatch.setattr(journal, "fs_type", lambda path: "ext4")
     local = StartJournal(str(tmp_path), "p.0")  # (auto, on this host's disk)
-    assert not local.sync and "not synced" in local.describe()
+    assert not local.sync and "not synced (journal_sync: auto, a local" in local.describe()
     local.append(["u.1", "u.2"])
     assert synced == []
     monkeypatch.setattr(journal, "fs_type", lambda path: "lustre")
     shared = StartJournal(str(tmp_path), "p.1")
     assert shared.sync and "lustre: synced after each write" in shared.describe()
+    monkeypatch.setattr(journal, "fs_type", lambda path: None)  # (not told: synced)
+    assert StartJournal(str(tmp_path), "p.5").sync
     shared.append(["u.3"])
     assert synced == [shared.fd]
     assert not StartJournal(str(tmp_path), "p.2", "never").sync

@@ -288,9 +288,10 @@ class ResourceConfig:
         "auto",
         _choice(SYNC_CHOICES),
         "whether an agent syncs its start journal (the units it started, which the bootstrap "
-        "reads if the agent dies) before it starts them: `auto` where the pilot sandbox is on "
-        "a shared file system (NFS, Lustre, GPFS, ...: a crashed node's unsynced lines would be "
-        "lost, and its units run again), `always`, or `never` (pilot/wire/journal.py)",
+        "reads if the agent dies) before it starts them: `auto` unless the pilot sandbox is on "
+        "a local file system (ext4, xfs, tmpfs, ...; on a shared one, NFS, Lustre, GPFS, DVS "
+        "..., a crashed node's unsynced lines would be lost and its units run again), `always`, "
+        "or `never` (pilot/wire/journal.py)",
     )
     sandbox: str | None = opt(
         None,

@@ -15,9 +15,10 @@ agent's node's page cache; if that node crashes, the line never reaches the serv
 that had started there, and perhaps written its outputs, would be taken for one that never ran
 and run again.  There the agent syncs (fdatasync) each write before it starts its units: one a
 batch of up to 32 units, not one a unit, and the agent's lanes, which write on their own, are
-not used.  The resource key `journal_sync` chooses: `auto` (sync where the pilot sandbox's file
-system is one of SHARED_FS, read from /proc/self/mountinfo), `always` or `never`.  The reader's
-fresh open is NFS's close-to-open revalidation: it sees what was synced.
+not used.  The resource key `journal_sync` chooses: `auto` (sync unless the journal's file system,
+read from /proc/self/mountinfo, is one of LOCAL_FS: every shared one, NFS, Lustre, GPFS, Cray's
+DVS, ceph-fuse, BeeGFS ..., and one that cannot be told, is synced), `always` or `never`.  The
+reader's fresh open is NFS's close-to-open revalidation: it sees what was synced.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ import os
 
 SYNC_CHOICES = ("auto", "always", "never")
 
-# file systems whose writes another host reads (a client's page cache between them)
-SHARED_FS = frozenset(
-    "nfs nfs4 lustre gpfs beegfs cifs smb3 smbfs ceph fuse.ceph glusterfs fuse.glusterfs panfs "
-    "wekafs gfs2 ocfs2 orangefs pvfs2 afs fuse.sshfs 9p virtiofs".split()
+# file systems that are this host's own: a write the kernel has taken is what every reader
+# sees, whatever becomes of the writer's process (any other type, or one not told: synced)
+LOCAL_FS = frozenset(
+    "ext2 ext3 ext4 xfs btrfs zfs f2fs jfs reiserfs bcachefs nilfs2 tmpfs ramfs overlay "
+    "vfat exfat hfsplus apfs".split()
 )
 
 
@@ -38,17 +40,21 @@ def journal_path(pilot_sandbox: str, part_uid: str) -> str:
     return f"{pilot_sandbox}/{part_uid}.started"
 
 
-def fs_type(path: str, mountinfo: str | None = None) -> str | None:
+def fs_type(path: str, mountinfo: str | None = None, device: str | None = None) -> str | None:
     """The type of the file system `path` (or the directory it would be made in) is on, from
-    `mountinfo` (the text of /proc/self/mountinfo by default); None when it cannot be told."""
+    /proc/self/mountinfo; None when it cannot be told.  The mount of the nearest existing
+    directory's device (st_dev: what is mounted there now, however the mounts were stacked),
+    else the longest mount point that holds the path.  (`mountinfo` and `device`, "major:minor",
+    given instead: what a test says.)"""
     if mountinfo is None:
         try:
             with open("/proc/self/mountinfo") as f:
                 mountinfo = f.read()
         except OSError:
             return None
+        device = _device_of(path)
     where = os.path.realpath(path)
-    best, found = -1, None
+    best, found, by_device = -1, None, None
     for line in mountinfo.splitlines():
         fields = line.split()
         try:  # id parent major:minor root MOUNT options [optional...] - TYPE source super
@@ -57,9 +63,24 @@ def fs_type(path: str, mountinfo: str | None = None) -> str | None:
         except (IndexError, ValueError):
             continue
         inside = where == mount or where.startswith(mount.rstrip("/") + "/")
+        if inside and fields[2] == device:
+            by_device = kind  # (the last one: mounted over the others)
         if inside and len(mount) >= best:  # (the last of equal ones: mounted over the others)
             best, found = len(mount), kind
-    return found
+    return by_device or found
+
+
+def _device_of(path: str) -> str | None:
+    """ "major:minor" of the nearest existing directory of `path`, as mountinfo writes it."""
+    probe = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(probe)
+            return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+        except OSError:
+            if probe == os.path.dirname(probe):
+                return None
+            probe = os.path.dirname(probe)
 
 
 def _unescape(field: str) -> str:
@@ -78,12 +99,19 @@ class StartJournal:
         self.path = journal_path(pilot_sandbox, part_uid)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         self.fs = fs_type(self.path)
-        self.sync = sync == "always" or (sync == "auto" and self.fs in SHARED_FS)
+        if sync != "auto":
+            self.why = sync
+        elif self.fs in LOCAL_FS:
+            self.why = "auto, a local file system"
+        else:
+            self.why = "auto, a file system another host may read"
+        self.sync = sync == "always" or (sync == "auto" and self.fs not in LOCAL_FS)
         self.torn = False
 
     def describe(self) -> str:
-        how = "synced after each write" if self.sync else "not synced (a local disk)"
-        return f"start journal {self.path} on {self.fs or 'an unknown file system'}: {how}"
+        how = "synced after each write" if self.sync else "not synced"
+        fs = self.fs or "a file system not told"
+        return f"start journal {self.path} on {fs}: {how} (journal_sync: {self.why})"
 
     def append(self, uids: list[str]) -> None:
         """Journal `uids`, in one write (OSError: not journaled, or not surely)."""
