@@ -43,6 +43,7 @@ from tests.chaos.striking import DEPOSED_WAIT, Striking
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 READY_WAIT = 150.0  # s for a client to get ready (the first: its pilot's partitions up)
 LEFT_WAIT = 30.0  # s for the session's processes to end after the last client closed
+COMPLETING_WAIT = 120.0  # s more for SLURM to end a job none of whose processes is left
 
 
 class SeedRun(Striking):
@@ -341,6 +342,19 @@ class SeedRun(Striking):
             deadline = time.monotonic() + LEFT_WAIT
             while (jobs := self.cluster.jobs()) and time.monotonic() < deadline:
                 time.sleep(1.0)
+            # a job left COMPLETING with none of its processes: slurmctld waits for a node's
+            # word that the job's end reached it, and after a cut link it asks again only
+            # after its own timeouts (seed 810: still COMPLETING 30 s after the last client);
+            # given longer, once no process of the session is left anywhere
+            deadline = time.monotonic() + COMPLETING_WAIT
+            while (
+                jobs
+                and all(line.endswith(" COMPLETING") for line in jobs)
+                and not reaper.session_processes(self.session)
+                and time.monotonic() < deadline
+            ):
+                time.sleep(1.0)
+                jobs = self.cluster.jobs()
             if jobs:
                 self.violation(self.session, "batch-jobs-left", f"{jobs}")
                 for line in jobs:
