@@ -24,6 +24,7 @@ Stops are applied before starts, so a command can reuse what it stops.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -137,7 +138,7 @@ class PartitionManager:
         self.pilot_uid = pilot_uid
         # cid -> the answer given (a retried command is answered again, not applied again);
         # the newest REPLIES_KEPT only, so a stream of commands cannot grow the bootstrap
-        self.replies: OrderedDict[str, dict] = OrderedDict()
+        self.replies: OrderedDict[str, tuple[dict, str]] = OrderedDict()  # cid -> (reply, asked)
         # the pilot's Growth when it may grow (partition/growth.py)
         self.growth: Grows | None = None
 
@@ -344,8 +345,20 @@ class PartitionManager:
     ) -> dict:
         """Apply one command: stop first, then start.  Returns {stopped, started: [...]}.
         `reason`: why (the stopped partitions' reason, and a job grown for the starts')."""
+        asked = json.dumps(
+            [stop, [d.to_stored() if isinstance(d, ComputePartitionDescription) else d
+                    for d in start or ()], uids, reason],
+            sort_keys=True, default=str,
+        )  # fmt: skip
         if cid in self.replies:
-            return self.replies[cid]
+            done, was = self.replies[cid]
+            if was != asked:  # (a retry repeats its command; another under its id is refused)
+                raise ValueError(
+                    f"command id {cid!r} was used already, for another command (stop, start "
+                    "and uids differ); a retry must repeat its command, a new command needs a "
+                    "new id"
+                )
+            return done
         stop_uids = ids.resolve_partitions(
             stop, self.pilot_uid, {uid: p.state not in FINAL for uid, p in self.parts.items()}
         )
@@ -391,7 +404,7 @@ class PartitionManager:
                 s["awaits"] = self.parts[s["uid"]].awaits
         self.warn_idle()
         reply = {"stopped": stop_uids, "started": started}
-        self.replies[cid] = reply
+        self.replies[cid] = (reply, asked)
         if len(self.replies) > REPLIES_KEPT:
             self.replies.popitem(last=False)
         return reply

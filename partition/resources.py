@@ -18,8 +18,8 @@ How requests resolve (agent overhead = the resource config's agent_overhead, per
     nodes=k        k wholly free nodes, plus overhead.nodes whole nodes for the agent
     cores/gpus     overhead.nodes whole nodes for the agent, then cores + overhead.cores and
                    gpus + overhead.gpus packed onto nodes already in use first, then onto free
-                   ones; gpus=ALL takes every free GPU (and, unless cores= says otherwise, one
-                   core per GPU)
+                   ones; gpus=ALL takes every free GPU; gpus without cores= (N or ALL) take one
+                   core per GPU too
     "P%"           node-granular: floor(P% * pilot nodes) nodes in all, agent nodes inside them;
                    core-granular: floor(P% * pilot cores) cores and floor(P% * pilot GPUs) GPUs,
                    agent overhead inside them.  Shares round down, so shares that add up to 100%
@@ -254,7 +254,9 @@ class PilotResources:
                 raise AllocationError(
                     f"gpus=ALL: no free GPU ({free_gpus} free, {ov.gpus} for the agent)"
                 )
-        cores = desc.cores if desc.cores is not None else (gpus if desc.gpus == ALL else 0)
+        # (no cores= with GPUs: one core per GPU, gpus=N as gpus=ALL; a partition of GPUs
+        # and no core could run no unit: every unit has a core a rank)
+        cores = desc.cores if desc.cores is not None else gpus
         return self._packed(cores + ov.cores, gpus + ov.gpus, agent_nodes=agent_nodes, extra=counts)
 
     def _take_whole(self, count: int, what: str) -> list[int]:

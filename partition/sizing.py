@@ -43,6 +43,8 @@ def pilot_size(pd, cfg: ResourceConfig) -> dict:
     node_granular = cfg.nodes > 1 or cfg.batch_system != "local"
     explicit = pd.nodes is not None or pd.cores is not None
     _check_asked(pd, cfg, where, explicit)
+    if pd.nodes is not None and pd.nodes > cfg.nodes:  # (a core-granular one too: not fewer)
+        raise ValueError(f"{where}: needs {pd.nodes} nodes, the resource has {cfg.nodes}")
     probe = _node_probe(pd, cfg, where) if node_granular else _core_probe(pd, cfg, where)
     for i, p in enumerate(pd.parts):
         try:

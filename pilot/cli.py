@@ -349,7 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stop", action="append", default=[], help="partition uid, or 'all'")
     r.add_argument("--start", action="append", default=[], help="50%%, fill, cores=N,gpus=N ...")
     r.add_argument("--json", action="store_true")
-    r.add_argument("--id", help="command id: a retry with the same id is applied only once")
+    r.add_argument(
+        "--id", help="command id: a retry with the same id is applied only once (another "
+        "command under a used id is refused)",
+    )  # fmt: skip
     sub.add_parser("resources", help="list the known resource configs")
     st = sub.add_parser("status", help="a session's pilots, partitions and units, from the store")
     st.add_argument("session")
@@ -359,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="a session's state histories as JSON lines")
     ex.add_argument("session")
     ex.add_argument("--database-url")
-    ex.add_argument("--output", "-o", help="file to write (default: standard output)")
+    ex.add_argument(
+        "--output", "-o", type=_output_file, help="file to write (default: standard output)"
+    )
     ex.add_argument(
         "--format",
         choices=("jsonl", "chrome-trace"),
@@ -375,7 +380,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="a session's busy cores, reconfigs and units over time")
     pl.add_argument("session")
     pl.add_argument("--database-url")
-    pl.add_argument("--output", "-o", default="timeline.png", help=".png (default), .svg, .pdf")
+    pl.add_argument(
+        "--output", "-o", type=_output_file, default="timeline.png",
+        help=".png (default), .svg, .pdf",
+    )  # fmt: skip
     tp = sub.add_parser("top", help="a live view of a running pilot (q quits)")
     tp.add_argument("target", nargs="?", help="SESSION, PILOT or SESSION/PILOT (default: newest)")
     tp.add_argument("--once", action="store_true", help="print one frame and exit")
@@ -390,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--database-url")
     nc = sub.add_parser("network-config", help="this node's descriptor (name, host_id, ...)")
     nc.add_argument("--format", choices=("yaml", "json"), default="yaml")
-    nc.add_argument("--output", "-o", help="file to write (default: standard output)")
+    nc.add_argument(
+        "--output", "-o", type=_output_file, help="file to write (default: standard output)"
+    )
     nc.add_argument(
         "--this-node",
         action="store_true",
@@ -399,11 +409,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _output_file(path: str) -> str:
+    """An --output: a file in a directory that exists (checked before anything is read)."""
+    where = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(where):
+        raise argparse.ArgumentTypeError(f"{path!r}: no such directory {where!r}")
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} is a directory: give a file name")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return SUB_COMMANDS[args.cmd](args)
     except (UsageError, ValueError) as exc:
+        print(f"pilot: {exc}", file=sys.stderr)
+        return 2
+    except PermissionError as exc:  # (an --output it may not write, a store it may not read)
         print(f"pilot: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:  # an optional extra (pmgr/observe/extras.py says which)

@@ -79,7 +79,7 @@ def _size_fields(text: str, field: str) -> dict:
             kwargs[key] = value
         elif key == "gpus" and value.lower() == "all":
             kwargs[key] = ALL
-        elif value.isdigit():
+        elif value.isascii() and value.isdigit():  # (not '²' or '٣': digits to int() or not)
             kwargs[key] = int(value)
         else:
             more = " or all" if key == "gpus" else ""

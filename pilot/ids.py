@@ -18,7 +18,7 @@ ALL = "ALL"  # every live partition (reconfig stop=)
 def uid_index(uid: str) -> int | None:
     """The counter at the end of `uid`, or None when it has none."""
     tail = uid.rsplit(".", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    return int(tail) if tail.isascii() and tail.isdigit() else None
 
 
 def next_index(current: int, uid: str) -> int:

@@ -12,6 +12,7 @@ partition is submitted (partition/plan.py).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pilot.config.resource_config import parse_pool
@@ -19,6 +20,7 @@ from pilot.fields import Description, field_error, optional_count, text
 from pilot.ids import ALL  # all GPUs (gpus=)
 
 FILL = "FILL"  # a partition takes every resource not held by a live partition
+_SHARE = re.compile(r"[0-9]+(\.[0-9]+)?%")
 
 
 def _size(owner, field, value):
@@ -26,12 +28,8 @@ def _size(owner, field, value):
         return value
     if isinstance(value, str) and value.upper() == "FILL":
         return FILL
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            if 0 < float(value[:-1]) <= 100:
-                return value
-        except ValueError:
-            pass  # not a number: the error below says what is accepted
+    if isinstance(value, str) and _SHARE.fullmatch(value) and 1 <= float(value[:-1]) <= 100:
+        return value  # (a plain decimal: "12.5%" is an eighth; not "1e2%", "+50%" or "0.5%")
     raise field_error(
         owner,
         field,
@@ -87,8 +85,8 @@ class ComputePartitionDescription(Description):
 
     Keyword Args:
         cores (int | None): cores, >= 0; the agent overhead is added on top.
-        gpus (int | str | None): GPUs, >= 0, or `rp.ALL` (every free GPU, and one core per GPU
-            unless `cores=` says otherwise).
+        gpus (int | str | None): GPUs, >= 0, or `rp.ALL` (every free GPU); without `cores=`,
+            one core per GPU too.
         nodes (int | None): whole nodes, >= 1 (not with `cores=` or `gpus=`).
         config (str | None): the agent config by name (configs/agents.yaml); None: `default`.
         resources (dict): user-defined pool types: `{type: count}` (taken from the resource

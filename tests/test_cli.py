@@ -114,6 +114,45 @@ def test_a_retried_command_is_applied_once(running):
     assert len(data["partitions"]) == 3
 
 
+def test_an_id_used_again_for_another_command_is_refused(running):
+    """A retry repeats its command under its id; another command under a used id was answered
+    with the first one's result and did nothing (the user's stop was lost, silently)."""
+    pilot, _ = running
+    out = cli("reconfig", pilot.uid, "--start", "cores=1", "--id", "mine")
+    assert out.returncode == 0, out.stderr
+    out = cli("reconfig", pilot.uid, "--stop", "all", "--id", "mine")
+    assert out.returncode == 1 and "command id 'mine' was used already" in out.stderr
+    assert all(p.state == rp.ACTIVE for p in pilot.partitions)  # (nothing stopped)
+
+
+def test_a_gpu_partition_without_cores_gets_a_core_per_gpu(running):
+    """`--start gpus=1`: a partition of GPUs and no core could run no unit (every unit has a
+    core a rank); it takes one core per GPU, as gpus=all does."""
+    pilot, umgr = running
+    out = cli("reconfig", pilot.uid, "--start", "gpus=1", "--json")
+    assert out.returncode == 0, out.stderr
+    uid = json.loads(out.stdout)["reconfig"]["started"][0]["uid"]
+    part = known(pilot, uid)
+    assert part.wait(rp.ACTIVE, timeout=20) == rp.ACTIVE, part.reason
+    assert (part.cores, part.gpus) == (1, 1)
+    cud = rp.ComputeUnitDescription(executable="/bin/true", gpus=1, partition=uid)
+    unit = umgr.submit_units(cud)
+    assert unit.wait(timeout=30) == rp.DONE, unit.reason
+
+
+def test_an_output_file_in_no_directory_is_a_usage_error(tmp_path):
+    for args in (
+        ("export", "session.x", "-o", "/nonexistent/x.jsonl"),
+        ("plot", "session.x", "-o", "/nonexistent/x.png"),
+        ("network-config", "--output", "/nonexistent/node.yaml"),
+    ):
+        out = cli(*args)
+        assert out.returncode == 2 and "no such directory '/nonexistent'" in out.stderr, out
+        assert "Traceback" not in out.stderr
+    out = cli("network-config", "--output", str(tmp_path))
+    assert out.returncode == 2 and "is a directory: give a file name" in out.stderr
+
+
 def test_resources_lists_configs():
     out = cli("resources")
     assert out.returncode == 0
@@ -174,6 +213,12 @@ def test_a_bad_database_url_is_said_and_makes_no_file(tmp_path):
         ("50%,cores=2", "'50%' is a size of its own: give a share or fill alone"),
         ("fill,gpus=1", "'fill' is a size of its own"),
         ("cores=2,bogus=1", "'bogus=1' must be cores=N, gpus=N|all, nodes=N or config=NAME"),
+        ("cores=\u00b2", "cores='\u00b2' must be a whole number >= 0"),  # (isdigit, not int)
+        ("cores=\u0663", "cores='\u0663' must be a whole number >= 0"),  # (an Arabic-Indic 3)
+        ("0.5%", 'ComputePartitionDescription: size=\'0.5%\' must be a share "1%".."100%"'),
+        ("1e2%", "ComputePartitionDescription: size='1e2%' must be a share"),
+        ("+50%", "ComputePartitionDescription: size='+50%' must be a share"),
+        ("50 %", "ComputePartitionDescription: size='50 %' must be a share"),
     ],
 )
 def test_a_bad_start_size_says_what_is_accepted(size, says):
@@ -181,3 +226,7 @@ def test_a_bad_start_size_says_what_is_accepted(size, says):
 
     with pytest.raises(ValueError, match=re.escape(f"--start {size!r}: {says}")):
         parse_size(size)
+
+
+def test_a_share_is_a_plain_decimal_from_1_to_100_percent():
+    assert CPD("12.5%").size == "12.5%" and CPD("1%").size == "1%" and CPD("100%").size == "100%"

@@ -22,6 +22,13 @@ def test_localhost_pilot_holds_exactly_what_its_partitions_need(tmp_path):
     assert (size["nodes"], size["cores"], size["gpus"]) == (1, 14, 3)
 
 
+def test_a_pilot_of_more_nodes_than_a_one_node_resource_is_refused():
+    """local.localhost has one node: nodes=5 was quietly a pilot of one."""
+    with pytest.raises(ValueError, match="needs 5 nodes, the resource has 1"):
+        size_of("local.localhost", [CPD(rp.FILL)], nodes=5)
+    assert size_of("local.localhost", [CPD(rp.FILL)], nodes=1)["nodes"] == 1
+
+
 def test_cray_agents_need_a_node_each():
     size = size_of("cray.fake", [CPD(nodes=30), CPD(nodes=30)])
     assert size["nodes"] == 62

@@ -140,6 +140,22 @@ def _records(sessions_dir, kind: str) -> list[dict]:
         store.close()
 
 
+def test_a_bad_pilot_option_is_one_line_naming_it(tmp_path, sessions_dir):
+    """--pilot-* options that cannot be: Snakemake says so as it says its own argument errors,
+    one line and no traceback; an unknown resource is named as such (it was "parts=[] and no
+    size"), and one of this machine's without a size is all of it."""
+    (tmp_path / "Snakefile").write_text('rule a:\n    output: "a.out"\n    shell: "touch a.out"\n')
+    out = _finish(_snakemake(tmp_path, "-j", "1", "--pilot-cores", "-1", "a.out"))
+    assert "Error: --pilot-cores=-1 must be an integer >= 1" in out and "Traceback" not in out, out
+    out = _finish(_snakemake(tmp_path, "-j", "1", "--pilot-resource", "nope.nope", "a.out"))
+    assert "--pilot-resource: resource='nope.nope' is unknown" in out, out
+    out = _finish(_snakemake(tmp_path, "-j", "1", "--pilot-resource", "slurm.localhost", "a.out"))
+    assert "give the pilot's size with --pilot-nodes or --pilot-cores" in out, out
+    assert not (tmp_path / "a.out").exists()
+    out = _finish(_snakemake(tmp_path, "-j", "1", "--pilot-resource", "local.simulated", "a.out"))
+    assert (tmp_path / "a.out").exists(), out
+
+
 def test_a_job_that_asks_too_much_fails_alone_naming_the_resource(tmp_path, sessions_dir):
     (tmp_path / "Snakefile").write_text(
         textwrap.dedent(

@@ -22,6 +22,7 @@ import threading
 
 from pilot import states as S
 from pilot.adapt_policy import Adapt
+from pilot.config import resource_config
 from pilot.descriptions import ComputePilotDescription, ComputeUnitDescription
 from pilot.errors import PilotOwned
 from pilot.pmgr.compat.futures import Executor
@@ -51,6 +52,10 @@ def _final_unit(fut, unit):
 def pilot_description(settings: ExecutorSettings) -> ComputePilotDescription:
     """The pilot the settings describe (a local pilot of this machine by default)."""
     resource = settings.resource or DEFAULT_RESOURCE
+    try:
+        cfg = resource_config.load(resource)  # (an unknown one said as such, before its size)
+    except ValueError as exc:
+        raise PilotRunError(f"--pilot-resource: {exc}") from None
     fields: dict = {"resource": resource}
     local = resource.startswith("local.")
     for key in ("nodes", "cores", "gpus", "memory", "queue", "project"):
@@ -62,6 +67,13 @@ def pilot_description(settings: ExecutorSettings) -> ComputePilotDescription:
     if settings.max_nodes is not None:
         fields["max_nodes"] = settings.max_nodes
         fields["adapt"] = Adapt()
+    if local and not any(k in fields for k in ("nodes", "cores", "gpus")):
+        fields["nodes"] = cfg.nodes  # (this machine's resource: all of it)
+    if not any(k in fields for k in ("nodes", "cores", "gpus")):
+        raise PilotRunError(
+            f"--pilot-resource={resource!r}: give the pilot's size with --pilot-nodes or "
+            "--pilot-cores (and --pilot-gpus)"
+        )
     try:
         return ComputePilotDescription(**fields)
     except ValueError as exc:

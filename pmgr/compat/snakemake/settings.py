@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from snakemake_interface_common.exceptions import ApiError
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
 DEFAULT_RESOURCE = "local.localhost"
@@ -111,12 +112,12 @@ class ExecutorSettings(ExecutorSettingsBase):
             _at_least(name, getattr(self, name), 1)
         _at_least("gpus", self.gpus, 0)
         if self.nodes is not None and self.cores is not None:
-            raise ValueError(
+            raise OptionError(
                 f"--pilot-nodes={self.nodes} and --pilot-cores={self.cores}: give one "
                 "(nodes, or cores in all)"
             )
         if self.pilot is not None and self.session is None:
-            raise ValueError(
+            raise OptionError(
                 f"--pilot-pilot={self.pilot!r} names a pilot of --pilot-session, which is not given"
             )
         if self.session is not None:
@@ -128,16 +129,21 @@ class ExecutorSettings(ExecutorSettingsBase):
             made.update({k: getattr(self, k) for k in ("queue", "project") if getattr(self, k)})
             if made:
                 options = ", ".join(f"--pilot-{k.replace('_', '-')}" for k in made)
-                raise ValueError(
+                raise OptionError(
                     f"--pilot-session={self.session!r} runs in a pilot that is already up; "
                     f"{options} describe a new one: give --pilot-session or those"
                 )
+
+
+class OptionError(ApiError, ValueError):
+    """A --pilot-* option Snakemake is given that cannot be: said as Snakemake says its own
+    errors about its arguments (an ApiError: "Error: ..." and no traceback), and a ValueError."""
 
 
 def _at_least(name: str, value, least: int) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(
+        raise OptionError(
             f"--pilot-{name.replace('_', '-')}={value!r} must be an integer >= {least}"
         )
