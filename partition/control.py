@@ -65,7 +65,15 @@ log = logging.getLogger("bootstrap")
 START_MAX = 64  # partitions one reconfig may start
 
 
+RECONFIG_ARGS = ("stop", "start", "uids", "reason")
+
+
 def reconfig(boot, cid, args: dict) -> dict:
+    unknown = sorted(set(args) - set(RECONFIG_ARGS))
+    if unknown:
+        raise ValueError(f"args.{unknown[0]}: not a reconfig argument (accepted: {RECONFIG_ARGS})")
+    if args.get("stop") is None and not args.get("start"):
+        raise ValueError("args: a reconfig gives stop (uids or 'ALL') and/or start (sizes)")
     stop = args.get("stop")
     if stop is not None and stop != ALL:
         stop = [stop] if isinstance(stop, str) else stop

@@ -91,6 +91,8 @@ def reconfig_args(stop: list[str], start: list[str], field: str = "--start") -> 
     """The `reconfig` op's args: `stop` partition uids ('all' anywhere in it: every one),
     `start` sizes as parse_size reads them (the i-th named `field`, or `field`[i] for a list
     field such as the dashboard's)."""
+    if any(s.lower() == "all" for s in stop) and len(stop) > 1:
+        raise ValueError(f"stop={list(stop)}: 'all' stops every partition; give it alone")
     stop_arg = ALL if any(s.lower() == "all" for s in stop) else list(stop)
     named = (lambda i: field) if field.startswith("--") else (lambda i: f"{field}[{i}]")
     return {

@@ -79,6 +79,26 @@ PARTITION_STATES = tuple(PARTITION_MACHINE.states)
 UNIT_STATES = tuple(UNIT_MACHINE.states)
 
 
+def waited(state, machine: Machine, where: str) -> frozenset[str]:
+    """The states a wait for `state` (one, a list of them, or None: a final one) ends in, the
+    final ones with them; ValueError naming `where` and the accepted states for any other (a
+    wait for a state its object never takes would only end at its timeout)."""
+    if state is None:
+        return FINAL
+    asked = [state] if isinstance(state, str) else state
+    known = list(machine.states)
+    try:
+        bad = [s for s in asked if s not in known]
+    except TypeError:  # (not a list of them either)
+        bad = [state]
+    if bad or not asked:
+        raise ValueError(
+            f"{where}: state={(bad or [state])[0]!r} must be one of {known}, a list of them, "
+            "or None (a final one)"
+        )
+    return frozenset(asked) | FINAL
+
+
 def legal_moves(machine: Machine) -> frozenset[tuple[str, str | None]]:
     """Every (source, dest) pair the machine's transitions allow (dest None: an internal
     transition, which these machines have none of)."""

@@ -114,6 +114,40 @@ def test_a_retried_command_is_applied_once(running):
     assert len(data["partitions"]) == 3
 
 
+def test_a_wait_for_a_state_its_object_never_takes_and_other_bad_arguments_are_refused(running):
+    """wait(state="BOGUS") waited for its timeout (a unit's returned at once); cancel_units(5)
+    raised int's TypeError; `--stop all --stop UID` ignored the uid; a raw reconfig with no
+    stop and no start, or an argument it does not take, was answered ok."""
+    from pilot.cli import find_pilot
+    from pilot.control_client import command, reconfig_args
+
+    pilot, umgr = running
+    part = pilot.partitions[0]
+    unit = umgr.submit_units(rp.ComputeUnitDescription(executable="/bin/true"))
+    for call, where in (
+        (lambda: part.wait("BOGUS", timeout=30), "Partition.wait"),
+        (lambda: pilot.wait(["ACTIVE", "RUNNING"], timeout=30), "Pilot.wait"),
+        (lambda: unit.wait("BOGUS"), "Unit.wait"),
+        (lambda: umgr.wait_units(state="BOGUS"), "UnitManager.wait_units"),
+        (lambda: rp.PilotManager(pilot.session).wait_pilots(state=5), "wait_pilots"),
+    ):
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match=rf"{where}: state=.* must be one of \["):
+            call()
+        assert time.monotonic() - t0 < 5
+    assert part.wait(rp.ACTIVE, timeout=10) == rp.ACTIVE  # (a state it takes: as before)
+    with pytest.raises(ValueError, match="cancel_units: uids=5 must be a unit uid, a list"):
+        umgr.cancel_units(5)
+    with pytest.raises(ValueError, match=r"'all' stops every partition; give it alone"):
+        reconfig_args(["all", "part.0099"], [])
+    control = find_pilot(f"{pilot.session.uid}/{pilot.uid}")
+    for args, says in (({}, "a reconfig gives stop"), ({"stop": [], "x": 1}, "args.x: not a")):
+        reply = command(control, "reconfig", args)
+        assert not reply["ok"] and says in reply["error"], reply
+    assert unit.wait(timeout=30) == rp.DONE
+    assert all(p.state == rp.ACTIVE for p in pilot.partitions)
+
+
 def test_an_id_used_again_for_another_command_is_refused(running):
     """A retry repeats its command under its id; another command under a used id was answered
     with the first one's result and did nothing (the user's stop was lost, silently)."""

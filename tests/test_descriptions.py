@@ -1,6 +1,8 @@
 """Descriptions are validated on construction and on assignment, with errors naming the field;
 what needs the resource config is checked where a pilot is submitted."""
 
+import re
+
 import pytest
 
 import pilot as rp
@@ -169,3 +171,19 @@ def test_every_resource_config_key_is_documented_and_checked(tmp_path):
             resource_config.parse("t", {key: object()})
     cfg = resource_config.parse("t", {"mpi_launcher": "mpiexec"})  # the old name still works
     assert cfg.mpi_command == "mpiexec"
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({"reruns": -1}, "Executor: reruns=-1 must be an integer >= 0"),
+        ({"reruns": 1.5}, "Executor: reruns=1.5 must be an integer >= 0"),
+        ({"cores": 0}, "Executor: cores=0 must be a number >= 1"),
+        ({"gpus": -1}, "Executor: gpus=-1 must be a number >= 0"),
+    ],
+)
+def test_an_executor_refuses_bad_arguments_by_its_own_name(kwargs, says):
+    """Before any session or pilot is made (reruns=-1 was taken; cores=0 was said as a unit
+    description's)."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        rp.Executor(**kwargs)

@@ -99,11 +99,8 @@ class Stateful:
             TimeoutError: `timeout` passed, naming the object and its state.
             RuntimeError: called in a state callback (the thread that delivers states).
         """
-        wanted = (
-            S.FINAL
-            if state is None
-            else frozenset([state] if isinstance(state, str) else state) | S.FINAL
-        )
+        assert self.MACHINE is not None  # (every kind that is waited for names its machine)
+        wanted = S.waited(state, self.MACHINE, f"{type(self).__name__}.wait")
         settle = not self.session.changes.in_callback()  # final: once its callbacks have run
 
         self.session.wait_for(

@@ -94,6 +94,7 @@ class PilotManager:
         Returns:
             list[str]: each pilot's state when the wait ended.
         """
+        S.waited(state, S.PILOT_MACHINE, "PilotManager.wait_pilots")  # (checked once, first)
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for p in self.get_pilots(uids):

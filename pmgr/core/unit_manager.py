@@ -401,6 +401,14 @@ class UnitManager:
         Raises:
             ValueError: a uid this manager does not know.
         """
+        if uids is not None and not isinstance(uids, str):
+            if not isinstance(uids, (list, tuple, set, frozenset)) or not all(
+                isinstance(u, str) for u in uids
+            ):
+                raise ValueError(
+                    f"UnitManager.cancel_units: uids={uids!r:.80} must be a unit uid, a list of "
+                    "them, or None (all of this manager's)"
+                )
         with self.session.locked():
             targets = (
                 self.units.active()

@@ -59,11 +59,7 @@ class UnitQueries:
         """(UnitManager.wait_units) The units' states once final (or in `state`)."""
         from pilot.pmgr.core.progress import list_counter, table_counter, unit_progress
 
-        wanted = (
-            S.FINAL
-            if state is None
-            else frozenset([state] if isinstance(state, str) else state) | S.FINAL
-        )
+        wanted = S.waited(state, S.UNIT_MACHINE, "UnitManager.wait_units")
         session, table = self.session, self.units
         if uids is None and wanted == S.FINAL:
             with unit_progress(table_counter(self), progress):
