@@ -192,6 +192,10 @@ def run_reconfig(args: argparse.Namespace) -> int:
     else:
         res = reply["result"]
         print(f"stopped: {', '.join(res['stopped']) or '-'}")
+        named = [u for u in args.stop if u.lower() != "all"]  # (one that had ended: said so)
+        ended = [u for u in named if not any(s == u or s.endswith(f".{u}") for s in res["stopped"])]
+        if ended:
+            print(f"not stopped, ended already: {', '.join(ended)}")
         for s in res["started"]:
             print(f"started: {s['uid']} {s['state']} {s['reason'] or ''}".rstrip())
         _print_partitions(listing)

@@ -85,6 +85,8 @@ def test_reconfig_from_a_shell_reaches_the_client(running):
     assert out.returncode == 0
     for p in pilot.partitions:
         assert p.wait(timeout=20) in (rp.CANCELED,)
+    out = cli("reconfig", pilot.uid, "--stop", first)  # (ended: no error, and said so)
+    assert out.returncode == 0 and f"not stopped, ended already: {first}" in out.stdout, out
 
 
 def test_bad_commands_change_nothing(running):
