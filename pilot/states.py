@@ -85,12 +85,12 @@ def waited(state, machine: Machine, where: str) -> frozenset[str]:
     wait for a state its object never takes would only end at its timeout)."""
     if state is None:
         return FINAL
-    asked = [state] if isinstance(state, str) else state
     known = list(machine.states)
-    try:
+    try:  # (once: a generator is read here, and only here)
+        asked = [state] if isinstance(state, str) else list(state)
         bad = [s for s in asked if s not in known]
-    except TypeError:  # (not a list of them either)
-        bad = [state]
+    except TypeError:  # (not a state, nor a list of them)
+        asked, bad = [], [state]
     if bad or not asked:
         raise ValueError(
             f"{where}: state={(bad or [state])[0]!r} must be one of {known}, a list of them, "

@@ -138,15 +138,21 @@ def test_a_wait_for_a_state_its_object_never_takes_and_other_bad_arguments_are_r
             call()
         assert time.monotonic() - t0 < 5
     assert part.wait(rp.ACTIVE, timeout=10) == rp.ACTIVE  # (a state it takes: as before)
-    with pytest.raises(ValueError, match="cancel_units: uids=5 must be a unit uid, a list"):
+    with pytest.raises(ValueError, match="cancel_units: uids: 5 is not a unit or its uid"):
         umgr.cancel_units(5)
+    with pytest.raises(ValueError, match="cancel_units: reason=5 must be a text"):
+        umgr.cancel_units(unit.uid, reason=5)
+    # (what it took before stays taken: a unit, a generator, a dict's keys, a list of units)
+    for uids in (unit, (u for u in [unit.uid]), {unit.uid: 1}.keys(), [unit], ()):
+        umgr.cancel_units(uids)
+    assert part.wait(iter([rp.ACTIVE]), timeout=10) == rp.ACTIVE  # (a generator of states)
     with pytest.raises(ValueError, match=r"'all' stops every partition; give it alone"):
         reconfig_args(["all", "part.0099"], [])
     control = find_pilot(f"{pilot.session.uid}/{pilot.uid}")
     for args, says in (({}, "a reconfig gives stop"), ({"stop": [], "x": 1}, "args.x: not a")):
         reply = command(control, "reconfig", args)
         assert not reply["ok"] and says in reply["error"], reply
-    assert unit.wait(timeout=30) == rp.DONE
+    assert unit.wait(timeout=30) in (rp.DONE, rp.CANCELED)
     assert all(p.state == rp.ACTIVE for p in pilot.partitions)
 
 

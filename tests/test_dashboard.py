@@ -364,6 +364,9 @@ def test_bad_reconfig_requests_name_the_field(running):
         return status, json.loads(text)["error"]
 
     http(f"{dash.base}/api/state?token={dash.token}")  # (a first look: the partitions known)
+    for deep in (b"[" * 30_000 + b"]" * 30_000, b'{"pilot": "x", "stop": ' + b"[" * 5_000):
+        status, text = http(f"{dash.base}/api/reconfig", deep, auth)  # (was a 500)
+        assert status == 400 and json.loads(text)["error"].startswith("body: "), (status, text)
     assert post({"pilot": "pilot.9999", "stop": [p0]}) == (
         400,
         f"pilot: 'pilot.9999' is not a running pilot of session {pilot.session.uid}; "

@@ -401,20 +401,23 @@ class UnitManager:
         Raises:
             ValueError: a uid this manager does not know.
         """
-        if uids is not None and not isinstance(uids, str):
-            if not isinstance(uids, (list, tuple, set, frozenset)) or not all(
-                isinstance(u, str) for u in uids
-            ):
+        if not isinstance(reason, str):
+            raise ValueError(f"UnitManager.cancel_units: reason={reason!r:.80} must be a text")
+        if uids is not None:
+            if isinstance(uids, (str, Unit)):
+                uids = [uids]
+            try:  # (once: a generator or a dict's keys too)
+                uids = list(uids)
+            except TypeError:
+                uids = [uids]
+            bad = [u for u in uids if not isinstance(u, (str, Unit))]
+            if bad:
                 raise ValueError(
-                    f"UnitManager.cancel_units: uids={uids!r:.80} must be a unit uid, a list of "
-                    "them, or None (all of this manager's)"
+                    f"UnitManager.cancel_units: uids: {bad[0]!r:.80} is not a unit or its uid "
+                    "(uids: a unit, a uid, a list of them, or None: all of this manager's)"
                 )
         with self.session.locked():
-            targets = (
-                self.units.active()
-                if uids is None
-                else [self._queries.unit(u) for u in ([uids] if isinstance(uids, str) else uids)]
-            )
+            targets = self.units.active() if uids is None else [self._queries.unit(u) for u in uids]
             targets = [u for u in targets if not u.final]
             now = time.time()
             by_pilot: dict = {}

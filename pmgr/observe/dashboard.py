@@ -368,6 +368,8 @@ def make_app(hub: Hub, token: str, port: int):
                 control, args, cid = self._checked()
             except ValueError as exc:
                 return self.reply(400, {"error": str(exc)})
+            except RecursionError:  # (a body nested past the interpreter's depth)
+                return self.reply(400, {"error": "body: nested too deeply"})
             pilot, loop = control["pilot"], asyncio.get_running_loop()
             try:
                 reply = await loop.run_in_executor(
@@ -395,7 +397,7 @@ def make_app(hub: Hub, token: str, port: int):
             field checked (a ValueError names the field, the value and what is accepted)."""
             try:
                 body = json.loads(self.request.body or b"null")
-            except ValueError:
+            except (ValueError, RecursionError):  # (nested past the interpreter's depth too)
                 raise ValueError("body: must be a JSON object {pilot, stop, start}") from None
             if not isinstance(body, dict):
                 raise ValueError(f"body: {type(body).__name__} must be a JSON object")
