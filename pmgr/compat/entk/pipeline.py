@@ -130,7 +130,8 @@ class Pipeline:
             value (Stage | list[Stage] | tuple[Stage, ...]): the stages.
 
         Raises:
-            EnTKValueError: an empty list.
+            EnTKValueError: an empty list, a Stage added before (here or to another
+                pipeline), or a pipeline that has ended.
             EnTKTypeError: something that is not a Stage.
         """
         stages = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -140,6 +141,21 @@ class Pipeline:
             if not isinstance(s, Stage):
                 raise bad_type(f"Pipeline {self._uid}", f"add_stages[{i}]", s, "a Stage")
         with self._lock:
+            if self._completed.is_set():  # (it would never run: the pipeline has ended)
+                raise bad_value(
+                    f"Pipeline {self._uid}", "add_stages", stages[0].uid,
+                    f"a Stage of a pipeline that has not ended (it is {self._state})",
+                )  # fmt: skip
+            for i, s in enumerate(stages):  # (a Stage object runs once, in one place: again,
+                owner = s.parent_pipeline.get("uid")  # its pipeline waited for ever)
+                if (owner is not None and owner != self._uid) or any(
+                    s is x for x in [*self._stages, *stages[:i]]
+                ):
+                    raise bad_value(
+                        f"Pipeline {self._uid}", "add_stages", s.uid,
+                        f"a Stage not added before (it is in {owner or self._uid}; a Stage "
+                        "object runs once: make another)",
+                    )  # fmt: skip
             for s in stages:
                 s.parent_pipeline = {"uid": self._uid, "name": self._name}
                 self._stages.append(s)

@@ -142,7 +142,8 @@ class Stage:
             value (Task | list[Task] | tuple[Task, ...] | set[Task]): the tasks.
 
         Raises:
-            EnTKValueError: an empty collection.
+            EnTKValueError: an empty collection, a Task of another stage, or two Tasks of one
+                uid.
             EnTKTypeError: something that is not a Task.
         """
         tasks = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
@@ -151,6 +152,19 @@ class Stage:
         for i, t in enumerate(tasks):
             if not isinstance(t, Task):
                 raise bad_type(f"Stage {self._uid}", f"add_tasks[{i}]", t, "a Task")
+        mine = {t.uid: t for t in self._tasks}
+        for t in tasks:  # (a Task object runs once, in one stage: in two, the second stage
+            owner = t.parent_stage.get("uid")  # waited for it for ever)
+            if owner is not None and owner != self._uid:
+                raise bad_value(
+                    f"Stage {self._uid}", "add_tasks", t.uid,
+                    f"a Task of no other stage (it is in {owner}; a Task object runs once: "
+                    "make another)",
+                )  # fmt: skip
+            if mine.setdefault(t.uid, t) is not t:  # (two of one uid: one was dropped)
+                raise bad_value(
+                    f"Stage {self._uid}", "add_tasks", t.uid, "Tasks of unique uids in a stage"
+                )
         for t in tasks:
             self._tasks.add(t)
             t.parent_stage = {"uid": self._uid, "name": self._name}
