@@ -7,6 +7,11 @@ Jupyter does); it works through `ssh -L M:127.0.0.1:N`.  Every asset is served f
 dashboard_static/ (the README there names each library, its version and licence): the page
 never reaches beyond this server.
 
+Connections: at most connection_cap() at once (half the descriptors the process may open, at
+most MAX_CONNECTIONS); one beyond is answered 503 and closed, and one that sends no request
+within IDLE_S is closed, so a flood of local sockets neither runs the server out of
+descriptors nor holds it for long.
+
 Who may do what: every request must carry the token, or it is answered 403 and nothing else is
 done (logged on stderr, the token never: every log line of a request, tornado's own included,
 gives its method and path, never its query, headers or cookies).  A GET may carry it as
@@ -85,6 +90,12 @@ ASSETS = {  # name -> content type: nothing else is served
 }
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]", "::1")
 MAX_BODY = 64 * 1024  # bytes of a request body
+MAX_CONNECTIONS = 1024  # served at once (connection_cap: fewer where descriptors are few)
+IDLE_S = 20.0  # s a connection may wait for its request (tornado's default: an hour)
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 38\r\n"
+    b"Connection: close\r\n\r\ntoo many connections: try again later\n"
+)
 MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
 STATE_TIMEOUT = 30.0  # s /api/state waits for a poll to end
 WRITE_TIMEOUT = 10.0  # s a push to a page may wait for its socket before the page is dropped
@@ -505,6 +516,19 @@ def run(
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+def connection_cap() -> int:
+    """Connections served at once: half of what this process may open (its soft limit raised
+    to the hard one first), at most MAX_CONNECTIONS, at least 16."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 16), hard))
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(16, min(MAX_CONNECTIONS, soft // 2))
+
+
 async def _until_signal(watch: Watch, pool, port: int, interval: float, out) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -525,7 +549,21 @@ async def serve(
     port = sockets[0].getsockname()[1]
     token = secrets.token_urlsafe(24)
     hub = Hub(watch, pool, interval)
-    server = httpserver.HTTPServer(make_app(hub, token, port), max_body_size=MAX_BODY)
+    cap = connection_cap()
+
+    class Server(httpserver.HTTPServer):  # type: ignore[name-defined]  # (loaded by require)
+        def handle_stream(self, stream, address) -> None:
+            if len(self._connections) >= cap:  # (answered and closed at once: a flood of
+                # local sockets does not run the process out of descriptors, where tornado's
+                # accept would spin and log; idle ones go after IDLE_S)
+                done = stream.write(BUSY)
+                done.add_done_callback(lambda _: stream.close())
+                return
+            super().handle_stream(stream, address)
+
+    server = Server(
+        make_app(hub, token, port), max_body_size=MAX_BODY, idle_connection_timeout=IDLE_S
+    )
     server.add_sockets(sockets)
     print(f"http://127.0.0.1:{port}/?token={token}", file=out, flush=True)
     print(
