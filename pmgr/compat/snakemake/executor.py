@@ -31,13 +31,12 @@ import asyncio
 import os
 import threading
 
-from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from pilot.pmgr.compat.snakemake.jobs import JobRefused, log_path, refusal, request
-from pilot.pmgr.compat.snakemake.settings import DEFAULT_LOGDIR, ExecutorSettings
+from pilot.pmgr.compat.snakemake.settings import DEFAULT_LOGDIR, ExecutorSettings, OptionError
 
 # Snakemake imports every installed plugin in every job it runs (`python -m snakemake` in a
 # unit, under any executor): the pilot's client (pilot_run: ~170 ms of imports, measured on a
@@ -67,8 +66,8 @@ class Executor(RemoteExecutor):
         self.logdir = os.path.abspath(str(self.settings.logdir or DEFAULT_LOGDIR))
         try:
             self.run = PilotRun(self.settings)
-        except PilotRunError as exc:
-            raise WorkflowError(str(exc)) from None
+        except PilotRunError as exc:  # (said as Snakemake says a bad argument: one line)
+            raise OptionError(str(exc)) from None
         pilot = self.run.pilot
         self.logger.info(
             f"Jobs run as units of {pilot.uid} ({pilot.description.resource}, "
