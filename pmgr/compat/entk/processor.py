@@ -21,7 +21,8 @@ reported) or CANCELED; with resubmit_failed a FAILED task runs again (up to `rea
 error_is_fatal its stage and pipeline end FAILED and run() raises. When every task of a stage ended
 (CANCELED ones too: EnTK would wait for them forever), the stage is DONE, its post_exec runs (here:
 an exception in it ends run() with EnTKError, and so does the pilot's end: what runs is canceled
-then, and every task, stage and pipeline not final ends CANCELED, as for terminate()), and the
+then, and every pipeline, every stage that had started and every task that had been submitted
+ends CANCELED, as for terminate(); stages never started and their tasks stay DESCRIBED), and the
 pipeline moves on, unless it is SUSPENDED:
 then it moves on once resumed.  A pilot that ends before the workflow does ends run() with EnTKError
 naming its state and reason.
