@@ -44,6 +44,7 @@ from pilot.control_client import (  # (the dashboard reaches a pilot the same wa
     REPLY_TIMEOUT,
     UsageError,
     command,
+    command_id,
     parse_size,  # noqa: F401 (pilot.cli.parse_size: the sizes --start takes)
     reconfig_args,
 )
@@ -183,7 +184,8 @@ def run_reconfig(args: argparse.Namespace) -> int:
     control = find_pilot(args.pilot)
     if not args.stop and not args.start:
         raise UsageError("reconfig: give --stop and/or --start")
-    reply = command(control, "reconfig", reconfig_args(args.stop, args.start), args.id)
+    cid = command_id(args.id)
+    reply = command(control, "reconfig", reconfig_args(args.stop, args.start), cid)
     if _refused(control, reply):
         return 1
     listing = settled(control, [s["uid"] for s in reply["result"]["started"]])

@@ -22,6 +22,7 @@ stop and start lists into the `reconfig` op's args.
 from __future__ import annotations
 
 import os
+import re
 
 import zmq
 
@@ -79,12 +80,23 @@ def _size_fields(text: str, field: str) -> dict:
             kwargs[key] = value
         elif key == "gpus" and value.lower() == "all":
             kwargs[key] = ALL
-        elif value.isascii() and value.isdigit():  # (not '²' or '٣': digits to int() or not)
+        elif value.isascii() and value.isdigit() and len(value) <= COUNT_DIGITS:  # (not '²')
             kwargs[key] = int(value)
         else:
             more = " or all" if key == "gpus" else ""
             raise ValueError(f"{field} {text!r}: {key}={value!r} must be a whole number >= 0{more}")
     return kwargs
+
+
+COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")  # a command id a person gives (--id)
+COUNT_DIGITS = 9  # a count's digits at most (int() refuses 4,300 without naming the field)
+
+
+def command_id(cid: str | None, field: str = "--id") -> str | None:
+    """A command id as given, or ValueError naming `field` and what is accepted."""
+    if cid is not None and (not isinstance(cid, str) or not COMMAND_ID.match(cid)):
+        raise ValueError(f"{field}={cid!r:.80} must be 1-64 of A-Z a-z 0-9 . _ : -")
+    return cid
 
 
 def reconfig_args(stop: list[str], start: list[str], field: str = "--start") -> dict:

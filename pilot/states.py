@@ -87,6 +87,8 @@ def waited(state, machine: Machine, where: str) -> frozenset[str]:
         return FINAL
     known = list(machine.states)
     try:  # (once: a generator is read here, and only here)
+        if isinstance(state, (bytes, bytearray)):  # (iterable, but of ints: no state)
+            raise TypeError
         asked = [state] if isinstance(state, str) else list(state)
         bad = [s for s in asked if s not in known]
     except TypeError:  # (not a state, nor a list of them)

@@ -146,6 +146,10 @@ def test_a_wait_for_a_state_its_object_never_takes_and_other_bad_arguments_are_r
     for uids in (unit, (u for u in [unit.uid]), {unit.uid: 1}.keys(), [unit], ()):
         umgr.cancel_units(uids)
     assert part.wait(iter([rp.ACTIVE]), timeout=10) == rp.ACTIVE  # (a generator of states)
+    with pytest.raises(ValueError, match=r"Partition.wait: state=b'ACTIVE' must be one of"):
+        part.wait(b"ACTIVE")  # (it said state=65)
+    out = cli("reconfig", pilot.uid, "--start", "cores=1", "--id", "a b/../x")
+    assert out.returncode == 2 and "--id='a b/../x' must be 1-64 of A-Z" in out.stderr, out
     with pytest.raises(ValueError, match=r"'all' stops every partition; give it alone"):
         reconfig_args(["all", "part.0099"], [])
     control = find_pilot(f"{pilot.session.uid}/{pilot.uid}")
@@ -257,6 +261,8 @@ def test_a_bad_database_url_is_said_and_makes_no_file(tmp_path):
         ("cores=2,bogus=1", "'bogus=1' must be cores=N, gpus=N|all, nodes=N or config=NAME"),
         ("cores=\u00b2", "cores='\u00b2' must be a whole number >= 0"),  # (isdigit, not int)
         ("cores=\u0663", "cores='\u0663' must be a whole number >= 0"),  # (an Arabic-Indic 3)
+        ("cores=" + "9" * 10, f"cores='{'9' * 10}' must be a whole number >= 0"),  # (5,000
+        # digits: int()'s "Exceeds the limit", no field named)
         ("0.5%", 'ComputePartitionDescription: size=\'0.5%\' must be a share "1%".."100%"'),
         ("1e2%", "ComputePartitionDescription: size='1e2%' must be a share"),
         ("+50%", "ComputePartitionDescription: size='+50%' must be a share"),

@@ -178,8 +178,10 @@ def test_every_resource_config_key_is_documented_and_checked(tmp_path):
     [
         ({"reruns": -1}, "Executor: reruns=-1 must be an integer >= 0"),
         ({"reruns": 1.5}, "Executor: reruns=1.5 must be an integer >= 0"),
-        ({"cores": 0}, "Executor: cores=0 must be a number >= 1"),
+        ({"cores": 0}, "Executor: cores=0 must be an integer >= 1"),
+        ({"cores": 2.0}, "Executor: cores=2.0 must be an integer >= 1"),
         ({"gpus": -1}, "Executor: gpus=-1 must be a number >= 0"),
+        ({"gpus": float("nan")}, "Executor: gpus=nan must be a number >= 0"),
     ],
 )
 def test_an_executor_refuses_bad_arguments_by_its_own_name(kwargs, says):

@@ -72,7 +72,7 @@ from typing import Any
 
 import zmq
 
-from pilot.control_client import UsageError, command, reconfig_args
+from pilot.control_client import COMMAND_ID, UsageError, command, reconfig_args
 from pilot.pmgr.core import sessions_dir
 from pilot.pmgr.observe.dashboard_data import Look, Watch
 from pilot.pmgr.observe.extras import require
@@ -100,7 +100,6 @@ MAX_QUEUED = 32  # pushes waiting for a slow client before it is dropped
 STATE_TIMEOUT = 30.0  # s /api/state waits for a poll to end
 WRITE_TIMEOUT = 10.0  # s a push to a page may wait for its socket before the page is dropped
 START_MAX = 64  # sizes one reconfig may start (partition/control.py's START_MAX)
-COMMAND_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 EACH = {  # what each item of a reconfig's lists is (their errors say it)
     "stop": "a partition uid of the pilot or 'all'",
     "start": "a size (50%, fill, cores=N,gpus=N|all, nodes=N or config=NAME)",

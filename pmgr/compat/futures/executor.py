@@ -228,9 +228,10 @@ class Executor(futures.Executor):
         # (the arguments: the class docstring)
         if isinstance(reruns, bool) or not isinstance(reruns, int) or reruns < 0:
             raise ValueError(f"Executor: reruns={reruns!r} must be an integer >= 0")
-        for name, value, least in (("cores", cores, 1), ("gpus", gpus, 0)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
-                raise ValueError(f"Executor: {name}={value!r} must be a number >= {least}")
+        if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+            raise ValueError(f"Executor: cores={cores!r} must be an integer >= 1")
+        if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or not gpus >= 0:
+            raise ValueError(f"Executor: gpus={gpus!r} must be a number >= 0")
         pilot_description = _adaptive(max_nodes, pilot_description, pilot, partition)
         if max_workers is not None:
             if pilot is not None or pilot_description is not None:
