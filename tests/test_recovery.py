@@ -697,15 +697,20 @@ def test_units_whose_pilot_died_unheard_are_not_run_again_elsewhere(make_session
     assert all(u.pilot is gone and "lost with partition" in u.reason for u in units)
 
 
-QUEUED_CLIENT = (
-    LOCAL_CLIENT
-    + r"""
+# (a client script's part: one unit running and three queued behind it at one agent)
+ONE_RUNNING_THREE_QUEUED = r"""
 units = umgr.submit_units([truth_unit(sys.argv[1], sleep=30)]
                           + [truth_unit(sys.argv[1], sleep=0.1) for _ in range(3)])
 deadline = time.monotonic() + 30
 while [u.state for u in units] != ["EXECUTING"] + ["QUEUED"] * 3 \
         and time.monotonic() < deadline:
     time.sleep(0.05)
+"""
+
+QUEUED_CLIENT = (
+    LOCAL_CLIENT
+    + ONE_RUNNING_THREE_QUEUED
+    + r"""
 s.writer.flush(timeout=30)
 print(json.dumps({"session": s.uid, "sandbox": pilot.sandbox, "part": pilot.partitions[0].uid,
                   "states": [u.state for u in units]}), flush=True)
@@ -775,13 +780,8 @@ def test_units_pinned_to_a_live_partition_that_never_got_them_go_there_after_an_
 
 DEPOSED_CLIENT = (
     LOCAL_CLIENT
+    + ONE_RUNNING_THREE_QUEUED
     + r"""
-units = umgr.submit_units([truth_unit(sys.argv[1], sleep=30)]
-                          + [truth_unit(sys.argv[1], sleep=0.1) for _ in range(3)])
-deadline = time.monotonic() + 30
-while [u.state for u in units] != ["EXECUTING"] + ["QUEUED"] * 3 \
-        and time.monotonic() < deadline:
-    time.sleep(0.05)
 held = []  # the `back` of a stop is read only once another client took the pilot over
 read_back = umgr.events.on_units_back
 umgr.events.on_units_back = lambda *a, **k: held.append((a, k))
