@@ -146,6 +146,7 @@ def test_a_wait_for_a_state_its_object_never_takes_and_other_bad_arguments_are_r
     for uids in (unit, (u for u in [unit.uid]), {unit.uid: 1}.keys(), [unit], ()):
         umgr.cancel_units(uids)
     assert part.wait(iter([rp.ACTIVE]), timeout=10) == rp.ACTIVE  # (a generator of states)
+    assert pilot.pmgr.wait_pilots(pilot.uid, iter([rp.ACTIVE]), timeout=10) == [rp.ACTIVE]
     with pytest.raises(ValueError, match=r"Partition.wait: state=b'ACTIVE' must be one of"):
         part.wait(b"ACTIVE")  # (it said state=65)
     out = cli("reconfig", pilot.uid, "--start", "cores=1", "--id", "a b/../x")

@@ -94,7 +94,8 @@ class PilotManager:
         Returns:
             list[str]: each pilot's state when the wait ended.
         """
-        S.waited(state, S.PILOT_MACHINE, "PilotManager.wait_pilots")  # (checked once, first)
+        if state is not None:  # (checked once, first; read once: a generator too)
+            state = sorted(S.waited(state, S.PILOT_MACHINE, "PilotManager.wait_pilots"))
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for p in self.get_pilots(uids):
